@@ -1,0 +1,120 @@
+/**
+ * The compatibility descriptor: everything that decides whether KV cache computed by one worker means the same
+ * thing to another. Declared per revision in the route table, declared per worker by its sidecar, and probed live.
+ *
+ * This file is the schema only (the shared contract between policy, sidecar and simulator). Normalisation and the
+ * fingerprint live in `fingerprint.ts`; connector rules in `connector-rules.ts`; vLLM's own handshake hash in
+ * `nixl-hash.ts`.
+ */
+import { z } from 'zod';
+
+const nonEmpty = z.string().min(1, 'must not be empty');
+
+/** An identity with a revision: a model, an adapter, a tokenizer, a chat template. */
+export const RevisionedIdSchema = z
+  .object({
+    id: nonEmpty.describe('name, e.g. the Hugging Face repo id'),
+    revision: nonEmpty.describe('immutable revision: a commit sha, a content digest or a release tag'),
+  })
+  .strict();
+
+export const RopeScalingSchema = z
+  .object({
+    type: nonEmpty.describe('e.g. linear, dynamic, yarn, llama3, longrope'),
+    factor: z.number().positive(),
+  })
+  .strict();
+
+export const PositionSchema = z
+  .object({
+    type: z.enum(['rope', 'alibi', 'learned', 'none']),
+    /** RoPE base frequency (theta). */
+    ropeTheta: z.number().positive().optional(),
+    ropeScaling: RopeScalingSchema.nullable().optional(),
+  })
+  .strict();
+
+export const ArchitectureSchema = z
+  .object({
+    name: nonEmpty.describe('model architecture class, e.g. LlamaForCausalLM'),
+    numLayers: z.number().int().positive(),
+    numKvHeads: z.number().int().positive(),
+    headSize: z.number().int().positive(),
+    attentionBackend: nonEmpty.describe('vLLM attention backend name, e.g. FLASH_ATTN, FLASHINFER'),
+    position: PositionSchema,
+    slidingWindow: z.number().int().positive().nullable().default(null),
+  })
+  .strict();
+
+export const KV_SCALE_SCHEMES = ['none', 'static-checkpoint', 'dynamic-per-block', 'packed'] as const;
+export type KvScaleScheme = (typeof KV_SCALE_SCHEMES)[number];
+
+export const KvCacheSchema = z
+  .object({
+    /** As passed to `--kv-cache-dtype` (`auto`, `fp8`, `fp8_e4m3`, `bfloat16`, ...). Kept raw: vLLM hashes it raw. */
+    dtype: nonEmpty,
+    scaleScheme: z.enum(KV_SCALE_SCHEMES),
+    blockSize: z.number().int().positive(),
+    layout: z.enum(['HND', 'NHD']),
+  })
+  .strict();
+
+export const EngineSchema = z
+  .object({
+    name: z.literal('vllm'),
+    /** `vllm.__version__`, exactly as `/version` reports it. */
+    version: nonEmpty,
+  })
+  .strict();
+
+export const ConnectorSchema = z
+  .object({
+    name: nonEmpty.describe('e.g. NixlConnector'),
+    /** The connector's own protocol version (vLLM's NIXL_CONNECTOR_VERSION). */
+    version: z.number().int().positive(),
+    transferMode: z.enum(['pull', 'push']).default('pull'),
+  })
+  .strict();
+
+export const CompatDescriptorSchema = z
+  .object({
+    model: RevisionedIdSchema.extend({
+      /** The model string given to `vllm serve` (a path or a hub id). vLLM's NIXL hash hashes this string. */
+      path: nonEmpty.optional(),
+    }).strict(),
+    adapter: RevisionedIdSchema.nullable().default(null),
+    tokenizer: RevisionedIdSchema,
+    chatTemplate: RevisionedIdSchema,
+    architecture: ArchitectureSchema,
+    /** Model weights dtype as passed to `--dtype` (bfloat16, float16, ...). */
+    modelDtype: nonEmpty,
+    kvCache: KvCacheSchema,
+    engine: EngineSchema,
+    connector: ConnectorSchema,
+    /** vLLM hybrid KV cache manager on (NIXL hash factor from connector v4). */
+    hybridKvCacheManager: z.boolean().default(true),
+    /** Speculative decoding config as vLLM hashes it (EAGLE/MTP, connector v6+); null when off. */
+    speculative: z.record(z.string(), z.unknown()).nullable().default(null),
+    /** May safely differ between P and D (vLLM validates at handshake); never part of the fingerprint. */
+    parallel: z
+      .object({ tensorParallelSize: z.number().int().positive().default(1) })
+      .strict()
+      .default({ tensorParallelSize: 1 }),
+  })
+  .strict();
+
+export type CompatDescriptor = z.infer<typeof CompatDescriptorSchema>;
+export type CompatDescriptorInput = z.input<typeof CompatDescriptorSchema>;
+
+/** Parse and freeze a descriptor; throws a ZodError with paths on bad input (callers format it). */
+export function parseDescriptor(input: unknown): CompatDescriptor {
+  return deepFreeze(CompatDescriptorSchema.parse(input));
+}
+
+export function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value as Record<string, unknown>)) deepFreeze(v);
+  }
+  return value;
+}

@@ -1,0 +1,186 @@
+/**
+ * A prediction of vLLM's own NIXL compatibility hash (`compute_nixl_compatibility_hash`), so that a pool whose
+ * members would fail the handshake at run time is caught when the route table loads, and so the simulator can run
+ * the same handshake vLLM runs.
+ *
+ * vLLM computes `hashlib.sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest()` (`hash_factors()` in
+ * `vllm/config/utils.py`). `pythonJsonDumps` reproduces Python's default `json.dumps` byte for byte for the
+ * values that occur in factors (see ../shared/reference/vllm-disagg.md §1.2 and the vectors in the tests).
+ */
+import { createHash } from 'node:crypto';
+import type { CompatDescriptor } from './descriptor.js';
+
+/**
+ * Which factor set each NIXL_CONNECTOR_VERSION hashes.
+ * - `read`: the factor dict was read in vLLM's source at that version.
+ * - `interpolated`: between two read versions; the set follows the version history comments and must be rechecked.
+ */
+export interface FactorSet {
+  readonly crossLayersBlocks: boolean;
+  readonly hma: boolean;
+  readonly speculative: boolean;
+  readonly transferMode: boolean;
+  readonly provenance: 'read' | 'interpolated';
+}
+
+const BASE = { crossLayersBlocks: false, hma: false, speculative: false, transferMode: false } as const;
+
+/** Keyed by connector version. Versions outside this table yield `status: 'recheck'`. */
+export const NIXL_FACTOR_SETS: Readonly<Record<number, FactorSet>> = Object.freeze({
+  1: { ...BASE, provenance: 'interpolated' },
+  2: { ...BASE, provenance: 'read' }, // single-file connector @ 002a1057
+  3: { ...BASE, crossLayersBlocks: true, hma: true, provenance: 'interpolated' },
+  4: { ...BASE, crossLayersBlocks: true, hma: true, provenance: 'read' }, // nixl/metadata.py, lease era
+  5: { ...BASE, crossLayersBlocks: true, hma: true, provenance: 'interpolated' },
+  6: { ...BASE, crossLayersBlocks: true, hma: true, speculative: true, provenance: 'interpolated' },
+  7: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'interpolated' },
+  8: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'interpolated' },
+  9: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'interpolated' },
+  10: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'interpolated' },
+  11: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'interpolated' },
+  12: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'read' }, // nixl/metadata.py @ 02cfb534
+});
+
+export const KNOWN_NIXL_VERSIONS = Object.keys(NIXL_FACTOR_SETS).map(Number);
+export const NEWEST_KNOWN_NIXL_VERSION = Math.max(...KNOWN_NIXL_VERSIONS);
+
+export interface NixlHashPrediction {
+  /** sha256 hex digest, as vLLM logs it. */
+  readonly hash: string;
+  /** The exact factor dict that was hashed. */
+  readonly factors: Readonly<Record<string, unknown>>;
+  /** `known`: factor set read in vLLM's source; `interpolated`/`recheck`: see `reason`. */
+  readonly status: 'known' | 'interpolated' | 'recheck';
+  readonly reason?: string;
+}
+
+/** `str(torch.dtype)` for the spellings vLLM accepts on `--dtype`. */
+const TORCH_DTYPE: Readonly<Record<string, string>> = {
+  bfloat16: 'torch.bfloat16',
+  bf16: 'torch.bfloat16',
+  float16: 'torch.float16',
+  fp16: 'torch.float16',
+  half: 'torch.float16',
+  float32: 'torch.float32',
+  float: 'torch.float32',
+  fp32: 'torch.float32',
+};
+
+export function torchDtypeString(modelDtype: string): string | undefined {
+  const lower = modelDtype.toLowerCase();
+  return lower.startsWith('torch.') ? lower : TORCH_DTYPE[lower];
+}
+
+/**
+ * The factor dict vLLM would hash for this descriptor. For versions newer than the table, the newest known set is
+ * used and the result is marked `recheck`.
+ */
+export function nixlFactors(d: CompatDescriptor): { factors: Record<string, unknown>; set: FactorSet; known: boolean } {
+  const v = d.connector.version;
+  const known = Object.hasOwn(NIXL_FACTOR_SETS, v);
+  const set = NIXL_FACTOR_SETS[known ? v : NEWEST_KNOWN_NIXL_VERSION]!;
+  const factors: Record<string, unknown> = {
+    vllm_version: d.engine.version,
+    nixl_connector_version: v,
+    model: d.model.path ?? d.model.id,
+    dtype: torchDtypeString(d.modelDtype) ?? d.modelDtype,
+    num_kv_heads: d.architecture.numKvHeads,
+    head_size: d.architecture.headSize,
+    num_hidden_layers: d.architecture.numLayers,
+    attn_backend_name: d.architecture.attentionBackend,
+    cache_dtype: d.kvCache.dtype,
+  };
+  if (set.crossLayersBlocks) factors['cross_layers_blocks'] = false;
+  if (set.hma) factors['is_hma_enabled'] = d.hybridKvCacheManager;
+  if (set.speculative) factors['speculative_config'] = d.speculative;
+  if (set.transferMode) factors['transfer_mode'] = d.connector.transferMode;
+  return { factors, set, known };
+}
+
+export function predictNixlHash(d: CompatDescriptor): NixlHashPrediction {
+  const { factors, set, known } = nixlFactors(d);
+  const hash = sha256Hex(pythonJsonDumps(factors));
+  if (!known) {
+    return {
+      hash,
+      factors,
+      status: 'recheck',
+      reason:
+        `NIXL connector version ${d.connector.version} is outside the versions kvgate knows ` +
+        `(${Math.min(...KNOWN_NIXL_VERSIONS)}-${NEWEST_KNOWN_NIXL_VERSION}); the prediction uses the v${NEWEST_KNOWN_NIXL_VERSION} ` +
+        `factor set and must be rechecked against vLLM ${d.engine.version}`,
+    };
+  }
+  if (set.provenance === 'interpolated') {
+    return {
+      hash,
+      factors,
+      status: 'interpolated',
+      reason: `the factor set of NIXL connector v${d.connector.version} is interpolated from the versions read in vLLM's source`,
+    };
+  }
+  return { hash, factors, status: 'known' };
+}
+
+export function sha256Hex(text: string): string {
+  return createHash('sha256').update(text, 'utf8').digest('hex');
+}
+
+/**
+ * Python's `json.dumps(value, sort_keys=True)` with default arguments: separators `', '` and `': '`,
+ * `ensure_ascii=True`, keys sorted by code point. Integers print as Python ints; non-integral numbers as Python's
+ * `repr(float)` for the common forms. Throws on values Python's json would reject (NaN is allowed there but never
+ * appears in factors, so it is refused here).
+ */
+export function pythonJsonDumps(value: unknown): string {
+  if (value === null || value === undefined) return 'null';
+  if (value === true) return 'true';
+  if (value === false) return 'false';
+  if (typeof value === 'number') return pythonNumber(value);
+  if (typeof value === 'string') return pythonString(value);
+  if (Array.isArray(value)) return `[${value.map(pythonJsonDumps).join(', ')}]`;
+  if (typeof value === 'object') {
+    const keys = Object.keys(value).sort(compareCodePoints);
+    const parts = keys.map((k) => `${pythonString(k)}: ${pythonJsonDumps((value as Record<string, unknown>)[k])}`);
+    return `{${parts.join(', ')}}`;
+  }
+  throw new TypeError(`pythonJsonDumps: unsupported value of type ${typeof value}`);
+}
+
+function pythonNumber(n: number): string {
+  if (!Number.isFinite(n)) throw new TypeError('pythonJsonDumps: non-finite numbers never appear in NIXL factors');
+  if (Number.isInteger(n) && Math.abs(n) < 1e16) return String(n);
+  // repr(float): shortest round-trip digits like JS, but exponent written with at least two digits and a sign.
+  const s = String(n);
+  const m = /^(-?[\d.]+)e([+-])(\d+)$/.exec(s);
+  if (m) return `${m[1]}e${m[2]}${m[3]!.padStart(2, '0')}`;
+  return s.includes('.') ? s : `${s}.0`;
+}
+
+function pythonString(s: string): string {
+  let out = '"';
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    const ch = s[i]!;
+    if (ch === '"') out += '\\"';
+    else if (ch === '\\') out += '\\\\';
+    else if (ch === '\n') out += '\\n';
+    else if (ch === '\r') out += '\\r';
+    else if (ch === '\t') out += '\\t';
+    else if (ch === '\b') out += '\\b';
+    else if (ch === '\f') out += '\\f';
+    else if (c < 0x20 || c > 0x7e) out += `\\u${c.toString(16).padStart(4, '0')}`;
+    else out += ch;
+  }
+  return `${out}"`;
+}
+
+function compareCodePoints(a: string, b: string): number {
+  const ai = [...a];
+  const bi = [...b];
+  for (let i = 0; i < Math.min(ai.length, bi.length); i++) {
+    const d = ai[i]!.codePointAt(0)! - bi[i]!.codePointAt(0)!;
+    if (d !== 0) return d;
+  }
+  return ai.length - bi.length;
+}

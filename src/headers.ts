@@ -1,0 +1,27 @@
+/**
+ * The external contract's header names (DESIGN.md). Stable: change only with a migration note in the README.
+ */
+export const H = {
+  group: 'x-kvgate-group',
+  revision: 'x-kvgate-revision',
+  decodeCluster: 'x-kvgate-decode-cluster',
+  decodeEndpoint: 'x-kvgate-decode-endpoint',
+  prefillCluster: 'x-kvgate-prefill-cluster',
+  prefillEndpoint: 'x-kvgate-prefill-endpoint',
+  contract: 'x-kvgate-contract',
+  binding: 'x-kvgate-binding',
+  rejectReason: 'x-kvgate-reject-reason',
+  requestId: 'x-request-id',
+  /** llm-d / Gateway API Inference Extension compatibility aliases for the decode endpoint and prefill host. */
+  gieDestination: 'x-gateway-destination-endpoint',
+  llmdPrefiller: 'x-prefiller-host-port',
+} as const;
+
+/** Every header kvgate owns. A client-sent header with this prefix is removed before anything reads it. */
+export const KVGATE_HEADER_PREFIX = 'x-kvgate-';
+
+/** Headers a client must never be able to set, because Envoy or a sidecar routes by them. */
+export function isGateOwnedHeader(name: string): boolean {
+  const n = name.toLowerCase();
+  return n.startsWith(KVGATE_HEADER_PREFIX) || n === H.gieDestination || n === H.llmdPrefiller;
+}
