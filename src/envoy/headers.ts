@@ -1,0 +1,44 @@
+/**
+ * Header maps in and out of Envoy's wire form. Values travel in `raw_value` only (Envoy's
+ * `send_header_raw_value` guard, on by default since ~1.27; setting `value` alone yields an empty header and
+ * setting both is a 500 - see ../shared/reference/envoy-ext-proc.md §1).
+ */
+import { isGateOwnedHeader } from '../headers.js';
+import type { AppendAction, WireHeaderMap, WireHeaderValueOption } from './wire.js';
+
+export interface ReceivedHeaders {
+  /** Lower-cased name -> value; repeated headers joined with `,` as HTTP allows. Gate-owned headers excluded. */
+  readonly headers: Record<string, string>;
+  /** Gate-owned header names the client sent (to be removed and, if routing-relevant, logged as forged). */
+  readonly forged: readonly string[];
+  /** The gate-owned headers' values, for internal hops where a sidecar legitimately sets them. */
+  readonly gateOwned: Record<string, string>;
+}
+
+const decoder = new TextDecoder('utf-8', { fatal: false });
+
+export function readHeaderMap(map: WireHeaderMap | undefined): ReceivedHeaders {
+  const headers: Record<string, string> = {};
+  const gateOwned: Record<string, string> = {};
+  const forged = new Set<string>();
+  for (const h of map?.headers ?? []) {
+    const name = h.key.toLowerCase();
+    // Envoy sends raw_value; fall back to value for older Envoys (pre-1.27) that still send it.
+    const value = h.raw_value !== undefined && h.raw_value.length > 0 ? decoder.decode(h.raw_value) : (h.value ?? '');
+    const target = isGateOwnedHeader(name) ? gateOwned : headers;
+    if (target === gateOwned) forged.add(name);
+    target[name] = target[name] === undefined ? value : `${target[name]},${value}`;
+  }
+  return { headers, forged: [...forged], gateOwned };
+}
+
+const encoder = new TextEncoder();
+
+/** One header to set, always as `raw_value`, overwriting whatever the client sent. */
+export function setHeader(
+  key: string,
+  value: string,
+  action: AppendAction = 'OVERWRITE_IF_EXISTS_OR_ADD',
+): WireHeaderValueOption {
+  return { header: { key, raw_value: encoder.encode(value) }, append_action: action };
+}

@@ -1,0 +1,37 @@
+/**
+ * The seam between the gRPC stream and the decision core. The stream collects what Envoy sends into a
+ * `RawRequest`; a `Decider` turns it into a decision. The composition root (src/cli) supplies the real one
+ * (body parsing + route table + worker view + keys); tests supply fakes.
+ */
+import type { Decision } from '../decide/types.js';
+
+export type Listener = 'public' | 'internal';
+
+export interface RawRequest {
+  readonly requestId: string;
+  readonly method: string;
+  readonly path: string;
+  /** Lower-cased headers with every gate-owned header removed. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** Gate-owned headers as received. Trusted only when `listener` is `internal`. */
+  readonly gateOwned: Readonly<Record<string, string>>;
+  /** Which Envoy listener's filter opened the stream (gRPC initial metadata `x-kvgate-listener`). */
+  readonly listener: Listener;
+  readonly metadata: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
+  /** The buffered request body; undefined for requests without one. */
+  readonly body?: Uint8Array;
+  /** True when Envoy sent only part of the body (BUFFERED_PARTIAL over its buffer limit). */
+  readonly bodyTruncated: boolean;
+}
+
+export interface Decided {
+  readonly decision: Decision;
+  /** The parsed JSON body, when the decision rewrites it (cache_salt). */
+  readonly body?: Readonly<Record<string, unknown>>;
+  /** Called exactly once when the HTTP request ends (releases in-flight accounting). */
+  readonly release?: () => void;
+}
+
+export interface Decider {
+  decide(req: RawRequest, signal: AbortSignal): Decided | Promise<Decided>;
+}

@@ -1,0 +1,62 @@
+/**
+ * The gate's Prometheus metrics, registered on a registry the caller passes in (tests run in parallel, each with
+ * its own registry). Names are `kvgate_*`; labels are bounded sets (codes, outcomes, revisions from the table).
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+export interface GateMetrics {
+  readonly decisions: Counter<'outcome' | 'code' | 'revision'>;
+  readonly decisionSeconds: Histogram<'outcome'>;
+  readonly streamsActive: Gauge;
+  readonly streamsTotal: Counter<'listener'>;
+  readonly messages: Counter<'type'>;
+  readonly forgedHeaders: Counter;
+  readonly streamErrors: Counter<'reason'>;
+}
+
+export function createGateMetrics(registry: Registry): GateMetrics {
+  const registers = [registry];
+  return {
+    decisions: new Counter({
+      name: 'kvgate_decisions_total',
+      help: 'Routing decisions by outcome (route, hop, refuse), refusal code and bound revision.',
+      labelNames: ['outcome', 'code', 'revision'] as const,
+      registers,
+    }),
+    decisionSeconds: new Histogram({
+      name: 'kvgate_decision_duration_seconds',
+      help: 'Time from the last ext_proc message needed for a decision to the decision, by outcome.',
+      labelNames: ['outcome'] as const,
+      buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5, 30],
+      registers,
+    }),
+    streamsActive: new Gauge({
+      name: 'kvgate_ext_proc_streams_active',
+      help: 'ext_proc streams currently open (one per HTTP request in flight through Envoy).',
+      registers,
+    }),
+    streamsTotal: new Counter({
+      name: 'kvgate_ext_proc_streams_total',
+      help: 'ext_proc streams opened, by Envoy listener (public or internal).',
+      labelNames: ['listener'] as const,
+      registers,
+    }),
+    messages: new Counter({
+      name: 'kvgate_ext_proc_messages_total',
+      help: 'ext_proc ProcessingRequest messages received, by type.',
+      labelNames: ['type'] as const,
+      registers,
+    }),
+    forgedHeaders: new Counter({
+      name: 'kvgate_forged_headers_total',
+      help: 'Requests on the public listener that carried gate-owned headers (x-kvgate-*, routing aliases); removed.',
+      registers,
+    }),
+    streamErrors: new Counter({
+      name: 'kvgate_ext_proc_stream_errors_total',
+      help: 'ext_proc streams that ended abnormally, by reason.',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
+  };
+}

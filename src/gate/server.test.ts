@@ -1,0 +1,259 @@
+import * as grpc from '@grpc/grpc-js';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { afterEach, describe, expect, it } from 'vitest';
+import { extProcClientConstructor } from '../envoy/protos.js';
+import type { RouteDecision } from '../decide/types.js';
+import type { Decided, Decider, RawRequest } from './decider.js';
+import { createGateMetrics } from './metrics.js';
+import { startGateServer, type GateServer } from './server.js';
+
+const route = (req: RawRequest): RouteDecision => ({
+  kind: 'route',
+  requestId: req.requestId,
+  group: {
+    id: 'g_test',
+    fingerprint: 'f'.repeat(64),
+    tenantScope: 'tenant:acme',
+    tenant: 'acme',
+    model: 'm',
+    revision: 'rev-a',
+    adapter: null,
+  },
+  decode: { pool: 'a-decode', cluster: 'a_decode', endpoint: '127.0.0.1:9101' },
+  prefill: { pool: 'a-prefill', cluster: 'a_prefill', endpoint: '127.0.0.1:9201' },
+  cacheSalt: 'salt123',
+  contract: 'kvgate.v1.k1.payload.sig',
+  binding: 'kvgate.v1.k1.binding.sig',
+  trace: [],
+});
+
+type Msg = Record<string, any>;
+
+async function openStream(port: number, md?: Record<string, string>) {
+  const Client = extProcClientConstructor();
+  const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure()) as any;
+  const metadata = new grpc.Metadata();
+  for (const [k, v] of Object.entries(md ?? {})) metadata.set(k, v);
+  const call: grpc.ClientDuplexStream<Msg, Msg> = client.Process(metadata);
+  const received: Msg[] = [];
+  const waiters: Array<() => void> = [];
+  call.on('data', (m: Msg) => {
+    received.push(m);
+    waiters.shift()?.();
+  });
+  const status = new Promise<grpc.StatusObject>((resolve) => call.on('status', resolve));
+  call.on('error', () => undefined);
+  return {
+    call,
+    client,
+    status,
+    async next(): Promise<Msg> {
+      if (received.length === 0) await new Promise<void>((r) => waiters.push(r));
+      return received.shift()!;
+    },
+    send(m: Msg) {
+      call.write(m);
+    },
+  };
+}
+
+const hdrs = (h: Record<string, string>, eos = false) => ({
+  request_headers: {
+    headers: { headers: Object.entries(h).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) },
+    end_of_stream: eos,
+  },
+});
+
+const setHeaders = (resp: Msg): Record<string, string> =>
+  Object.fromEntries(
+    (resp['header_mutation']?.set_headers ?? []).map((s: Msg) => [s.header.key, Buffer.from(s.header.raw_value).toString()]),
+  );
+
+describe('gate gRPC server', () => {
+  let gate: GateServer | undefined;
+  const registry = new Registry();
+  afterEach(() => {
+    gate?.close();
+    gate = undefined;
+  });
+
+  async function start(decider: Decider) {
+    gate = await startGateServer({
+      decider,
+      logger: pino({ level: 'silent' }),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      drainGraceMs: 2000,
+    });
+    return gate;
+  }
+
+  it('answers headers, then binds on the buffered body: raw_value headers, clear_route_cache, cache_salt body', async () => {
+    const seen: RawRequest[] = [];
+    const g = await start({
+      decide: (req): Decided => {
+        seen.push(req);
+        return { decision: route(req), body: JSON.parse(Buffer.from(req.body!).toString()) };
+      },
+    });
+    const s = await openStream(g.port);
+    s.send({
+      ...hdrs({ ':method': 'POST', ':path': '/v1/completions', 'x-request-id': 'r1', 'x-kvgate-decode-cluster': 'evil', 'x-kvgate-foo': 'x' }),
+      protocol_config: { request_body_mode: 'BUFFERED' },
+    });
+    const r1 = await s.next();
+    expect(r1['response']).toBe('request_headers');
+    // Forged gate-owned headers are removed already on the headers response.
+    expect(r1['request_headers'].response.header_mutation.remove_headers.sort()).toEqual(['x-kvgate-decode-cluster', 'x-kvgate-foo']);
+
+    const body = JSON.stringify({ model: 'm', prompt: 'hi' });
+    s.send({ request_body: { body: Buffer.from(body), end_of_stream: true } });
+    const r2 = await s.next();
+    expect(r2['response']).toBe('request_body');
+    const common = r2['request_body'].response;
+    expect(common.clear_route_cache).toBe(true);
+    const set = setHeaders(common);
+    expect(set['x-kvgate-decode-cluster']).toBe('a_decode');
+    expect(set['x-kvgate-decode-endpoint']).toBe('127.0.0.1:9101');
+    expect(set['x-kvgate-prefill-cluster']).toBe('a_prefill');
+    expect(set['x-kvgate-group']).toBe('g_test');
+    expect(set['x-request-id']).toBe('r1');
+    for (const s2 of common.header_mutation.set_headers) {
+      expect(s2.header.value ?? '').toBe(''); // raw_value only
+      expect(s2.append_action).toBe('OVERWRITE_IF_EXISTS_OR_ADD');
+    }
+    // x-kvgate-decode-cluster is overwritten, x-kvgate-foo removed.
+    expect(common.header_mutation.remove_headers).toEqual(['x-kvgate-foo']);
+    const newBody = Buffer.from(common.body_mutation.body).toString();
+    expect(JSON.parse(newBody)).toEqual({ model: 'm', prompt: 'hi', cache_salt: 'salt123' });
+    expect(set['content-length']).toBe(String(Buffer.byteLength(newBody)));
+    expect(seen[0]!.gateOwned).toEqual({}); // public listener: gate-owned headers are not trusted
+
+    s.send({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } });
+    const r3 = await s.next();
+    expect(setHeaders(r3['response_headers'].response)).toMatchObject({
+      'x-kvgate-group': 'g_test',
+      'x-kvgate-revision': 'rev-a',
+      'x-kvgate-binding': 'kvgate.v1.k1.binding.sig',
+    });
+    s.call.end();
+    expect((await s.status).code).toBe(grpc.status.OK);
+    s.client.close();
+  });
+
+  it('turns a refusal into an ImmediateResponse with the JSON error body and reason header', async () => {
+    const g = await start({
+      decide: (req) => ({
+        decision: { kind: 'refuse', requestId: req.requestId, code: 'kv_params_forbidden', message: 'remove it', trace: [] },
+      }),
+    });
+    const s = await openStream(g.port);
+    s.send(hdrs({ ':method': 'POST', ':path': '/v1/completions', 'x-request-id': 'r2' }));
+    await s.next();
+    s.send({ request_body: { body: Buffer.from('{}'), end_of_stream: true } });
+    const r = await s.next();
+    const ir = r['immediate_response'];
+    expect(ir.status.code).toBe('BadRequest'); // envoy.type.v3.StatusCode, decoded as its enum name
+    expect(setHeaders(ir.headers)).toMatchObject({
+      'content-type': 'application/json',
+      'x-kvgate-reject-reason': 'kv_params_forbidden',
+    });
+    expect(JSON.parse(Buffer.from(ir.body).toString())).toEqual({
+      error: { type: 'kvgate_error', code: 'kv_params_forbidden', message: 'remove it', request_id: 'r2' },
+    });
+    s.call.end();
+    s.client.close();
+  });
+
+  it('decides on the headers message when there is no body (GET)', async () => {
+    const g = await start({ decide: (req) => ({ decision: route(req) }) });
+    const s = await openStream(g.port);
+    s.send(hdrs({ ':method': 'GET', ':path': '/v1/models' }, true));
+    const r = await s.next();
+    expect(setHeaders(r['request_headers'].response)['x-kvgate-decode-cluster']).toBe('a_decode');
+    expect(r['request_headers'].response.body_mutation).toBeUndefined();
+    s.call.end();
+    s.client.close();
+  });
+
+  it('refuses when the filter does not buffer the request body (cannot route)', async () => {
+    const g = await start({ decide: (req) => ({ decision: route(req) }) });
+    const s = await openStream(g.port);
+    s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'STREAMED' } });
+    const r = await s.next();
+    expect(r['immediate_response'].status.code).toBe('InternalServerError');
+    expect(Buffer.from(r['immediate_response'].body).toString()).toContain('request_body_mode BUFFERED');
+    s.call.end();
+    s.client.close();
+  });
+
+  it('trusts gate-owned headers only on the internal listener', async () => {
+    const seen: RawRequest[] = [];
+    const g = await start({
+      decide: (req) => {
+        seen.push(req);
+        return { decision: route(req) };
+      },
+    });
+    for (const listener of ['internal', 'public']) {
+      const s = await openStream(g.port, { 'x-kvgate-listener': listener });
+      s.send(hdrs({ ':method': 'GET', ':path': '/x', 'x-kvgate-contract': 'tok' }, true));
+      await s.next();
+      s.call.end();
+      s.client.close();
+    }
+    expect(seen[0]!.listener).toBe('internal');
+    expect(seen[0]!.gateOwned).toEqual({ 'x-kvgate-contract': 'tok' });
+    expect(seen[1]!.listener).toBe('public');
+    expect(seen[1]!.gateOwned).toEqual({});
+  });
+
+  it('answers every message exactly once and in order, even when decisions are slow', async () => {
+    const g = await start({
+      decide: async (req) => {
+        await new Promise((r) => setTimeout(r, 30));
+        return { decision: route(req) };
+      },
+    });
+    const s = await openStream(g.port);
+    s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED' } });
+    s.send({ request_body: { body: Buffer.from('{"model":"m"}'), end_of_stream: true } });
+    s.send({ response_headers: { headers: { headers: [] } } });
+    s.send({ response_body: { body: Buffer.from('x'), end_of_stream: true } });
+    const kinds = [];
+    for (let i = 0; i < 4; i++) kinds.push((await s.next())['response']);
+    expect(kinds).toEqual(['request_headers', 'request_body', 'response_headers', 'response_body']);
+    s.call.end();
+    s.client.close();
+  });
+
+  it('releases in-flight accounting once when the stream ends', async () => {
+    let released = 0;
+    const g = await start({ decide: (req) => ({ decision: route(req), release: () => released++ }) });
+    const s = await openStream(g.port);
+    s.send(hdrs({ ':method': 'GET', ':path': '/x' }, true));
+    await s.next();
+    s.call.end();
+    await s.status;
+    await new Promise((r) => setTimeout(r, 20));
+    expect(released).toBe(1);
+    expect(g.activeStreams()).toBe(0);
+    s.client.close();
+  });
+
+  it('drains: health NOT_SERVING, a stream in flight finishes, then the server stops', async () => {
+    const g = await start({ decide: (req) => ({ decision: route(req) }) });
+    const s = await openStream(g.port);
+    s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED' } });
+    await s.next();
+    const drained = g.drain();
+    // The stream in flight still gets its answer.
+    s.send({ request_body: { body: Buffer.from('{"model":"m"}'), end_of_stream: true } });
+    expect((await s.next())['response']).toBe('request_body');
+    s.call.end();
+    await drained;
+    expect(g.activeStreams()).toBe(0);
+    s.client.close();
+  });
+});

@@ -1,0 +1,212 @@
+/**
+ * One ext_proc stream = one HTTP request. A small state machine that answers every ProcessingRequest with
+ * exactly one ProcessingResponse of the matching kind, in order (../shared/reference/envoy-ext-proc.md §1).
+ *
+ * It knows message kinds and ordering; what to stamp comes from src/envoy/responses.ts and what to decide from
+ * the injected Decider. No sockets: the gRPC adapter in server.ts feeds it messages.
+ */
+import type { Logger } from 'pino';
+import { KvgateError } from '../errors.js';
+import { H } from '../headers.js';
+import type { Decision, Refusal } from '../decide/types.js';
+import { readHeaderMap, type ReceivedHeaders } from '../envoy/headers.js';
+import { hopMutation, refusalResponse, responseHeadersMutation, routeMutation, stripForged } from '../envoy/responses.js';
+import { fromFilterMetadata } from '../envoy/struct.js';
+import type { BodySendMode, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
+import type { Decided, Decider, Listener, RawRequest } from './decider.js';
+import type { GateMetrics } from './metrics.js';
+
+export interface SessionDeps {
+  readonly decider: Decider;
+  readonly logger: Logger;
+  readonly metrics: GateMetrics;
+  readonly newRequestId: () => string;
+  readonly now: () => number;
+  readonly gieHeaders: boolean;
+}
+
+/** Body modes under which the gate can route: the headers are held until the body response. */
+const ROUTABLE_BODY_MODES: ReadonlySet<BodySendMode> = new Set(['BUFFERED', 'BUFFERED_PARTIAL']);
+
+export class ExtProcSession {
+  readonly #deps: SessionDeps;
+  readonly #listener: Listener;
+  readonly #abort = new AbortController();
+  #log: Logger;
+  #received: ReceivedHeaders | undefined;
+  #requestId = '';
+  #bodyMode: BodySendMode | undefined;
+  #metadata: Record<string, Record<string, unknown>> = {};
+  #chunks: Uint8Array[] = [];
+  #decided: Decided | undefined;
+  #finished = false;
+
+  constructor(deps: SessionDeps, listener: Listener) {
+    this.#deps = deps;
+    this.#listener = listener;
+    this.#log = deps.logger;
+  }
+
+  get requestId(): string {
+    return this.#requestId;
+  }
+
+  /** The answer to one message, or null when Envoy runs the filter in observability mode (no reply allowed). */
+  async onMessage(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
+    this.#deps.metrics.messages.inc({ type: msg.request ?? 'unknown' });
+    if (msg.protocol_config?.request_body_mode !== undefined) this.#bodyMode = msg.protocol_config.request_body_mode;
+    if (msg.metadata_context?.filter_metadata) {
+      this.#metadata = { ...this.#metadata, ...fromFilterMetadata(msg.metadata_context.filter_metadata) };
+    }
+    const response = await this.#answer(msg);
+    return msg.observability_mode === true ? null : response;
+  }
+
+  async #answer(msg: WireProcessingRequest): Promise<WireProcessingResponse> {
+    switch (msg.request) {
+      case 'request_headers':
+        return this.#onRequestHeaders(msg.request_headers?.end_of_stream === true, msg);
+      case 'request_body': {
+        const chunk = msg.request_body?.body;
+        if (chunk !== undefined && chunk.length > 0) this.#chunks.push(chunk);
+        const eos = msg.request_body?.end_of_stream === true;
+        if (!eos && this.#bodyMode !== 'BUFFERED_PARTIAL') {
+          // STREAMED chunks (a misconfigured filter): keep collecting; routing is impossible, the final chunk refuses.
+          return { request_body: { response: {} } };
+        }
+        return this.#decideAndAnswer('request_body', !eos);
+      }
+      case 'request_trailers':
+        return { request_trailers: {} };
+      case 'response_headers': {
+        const d = this.#decided?.decision;
+        return { response_headers: { response: d?.kind === 'route' ? responseHeadersMutation(d) : {} } };
+      }
+      case 'response_body':
+        return { response_body: { response: {} } };
+      case 'response_trailers':
+        return { response_trailers: {} };
+      default:
+        throw new KvgateError('bad_request', `unexpected ext_proc message kind ${String(msg.request)}`);
+    }
+  }
+
+  async #onRequestHeaders(endOfStream: boolean, msg: WireProcessingRequest): Promise<WireProcessingResponse> {
+    this.#received = readHeaderMap(msg.request_headers?.headers);
+    const h = this.#received.headers;
+    this.#requestId = h[H.requestId] ?? this.#deps.newRequestId();
+    this.#log = this.#deps.logger.child({ request_id: this.#requestId });
+    if (this.#listener === 'public' && this.#received.forged.length > 0) {
+      this.#deps.metrics.forgedHeaders.inc();
+      this.#log.warn({ forged: this.#received.forged }, 'client sent gate-owned headers; removed');
+    }
+    if (endOfStream) return this.#decideAndAnswer('request_headers', false);
+    if (this.#bodyMode !== undefined && !ROUTABLE_BODY_MODES.has(this.#bodyMode)) {
+      return this.#refuse(
+        'request_headers',
+        new KvgateError(
+          'internal',
+          `the Envoy ext_proc filter sends request bodies as ${this.#bodyMode}; kvgate needs request_body_mode BUFFERED ` +
+            '(the routing headers must be set while Envoy still holds the request headers)',
+        ),
+      );
+    }
+    return { request_headers: { response: stripForged(this.#received.forged) } };
+  }
+
+  async #decideAndAnswer(
+    phase: 'request_headers' | 'request_body',
+    truncated: boolean,
+  ): Promise<WireProcessingResponse> {
+    const started = process.hrtime.bigint();
+    const raw = this.#rawRequest(phase === 'request_body', truncated);
+    let decided: Decided;
+    try {
+      decided = await this.#deps.decider.decide(raw, this.#abort.signal);
+    } catch (e) {
+      return this.#refuse(phase, KvgateError.from(e));
+    }
+    this.#decided = decided;
+    const d = decided.decision;
+    this.#record(d, Number(process.hrtime.bigint() - started) / 1e9);
+    const forged = this.#received?.forged ?? [];
+    switch (d.kind) {
+      case 'refuse':
+        return { immediate_response: refusalResponse(d) };
+      case 'hop': {
+        const m = hopMutation(d, forged);
+        return wrap(phase, m.common);
+      }
+      case 'route': {
+        const m = routeMutation(d, phase === 'request_body' ? decided.body : undefined, forged, {
+          gieHeaders: this.#deps.gieHeaders,
+        });
+        const out = wrap(phase, m.common);
+        if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
+        return out;
+      }
+    }
+  }
+
+  #rawRequest(withBody: boolean, truncated: boolean): RawRequest {
+    const received = this.#received ?? { headers: {}, gateOwned: {}, forged: [] };
+    const base = {
+      requestId: this.#requestId || this.#deps.newRequestId(),
+      method: received.headers[':method'] ?? 'GET',
+      path: received.headers[':path'] ?? '/',
+      headers: received.headers,
+      gateOwned: this.#listener === 'internal' ? received.gateOwned : {},
+      listener: this.#listener,
+      metadata: this.#metadata,
+      bodyTruncated: truncated,
+    };
+    return withBody ? { ...base, body: concat(this.#chunks) } : base;
+  }
+
+  #refuse(phase: 'request_headers' | 'request_body', e: KvgateError): WireProcessingResponse {
+    const refusal: Refusal = {
+      kind: 'refuse',
+      requestId: this.#requestId || this.#deps.newRequestId(),
+      code: e.code,
+      message: e.reason,
+      trace: [`${phase}: ${e.reason}`],
+    };
+    if (e.code === 'internal') this.#log.error({ err: e }, 'ext_proc stream failed; refusing the request (fail closed)');
+    this.#decided = { decision: refusal };
+    this.#record(refusal, 0);
+    return { immediate_response: refusalResponse(refusal) };
+  }
+
+  #record(d: Decision, seconds: number): void {
+    const revision = d.kind === 'refuse' ? '' : d.group.revision;
+    const code = d.kind === 'refuse' ? d.code : '';
+    this.#deps.metrics.decisions.inc({ outcome: d.kind, code, revision });
+    this.#deps.metrics.decisionSeconds.observe({ outcome: d.kind }, seconds);
+    if (d.kind === 'refuse') {
+      // The audit trail: one line per refusal; tenant, code and reason, never prompt text or secrets.
+      this.#log.warn(
+        { audit: 'refusal', code: d.code, tenant: d.tenant ?? null, reason: d.message, listener: this.#listener },
+        `refused: ${d.code}`,
+      );
+    } else {
+      this.#log.debug({ outcome: d.kind, group: d.group.id, revision: d.group.revision }, 'bound');
+    }
+  }
+
+  /** The HTTP request is over (stream ended, cancelled or failed): release accounting once. */
+  finish(): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    this.#abort.abort();
+    this.#decided?.release?.();
+  }
+}
+
+function wrap(phase: 'request_headers' | 'request_body', common: object): WireProcessingResponse {
+  return phase === 'request_headers' ? { request_headers: { response: common } } : { request_body: { response: common } };
+}
+
+function concat(chunks: readonly Uint8Array[]): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  return Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength)));
+}
