@@ -155,7 +155,7 @@ describe('gate gRPC server', () => {
     const r = await s.next();
     const ir = r['immediate_response'];
     expect(ir.status.code).toBe('BadRequest'); // envoy.type.v3.StatusCode, decoded as its enum name
-    expect(setHeaders(ir.headers)).toMatchObject({
+    expect(setHeaders({ header_mutation: ir.headers })).toMatchObject({
       'content-type': 'application/json',
       'x-kvgate-reject-reason': 'kv_params_forbidden',
     });
