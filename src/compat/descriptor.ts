@@ -2,9 +2,9 @@
  * The compatibility descriptor: everything that decides whether KV cache computed by one worker means the same
  * thing to another. Declared per revision in the route table, declared per worker by its sidecar, and probed live.
  *
- * This file is the schema only (the shared contract between policy, sidecar and simulator). Normalisation and the
- * fingerprint live in `fingerprint.ts`; connector rules in `connector-rules.ts`; vLLM's own handshake hash in
- * `nixl-hash.ts`.
+ * This file is the schema only (the shared contract between policy, sidecar and simulator). Normalisation lives in
+ * `normalize.ts`, the fingerprint and group id in `fingerprint.ts`, connector rules in `connector-rules.ts`, and
+ * vLLM's own handshake hash in `nixl-hash.ts`.
  */
 import { z } from 'zod';
 
@@ -95,6 +95,20 @@ export const CompatDescriptorSchema = z
     hybridKvCacheManager: z.boolean().default(true),
     /** Speculative decoding config as vLLM hashes it (EAGLE/MTP, connector v6+); null when off. */
     speculative: z.record(z.string(), z.unknown()).nullable().default(null),
+    /**
+     * Evidence, not identity: sha256 digests of what a known-good worker of this revision answers to kvgate's fixed
+     * probes (`/tokenize` of the canary text, of the canary chat, and the token ids of a canary greedy completion).
+     * Recorded with `kvgate fingerprint --worker URL`. The sidecar compares live workers against them; a field with no
+     * recorded digest is reported "declared, not verified". Never part of the fingerprint.
+     */
+    canaries: z
+      .object({
+        tokenizer: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+        chatTemplate: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+        generation: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+      })
+      .strict()
+      .optional(),
     /** May safely differ between P and D (vLLM validates at handshake); never part of the fingerprint. */
     parallel: z
       .object({ tensorParallelSize: z.number().int().positive().default(1) })

@@ -128,9 +128,9 @@ export function sha256Hex(text: string): string {
 
 /**
  * Python's `json.dumps(value, sort_keys=True)` with default arguments: separators `', '` and `': '`,
- * `ensure_ascii=True`, keys sorted by code point. Integers print as Python ints; non-integral numbers as Python's
- * `repr(float)` for the common forms. Throws on values Python's json would reject (NaN is allowed there but never
- * appears in factors, so it is refused here).
+ * `ensure_ascii=True`, keys sorted by code point. Integral numbers print as Python ints (JS cannot tell `1` from
+ * `1.0`; factors only ever hold ints there); other numbers as Python's `repr(float)`.
+ * Throws on non-finite numbers (Python writes `NaN`, but it never appears in factors, so it is refused here).
  */
 export function pythonJsonDumps(value: unknown): string {
   if (value === null || value === undefined) return 'null';
@@ -149,12 +149,30 @@ export function pythonJsonDumps(value: unknown): string {
 
 function pythonNumber(n: number): string {
   if (!Number.isFinite(n)) throw new TypeError('pythonJsonDumps: non-finite numbers never appear in NIXL factors');
-  if (Number.isInteger(n) && Math.abs(n) < 1e16) return String(n);
-  // repr(float): shortest round-trip digits like JS, but exponent written with at least two digits and a sign.
-  const s = String(n);
-  const m = /^(-?[\d.]+)e([+-])(\d+)$/.exec(s);
-  if (m) return `${m[1]}e${m[2]}${m[3]!.padStart(2, '0')}`;
-  return s.includes('.') ? s : `${s}.0`;
+  // JS has one number type: an integral value is written as a Python int (factor counts and ids are ints).
+  if (Object.is(n, -0)) return '-0.0';
+  if (Number.isInteger(n)) return BigInt(n).toString();
+  return pythonFloatRepr(n);
+}
+
+/**
+ * Python's `repr(float)`: the shortest round-trip digits (which JS also produces), written in fixed notation when
+ * the decimal exponent is in [-4, 16) and in scientific notation otherwise (`1e-05`, `1.5e+16`).
+ */
+export function pythonFloatRepr(n: number): string {
+  const [mantissa = '', expText = '0'] = n.toExponential().split('e');
+  const exp = Number(expText);
+  const negative = mantissa.startsWith('-');
+  const digits = mantissa.replace('-', '').replace('.', '');
+  const sign = negative ? '-' : '';
+  if (exp < -4 || exp >= 16) {
+    const m = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits;
+    return `${sign}${m}e${exp < 0 ? '-' : '+'}${String(Math.abs(exp)).padStart(2, '0')}`;
+  }
+  if (exp < 0) return `${sign}0.${'0'.repeat(-exp - 1)}${digits}`;
+  const intPart = digits.slice(0, exp + 1).padEnd(exp + 1, '0');
+  const frac = digits.slice(exp + 1);
+  return `${sign}${intPart}.${frac === '' ? '0' : frac}`;
 }
 
 function pythonString(s: string): string {

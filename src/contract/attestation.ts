@@ -1,0 +1,115 @@
+/**
+ * The attestation a prefill sidecar signs after its worker ran prefill: "I computed the KV for this request,
+ * in this group, with this fingerprint, for this many prompt tokens, in this layout". The decode sidecar
+ * verifies it against the contract and its own descriptor before any KV block is consumed, so KV produced by
+ * the wrong revision, for the wrong request or with a tokenizer that counted differently is never read.
+ */
+import { z } from 'zod';
+import type { KeyRing } from './keys.js';
+import type { TransferContract } from './contract.js';
+import { epochMs, hasValidWindow, nonEmpty, WINDOW_MESSAGE } from './payload-schemas.js';
+import { openToken, signToken } from './token.js';
+import { err, ok, type Result } from '../errors.js';
+
+export interface Attestation {
+  kind: 'attestation';
+  requestId: string;
+  groupId: string;
+  fingerprint: string;
+  tenantScope: string;
+  promptTokens: number;
+  blockSize: number;
+  layout: 'HND' | 'NHD';
+  engineId: string;
+  issuedAtMs: number;
+  expiresAtMs: number;
+}
+
+export type AttestationFailure = {
+  reason:
+    | 'malformed'
+    | 'unknown_key'
+    | 'bad_signature'
+    | 'wrong_kind'
+    | 'expired'
+    | 'not_yet_valid'
+    | 'request_mismatch'
+    | 'group_mismatch'
+    | 'fingerprint_mismatch'
+    | 'tenant_mismatch'
+    | 'prompt_tokens_mismatch'
+    | 'layout_mismatch';
+  message: string;
+};
+
+/**
+ * What the decode side knows: the verified contract, its own fingerprint, and (when it tokenised the prompt
+ * itself) the prompt token count and its cache layout.
+ */
+export interface AttestationExpectations {
+  contract: TransferContract;
+  fingerprint: string;
+  promptTokens?: number | undefined;
+  layout?: 'HND' | 'NHD' | undefined;
+}
+
+export const AttestationSchema = z
+  .object({
+    kind: z.literal('attestation'),
+    requestId: nonEmpty,
+    groupId: nonEmpty,
+    fingerprint: nonEmpty,
+    tenantScope: nonEmpty,
+    promptTokens: z.number().int().nonnegative(),
+    blockSize: z.number().int().positive(),
+    layout: z.enum(['HND', 'NHD']),
+    engineId: nonEmpty,
+    issuedAtMs: epochMs,
+    expiresAtMs: epochMs,
+  })
+  .strict()
+  .refine(hasValidWindow, WINDOW_MESSAGE);
+
+/** Sign an attestation with the ring's current key. Throws on invalid fields (a caller bug). */
+export function mintAttestation(fields: Omit<Attestation, 'kind'>, keys: KeyRing): string {
+  return signToken(AttestationSchema.parse({ kind: 'attestation', ...fields }), keys);
+}
+
+/** Verify an attestation against the contract and the decode worker's own facts. Never throws. */
+export function verifyAttestation(
+  token: string,
+  keys: KeyRing,
+  nowMs: number,
+  expect: AttestationExpectations,
+): Result<Attestation, AttestationFailure> {
+  const opened = openToken(token, keys, nowMs, 'attestation', AttestationSchema);
+  if (!opened.ok) return opened;
+  const mismatch = attestationMismatch(opened.value, expect);
+  return mismatch === undefined ? ok(opened.value) : err(mismatch);
+}
+
+function attestationMismatch(a: Attestation, expect: AttestationExpectations): AttestationFailure | undefined {
+  const c = expect.contract;
+  if (a.requestId !== c.requestId) {
+    return { reason: 'request_mismatch', message: `the attestation is for request ${a.requestId}, the contract for ${c.requestId}; discard this KV and retry the prefill leg` };
+  }
+  if (a.tenantScope !== c.tenantScope) {
+    return { reason: 'tenant_mismatch', message: `the attestation is scoped to ${a.tenantScope}, the contract to ${c.tenantScope}; a prefix is never shared across tenant scopes, discard this KV` };
+  }
+  if (a.groupId !== c.groupId) {
+    return { reason: 'group_mismatch', message: `the prefill ran in group ${a.groupId}, the contract binds ${c.groupId}; discard this KV, the prefill leg left its group` };
+  }
+  if (a.fingerprint !== c.fingerprint || a.fingerprint !== expect.fingerprint) {
+    return {
+      reason: 'fingerprint_mismatch',
+      message: `the prefill worker runs fingerprint ${a.fingerprint.slice(0, 12)}…, the contract binds ${c.fingerprint.slice(0, 12)}… and this decode worker runs ${expect.fingerprint.slice(0, 12)}…; its KV would mean something else here, discard it`,
+    };
+  }
+  if (expect.promptTokens !== undefined && a.promptTokens !== expect.promptTokens) {
+    return { reason: 'prompt_tokens_mismatch', message: `the prefill worker cached ${a.promptTokens} prompt tokens, this worker counts ${expect.promptTokens}; the tokenizers or templates disagree, discard this KV` };
+  }
+  if (expect.layout !== undefined && a.layout !== expect.layout) {
+    return { reason: 'layout_mismatch', message: `the prefill worker wrote ${a.layout} blocks, this worker reads ${expect.layout}; configure the same kv_cache_layout on both pools` };
+  }
+  return undefined;
+}

@@ -1,0 +1,97 @@
+/**
+ * The sticky binding token (`x-kvgate-binding` response header). A client echoes it on later requests of the
+ * same session so that, during a rollout, the session stays on the revision (and so the prefix cache) it started
+ * on instead of being re-rolled into the new cohort mid-conversation. It is signed so a client cannot pin itself
+ * to a revision, fingerprint or tenant scope it was never given.
+ */
+import { z } from 'zod';
+import type { KeyRing } from './keys.js';
+import { epochMs, hasValidWindow, nonEmpty, WINDOW_MESSAGE } from './payload-schemas.js';
+import { openToken, signToken } from './token.js';
+import { err, ok, type Result } from '../errors.js';
+
+export interface Binding {
+  kind: 'binding';
+  model: string;
+  revision: string;
+  fingerprint: string;
+  tenantScope: string;
+  session: string | null;
+  issuedAtMs: number;
+  expiresAtMs: number;
+}
+
+export type BindingFailure = {
+  reason:
+    | 'malformed'
+    | 'unknown_key'
+    | 'bad_signature'
+    | 'wrong_kind'
+    | 'expired'
+    | 'not_yet_valid'
+    | 'model_mismatch'
+    | 'tenant_mismatch'
+    | 'session_mismatch';
+  message: string;
+};
+
+/** What the gate knows about the current request; each given field must equal the binding's. */
+export interface BindingExpectations {
+  model?: string | undefined;
+  tenantScope?: string | undefined;
+  session?: string | null;
+}
+
+export const BindingSchema = z
+  .object({
+    kind: z.literal('binding'),
+    model: nonEmpty,
+    revision: nonEmpty,
+    fingerprint: nonEmpty,
+    tenantScope: nonEmpty,
+    session: nonEmpty.nullable(),
+    issuedAtMs: epochMs,
+    expiresAtMs: epochMs,
+  })
+  .strict()
+  .refine(hasValidWindow, WINDOW_MESSAGE);
+
+/** Sign a binding with the ring's current key. Throws on invalid fields (a caller bug). */
+export function mintBinding(fields: Omit<Binding, 'kind'>, keys: KeyRing): string {
+  return signToken(BindingSchema.parse({ kind: 'binding', ...fields }), keys);
+}
+
+/**
+ * Verify a binding a client presented. A failure is not necessarily a refusal: the gate may ignore a stale or
+ * foreign binding and route afresh; that choice belongs to the decision core. Never throws.
+ */
+export function verifyBinding(
+  token: string,
+  keys: KeyRing,
+  nowMs: number,
+  expect?: BindingExpectations,
+): Result<Binding, BindingFailure> {
+  const opened = openToken(token, keys, nowMs, 'binding', BindingSchema);
+  if (!opened.ok) return opened;
+  const b = opened.value;
+  const e = expect ?? {};
+  if (e.tenantScope !== undefined && e.tenantScope !== b.tenantScope) {
+    return err({
+      reason: 'tenant_mismatch',
+      message: `the binding belongs to tenant scope ${b.tenantScope}, not ${e.tenantScope}; drop the x-kvgate-binding header`,
+    });
+  }
+  if (e.model !== undefined && e.model !== b.model) {
+    return err({
+      reason: 'model_mismatch',
+      message: `the binding is for model ${b.model}, this request asks for ${e.model}; drop the x-kvgate-binding header or use one per model`,
+    });
+  }
+  if (e.session !== undefined && e.session !== b.session) {
+    return err({
+      reason: 'session_mismatch',
+      message: 'the binding was issued to another session; send the binding returned for this session',
+    });
+  }
+  return ok(b);
+}

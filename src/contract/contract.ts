@@ -1,0 +1,122 @@
+/**
+ * The transfer contract: the gate's signed statement that one request is bound to one compatibility group and
+ * to these prefill and decode targets. Minted once per request before prefill (`x-kvgate-contract`); every
+ * sidecar checks it before any KV is produced or consumed, so a request cannot be re-routed into another group,
+ * tenant or request id after the gate decided.
+ */
+import { z } from 'zod';
+import type { KeyRing } from './keys.js';
+import { epochMs, hasValidWindow, nonEmpty, WINDOW_MESSAGE } from './payload-schemas.js';
+import { openToken, signToken } from './token.js';
+import { err, ok, type Result } from '../errors.js';
+
+export interface TransferContract {
+  kind: 'contract';
+  requestId: string;
+  groupId: string;
+  fingerprint: string;
+  tenantScope: string;
+  tenant: string | null;
+  model: string;
+  revision: string;
+  adapter: string | null;
+  issuedAtMs: number;
+  expiresAtMs: number;
+  decode: { cluster: string; endpoint: string | null };
+  prefill: { cluster: string; endpoint: string | null } | null;
+}
+
+export type ContractFailure = {
+  reason:
+    | 'malformed'
+    | 'unknown_key'
+    | 'bad_signature'
+    | 'wrong_kind'
+    | 'expired'
+    | 'not_yet_valid'
+    | 'request_mismatch'
+    | 'group_mismatch'
+    | 'fingerprint_mismatch'
+    | 'tenant_mismatch';
+  message: string;
+};
+
+/** What the verifier knows independently; each given field must equal the contract's. */
+export interface ContractExpectations {
+  requestId?: string | undefined;
+  fingerprint?: string | undefined;
+  tenantScope?: string | undefined;
+  groupId?: string | undefined;
+}
+
+const TargetSchema = z.object({ cluster: nonEmpty, endpoint: nonEmpty.nullable() }).strict();
+
+export const TransferContractSchema = z
+  .object({
+    kind: z.literal('contract'),
+    requestId: nonEmpty,
+    groupId: nonEmpty,
+    fingerprint: nonEmpty,
+    tenantScope: nonEmpty,
+    tenant: nonEmpty.nullable(),
+    model: nonEmpty,
+    revision: nonEmpty,
+    adapter: nonEmpty.nullable(),
+    issuedAtMs: epochMs,
+    expiresAtMs: epochMs,
+    decode: TargetSchema,
+    prefill: TargetSchema.nullable(),
+  })
+  .strict()
+  .refine(hasValidWindow, WINDOW_MESSAGE);
+
+/**
+ * Sign a contract with the ring's current key. Throws if the fields are invalid (a bug in the caller: the verifier
+ * would refuse the token anyway).
+ */
+export function mintContract(fields: Omit<TransferContract, 'kind'>, keys: KeyRing): string {
+  const payload = TransferContractSchema.parse({ kind: 'contract', ...fields });
+  return signToken(payload, keys);
+}
+
+/** Verify signature, kind, shape and time window, then each expectation given. Never throws. */
+export function verifyContract(
+  token: string,
+  keys: KeyRing,
+  nowMs: number,
+  expect?: ContractExpectations,
+): Result<TransferContract, ContractFailure> {
+  const opened = openToken(token, keys, nowMs, 'contract', TransferContractSchema);
+  if (!opened.ok) return opened;
+  const c = opened.value;
+  const mismatch = contractMismatch(c, expect ?? {});
+  return mismatch === undefined ? ok(c) : err(mismatch);
+}
+
+function contractMismatch(c: TransferContract, expect: ContractExpectations): ContractFailure | undefined {
+  if (expect.requestId !== undefined && expect.requestId !== c.requestId) {
+    return {
+      reason: 'request_mismatch',
+      message: `the contract was minted for request ${c.requestId}, not ${expect.requestId}; a contract covers exactly one request, send this one through the gate`,
+    };
+  }
+  if (expect.tenantScope !== undefined && expect.tenantScope !== c.tenantScope) {
+    return {
+      reason: 'tenant_mismatch',
+      message: `the contract is scoped to ${c.tenantScope}, not ${expect.tenantScope}; a prefix is never shared across tenant scopes`,
+    };
+  }
+  if (expect.groupId !== undefined && expect.groupId !== c.groupId) {
+    return {
+      reason: 'group_mismatch',
+      message: `the contract binds group ${c.groupId}, this hop is group ${expect.groupId}; route within the bound group or refuse`,
+    };
+  }
+  if (expect.fingerprint !== undefined && expect.fingerprint !== c.fingerprint) {
+    return {
+      reason: 'fingerprint_mismatch',
+      message: `the contract binds fingerprint ${c.fingerprint.slice(0, 12)}…, this worker runs ${expect.fingerprint.slice(0, 12)}…; its KV would mean something else, fix the pool's revision or its routing`,
+    };
+  }
+  return undefined;
+}

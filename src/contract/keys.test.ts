@@ -1,0 +1,159 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { inspect } from 'node:util';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createDevKeyRing, createKeyRing, isInsecureKeyRing, loadKeyRing, parseKeyRing, type KeyRing } from './keys.js';
+import { mintContract, verifyContract } from './contract.js';
+import { exampleContractFields, TEST_NOW_MS } from './testing.js';
+
+const secretA = Buffer.alloc(32, 0xa1);
+const secretB = Buffer.alloc(48, 0xb2);
+const salt = Buffer.alloc(32, 0x5a);
+
+/** Every printable form a secret could leak in. */
+function leakForms(...secrets: Buffer[]): string[] {
+  return secrets.flatMap((s) => [s.toString('base64'), s.toString('base64url'), s.toString('hex'), s.toString('latin1')]);
+}
+
+function expectNoLeak(text: string, ...secrets: Buffer[]): void {
+  for (const form of leakForms(...secrets)) expect(text).not.toContain(form);
+}
+
+const keyFile = (over: Record<string, unknown> = {}) =>
+  JSON.stringify({ current: 'k2', keys: { k1: secretA.toString('base64'), k2: secretB.toString('base64') }, salt: salt.toString('base64'), ...over });
+
+describe('createKeyRing', () => {
+  const ring = createKeyRing({ keys: [{ id: 'k1', secret: secretA }, { id: 'k2', secret: secretB }], currentId: 'k2', saltSecret: salt });
+
+  it('looks secrets up by id and keeps the salt secret separate', () => {
+    expect(ring.currentId).toBe('k2');
+    expect(ring.secret('k1')).toEqual(secretA);
+    expect(ring.secret('k2')).toEqual(secretB);
+    expect(ring.secret('k3')).toBeUndefined();
+    expect(ring.saltSecret).toEqual(salt);
+  });
+
+  it('hands out copies, so a caller cannot corrupt the ring', () => {
+    ring.secret('k1')!.fill(0);
+    ring.saltSecret.fill(0);
+    expect(ring.secret('k1')).toEqual(secretA);
+    expect(ring.saltSecret).toEqual(salt);
+  });
+
+  it('never shows secrets in JSON, inspect or String', () => {
+    const shown = [JSON.stringify(ring), inspect(ring, { depth: 10, showHidden: true }), String(ring), JSON.stringify({ nested: ring })];
+    for (const text of shown) {
+      expectNoLeak(text, secretA, secretB, salt);
+      expect(text).toContain('k2');
+    }
+    expect(JSON.parse(JSON.stringify(ring))).toEqual({ currentId: 'k2', keyIds: ['k1', 'k2'], secrets: '[redacted]', insecure: false });
+  });
+
+  it.each([
+    [{ keys: [{ id: 'k1', secret: Buffer.alloc(16, 7) }], currentId: 'k1', saltSecret: salt }, /keys\.k1: secret is 16 bytes, at least 32/],
+    [{ keys: [{ id: 'k1', secret: secretA }], currentId: 'k9', saltSecret: salt }, /current: key id "k9" is not among the keys; set it to one of \[k1\]/],
+    [{ keys: [{ id: 'k1', secret: secretA }], currentId: 'k1', saltSecret: Buffer.alloc(8) }, /salt: cache-salt secret is 8 bytes/],
+    [{ keys: [{ id: 'k.1', secret: secretA }], currentId: 'k.1', saltSecret: salt }, /must be 1-64 characters/],
+    [{ keys: [{ id: 'k1', secret: secretA }, { id: 'k1', secret: secretB }], currentId: 'k1', saltSecret: salt }, /duplicate key id/],
+    [{ keys: [], currentId: 'k1', saltSecret: salt }, /at least one signing key/],
+  ])('rejects invalid input with a fix and no secret (%#)', (opts, message) => {
+    let thrown: unknown;
+    try {
+      createKeyRing(opts);
+    } catch (e) {
+      thrown = e;
+    }
+    expect(thrown).toBeInstanceOf(Error);
+    expect((thrown as Error).message).toMatch(message);
+    expectNoLeak((thrown as Error).message, ...opts.keys.map((k) => k.secret), opts.saltSecret);
+  });
+});
+
+describe('parseKeyRing and loadKeyRing', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-keys-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('reads a JSON key file', () => {
+    const path = join(dir, 'keys.json');
+    writeFileSync(path, keyFile());
+    const r = loadKeyRing({ file: path });
+    expect(r.ok).toBe(true);
+    if (r.ok) {
+      expect(r.value.currentId).toBe('k2');
+      expect(r.value.secret('k1')).toEqual(secretA);
+      expect(r.value.saltSecret).toEqual(salt);
+      expect(isInsecureKeyRing(r.value)).toBe(false);
+    }
+  });
+
+  it('reads a YAML key file, and base64url secrets', () => {
+    const path = join(dir, 'keys.yaml');
+    writeFileSync(path, `current: k1\nkeys:\n  k1: ${secretA.toString('base64url')}\nsalt: ${salt.toString('base64')}\n`);
+    const r = loadKeyRing({ file: path });
+    expect(r.ok && r.value.secret('k1')).toEqual(secretA);
+  });
+
+  it('reads KVGATE_KEYS when no file is given, and prefers the file', () => {
+    const r = loadKeyRing({ env: { KVGATE_KEYS: keyFile({ current: 'k1' }) } });
+    expect(r.ok && r.value.currentId).toBe('k1');
+    const path = join(dir, 'pref.json');
+    writeFileSync(path, keyFile());
+    const both = loadKeyRing({ file: path, env: { KVGATE_KEYS: keyFile({ current: 'k1' }) } });
+    expect(both.ok && both.value.currentId).toBe('k2');
+  });
+
+  it('says how to provide keys when there are none', () => {
+    const r = loadKeyRing({ env: {} });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.error.message).toMatch(/set KVGATE_KEYS .*openssl rand -base64 32/);
+  });
+
+  it('names an unreadable file without throwing', () => {
+    const r = loadKeyRing({ file: join(dir, 'missing.json') });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.error.message).toMatch(/missing\.json: cannot be read \(ENOENT\)/);
+  });
+
+  it.each([
+    ['not JSON or YAML', '{ current: [', /not valid JSON or YAML/],
+    ['not an object', '"just a string"', /\(root\): must be an object/],
+    ['unknown field', keyFile({ extra: 1 }), /unknown field\(s\) extra; allowed: current, keys, salt/],
+    ['missing current', JSON.stringify({ keys: { k1: secretA.toString('base64') }, salt: salt.toString('base64') }), /current: must be the id/],
+    ['short secret', keyFile({ keys: { k2: Buffer.alloc(31, 3).toString('base64') } }), /keys\.k2: secret is 31 bytes/],
+    ['not base64', keyFile({ keys: { k2: 'not base64!!' } }), /keys\.k2: is not valid base64/],
+    ['short salt', keyFile({ salt: Buffer.alloc(4, 9).toString('base64') }), /salt: cache-salt secret is 4 bytes/],
+    ['current not a key', keyFile({ current: 'k7' }), /current: key id "k7" is not among the keys/],
+  ])('rejects a file that is %s, with a fix and no secret', (_what, text, message) => {
+    const r = parseKeyRing(text, 'test.json');
+    expect(r.ok).toBe(false);
+    if (!r.ok) {
+      expect(r.error.message).toMatch(message);
+      expect(r.error.message).toMatch(/^\[internal\] test\.json: /);
+      expectNoLeak(r.error.message, secretA, secretB, salt, Buffer.alloc(31, 3), Buffer.alloc(4, 9));
+      expect(r.error.message).not.toContain('not base64!!');
+    }
+  });
+
+  it('does not report an undecodable secret twice', () => {
+    const r = parseKeyRing(keyFile({ keys: { k2: '%%%' } }), 'k.json');
+    expect(r.ok ? '' : r.error.message.match(/keys\.k2/g)).toHaveLength(1);
+  });
+});
+
+describe('createDevKeyRing', () => {
+  it('is deterministic per seed, marked insecure, and signs verifiable tokens', () => {
+    const a: KeyRing = createDevKeyRing('demo');
+    const b = createDevKeyRing('demo');
+    const c = createDevKeyRing('other');
+    expect(a.currentId).toBe('dev-insecure');
+    expect(a.secret('dev-insecure')).toEqual(b.secret('dev-insecure'));
+    expect(a.secret('dev-insecure')).not.toEqual(c.secret('dev-insecure'));
+    expect(a.saltSecret).not.toEqual(a.secret('dev-insecure'));
+    expect(isInsecureKeyRing(a)).toBe(true);
+    expect(inspect(a)).toMatch(/INSECURE/);
+    const token = mintContract(exampleContractFields(), a);
+    expect(verifyContract(token, b, TEST_NOW_MS).ok).toBe(true);
+    expect(verifyContract(token, c, TEST_NOW_MS).ok).toBe(false);
+  });
+});

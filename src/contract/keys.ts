@@ -1,0 +1,211 @@
+/**
+ * The key ring: HMAC secrets for signing kvgate tokens, by key id, plus the secret that derives cache salts.
+ *
+ * Several ids allow rotation: new tokens are signed with `currentId`, tokens signed with an older id still verify
+ * until that id is removed from the file. Secrets never leave this module in printable form: `toJSON`,
+ * `util.inspect` and every error message show key ids and byte counts only.
+ */
+import { readFileSync } from 'node:fs';
+import { inspect } from 'node:util';
+import { createHash } from 'node:crypto';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { err, KvgateError, ok, type Result } from '../errors.js';
+
+export interface KeyRing {
+  /** The key id new tokens are signed with. */
+  readonly currentId: string;
+  /** The secret for a key id, or undefined when the id is unknown (a rotated-out or forged key id). */
+  secret(id: string): Buffer | undefined;
+  /** The secret cache salts are derived from (`cache-salt.ts`); separate from the signing keys. */
+  readonly saltSecret: Buffer;
+}
+
+/** Minimum secret length: HMAC-SHA256 gains nothing from more, and anything shorter is guessable. */
+export const MIN_SECRET_BYTES = 32;
+
+/** Key ids appear inside tokens between dots, so they are restricted to URL-safe characters. */
+export const KEY_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+
+export interface KeyRingOptions {
+  readonly keys: readonly { readonly id: string; readonly secret: Uint8Array }[];
+  readonly currentId: string;
+  readonly saltSecret: Uint8Array;
+}
+
+class SecretKeyRing implements KeyRing {
+  readonly currentId: string;
+  readonly insecure: boolean;
+  readonly #secrets: ReadonlyMap<string, Buffer>;
+  readonly #salt: Buffer;
+
+  constructor(opts: KeyRingOptions, insecure: boolean) {
+    this.currentId = opts.currentId;
+    this.insecure = insecure;
+    this.#secrets = new Map(opts.keys.map((k) => [k.id, Buffer.from(k.secret)]));
+    this.#salt = Buffer.from(opts.saltSecret);
+    Object.freeze(this);
+  }
+
+  secret(id: string): Buffer | undefined {
+    const s = this.#secrets.get(id);
+    return s === undefined ? undefined : Buffer.from(s);
+  }
+
+  get saltSecret(): Buffer {
+    return Buffer.from(this.#salt);
+  }
+
+  /** Key ids known to this ring, for logs and `kvgate` status output. */
+  get keyIds(): string[] {
+    return [...this.#secrets.keys()];
+  }
+
+  toJSON(): Record<string, unknown> {
+    return { currentId: this.currentId, keyIds: this.keyIds, secrets: '[redacted]', insecure: this.insecure };
+  }
+
+  [inspect.custom](): string {
+    return `KeyRing { currentId: ${this.currentId}, keyIds: [${this.keyIds.join(', ')}], secrets: [redacted]${this.insecure ? ', INSECURE dev keys' : ''} }`;
+  }
+
+  toString(): string {
+    return this[inspect.custom]();
+  }
+}
+
+function keyRingIssues(opts: KeyRingOptions): string[] {
+  const issues: string[] = [];
+  if (opts.keys.length === 0) issues.push('keys: at least one signing key is required; add one (32+ random bytes, base64)');
+  const seen = new Set<string>();
+  for (const k of opts.keys) {
+    if (!KEY_ID_PATTERN.test(k.id)) {
+      issues.push(`keys: key id ${JSON.stringify(k.id.slice(0, 64))} must be 1-64 characters of A-Z a-z 0-9 _ -; rename it`);
+    }
+    if (seen.has(k.id)) issues.push(`keys.${k.id}: duplicate key id; give each key its own id`);
+    seen.add(k.id);
+    if (k.secret.length < MIN_SECRET_BYTES) {
+      issues.push(
+        `keys.${k.id}: secret is ${k.secret.length} bytes, at least ${MIN_SECRET_BYTES} are required; ` +
+          'generate one with `openssl rand -base64 32`',
+      );
+    }
+  }
+  if (!seen.has(opts.currentId)) {
+    issues.push(`current: key id ${JSON.stringify(opts.currentId.slice(0, 64))} is not among the keys; set it to one of [${[...seen].join(', ')}]`);
+  }
+  if (opts.saltSecret.length < MIN_SECRET_BYTES) {
+    issues.push(
+      `salt: cache-salt secret is ${opts.saltSecret.length} bytes, at least ${MIN_SECRET_BYTES} are required; ` +
+        'generate one with `openssl rand -base64 32`',
+    );
+  }
+  return issues;
+}
+
+/** Build a key ring from typed secrets. Throws a KvgateError listing every problem (no secret bytes included). */
+export function createKeyRing(opts: KeyRingOptions): KeyRing {
+  const issues = keyRingIssues(opts);
+  if (issues.length > 0) throw new KvgateError('internal', `invalid key ring: ${issues.join('; ')}`);
+  return new SecretKeyRing(opts, false);
+}
+
+/** True for rings from `createDevKeyRing`; the gate should log a loud warning when serving with one. */
+export function isInsecureKeyRing(keys: KeyRing): boolean {
+  return keys instanceof SecretKeyRing && keys.insecure;
+}
+
+/**
+ * A deterministic key ring derived from a seed, for the demo and tests only. INSECURE: anyone who knows the seed
+ * can mint contracts. Key id `dev-insecure`.
+ */
+export function createDevKeyRing(seed: string): KeyRing {
+  const derive = (label: string): Buffer => createHash('sha256').update(`kvgate insecure dev key\n${label}\n${seed}`).digest();
+  return new SecretKeyRing(
+    { keys: [{ id: 'dev-insecure', secret: derive('sign') }], currentId: 'dev-insecure', saltSecret: derive('salt') },
+    true,
+  );
+}
+
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2,3})?$|^[A-Za-z0-9_-]+$/;
+
+const KeyFileSchema = z
+  .object({
+    current: z.string({ error: 'must be the id of the key that signs new tokens, e.g. "k2"' }),
+    keys: z.record(z.string(), z.string({ error: 'must be a base64 string of at least 32 random bytes' }), {
+      error: 'must map key ids to base64 secrets, e.g. { "k1": "<base64>" }',
+    }),
+    salt: z.string({ error: 'must be a base64 string of at least 32 random bytes (the cache-salt secret)' }),
+  }, { error: 'must be an object { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }' })
+  .strict();
+
+function decodeSecret(value: string, path: string, issues: string[]): Buffer {
+  const trimmed = value.trim();
+  if (trimmed === '' || !BASE64.test(trimmed)) {
+    issues.push(`${path}: is not valid base64; generate one with \`openssl rand -base64 32\``);
+    return Buffer.alloc(0);
+  }
+  return Buffer.from(trimmed, trimmed.includes('-') || trimmed.includes('_') ? 'base64url' : 'base64');
+}
+
+/**
+ * Parse key-file text (JSON or YAML: `{ current, keys: { id: base64 }, salt: base64 }`). `source` names where the
+ * text came from in error messages. Errors list every problem with its path and fix, never a secret.
+ */
+export function parseKeyRing(text: string, source: string): Result<KeyRing, KvgateError> {
+  let raw: unknown;
+  try {
+    raw = parseYaml(text);
+  } catch {
+    return err(new KvgateError('internal', `${source}: not valid JSON or YAML; expected { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }`));
+  }
+  const parsed = KeyFileSchema.safeParse(raw);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => {
+      const path = i.path.map(String).join('.') || '(root)';
+      const fix = i.code === 'unrecognized_keys' ? `unknown field(s) ${i.keys.join(', ')}; allowed: current, keys, salt` : i.message;
+      return `${path}: ${fix}`;
+    });
+    return err(new KvgateError('internal', `${source}: invalid key file: ${lines.join('; ')}`));
+  }
+  const issues: string[] = [];
+  const keys = Object.entries(parsed.data.keys).map(([id, b64]) => ({ id, secret: decodeSecret(b64, `keys.${id}`, issues) }));
+  const saltSecret = decodeSecret(parsed.data.salt, 'salt', issues);
+  const opts = { keys, currentId: parsed.data.current, saltSecret };
+  // A secret that is not base64 was reported once already; do not report its (zero) length again.
+  const undecodable = issues.map((i) => i.slice(0, i.indexOf(':') + 1));
+  issues.push(...keyRingIssues(opts).filter((i) => !undecodable.some((prefix) => i.startsWith(prefix))));
+  if (issues.length > 0) return err(new KvgateError('internal', `${source}: invalid key file: ${issues.join('; ')}`));
+  return ok(new SecretKeyRing(opts, false));
+}
+
+/** Where `loadKeyRing` looks: a key file path, else the `KVGATE_KEYS` variable of `env`. */
+export interface LoadKeyRingOptions {
+  readonly file?: string;
+  readonly env?: Readonly<Record<string, string | undefined>>;
+}
+
+/** Load the key ring at startup from a JSON/YAML key file, or from `KVGATE_KEYS` (the same JSON) when no file is given. */
+export function loadKeyRing(opts: LoadKeyRingOptions): Result<KeyRing, KvgateError> {
+  if (opts.file !== undefined) {
+    let text: string;
+    try {
+      text = readFileSync(opts.file, 'utf8');
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code ?? 'error';
+      return err(new KvgateError('internal', `key file ${opts.file}: cannot be read (${code}); check the path and its permissions`));
+    }
+    return parseKeyRing(text, `key file ${opts.file}`);
+  }
+  const fromEnv = opts.env?.['KVGATE_KEYS'];
+  if (fromEnv === undefined || fromEnv.trim() === '') {
+    return err(
+      new KvgateError(
+        'internal',
+        'no signing keys: pass a key file or set KVGATE_KEYS to {"current":"k1","keys":{"k1":"<base64>"},"salt":"<base64>"} ' +
+          '(secrets of 32+ random bytes, e.g. `openssl rand -base64 32`)',
+      ),
+    );
+  }
+  return parseKeyRing(fromEnv, 'KVGATE_KEYS');
+}
