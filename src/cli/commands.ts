@@ -1,0 +1,25 @@
+/**
+ * The one registration site for subcommands: name, one-line summary, and a lazy loader. A command is listed only
+ * once it works end to end.
+ */
+export type CommandRun = (argv: readonly string[]) => Promise<number>;
+
+export interface Command {
+  readonly name: string;
+  readonly summary: string;
+  readonly load: () => Promise<CommandRun>;
+}
+
+export const COMMANDS: readonly Command[] = [
+  {
+    name: 'gate',
+    summary: 'run the ext_proc gate: kvgate gate --config gate.yaml',
+    load: async () => (await import('./gate-command.js')).gateCommand,
+  },
+];
+
+export function usage(): string {
+  const width = Math.max(...COMMANDS.map((c) => c.name.length));
+  const lines = COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`);
+  return `usage: kvgate <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nkvgate <command> --help for a command's options.\n`;
+}

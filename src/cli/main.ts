@@ -1,0 +1,36 @@
+#!/usr/bin/env node
+/**
+ * `kvgate` - one binary, one subcommand per role. The composition root: each command wires the pure core to its
+ * I/O adapters. Commands are imported lazily so `kvgate sim` never loads the gate's gRPC stack and vice versa.
+ */
+import { COMMANDS, usage } from './commands.js';
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '-h' || name === '--help' || name === 'help') {
+    process.stdout.write(usage());
+    return name === undefined ? 2 : 0;
+  }
+  if (name === '--version' || name === 'version') {
+    const { VERSION } = await import('./version.js');
+    process.stdout.write(`kvgate ${VERSION}\n`);
+    return 0;
+  }
+  const command = COMMANDS.find((c) => c.name === name);
+  if (!command) {
+    process.stderr.write(`kvgate: unknown command "${name}"\n\n${usage()}`);
+    return 2;
+  }
+  const run = await command.load();
+  return run(rest);
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (e: unknown) => {
+    process.stderr.write(`kvgate: ${e instanceof Error ? e.message : String(e)}\n`);
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,92 @@
+/**
+ * `kvgate gate --config FILE`: the gate process's own settings (ports, where the route table and keys live,
+ * drain timing). The route table itself is a separate file (src/policy) so it can be hot-reloaded on its own.
+ * Validated once, strictly, before any port opens.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { err, ok, type Result } from '../errors.js';
+import { fromZodIssues, keysAtPath, type ConfigIssue } from '../config-issues.js';
+
+const hostPort = z
+  .string()
+  .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9002');
+
+export const GateConfigSchema = z
+  .object({
+    /** ext_proc + grpc.health.v1, the address Envoy's ext_proc cluster points at. */
+    listen: hostPort.default('0.0.0.0:9002'),
+    /** Plain HTTP: /metrics (Prometheus), /status (JSON), /healthz. Empty string disables it. */
+    admin: z.union([hostPort, z.literal('')]).default('0.0.0.0:9003'),
+    /** The route table file (YAML or JSON), relative to this config file. */
+    policy: z.string().min(1, 'name the route table file, e.g. policy: route-table.yaml'),
+    keys: z
+      .object({
+        /** JSON/YAML key file: { current, keys: { id: base64 }, salt: base64 }. */
+        file: z.string().min(1).optional(),
+        /** Read the same JSON from this environment variable instead. */
+        env: z.string().min(1).optional(),
+        /** Deterministic INSECURE keys derived from this seed: for the local demo and tests only. */
+        devSeed: z.string().min(1).optional(),
+      })
+      .strict()
+      .refine((k) => [k.file, k.env, k.devSeed].filter((v) => v !== undefined).length === 1, {
+        message: 'set exactly one of keys.file, keys.env or keys.devSeed',
+      }),
+    envoy: z
+      .object({
+        /** Also write llm-d / GIE headers (x-gateway-destination-endpoint, x-prefiller-host-port) and envoy.lb metadata. */
+        gieHeaders: z.boolean().default(false),
+      })
+      .strict()
+      .default({ gieHeaders: false }),
+    drain: z
+      .object({
+        /** Keep answering, as NOT_SERVING, this long after SIGTERM so Envoy's health checks notice. */
+        announceMs: z.number().int().min(0).default(2000),
+        /** Streams in flight get this long to finish before they are cancelled. */
+        graceMs: z.number().int().min(0).default(30_000),
+      })
+      .strict()
+      .default({ announceMs: 2000, graceMs: 30_000 }),
+    log: z
+      .object({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') })
+      .strict()
+      .default({ level: 'info' }),
+  })
+  .strict();
+
+export type GateConfig = z.infer<typeof GateConfigSchema> & {
+  /** Absolute path of the route table (resolved against the config file's folder). */
+  readonly policyPath: string;
+  readonly file: string;
+};
+
+export function parseGateConfig(text: string, file: string): Result<GateConfig, ConfigIssue[]> {
+  let raw: unknown;
+  try {
+    raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+  } catch (e) {
+    return err([{ file, path: '', message: `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`, fix: 'fix the syntax at the position shown' }]);
+  }
+  const parsed = GateConfigSchema.safeParse(raw ?? {});
+  if (!parsed.success) {
+    return err(fromZodIssues(file, parsed.error.issues, (p) => keysAtPath(GateConfigSchema, p)));
+  }
+  const dir = path.dirname(path.resolve(file));
+  const resolve = (p: string): string => (path.isAbsolute(p) ? p : path.join(dir, p));
+  const keys = parsed.data.keys.file === undefined ? parsed.data.keys : { ...parsed.data.keys, file: resolve(parsed.data.keys.file) };
+  return ok(Object.freeze({ ...parsed.data, keys, policyPath: resolve(parsed.data.policy), file }));
+}
+
+export async function loadGateConfig(file: string): Promise<Result<GateConfig, ConfigIssue[]>> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (e) {
+    return err([{ file, path: '', message: `cannot read the file: ${(e as Error).message}`, fix: 'check the path given to --config' }]);
+  }
+  return parseGateConfig(text, file);
+}
