@@ -28,10 +28,30 @@ export interface RequestFacts {
   readonly metadata: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /** Absent for requests without a body (GET). */
   readonly body?: OpenAiRequest;
-  /** A transfer contract presented on an internal hop (a sidecar's prefill leg). */
+  /**
+   * A transfer contract presented on an internal hop (a sidecar's prefill leg). Kept for compatibility: prefer
+   * `hop`, which also carries the requested prefill target. When only this is set it is read as `{ contract }`.
+   */
   readonly contract?: string;
+  /**
+   * An internal hop: a sidecar's prefill leg coming back through Envoy's internal listener. Gate-owned headers are
+   * stripped from `headers`, so the adapter fills this from the raw `x-kvgate-contract`, `x-kvgate-prefill-cluster`
+   * and `x-kvgate-prefill-endpoint` values, and only for streams of the internal listener (a client on the public
+   * listener can never present a hop).
+   */
+  readonly hop?: HopFacts;
   /** A sticky binding token presented by the client (`x-kvgate-binding` echoed back). */
   readonly binding?: string;
+}
+
+/** What a sidecar's prefill leg presents to the gate. */
+export interface HopFacts {
+  /** The signed transfer contract the gate minted for this request. */
+  readonly contract: string;
+  /** The Envoy cluster the sidecar wants the prefill leg routed to (a retry may pick another of the same group). */
+  readonly prefillCluster?: string;
+  /** The `ip:port` inside that cluster, when the sidecar names one. */
+  readonly prefillEndpoint?: string;
 }
 
 /** The group a request is bound to. Immutable for the life of the request. */

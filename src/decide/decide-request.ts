@@ -1,0 +1,46 @@
+/**
+ * The whole pure path for one HTTP request as the gate receives it: raw body bytes -> parsed OpenAI request ->
+ * decision. The gate's decider is a thin shell around this; tests and `kvgate explain` call it directly.
+ */
+import { KvgateError } from '../errors.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
+import { decide, type DecideContext } from './decide.js';
+import { refusalFromError } from './refusal.js';
+import { parseOpenAiBody } from './request-facts.js';
+import type { Decision, OpenAiRequest, RequestFacts } from './types.js';
+import type { WorkerView } from './worker-view.js';
+
+/** Request facts before the body is parsed. */
+export interface RawRequestFacts extends Omit<RequestFacts, 'body'> {
+  /** The buffered body; absent for requests without one. */
+  readonly body?: Uint8Array;
+  /** True when Envoy sent only part of the body (over its buffer limit). */
+  readonly bodyTruncated?: boolean;
+}
+
+export interface RequestOutcome {
+  readonly decision: Decision;
+  /** The parsed body, when the decision routes it (the adapter rewrites its `cache_salt`). */
+  readonly request?: OpenAiRequest;
+}
+
+/**
+ * Parse the body under the table's limits, then decide. An internal hop is decided on its contract alone: its
+ * body is the sidecar's prefill request, which legitimately carries `kv_transfer_params`.
+ */
+export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): RequestOutcome {
+  const { body, bodyTruncated, ...rest } = raw;
+  if (rest.hop !== undefined || rest.contract !== undefined) return { decision: decide(rest, table, view, ctx) };
+  const trace = [`request ${raw.requestId}: ${raw.method} ${raw.path}`];
+  if (bodyTruncated === true) {
+    const error = new KvgateError(
+      'body_too_large',
+      `the request body is larger than the gateway buffers (limit ${table.limits.maxBodyBytes} bytes); shorten the prompt or ask the operator to raise limits.maxBodyBytes and Envoy's buffer limit`,
+    );
+    return { decision: refusalFromError(raw.requestId, error, trace) };
+  }
+  if (body === undefined) return { decision: decide(rest, table, view, ctx) };
+  const parsed = parseOpenAiBody(raw.path, body, table.limits);
+  if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace) };
+  return { decision: decide({ ...rest, body: parsed.value }, table, view, ctx), request: parsed.value };
+}

@@ -1,0 +1,250 @@
+import { describe, expect, it } from 'vitest';
+import { verifyBinding } from '../contract/binding.js';
+import { deriveCacheSalt } from '../contract/cache-salt.js';
+import { verifyContract } from '../contract/contract.js';
+import { groupIdOf } from '../compat/fingerprint.js';
+import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
+import { clone, compiledFixture, fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from '../policy/testing.js';
+import { decide } from './decide.js';
+import { decideRequest } from './decide-request.js';
+import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys, type TestFactsInput } from './testing.js';
+import type { Decision, Refusal, RouteDecision } from './types.js';
+import type { WorkerView } from './worker-view.js';
+
+type Value = Record<string, any>;
+const keys = testKeys();
+const ctx = { nowMs: TEST_NOW_MS, keys };
+
+function compiled(mutate: (v: Value) => void = () => {}, semantic = true): CompiledRouteTable {
+  const v = clone(twoRevisionTableValue()) as Value;
+  mutate(v);
+  return compileRouteTable(tableFromValue(v, { semantic }));
+}
+const onlyA = compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }));
+const onlyB = compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' }));
+
+function run(table: CompiledRouteTable, input: TestFactsInput = {}, view: WorkerView = createTestWorkerView(table)): Decision {
+  return decide(testFacts({ tenant: 'acme', ...input }), table, view, ctx);
+}
+function route(d: Decision): RouteDecision {
+  if (d.kind !== 'route') throw new Error(`expected a route, got ${JSON.stringify(d)}`);
+  return d;
+}
+function refusal(d: Decision): Refusal {
+  if (d.kind !== 'refuse') throw new Error(`expected a refusal, got ${JSON.stringify(d)}`);
+  return d;
+}
+const fpOf = (t: CompiledRouteTable, r: string) => t.revisions.get(r)!.fingerprint;
+
+describe('decide: routes inside one group', () => {
+  it('A only: binds to llama-a and picks A prefill and decode, with a verifiable contract and binding', () => {
+    const d = route(run(onlyA, { requestId: 'r-a', cacheSalt: 'mine' }));
+    const fp = fpOf(onlyA, 'llama-a');
+    expect(d.group).toEqual({ id: groupIdOf(fp, 'tenant:acme'), fingerprint: fp, tenantScope: 'tenant:acme', tenant: 'acme', model: 'llama-3-8b', revision: 'llama-a', adapter: null });
+    expect(d.decode.cluster).toBe('a_decode');
+    expect(d.prefill?.cluster).toBe('a_prefill');
+    expect(['10.0.2.1:8000', '10.0.2.2:8000']).toContain(d.decode.endpoint);
+    const c = verifyContract(d.contract, keys, TEST_NOW_MS, { requestId: 'r-a', groupId: d.group.id });
+    expect(c.ok && c.value).toMatchObject({ revision: 'llama-a', decode: { cluster: 'a_decode', endpoint: d.decode.endpoint }, prefill: { cluster: 'a_prefill', endpoint: d.prefill!.endpoint }, expiresAtMs: TEST_NOW_MS + 30000 });
+    const b = verifyBinding(d.binding, keys, TEST_NOW_MS, { model: 'llama-3-8b', tenantScope: 'tenant:acme' });
+    expect(b.ok && b.value.revision).toBe('llama-a');
+    expect(d.cacheSalt).toBe(deriveCacheSalt(keys, d.group.id, 'tenant:acme', 'mine'));
+    expect(d.cacheSalt).not.toBe(deriveCacheSalt(keys, d.group.id, 'tenant:acme'));
+    expect(d.trace.join('\n')).toMatch(/tenant: acme \(from header x-tenant-id\)[\s\S]*revision: llama-a[\s\S]*group: g_[\s\S]*decode: [\s\S]*prefill: /);
+  });
+
+  it('B only: binds to llama-b and never leaves it', () => {
+    for (let i = 0; i < 50; i++) {
+      const d = route(run(onlyB, { requestId: `r-${i}` }));
+      expect(d.group.revision).toBe('llama-b');
+      expect([d.decode.cluster, d.prefill?.cluster]).toEqual(['b_decode', 'b_prefill']);
+    }
+  });
+
+  it('gives two tenants on the same revision different groups and salts', () => {
+    const acme = route(run(onlyA));
+    const globex = route(run(onlyA, { tenant: 'globex' }));
+    expect(acme.group.fingerprint).toBe(globex.group.fingerprint);
+    expect(acme.group.id).not.toBe(globex.group.id);
+    expect(acme.cacheSalt).not.toBe(globex.cacheSalt);
+  });
+
+  it('mixed pool: an endpoint whose live fingerprint differs is never used, even when it is the least loaded', () => {
+    const view = createTestWorkerView(onlyA, { '10.0.2.1:8000': { fingerprint: fpOf(onlyA, 'llama-b') }, '10.0.2.2:8000': { inFlight: 40 } });
+    for (let i = 0; i < 50; i++) expect(route(run(onlyA, { requestId: `r-${i}` }, view)).decode.endpoint).toBe('10.0.2.2:8000');
+    view.set('10.0.2.2:8000', { fingerprint: fpOf(onlyA, 'llama-b') });
+    const r = refusal(run(onlyA, {}, view));
+    expect(r.code).toBe('no_compatible_capacity');
+    expect(r.message).toMatch(/^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-a\) is available: pool a-decode: 2 endpoints \(10\.0\.2\.1:8000, 10\.0\.2\.2:8000\) are running another fingerprint \([0-9a-f]{12}…\), never used for this group; retry after 5 s or ask the operator to add capacity$/);
+  });
+
+  it('skips unverified, unobserved and draining endpoints, and endpoints at their in-flight limit', () => {
+    const t = compiled((v) => (v['pools'][1]['maxInFlightPerEndpoint'] = 4));
+    const view = createTestWorkerView(t, { '10.0.2.1:8000': { verified: false }, '10.0.2.2:8000': { inFlight: 4 } });
+    const r = refusal(run(t, {}, view));
+    expect(r.message).toMatch(/pool a-decode: endpoint 10\.0\.2\.1:8000 is not verified; pool a-decode: endpoint 10\.0\.2\.2:8000 is at its in-flight limit of 4/);
+    view.set('10.0.2.1:8000', { verified: true, fingerprint: null });
+    expect(refusal(run(t, {}, view)).message).toMatch(/endpoint 10\.0\.2\.1:8000 is not yet observed/);
+    view.set('10.0.2.1:8000', { fingerprint: fpOf(t, 'llama-a'), draining: true });
+    expect(refusal(run(t, {}, view)).message).toMatch(/endpoint 10\.0\.2\.1:8000 is draining/);
+    view.set('10.0.2.2:8000', { inFlight: 3 });
+    expect(route(run(t, {}, view)).decode.endpoint).toBe('10.0.2.2:8000');
+  });
+
+  it('drained pool: refuses with 503, the reason, and retry-after from the fallback chain', () => {
+    const t = compiled((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' };
+      v['pools'][3]['draining'] = true;
+      v['fallback'] = [{ queue: { deadlineMs: 1000, maxDepth: 10 } }, { refuse: { retryAfterSeconds: 7 } }];
+    });
+    const r = refusal(run(t));
+    expect(r).toMatchObject({ code: 'no_compatible_capacity', retryAfterSeconds: 7, tenant: 'acme' });
+    expect(r.message).toMatch(/^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) is available: pool b-decode is draining; retry after 7 s or ask the operator to add capacity$/);
+    expect(r.trace).toContain('fallback step 1 (queue): skipped, not active in this kvgate version');
+    expect(r.trace).toContain('fallback step 2 (refuse): refuse with retry-after 7 s');
+  });
+
+  it('a drained prefill pool is refused too: the decode worker is never handed a request without its prefill', () => {
+    const r = refusal(run(compiled((v) => ((v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }), (v['pools'][0]['draining'] = true)))));
+    expect(r.message).toMatch(/^no prefill endpoint of group .* revision llama-a\) is available: pool a-prefill is draining;/);
+  });
+
+  it('a both pool serves without disaggregation when no separate prefill capacity exists', () => {
+    const t = compiled((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' };
+      v['pools'].splice(2, 2, { name: 'b-both', cluster: 'b_both', role: 'both', revision: 'llama-b', endpoints: [{ address: '10.0.6.1:8000' }] });
+    });
+    const d = route(run(t));
+    expect(d.decode).toEqual({ pool: 'b-both', cluster: 'b_both', endpoint: '10.0.6.1:8000' });
+    expect(d.prefill).toBeNull();
+    const c = verifyContract(d.contract, keys, TEST_NOW_MS);
+    expect(c.ok && c.value.prefill).toBeNull();
+  });
+
+  it('a both pool acts as the prefill side for a decode pool when no prefill-role capacity exists', () => {
+    const t = compiled((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+      v['pools'][0] = { name: 'a-both', cluster: 'a_both', role: 'both', revision: 'llama-a', endpoints: [{ address: '10.0.1.1:8000' }] };
+    });
+    const view = createTestWorkerView(t, { '10.0.1.1:8000': { inFlight: 9 } });
+    const d = route(run(t, {}, view));
+    expect(d.decode.cluster).toBe('a_decode');
+    expect(d.prefill).toEqual({ pool: 'a-both', cluster: 'a_both', endpoint: '10.0.1.1:8000' });
+  });
+});
+
+describe('decide: LoRA adapters', () => {
+  it('routes a model name that names an adapter to its revision, and binds the adapter into the group', () => {
+    const t = compiled((v) => {
+      v['revisions']['sql-lora-r1'] = { descriptor: testDescriptorInput({ adapter: { id: 'acme/sql-lora', revision: 'r1' } }) };
+      v['models']['llama-3-8b-sql'] = { tenants: ['acme'], rollout: { stable: 'sql-lora-r1' } };
+      v['pools'].push(
+        { name: 'sql-prefill', cluster: 'sql_prefill', role: 'prefill', revision: 'sql-lora-r1', endpoints: [{ address: '10.0.7.1:8000' }] },
+        { name: 'sql-decode', cluster: 'sql_decode', role: 'decode', revision: 'sql-lora-r1', endpoints: [{ address: '10.0.8.1:8000' }] },
+      );
+    });
+    const d = route(run(t, { model: 'llama-3-8b-sql' }));
+    expect(d.group).toMatchObject({ model: 'llama-3-8b-sql', revision: 'sql-lora-r1', adapter: 'acme/sql-lora' });
+    expect(d.group.fingerprint).not.toBe(fpOf(t, 'llama-a'));
+    expect([d.decode.cluster, d.prefill?.cluster]).toEqual(['sql_decode', 'sql_prefill']);
+    const c = verifyContract(d.contract, keys, TEST_NOW_MS);
+    expect(c.ok && c.value.adapter).toBe('acme/sql-lora');
+    expect(refusal(run(t, { model: 'llama-3-8b-sql', tenant: 'globex' })).code).toBe('tenant_scope_denied');
+  });
+});
+
+describe('decide: refusals before any target is chosen', () => {
+  const table = onlyA;
+
+  it('missing tenant -> 401 tenant_required', () => {
+    const r = refusal(decide(testFacts(), table, createTestWorkerView(table), ctx));
+    expect(r.code).toBe('tenant_required');
+    expect(r.message).toBe('this gateway requires a tenant identity (header x-tenant-id) and the request has none; authenticate through the gateway so it is set');
+  });
+
+  it('ambiguous tenant header -> 401 tenant_required', () => {
+    expect(refusal(run(table, { tenant: 'acme,globex' })).message).toMatch(/carries more than one value/);
+  });
+
+  it('tenant not allowed for the model -> 403 tenant_scope_denied', () => {
+    const r = refusal(run(table, { tenant: 'initech' }));
+    expect(r).toMatchObject({ code: 'tenant_scope_denied', tenant: 'initech', message: 'tenant initech may not use model llama-3-8b; ask the gateway operator for access' });
+  });
+
+  it('tenant allowed on the model but on none of its pools -> 403', () => {
+    const t = compiled((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+      for (const p of v['pools']) p['tenants'] = ['acme'];
+      v['models']['llama-3-8b']['tenants'] = ['acme', 'globex'];
+    }, false);
+    expect(refusal(run(t, { tenant: 'globex' }))).toMatchObject({ code: 'tenant_scope_denied', message: 'no pool serving model llama-3-8b is open to tenant globex; ask the gateway operator for access' });
+  });
+
+  it('unknown model -> 404 without listing tenant-restricted models, but says how to find them', () => {
+    const r = refusal(run(table, { model: 'gpt-5' }));
+    expect(r.code).toBe('unknown_model');
+    expect(r.message).not.toContain('llama-3-8b');
+    expect(r.message).toBe('model "gpt-5" is not served by this gateway. Check the name; models are not listed here because access is per tenant: ask the gateway operator which models tenant acme may use');
+  });
+
+  it('unknown model on an open table lists the served models', () => {
+    const t = compiledFixture('fp8-both.yaml');
+    const r = refusal(decide(testFacts({ model: 'llama-4' }), t, createTestWorkerView(t), ctx));
+    expect(r.message).toBe('model "llama-4" is not served by this gateway; served models: llama-3-8b, llama-3-8b-fp8');
+  });
+
+  it('a request without a body -> 400', () => {
+    const { body: _unused, ...noBody } = testFacts({ tenant: 'acme' });
+    expect(refusal(decide(noBody, table, createTestWorkerView(table), ctx)).code).toBe('bad_request');
+  });
+});
+
+describe('decide: FP8 dynamic per-block scales', () => {
+  it('is served by a both pool, without disaggregation', () => {
+    const t = compiledFixture('fp8-both.yaml');
+    const d = route(decide(testFacts({ model: 'llama-3-8b-fp8', headers: { 'x-user-id': 'u1' } }), t, createTestWorkerView(t), ctx));
+    expect(d.decode.cluster).toBe('fp8_both');
+    expect(d.prefill).toBeNull();
+    expect(d.group).toMatchObject({ tenant: 'public', tenantScope: 'tenant-user:public/u1', revision: 'llama-fp8' });
+    expect(d.trace.join('\n')).toMatch(/connector rules: revision llama-fp8 is not transferable/);
+  });
+
+  it('is refused with 409 incompatible_transfer when only prefill/decode pools exist', () => {
+    const t = compiled((v) => {
+      v['revisions']['llama-b'] = { descriptor: fp8DynamicDescriptorInput('b') };
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' };
+    }, false);
+    const r = refusal(run(t));
+    expect(r.code).toBe('incompatible_transfer');
+    expect(r.message).toMatch(/^model llama-3-8b \(revision llama-b\) cannot be served with disaggregated prefill\/decode: descriptor: KV uses dynamic per-block fp8 scales.*It needs a role: both pool; ask the operator to add one$/);
+  });
+});
+
+describe('decideRequest: body checks run before any decision', () => {
+  const table = onlyA;
+  const raw = (body: unknown, extra: Record<string, unknown> = {}) => ({
+    requestId: 'r1',
+    method: 'POST',
+    path: '/v1/chat/completions',
+    headers: { 'x-tenant-id': 'acme' },
+    metadata: {},
+    body: new TextEncoder().encode(typeof body === 'string' ? body : JSON.stringify(body)),
+    ...extra,
+  });
+  const chat = { model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] };
+  const view = createTestWorkerView(table);
+
+  it('routes a good body and hands back the parsed request', () => {
+    const out = decideRequest(raw(chat), table, view, ctx);
+    expect(out.decision.kind).toBe('route');
+    expect(out.request?.model).toBe('llama-3-8b');
+  });
+
+  it('kv_transfer_params forbidden, malformed JSON, oversized and truncated bodies are refused', () => {
+    expect(refusal(decideRequest(raw({ ...chat, kv_transfer_params: null }), table, view, ctx).decision).code).toBe('kv_params_forbidden');
+    expect(refusal(decideRequest(raw('{"model":'), table, view, ctx).decision).code).toBe('bad_request');
+    const big = compiled((v) => ((v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }), (v['limits'] = { maxBodyBytes: 64 })));
+    expect(refusal(decideRequest(raw({ ...chat, pad: 'x'.repeat(100) }), big, view, ctx).decision)).toMatchObject({ code: 'body_too_large' });
+    expect(refusal(decideRequest(raw(chat, { bodyTruncated: true }), table, view, ctx).decision).code).toBe('body_too_large');
+  });
+});

@@ -1,0 +1,111 @@
+import { describe, expect, it } from 'vitest';
+import { mintContract } from '../contract/contract.js';
+import { createDevKeyRing } from '../contract/keys.js';
+import { compileRouteTable } from '../policy/compile.js';
+import { tableFromValue, twoRevisionTableValue, clone } from '../policy/testing.js';
+import { decide } from './decide.js';
+import { decideRequest } from './decide-request.js';
+import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys } from './testing.js';
+import type { Decision, HopFacts, RouteDecision } from './types.js';
+
+const keys = testKeys();
+const ctx = { nowMs: TEST_NOW_MS, keys };
+const v = clone(twoRevisionTableValue()) as Record<string, any>;
+v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+const table = compileRouteTable(tableFromValue(v));
+const view = createTestWorkerView(table);
+
+/** Route a request through the gate, as the public listener would. */
+function routed(requestId = 'req-hop'): RouteDecision {
+  const d = decide(testFacts({ tenant: 'acme', requestId }), table, view, ctx);
+  if (d.kind !== 'route') throw new Error(JSON.stringify(d));
+  return d;
+}
+/** The sidecar's prefill leg coming back through the internal listener. */
+function hop(h: HopFacts, requestId = 'req-hop', now = TEST_NOW_MS): Decision {
+  return decide(testFacts({ requestId, hop: h }), table, view, { ...ctx, nowMs: now });
+}
+
+describe('internal hop', () => {
+  it('accepts the prefill leg the contract names', () => {
+    const r = routed();
+    const d = hop({ contract: r.contract, prefillCluster: r.prefill!.cluster, prefillEndpoint: r.prefill!.endpoint! });
+    expect(d).toMatchObject({ kind: 'hop', requestId: 'req-hop', group: r.group, prefill: r.prefill, contract: r.contract });
+  });
+
+  it("uses the contract's prefill target when the hop names none", () => {
+    const r = routed();
+    expect(hop({ contract: r.contract })).toMatchObject({ kind: 'hop', prefill: r.prefill });
+    // The legacy `contract` field is read as a hop too.
+    const legacy = decide({ ...testFacts({ requestId: 'req-hop' }), contract: r.contract }, table, view, ctx);
+    expect(legacy).toMatchObject({ kind: 'hop', prefill: r.prefill });
+  });
+
+  it("picks another endpoint of the same cluster when the planned one is no longer usable", () => {
+    const r = routed();
+    const planned = r.prefill!.endpoint!;
+    const other = planned === '10.0.1.1:8000' ? '10.0.1.2:8000' : '10.0.1.1:8000';
+    const drained = createTestWorkerView(table, { [planned]: { draining: true } });
+    const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillCluster: 'a_prefill' } }), table, drained, ctx);
+    expect(d).toMatchObject({ kind: 'hop', prefill: { cluster: 'a_prefill', endpoint: other } });
+    expect(d.trace).toContain(`the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster a_prefill`);
+    drained.set(other, { draining: true });
+    const none = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, drained, ctx);
+    expect(none).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 5 });
+  });
+
+  it("refuses a prefill cluster outside the contract's group with 409 mixed_revision", () => {
+    const r = routed();
+    const d = hop({ contract: r.contract, prefillCluster: 'b_prefill' });
+    expect(d).toMatchObject({ kind: 'refuse', code: 'mixed_revision', tenant: 'acme' });
+    expect(d.kind === 'refuse' && d.message).toMatch(
+      new RegExp(`^prefill cluster b_prefill serves revision llama-b, another compatibility group, but request req-hop is bound to group ${r.group.id} \\(model llama-3-8b, revision llama-a\\); KV from it would be fed to a decode worker of another revision\\. Send the prefill leg to a prefill cluster of the bound group \\(prefill clusters of this group: a_prefill\\)$`),
+    );
+    expect(hop({ contract: r.contract, prefillCluster: 'nowhere' })).toMatchObject({ code: 'mixed_revision' });
+  });
+
+  it('refuses a prefill endpoint that is not in the cluster, or runs another fingerprint', () => {
+    const r = routed();
+    expect(hop({ contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.3.1:8000' })).toMatchObject({ code: 'mixed_revision' });
+    const mixed = createTestWorkerView(table, { '10.0.1.2:8000': { fingerprint: table.revisions.get('llama-b')!.fingerprint } });
+    const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.1.2:8000' } }), table, mixed, ctx);
+    expect(d).toMatchObject({ kind: 'refuse', code: 'mixed_revision' });
+  });
+
+  it('refuses a decode cluster as a prefill target', () => {
+    const r = routed();
+    expect(hop({ contract: r.contract, prefillCluster: 'a_decode' })).toMatchObject({ code: 'bad_request' });
+  });
+
+  it('refuses an expired contract with 403 contract_invalid and the reason', () => {
+    const r = routed();
+    const d = hop({ contract: r.contract }, 'req-hop', TEST_NOW_MS + 31_000);
+    expect(d).toMatchObject({ kind: 'refuse', code: 'contract_invalid' });
+    expect(d.kind === 'refuse' && d.message).toMatch(/^transfer contract rejected \(expired\): /);
+  });
+
+  it('refuses a forged contract (signed with another key) and a tampered one', () => {
+    const r = routed();
+    const forged = mintContract(
+      { requestId: 'req-hop', groupId: r.group.id, fingerprint: r.group.fingerprint, tenantScope: 'tenant:acme', tenant: 'acme', model: 'llama-3-8b', revision: 'llama-a', adapter: null, issuedAtMs: TEST_NOW_MS, expiresAtMs: TEST_NOW_MS + 1000, decode: { cluster: 'a_decode', endpoint: null }, prefill: { cluster: 'b_prefill', endpoint: null } },
+      createDevKeyRing('attacker'),
+    );
+    expect(hop({ contract: forged })).toMatchObject({ code: 'contract_invalid' });
+    const tampered = r.contract.slice(0, -3) + (r.contract.endsWith('AAA') ? 'BBB' : 'AAA');
+    expect(hop({ contract: tampered })).toMatchObject({ code: 'contract_invalid' });
+  });
+
+  it("refuses a contract presented for another request", () => {
+    const r = routed('req-1');
+    const d = hop({ contract: r.contract }, 'req-2');
+    expect(d).toMatchObject({ code: 'contract_invalid' });
+    expect(d.kind === 'refuse' && d.message).toMatch(/request_mismatch/);
+  });
+
+  it('is decided on the contract alone: the prefill body carries kv_transfer_params legitimately', () => {
+    const r = routed();
+    const body = new TextEncoder().encode(JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'x' }], kv_transfer_params: { do_remote_decode: true } }));
+    const out = decideRequest({ requestId: 'req-hop', method: 'POST', path: '/v1/chat/completions', headers: {}, metadata: {}, body, hop: { contract: r.contract } }, table, view, ctx);
+    expect(out.decision.kind).toBe('hop');
+  });
+});

@@ -1,0 +1,143 @@
+/**
+ * The internal hop: a decode sidecar's prefill leg passes the gate again. The gate does not decide anew; it checks
+ * that the leg stays inside the group the contract bound, so a retry or a misconfigured sidecar can never send a
+ * request's prefill to a worker whose KV would mean something else.
+ */
+import { verifyContract, type TransferContract } from '../contract/contract.js';
+import { groupIdOf } from '../compat/fingerprint.js';
+import type { CompiledPool, CompiledRouteTable } from '../policy/compile.js';
+import { tenantAllowed } from '../policy/schema.js';
+import { finalRetryAfter } from './fallback.js';
+import type { DecideContext } from './decide.js';
+import { eligibleEndpoints, pickLeastLoaded } from './pick.js';
+import { refuse } from './refusal.js';
+import type { BoundGroup, Decision, HopFacts, RequestFacts } from './types.js';
+import type { WorkerView } from './worker-view.js';
+
+/** The bound group as the contract states it: a hop never re-derives the group, it checks against it. */
+export function groupOfContract(c: TransferContract): BoundGroup {
+  return Object.freeze({
+    id: c.groupId,
+    fingerprint: c.fingerprint,
+    tenantScope: c.tenantScope,
+    tenant: c.tenant,
+    model: c.model,
+    revision: c.revision,
+    adapter: c.adapter,
+  });
+}
+
+/** Check a prefill leg against its contract and the route table; a `hop` decision or a refusal. */
+export function decideHop(
+  facts: RequestFacts,
+  hop: HopFacts,
+  table: CompiledRouteTable,
+  view: WorkerView,
+  ctx: DecideContext,
+): Decision {
+  const id = facts.requestId;
+  const trace: string[] = [`request ${id}: internal hop (prefill leg) presenting a transfer contract`];
+  const v = verifyContract(hop.contract, ctx.keys, Math.floor(ctx.nowMs), { requestId: id });
+  if (!v.ok) {
+    return refuse(id, 'contract_invalid', `transfer contract rejected (${v.error.reason}): ${v.error.message}`, trace);
+  }
+  const c = v.value;
+  if (groupIdOf(c.fingerprint, c.tenantScope) !== c.groupId) {
+    return refuse(id, 'contract_invalid', `transfer contract rejected: group ${c.groupId} does not match its fingerprint and tenant scope; it was minted by a different kvgate version or forged`, trace);
+  }
+  const group = groupOfContract(c);
+  trace.push(`contract verified: group ${c.groupId} (model ${c.model}, revision ${c.revision}), expires in ${c.expiresAtMs - Math.floor(ctx.nowMs)} ms`);
+  const clusterName = hop.prefillCluster ?? c.prefill?.cluster;
+  if (clusterName === undefined) {
+    return refuse(id, 'contract_invalid', `the contract of request ${id} has no prefill leg (it was served without disaggregation) and the hop names no prefill cluster; a sidecar must not start a prefill leg for it`, trace, { tenant: c.tenant });
+  }
+  const cluster = table.clusters.get(clusterName);
+  const hint = ` (prefill clusters of this group: ${prefillClusters(table, c.fingerprint) || 'none'})`;
+  if (cluster === undefined || cluster.fingerprint !== c.fingerprint) {
+    const what = cluster === undefined ? 'is not in the route table' : `serves revision ${cluster.revision}, another compatibility group`;
+    trace.push(`prefill cluster ${clusterName} ${what}`);
+    return refuse(
+      id,
+      'mixed_revision',
+      `prefill cluster ${clusterName} ${what}, but request ${id} is bound to group ${c.groupId} (model ${c.model}, revision ${c.revision}); ` +
+        `KV from it would be fed to a decode worker of another revision. Send the prefill leg to a prefill cluster of the bound group${hint}`,
+      trace,
+      { tenant: c.tenant },
+    );
+  }
+  const prefillPools = cluster.pools.filter((p) => p.role !== 'decode');
+  if (prefillPools.length === 0) {
+    return refuse(id, 'bad_request', `cluster ${clusterName} has only decode pools; send the prefill leg to a prefill (or both) cluster of group ${c.groupId}${hint}`, trace, { tenant: c.tenant });
+  }
+  const pools = prefillPools.filter((p) => tenantAllowed(p.tenants, c.tenant));
+  if (pools.length === 0) {
+    return refuse(id, 'tenant_scope_denied', `prefill cluster ${clusterName} does not serve ${c.tenant === null ? 'anonymous requests' : `tenant ${c.tenant}`}; send the prefill leg to a cluster that does${hint}`, trace, { tenant: c.tenant });
+  }
+  return hopTarget({ id, table, view, c, group, contract: hop.contract, trace }, pools, clusterName, hop.prefillEndpoint);
+}
+
+/** What every step after contract verification needs. */
+interface HopScope {
+  readonly id: string;
+  readonly table: CompiledRouteTable;
+  readonly view: WorkerView;
+  readonly c: TransferContract;
+  readonly group: BoundGroup;
+  readonly contract: string;
+  readonly trace: string[];
+}
+
+/** The endpoint the sidecar named, else the one the contract planned while it is usable, else the least loaded. */
+function hopTarget(h: HopScope, pools: readonly CompiledPool[], clusterName: string, named: string | undefined): Decision {
+  if (named !== undefined) return checkHopEndpoint(h, pools, named);
+  const planned = h.c.prefill?.cluster === clusterName ? h.c.prefill.endpoint : null;
+  if (planned !== null) {
+    const state = pools.flatMap((p) => h.view.endpoints(p.name).map((e) => ({ p, e }))).find((x) => x.e.address === planned);
+    if (state !== undefined && state.e.fingerprint === h.c.fingerprint && state.e.verified && !state.e.draining) {
+      h.trace.push(`prefill endpoint ${planned} (pool ${state.p.name}), as the contract planned`);
+      return hopDecision(h, { pool: state.p.name, cluster: state.p.cluster, endpoint: planned });
+    }
+    h.trace.push(`the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster ${clusterName}`);
+  }
+  return pickHopEndpoint(h, pools, planned ?? undefined);
+}
+
+function prefillClusters(table: CompiledRouteTable, fingerprint: string): string {
+  return [...table.clusters.values()]
+    .filter((k) => k.fingerprint === fingerprint && k.pools.some((p) => p.role !== 'decode'))
+    .map((k) => k.cluster)
+    .join(', ');
+}
+
+function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: string): Decision {
+  const { id, c, trace } = h;
+  for (const pool of pools) {
+    const ep = h.view.endpoints(pool.name).find((e) => e.address === address);
+    if (ep === undefined) continue;
+    if (ep.fingerprint !== c.fingerprint) {
+      return refuse(id, 'mixed_revision', `prefill endpoint ${address} of pool ${pool.name} runs fingerprint ${ep.fingerprint?.slice(0, 12) ?? '(unobserved)'}…, not group ${c.groupId}'s; it will not prefill for this request. Retry the prefill leg on another endpoint of cluster ${pool.cluster}`, trace, { tenant: c.tenant });
+    }
+    if (!ep.verified) {
+      return refuse(id, 'worker_unverified', `prefill endpoint ${address} of pool ${pool.name} is not verified; retry the prefill leg on another endpoint of cluster ${pool.cluster}`, trace, { tenant: c.tenant });
+    }
+    trace.push(`prefill endpoint ${address} (pool ${pool.name}) is in the group`);
+    return hopDecision(h, { pool: pool.name, cluster: pool.cluster, endpoint: address });
+  }
+  return refuse(id, 'mixed_revision', `prefill endpoint ${address} is not a member of cluster ${pools[0]!.cluster}, so it cannot be shown to belong to group ${c.groupId}; let the gate pick the endpoint (omit x-kvgate-prefill-endpoint)`, trace, { tenant: c.tenant });
+}
+
+function pickHopEndpoint(h: HopScope, pools: readonly CompiledPool[], exclude?: string): Decision {
+  const { id, c, trace } = h;
+  const e = eligibleEndpoints(pools, h.view, c.fingerprint, c.tenant, exclude);
+  const picked = pickLeastLoaded(e.candidates, id);
+  if (picked === undefined) {
+    const retryAfterSeconds = finalRetryAfter(h.table);
+    return refuse(id, 'no_compatible_capacity', `no prefill endpoint of group ${c.groupId} is available in cluster ${pools[0]!.cluster}: ${e.reasons.join('; ')}; retry after ${retryAfterSeconds} s`, trace, { tenant: c.tenant, retryAfterSeconds });
+  }
+  trace.push(`prefill endpoint ${picked.endpoint.address} (pool ${picked.pool.name}, ${picked.endpoint.inFlight} in flight)`);
+  return hopDecision(h, { pool: picked.pool.name, cluster: picked.pool.cluster, endpoint: picked.endpoint.address });
+}
+
+function hopDecision(h: HopScope, prefill: { pool: string; cluster: string; endpoint: string }): Decision {
+  return Object.freeze({ kind: 'hop' as const, requestId: h.id, group: h.group, prefill: Object.freeze(prefill), contract: h.contract, trace: Object.freeze([...h.trace]) });
+}

@@ -1,0 +1,89 @@
+/**
+ * Choosing an endpoint inside one group. Only endpoints that provably run the group's fingerprint, verified, not
+ * draining, below their pool's in-flight limit, in a pool that serves the tenant, are candidates; among them the
+ * least loaded wins, ties broken by a stable hash of (request id, address) so neither array order nor replica
+ * matters. Every exclusion is kept as a reason, so "no capacity" refusals say exactly why.
+ */
+import { createHash } from 'node:crypto';
+import type { CompiledPool } from '../policy/compile.js';
+import { tenantAllowed } from '../policy/schema.js';
+import type { EndpointState, WorkerView } from './worker-view.js';
+
+export interface Candidate {
+  readonly pool: CompiledPool;
+  readonly endpoint: EndpointState;
+}
+
+export interface Eligibility {
+  readonly candidates: readonly Candidate[];
+  /** Why pools or endpoints were left out, one entry per pool, in plain words. */
+  readonly reasons: readonly string[];
+}
+
+/** A number in [0, 1) from a stable hash of `parts`: identical on every replica and every run. */
+export function stableUnit(...parts: readonly string[]): number {
+  const digest = createHash('sha256').update(parts.join('\n'), 'utf8').digest();
+  return digest.readUIntBE(0, 6) / 2 ** 48;
+}
+
+/** The candidates among `pools` for a group with `fingerprint`, and the reasons for everything left out. */
+export function eligibleEndpoints(
+  pools: readonly CompiledPool[],
+  view: WorkerView,
+  fingerprint: string,
+  tenant: string | null,
+  exclude?: string,
+): Eligibility {
+  const candidates: Candidate[] = [];
+  const reasons: string[] = [];
+  for (const pool of pools) {
+    if (pool.fingerprint !== fingerprint) {
+      reasons.push(`pool ${pool.name} belongs to another group`); // defensive: callers pass one revision's pools
+      continue;
+    }
+    if (pool.draining) {
+      reasons.push(`pool ${pool.name} is draining`);
+      continue;
+    }
+    if (!tenantAllowed(pool.tenants, tenant)) {
+      reasons.push(`pool ${pool.name} does not serve ${tenant === null ? 'anonymous requests' : `tenant ${tenant}`}`);
+      continue;
+    }
+    const causes = new Map<string, string[]>();
+    const note = (cause: string, address: string) => causes.set(cause, [...(causes.get(cause) ?? []), address]);
+    const states = view.endpoints(pool.name);
+    for (const ep of states) {
+      if (ep.address === exclude) continue;
+      if (ep.fingerprint === null) note('not yet observed', ep.address);
+      else if (ep.fingerprint !== fingerprint) note(`running another fingerprint (${ep.fingerprint.slice(0, 12)}…), never used for this group`, ep.address);
+      else if (!ep.verified) note('not verified', ep.address);
+      else if (ep.draining) note('draining', ep.address);
+      else if (ep.inFlight >= pool.maxInFlightPerEndpoint) note(`at its in-flight limit of ${pool.maxInFlightPerEndpoint}`, ep.address);
+      else candidates.push({ pool, endpoint: ep });
+    }
+    if (states.length === 0) reasons.push(`pool ${pool.name} has no endpoints in the worker view`);
+    for (const [cause, addresses] of causes) reasons.push(`pool ${pool.name}: ${describeAddresses(addresses)} ${cause}`);
+  }
+  return { candidates, reasons };
+}
+
+function describeAddresses(addresses: readonly string[]): string {
+  if (addresses.length === 1) return `endpoint ${addresses[0]} is`;
+  const shown = addresses.slice(0, 3).join(', ');
+  return `${addresses.length} endpoints (${shown}${addresses.length > 3 ? ', ...' : ''}) are`;
+}
+
+/** Least in flight; ties by the stable hash of (request id, address). */
+export function pickLeastLoaded(candidates: readonly Candidate[], requestId: string): Candidate | undefined {
+  let best: Candidate | undefined;
+  let bestKey = Infinity;
+  for (const c of candidates) {
+    const tie = stableUnit('kvgate-pick', requestId, c.endpoint.address);
+    const key = c.endpoint.inFlight + tie; // tie is in [0, 1): never outweighs one request in flight
+    if (key < bestKey) {
+      best = c;
+      bestKey = key;
+    }
+  }
+  return best;
+}

@@ -1,0 +1,35 @@
+/**
+ * Building refusals: a refusal is a value with a code from the closed set, a message that says what, why and
+ * what to do, and the trace that led to it (for `kvgate explain` and the audit log).
+ */
+import type { ErrorCode, KvgateError } from '../errors.js';
+import type { Refusal } from './types.js';
+
+export interface RefusalExtra {
+  readonly retryAfterSeconds?: number;
+  readonly tenant?: string | null;
+}
+
+/** A frozen refusal; the trace ends with the refusal code so `kvgate explain` output reads top to bottom. */
+export function refuse(
+  requestId: string,
+  code: ErrorCode,
+  message: string,
+  trace: readonly string[],
+  extra: RefusalExtra = {},
+): Refusal {
+  return Object.freeze({
+    kind: 'refuse' as const,
+    requestId,
+    code,
+    message,
+    ...(extra.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: extra.retryAfterSeconds }),
+    ...(extra.tenant === undefined ? {} : { tenant: extra.tenant }),
+    trace: Object.freeze([...trace, `refused: ${code}`]),
+  });
+}
+
+/** A refusal from a parser's KvgateError (e.g. `parseOpenAiBody`), keeping its code and client-safe message. */
+export function refusalFromError(requestId: string, error: KvgateError, trace: readonly string[] = []): Refusal {
+  return refuse(requestId, error.code, error.reason, [...trace, `request rejected: ${error.reason}`]);
+}

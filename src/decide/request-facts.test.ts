@@ -1,0 +1,120 @@
+import { describe, expect, it } from 'vitest';
+import { tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
+import type { Tenancy } from '../policy/schema.js';
+import { parseOpenAiBody, sessionOf, tenantOf, tenantScopeOf, userOf } from './request-facts.js';
+
+const limits = { maxBodyBytes: 1024 };
+const bytes = (v: unknown) => new TextEncoder().encode(typeof v === 'string' ? v : JSON.stringify(v));
+const chat = { model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] };
+
+function refusal(path: string, body: Uint8Array, max = 1024) {
+  const r = parseOpenAiBody(path, body, { maxBodyBytes: max });
+  if (r.ok) throw new Error('expected a refusal');
+  return r.error;
+}
+
+describe('parseOpenAiBody', () => {
+  it('reads a chat request, tolerating a query string', () => {
+    const r = parseOpenAiBody('/v1/chat/completions?api-version=1', bytes({ ...chat, stream: true, user: 'u1', cache_salt: 's' }), limits);
+    expect(r.ok && { ...r.value, json: undefined }).toEqual({ endpoint: 'chat', model: 'llama-3-8b', stream: true, user: 'u1', cacheSalt: 's', json: undefined });
+  });
+
+  it('reads completions with every prompt form, and null optional fields', () => {
+    for (const prompt of ['hi', ['a', 'b'], [1, 2, 3], [[1, 2], [3]]]) {
+      const r = parseOpenAiBody('/v1/completions', bytes({ model: 'm', prompt, stream: null, user: null }), limits);
+      expect(r.ok && r.value.endpoint, JSON.stringify(prompt)).toBe('completions');
+    }
+  });
+
+  it('refuses other paths', () => {
+    const e = refusal('/v1/embeddings', bytes(chat));
+    expect(e.code).toBe('bad_request');
+    expect(e.reason).toBe('kvgate routes only POST /v1/completions and /v1/chat/completions, not /v1/embeddings; send the request to one of those');
+  });
+
+  it('refuses a body over the limit with body_too_large', () => {
+    const e = refusal('/v1/chat/completions', bytes({ ...chat, pad: 'x'.repeat(200) }), 100);
+    expect(e.code).toBe('body_too_large');
+    expect(e.reason).toMatch(/^the request body is \d+ bytes, over this gateway's limit of 100 bytes; shorten the prompt or ask the operator to raise limits.maxBodyBytes$/);
+  });
+
+  it('refuses malformed JSON, non-objects and bad UTF-8 with bad_request', () => {
+    expect(refusal('/v1/chat/completions', bytes('{"model": "m",')).reason).toMatch(/^the request body is not valid JSON \(.+\); send a JSON object/);
+    expect(refusal('/v1/chat/completions', bytes('[1,2]')).reason).toBe('the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}');
+    expect(refusal('/v1/chat/completions', bytes('')).reason).toMatch(/body is empty/);
+    expect(refusal('/v1/chat/completions', new Uint8Array([0x7b, 0xff, 0x7d])).reason).toMatch(/not valid UTF-8/);
+  });
+
+  it('refuses a missing or non-string model', () => {
+    expect(refusal('/v1/chat/completions', bytes({ messages: chat.messages })).reason).toBe('the request has no "model"; add "model": "<served model name>"');
+    expect(refusal('/v1/chat/completions', bytes({ ...chat, model: 7 })).reason).toMatch(/"model" must be a non-empty string/);
+  });
+
+  it('refuses wrong types for stream, user, cache_salt, prompt and messages, saying what is wrong', () => {
+    const cases: [string, unknown, RegExp][] = [
+      ['/v1/chat/completions', { ...chat, stream: 'yes' }, /^"stream" must be true or false; got string "yes"$/],
+      ['/v1/chat/completions', { ...chat, user: 42 }, /^"user" must be a string; got number 42$/],
+      ['/v1/chat/completions', { ...chat, cache_salt: { a: 1 } }, /^"cache_salt" must be a string; got an object$/],
+      ['/v1/chat/completions', { ...chat, cache_salt: '' }, /must not be empty/],
+      ['/v1/chat/completions', { model: 'm', messages: 'hi' }, /"messages" must be a non-empty array/],
+      ['/v1/chat/completions', { model: 'm', messages: [{ content: 'x' }] }, /^messages\[0\] must be an object with a string "role"$/],
+      ['/v1/chat/completions', { model: 'm' }, /a chat completion needs "messages"/],
+      ['/v1/completions', { model: 'm', prompt: { text: 'x' } }, /"prompt" must be a string/],
+      ['/v1/completions', { model: 'm', prompt: [1, 'a'] }, /"prompt" must be a string/],
+      ['/v1/completions', { model: 'm' }, /a completion needs "prompt"/],
+    ];
+    for (const [path, body, message] of cases) {
+      const e = refusal(path, bytes(body));
+      expect(e.code, JSON.stringify(body)).toBe('bad_request');
+      expect(e.reason).toMatch(message);
+    }
+  });
+
+  it('forbids client-sent kv_transfer_params, even null', () => {
+    for (const kv of [null, {}, { do_remote_prefill: true }]) {
+      const e = refusal('/v1/chat/completions', bytes({ ...chat, kv_transfer_params: kv }));
+      expect(e.code).toBe('kv_params_forbidden');
+      expect(e.reason).toBe("kv_transfer_params is set by kvgate's sidecars; remove it from the request");
+    }
+  });
+});
+
+describe('tenant, user and session', () => {
+  const table = tableFromValue(twoRevisionTableValue());
+  const metaTenancy: Tenancy = { source: { metadata: { namespace: 'envoy.filters.http.jwt_authn', path: ['jwt_payload', 'org'] } }, required: true, prefixScope: 'tenant-user', userHeader: 'x-user-id' };
+  const facts = (headers: Record<string, string>, metadata: Record<string, Record<string, unknown>> = {}) => ({ headers, metadata });
+
+  it('reads the tenant from the configured header', () => {
+    expect(tenantOf(facts({ 'x-tenant-id': ' acme ' }), table.tenancy)).toEqual({ kind: 'found', tenant: 'acme', from: 'header x-tenant-id' });
+    expect(tenantOf(facts({}), table.tenancy)).toEqual({ kind: 'missing', from: 'header x-tenant-id' });
+    expect(tenantOf(facts({ 'x-tenant-id': 'globex,acme' }), table.tenancy).kind).toBe('ambiguous');
+  });
+
+  it('reads the tenant from Envoy metadata (a jwt_authn claim)', () => {
+    const md = { 'envoy.filters.http.jwt_authn': { jwt_payload: { org: 'acme', n: 7 } } };
+    expect(tenantOf(facts({ 'x-tenant-id': 'forged' }, md), metaTenancy)).toMatchObject({ kind: 'found', tenant: 'acme' });
+    expect(tenantOf(facts({}, {}), metaTenancy).kind).toBe('missing');
+    expect(tenantOf(facts({}, { 'envoy.filters.http.jwt_authn': { jwt_payload: { org: ['a'] } } }), metaTenancy)).toMatchObject({ kind: 'ambiguous', detail: 'it is a list, not a string' });
+  });
+
+  it('takes the user from the trusted header when configured, else from the body', () => {
+    const body = { endpoint: 'chat' as const, model: 'm', stream: false, user: 'body-user', json: {} };
+    expect(userOf({ headers: { 'x-user-id': 'u7' }, body }, metaTenancy)).toBe('u7');
+    expect(userOf({ headers: {}, body }, metaTenancy)).toBeNull();
+    expect(userOf({ headers: {}, body }, table.tenancy)).toBe('body-user');
+  });
+
+  it('reads the session header', () => {
+    expect(sessionOf({ headers: { 'x-session-id': 's-1' } }, table.session)).toBe('s-1');
+    expect(sessionOf({ headers: {} }, table.session)).toBeNull();
+  });
+
+  it('builds prefix scopes that no tenant or user id can forge', () => {
+    expect(tenantScopeOf('tenant', 'acme', 'u')).toBe('tenant:acme');
+    expect(tenantScopeOf('tenant-user', 'acme', 'u1')).toBe('tenant-user:acme/u1');
+    expect(tenantScopeOf('shared', 'acme', 'u1')).toBe('shared');
+    expect(tenantScopeOf('tenant', null, null)).toBe('anonymous');
+    expect(tenantScopeOf('tenant-user', 'acme/x', 'y')).not.toBe(tenantScopeOf('tenant-user', 'acme', 'x/y'));
+    expect(tenantScopeOf('tenant', 'a\nb', null)).not.toContain('\n');
+  });
+});

@@ -1,0 +1,182 @@
+/**
+ * Reading a request: the OpenAI body (only what routing needs, strictly), and the tenant, user and session the
+ * route table's tenancy config says to trust. Pure: bytes and header maps in, values or refusal errors out.
+ */
+import { err, KvgateError, ok, type Result } from '../errors.js';
+import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
+import type { OpenAiRequest, RequestFacts } from './types.js';
+
+const ENDPOINTS: Readonly<Record<string, OpenAiRequest['endpoint']>> = {
+  '/v1/completions': 'completions',
+  '/v1/chat/completions': 'chat',
+};
+
+export interface BodyLimits {
+  readonly maxBodyBytes: number;
+}
+
+const bad = (message: string): { ok: false; error: KvgateError } => err(new KvgateError('bad_request', message));
+
+/**
+ * Parse and check an OpenAI completions or chat body. Refuses before any worker sees it: oversized bodies,
+ * non-JSON, wrong field types, and any client-sent `kv_transfer_params` (only kvgate's sidecars may set it).
+ */
+export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimits): Result<OpenAiRequest, KvgateError> {
+  const route = path.split('?')[0]!.replace(/\/+$/, '');
+  const endpoint = ENDPOINTS[route];
+  if (endpoint === undefined) {
+    return bad(`kvgate routes only POST /v1/completions and /v1/chat/completions, not ${route || '/'}; send the request to one of those`);
+  }
+  if (body.byteLength > limits.maxBodyBytes) {
+    return err(
+      new KvgateError(
+        'body_too_large',
+        `the request body is ${body.byteLength} bytes, over this gateway's limit of ${limits.maxBodyBytes} bytes; shorten the prompt or ask the operator to raise limits.maxBodyBytes`,
+        { detail: { maxBodyBytes: limits.maxBodyBytes } },
+      ),
+    );
+  }
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(body);
+  } catch {
+    return bad('the request body is not valid UTF-8; send a UTF-8 encoded JSON object');
+  }
+  if (text.trim() === '') return bad('the request body is empty; send a JSON object with at least "model"');
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    const why = e instanceof Error ? e.message : 'syntax error';
+    return bad(`the request body is not valid JSON (${why}); send a JSON object such as {"model": "...", "messages": [...]}`);
+  }
+  if (json === null || typeof json !== 'object' || Array.isArray(json)) {
+    return bad('the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}');
+  }
+  const obj = json as Record<string, unknown>;
+  if (Object.hasOwn(obj, 'kv_transfer_params')) {
+    return err(new KvgateError('kv_params_forbidden', "kv_transfer_params is set by kvgate's sidecars; remove it from the request"));
+  }
+  const fieldError = checkFields(obj, endpoint);
+  if (fieldError !== undefined) return bad(fieldError);
+  const user = optionalString(obj['user']);
+  const cacheSalt = optionalString(obj['cache_salt']);
+  return ok(
+    Object.freeze({
+      endpoint,
+      model: obj['model'] as string,
+      stream: obj['stream'] === true,
+      ...(user === undefined ? {} : { user }),
+      ...(cacheSalt === undefined ? {} : { cacheSalt }),
+      json: obj,
+    }),
+  );
+}
+
+const optionalString = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
+
+function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endpoint']): string | undefined {
+  const model = obj['model'];
+  if (typeof model !== 'string' || model.trim() === '') {
+    return model === undefined
+      ? 'the request has no "model"; add "model": "<served model name>"'
+      : '"model" must be a non-empty string naming a served model (or LoRA adapter)';
+  }
+  for (const key of ['user', 'cache_salt'] as const) {
+    const v = obj[key];
+    if (v !== undefined && v !== null && typeof v !== 'string') return `"${key}" must be a string; got ${typeName(v)}`;
+  }
+  if (obj['cache_salt'] === '') return '"cache_salt" must not be empty; remove it or give it a value';
+  const stream = obj['stream'];
+  if (stream !== undefined && stream !== null && typeof stream !== 'boolean') {
+    return `"stream" must be true or false; got ${typeName(stream)}`;
+  }
+  return endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
+}
+
+function checkMessages(messages: unknown): string | undefined {
+  if (messages === undefined) return 'a chat completion needs "messages": [{"role": "user", "content": "..."}]';
+  if (!Array.isArray(messages) || messages.length === 0) {
+    return '"messages" must be a non-empty array of {"role": ..., "content": ...} objects';
+  }
+  const i = messages.findIndex((m) => m === null || typeof m !== 'object' || Array.isArray(m) || typeof (m as { role?: unknown }).role !== 'string');
+  return i === -1 ? undefined : `messages[${i}] must be an object with a string "role"`;
+}
+
+function checkPrompt(obj: Record<string, unknown>): string | undefined {
+  const prompt = obj['prompt'];
+  if (prompt === undefined || prompt === null) {
+    return obj['prompt_embeds'] === undefined ? 'a completion needs "prompt": a string, a list of strings or token ids' : undefined;
+  }
+  const isInt = (x: unknown) => Number.isInteger(x);
+  const valid =
+    typeof prompt === 'string' ||
+    (Array.isArray(prompt) &&
+      prompt.length > 0 &&
+      (prompt.every((p) => typeof p === 'string') ||
+        prompt.every(isInt) ||
+        prompt.every((p) => Array.isArray(p) && p.length > 0 && p.every(isInt))));
+  return valid ? undefined : '"prompt" must be a string, a non-empty list of strings, a list of token ids, or a list of token-id lists';
+}
+
+function typeName(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'object' ? 'an object' : `${typeof v} ${JSON.stringify(v)}`;
+}
+
+/** Where the tenant came from (for traces and the audit log), or why there is none. */
+export type TenantLookup =
+  | { readonly kind: 'found'; readonly tenant: string; readonly from: string }
+  | { readonly kind: 'missing'; readonly from: string }
+  | { readonly kind: 'ambiguous'; readonly from: string; readonly detail: string };
+
+/** Read the tenant from the one source the table trusts (a header set by auth, or Envoy dynamic metadata). */
+export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata'>, tenancy: Tenancy): TenantLookup {
+  const { header, metadata } = tenancy.source;
+  if (header !== undefined) {
+    const from = `header ${header}`;
+    const v = facts.headers[header]?.trim();
+    if (v === undefined || v === '') return { kind: 'missing', from };
+    if (v.includes(',')) return { kind: 'ambiguous', from, detail: 'it carries more than one value' };
+    return { kind: 'found', tenant: v, from };
+  }
+  const ns = metadata!.namespace;
+  const from = `metadata ${ns} ${metadata!.path.join('.')}`;
+  let cur: unknown = facts.metadata[ns];
+  for (const key of metadata!.path) {
+    cur = cur !== null && typeof cur === 'object' && !Array.isArray(cur) ? (cur as Record<string, unknown>)[key] : undefined;
+  }
+  if (cur === undefined || cur === null || cur === '') return { kind: 'missing', from };
+  if (typeof cur === 'string') return { kind: 'found', tenant: cur, from };
+  if (typeof cur === 'number' && Number.isFinite(cur)) return { kind: 'found', tenant: String(cur), from };
+  return { kind: 'ambiguous', from, detail: `it is ${Array.isArray(cur) ? 'a list' : typeof cur}, not a string` };
+}
+
+/** The user for `tenant-user` prefix scope: the trusted user header if configured, else the body's `user`. */
+export function userOf(facts: Pick<RequestFacts, 'headers' | 'body'>, tenancy: Tenancy): string | null {
+  if (tenancy.userHeader !== undefined) {
+    const v = facts.headers[tenancy.userHeader]?.trim();
+    return v === undefined || v === '' ? null : v;
+  }
+  const u = facts.body?.user;
+  return u === undefined || u === '' ? null : u;
+}
+
+/** The session key (cohort and stickiness), from the configured session header. */
+export function sessionOf(facts: Pick<RequestFacts, 'headers'>, session: SessionConfig): string | null {
+  const v = facts.headers[session.header]?.trim();
+  return v === undefined || v === '' ? null : v;
+}
+
+/**
+ * The tenant prefix scope: which requests may share cached prefixes. Components are URI-encoded so no tenant or
+ * user id can forge a separator (`acme/x` never collides with tenant `acme`, user `x`). Requests without a tenant
+ * share the `anonymous` scope, which no named tenant can reach.
+ */
+export function tenantScopeOf(scope: PrefixScope, tenant: string | null, user: string | null): string {
+  if (scope === 'shared') return 'shared';
+  if (tenant === null) return 'anonymous';
+  const t = encodeURIComponent(tenant);
+  return scope === 'tenant' ? `tenant:${t}` : `tenant-user:${t}/${encodeURIComponent(user ?? '')}`;
+}

@@ -1,0 +1,80 @@
+/**
+ * What the decision core knows about workers right now: per pool, each endpoint's current fingerprint, whether it
+ * was verified, whether it is draining, and how many requests the gate has in flight on it.
+ *
+ * The decision core trusts only this view for "is this endpoint in the group": a pool whose live endpoint reports
+ * another fingerprint simply loses that endpoint. The static view here believes the route table; the sidecar
+ * issue adds a live poller behind the same interface.
+ */
+import type { CompiledRouteTable } from '../policy/compile.js';
+
+export interface EndpointState {
+  /** `ip:port`, as Envoy's ORIGINAL_DST routes to it. */
+  readonly address: string;
+  /** The fingerprint the worker runs now; null when it has not been observed yet. */
+  readonly fingerprint: string | null;
+  /** True when the fingerprint was verified (declared and matching, or probed by its sidecar). */
+  readonly verified: boolean;
+  readonly draining: boolean;
+  /** Requests the gate has routed to it that have not finished. */
+  readonly inFlight: number;
+  /** When this state was observed (ms since epoch); 0 for the static, declared view. */
+  readonly observedAtMs: number;
+}
+
+export interface WorkerView {
+  endpoints(pool: string): readonly EndpointState[];
+  /** Age of the oldest observation behind this view, when it is a live view. */
+  readonly ageMs?: number;
+}
+
+/** Counts requests in flight per endpoint; the gate acquires before routing and releases when the request ends. */
+export interface InFlightTracker {
+  /** Count one request on `address`; the returned function releases it (calling it again does nothing). */
+  acquire(address: string): () => void;
+  inFlight(address: string): number;
+  /** Every endpoint with requests in flight, for status pages. */
+  snapshot(): ReadonlyMap<string, number>;
+}
+
+/** In-memory per-replica counts: least-in-flight only needs this replica's view of its own routing. */
+export function createInFlightTracker(): InFlightTracker {
+  const counts = new Map<string, number>();
+  return {
+    acquire(address) {
+      counts.set(address, (counts.get(address) ?? 0) + 1);
+      let released = false;
+      return () => {
+        if (released) return;
+        released = true;
+        const n = (counts.get(address) ?? 1) - 1;
+        if (n <= 0) counts.delete(address);
+        else counts.set(address, n);
+      };
+    },
+    inFlight: (address) => counts.get(address) ?? 0,
+    snapshot: () => new Map(counts),
+  };
+}
+
+/**
+ * The declared view: every endpoint runs its pool's declared fingerprint (or its own declared descriptor's) and is
+ * verified by declaration. Pool draining is read from the table by the decision core, not repeated here.
+ */
+export function createStaticWorkerView(compiled: CompiledRouteTable, inFlight: InFlightTracker): WorkerView {
+  const declared = new Map(
+    [...compiled.pools.values()].map((p) => [p.name, p.endpoints.map((e) => ({ address: e.address, fingerprint: e.fingerprint }))]),
+  );
+  return {
+    endpoints(pool) {
+      return (declared.get(pool) ?? []).map((e) => ({
+        address: e.address,
+        fingerprint: e.fingerprint,
+        verified: true,
+        draining: false,
+        inFlight: inFlight.inFlight(e.address),
+        observedAtMs: 0,
+      }));
+    },
+  };
+}

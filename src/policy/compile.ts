@@ -1,0 +1,179 @@
+/**
+ * The compiled route table: frozen lookups precomputed once per load, so the per-request decision never hashes a
+ * descriptor, scans the pool list or re-runs a connector rule. Everything here derives from a table that already
+ * passed `checkRouteTable`; compiling an unchecked table is for tests and `kvgate explain` only.
+ */
+import { checkDescriptor } from '../compat/connector-rules.js';
+import { deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
+import { fingerprintOf } from '../compat/fingerprint.js';
+import { predictNixlHash } from '../compat/nixl-hash.js';
+import { issue, type PolicyIssue } from './issues.js';
+import type { ConnectorMode, FallbackStep, Limits, PoolRole, RouteTable, SessionConfig, Tenancy, TenantList } from './schema.js';
+
+/** An endpoint as declared; `fingerprint` is its own declared descriptor's, else its pool's. */
+export interface CompiledEndpoint {
+  readonly address: string;
+  readonly status: string | null;
+  readonly fingerprint: string;
+}
+
+export interface CompiledPool {
+  readonly name: string;
+  readonly cluster: string;
+  readonly role: PoolRole;
+  readonly revision: string;
+  /** The group fingerprint every endpoint of this pool must run. */
+  readonly fingerprint: string;
+  readonly endpoints: readonly CompiledEndpoint[];
+  readonly tenants: TenantList;
+  readonly maxInFlightPerEndpoint: number;
+  readonly draining: boolean;
+}
+
+export interface CompiledRevision {
+  readonly name: string;
+  readonly descriptor: CompatDescriptor;
+  readonly fingerprint: string;
+  /** vLLM's predicted NIXL handshake hash, for status pages and the sidecar's cross-check. */
+  readonly nixlHash: string;
+  /** The LoRA adapter id this revision serves, or null for base weights. */
+  readonly adapter: string | null;
+  /** Whether its KV may be moved from a prefill pool to a decode pool (connector rules, in the table's mode). */
+  readonly transfer: { readonly allowed: boolean; readonly reasons: readonly string[]; readonly warnings: readonly string[] };
+  readonly pools: { readonly prefill: readonly CompiledPool[]; readonly decode: readonly CompiledPool[]; readonly both: readonly CompiledPool[] };
+}
+
+export interface CompiledModel {
+  readonly name: string;
+  readonly tenants: TenantList;
+  readonly stable: string;
+  readonly candidate: string | null;
+  /** Percent (0-100) of cohorts sent to the candidate; 0 without a candidate. */
+  readonly weight: number;
+}
+
+/** What an Envoy cluster is: one revision, one fingerprint (a cluster never spans groups). */
+export interface CompiledCluster {
+  readonly cluster: string;
+  readonly revision: string;
+  readonly fingerprint: string;
+  readonly pools: readonly CompiledPool[];
+}
+
+export interface CompiledRouteTable {
+  readonly table: RouteTable;
+  readonly revisions: ReadonlyMap<string, CompiledRevision>;
+  readonly models: ReadonlyMap<string, CompiledModel>;
+  readonly pools: ReadonlyMap<string, CompiledPool>;
+  readonly clusters: ReadonlyMap<string, CompiledCluster>;
+  /** Served model names, sorted. */
+  readonly servedModels: readonly string[];
+  /** True when any model or pool is restricted to named tenants (then model lists are never shown to clients). */
+  readonly tenantRestricted: boolean;
+  readonly tenancy: Tenancy;
+  readonly session: SessionConfig;
+  readonly connectorMode: ConnectorMode;
+  readonly contractTtlMs: number;
+  readonly fallback: readonly FallbackStep[];
+  readonly limits: Limits;
+}
+
+/**
+ * Precompute the hot-path lookups. Throws if a descriptor cannot be fingerprinted (only possible for a table that
+ * skipped `checkRouteTable`).
+ */
+export function compileRouteTable(table: RouteTable): CompiledRouteTable {
+  const fingerprints = new Map(Object.entries(table.revisions).map(([n, r]) => [n, fingerprintOf(r.descriptor)]));
+  const pools = new Map<string, CompiledPool>();
+  for (const p of table.pools) {
+    const fingerprint = fingerprints.get(p.revision) ?? `unknown-revision:${p.revision}`;
+    const endpoints = p.endpoints.map((e) => ({
+      address: e.address,
+      status: e.status ?? null,
+      fingerprint: e.descriptor === undefined ? fingerprint : fingerprintOf(e.descriptor as CompatDescriptor),
+    }));
+    const { name, cluster, role, revision, tenants, maxInFlightPerEndpoint, draining } = p;
+    pools.set(name, { name, cluster, role, revision, fingerprint, endpoints, tenants, maxInFlightPerEndpoint, draining });
+  }
+  const revisions = new Map<string, CompiledRevision>();
+  for (const [name, rev] of Object.entries(table.revisions)) {
+    const mine = [...pools.values()].filter((p) => p.revision === name);
+    const v = checkDescriptor(rev.descriptor, table.connectorMode);
+    revisions.set(name, {
+      name,
+      descriptor: rev.descriptor,
+      fingerprint: fingerprints.get(name)!,
+      nixlHash: predictNixlHash(rev.descriptor).hash,
+      adapter: rev.descriptor.adapter?.id ?? null,
+      transfer: { allowed: v.verdict !== 'refuse', reasons: v.reasons, warnings: v.warnings },
+      pools: {
+        prefill: mine.filter((p) => p.role === 'prefill'),
+        decode: mine.filter((p) => p.role === 'decode'),
+        both: mine.filter((p) => p.role === 'both'),
+      },
+    });
+  }
+  const models = new Map<string, CompiledModel>();
+  for (const [name, m] of Object.entries(table.models)) {
+    const candidate = m.rollout.candidate ?? null;
+    models.set(name, { name, tenants: m.tenants, stable: m.rollout.stable, candidate, weight: candidate === null ? 0 : (m.rollout.weight ?? 0) });
+  }
+  const clusters = new Map<string, CompiledCluster>();
+  for (const p of pools.values()) {
+    const c = clusters.get(p.cluster);
+    if (c === undefined) clusters.set(p.cluster, { cluster: p.cluster, revision: p.revision, fingerprint: p.fingerprint, pools: [p] });
+    else (c.pools as CompiledPool[]).push(p);
+  }
+  const restricted = (l: TenantList): boolean => !l.includes('*');
+  // Maps are not reached by deepFreeze; freeze what they hold (the ReadonlyMap types forbid `set`).
+  for (const v of [...pools.values(), ...revisions.values(), ...models.values(), ...clusters.values()]) deepFreeze(v);
+  return Object.freeze({
+    table,
+    revisions,
+    models,
+    pools,
+    clusters,
+    servedModels: [...models.keys()].sort(),
+    tenantRestricted: [...models.values()].some((m) => restricted(m.tenants)) || table.pools.some((p) => restricted(p.tenants)),
+    tenancy: table.tenancy,
+    session: table.session,
+    connectorMode: table.connectorMode,
+    contractTtlMs: table.contract.ttlMs,
+    fallback: table.fallback,
+    limits: table.limits,
+  });
+}
+
+/** An endpoint as a live worker view sees it (structural, so policy does not depend on `decide`). */
+export interface ObservedEndpoint {
+  readonly address: string;
+  readonly fingerprint: string | null;
+}
+
+/**
+ * Live evidence that a pool mixes groups: endpoints whose observed fingerprint differs from the pool's. The gate
+ * never routes to them (see `decide`); these issues are for `kvgate policy check --live` and operator alerts.
+ */
+export function checkObservedEndpoints(
+  compiled: CompiledRouteTable,
+  observed: (pool: string) => readonly ObservedEndpoint[],
+): PolicyIssue[] {
+  const out: PolicyIssue[] = [];
+  compiled.table.pools.forEach((p, i) => {
+    const pool = compiled.pools.get(p.name);
+    if (pool === undefined) return;
+    for (const ep of observed(p.name)) {
+      if (ep.fingerprint === null || ep.fingerprint === pool.fingerprint) continue;
+      out.push(
+        issue(
+          compiled.table.source,
+          ['pools', i, 'endpoints'],
+          `endpoint ${ep.address} of pool "${pool.name}" reports fingerprint ${ep.fingerprint.slice(0, 12)}…, but revision ` +
+            `"${pool.revision}" is ${pool.fingerprint.slice(0, 12)}…; the pool mixes two compatibility groups and kvgate will not route to that endpoint`,
+          `redeploy ${ep.address} with revision "${pool.revision}"'s configuration, or move it to a pool of the revision it runs`,
+        ),
+      );
+    }
+  });
+  return out;
+}

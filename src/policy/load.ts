@@ -1,0 +1,168 @@
+/**
+ * Loading a route table: text -> schema -> descriptor files -> semantic checks -> a frozen `RouteTable`.
+ *
+ * Every stage reports all of its issues at once (path, what, fix, line), and nothing partial is ever returned: a
+ * table either passes every error-level check or is rejected whole, so hot reload can never swap in a bad file.
+ * Parsing is pure; only `loadRouteTable` touches the file system (the table and its `descriptorFile`s).
+ */
+import { readFile } from 'node:fs/promises';
+import { dirname, isAbsolute, join } from 'node:path';
+import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
+import { err, ok, type Result } from '../errors.js';
+import { hasErrors, issue, type PolicyIssue } from './issues.js';
+import { RouteTableSchema, type ResolvedRevision, type RouteTable, type RouteTableDocument } from './schema.js';
+import { checkRouteTable } from './semantic.js';
+import { formatOf, parseStructuredText, type TextFormat } from './text.js';
+import { fromZodIssues, type Locate } from './zod-issues.js';
+
+/** A descriptor file's text as read, or why it could not be read. Keyed by the path as written in the table. */
+export type DescriptorFileContents = Readonly<Record<string, string | { readonly error: string }>>;
+
+export interface RouteTableSource {
+  /** The table's file name, for issue messages (and the base of relative `descriptorFile` paths). */
+  readonly file: string;
+  /** Defaults from the file extension: `.json` is JSON, anything else YAML. */
+  readonly format?: TextFormat;
+  /** Contents of the `descriptorFile`s the table names (read by `loadRouteTable`). */
+  readonly descriptorFiles?: DescriptorFileContents;
+}
+
+export interface RouteTableOptions {
+  /** Run the semantic checks of `semantic.ts` (default true). Off only for tests that need a deliberately bad table. */
+  readonly semantic?: boolean;
+}
+
+/** Parse route-table text. Pure: descriptor files come in `source.descriptorFiles`. */
+export function parseRouteTable(
+  text: string,
+  source: RouteTableSource,
+  options: RouteTableOptions = {},
+): Result<RouteTable, PolicyIssue[]> {
+  const parsed = parseStructuredText(text, source.file, formatOf(source.file, source.format));
+  if (!parsed.ok) return parsed;
+  return routeTableFromValue(parsed.value.value, source, { ...options, locate: parsed.value.locate });
+}
+
+/** Validate an already-parsed value (e.g. built in a test) exactly as `parseRouteTable` validates text. */
+export function routeTableFromValue(
+  value: unknown,
+  source: RouteTableSource,
+  options: RouteTableOptions & { readonly locate?: Locate } = {},
+): Result<RouteTable, PolicyIssue[]> {
+  const file = source.file;
+  const schema = RouteTableSchema.safeParse(value);
+  if (!schema.success) {
+    const ctx = { file, root: RouteTableSchema, data: value, ...(options.locate ? { locate: options.locate } : {}) };
+    return err(fromZodIssues(schema.error.issues, ctx));
+  }
+  const doc = schema.data as RouteTableDocument;
+  const resolved = resolveRevisions(doc, source);
+  if (!resolved.ok) return resolved;
+  const draft: RouteTable = { ...doc, revisions: resolved.value, source: file, warnings: [] };
+  const issues = options.semantic === false ? [] : checkRouteTable(draft, options.locate ? { locate: options.locate } : {});
+  if (hasErrors(issues)) return err(issues);
+  return ok(deepFreeze({ ...draft, warnings: issues }));
+}
+
+function resolveRevisions(
+  doc: RouteTableDocument,
+  source: RouteTableSource,
+): Result<Record<string, ResolvedRevision>, PolicyIssue[]> {
+  const out: Record<string, ResolvedRevision> = {};
+  const issues: PolicyIssue[] = [];
+  for (const [name, rev] of Object.entries(doc.revisions)) {
+    if (rev.descriptor !== undefined) {
+      out[name] = { descriptor: rev.descriptor as CompatDescriptor, descriptorFile: null };
+      continue;
+    }
+    const ref = rev.descriptorFile!;
+    const r = readDescriptorFile(ref, name, source);
+    if (r.ok) out[name] = { descriptor: r.value, descriptorFile: ref };
+    else issues.push(...r.error);
+  }
+  return issues.length > 0 ? err(issues) : ok(out);
+}
+
+function readDescriptorFile(ref: string, revision: string, source: RouteTableSource): Result<CompatDescriptor, PolicyIssue[]> {
+  const at = ['revisions', revision, 'descriptorFile'];
+  const resolvedPath = descriptorPath(source.file, ref);
+  const contents = source.descriptorFiles?.[ref];
+  if (contents === undefined) {
+    return err([
+      issue(
+        source.file,
+        at,
+        `descriptor file "${ref}" was not read (parseRouteTable does no file I/O)`,
+        'load the table with loadRouteTable(file), or pass the file text in source.descriptorFiles',
+      ),
+    ]);
+  }
+  if (typeof contents !== 'string') {
+    return err([
+      issue(
+        source.file,
+        at,
+        `descriptor file "${ref}" (${resolvedPath}) cannot be read: ${contents.error}`,
+        'check the path: it is relative to the route table file',
+      ),
+    ]);
+  }
+  const parsed = parseStructuredText(contents, resolvedPath, formatOf(ref));
+  if (!parsed.ok) return parsed;
+  const d = CompatDescriptorSchema.safeParse(parsed.value.value);
+  if (!d.success) {
+    const ctx = { file: resolvedPath, root: CompatDescriptorSchema, data: parsed.value.value, locate: parsed.value.locate };
+    return err(fromZodIssues(d.error.issues, ctx));
+  }
+  return ok(d.data);
+}
+
+/** Where a `descriptorFile` lives: absolute as written, else relative to the table's directory. */
+export function descriptorPath(tableFile: string, ref: string): string {
+  return isAbsolute(ref) ? ref : join(dirname(tableFile), ref);
+}
+
+/** The `descriptorFile` paths a raw table value names (before validation), so they can be read up front. */
+export function descriptorFilesOf(value: unknown): string[] {
+  const revisions = (value as { revisions?: unknown } | null)?.revisions;
+  if (revisions === null || typeof revisions !== 'object') return [];
+  const files = Object.values(revisions as Record<string, unknown>)
+    .map((r) => (r !== null && typeof r === 'object' ? (r as { descriptorFile?: unknown }).descriptorFile : undefined))
+    .filter((f): f is string => typeof f === 'string' && f.length > 0);
+  return [...new Set(files)];
+}
+
+export interface LoadOptions extends RouteTableOptions {
+  readonly format?: TextFormat;
+  /** Injected for tests; defaults to reading UTF-8 from disk. */
+  readonly readText?: (path: string) => Promise<string>;
+}
+
+/** Read and validate a route table file and the descriptor files it names. I/O errors become issues. */
+export async function loadRouteTable(file: string, options: LoadOptions = {}): Promise<Result<RouteTable, PolicyIssue[]>> {
+  const read = options.readText ?? ((p: string) => readFile(p, 'utf8'));
+  let text: string;
+  try {
+    text = await read(file);
+  } catch (e) {
+    return err([issue(file, '(file)', `the route table cannot be read: ${ioReason(e)}`, 'check the path and its permissions')]);
+  }
+  const format = formatOf(file, options.format);
+  const pre = parseStructuredText(text, file, format);
+  if (!pre.ok) return pre;
+  const descriptorFiles: Record<string, string | { error: string }> = {};
+  for (const ref of descriptorFilesOf(pre.value.value)) {
+    try {
+      descriptorFiles[ref] = await read(descriptorPath(file, ref));
+    } catch (e) {
+      descriptorFiles[ref] = { error: ioReason(e) };
+    }
+  }
+  const semantic = options.semantic === undefined ? {} : { semantic: options.semantic };
+  return routeTableFromValue(pre.value.value, { file, format, descriptorFiles }, { ...semantic, locate: pre.value.locate });
+}
+
+function ioReason(e: unknown): string {
+  const code = (e as NodeJS.ErrnoException | undefined)?.code;
+  return code ?? (e instanceof Error ? e.message : String(e));
+}

@@ -1,0 +1,274 @@
+/**
+ * The route table's shape: pools (Envoy clusters) of declared revisions, served models with rollout cohorts,
+ * tenancy, the fallback chain and limits.
+ *
+ * Every object is `.strict()`: an unknown key is a typo until proven otherwise, and a typo in a routing policy is an
+ * outage or a cross-tenant leak. Messages name what is expected; `load.ts` adds the path, line and a fix.
+ * Semantic rules that need more than one field (unknown revisions, cluster/group conflicts, connector rules) live in
+ * `semantic.ts`.
+ */
+import { isIP } from 'node:net';
+import { z } from 'zod';
+import { CompatDescriptorSchema, type CompatDescriptor } from '../compat/descriptor.js';
+import type { PolicyIssue } from './issues.js';
+
+const nonEmpty = z.string().min(1, 'must not be empty');
+
+const HEADER_TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/** An HTTP header name; stored lower-cased because Envoy hands headers to ext_proc lower-cased. */
+export const HeaderNameSchema = z
+  .string()
+  .regex(HEADER_TOKEN, 'must be an HTTP header name (letters, digits, "-"), e.g. x-tenant-id')
+  .transform((s) => s.toLowerCase());
+
+/** `['*']` (any tenant, including anonymous ones) or an explicit list of tenant ids. */
+export const TenantListSchema = z
+  .array(nonEmpty)
+  .min(1, "must list at least one tenant, or ['*'] for any tenant")
+  .refine((l) => !l.includes('*') || l.length === 1, {
+    message: "'*' means any tenant and must be the only entry",
+    params: { fix: "use ['*'] alone, or list the tenants without '*'" },
+  });
+
+/** `ip:port` or `[ipv6]:port`: what Envoy's ORIGINAL_DST cluster connects to. Host names are not resolved. */
+export const EndpointAddressSchema = z.string().refine(isIpPort, {
+  message: "must be 'ip:port' (IPv4) or '[ipv6]:port', e.g. 10.0.0.12:8000",
+});
+
+function isIpPort(s: string): boolean {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|(\d{1,3}(?:\.\d{1,3}){3})):(\d{1,5})$/.exec(s);
+  if (!m) return false;
+  const port = Number(m[3]);
+  const host = m[1] ?? m[2]!;
+  return port >= 1 && port <= 65535 && isIP(host) === (m[1] === undefined ? 4 : 6);
+}
+
+const StatusUrlSchema = z.string().refine(
+  (s) => {
+    try {
+      const u = new URL(s);
+      return (u.protocol === 'http:' || u.protocol === 'https:') && u.port !== '';
+    } catch {
+      return false;
+    }
+  },
+  { message: "must be the sidecar's status URL with a port, e.g. http://10.0.0.12:9090" },
+);
+
+export const EndpointSchema = z
+  .object({
+    address: EndpointAddressSchema,
+    status: StatusUrlSchema.optional(),
+    /** Optional per-endpoint declaration (e.g. a heterogeneous pool); must fingerprint like the pool's revision. */
+    descriptor: CompatDescriptorSchema.optional(),
+  })
+  .strict();
+
+export const POOL_ROLES = ['prefill', 'decode', 'both'] as const;
+export type PoolRole = (typeof POOL_ROLES)[number];
+
+export const PoolSchema = z
+  .object({
+    name: nonEmpty,
+    cluster: nonEmpty.describe('the Envoy cluster name'),
+    role: z.enum(POOL_ROLES),
+    revision: nonEmpty,
+    endpoints: z.array(EndpointSchema).min(1, 'must list at least one endpoint ({ address: ip:port })'),
+    tenants: TenantListSchema.default(['*']),
+    maxInFlightPerEndpoint: z.number().int().positive().default(64),
+    draining: z.boolean().default(false),
+  })
+  .strict();
+
+export const RevisionSchema = z
+  .object({
+    descriptor: CompatDescriptorSchema.optional(),
+    descriptorFile: nonEmpty.describe('path relative to the route table').optional(),
+  })
+  .strict()
+  .refine((r) => (r.descriptor === undefined) !== (r.descriptorFile === undefined), {
+    message: 'needs exactly one of descriptor (inline) or descriptorFile (a path relative to the route table)',
+    params: { fix: 'keep either descriptor: {...} or descriptorFile: <path>, not both and not neither' },
+  });
+
+export const RolloutSchema = z
+  .object({
+    stable: nonEmpty,
+    candidate: nonEmpty.optional(),
+    /** Percent of new sessions (the candidate cohort) sent to `candidate`. */
+    weight: z.number().min(0, 'must be between 0 and 100').max(100, 'must be between 0 and 100').optional(),
+  })
+  .strict();
+
+export const ModelSchema = z
+  .object({
+    tenants: TenantListSchema,
+    rollout: RolloutSchema,
+  })
+  .strict();
+
+const MetadataSourceSchema = z
+  .object({
+    namespace: nonEmpty.describe('Envoy dynamic metadata namespace, e.g. envoy.filters.http.jwt_authn'),
+    path: z.array(nonEmpty).min(1, 'must name at least one key, e.g. [payload, tenant]'),
+  })
+  .strict();
+
+export const TenantSourceSchema = z
+  .object({ header: HeaderNameSchema.optional(), metadata: MetadataSourceSchema.optional() })
+  .strict()
+  .refine((s) => (s.header === undefined) !== (s.metadata === undefined), {
+    message: 'needs exactly one of header or metadata',
+    params: { fix: 'write source: { header: x-tenant-id } or source: { metadata: { namespace: ..., path: [...] } }' },
+  });
+
+export const PREFIX_SCOPES = ['tenant', 'tenant-user', 'shared'] as const;
+export type PrefixScope = (typeof PREFIX_SCOPES)[number];
+
+export const TenancySchema = z
+  .object({
+    source: TenantSourceSchema,
+    required: z.boolean(),
+    default: nonEmpty.optional(),
+    prefixScope: z.enum(PREFIX_SCOPES).default('tenant'),
+    userHeader: HeaderNameSchema.optional(),
+  })
+  .strict();
+
+export const SessionSchema = z
+  .object({
+    header: HeaderNameSchema.default('x-session-id'),
+    /** Lifetime of the `x-kvgate-binding` sticky token (kvgate extension; default one hour). */
+    bindingTtlMs: z.number().int().positive().default(3_600_000),
+  })
+  .strict();
+
+export const ContractSchema = z
+  .object({
+    ttlMs: z
+      .number()
+      .int()
+      .positive()
+      .max(600_000, 'must be at most 600000 (10 minutes): a contract is a replay window')
+      .default(30_000),
+  })
+  .strict();
+
+const QueueStepSchema = z
+  .object({
+    deadlineMs: z.number().int().positive(),
+    maxDepth: z.number().int().positive(),
+    order: z.enum(['fifo', 'edf']).default('fifo'),
+  })
+  .strict();
+const RouteViaStepSchema = z
+  .object({
+    revisions: z.array(nonEmpty).min(1, 'must name at least one revision'),
+    eligible: z
+      .object({ notPinned: z.boolean().default(true), noAdapter: z.boolean().default(true) })
+      .strict()
+      .default({ notPinned: true, noAdapter: true }),
+  })
+  .strict();
+const RecomputeStepSchema = z
+  .object({ prefillMsPerToken: z.number().positive(), maxPromptTokens: z.number().int().positive() })
+  .strict();
+const RefuseStepSchema = z.object({ retryAfterSeconds: z.number().int().min(0) }).strict();
+
+const FALLBACK_KINDS = ['queue', 'routeVia', 'recompute', 'refuse'] as const;
+export type FallbackKind = (typeof FALLBACK_KINDS)[number];
+
+/** One step of the fallback chain, written `{ queue: {...} }` etc. and read as a tagged union. */
+export const FallbackStepSchema = z
+  .object({
+    queue: QueueStepSchema.optional(),
+    routeVia: RouteViaStepSchema.optional(),
+    recompute: RecomputeStepSchema.optional(),
+    refuse: RefuseStepSchema.optional(),
+  })
+  .strict()
+  .refine((s) => FALLBACK_KINDS.filter((k) => s[k] !== undefined).length === 1, {
+    message: 'each fallback step has exactly one of queue, routeVia, recompute or refuse',
+    params: { fix: 'split it into one list item per step, e.g. - refuse: { retryAfterSeconds: 5 }' },
+  })
+  .transform((s): FallbackStepValue => {
+    if (s.queue) return { kind: 'queue', ...s.queue };
+    if (s.routeVia) return { kind: 'routeVia', ...s.routeVia };
+    if (s.recompute) return { kind: 'recompute', ...s.recompute };
+    return { kind: 'refuse', ...s.refuse! };
+  });
+
+type FallbackStepValue =
+  | ({ kind: 'queue' } & z.output<typeof QueueStepSchema>)
+  | ({ kind: 'routeVia' } & z.output<typeof RouteViaStepSchema>)
+  | ({ kind: 'recompute' } & z.output<typeof RecomputeStepSchema>)
+  | ({ kind: 'refuse' } & z.output<typeof RefuseStepSchema>);
+
+/** One fallback step, as the decision core reads it (`kind` tags the variant). */
+export type FallbackStep = DeepReadonly<FallbackStepValue>;
+
+export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+
+export const RouteTableSchema = z
+  .object({
+    version: z.literal(1, 'must be 1 (the only route-table format this kvgate reads)'),
+    revisions: z.record(nonEmpty, RevisionSchema),
+    models: z.record(nonEmpty, ModelSchema),
+    pools: z.array(PoolSchema).min(1, 'must declare at least one pool'),
+    tenancy: TenancySchema,
+    session: SessionSchema.default({ header: 'x-session-id', bindingTtlMs: 3_600_000 }),
+    connectorMode: z.enum(['strict', 'lenient']).default('strict'),
+    contract: ContractSchema.default({ ttlMs: 30_000 }),
+    fallback: z
+      .array(FallbackStepSchema)
+      .min(1, 'must have at least one step; end with { refuse: { retryAfterSeconds: 5 } }')
+      .default([{ kind: 'refuse', retryAfterSeconds: 5 }]),
+    limits: z
+      .object({ maxBodyBytes: z.number().int().positive().default(DEFAULT_MAX_BODY_BYTES) })
+      .strict()
+      .default({ maxBodyBytes: DEFAULT_MAX_BODY_BYTES }),
+  })
+  .strict();
+
+/** Deeply read-only view of parsed configuration: inner modules get frozen slices and never re-validate. */
+export type DeepReadonly<T> = T extends (...args: never[]) => unknown
+  ? T
+  : T extends readonly (infer U)[]
+    ? readonly DeepReadonly<U>[]
+    : T extends object
+      ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
+      : T;
+
+/** The table as written, after schema defaults (descriptor files not yet read). */
+export type RouteTableDocument = DeepReadonly<z.output<typeof RouteTableSchema>>;
+export type Pool = RouteTableDocument['pools'][number];
+export type PoolEndpoint = Pool['endpoints'][number];
+export type ServedModel = RouteTableDocument['models'][string];
+export type Rollout = ServedModel['rollout'];
+export type Tenancy = RouteTableDocument['tenancy'];
+export type TenantList = readonly string[];
+export type SessionConfig = RouteTableDocument['session'];
+export type Limits = RouteTableDocument['limits'];
+export type ConnectorMode = RouteTableDocument['connectorMode'];
+
+/** A revision with its descriptor in hand, wherever it was declared. */
+export interface ResolvedRevision {
+  readonly descriptor: CompatDescriptor;
+  /** The file it was read from (as written in the table), or null when declared inline. */
+  readonly descriptorFile: string | null;
+}
+
+/** A loaded, frozen route table: the document with every revision's descriptor resolved. */
+export type RouteTable = Omit<RouteTableDocument, 'revisions'> & {
+  readonly revisions: Readonly<Record<string, ResolvedRevision>>;
+  /** The file the table was read from (for issue messages). */
+  readonly source: string;
+  /** Non-blocking findings of the load (e.g. a connector version to recheck). */
+  readonly warnings: readonly PolicyIssue[];
+};
+
+/** True when `tenant` may use something restricted to `list`; a null tenant only passes `['*']`. */
+export function tenantAllowed(list: TenantList, tenant: string | null): boolean {
+  return list.includes('*') || (tenant !== null && list.includes(tenant));
+}

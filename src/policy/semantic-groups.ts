@@ -1,0 +1,189 @@
+/**
+ * Semantic checks about compatibility groups: what each revision fingerprints to, which clusters and endpoints
+ * belong to which group, and whether the KV connector can actually move blocks between a group's prefill and
+ * decode pools. These are the checks that keep a mixed-revision or untransferable route from ever being loaded.
+ */
+import { canonicalJson } from '../compat/canonical-json.js';
+import { checkDescriptor, checkTransfer } from '../compat/connector-rules.js';
+import type { CompatDescriptor } from '../compat/descriptor.js';
+import { describeFingerprintDiff, tryFingerprintOf } from '../compat/fingerprint.js';
+import { issue, listOf, type PathSegment, type PolicyIssue } from './issues.js';
+import type { Pool, RouteTable } from './schema.js';
+
+/** Shared state of one `checkRouteTable` run. */
+export interface CheckContext {
+  readonly table: RouteTable;
+  readonly file: string;
+  /** Fingerprint per revision; absent when the descriptor cannot be fingerprinted (already reported). */
+  readonly fingerprints: ReadonlyMap<string, string>;
+  add(path: readonly PathSegment[], message: string, fix: string, severity?: 'error' | 'warning'): void;
+}
+
+const short = (fp: string): string => fp.slice(0, 12);
+
+/** Every revision's fingerprint; a descriptor that cannot be normalised is reported here, once. */
+export function fingerprintRevisions(table: RouteTable, out: PolicyIssue[]): Map<string, string> {
+  const fps = new Map<string, string>();
+  for (const [name, rev] of Object.entries(table.revisions)) {
+    const r = tryFingerprintOf(rev.descriptor);
+    if (r.ok) fps.set(name, r.value);
+    else {
+      const at = rev.descriptorFile === null ? ['revisions', name, 'descriptor'] : ['revisions', name, 'descriptorFile'];
+      out.push(issue(table.source, at, `revision "${name}": ${r.error.reason}`, 'correct the descriptor fields named above'));
+    }
+  }
+  return fps;
+}
+
+/** Per-endpoint declared descriptors must fingerprint exactly like their pool's revision. */
+export function checkEndpointDescriptors(ctx: CheckContext): void {
+  ctx.table.pools.forEach((pool, i) => {
+    const fp = ctx.fingerprints.get(pool.revision);
+    const rev = ctx.table.revisions[pool.revision];
+    if (fp === undefined || rev === undefined) return;
+    pool.endpoints.forEach((ep, j) => {
+      if (ep.descriptor === undefined) return;
+      const at = ['pools', i, 'endpoints', j, 'descriptor'];
+      const r = tryFingerprintOf(ep.descriptor);
+      if (!r.ok) {
+        ctx.add(at, `endpoint ${ep.address}: ${r.error.reason}`, 'correct the descriptor fields named above');
+        return;
+      }
+      if (r.value === fp) return;
+      const diff = describeFingerprintDiff(rev.descriptor, ep.descriptor, { a: `revision ${pool.revision}`, b: ep.address });
+      ctx.add(
+        at,
+        `endpoint ${ep.address} of pool "${pool.name}" declares fingerprint ${short(r.value)}…, but the pool's revision ` +
+          `"${pool.revision}" is ${short(fp)}…, so one pool would mix two compatibility groups (${diff.join('; ')})`,
+        `move ${ep.address} to a pool of its own revision, or redeploy it with revision "${pool.revision}"'s configuration`,
+      );
+    });
+  });
+}
+
+/** One Envoy cluster is one group: Envoy load-balances inside a cluster, so all its pools need one revision. */
+export function checkClusters(ctx: CheckContext): void {
+  const firstByCluster = new Map<string, { pool: Pool; index: number }>();
+  ctx.table.pools.forEach((pool, i) => {
+    const first = firstByCluster.get(pool.cluster);
+    if (first === undefined) {
+      firstByCluster.set(pool.cluster, { pool, index: i });
+      return;
+    }
+    if (first.pool.revision !== pool.revision) {
+      ctx.add(
+        ['pools', i, 'cluster'],
+        `pools "${first.pool.name}" (revision ${first.pool.revision}) and "${pool.name}" (revision ${pool.revision}) ` +
+          `share Envoy cluster "${pool.cluster}"; a cluster must hold one compatibility group, or Envoy could send a ` +
+          'request of one revision to a worker of the other',
+        `give pool "${pool.name}" its own Envoy cluster (e.g. "${pool.cluster}_${pool.revision}")`,
+      );
+    }
+  });
+}
+
+/** Addresses must not appear twice in a pool, nor in pools of different revisions (one worker runs one revision). */
+export function checkAddresses(ctx: CheckContext): void {
+  const seen = new Map<string, { pool: Pool; index: number }>();
+  ctx.table.pools.forEach((pool, i) => {
+    const inPool = new Set<string>();
+    pool.endpoints.forEach((ep, j) => {
+      const at = ['pools', i, 'endpoints', j, 'address'];
+      if (inPool.has(ep.address)) {
+        ctx.add(at, `endpoint ${ep.address} is listed twice in pool "${pool.name}"`, 'remove the duplicate entry');
+        return;
+      }
+      inPool.add(ep.address);
+      const other = seen.get(ep.address);
+      if (other !== undefined && other.pool.revision !== pool.revision) {
+        ctx.add(
+          at,
+          `endpoint ${ep.address} is in pool "${other.pool.name}" (revision ${other.pool.revision}) and in pool ` +
+            `"${pool.name}" (revision ${pool.revision}); one worker serves one revision`,
+          `remove ${ep.address} from the pool whose revision it does not run`,
+        );
+      }
+      if (other === undefined) seen.set(ep.address, { pool, index: i });
+    });
+  });
+}
+
+/** Revisions split into prefill and decode pools must be transferable by their connector (e.g. no dynamic FP8 scales). */
+export function checkConnectorRules(ctx: CheckContext): void {
+  const { table } = ctx;
+  for (const [name, rev] of Object.entries(table.revisions)) {
+    const split = table.pools.filter((p) => p.revision === name && p.role !== 'both');
+    if (split.length === 0 || !ctx.fingerprints.has(name)) continue;
+    const v = checkDescriptor(rev.descriptor, table.connectorMode);
+    const at = rev.descriptorFile === null ? ['revisions', name, 'descriptor'] : ['revisions', name, 'descriptorFile'];
+    const pools = listOf(split.map((p) => p.name));
+    if (v.verdict === 'refuse') {
+      ctx.add(
+        at,
+        `revision "${name}" cannot be disaggregated, but pools ${pools} split it into prefill and decode: ${v.reasons.join('; ')}`,
+        `serve revision "${name}" from role: both pools only, or change its KV configuration so the connector can transfer it`,
+      );
+    }
+    for (const w of v.warnings) {
+      ctx.add(at, `revision "${name}": ${w}`, 'recheck the connector rules for this engine version', 'warning');
+    }
+  }
+}
+
+interface Member {
+  readonly label: string;
+  readonly descriptor: CompatDescriptor;
+  readonly path: readonly PathSegment[];
+}
+
+/**
+ * Within one group, every prefill-capable pool must be able to hand KV to every decode-capable pool: block sizes
+ * and vLLM's own NIXL handshake hash (which hashes the raw model path) are outside the fingerprint, so two
+ * revisions or endpoints of one group can still fail the handshake at run time.
+ */
+export function checkGroupTransfers(ctx: CheckContext): void {
+  const { table } = ctx;
+  const membersOf = (pool: Pool, i: number): Member[] => {
+    const rev = table.revisions[pool.revision];
+    if (rev === undefined) return [];
+    const own: Member[] = [{ label: `pool "${pool.name}" (revision ${pool.revision})`, descriptor: rev.descriptor, path: ['pools', i, 'revision'] }];
+    const fp = ctx.fingerprints.get(pool.revision);
+    pool.endpoints.forEach((ep, j) => {
+      // An endpoint of another group is reported by checkEndpointDescriptors; here only true members count.
+      const epFp = ep.descriptor === undefined ? undefined : tryFingerprintOf(ep.descriptor);
+      if (ep.descriptor !== undefined && epFp?.ok === true && epFp.value === fp) {
+        own.push({ label: `endpoint ${ep.address} of pool "${pool.name}"`, descriptor: ep.descriptor, path: ['pools', i, 'endpoints', j, 'descriptor'] });
+      }
+    });
+    return own;
+  };
+  const byGroup = new Map<string, { prefill: Member[]; decode: Member[]; split: boolean }>();
+  table.pools.forEach((pool, i) => {
+    const fp = ctx.fingerprints.get(pool.revision);
+    if (fp === undefined) return;
+    const g = byGroup.get(fp) ?? { prefill: [], decode: [], split: false };
+    byGroup.set(fp, g);
+    const members = membersOf(pool, i);
+    if (pool.role !== 'decode') g.prefill.push(...members);
+    if (pool.role !== 'prefill') g.decode.push(...members);
+    if (pool.role !== 'both') g.split = true;
+  });
+  const reported = new Set<string>();
+  for (const g of byGroup.values()) {
+    if (!g.split) continue;
+    for (const p of g.prefill) {
+      for (const d of g.decode) {
+        const key = `${canonicalJson(p.descriptor)}\n${canonicalJson(d.descriptor)}`;
+        if (p.descriptor === d.descriptor || reported.has(key)) continue;
+        const v = checkTransfer(p.descriptor, d.descriptor, table.connectorMode);
+        if (v.verdict !== 'refuse') continue;
+        reported.add(key);
+        ctx.add(
+          d.path,
+          `${p.label} and ${d.label} are one compatibility group, but KV cannot move from the first to the second: ${v.reasons.join('; ')}`,
+          'declare identical raw values (model path, block size, KV dtype) for every member of the group, or give them separate revisions and pools',
+        );
+      }
+    }
+  }
+}

@@ -1,0 +1,223 @@
+/**
+ * Checks beyond the schema: rules that span fields (a pool naming a revision, a model's tenants reaching a pool,
+ * a rollout that makes sense) and the compatibility-group rules in `semantic-groups.ts`. Each rule has its own
+ * message and fix, so a policy author can act on every finding without reading kvgate's source.
+ *
+ * `compileRouteTable` (re-exported here) turns a checked table into the frozen lookups the hot path uses.
+ */
+import { isGateOwnedHeader } from '../headers.js';
+import { closestMatch, issue, listOf, type PathSegment, type PolicyIssue } from './issues.js';
+import { tenantAllowed, type RouteTable } from './schema.js';
+import {
+  checkAddresses,
+  checkClusters,
+  checkConnectorRules,
+  checkEndpointDescriptors,
+  checkGroupTransfers,
+  fingerprintRevisions,
+  type CheckContext,
+} from './semantic-groups.js';
+import type { Locate } from './zod-issues.js';
+
+export { compileRouteTable, checkObservedEndpoints } from './compile.js';
+
+export interface CheckOptions {
+  /** Source positions, so issues carry a line number. */
+  readonly locate?: Locate;
+}
+
+/** Every semantic issue of a schema-valid table: errors block loading, warnings are reported alongside. */
+export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): PolicyIssue[] {
+  const out: PolicyIssue[] = [];
+  const fingerprints = fingerprintRevisions(table, out);
+  const ctx: CheckContext = {
+    table,
+    file: table.source,
+    fingerprints,
+    add(path, message, fix, severity = 'error') {
+      const pos = options.locate?.(path);
+      out.push(issue(table.source, path, message, fix, { severity, ...(pos ?? {}) }));
+    },
+  };
+  checkPoolNames(ctx);
+  checkRevisionReferences(ctx);
+  checkRollouts(ctx);
+  checkRoleCoverage(ctx);
+  checkModelTenants(ctx);
+  checkTenancy(ctx);
+  checkFallback(ctx);
+  checkEndpointDescriptors(ctx);
+  checkClusters(ctx);
+  checkAddresses(ctx);
+  checkConnectorRules(ctx);
+  checkGroupTransfers(ctx);
+  return out;
+}
+
+function checkPoolNames(ctx: CheckContext): void {
+  const seen = new Set<string>();
+  ctx.table.pools.forEach((pool, i) => {
+    if (seen.has(pool.name)) {
+      ctx.add(['pools', i, 'name'], `pool name "${pool.name}" is used twice`, 'give every pool a unique name');
+    }
+    seen.add(pool.name);
+  });
+}
+
+function unknownRevision(ctx: CheckContext, path: readonly PathSegment[], what: string, name: string): void {
+  const known = Object.keys(ctx.table.revisions);
+  if (Object.hasOwn(ctx.table.revisions, name)) return;
+  const guess = closestMatch(name, known);
+  ctx.add(
+    path,
+    `${what} names revision "${name}", which is not declared under revisions`,
+    guess ? `did you mean "${guess}"? Declared revisions: ${listOf(known)}` : `declare revisions.${name}, or use one of: ${listOf(known)}`,
+  );
+}
+
+function checkRevisionReferences(ctx: CheckContext): void {
+  const { table } = ctx;
+  table.pools.forEach((pool, i) => unknownRevision(ctx, ['pools', i, 'revision'], `pool "${pool.name}"`, pool.revision));
+  for (const [model, m] of Object.entries(table.models)) {
+    unknownRevision(ctx, ['models', model, 'rollout', 'stable'], `model "${model}" (rollout.stable)`, m.rollout.stable);
+    if (m.rollout.candidate !== undefined) {
+      unknownRevision(ctx, ['models', model, 'rollout', 'candidate'], `model "${model}" (rollout.candidate)`, m.rollout.candidate);
+    }
+  }
+  table.fallback.forEach((step, i) => {
+    if (step.kind !== 'routeVia') return;
+    step.revisions.forEach((r, j) => unknownRevision(ctx, ['fallback', i, 'routeVia', 'revisions', j], `fallback step ${i + 1} (routeVia)`, r));
+  });
+}
+
+function checkRollouts(ctx: CheckContext): void {
+  for (const [model, { rollout }] of Object.entries(ctx.table.models)) {
+    const at = ['models', model, 'rollout'];
+    if (rollout.candidate !== undefined && rollout.candidate === rollout.stable) {
+      ctx.add(
+        [...at, 'candidate'],
+        `model "${model}": the rollout candidate is the stable revision "${rollout.stable}", so there is nothing to roll out`,
+        'set candidate to the new revision, or remove candidate and weight when the rollout is finished',
+      );
+    }
+    if (rollout.weight !== undefined && rollout.candidate === undefined) {
+      ctx.add(
+        [...at, 'weight'],
+        `model "${model}": rollout.weight is ${rollout.weight} but there is no candidate revision to send that cohort to`,
+        'add rollout.candidate: <revision>, or remove weight',
+      );
+    }
+  }
+}
+
+/** A revision a model serves, or one split into prefill/decode pools, needs a way to run both halves. */
+function checkRoleCoverage(ctx: CheckContext): void {
+  const { table } = ctx;
+  const served = new Map<string, string>();
+  for (const [model, m] of Object.entries(table.models)) {
+    for (const r of [m.rollout.stable, m.rollout.candidate]) if (r !== undefined && !served.has(r)) served.set(r, model);
+  }
+  for (const name of Object.keys(table.revisions)) {
+    const roles = new Set(table.pools.filter((p) => p.revision === name).map((p) => p.role));
+    const at = ['revisions', name];
+    if (roles.size === 0) {
+      const model = served.get(name);
+      if (model !== undefined) {
+        ctx.add(at, `revision "${name}" is in model "${model}"'s rollout but has no pools`, `add pools with revision: ${name}, or take it out of the rollout`);
+      }
+      continue;
+    }
+    const canDecode = roles.has('decode') || roles.has('both');
+    const canPrefill = roles.has('prefill') || roles.has('both');
+    if (!canDecode) {
+      ctx.add(at, `revision "${name}" has prefill pools but no decode or both pool, so its prefilled KV has nowhere to go`, `add a pool with role: decode (or both) and revision: ${name}`);
+    }
+    if (!canPrefill) {
+      ctx.add(at, `revision "${name}" has decode pools but no prefill or both pool to compute its KV`, `add a pool with role: prefill (or both) and revision: ${name}`);
+    }
+  }
+}
+
+/** Tenants a model accepts must reach at least one revision that can serve them end to end. */
+function checkModelTenants(ctx: CheckContext): void {
+  const { table } = ctx;
+  for (const [model, m] of Object.entries(table.models)) {
+    const revisions = [m.rollout.stable, m.rollout.candidate].filter((r): r is string => r !== undefined);
+    const pools = table.pools.filter((p) => revisions.includes(p.revision));
+    if (pools.length === 0) continue; // reported by checkRoleCoverage
+    const serves = (tenant: string | null): boolean =>
+      revisions.some((r) => {
+        const ok = pools.filter((p) => p.revision === r && tenantAllowed(p.tenants, tenant));
+        const both = ok.some((p) => p.role === 'both');
+        return both || (ok.some((p) => p.role === 'decode') && ok.some((p) => p.role === 'prefill'));
+      });
+    const open = m.tenants.includes('*');
+    const missing = open ? (serves(null) ? [] : ['*']) : m.tenants.filter((t) => !serves(t));
+    if (missing.length === 0) continue;
+    const poolTenants = listOf(new Set(pools.flatMap((p) => [...p.tenants])));
+    ctx.add(
+      ['models', model, 'tenants'],
+      open
+        ? `model "${model}" accepts any tenant ('*'), but no prefill/decode (or both) pool of ${listOf(revisions)} serves every tenant (its pools serve: ${poolTenants})`
+        : `model "${model}" accepts tenant(s) ${listOf(missing)}, but no prefill/decode (or both) pool of ${listOf(revisions)} serves them (its pools serve: ${poolTenants})`,
+      open
+        ? `list the model's tenants explicitly, or set tenants: ['*'] on its pools`
+        : `add ${listOf(missing)} to the tenants of the model's pools, or remove them from models.${model}.tenants`,
+    );
+  }
+}
+
+function checkTenancy(ctx: CheckContext): void {
+  const { tenancy, session } = ctx.table;
+  const headers: [PathSegment[], string | undefined, string][] = [
+    [['tenancy', 'source', 'header'], tenancy.source.header, 'the tenant header'],
+    [['tenancy', 'userHeader'], tenancy.userHeader, 'the user header'],
+    [['session', 'header'], session.header, 'the session header'],
+  ];
+  for (const [path, name, what] of headers) {
+    if (name === undefined || !isGateOwnedHeader(name)) continue;
+    ctx.add(
+      path,
+      `${what} "${name}" is gate-owned: kvgate removes every client-sent x-kvgate-* (and GIE routing) header before reading any header`,
+      'use a header your authentication layer sets, e.g. x-tenant-id',
+    );
+  }
+  if (tenancy.required && tenancy.default !== undefined) {
+    ctx.add(
+      ['tenancy', 'default'],
+      `tenancy.default "${tenancy.default}" is never used because tenancy.required is true (a request without a tenant is refused)`,
+      'remove default, or set required: false to give unidentified requests that tenant',
+      'warning',
+    );
+  }
+  if (tenancy.prefixScope === 'tenant-user' && tenancy.userHeader === undefined) {
+    ctx.add(
+      ['tenancy', 'userHeader'],
+      "prefixScope tenant-user without userHeader takes the user from the request body's `user` field, which the client controls",
+      'set tenancy.userHeader to a header your authentication layer sets',
+      'warning',
+    );
+  }
+}
+
+function checkFallback(ctx: CheckContext): void {
+  const steps = ctx.table.fallback;
+  steps.forEach((step, i) => {
+    if (step.kind === 'refuse' && i < steps.length - 1) {
+      ctx.add(
+        ['fallback', i + 1],
+        `fallback steps after step ${i + 1} (refuse) never run`,
+        'move refuse to the end of the chain, or remove the steps after it',
+        'warning',
+      );
+    }
+  });
+  if (steps[steps.length - 1]?.kind !== 'refuse') {
+    ctx.add(
+      ['fallback'],
+      'the fallback chain does not end with refuse; a request that exhausts it is refused with a default retry-after',
+      'end the chain with { refuse: { retryAfterSeconds: <seconds> } }',
+      'warning',
+    );
+  }
+}

@@ -1,0 +1,148 @@
+/**
+ * Turns zod's issues into `PolicyIssue`s a policy author can act on: the path as they wrote it, what is wrong, a fix,
+ * and "did you mean" for a mistyped key or enum value (the most common route-table error).
+ */
+import type { z } from 'zod';
+import { closestMatch, issue, listOf, type PathSegment, type PolicyIssue } from './issues.js';
+
+/** Where a path sits in the source text, when the source kept positions. */
+export type Locate = (path: readonly PathSegment[], key?: boolean) => { line: number; column: number } | undefined;
+
+/** Minimal view of zod v4's schema internals, enough to find the keys an object at a data path accepts. */
+interface SchemaInternals {
+  _zod: {
+    def: {
+      type: string;
+      shape?: Record<string, unknown>;
+      element?: unknown;
+      valueType?: unknown;
+      innerType?: unknown;
+      in?: unknown;
+      options?: unknown[];
+    };
+  };
+  description?: string;
+}
+
+function internals(schema: unknown): SchemaInternals | undefined {
+  const s = schema as SchemaInternals | undefined;
+  return s && typeof s === 'object' && '_zod' in s ? s : undefined;
+}
+
+function unwrap(schema: unknown): SchemaInternals | undefined {
+  let s = internals(schema);
+  for (let i = 0; s && i < 16; i++) {
+    const d = s._zod.def;
+    if (d.innerType !== undefined) s = internals(d.innerType);
+    else if (d.type === 'pipe' && d.in !== undefined) s = internals(d.in);
+    else return s;
+  }
+  return s;
+}
+
+/** The schema that validates the value at `path` (record keys and array indices pass through). */
+export function schemaAt(root: unknown, path: readonly PathSegment[]): SchemaInternals | undefined {
+  let s = unwrap(root);
+  for (const seg of path) {
+    if (!s) return undefined;
+    const d = s._zod.def;
+    if (d.type === 'object' && typeof seg === 'string') s = unwrap(d.shape?.[seg]);
+    else if (d.type === 'array') s = unwrap(d.element);
+    else if (d.type === 'record') s = unwrap(d.valueType);
+    else return undefined;
+  }
+  return s;
+}
+
+function knownKeys(root: unknown, path: readonly PathSegment[]): string[] {
+  const s = schemaAt(root, path);
+  return s?._zod.def.type === 'object' ? Object.keys(s._zod.def.shape ?? {}) : [];
+}
+
+function valueAt(data: unknown, path: readonly PathSegment[]): unknown {
+  let v = data;
+  for (const seg of path) {
+    if (v === null || typeof v !== 'object') return undefined;
+    v = (v as Record<string | number, unknown>)[seg];
+  }
+  return v;
+}
+
+type ZodIssue = z.core.$ZodIssue;
+
+/** Convert every zod issue; `data` is the raw input (to suggest enum values for what was written). */
+export function fromZodIssues(
+  issues: readonly ZodIssue[],
+  ctx: { file: string; root: unknown; data: unknown; locate?: Locate; prefix?: readonly PathSegment[] },
+): PolicyIssue[] {
+  const out: PolicyIssue[] = [];
+  const prefix = ctx.prefix ?? [];
+  for (const zi of issues) {
+    const path = zi.path.filter((p): p is PathSegment => typeof p === 'string' || typeof p === 'number');
+    if (zi.code === 'unrecognized_keys') {
+      const known = knownKeys(ctx.root, path);
+      for (const key of zi.keys) {
+        const full = [...path, key];
+        const guess = closestMatch(key, known);
+        const fix = guess
+          ? `did you mean "${guess}"? Rename the key (keys accepted here: ${listOf(known)})`
+          : `remove it; keys accepted here: ${listOf(known)}`;
+        out.push(issue(ctx.file, [...prefix, ...full], `unknown key "${key}"`, fix, at(ctx.locate, full, true)));
+      }
+      continue;
+    }
+    const { message, fix } = describe(zi, path, ctx.root, valueAt(ctx.data, path));
+    out.push(issue(ctx.file, [...prefix, ...path], message, fix, at(ctx.locate, path, false)));
+  }
+  return out;
+}
+
+function at(locate: Locate | undefined, path: readonly PathSegment[], key: boolean) {
+  const pos = locate?.(path, key);
+  return pos ? { line: pos.line, column: pos.column } : {};
+}
+
+function describe(
+  zi: ZodIssue,
+  path: readonly PathSegment[],
+  root: unknown,
+  value: unknown,
+): { message: string; fix: string } {
+  const last = path[path.length - 1];
+  const name = typeof last === 'string' ? last : 'this value';
+  switch (zi.code) {
+    case 'invalid_type': {
+      if (value === undefined) {
+        const hint = schemaAt(root, path)?.description;
+        return {
+          message: `${name} is required (expected ${zi.expected})`,
+          fix: `add ${name}: <${zi.expected}>${hint ? ` (${hint})` : ''}`,
+        };
+      }
+      return { message: `expected ${zi.expected}, got ${kindOf(value)}`, fix: `write ${name} as a ${zi.expected}` };
+    }
+    case 'invalid_value': {
+      const allowed = zi.values.map((v) => String(v));
+      const guess = typeof value === 'string' ? closestMatch(value, allowed) : undefined;
+      const msg = zi.message.startsWith('Invalid') ? `${JSON.stringify(value)} is not allowed here` : zi.message;
+      const fix = guess ? `did you mean "${guess}"?` : `use one of: ${listOf(allowed)}`;
+      return { message: msg, fix };
+    }
+    case 'too_small':
+    case 'too_big':
+      return { message: zi.message, fix: `change ${name} to satisfy the limit` };
+    case 'custom': {
+      const fix = (zi.params as { fix?: unknown } | undefined)?.fix;
+      return { message: zi.message, fix: typeof fix === 'string' ? fix : `correct ${name} as the message says` };
+    }
+    default:
+      return { message: zi.message, fix: `correct ${name} as the message says` };
+  }
+}
+
+function kindOf(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'a list';
+  if (typeof v === 'object') return 'a mapping';
+  return `${typeof v} ${JSON.stringify(v)}`;
+}
