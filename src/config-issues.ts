@@ -62,6 +62,10 @@ export function fromZodIssues(
       }
       continue;
     }
+    if (issue.code === 'invalid_type' && issue.message.endsWith('received undefined')) {
+      out.push({ file, path: pathOf(issue.path), message: 'missing (required)', fix: `add it (a ${issue.expected})` });
+      continue;
+    }
     out.push({ file, path: pathOf(issue.path), message: issue.message, fix: fixFor(issue) });
   }
   return out;

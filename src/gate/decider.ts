@@ -13,6 +13,8 @@ export interface RawRequest {
   readonly path: string;
   /** Lower-cased headers with every gate-owned header removed. */
   readonly headers: Readonly<Record<string, string>>;
+  /** A client's `x-kvgate-binding` (signed sticky token), on any listener; removed before upstream all the same. */
+  readonly bindingToken?: string;
   /** Gate-owned headers as received. Trusted only when `listener` is `internal`. */
   readonly gateOwned: Readonly<Record<string, string>>;
   /** Which Envoy listener's filter opened the stream (gRPC initial metadata `x-kvgate-listener`). */

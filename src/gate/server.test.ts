@@ -72,7 +72,6 @@ const setHeaders = (resp: Msg): Record<string, string> =>
 
 describe('gate gRPC server', () => {
   let gate: GateServer | undefined;
-  const registry = new Registry();
   afterEach(() => {
     gate?.close();
     gate = undefined;

@@ -96,9 +96,10 @@ export class ExtProcSession {
     const h = this.#received.headers;
     this.#requestId = h[H.requestId] ?? this.#deps.newRequestId();
     this.#log = this.#deps.logger.child({ request_id: this.#requestId });
-    if (this.#listener === 'public' && this.#received.forged.length > 0) {
+    const forged = this.#received.forged.filter((n) => n !== H.binding);
+    if (this.#listener === 'public' && forged.length > 0) {
       this.#deps.metrics.forgedHeaders.inc();
-      this.#log.warn({ forged: this.#received.forged }, 'client sent gate-owned headers; removed');
+      this.#log.warn({ forged }, 'client sent gate-owned headers; removed');
     }
     if (endOfStream) return this.#decideAndAnswer('request_headers', false);
     if (this.#bodyMode !== undefined && !ROUTABLE_BODY_MODES.has(this.#bodyMode)) {
@@ -150,7 +151,9 @@ export class ExtProcSession {
 
   #rawRequest(withBody: boolean, truncated: boolean): RawRequest {
     const received = this.#received ?? { headers: {}, gateOwned: {}, forged: [] };
+    const binding = received.gateOwned[H.binding];
     const base = {
+      ...(binding === undefined ? {} : { bindingToken: binding }),
       requestId: this.#requestId || this.#deps.newRequestId(),
       method: received.headers[':method'] ?? 'GET',
       path: received.headers[':path'] ?? '/',

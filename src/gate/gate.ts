@@ -1,0 +1,95 @@
+/**
+ * A whole gate process, assembled: route table store (hot reload), keys, worker view, the ext_proc gRPC server
+ * and the admin HTTP port. Used by `kvgate gate`, the demo and the end-to-end tests, so they all run the same
+ * wiring.
+ */
+import type { Logger } from 'pino';
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import { isInsecureKeyRing, type KeyRing } from '../contract/keys.js';
+import { createInFlightTracker, createStaticWorkerView, type WorkerView } from '../decide/worker-view.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
+import { startAdminServer, type AdminServer } from './admin-http.js';
+import type { GateConfig } from './config.js';
+import { createGateMetrics } from './metrics.js';
+import { createPolicyStore, type PolicyStore } from './policy-store.js';
+import { createRouteDecider, type RoutingState } from './route-decider.js';
+import { startGateServer, type GateServer } from './server.js';
+
+export interface RunningGate {
+  readonly grpcPort: number;
+  readonly adminPort: number | null;
+  readonly policy: PolicyStore;
+  readonly registry: Registry;
+  status(): unknown;
+  /** SIGTERM behaviour: NOT_SERVING, finish streams in flight (bounded), stop everything. */
+  drain(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface StartGateDeps {
+  readonly logger: Logger;
+  readonly keys: KeyRing;
+  readonly registry?: Registry;
+  readonly now?: () => number;
+  /** Replace the worker view built from the table (the live poller, or a test's view). */
+  readonly viewFor?: (table: CompiledRouteTable) => WorkerView;
+  readonly defaultMetrics?: boolean;
+}
+
+export async function startGate(config: GateConfig, deps: StartGateDeps): Promise<RunningGate> {
+  const registry = deps.registry ?? new Registry();
+  if (deps.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'kvgate_process_' });
+  const log = deps.logger;
+  if (isInsecureKeyRing(deps.keys)) log.warn('using INSECURE development keys (keys.devSeed): never do this in production');
+  const created = await createPolicyStore({ file: config.policyPath, logger: log, registry, ...(deps.now ? { now: deps.now } : {}) });
+  if (!created.ok) throw new Error(`the route table cannot be used:\n${created.message}`);
+  const policy = created.store;
+  const inFlight = createInFlightTracker();
+  const viewFor = deps.viewFor ?? ((t: CompiledRouteTable) => createStaticWorkerView(t, inFlight));
+  let state: RoutingState = { table: policy.current(), view: viewFor(policy.current()) };
+  policy.onSwap((table) => {
+    state = { table, view: viewFor(table) };
+  });
+  policy.watch();
+  const now = deps.now ?? Date.now;
+  const grpc: GateServer = await startGateServer({
+    decider: createRouteDecider({ state: () => state, keys: deps.keys, inFlight, now }),
+    logger: log,
+    metrics: createGateMetrics(registry),
+    listen: config.listen,
+    gieHeaders: config.envoy.gieHeaders,
+    drainAnnounceMs: config.drain.announceMs,
+    drainGraceMs: config.drain.graceMs,
+    now,
+  });
+  let draining = false;
+  const status = () => ({
+    serving: !draining,
+    policy: { file: config.policyPath, version: policy.version(), lastReload: policy.lastReload() },
+    streams: grpc.activeStreams(),
+    inFlight: Object.fromEntries(inFlight.snapshot()),
+    workerViewAgeMs: state.view.ageMs ?? null,
+  });
+  const admin: AdminServer | null =
+    config.admin === ''
+      ? null
+      : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining });
+  const close = async () => {
+    policy.close();
+    grpc.close();
+    await admin?.close();
+  };
+  return {
+    grpcPort: grpc.port,
+    adminPort: admin?.port ?? null,
+    policy,
+    registry,
+    status,
+    async drain() {
+      draining = true;
+      await grpc.drain();
+      await close();
+    },
+    close,
+  };
+}

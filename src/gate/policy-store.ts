@@ -1,0 +1,159 @@
+/**
+ * The route table the gate routes by, and its hot reload. A reload parses, validates and compiles the whole file
+ * first and swaps the reference in one assignment; a file that fails any check never replaces the table in use,
+ * and the reason is kept for `/status`, the log and `kvgate_policy_reloads_total{result="rejected"}`.
+ */
+import { createHash } from 'node:crypto';
+import { watch, type FSWatcher } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
+import { formatPolicyIssues } from '../policy/issues.js';
+import { loadRouteTable } from '../policy/load.js';
+
+export interface ReloadResult {
+  readonly ok: boolean;
+  readonly version: string;
+  readonly atMs: number;
+  /** Formatted issues when rejected; warnings when accepted. */
+  readonly message: string;
+}
+
+export interface PolicyStore {
+  current(): CompiledRouteTable;
+  /** Short content hash of the table in use. */
+  version(): string;
+  lastReload(): ReloadResult;
+  /** Re-read the file; swaps only if everything checks out. Concurrent calls share one reload. */
+  reload(reason: string): Promise<ReloadResult>;
+  /** Reload when the file (or its folder entry, for editors that rename) changes. */
+  watch(debounceMs?: number): void;
+  /** Listeners called after a successful swap (e.g. to rebuild the worker view). */
+  onSwap(fn: (table: CompiledRouteTable) => void): void;
+  close(): void;
+}
+
+interface Deps {
+  readonly file: string;
+  readonly logger: Logger;
+  readonly registry: Registry;
+  readonly now?: () => number;
+}
+
+/** Load the table once (failing loudly) and return a store that reloads it. */
+export async function createPolicyStore(deps: Deps): Promise<{ ok: true; store: PolicyStore } | { ok: false; message: string }> {
+  const first = await loadCompiled(deps.file);
+  if (!first.ok) return first;
+  return { ok: true, store: new FilePolicyStore(deps, first.table, first.version, first.warnings) };
+}
+
+async function loadCompiled(
+  file: string,
+): Promise<{ ok: true; table: CompiledRouteTable; version: string; warnings: string } | { ok: false; message: string }> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (e) {
+    return { ok: false, message: `${file}: cannot read the route table: ${(e as Error).message}` };
+  }
+  const loaded = await loadRouteTable(file, { readText: async (f) => (f === file ? text : readFile(f, 'utf8')) });
+  if (!loaded.ok) return { ok: false, message: formatPolicyIssues(loaded.error) };
+  const version = createHash('sha256').update(text).digest('hex').slice(0, 12);
+  return { ok: true, table: compileRouteTable(loaded.value), version, warnings: formatPolicyIssues(loaded.value.warnings) };
+}
+
+class FilePolicyStore implements PolicyStore {
+  readonly #deps: Deps;
+  readonly #reloads: Counter<'result'>;
+  readonly #info: Gauge<'version'>;
+  readonly #swapListeners: Array<(t: CompiledRouteTable) => void> = [];
+  #table: CompiledRouteTable;
+  #version: string;
+  #last: ReloadResult;
+  #inFlight: Promise<ReloadResult> | undefined;
+  #watcher: FSWatcher | undefined;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(deps: Deps, table: CompiledRouteTable, version: string, warnings: string) {
+    this.#deps = deps;
+    this.#table = table;
+    this.#version = version;
+    this.#last = { ok: true, version, atMs: (deps.now ?? Date.now)(), message: warnings };
+    this.#reloads = new Counter({
+      name: 'kvgate_policy_reloads_total',
+      help: 'Route table reloads by result (applied, unchanged, rejected).',
+      labelNames: ['result'] as const,
+      registers: [deps.registry],
+    });
+    this.#info = new Gauge({
+      name: 'kvgate_policy_info',
+      help: 'The route table in use (value 1), labelled with its content hash.',
+      labelNames: ['version'] as const,
+      registers: [deps.registry],
+    });
+    this.#info.set({ version }, 1);
+    if (warnings) deps.logger.warn({ warnings }, 'route table loaded with warnings');
+  }
+
+  current = (): CompiledRouteTable => this.#table;
+  version = (): string => this.#version;
+  lastReload = (): ReloadResult => this.#last;
+  onSwap(fn: (table: CompiledRouteTable) => void): void {
+    this.#swapListeners.push(fn);
+  }
+
+  reload(reason: string): Promise<ReloadResult> {
+    this.#inFlight ??= this.#reload(reason).finally(() => {
+      this.#inFlight = undefined;
+    });
+    return this.#inFlight;
+  }
+
+  async #reload(reason: string): Promise<ReloadResult> {
+    const log = this.#deps.logger.child({ policy: this.#deps.file, reason });
+    const now = (this.#deps.now ?? Date.now)();
+    const next = await loadCompiled(this.#deps.file);
+    if (!next.ok) {
+      this.#reloads.inc({ result: 'rejected' });
+      this.#last = { ok: false, version: this.#version, atMs: now, message: next.message };
+      log.error({ issues: next.message, kept: this.#version }, 'route table reload rejected; keeping the table in use');
+      return this.#last;
+    }
+    if (next.version === this.#version) {
+      this.#reloads.inc({ result: 'unchanged' });
+      this.#last = { ok: true, version: next.version, atMs: now, message: next.warnings };
+      return this.#last;
+    }
+    const previous = this.#version;
+    this.#table = next.table; // the atomic swap: requests decided from now on see the new table
+    this.#version = next.version;
+    this.#info.reset();
+    this.#info.set({ version: next.version }, 1);
+    this.#reloads.inc({ result: 'applied' });
+    this.#last = { ok: true, version: next.version, atMs: now, message: next.warnings };
+    for (const fn of this.#swapListeners) fn(next.table);
+    log.info({ from: previous, to: next.version, warnings: next.warnings || undefined }, 'route table reloaded');
+    return this.#last;
+  }
+
+  watch(debounceMs = 200): void {
+    if (this.#watcher) return;
+    const dir = path.dirname(this.#deps.file);
+    const base = path.basename(this.#deps.file);
+    // Watch the folder: editors and ConfigMap updates replace the file (rename), which a file watch would miss.
+    this.#watcher = watch(dir, (_event, name) => {
+      if (name !== null && name !== base && !name.startsWith('..')) return;
+      clearTimeout(this.#timer);
+      this.#timer = setTimeout(() => void this.reload('file changed'), debounceMs);
+    });
+    this.#watcher.on('error', (e) => this.#deps.logger.error({ err: e }, 'route table watch failed; reload with SIGHUP'));
+  }
+
+  close(): void {
+    clearTimeout(this.#timer);
+    this.#watcher?.close();
+    this.#watcher = undefined;
+  }
+}
