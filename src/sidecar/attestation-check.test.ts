@@ -1,0 +1,64 @@
+import { describe, expect, it } from 'vitest';
+import { fingerprintOf, groupIdOf } from '../compat/fingerprint.js';
+import { exampleDescriptor } from '../compat/testing.js';
+import { mintAttestation } from '../contract/attestation.js';
+import type { TransferContract } from '../contract/contract.js';
+import { createDevKeyRing } from '../contract/keys.js';
+import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from '../contract/testing.js';
+import { checkAttestedTransfer, type AttestationCheckInput } from './attestation-check.js';
+
+const keys = createDevKeyRing('sidecar-test');
+const descriptor = exampleDescriptor();
+const FP = fingerprintOf(descriptor);
+const contractFields = { ...exampleContractFields(), fingerprint: FP, groupId: groupIdOf(FP, 'tenant:acme') };
+const contract: TransferContract = { kind: 'contract', ...contractFields };
+
+function params(edit: Partial<ReturnType<typeof exampleAttestationFields>> = {}, signer = keys): Record<string, unknown> {
+  const a = { ...exampleAttestationFields(), fingerprint: FP, groupId: contract.groupId, promptTokens: 41, ...edit };
+  return { do_remote_prefill: true, remote_engine_id: a.engineId, remote_block_ids: [1, 2, 3], remote_host: 'h', remote_port: 5600, kvgate: mintAttestation(a, signer) };
+}
+
+function input(p: Record<string, unknown>, edit: Partial<AttestationCheckInput> = {}): AttestationCheckInput {
+  return { params: p, contract, descriptor, fingerprint: FP, localPromptTokens: 41, compatMode: 'strict', keys, nowMs: TEST_NOW_MS + 1, ...edit };
+}
+
+const codeOf = (r: ReturnType<typeof checkAttestedTransfer>) => (r.ok ? 'ok' : `${r.error.error.code}/${r.error.reason}`);
+
+describe('checkAttestedTransfer', () => {
+  it('accepts a matching attestation and strips it from the params the worker gets', () => {
+    const r = checkAttestedTransfer(input(params()));
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.value.params).not.toHaveProperty('kvgate');
+    expect(r.value.params['remote_block_ids']).toEqual([1, 2, 3]);
+    expect(r.value.attestation.promptTokens).toBe(41);
+  });
+
+  it('refuses a prompt token count this worker does not reproduce, naming both counts', () => {
+    const r = checkAttestedTransfer(input(params(), { localPromptTokens: 39 }));
+    expect(codeOf(r)).toBe('incompatible_transfer/prompt_tokens_mismatch');
+    expect(r.ok ? '' : r.error.error.reason).toContain("prefill tokenized 41 tokens, this decode worker's tokenizer gives 39: tokenizer or chat template differ");
+  });
+
+  it('refuses missing, forged, expired, misdirected and spliced attestations', () => {
+    const { kvgate: _t, ...bare } = params();
+    expect(codeOf(checkAttestedTransfer(input(bare)))).toBe('attestation_invalid/missing');
+    expect(codeOf(checkAttestedTransfer(input(params({}, createDevKeyRing('other')))))).toBe('attestation_invalid/bad_signature');
+    expect(codeOf(checkAttestedTransfer(input(params(), { nowMs: TEST_NOW_MS + 31_000 })))).toBe('attestation_invalid/expired');
+    expect(codeOf(checkAttestedTransfer(input(params({ requestId: 'req-9' }))))).toBe('attestation_invalid/request_mismatch');
+    expect(codeOf(checkAttestedTransfer(input({ ...params(), remote_engine_id: 'other-engine' })))).toBe('attestation_invalid/engine_mismatch');
+  });
+
+  it('refuses another revision or group as mixed_revision', () => {
+    expect(codeOf(checkAttestedTransfer(input(params({ fingerprint: 'e'.repeat(64) }))))).toBe('mixed_revision/fingerprint_mismatch');
+    expect(codeOf(checkAttestedTransfer(input(params({ groupId: 'g_x' }))))).toBe('mixed_revision/group_mismatch');
+  });
+
+  it("applies the connector's rules to the attested geometry", () => {
+    expect(codeOf(checkAttestedTransfer(input(params({ layout: 'NHD' }))))).toBe('incompatible_transfer/layout_mismatch');
+    // A larger prefill block size than decode's cannot be pulled by NixlConnector.
+    const r = checkAttestedTransfer(input(params({ blockSize: 32 })));
+    expect(codeOf(r)).toBe('incompatible_transfer/transfer_rules');
+    expect(r.ok ? '' : r.error.error.reason).toContain('block size');
+  });
+});

@@ -1,0 +1,74 @@
+/**
+ * The decode side's last check before its worker consumes any KV: the prefill sidecar's signed attestation against
+ * the contract, this worker's own fingerprint and prompt token count, the `kv_transfer_params` it came with, and the
+ * connector's transfer rules for the attested block size and layout. Pure.
+ *
+ * Codes: a fingerprint or group that is not the contract's is 409 `mixed_revision`; a prompt token count, layout or
+ * connector rule that does not fit is 409 `incompatible_transfer` (the KV would be read as something else); a
+ * missing, forged, expired or misdirected attestation is 409 `attestation_invalid`.
+ */
+import type { CompatDescriptor } from '../compat/descriptor.js';
+import { checkTransfer, type CompatMode } from '../compat/connector-rules.js';
+import { verifyAttestation, type Attestation, type AttestationFailure } from '../contract/attestation.js';
+import type { TransferContract } from '../contract/contract.js';
+import type { KeyRing } from '../contract/keys.js';
+import { err, KvgateError, ok, type ErrorCode, type Result } from '../errors.js';
+import { ATTESTATION_KEY } from './openai-body.js';
+
+export interface AttestationCheckInput {
+  /** The `kv_transfer_params` the prefill leg returned (with the attestation under `kvgate`). */
+  readonly params: Readonly<Record<string, unknown>>;
+  readonly contract: TransferContract;
+  readonly descriptor: CompatDescriptor;
+  readonly fingerprint: string;
+  /** The prompt token count THIS worker's tokenizer and template give for the request. */
+  readonly localPromptTokens: number;
+  readonly compatMode: CompatMode;
+  readonly keys: KeyRing;
+  readonly nowMs: number;
+}
+
+export interface AttestationRefusal {
+  readonly error: KvgateError;
+  readonly reason: AttestationFailure['reason'] | 'missing' | 'engine_mismatch' | 'transfer_rules';
+}
+
+const refuse = (reason: AttestationRefusal['reason'], code: ErrorCode, message: string): { ok: false; error: AttestationRefusal } =>
+  err({ reason, error: new KvgateError(code, message) });
+
+const CODE_BY_REASON: Partial<Record<AttestationFailure['reason'], ErrorCode>> = {
+  fingerprint_mismatch: 'mixed_revision',
+  group_mismatch: 'mixed_revision',
+  prompt_tokens_mismatch: 'incompatible_transfer',
+  layout_mismatch: 'incompatible_transfer',
+};
+
+/** Verify an attested transfer; on success, the `kv_transfer_params` to give the local worker (attestation removed). */
+export function checkAttestedTransfer(input: AttestationCheckInput): Result<{ attestation: Attestation; params: Record<string, unknown> }, AttestationRefusal> {
+  const { [ATTESTATION_KEY]: token, ...params } = input.params;
+  if (typeof token !== 'string') {
+    return refuse('missing', 'attestation_invalid', 'the prefill leg returned kv_transfer_params without a kvgate attestation; KV of unknown origin is never consumed');
+  }
+  const verified = verifyAttestation(token, input.keys, input.nowMs, { contract: input.contract, fingerprint: input.fingerprint, layout: input.descriptor.kvCache.layout });
+  if (!verified.ok) {
+    const f = verified.error;
+    return refuse(f.reason, CODE_BY_REASON[f.reason] ?? 'attestation_invalid', f.message);
+  }
+  const a = verified.value;
+  if (a.promptTokens !== input.localPromptTokens) {
+    return refuse(
+      'prompt_tokens_mismatch',
+      'incompatible_transfer',
+      `prefill tokenized ${a.promptTokens} tokens, this decode worker's tokenizer gives ${input.localPromptTokens}: tokenizer or chat template differ; the prefilled KV would be read against the wrong positions`,
+    );
+  }
+  if (params['remote_engine_id'] !== a.engineId) {
+    return refuse('engine_mismatch', 'attestation_invalid', `the attestation covers engine ${a.engineId}, but kv_transfer_params point at engine ${String(params['remote_engine_id'])}; the parameters were not the ones attested`);
+  }
+  const prefillSide: CompatDescriptor = { ...input.descriptor, kvCache: { ...input.descriptor.kvCache, blockSize: a.blockSize, layout: a.layout } };
+  const verdict = checkTransfer(prefillSide, input.descriptor, input.compatMode);
+  if (verdict.verdict === 'refuse') {
+    return refuse('transfer_rules', 'incompatible_transfer', `the attested transfer breaks the connector's rules: ${verdict.reasons.join('; ')}`);
+  }
+  return ok({ attestation: a, params });
+}

@@ -1,0 +1,145 @@
+/**
+ * `kvgate sidecar`: the composition root of one sidecar process. Reads the config (a file, or flags for the
+ * common case), loads the key ring, starts the sidecar, and on SIGTERM/SIGINT drains (no new work, in-flight
+ * requests finish, bounded by `drainGraceMs`) before it exits. Every config problem is printed with its file, path
+ * and fix, and the process exits before opening a port.
+ *
+ *   kvgate sidecar --config sidecar.yaml
+ *   kvgate sidecar --role decode --worker http://127.0.0.1:8000 --descriptor rev-a.yaml --listen 0.0.0.0:9090 --keys keys.yaml
+ */
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { formatIssues, type ConfigIssue } from '../config-issues.js';
+import { createDevKeyRing, loadKeyRing, type KeyRing } from '../contract/keys.js';
+import { err, ok, type Result } from '../errors.js';
+import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
+import { createSidecar } from './server.js';
+
+export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
+       kvgate sidecar --role prefill|decode --worker URL --descriptor FILE [--listen host:port]
+                      (--keys FILE | --dev-keys SEED) [--prefill-via direct|URL] [--on-transfer-failure fail|recompute]
+
+Runs beside one vLLM worker: probes it against its declared descriptor, verifies transfer contracts, and
+(decode) coordinates the prefill leg and verifies its attestation before any KV is consumed.
+`;
+
+const OPTIONS = {
+  config: { type: 'string' },
+  role: { type: 'string' },
+  worker: { type: 'string' },
+  descriptor: { type: 'string' },
+  listen: { type: 'string' },
+  keys: { type: 'string' },
+  'dev-keys': { type: 'string' },
+  'prefill-via': { type: 'string' },
+  'on-transfer-failure': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** Where the process's signals and output go; replaceable in tests. */
+export interface CommandIo {
+  readonly signals: Pick<NodeJS.Process, 'once' | 'off'>;
+  readonly stdout: (text: string) => void;
+  readonly stderr: (text: string) => void;
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** Called with the listening URL once the sidecar serves (tests wait on it). */
+  readonly onReady?: (url: string) => void;
+}
+
+const processIo = (): CommandIo => ({
+  signals: process,
+  stdout: (t) => process.stdout.write(t),
+  stderr: (t) => process.stderr.write(t),
+  env: process.env,
+});
+
+/** Flags -> a config, with the same validation and messages as a config file. */
+export async function configFromArgs(argv: readonly string[]): Promise<Result<SidecarConfig | 'help', ConfigIssue[]>> {
+  let values: ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values'];
+  try {
+    values = parseArgs({ args: [...argv], options: OPTIONS, strict: true, allowPositionals: false }).values;
+  } catch (e) {
+    return err([{ file: 'command line', path: '', message: (e as Error).message, fix: 'see kvgate sidecar --help' }]);
+  }
+  if (values.help === true) return ok('help');
+  if (values.config !== undefined) {
+    const others = Object.keys(values).filter((k) => k !== 'config');
+    if (others.length > 0) return err([{ file: 'command line', path: '', message: `--config cannot be combined with --${others.join(', --')}`, fix: 'put those settings in the config file' }]);
+    return loadSidecarConfig(values.config);
+  }
+  if (values.descriptor === undefined) {
+    return err([{ file: 'command line', path: 'descriptor', message: 'no --descriptor and no --config', fix: 'pass --config FILE, or --descriptor FILE with --role and --worker' }]);
+  }
+  const descriptor = await loadDescriptorFile(values.descriptor);
+  if (!descriptor.ok) return descriptor;
+  const via = values['prefill-via'];
+  const raw: Record<string, unknown> = {
+    role: values.role,
+    worker: values.worker,
+    descriptor: descriptor.value,
+    ...(values.listen === undefined ? {} : { listen: values.listen }),
+    ...(values.keys !== undefined ? { keys: { file: values.keys } } : values['dev-keys'] !== undefined ? { keys: { devSeed: values['dev-keys'] } } : {}),
+    ...(via === undefined ? {} : { prefill: { via: via === 'direct' ? 'direct' : { envoy: via } } }),
+    ...(values['on-transfer-failure'] === undefined ? {} : { onTransferFailure: values['on-transfer-failure'] }),
+  };
+  return parseSidecarConfig(raw, 'command line');
+}
+
+/** The key ring the config names; a dev seed gives INSECURE deterministic keys (the caller warns). */
+export function keysFor(config: SidecarConfig, env: CommandIo['env']): Result<KeyRing, string> {
+  const k = config.keys!;
+  if (k.devSeed !== undefined) return ok(createDevKeyRing(k.devSeed));
+  if (k.env !== undefined && (env[k.env] ?? '').trim() === '') {
+    return err(`keys.env names the environment variable ${k.env}, which is not set; export it with the key-file JSON {"current":"k1","keys":{"k1":"<base64>"},"salt":"<base64>"}`);
+  }
+  const loaded = k.file !== undefined ? loadKeyRing({ file: k.file }) : loadKeyRing({ env: { KVGATE_KEYS: env[k.env ?? 'KVGATE_KEYS'] } });
+  return loaded.ok ? loaded : err(loaded.error.reason);
+}
+
+/** `kvgate sidecar ...`: resolves to the exit code once the sidecar has drained and closed (or failed to start). */
+export async function sidecarCommand(argv: readonly string[], io: CommandIo = processIo()): Promise<number> {
+  const parsed = await configFromArgs(argv);
+  if (!parsed.ok) {
+    io.stderr(`kvgate sidecar: invalid configuration\n${formatIssues(parsed.error)}\n`);
+    return 2;
+  }
+  if (parsed.value === 'help') {
+    io.stdout(SIDECAR_USAGE);
+    return 0;
+  }
+  const config = parsed.value;
+  const keys = keysFor(config, io.env);
+  if (!keys.ok) {
+    io.stderr(`kvgate sidecar: ${keys.error}\n`);
+    return 2;
+  }
+  const logger = pino({ level: config.log.level, base: { component: 'sidecar', role: config.role } });
+  if (config.keys?.devSeed !== undefined) logger.warn({ event: 'insecure_keys' }, 'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production');
+  let sidecar: Awaited<ReturnType<typeof createSidecar>>;
+  try {
+    sidecar = await createSidecar(config, { logger, registry: new Registry(), keys: keys.value });
+  } catch (e) {
+    io.stderr(`kvgate sidecar: cannot start on ${config.listen}: ${(e as Error).message}\n`);
+    return 1;
+  }
+  const s = sidecar.status();
+  logger.info({ event: 'listening', url: sidecar.url, fingerprint: config.fingerprint, verified: s.verified, reasons: s.reasons }, 'sidecar listening');
+  io.onReady?.(sidecar.url);
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string): void => {
+      io.signals.off('SIGTERM', onTerm);
+      io.signals.off('SIGINT', onInt);
+      logger.info({ event: 'signal', signal }, 'draining before exit');
+      const grace = new Promise<void>((r) => setTimeout(r, config.drainGraceMs).unref());
+      void Promise.race([sidecar.drain(), grace]).then(resolve);
+    };
+    const onTerm = (): void => stop('SIGTERM');
+    const onInt = (): void => stop('SIGINT');
+    io.signals.once('SIGTERM', onTerm);
+    io.signals.once('SIGINT', onInt);
+  });
+  await sidecar.close();
+  logger.info({ event: 'exit', inFlight: sidecar.status().inFlight }, 'sidecar stopped');
+  return 0;
+}

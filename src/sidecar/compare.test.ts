@@ -1,0 +1,112 @@
+import { describe, expect, it } from 'vitest';
+import { exampleDescriptor } from '../compat/testing.js';
+import { compareObservation, type Observation } from './compare.js';
+
+const okv = <T>(value: T) => ({ ok: true as const, value });
+const TOK = 'a'.repeat(64);
+const CHAT = 'b'.repeat(64);
+const GEN = 'c'.repeat(64);
+
+function goodObservation(): Observation {
+  return {
+    version: okv('0.14.2'),
+    models: okv([{ id: 'meta-llama/Llama-3.1-8B-Instruct', root: 'meta-llama/Llama-3.1-8B-Instruct', parent: null, maxModelLen: 4096 }]),
+    cacheConfig: okv({ block_size: '16', cache_dtype: 'auto', kv_cache_layout: 'HND', calculate_kv_scales: 'False', sliding_window: 'None', enable_prefix_caching: 'True' }),
+    canaries: { tokenizer: okv(TOK), chatTemplate: okv(CHAT) },
+  };
+}
+
+const declared = exampleDescriptor((d) => {
+  d.canaries = { tokenizer: TOK, chatTemplate: CHAT };
+});
+
+describe('compareObservation', () => {
+  it('verifies a worker whose every exposed field agrees, and lists the rest as declared-only', () => {
+    const v = compareObservation(declared, goodObservation());
+    expect(v.reasons).toEqual([]);
+    expect(v.verified).toBe(true);
+    expect(v.measured).toMatchObject({ 'engine.version': '0.14.2', 'kvCache.blockSize': 16, 'canaries.tokenizer': TOK, maxModelLen: 4096, enablePrefixCaching: true });
+    // No endpoint exposes these: they are trusted, and the status says so.
+    expect(v.declaredOnly).toEqual(expect.arrayContaining(['model.revision', 'architecture.attentionBackend', 'architecture.position.ropeTheta', 'modelDtype']));
+    expect(v.declaredOnly).not.toContain('tokenizer.revision');
+    expect(v.declaredOnly).not.toContain('engine.version');
+    expect(v.declaredOnly).not.toContain('kvCache.layout');
+  });
+
+  it('a generation canary that agrees verifies the weights revision', () => {
+    const d = exampleDescriptor((x) => {
+      x.canaries = { tokenizer: TOK, chatTemplate: CHAT, generation: GEN };
+    });
+    const v = compareObservation(d, { ...goodObservation(), canaries: { tokenizer: okv(TOK), chatTemplate: okv(CHAT), generation: okv(GEN) } });
+    expect(v.verified).toBe(true);
+    expect(v.declaredOnly).not.toContain('model.revision');
+  });
+
+  it('names each disagreeing field with both values', () => {
+    const o: Observation = {
+      ...goodObservation(),
+      version: okv('0.15.0'),
+      cacheConfig: okv({ block_size: '32', cache_dtype: 'fp8', kv_cache_layout: 'NHD', calculate_kv_scales: 'True', sliding_window: '4096' }),
+      canaries: { tokenizer: okv('f'.repeat(64)), chatTemplate: okv(CHAT) },
+    };
+    const v = compareObservation(declared, o);
+    expect(v.verified).toBe(false);
+    const text = v.reasons.join('\n');
+    expect(text).toContain('engine version: the worker reports vLLM "0.15.0"');
+    expect(text).toContain('KV block size');
+    expect(text).toContain('cache_dtype="fp8"');
+    expect(text).toContain('KV cache layout');
+    expect(text).toContain('sliding window');
+    expect(text).toMatch(/tokenizer canary digest ffffffffffff… differs from the declared aaaaaaaaaaaa…: the worker's tokenizer is not meta-llama\/Llama-3.1-8B-Instruct rev 0e9e39f/);
+    expect(v.reasons).toHaveLength(6);
+  });
+
+  it('flags dynamic fp8 scales declared as static, and a raw dtype spelling vLLM would hash differently', () => {
+    const fp8 = exampleDescriptor((x) => {
+      x.kvCache = { dtype: 'fp8', scaleScheme: 'static-checkpoint', blockSize: 16, layout: 'HND' };
+    });
+    const scales = compareObservation(fp8, { ...goodObservation(), cacheConfig: okv({ block_size: '16', cache_dtype: 'fp8', calculate_kv_scales: 'True' }) });
+    expect(scales.reasons.join()).toContain('KV scale scheme');
+    const spelling = compareObservation(fp8, { ...goodObservation(), cacheConfig: okv({ block_size: '16', cache_dtype: 'fp8_e4m3', calculate_kv_scales: 'False' }) });
+    expect(spelling.reasons).toHaveLength(1);
+    expect(spelling.reasons[0]).toContain('NIXL handshake hashes the raw');
+  });
+
+  it('a worker serving other weights (root) or missing its adapter is unverified', () => {
+    const o = goodObservation();
+    const other = compareObservation(declared, { ...o, models: okv([{ id: 'x', root: 'org/other-model', parent: null, maxModelLen: null }]) });
+    expect(other.reasons.join()).toContain('"org/other-model"');
+    const withAdapter = exampleDescriptor((x) => {
+      x.adapter = { id: 'sql-lora', revision: 'r1' };
+    });
+    expect(compareObservation(withAdapter, o).reasons.join()).toContain('no LoRA card for "sql-lora"');
+    const served = compareObservation(withAdapter, {
+      ...o,
+      models: okv([{ id: 'meta-llama/Llama-3.1-8B-Instruct', root: 'meta-llama/Llama-3.1-8B-Instruct', parent: null, maxModelLen: 4096 }, { id: 'sql-lora', root: '/loras/sql', parent: 'meta-llama/Llama-3.1-8B-Instruct', maxModelLen: null }]),
+    });
+    expect(served.verified).toBe(true);
+    expect(served.declaredOnly).toContain('adapter.revision');
+    expect(served.declaredOnly).not.toContain('adapter.id');
+  });
+
+  it('checks the configured served model name', () => {
+    expect(compareObservation(declared, goodObservation(), { servedModelName: 'llama' }).reasons.join()).toContain('served model name "llama"');
+  });
+
+  it('fails closed when the worker is down or a declared canary cannot be measured', () => {
+    const down = compareObservation(declared, { down: 'http://127.0.0.1:1/version: ECONNREFUSED' });
+    expect(down).toMatchObject({ verified: false, reasons: [expect.stringContaining('down or unreachable: http://127.0.0.1:1/version: ECONNREFUSED')] });
+    const noTokenize = compareObservation(declared, { ...goodObservation(), canaries: { tokenizer: { ok: false, error: 'HTTP 404' }, chatTemplate: okv(CHAT) } });
+    expect(noTokenize.reasons).toEqual([expect.stringContaining('tokenizer canary: could not be measured (HTTP 404)')]);
+    // Without a declared digest the same failure is not a disagreement: the field just stays declared-only.
+    const undeclared = compareObservation(exampleDescriptor(), { ...goodObservation(), canaries: { tokenizer: { ok: false, error: 'HTTP 404' } } });
+    expect(undeclared.verified).toBe(true);
+    expect(undeclared.declaredOnly).toContain('tokenizer.revision');
+  });
+
+  it('an engine without cache_config_info leaves the cache fields declared-only', () => {
+    const v = compareObservation(declared, { ...goodObservation(), cacheConfig: okv(null) });
+    expect(v.verified).toBe(true);
+    expect(v.declaredOnly).toEqual(expect.arrayContaining(['kvCache.dtype', 'kvCache.layout', 'kvCache.blockSize']));
+  });
+});

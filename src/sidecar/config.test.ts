@@ -1,0 +1,96 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { fingerprintOf } from '../compat/fingerprint.js';
+import { exampleDescriptorInput } from '../compat/testing.js';
+import { formatIssues } from '../config-issues.js';
+import { configFromArgs, keysFor } from './command.js';
+import { loadSidecarConfig, parseSidecarConfig } from './config.js';
+
+const base = () => ({ role: 'decode', worker: 'http://127.0.0.1:8000', descriptor: exampleDescriptorInput(), keys: { devSeed: 'x' } });
+
+let dir: string;
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(tmpdir(), 'kvgate-sidecar-config-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('parseSidecarConfig', () => {
+  it('applies fail-closed defaults and computes the fingerprint once', () => {
+    const r = parseSidecarConfig(base(), 'sidecar.yaml');
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.value).toMatchObject({ listen: '0.0.0.0:9090', onTransferFailure: 'fail', compatMode: 'strict', tenantScopes: ['*'], prefill: { via: { envoy: 'http://127.0.0.1:10001' }, maxAttempts: 3 } });
+    expect(r.value.fingerprint).toBe(fingerprintOf(r.value.descriptor));
+    expect(Object.isFrozen(r.value)).toBe(true);
+  });
+
+  it('reports unknown keys with a did-you-mean, and bad values with path and fix', () => {
+    const r = parseSidecarConfig({ ...base(), onTransferFailur: 'recompute', role: 'both', prefill: { via: 'direkt' } }, 'sidecar.yaml');
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    const text = formatIssues(r.error);
+    expect(text).toContain('sidecar.yaml: onTransferFailur: unknown key "onTransferFailur" - fix: did you mean "onTransferFailure"?');
+    expect(text).toMatch(/sidecar\.yaml: role: .* fix: use one of: "prefill", "decode"/);
+    expect(text).toContain('prefill.via');
+  });
+
+  it('needs exactly one descriptor source and some keys', () => {
+    const { descriptor: _d, ...noDescriptor } = base();
+    expect(parseSidecarConfig(noDescriptor, 'f').ok).toBe(false);
+    const { keys: _k, ...noKeys } = base();
+    const r = parseSidecarConfig(noKeys, 'f');
+    expect(r.ok ? '' : formatIssues(r.error)).toContain('f: keys: no signing keys configured');
+    expect(parseSidecarConfig({ ...base(), keys: { devSeed: 'x', file: 'k.yaml' } }, 'f').ok).toBe(false);
+  });
+
+  it('refuses a descriptor that cannot be fingerprinted, naming the field', () => {
+    const bad = base();
+    bad.descriptor.modelDtype = 'auto';
+    const r = parseSidecarConfig(bad, 'f');
+    expect(r.ok ? '' : formatIssues(r.error)).toContain('modelDtype');
+  });
+});
+
+describe('loading from files and flags', () => {
+  it('resolves descriptorFile relative to the config file', async () => {
+    await writeFile(path.join(dir, 'rev-a.yaml'), stringify(exampleDescriptorInput()));
+    const { descriptor: _d, ...rest } = base();
+    await writeFile(path.join(dir, 'sidecar.yaml'), stringify({ ...rest, descriptorFile: 'rev-a.yaml' }));
+    const r = await loadSidecarConfig(path.join(dir, 'sidecar.yaml'));
+    expect(r.ok && r.value.descriptor.model.id).toBe('meta-llama/Llama-3.1-8B-Instruct');
+    const missing = await loadSidecarConfig(path.join(dir, 'nope.yaml'));
+    expect(missing.ok ? '' : formatIssues(missing.error)).toContain('cannot read the file');
+  });
+
+  it('builds the same config from flags', async () => {
+    await writeFile(path.join(dir, 'd.json'), JSON.stringify(exampleDescriptorInput()));
+    const r = await configFromArgs(['--role', 'prefill', '--worker', 'http://127.0.0.1:8001', '--descriptor', path.join(dir, 'd.json'), '--listen', '127.0.0.1:0', '--dev-keys', 'seed', '--prefill-via', 'direct']);
+    expect(r.ok && r.value !== 'help' && { role: r.value.role, listen: r.value.listen, via: r.value.prefill.via, keys: r.value.keys }).toEqual({ role: 'prefill', listen: '127.0.0.1:0', via: 'direct', keys: { devSeed: 'seed' } });
+    const bad = await configFromArgs(['--role', 'prefill', '--bogus']);
+    expect(bad.ok).toBe(false);
+    const mixed = await configFromArgs(['--config', 'a.yaml', '--role', 'decode']);
+    expect(mixed.ok ? '' : formatIssues(mixed.error)).toContain('--config cannot be combined with --role');
+  });
+});
+
+describe('keysFor', () => {
+  it('loads a key file, reads a named environment variable, and says which variable is missing', async () => {
+    const secret = Buffer.alloc(32, 7).toString('base64');
+    const keyJson = JSON.stringify({ current: 'k1', keys: { k1: secret }, salt: secret });
+    await writeFile(path.join(dir, 'keys.json'), keyJson);
+    const withFile = parseSidecarConfig({ ...base(), keys: { file: path.join(dir, 'keys.json') } }, 'f');
+    if (!withFile.ok) throw new Error('config');
+    const fromFile = keysFor(withFile.value, {});
+    expect(fromFile.ok && fromFile.value.currentId).toBe('k1');
+    const withEnv = parseSidecarConfig({ ...base(), keys: { env: 'MY_KEYS' } }, 'f');
+    if (!withEnv.ok) throw new Error('config');
+    expect(keysFor(withEnv.value, {})).toEqual({ ok: false, error: expect.stringContaining('MY_KEYS, which is not set') });
+    const fromEnv = keysFor(withEnv.value, { MY_KEYS: keyJson });
+    expect(fromEnv.ok && fromEnv.value.currentId).toBe('k1');
+  });
+});

@@ -1,0 +1,177 @@
+/**
+ * `kvgate sidecar --config FILE`: one sidecar's settings. Validated once, strictly (unknown keys are errors with a
+ * "did you mean"), before any port opens; inner modules get the frozen result and never re-validate.
+ *
+ * The descriptor is the worker's declared identity (inline, or a file relative to the config). Everything else has a
+ * default that fails closed: transfer failures fail instead of silently recomputing, unknown connector versions are
+ * refused (`compatMode: strict`), and the prefill leg goes back through Envoy so the gate checks every hop.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
+import { tryFingerprintOf } from '../compat/fingerprint.js';
+import { fromZodIssues, keysAtPath, type ConfigIssue } from '../config-issues.js';
+import { err, ok, type Result } from '../errors.js';
+
+const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9090');
+
+const httpUrl = z.string().refine(
+  (s) => {
+    try {
+      const u = new URL(s);
+      return (u.protocol === 'http:' || u.protocol === 'https:') && u.username === '' && u.search === '' && u.hash === '';
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be an http(s) URL without credentials or query, e.g. http://127.0.0.1:8000' },
+);
+
+const PrefillViaSchema = z.union([
+  z.literal('direct').describe("POST straight to the contract's prefill endpoint (tests, or meshes without an internal listener)"),
+  z.object({ envoy: httpUrl.describe("Envoy's internal listener, e.g. http://127.0.0.1:10001") }).strict(),
+]);
+
+export const SidecarConfigSchema = z
+  .object({
+    role: z.enum(['prefill', 'decode']),
+    /** The local vLLM worker this sidecar guards, e.g. http://127.0.0.1:8000. */
+    worker: httpUrl,
+    listen: hostPort.default('0.0.0.0:9090'),
+    /** This sidecar's ip:port as the route table lists it; sent back as `x-kvgate-served-by` so retries can exclude it. */
+    advertise: hostPort.optional(),
+    descriptor: CompatDescriptorSchema.optional(),
+    /** A YAML/JSON descriptor file, relative to this config file. */
+    descriptorFile: z.string().min(1).optional(),
+    /** The worker's `--served-model-name`, when it differs from the model path. */
+    servedModelName: z.string().min(1).optional(),
+    keys: z
+      .object({
+        file: z.string().min(1).optional(),
+        env: z.string().min(1).optional(),
+        /** Deterministic INSECURE keys derived from this seed: for the local demo and tests only. */
+        devSeed: z.string().min(1).optional(),
+      })
+      .strict()
+      .refine((k) => [k.file, k.env, k.devSeed].filter((v) => v !== undefined).length === 1, {
+        message: 'set exactly one of keys.file, keys.env or keys.devSeed',
+      })
+      .optional(),
+    /** Tenant prefix scopes this worker may serve (`tenant:acme`, `shared`...); `['*']` trusts the gate's choice. */
+    tenantScopes: z.array(z.string().min(1)).min(1, "list at least one scope, or ['*']").default(['*']),
+    probe: z
+      .object({
+        intervalMs: z.number().int().min(100).default(15_000),
+        timeoutMs: z.number().int().min(50).default(5_000),
+        /** The greedy generation canary costs a short completion: run it when a digest is declared, always, or never. */
+        generation: z.enum(['declared', 'always', 'never']).default('declared'),
+      })
+      .strict()
+      .default({ intervalMs: 15_000, timeoutMs: 5_000, generation: 'declared' }),
+    prefill: z
+      .object({
+        via: PrefillViaSchema.default({ envoy: 'http://127.0.0.1:10001' }),
+        /** Attempts in all (1 = no retry); only 502/503/504 and connection failures are retried. */
+        maxAttempts: z.number().int().min(1).max(10).default(3),
+        backoffMs: z.number().int().min(0).default(50),
+        maxBackoffMs: z.number().int().min(0).default(1_000),
+        timeoutMs: z.number().int().min(100).default(120_000),
+      })
+      .strict()
+      .default({ via: { envoy: 'http://127.0.0.1:10001' }, maxAttempts: 3, backoffMs: 50, maxBackoffMs: 1_000, timeoutMs: 120_000 }),
+    /** What a decode worker does when the KV transfer fails before any token reached the client. */
+    onTransferFailure: z.enum(['fail', 'recompute']).default('fail'),
+    /** `strict` refuses transfers whose connector version kvgate has no rules for; `lenient` warns. */
+    compatMode: z.enum(['strict', 'lenient']).default('strict'),
+    /** Limit for one call to the local worker, a whole streamed completion included. */
+    workerTimeoutMs: z.number().int().min(100).default(600_000),
+    maxInFlight: z.number().int().positive().default(256),
+    maxBodyBytes: z.number().int().positive().default(8 * 1024 * 1024),
+    attestationTtlMs: z.number().int().min(1_000).default(60_000),
+    /** How long SIGTERM waits for in-flight requests before the command exits anyway. */
+    drainGraceMs: z.number().int().min(0).default(30_000),
+    log: z
+      .object({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') })
+      .strict()
+      .default({ level: 'info' }),
+  })
+  .strict();
+
+export type SidecarConfigInput = z.input<typeof SidecarConfigSchema>;
+type Parsed = z.infer<typeof SidecarConfigSchema>;
+
+/** A validated, frozen sidecar config: the descriptor resolved and its fingerprint computed once. */
+export type SidecarConfig = Omit<Parsed, 'descriptor' | 'descriptorFile'> & {
+  readonly descriptor: CompatDescriptor;
+  readonly fingerprint: string;
+};
+
+/**
+ * Validate a config object (parsed from a file, built from flags, or written in a test). `file` names the source in
+ * messages; `loadedDescriptor` is the parsed content of `descriptorFile` (the file loaders supply it).
+ */
+export function parseSidecarConfig(
+  raw: unknown,
+  file: string,
+  loadedDescriptor?: unknown,
+): Result<SidecarConfig, ConfigIssue[]> {
+  const parsed = SidecarConfigSchema.safeParse(raw ?? {});
+  if (!parsed.success) return err(fromZodIssues(file, parsed.error.issues, (p) => keysAtPath(SidecarConfigSchema, p)));
+  const { descriptor: inline, descriptorFile, ...rest } = parsed.data;
+  if ((inline === undefined) === (descriptorFile === undefined)) {
+    return err([{ file, path: 'descriptor', message: 'needs exactly one of descriptor (inline) or descriptorFile', fix: 'keep either descriptor: {...} or descriptorFile: <path>' }]);
+  }
+  let descriptor = inline;
+  if (descriptor === undefined) {
+    const d = CompatDescriptorSchema.safeParse(loadedDescriptor);
+    if (!d.success) return err(fromZodIssues(`${file} -> ${descriptorFile}`, d.error.issues, (p) => keysAtPath(CompatDescriptorSchema, p)));
+    descriptor = d.data;
+  }
+  const fp = tryFingerprintOf(descriptor);
+  if (!fp.ok) return err([{ file, path: 'descriptor', message: fp.error.reason, fix: 'correct the descriptor as the message says' }]);
+  if (rest.keys === undefined) {
+    return err([{ file, path: 'keys', message: 'no signing keys configured', fix: 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)' }]);
+  }
+  return ok(deepFreeze({ ...rest, descriptor, fingerprint: fp.value }));
+}
+
+/** Read and validate a YAML/JSON config file (and its descriptorFile). I/O failures are issues, not exceptions. */
+export async function loadSidecarConfig(file: string): Promise<Result<SidecarConfig, ConfigIssue[]>> {
+  const text = await readText(file, 'check the path given to --config');
+  if (!text.ok) return text;
+  const raw = parseText(text.value, file);
+  if (!raw.ok) return raw;
+  const descriptorFile = (raw.value as Record<string, unknown> | null)?.['descriptorFile'];
+  if (typeof descriptorFile !== 'string') return parseSidecarConfig(raw.value, file);
+  const resolved = path.isAbsolute(descriptorFile) ? descriptorFile : path.join(path.dirname(path.resolve(file)), descriptorFile);
+  const dtext = await readText(resolved, 'check descriptorFile (relative to the config file)');
+  if (!dtext.ok) return dtext;
+  const draw = parseText(dtext.value, resolved);
+  if (!draw.ok) return draw;
+  return parseSidecarConfig(raw.value, file, draw.value);
+}
+
+/** Read and validate a descriptor file on its own (the `--descriptor FILE` flag). */
+export async function loadDescriptorFile(file: string): Promise<Result<unknown, ConfigIssue[]>> {
+  const text = await readText(file, 'check the path given to --descriptor');
+  if (!text.ok) return text;
+  return parseText(text.value, file);
+}
+
+async function readText(file: string, fix: string): Promise<Result<string, ConfigIssue[]>> {
+  try {
+    return ok(await readFile(file, 'utf8'));
+  } catch (e) {
+    return err([{ file, path: '', message: `cannot read the file: ${(e as Error).message}`, fix }]);
+  }
+}
+
+function parseText(text: string, file: string): Result<unknown, ConfigIssue[]> {
+  try {
+    return ok(file.endsWith('.json') ? JSON.parse(text) : parseYaml(text));
+  } catch (e) {
+    return err([{ file, path: '', message: `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`, fix: 'fix the syntax at the position shown' }]);
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * What a role handler needs from the running sidecar, as one explicit object: config, keys, injected clock, fetch,
+ * logger and metrics, and the abort signal that fires when the sidecar closes. Handlers never reach for globals.
+ */
+import type { Logger } from 'pino';
+import type { KeyRing } from '../contract/keys.js';
+import type { SidecarConfig } from './config.js';
+import type { FetchFn } from './http-io.js';
+import type { SidecarMetrics } from './metrics.js';
+
+/** Header the prefill sidecar answers with (its `advertise` ip:port), so a retry can exclude the endpoint that failed. */
+export const SERVED_BY_HEADER = 'x-kvgate-served-by';
+
+/** Header on a retried prefill leg: the ip:port endpoints of the group that already failed, comma-separated. */
+export const RETRY_EXCLUDE_HEADER = 'x-kvgate-retry-exclude';
+
+export interface SidecarContext {
+  readonly config: SidecarConfig;
+  readonly keys: KeyRing;
+  readonly fetch: FetchFn;
+  readonly now: () => number;
+  readonly logger: Logger;
+  readonly metrics: SidecarMetrics;
+  /** The worker's base URL without a trailing slash. */
+  readonly workerUrl: string;
+  /** Fires when the sidecar closes: every upstream call listens to it. */
+  readonly closed: AbortSignal;
+  /** Remember the engine id the local worker reported (prefill role), for the status page. */
+  noteEngineId(id: string): void;
+}
+
+/** One request as the role handlers see it after the shared checks (body parsed, contract not yet verified). */
+export interface IncomingCall {
+  readonly endpoint: 'completions' | 'chat';
+  readonly path: string;
+  readonly body: Record<string, unknown>;
+  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+  /** `x-request-id`, when present. */
+  readonly requestId: string | undefined;
+  /** Aborted when the client goes away or the sidecar closes. */
+  readonly signal: AbortSignal;
+  readonly logger: Logger;
+}
+
+/** A single-valued request header. */
+export function headerValue(headers: IncomingCall['headers'], name: string): string | undefined {
+  const v = headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** Headers forwarded to every upstream: the request id, and the client's credentials for the worker's API key. */
+export function forwardHeaders(call: IncomingCall, requestId: string): Record<string, string> {
+  const out: Record<string, string> = { 'x-request-id': requestId };
+  const auth = headerValue(call.headers, 'authorization');
+  if (auth !== undefined) out['authorization'] = auth;
+  return out;
+}

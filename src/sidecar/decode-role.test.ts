@@ -1,0 +1,281 @@
+/**
+ * The decode role end to end with simulated workers (prefill sim <- prefill sidecar <- decode sidecar -> decode sim),
+ * the prefill leg in direct mode: tokens equal the non-disaggregated baseline, every bad contract or attestation is
+ * refused before any KV is consumed, retries stay inside the group, transfer failures recompute or fail cleanly.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { metricValue, postJson, postSse, scrape, startTestSim } from '../sim/testing.js';
+import type { SimServer } from '../sim/server.js';
+import { createDevKeyRing } from '../contract/keys.js';
+import { contractFor, endpointOf, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar } from './testing.js';
+
+const MODEL = '/models/acme-llama-3-8b';
+const PROMPT = 'The quick brown fox jumps over the lazy dog. Kubernetes operators reconcile state.';
+const CHAT = [{ role: 'user', content: 'Explain KV caches in one sentence, please.' }];
+
+const open: { close(): Promise<void> }[] = [];
+const track = <T extends { close(): Promise<void> }>(x: T): T => {
+  open.push(x);
+  return x;
+};
+afterAll(async () => {
+  for (const x of open.reverse()) await x.close();
+});
+
+let prefillSim: SimServer;
+let decodeSim: SimServer;
+let P: TestSidecar;
+let D: TestSidecar;
+beforeAll(async () => {
+  prefillSim = track(await startTestSim());
+  decodeSim = track(await startTestSim());
+  P = await startTestSidecar(sidecarConfigFor(prefillSim, 'prefill'));
+  track(P.sidecar);
+  D = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode'));
+  track(D.sidecar);
+});
+
+let n = 0;
+function contract(edit: Parameters<typeof contractFor>[2] = {}, prefill: string | null = endpointOf(P.sidecar.url)) {
+  return contractFor(D.config.fingerprint, prefill, { requestId: `dec-${++n}`, ...edit });
+}
+
+const completion = (extra: Record<string, unknown> = {}) => ({ model: MODEL, prompt: PROMPT, max_tokens: 12, temperature: 0, return_token_ids: true, ...extra });
+const chat = (extra: Record<string, unknown> = {}) => ({ model: MODEL, messages: CHAT, max_tokens: 10, temperature: 0, return_token_ids: true, ...extra });
+
+async function baseline(path: string, body: Record<string, unknown>): Promise<number[]> {
+  const r = await postJson(`${decodeSim.url}${path}`, body);
+  expect(r.status).toBe(200);
+  // The baseline's blocks would let D skip the pull (a prefix-cache hit); forget them so D must read P's KV.
+  decodeSim.resetPrefixCache();
+  return r.body.choices[0].token_ids as number[];
+}
+
+const streamedIds = (events: unknown[]): number[] =>
+  events.flatMap((e) => (typeof e === 'object' && e !== null ? ((e as { choices?: { token_ids?: number[] }[] }).choices ?? []).flatMap((c) => c.token_ids ?? []) : []));
+
+describe('decode role, disaggregated', () => {
+  it('a completion through P and D gives the token ids of the non-disaggregated baseline, with KV pulled from P', async () => {
+    const expected = await baseline('/v1/completions', completion());
+    const pulledBefore = metricValue(await scrape(decodeSim), 'kvgate_sim_kv_blocks_pulled_total');
+    const c = contract();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), gateHeaders(c));
+    expect(r.status).toBe(200);
+    expect(r.body.choices[0].token_ids).toEqual(expected);
+    // 19 prompt tokens, block size 16: both blocks came from P (the prefix cache was reset after the baseline).
+    expect(metricValue(await scrape(decodeSim), 'kvgate_sim_kv_blocks_pulled_total') - pulledBefore).toBe(2);
+    // The decode worker got the original request plus P's params, the attestation stripped.
+    const sent = D.spy.workCalls(decodeSim.url).filter((x) => x.url.endsWith('/v1/completions')).at(-1)!;
+    expect(sent.body).toMatchObject({ max_tokens: 12, kv_transfer_params: { do_remote_prefill: true, remote_engine_id: prefillSim.engineId } });
+    expect((sent.body as { kv_transfer_params: object }).kv_transfer_params).not.toHaveProperty('kvgate');
+    expect(sent.headers['x-request-id']).toBe(c.requestId);
+    expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_requests_total{role="decode",outcome="served",code=""}');
+  });
+
+  it('a streamed chat through P and D streams the baseline token ids and ends with [DONE]', async () => {
+    const expected = await baseline('/v1/chat/completions', chat());
+    const r = await postSse(`${D.sidecar.url}/v1/chat/completions`, chat({ stream: true }), gateHeaders(contract()));
+    expect(r.status).toBe(200);
+    expect(streamedIds(r.events)).toEqual(expected);
+    expect(r.events.at(-1)).toBe('[DONE]');
+  });
+
+  it('a contract without a prefill leg is served locally, without calling any prefill worker', async () => {
+    const expected = await baseline('/v1/completions', completion());
+    P.spy.reset();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), gateHeaders(contract({}, null)));
+    expect(r.status).toBe(200);
+    expect(r.body.choices[0].token_ids).toEqual(expected);
+    expect(P.spy.calls).toEqual([]);
+  });
+});
+
+describe('decode role refusals before any KV is consumed', () => {
+  async function refusedBeforeAnyCall(headers: Record<string, string>, body = completion()) {
+    D.spy.reset();
+    P.spy.reset();
+    const promptTokensBefore = metricValue(await scrape(decodeSim), 'vllm:prompt_tokens_total');
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, body, headers);
+    expect(D.spy.calls).toEqual([]);
+    expect(P.spy.calls).toEqual([]);
+    expect(metricValue(await scrape(decodeSim), 'vllm:prompt_tokens_total')).toBe(promptTokensBefore);
+    return r;
+  }
+
+  it('a forged contract (wrong key) is 403 contract_invalid', async () => {
+    const r = await refusedBeforeAnyCall(gateHeaders(contract(), createDevKeyRing('attacker')));
+    expect([r.status, r.body.error.code]).toEqual([403, 'contract_invalid']);
+    expect(r.body.error.message).toContain('signature does not verify');
+  });
+
+  it('an expired contract is 403 contract_invalid', async () => {
+    const past = Date.now() - 120_000;
+    const r = await refusedBeforeAnyCall(gateHeaders(contract({ issuedAtMs: past, expiresAtMs: past + 60_000 })));
+    expect([r.status, r.body.error.code]).toEqual([403, 'contract_invalid']);
+    expect(r.body.error.message).toContain('expired');
+  });
+
+  it("another revision's contract is 409 mixed_revision", async () => {
+    const r = await refusedBeforeAnyCall(gateHeaders(contract({ fingerprint: '9'.repeat(64) })));
+    expect([r.status, r.body.error.code]).toEqual([409, 'mixed_revision']);
+    expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_contract_failures_total{reason="fingerprint_mismatch"} 1');
+  });
+
+  it('a contract replayed for another request id, or client kv_transfer_params, are refused', async () => {
+    const c = contract();
+    const replay = await refusedBeforeAnyCall({ ...gateHeaders(c), 'x-request-id': 'someone-else' });
+    expect([replay.status, replay.body.error.code]).toEqual([403, 'contract_invalid']);
+    const forged = await refusedBeforeAnyCall(gateHeaders(contract()), completion({ kv_transfer_params: { do_remote_prefill: true, remote_host: '10.0.0.1' } }));
+    expect([forged.status, forged.body.error.code]).toEqual([400, 'kv_params_forbidden']);
+    const none = await refusedBeforeAnyCall({ 'x-request-id': 'r' });
+    expect([none.status, none.body.error.code]).toEqual([403, 'contract_invalid']);
+  });
+
+  it("an attestation whose prompt token count this decode worker's tokenizer does not reproduce is 409 before decode", async () => {
+    // Same label, but the worker's tokenizer changed: no canary declared, so only the attestation can catch it.
+    const drifted = track(await startTestSim({}, { behaveAs: { tokenizer: { revision: 'tok-b' } } }));
+    const d2 = await startTestSidecar(sidecarConfigFor(drifted, 'decode'));
+    track(d2.sidecar);
+    expect(d2.sidecar.status().verified).toBe(true);
+    const c = contractFor(d2.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'drift-1' });
+    d2.spy.reset();
+    const r = await postJson(`${d2.sidecar.url}/v1/completions`, completion(), gateHeaders(c));
+    expect([r.status, r.body.error.code]).toEqual([409, 'incompatible_transfer']);
+    expect(r.body.error.message).toMatch(/^prefill tokenized 19 tokens, this decode worker's tokenizer gives 16: tokenizer or chat template differ/);
+    expect(d2.spy.workCalls(drifted.url).map((x) => new URL(x.url).pathname)).toEqual(['/tokenize']);
+    expect(await scrape(d2.sidecar)).toContain('kvgate_sidecar_attestation_failures_total{reason="prompt_tokens_mismatch"} 1');
+  });
+});
+
+describe('prefill leg retries', () => {
+  it('a prefill worker answering 503 once is retried inside the group and the request succeeds', async () => {
+    const expected = await baseline('/v1/completions', completion());
+    P.spy.onNext((u) => u === `${prefillSim.url}/v1/completions`, (h) => {
+      h['x-sim-fault'] = 'error=503';
+    });
+    D.spy.reset();
+    const c = contract();
+    const headers = gateHeaders(c);
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), headers);
+    expect(r.status).toBe(200);
+    expect(r.body.choices[0].token_ids).toEqual(expected);
+    const legs = D.spy.calls.filter((x) => x.url.startsWith(P.sidecar.url));
+    expect(legs).toHaveLength(2);
+    expect(legs[0]!.headers['x-kvgate-retry-exclude']).toBeUndefined();
+    expect(legs[1]!.headers['x-kvgate-retry-exclude']).toBe(endpointOf(P.sidecar.url));
+    // Both tries carry the same contract and request id: a retry never leaves the bound group or request.
+    const sent = headers['x-kvgate-contract'];
+    expect(legs.map((l) => [l.headers['x-kvgate-contract'], l.headers['x-request-id']])).toEqual([
+      [sent, c.requestId],
+      [sent, c.requestId],
+    ]);
+    expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_prefill_retries_total{status="503"} 1');
+  });
+
+  it('a prefill worker answering 500 is not retried; the client gets a kvgate error with its message', async () => {
+    P.spy.onNext((u) => u === `${prefillSim.url}/v1/completions`, (h) => {
+      h['x-sim-fault'] = 'error=500';
+    });
+    D.spy.reset();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), gateHeaders(contract()));
+    expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
+    expect(r.body.error.message).toContain('Injected fault: HTTP 500');
+    expect(D.spy.calls.filter((x) => x.url.startsWith(P.sidecar.url))).toHaveLength(1);
+    expect(D.spy.workCalls(decodeSim.url).filter((x) => x.url.endsWith('/v1/completions'))).toEqual([]);
+  });
+
+  it('a prefill leg that times out is not retried (the prefill may still be running)', async () => {
+    const impatient = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode', { prefill: { via: 'direct', maxAttempts: 3, backoffMs: 1, timeoutMs: 150 } }));
+    track(impatient.sidecar);
+    P.spy.onNext((u) => u === `${prefillSim.url}/v1/completions`, (h) => {
+      h['x-sim-fault'] = 'slow=600';
+    });
+    const r = await postJson(`${impatient.sidecar.url}/v1/completions`, completion(), gateHeaders(contractFor(impatient.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'slow-p' })));
+    expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
+    expect(r.body.error.message).toContain('within 150 ms');
+    expect(impatient.spy.calls.filter((x) => x.url.startsWith(P.sidecar.url))).toHaveLength(1);
+  });
+
+  it('via Envoy (here: straight to the prefill sidecar) a retry names the failed endpoint; exhausted retries keep the code', async () => {
+    const viaEnvoy = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode', { prefill: { via: { envoy: P.sidecar.url }, maxAttempts: 2, backoffMs: 1 } }));
+    track(viaEnvoy.sidecar);
+    for (let i = 0; i < 2; i++) P.spy.onNext((u) => u === `${prefillSim.url}/v1/chat/completions`, (h) => {
+      h['x-sim-fault'] = 'error=504';
+    });
+    const c = contractFor(viaEnvoy.config.fingerprint, '10.9.8.7:8000', { requestId: 'envoy-1' });
+    const r = await postJson(`${viaEnvoy.sidecar.url}/v1/chat/completions`, chat(), gateHeaders(c));
+    expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
+    expect(r.body.error.message).toMatch(/HTTP 504\) after 2 attempts inside the bound group: Injected fault/);
+    const legs = viaEnvoy.spy.calls.filter((x) => x.url === `${P.sidecar.url}/v1/chat/completions`);
+    expect(legs.map((l) => l.headers['x-kvgate-retry-exclude'])).toEqual([undefined, '10.9.8.7:8000']);
+  });
+});
+
+describe('transfer failures', () => {
+  const failHandshake = (t: TestSidecar) =>
+    t.spy.onNext((u) => u === `${decodeSim.url}/v1/completions`, (h) => {
+      h['x-sim-fault'] = 'handshake-fail';
+    });
+
+  it('onTransferFailure fail: a failed KV load before any token is a clean 502, nothing generated', async () => {
+    failHandshake(D);
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), gateHeaders(contract()));
+    expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
+    expect(r.body.error.message).toContain('could not load the prefilled KV');
+    expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_transfer_failures_total{action="fail"} 1');
+  });
+
+  it('onTransferFailure recompute: the same failure is recomputed locally and matches the baseline, streamed too', async () => {
+    const R = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode', { onTransferFailure: 'recompute' }));
+    track(R.sidecar);
+    const expected = await baseline('/v1/completions', completion());
+    failHandshake(R);
+    const r = await postJson(`${R.sidecar.url}/v1/completions`, completion(), gateHeaders(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-1' })));
+    expect(r.status).toBe(200);
+    expect(r.body.choices[0].token_ids).toEqual(expected);
+    const retried = R.spy.workCalls(decodeSim.url).filter((x) => x.url.endsWith('/v1/completions'));
+    expect(retried.map((x) => 'kv_transfer_params' in (x.body as object))).toEqual([true, false]);
+    failHandshake(R);
+    const s = await postSse(`${R.sidecar.url}/v1/completions`, completion({ stream: true }), gateHeaders(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-2' })));
+    expect(s.status).toBe(200);
+    expect(streamedIds(s.events)).toEqual(expected);
+    expect(s.events.some((e) => typeof e === 'object' && 'error' in e)).toBe(false);
+    expect(await scrape(R.sidecar)).toContain('kvgate_sidecar_transfer_failures_total{action="recompute"} 2');
+  });
+
+  it('a stream that breaks after tokens were sent ends with an SSE error event, never a silent switch', async () => {
+    D.spy.onNext((u) => u === `${decodeSim.url}/v1/completions`, (h) => {
+      h['x-sim-fault'] = 'drop=3';
+    });
+    const s = await postSse(`${D.sidecar.url}/v1/completions`, completion({ stream: true }), gateHeaders(contract()));
+    expect(s.status).toBe(200);
+    expect(streamedIds(s.events).length).toBeGreaterThan(0);
+    expect(s.events.at(-2)).toMatchObject({ error: { type: 'kvgate_error', code: 'worker_error' } });
+    expect(s.events.at(-1)).toBe('[DONE]');
+    expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_transfer_failures_total{action="after_tokens"} 1');
+  });
+});
+
+describe('streaming relay', () => {
+  it('passes events on as they arrive, and a client that goes away releases the request', async () => {
+    const slowSim = track(await startTestSim({}, { latency: { decodeMsPerToken: 25 } }));
+    const S = await startTestSidecar(sidecarConfigFor(slowSim, 'decode'));
+    track(S.sidecar);
+    const aborter = new AbortController();
+    const res = await fetch(`${S.sidecar.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...gateHeaders(contractFor(S.config.fingerprint, null, { requestId: 'stream-1' })) },
+      body: JSON.stringify(completion({ stream: true, max_tokens: 200 })),
+      signal: aborter.signal,
+    });
+    expect(res.headers.get('content-type')).toBe('text/event-stream');
+    const reader = res.body!.getReader();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    expect(first).toMatch(/^data: \{/);
+    // The first event reached us while the worker is still generating 200 tokens: nothing waited for the end.
+    expect(S.sidecar.status().inFlight).toBe(1);
+    aborter.abort();
+    for (let i = 0; i < 400 && S.sidecar.status().inFlight > 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(S.sidecar.status().inFlight).toBe(0);
+  });
+});

@@ -1,0 +1,148 @@
+/**
+ * The decode role: coordinate one disaggregated request end to end, checking before every step that the KV about
+ * to be consumed means what this worker would have computed.
+ *
+ *   contract verified (server.ts) -> prefill leg (same group, retried safely) || count the prompt on MY worker
+ *   -> attestation verified against contract, my fingerprint, my token count, the connector rules
+ *   -> original request + attested kv_transfer_params -> local worker -> stream to the client
+ *
+ * A contract without a prefill leg is served locally. A transfer the worker reports as failed before any token
+ * reached the client is recomputed locally (`onTransferFailure: recompute`) or refused; after tokens, the stream
+ * ends with an error event.
+ */
+import type http from 'node:http';
+import type { TransferContract } from '../contract/contract.js';
+import { err, KvgateError, ok, type Result } from '../errors.js';
+import { checkAttestedTransfer } from './attestation-check.js';
+import { forwardHeaders, type IncomingCall, type SidecarContext } from './context.js';
+import { callUpstream, parseJsonObject, sendError, upstreamMessage } from './http-io.js';
+import { checkClientKvParams, kvParamsOf, toPrefillBody, toPromptCount } from './openai-body.js';
+import type { Outcome } from './outcome.js';
+import { runPrefillLeg } from './prefill-leg.js';
+import { relayCompletion, type RelayResult } from './relay.js';
+
+/** Handle one decode request whose contract already verified (server.ts). */
+export async function serveDecode(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  contract: TransferContract,
+  contractToken: string,
+  res: http.ServerResponse,
+): Promise<Outcome> {
+  const requestId = contract.requestId;
+  const refuse = (e: KvgateError, outcome: Outcome['outcome'] = 'refused'): Outcome => {
+    sendError(res, e, requestId);
+    return { outcome, code: e.code };
+  };
+  const forbidden = checkClientKvParams(call.body, 'decode');
+  if (!forbidden.ok) return refuse(forbidden.error);
+  const headers = forwardHeaders(call, requestId);
+  if (contract.prefill === null) return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
+
+  const [count, prefill] = await Promise.all([
+    countPromptTokens(ctx, call, headers),
+    runPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers, signal: call.signal }),
+  ]);
+  if (!prefill.ok) return refuse(prefill.error, 'failed');
+  const params = kvParamsOf(prefill.value);
+  if (params === undefined) return local(ctx, call, res, headers, requestId, 'the prefill worker kept no KV for this request');
+  if (!count.ok) return refuse(count.error, 'failed');
+  const checked = checkAttestedTransfer({
+    params,
+    contract,
+    descriptor: ctx.config.descriptor,
+    fingerprint: ctx.config.fingerprint,
+    localPromptTokens: count.value,
+    compatMode: ctx.config.compatMode,
+    keys: ctx.keys,
+    nowMs: ctx.now(),
+  });
+  if (!checked.ok) {
+    ctx.metrics.attestationFailures.inc({ reason: checked.error.reason });
+    call.logger.warn({ event: 'attestation_refused', reason: checked.error.reason }, checked.error.error.reason);
+    return refuse(checked.error.error);
+  }
+  const body = { ...call.body, kv_transfer_params: checked.value.params };
+  const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true });
+  return afterTransfer(ctx, call, res, headers, requestId, relayed);
+}
+
+/** Serve without a remote prefill: the worker computes the prompt itself (always correct, never mixed). */
+async function local(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  res: http.ServerResponse,
+  headers: Record<string, string>,
+  requestId: string,
+  why: string,
+): Promise<Outcome> {
+  call.logger.info({ event: 'decode_local' }, `serving with a local prefill: ${why}`);
+  const relayed = await relayCompletion(ctx, call, res, { requestId, body: withoutKvParams(call.body), headers, holdUntilOutput: false });
+  return relayOutcome(relayed, res, requestId, 'local');
+}
+
+async function afterTransfer(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  res: http.ServerResponse,
+  headers: Record<string, string>,
+  requestId: string,
+  relayed: RelayResult,
+): Promise<Outcome> {
+  if (relayed.kind === 'failed_after_tokens') ctx.metrics.transferFailures.inc({ action: 'after_tokens' });
+  if (relayed.kind !== 'failed_before_tokens') return relayOutcome(relayed, res, requestId, 'served');
+  ctx.metrics.transferFailures.inc({ action: ctx.config.onTransferFailure });
+  call.logger.warn({ event: 'transfer_failed', action: ctx.config.onTransferFailure }, relayed.message);
+  if (ctx.config.onTransferFailure === 'recompute') {
+    const again = await relayCompletion(ctx, call, res, { requestId, body: withoutKvParams(call.body), headers, holdUntilOutput: false });
+    return relayOutcome(again, res, requestId, 'recomputed');
+  }
+  const handshake = /compatib|handshake/i.test(relayed.message);
+  const e = new KvgateError(
+    handshake ? 'incompatible_transfer' : 'worker_error',
+    `the decode worker could not load the prefilled KV (${relayed.message}); nothing was generated. ` +
+      'onTransferFailure is "fail": retry the request, or set onTransferFailure: recompute to prefill locally instead',
+  );
+  sendError(res, e, requestId);
+  return { outcome: 'failed', code: e.code };
+}
+
+function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId: string, success: Outcome['outcome']): Outcome {
+  switch (relayed.kind) {
+    case 'sent':
+      return { outcome: success };
+    case 'client_gone':
+      return { outcome: 'failed', code: 'worker_error' };
+    case 'failed_after_tokens':
+      return { outcome: 'failed', code: 'worker_error' };
+    case 'failed_before_tokens': {
+      sendError(res, new KvgateError('worker_error', `the decode worker failed before any output: ${relayed.message}`), requestId);
+      return { outcome: 'failed', code: 'worker_error' };
+    }
+  }
+}
+
+function withoutKvParams(body: Record<string, unknown>): Record<string, unknown> {
+  const { kv_transfer_params: _dropped, ...rest } = body;
+  return rest;
+}
+
+/** This worker's prompt token count for the request, rendered exactly as its completion path renders it. */
+async function countPromptTokens(ctx: SidecarContext, call: IncomingCall, headers: Record<string, string>): Promise<Result<number, KvgateError>> {
+  const how = toPromptCount(call.endpoint, call.body);
+  if (!how.ok) return how;
+  if (how.value.kind === 'known') return ok(how.value.count);
+  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/tokenize`, { body: how.value.body, headers, timeoutMs: ctx.config.probe.timeoutMs, signal: call.signal });
+  if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker could not tokenize the prompt: ${reply.error.message}`));
+  if (reply.value.status !== 200) {
+    const code = reply.value.status < 500 ? 'bad_request' : 'worker_error';
+    return err(new KvgateError(code, `this decode worker could not tokenize the prompt (HTTP ${reply.value.status}): ${upstreamMessage(reply.value.text)}`));
+  }
+  const parsed = parseJsonObject(reply.value.text, 'the /tokenize answer');
+  if (!parsed.ok) return err(new KvgateError('worker_error', parsed.error.reason));
+  const count = parsed.value['count'];
+  const tokens = parsed.value['tokens'];
+  if (typeof count === 'number' && Number.isInteger(count)) return ok(count);
+  if (Array.isArray(tokens)) return ok(tokens.length);
+  return err(new KvgateError('worker_error', 'the /tokenize answer has neither count nor tokens'));
+}

@@ -1,0 +1,146 @@
+/**
+ * HTTP plumbing shared by both roles: bounded body reading, JSON and kvgate-error responses, and calls to upstreams
+ * (the local worker, the prefill leg) with a timeout and a failure description a person can act on.
+ */
+import type http from 'node:http';
+import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
+import { H } from '../headers.js';
+
+/** The fetch the sidecar uses (global undici fetch unless a test injects one). */
+export type FetchFn = (input: string, init?: RequestInit) => Promise<Response>;
+
+/** Read a request body up to `limit` bytes; a larger body is refused without buffering the rest. */
+export function readBody(req: http.IncomingMessage, limit: number): Promise<Result<Buffer, KvgateError>> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    const finish = (r: Result<Buffer, KvgateError>): void => {
+      if (!done) {
+        done = true;
+        resolve(r);
+      }
+    };
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        finish(err(new KvgateError('body_too_large', `the request body exceeds ${limit} bytes; send a smaller request or raise maxBodyBytes`)));
+        req.resume();
+        return;
+      }
+      if (!done) chunks.push(chunk);
+    });
+    req.on('end', () => finish(ok(Buffer.concat(chunks))));
+    req.on('error', (e) => finish(err(new KvgateError('bad_request', `the request body could not be read: ${e.message}`, { cause: e }))));
+  });
+}
+
+/** Parse a JSON object body (the OpenAI APIs take nothing else). */
+export function parseJsonObject(body: Buffer | string, what = 'the request body'): Result<Record<string, unknown>, KvgateError> {
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof body === 'string' ? body : body.toString('utf8'));
+  } catch {
+    return err(new KvgateError('bad_request', `${what} is not valid JSON`));
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    return err(new KvgateError('bad_request', `${what} must be a JSON object`));
+  }
+  return ok(value as Record<string, unknown>);
+}
+
+/** Send a JSON answer; after headers went out (a stream) it can only end the response. */
+export function sendJson(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = `${JSON.stringify(body)}\n`;
+  if (res.headersSent) {
+    res.end();
+    return;
+  }
+  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/** The kvgate refusal shape (DESIGN.md): JSON error body, status from the code, `x-kvgate-reject-reason`. */
+export function sendError(res: http.ServerResponse, e: KvgateError, requestId: string, headers: Record<string, string> = {}): void {
+  const extra: Record<string, string> = { ...headers, [H.rejectReason]: e.code, [H.requestId]: requestId };
+  const retry = e.detail['retryAfterSeconds'];
+  if (retry !== undefined) extra['retry-after'] = String(retry);
+  sendJson(res, e.status, toErrorBody(e.code, e.reason, requestId), extra);
+}
+
+/** Send a small non-JSON answer (health, metrics, 404). */
+export function sendText(res: http.ServerResponse, status: number, type: string, body: string): void {
+  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+/** What an upstream answered: status, headers and the whole body (for small JSON answers). */
+export interface UpstreamReply {
+  readonly status: number;
+  readonly headers: Headers;
+  readonly text: string;
+}
+
+export interface UpstreamCall {
+  readonly method?: 'GET' | 'POST';
+  readonly body?: unknown;
+  readonly headers?: Record<string, string>;
+  readonly timeoutMs: number;
+  /** Aborts the call when the client goes away or the sidecar closes. */
+  readonly signal?: AbortSignal;
+}
+
+/** Why an upstream gave no answer: the description, and whether it was our timeout (the upstream may still be working). */
+export interface UpstreamFailure {
+  readonly message: string;
+  readonly timedOut: boolean;
+}
+
+/** Call an upstream and read its whole answer. A network failure or timeout is a described error, not a throw. */
+export async function callUpstream(fetchFn: FetchFn, url: string, call: UpstreamCall): Promise<Result<UpstreamReply, UpstreamFailure>> {
+  const res = await openUpstream(fetchFn, url, call);
+  if (!res.ok) return res;
+  try {
+    return ok({ status: res.value.status, headers: res.value.headers, text: await res.value.text() });
+  } catch (e) {
+    return err({ message: describeFetchError(e, url), timedOut: false });
+  }
+}
+
+/** Start an upstream call and return the response with its body unread (for streaming). */
+export async function openUpstream(fetchFn: FetchFn, url: string, call: UpstreamCall): Promise<Result<Response, UpstreamFailure>> {
+  const timeout = AbortSignal.timeout(call.timeoutMs);
+  const signal = call.signal === undefined ? timeout : AbortSignal.any([timeout, call.signal]);
+  const headers: Record<string, string> = { ...(call.headers ?? {}) };
+  if (call.body !== undefined) headers['content-type'] = 'application/json';
+  try {
+    const init: RequestInit = { method: call.method ?? (call.body === undefined ? 'GET' : 'POST'), headers, signal };
+    if (call.body !== undefined) init.body = JSON.stringify(call.body);
+    return ok(await fetchFn(url, init));
+  } catch (e) {
+    if (timeout.aborted) return err({ message: `no answer from ${url} within ${call.timeoutMs} ms`, timedOut: true });
+    return err({ message: describeFetchError(e, url), timedOut: false });
+  }
+}
+
+/** undici hides the useful part (`ECONNREFUSED 127.0.0.1:8000`) in `cause`; surface it. */
+export function describeFetchError(e: unknown, url: string): string {
+  const cause = (e as { cause?: { code?: string; message?: string } } | undefined)?.cause;
+  const detail = cause?.code ?? cause?.message ?? (e instanceof Error ? e.message : String(e));
+  return `${url}: ${detail}`;
+}
+
+/** The `error.message` of an OpenAI/vLLM/kvgate error body, or the raw text cut short. */
+export function upstreamMessage(text: string): string {
+  try {
+    const v = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown; detail?: unknown };
+    if (typeof v.error === 'string') return v.error;
+    if (typeof v.error?.message === 'string') return v.error.message;
+    if (typeof v.message === 'string') return v.message;
+    if (typeof v.detail === 'string') return v.detail;
+  } catch {
+    // not JSON: fall through to the raw text
+  }
+  const t = text.trim();
+  return t.length > 500 ? `${t.slice(0, 500)}…` : t || '(empty body)';
+}

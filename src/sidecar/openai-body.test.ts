@@ -1,0 +1,67 @@
+import { describe, expect, it } from 'vitest';
+import { checkClientKvParams, isPrefillKvParams, PREFILL_KV_PARAMS, toPrefillBody, toPromptCount } from './openai-body.js';
+
+describe('toPrefillBody', () => {
+  it('builds the prefill leg exactly as vLLM proxies do', () => {
+    const body = { model: 'm', prompt: 'hi', stream: true, stream_options: { include_usage: true }, max_tokens: 100, max_completion_tokens: 100, min_tokens: 5, min_completion_tokens: 5, temperature: 0 };
+    expect(toPrefillBody(body)).toEqual({
+      model: 'm',
+      prompt: 'hi',
+      stream: false,
+      max_tokens: 1,
+      max_completion_tokens: 1,
+      temperature: 0,
+      kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
+    });
+    expect(body.stream).toBe(true); // the original is untouched: the decode leg needs it
+    expect(toPrefillBody({ model: 'm', prompt: 'x' })).not.toHaveProperty('max_completion_tokens');
+  });
+});
+
+describe('checkClientKvParams', () => {
+  it('a decode sidecar accepts no client kv_transfer_params at all', () => {
+    expect(checkClientKvParams({ model: 'm' }, 'decode').ok).toBe(true);
+    const r = checkClientKvParams({ kv_transfer_params: { ...PREFILL_KV_PARAMS } }, 'decode');
+    expect(r.ok ? undefined : r.error.code).toBe('kv_params_forbidden');
+  });
+
+  it('a prefill sidecar accepts only the exact prefill shape', () => {
+    expect(checkClientKvParams({ kv_transfer_params: { ...PREFILL_KV_PARAMS } }, 'prefill').ok).toBe(true);
+    for (const bad of [
+      { ...PREFILL_KV_PARAMS, remote_host: '10.0.0.9' },
+      { ...PREFILL_KV_PARAMS, do_remote_prefill: true },
+      { ...PREFILL_KV_PARAMS, extra: 1 },
+      { do_remote_decode: true },
+      'yes',
+    ]) {
+      expect(isPrefillKvParams(bad)).toBe(false);
+      expect(checkClientKvParams({ kv_transfer_params: bad }, 'prefill').ok).toBe(false);
+    }
+  });
+});
+
+describe('toPromptCount', () => {
+  it('renders chat the way the completion path does (generation prompt on by default, template options kept)', () => {
+    const r = toPromptCount('chat', { model: 'm', messages: [{ role: 'user', content: 'hi' }], chat_template_kwargs: { enable_thinking: false }, temperature: 1 });
+    expect(r).toEqual({
+      ok: true,
+      value: {
+        kind: 'tokenize',
+        body: { model: 'm', messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: true, continue_final_message: false, add_special_tokens: false, chat_template_kwargs: { enable_thinking: false } },
+      },
+    });
+    const noGen = toPromptCount('chat', { model: 'm', messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: false });
+    expect(noGen.ok && noGen.value.kind === 'tokenize' && noGen.value.body['add_generation_prompt']).toBe(false);
+  });
+
+  it('completions: text is tokenised with special tokens, token ids are counted, batches are refused', () => {
+    expect(toPromptCount('completions', { model: 'm', prompt: 'hello' })).toEqual({ ok: true, value: { kind: 'tokenize', body: { model: 'm', prompt: 'hello', add_special_tokens: true } } });
+    expect(toPromptCount('completions', { model: 'm', prompt: ['hello'] }).ok).toBe(true);
+    expect(toPromptCount('completions', { model: 'm', prompt: [1, 2, 3] })).toEqual({ ok: true, value: { kind: 'known', count: 3 } });
+    expect(toPromptCount('completions', { model: 'm', prompt: [[1, 2]] })).toEqual({ ok: true, value: { kind: 'known', count: 2 } });
+    const batch = toPromptCount('completions', { model: 'm', prompt: ['a', 'b'] });
+    expect(batch.ok ? undefined : batch.error.code).toBe('bad_request');
+    expect(toPromptCount('completions', { prompt: 'x' }).ok).toBe(false);
+    expect(toPromptCount('chat', { model: 'm', messages: [] }).ok).toBe(false);
+  });
+});

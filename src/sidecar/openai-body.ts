@@ -1,0 +1,112 @@
+/**
+ * Pure rewrites of OpenAI request bodies for the prefill and decode legs, matching what vLLM's own disaggregation
+ * proxies send (reference/vllm-disagg.md §2.2-2.4), and the `/tokenize` request that counts a prompt the way the
+ * worker's completion path will.
+ */
+import { err, KvgateError, ok, type Result } from '../errors.js';
+
+export type Endpoint = 'completions' | 'chat';
+
+/** The OpenAI paths the sidecar serves, and the endpoint kind each is. */
+export const ENDPOINT_PATHS: Readonly<Record<string, Endpoint>> = { '/v1/completions': 'completions', '/v1/chat/completions': 'chat' };
+
+/** `kv_transfer_params` of a prefill request, exactly as vLLM's toy proxy and llm-d's sidecar send it. */
+export const PREFILL_KV_PARAMS: Readonly<Record<string, boolean | null>> = Object.freeze({
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+});
+
+/** The key under which the prefill sidecar's attestation rides inside the returned `kv_transfer_params`. */
+export const ATTESTATION_KEY = 'kvgate';
+
+/**
+ * The prefill leg's body: the client's request with `kv_transfer_params` set to the prefill shape, no streaming,
+ * one output token (`max_tokens`, and `max_completion_tokens` when present), `stream_options` dropped and
+ * `min_tokens`/`min_completion_tokens` popped ("not supported for P").
+ */
+export function toPrefillBody(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS }, stream: false, max_tokens: 1 };
+  if ('max_completion_tokens' in out) out['max_completion_tokens'] = 1;
+  delete out['stream_options'];
+  delete out['min_tokens'];
+  delete out['min_completion_tokens'];
+  return out;
+}
+
+/** True when `value` is exactly the prefill request shape (what a decode sidecar sends on the prefill leg). */
+export function isPrefillKvParams(value: unknown): boolean {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const v = value as Record<string, unknown>;
+  const keys = Object.keys(v);
+  return keys.length === Object.keys(PREFILL_KV_PARAMS).length && keys.every((k) => Object.hasOwn(PREFILL_KV_PARAMS, k) && v[k] === PREFILL_KV_PARAMS[k]);
+}
+
+/**
+ * Client-sent `kv_transfer_params` are forged routing: they would make a worker pull KV from wherever they point.
+ * A decode sidecar accepts none (it builds them itself from an attested prefill); a prefill sidecar accepts only the
+ * prefill shape, which asks the worker to keep its own KV for a remote decode and points nowhere.
+ */
+export function checkClientKvParams(body: Readonly<Record<string, unknown>>, role: 'prefill' | 'decode'): Result<void, KvgateError> {
+  const params = body['kv_transfer_params'];
+  if (params === undefined || params === null) return ok(undefined);
+  if (role === 'prefill' && isPrefillKvParams(params)) return ok(undefined);
+  return err(
+    new KvgateError(
+      'kv_params_forbidden',
+      role === 'prefill'
+        ? 'kv_transfer_params other than the prefill request shape are refused: only a decode sidecar sets them, to {do_remote_decode: true, do_remote_prefill: false, remote_*: null}'
+        : 'kv_transfer_params are set by kvgate, never by a client; remove the field',
+    ),
+  );
+}
+
+/** How to count a request's prompt tokens on a worker: already known (token ids), or a `/tokenize` body. */
+export type PromptCount = { readonly kind: 'known'; readonly count: number } | { readonly kind: 'tokenize'; readonly body: Record<string, unknown> };
+
+const CHAT_TOKENIZE_FIELDS = ['chat_template', 'chat_template_kwargs', 'tools', 'documents', 'mm_processor_kwargs'] as const;
+
+/**
+ * The `/tokenize` request that renders and tokenises this prompt exactly as the worker's completion path does:
+ * chat uses the request's `add_generation_prompt` (default true), `continue_final_message` (default false) and
+ * `add_special_tokens` (default false); completions use `add_special_tokens` (default true). A batch of prompts
+ * cannot be disaggregated (one `kv_transfer_params` per request) and is refused.
+ */
+export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): Result<PromptCount, KvgateError> {
+  const model = body['model'];
+  if (typeof model !== 'string' || model === '') return err(new KvgateError('bad_request', 'the request names no model'));
+  if (endpoint === 'chat') {
+    const messages = body['messages'];
+    if (!Array.isArray(messages) || messages.length === 0) return err(new KvgateError('bad_request', 'a chat completion needs a non-empty messages array'));
+    const req: Record<string, unknown> = {
+      model,
+      messages,
+      add_generation_prompt: body['add_generation_prompt'] ?? true,
+      continue_final_message: body['continue_final_message'] ?? false,
+      add_special_tokens: body['add_special_tokens'] ?? false,
+    };
+    for (const k of CHAT_TOKENIZE_FIELDS) if (body[k] !== undefined) req[k] = body[k];
+    return ok({ kind: 'tokenize', body: req });
+  }
+  let prompt = body['prompt'];
+  if (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) prompt = prompt[0];
+  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t))) return ok({ kind: 'known', count: prompt.length });
+  if (typeof prompt === 'string') return ok({ kind: 'tokenize', body: { model, prompt, add_special_tokens: body['add_special_tokens'] ?? true } });
+  return err(new KvgateError('bad_request', 'a disaggregated completion needs one prompt (a string or a list of token ids); send batches as separate requests'));
+}
+
+/** `usage.prompt_tokens` of a completion response, if present. */
+export function usagePromptTokens(response: Readonly<Record<string, unknown>>): number | undefined {
+  const usage = response['usage'];
+  const n = usage !== null && typeof usage === 'object' ? (usage as Record<string, unknown>)['prompt_tokens'] : undefined;
+  return typeof n === 'number' && Number.isInteger(n) && n >= 0 ? n : undefined;
+}
+
+/** The response's `kv_transfer_params` object, if it has one. */
+export function kvParamsOf(response: Readonly<Record<string, unknown>>): Record<string, unknown> | undefined {
+  const p = response['kv_transfer_params'];
+  return p !== null && typeof p === 'object' && !Array.isArray(p) ? (p as Record<string, unknown>) : undefined;
+}

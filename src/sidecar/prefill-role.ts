@@ -1,0 +1,98 @@
+/**
+ * The prefill role: run a verified request's prefill on the local worker exactly as vLLM's proxies do (one output
+ * token, `do_remote_decode`), and sign what was computed: fingerprint, prompt token count, block size and layout,
+ * engine id, request, group and tenant scope. The attestation rides back inside `kv_transfer_params` under
+ * `kvgate`, so the decode side can check it before it lets its worker pull a single block.
+ */
+import type http from 'node:http';
+import type { TransferContract } from '../contract/contract.js';
+import { mintAttestation } from '../contract/attestation.js';
+import { KvgateError } from '../errors.js';
+import { forwardHeaders, SERVED_BY_HEADER, type IncomingCall, type SidecarContext } from './context.js';
+import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
+import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
+import type { Outcome } from './outcome.js';
+
+function servedBy(ctx: SidecarContext): Record<string, string> {
+  return ctx.config.advertise === undefined ? {} : { [SERVED_BY_HEADER]: ctx.config.advertise };
+}
+
+/** Handle one prefill request whose contract already verified (server.ts). */
+export async function servePrefill(ctx: SidecarContext, call: IncomingCall, contract: TransferContract, res: http.ServerResponse): Promise<Outcome> {
+  const requestId = contract.requestId;
+  const fail = (e: KvgateError): Outcome => {
+    sendError(res, e, requestId, servedBy(ctx));
+    return { outcome: 'failed', code: e.code };
+  };
+  if (contract.prefill === null) {
+    sendError(res, new KvgateError('contract_invalid', 'the contract has no prefill leg, so no prefill may run for it; the gate routed a non-disaggregated request to a prefill pool'), requestId, servedBy(ctx));
+    return { outcome: 'refused', code: 'contract_invalid' };
+  }
+  const forbidden = checkClientKvParams(call.body, 'prefill');
+  if (!forbidden.ok) {
+    sendError(res, forbidden.error, requestId, servedBy(ctx));
+    return { outcome: 'refused', code: forbidden.error.code };
+  }
+  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}${call.path}`, {
+    body: toPrefillBody(call.body),
+    headers: forwardHeaders(call, requestId),
+    timeoutMs: ctx.config.prefill.timeoutMs,
+    signal: call.signal,
+  });
+  if (!reply.ok) return fail(new KvgateError('worker_error', `the prefill worker did not answer: ${reply.error.message}`));
+  if (reply.value.status !== 200) {
+    // The worker's own error, verbatim (status and body), so the decode side can tell retryable from final.
+    const type = reply.value.headers.get('content-type') ?? 'application/json';
+    res.writeHead(reply.value.status, { 'content-type': type, ...servedBy(ctx), 'x-request-id': requestId });
+    res.end(reply.value.text);
+    return { outcome: 'failed', code: 'worker_error' };
+  }
+  const parsed = parseJsonObject(reply.value.text, "the prefill worker's answer");
+  if (!parsed.ok) return fail(new KvgateError('worker_error', parsed.error.reason));
+  const response = parsed.value;
+  const params = kvParamsOf(response);
+  if (params === undefined) {
+    // vLLM keeps no blocks for this request (e.g. it stopped on EOS); the decode side prefills locally.
+    call.logger.info({ event: 'prefill_without_kv' }, 'the prefill worker returned no kv_transfer_params');
+    sendJson(res, 200, response, servedBy(ctx));
+    return { outcome: 'served' };
+  }
+  const attested = attest(ctx, contract, response, params);
+  if (!attested.ok) return fail(attested.error);
+  sendJson(res, 200, { ...response, kv_transfer_params: { ...params, [ATTESTATION_KEY]: attested.token } }, servedBy(ctx));
+  return { outcome: 'served' };
+}
+
+function attest(
+  ctx: SidecarContext,
+  contract: TransferContract,
+  response: Record<string, unknown>,
+  params: Record<string, unknown>,
+): { ok: true; token: string } | { ok: false; error: KvgateError } {
+  const engineId = params['remote_engine_id'];
+  const promptTokens = usagePromptTokens(response);
+  if (typeof engineId !== 'string' || engineId === '') {
+    return { ok: false, error: new KvgateError('worker_error', 'the prefill worker returned kv_transfer_params without remote_engine_id; its KV cannot be attested') };
+  }
+  if (promptTokens === undefined) {
+    return { ok: false, error: new KvgateError('worker_error', 'the prefill worker returned no usage.prompt_tokens; the prompt token count cannot be attested') };
+  }
+  ctx.noteEngineId(engineId);
+  const now = ctx.now();
+  const token = mintAttestation(
+    {
+      requestId: contract.requestId,
+      groupId: contract.groupId,
+      fingerprint: ctx.config.fingerprint,
+      tenantScope: contract.tenantScope,
+      promptTokens,
+      blockSize: ctx.config.descriptor.kvCache.blockSize,
+      layout: ctx.config.descriptor.kvCache.layout,
+      engineId,
+      issuedAtMs: now,
+      expiresAtMs: now + ctx.config.attestationTtlMs,
+    },
+    ctx.keys,
+  );
+  return { ok: true, token };
+}

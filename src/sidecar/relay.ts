@@ -1,0 +1,135 @@
+/**
+ * Relaying the local worker's completion to the client. Streams are piped as they arrive with backpressure (a slow
+ * client slows the read from the worker; nothing is buffered beyond the first events).
+ *
+ * When the request carried `kv_transfer_params`, the relay first holds the stream until the first event that carries
+ * output: a failure the worker reports before that (an error answer, an `error` event, or a choice finishing with
+ * `finish_reason: "error"`, which is how vLLM reports a failed KV load under `kv_load_failure_policy: fail`) is
+ * returned to the caller with nothing sent, so it can recompute or refuse cleanly. After output was sent, a failure
+ * ends the stream with an SSE error event and `[DONE]`: the client sees that it stopped and why, and never a
+ * silent switch to another computation.
+ */
+import type http from 'node:http';
+import { toErrorBody } from '../errors.js';
+import type { IncomingCall, SidecarContext } from './context.js';
+import { describeFetchError, openUpstream, upstreamMessage } from './http-io.js';
+import { classifyEvent, SseSplitter, sseErrorFrames } from './sse.js';
+
+export type RelayResult =
+  | { readonly kind: 'sent' }
+  /** Nothing reached the client: the caller decides (recompute, or a kvgate error). */
+  | { readonly kind: 'failed_before_tokens'; readonly message: string }
+  /** Output reached the client, then the worker failed; the stream was ended with an error event. */
+  | { readonly kind: 'failed_after_tokens'; readonly message: string }
+  | { readonly kind: 'client_gone' };
+
+export interface RelayOptions {
+  readonly requestId: string;
+  readonly body: Record<string, unknown>;
+  readonly headers: Record<string, string>;
+  /** Hold the response until output is seen, and report failures before it instead of relaying them. */
+  readonly holdUntilOutput: boolean;
+}
+
+/** Send `body` to the local worker and relay its answer to `res`. */
+export async function relayCompletion(ctx: SidecarContext, call: IncomingCall, res: http.ServerResponse, opts: RelayOptions): Promise<RelayResult> {
+  const url = `${ctx.workerUrl}${call.path}`;
+  const upstream = await openUpstream(ctx.fetch, url, { body: opts.body, headers: opts.headers, timeoutMs: ctx.config.workerTimeoutMs, signal: call.signal });
+  if (!upstream.ok) return call.signal.aborted ? { kind: 'client_gone' } : { kind: 'failed_before_tokens', message: upstream.error.message };
+  const response = upstream.value;
+  const type = response.headers.get('content-type') ?? 'application/json';
+  if (response.status === 200 && type.startsWith('text/event-stream') && response.body !== null) {
+    return relayStream(response, res, call, opts);
+  }
+  let text: string;
+  try {
+    text = await response.text();
+  } catch (e) {
+    return call.signal.aborted ? { kind: 'client_gone' } : { kind: 'failed_before_tokens', message: describeFetchError(e, url) };
+  }
+  if (opts.holdUntilOutput) {
+    const failure = response.status >= 500 ? `HTTP ${response.status}: ${upstreamMessage(text)}` : response.status === 200 ? jsonFailure(text) : undefined;
+    if (failure !== undefined) return { kind: 'failed_before_tokens', message: failure };
+  }
+  res.writeHead(response.status, { 'content-type': type, 'content-length': Buffer.byteLength(text), 'x-request-id': opts.requestId });
+  res.end(text);
+  return { kind: 'sent' };
+}
+
+/** A non-streamed 200 answer that is really a failure: an `error` object or a choice that finished with "error". */
+function jsonFailure(text: string): string | undefined {
+  const c = classifyEvent(text);
+  return c.kind === 'error' ? (c.message ?? 'the worker reported an error') : undefined;
+}
+
+async function relayStream(response: Response, res: http.ServerResponse, call: IncomingCall, opts: RelayOptions): Promise<RelayResult> {
+  const reader = response.body!.getReader();
+  const decoder = new TextDecoder();
+  const splitter = new SseSplitter();
+  const held: Uint8Array[] = [];
+  let committed = !opts.holdUntilOutput;
+  if (committed) writeStreamHead(res, opts.requestId);
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (committed) {
+        if (!(await writeWithBackpressure(res, value))) return cancel(reader);
+        continue;
+      }
+      held.push(value);
+      for (const data of splitter.push(decoder.decode(value, { stream: true }))) {
+        const c = classifyEvent(data);
+        if (c.kind === 'error' && !committed) {
+          void reader.cancel().catch(() => undefined);
+          return { kind: 'failed_before_tokens', message: c.message ?? 'the worker reported an error' };
+        }
+        if (c.kind === 'token' || c.kind === 'done') committed = true;
+      }
+      if (committed) {
+        writeStreamHead(res, opts.requestId);
+        for (const chunk of held.splice(0)) if (!(await writeWithBackpressure(res, chunk))) return cancel(reader);
+      }
+    }
+  } catch (e) {
+    if (call.signal.aborted || res.destroyed) return { kind: 'client_gone' };
+    const message = `the worker's stream broke: ${describeFetchError(e, 'worker')}`;
+    if (!committed) return { kind: 'failed_before_tokens', message };
+    res.end(sseErrorFrames(toErrorBody('worker_error', `${message}; the output above is incomplete`, opts.requestId)));
+    return { kind: 'failed_after_tokens', message };
+  }
+  if (!committed) {
+    writeStreamHead(res, opts.requestId);
+    for (const chunk of held) res.write(chunk);
+  }
+  res.end();
+  return { kind: 'sent' };
+}
+
+function cancel(reader: ReadableStreamDefaultReader<Uint8Array>): RelayResult {
+  void reader.cancel().catch(() => undefined);
+  return { kind: 'client_gone' };
+}
+
+function writeStreamHead(res: http.ServerResponse, requestId: string): void {
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-request-id': requestId });
+  res.flushHeaders();
+}
+
+/** Write one chunk; when the socket buffer is full wait for `drain`. False when the client went away. */
+function writeWithBackpressure(res: http.ServerResponse, chunk: Uint8Array): Promise<boolean> {
+  if (res.destroyed) return Promise.resolve(false);
+  if (res.write(chunk)) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const onDrain = (): void => {
+      res.off('close', onClose);
+      resolve(true);
+    };
+    const onClose = (): void => {
+      res.off('drain', onDrain);
+      resolve(false);
+    };
+    res.once('drain', onDrain);
+    res.once('close', onClose);
+  });
+}

@@ -1,0 +1,168 @@
+/**
+ * The sidecar's HTTP shell: status, health, metrics, admission (draining, capacity, body limits) and drain, and the
+ * `kvgate sidecar` command's lifecycle (flags in, SIGTERM drains and exits 0).
+ */
+import { EventEmitter } from 'node:events';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestSim, postJson } from '../sim/testing.js';
+import type { SimServer } from '../sim/server.js';
+import { sidecarCommand } from './command.js';
+import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar } from './testing.js';
+
+const MODEL = '/models/acme-llama-3-8b';
+let sim: SimServer;
+beforeAll(async () => {
+  sim = await startTestSim();
+});
+afterAll(async () => {
+  await sim.close();
+});
+
+const slowNext = (t: TestSidecar, ms: number) =>
+  t.spy.onNext((u) => u === `${sim.url}/v1/completions`, (h) => {
+    h['x-sim-fault'] = `slow=${ms}`;
+  });
+
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+  expect(cond()).toBe(true);
+}
+
+describe('status, health and metrics', () => {
+  let t: TestSidecar;
+  const fixedNow = Date.now();
+  beforeAll(async () => {
+    t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { tenantScopes: ['tenant:acme'] }), () => fixedNow);
+  });
+  afterAll(async () => {
+    await t.sidecar.close();
+  });
+
+  it('serves the status document the gate discovers', async () => {
+    const s = (await (await fetch(`${t.sidecar.url}/kvgate/v1/status`)).json()) as Record<string, unknown>;
+    expect(s).toMatchObject({
+      role: 'decode',
+      fingerprint: t.config.fingerprint,
+      verified: true,
+      reasons: [],
+      draining: false,
+      inFlight: 0,
+      capacity: { maxInFlight: 256, available: 256 },
+      nixlHash: { hash: sim.compatibilityHash, status: 'known' },
+      connector: { verdict: 'ok' },
+      engineId: null,
+      tenantScopes: ['tenant:acme'],
+      checkedAtMs: fixedNow,
+    });
+    expect((s['descriptor'] as { model: { revision: string } }).model.revision).toBe('rev-a');
+    expect(s['declaredOnly']).toContain('architecture.attentionBackend');
+  });
+
+  it('answers unknown routes with 404, oversized and malformed bodies with kvgate errors', async () => {
+    expect((await fetch(`${t.sidecar.url}/v1/embeddings`, { method: 'POST' })).status).toBe(404);
+    const c = contractFor(t.config.fingerprint, null);
+    const bad = await postJson(`${t.sidecar.url}/v1/completions`, '{not json', gateHeaders(c));
+    expect([bad.status, bad.body.error.code]).toEqual([400, 'bad_request']);
+    const big = await postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'x'.repeat(9 * 1024 * 1024) }, gateHeaders(c));
+    expect([big.status, big.body.error.code]).toEqual([413, 'body_too_large']);
+    const scope = await postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'x' }, gateHeaders(contractFor(t.config.fingerprint, null, { tenantScope: 'tenant:other' })));
+    expect([scope.status, scope.body.error.code]).toEqual([403, 'tenant_scope_denied']);
+    const metrics = await (await fetch(`${t.sidecar.url}/metrics`)).text();
+    expect(metrics).toContain('kvgate_sidecar_requests_total{role="decode",outcome="refused",code="body_too_large"} 1');
+    expect(metrics).toContain('kvgate_sidecar_contract_failures_total{reason="tenant_scope"} 1');
+  });
+});
+
+describe('admission and drain', () => {
+  it('drain: the in-flight request completes, new ones are refused with 503 draining', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'));
+    try {
+      slowNext(t, 1000);
+      const first = postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'slow one', max_tokens: 4 }, gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'slow' })));
+      await until(() => t.sidecar.status().inFlight === 1);
+      let drained = false;
+      const draining = t.sidecar.drain().then(() => {
+        drained = true;
+      });
+      const late = await postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'late' }, gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'late' })));
+      expect([late.status, late.body.error.code]).toEqual([503, 'draining']);
+      expect((await fetch(`${t.sidecar.url}/healthz`)).status).toBe(503);
+      expect(drained).toBe(false);
+      const done = await first;
+      expect(done.status).toBe(200);
+      expect(done.body.choices[0].text.length).toBeGreaterThan(0);
+      await draining;
+      expect(t.sidecar.status()).toMatchObject({ draining: true, inFlight: 0 });
+    } finally {
+      await t.sidecar.close();
+    }
+  });
+
+  it('POST /kvgate/v1/drain starts a drain; a full sidecar answers 429 with retry-after', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1 }));
+    try {
+      slowNext(t, 800);
+      const first = postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'one', max_tokens: 2 }, gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'a' })));
+      await until(() => t.sidecar.status().inFlight === 1);
+      const res = await fetch(`${t.sidecar.url}/v1/completions`, { method: 'POST', headers: gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'b' })), body: '{}' });
+      expect([res.status, res.headers.get('retry-after'), res.headers.get('x-kvgate-reject-reason')]).toEqual([429, '1', 'queue_full']);
+      const d = await fetch(`${t.sidecar.url}/kvgate/v1/drain`, { method: 'POST' });
+      expect([d.status, await d.json()]).toEqual([202, { draining: true, inFlight: 1 }]);
+      expect((await first).status).toBe(200);
+      expect(t.sidecar.status().draining).toBe(true);
+    } finally {
+      await t.sidecar.close();
+    }
+  });
+});
+
+describe('kvgate sidecar command', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'kvgate-sidecar-cmd-'));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('starts from flags, serves, and on SIGTERM drains and exits 0', async () => {
+    const descriptor = path.join(dir, 'd.json');
+    await writeFile(descriptor, JSON.stringify(sim.config.descriptor));
+    const signals = new EventEmitter();
+    let out = '';
+    let ready: (url: string) => void = () => undefined;
+    const url = new Promise<string>((r) => (ready = r));
+    const exit = sidecarCommand(['--role', 'prefill', '--worker', sim.url, '--descriptor', descriptor, '--listen', '127.0.0.1:0', '--dev-keys', 'cmd-test'], {
+      signals: signals as unknown as NodeJS.Process,
+      stdout: (s) => (out += s),
+      stderr: (s) => (out += s),
+      env: {},
+      onReady: ready,
+    });
+    const base = await url;
+    const status = (await (await fetch(`${base}/kvgate/v1/status`)).json()) as { role: string; verified: boolean };
+    expect(status).toMatchObject({ role: 'prefill', verified: true });
+    signals.emit('SIGTERM');
+    expect(await exit).toBe(0);
+    await expect(fetch(`${base}/healthz`)).rejects.toThrow();
+  });
+
+  it('prints help, and refuses bad flags with exit 2 before opening a port', async () => {
+    let out = '';
+    const io = { signals: new EventEmitter() as unknown as NodeJS.Process, stdout: (s: string) => (out += s), stderr: (s: string) => (out += s), env: {} };
+    expect(await sidecarCommand(['--help'], io)).toBe(0);
+    expect(out).toContain('usage: kvgate sidecar');
+    out = '';
+    expect(await sidecarCommand(['--role', 'sideways', '--worker', 'x', '--descriptor', path.join(dir, 'missing.yaml')], io)).toBe(2);
+    expect(out).toContain('missing.yaml: (root): cannot read the file');
+    out = '';
+    const descriptor = path.join(dir, 'd2.json');
+    await writeFile(descriptor, JSON.stringify(sim.config.descriptor));
+    expect(await sidecarCommand(['--role', 'sideways', '--worker', 'ftp://x', '--descriptor', descriptor, '--dev-keys', 's'], io)).toBe(2);
+    expect(out).toMatch(/command line: role: .*prefill/);
+    expect(out).toContain('command line: worker:');
+  });
+});

@@ -1,0 +1,228 @@
+/**
+ * `createSidecar`: the sidecar's HTTP shell. State lives in `SidecarState`, decisions in the pure modules (compare,
+ * contract-check, attestation-check, openai-body, status) and the role handlers; this file wires them to sockets.
+ *
+ * Routes on one port: `POST /v1/completions` and `/v1/chat/completions` (the role's work), `GET /kvgate/v1/status`,
+ * `POST /kvgate/v1/drain`, `GET /healthz` (200 only while serving), `GET /metrics` (Prometheus).
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { KeyRing } from '../contract/keys.js';
+import { KvgateError } from '../errors.js';
+import { H } from '../headers.js';
+import { compareObservation } from './compare.js';
+import type { SidecarConfig } from './config.js';
+import { checkContract } from './contract-check.js';
+import { headerValue, type IncomingCall, type SidecarContext } from './context.js';
+import { serveDecode } from './decode-role.js';
+import { parseJsonObject, readBody, sendError, sendJson, sendText, type FetchFn } from './http-io.js';
+import { createSidecarMetrics } from './metrics.js';
+import { ENDPOINT_PATHS } from './openai-body.js';
+import type { Outcome } from './outcome.js';
+import { servePrefill } from './prefill-role.js';
+import { observeWorker } from './probe.js';
+import { SidecarState } from './sidecar-state.js';
+import { admissionRefusal, type SidecarStatus } from './status.js';
+
+/** Injected so tests run many sidecars in one process, with their own logs, metrics, keys, clock and fetch. */
+export interface SidecarDeps {
+  readonly logger: Logger;
+  readonly registry: Registry;
+  readonly keys: KeyRing;
+  readonly fetch?: FetchFn;
+  readonly now?: () => number;
+}
+
+/** A running sidecar. `close` stops probing and drops connections; call `drain` first for a graceful stop. */
+export interface Sidecar {
+  readonly url: string;
+  readonly port: number;
+  status(): SidecarStatus;
+  /** Probe the worker now (it also runs at start and every `probe.intervalMs`); resolves to the new status. */
+  probe(): Promise<SidecarStatus>;
+  /** Stop taking work; resolves once every in-flight request has finished. */
+  drain(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Everything the request handlers share. */
+interface Runtime {
+  readonly ctx: SidecarContext;
+  readonly state: SidecarState;
+  readonly registry: Registry;
+}
+
+/** Start a sidecar: listen, probe the worker once, then keep probing. Resolves when it is ready to serve. */
+export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): Promise<Sidecar> {
+  const metrics = createSidecarMetrics(deps.registry);
+  const now = deps.now ?? Date.now;
+  const closed = new AbortController();
+  const state = new SidecarState(config, metrics, deps.logger, now);
+  const ctx: SidecarContext = {
+    config,
+    keys: deps.keys,
+    fetch: deps.fetch ?? ((input, init) => fetch(input, init)),
+    now,
+    logger: deps.logger,
+    metrics,
+    workerUrl: config.worker.replace(/\/+$/, ''),
+    closed: closed.signal,
+    noteEngineId: (id) => state.noteEngineId(id),
+  };
+  const rt: Runtime = { ctx, state, registry: deps.registry };
+  const loop = createProbeLoop(rt);
+  const server = http.createServer((req, res) => {
+    void route(rt, req, res).catch((e: unknown) => {
+      deps.logger.error({ err: e }, 'sidecar request handler failed');
+      sendError(res, KvgateError.from(e), headerValue(req.headers, H.requestId) ?? '');
+    });
+  });
+  server.keepAliveTimeout = 5_000;
+  const { port, host } = await listen(server, config.listen);
+  await loop.probe();
+  loop.start(closed.signal);
+  return {
+    url: `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host}:${port}`,
+    port,
+    status: () => state.status(),
+    probe: loop.probe,
+    drain: () => state.drain(),
+    close: async () => {
+      closed.abort();
+      await loop.stop();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}
+
+async function listen(server: http.Server, hostPort: string): Promise<{ host: string; port: number }> {
+  const i = hostPort.lastIndexOf(':');
+  const host = hostPort.slice(0, i).replace(/^\[|\]$/g, '');
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(Number(hostPort.slice(i + 1)), host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return { host, port: (server.address() as AddressInfo).port };
+}
+
+/** Probe now (one round at a time: concurrent callers share it) and every `probe.intervalMs` after `start`. */
+function createProbeLoop(rt: Runtime): { probe(): Promise<SidecarStatus>; start(signal: AbortSignal): void; stop(): Promise<void> } {
+  const { config, fetch: fetchFn } = rt.ctx;
+  let running: Promise<SidecarStatus> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  const served = config.servedModelName === undefined ? {} : { servedModelName: config.servedModelName };
+  const generation = config.probe.generation === 'always' || (config.probe.generation === 'declared' && config.descriptor.canaries?.generation !== undefined);
+  const round = async (): Promise<SidecarStatus> => {
+    const observation = await observeWorker(rt.ctx.workerUrl, config.descriptor, { fetch: fetchFn, timeoutMs: config.probe.timeoutMs, generation, ...served });
+    rt.state.recordProbe(compareObservation(config.descriptor, observation, served), observation.down !== undefined);
+    return rt.state.status();
+  };
+  const probe = (): Promise<SidecarStatus> => {
+    running ??= round().finally(() => {
+      running = undefined;
+    });
+    return running;
+  };
+  return {
+    probe,
+    start(signal) {
+      const schedule = (): void => {
+        if (signal.aborted) return;
+        timer = setTimeout(() => void probe().finally(schedule), config.probe.intervalMs);
+        timer.unref();
+      };
+      schedule();
+    },
+    async stop() {
+      if (timer !== undefined) clearTimeout(timer);
+      await running?.catch(() => undefined);
+    },
+  };
+}
+
+async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  const path = (req.url ?? '/').split('?')[0] ?? '/';
+  const endpoint = ENDPOINT_PATHS[path];
+  if (endpoint !== undefined && req.method === 'POST') return handleCompletion(rt, req, res, path, endpoint);
+  if (req.method === 'GET' && path === '/kvgate/v1/status') return sendJson(res, 200, rt.state.status());
+  if (req.method === 'GET' && path === '/healthz') {
+    const refusal = admissionRefusal(rt.state.status());
+    if (refusal === undefined || refusal.code === 'queue_full') return sendText(res, 200, 'text/plain', 'ok\n');
+    return sendText(res, 503, 'text/plain', `${refusal.code}\n`);
+  }
+  if (req.method === 'GET' && path === '/metrics') return sendText(res, 200, rt.registry.contentType, await rt.registry.metrics());
+  if (req.method === 'POST' && path === '/kvgate/v1/drain') {
+    void rt.state.drain();
+    return sendJson(res, 202, { draining: true, inFlight: rt.state.status().inFlight });
+  }
+  return sendText(res, 404, 'text/plain', 'not found: the sidecar serves POST /v1/completions, /v1/chat/completions, /kvgate/v1/drain and GET /kvgate/v1/status, /healthz, /metrics\n');
+}
+
+/** Admission (draining, unverified, full), then in-flight accounting around the work itself. */
+async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: http.ServerResponse, path: string, endpoint: IncomingCall['endpoint']): Promise<void> {
+  const { config, metrics } = rt.ctx;
+  const requestId = headerValue(req.headers, H.requestId);
+  const logger = rt.ctx.logger.child({ requestId, role: config.role });
+  const record = (o: Outcome): void => {
+    metrics.requests.inc({ role: config.role, outcome: o.outcome, code: o.code ?? '' });
+    logger.info({ event: 'request', outcome: o.outcome, code: o.code }, 'request done');
+  };
+  const refusal = admissionRefusal(rt.state.status());
+  if (refusal !== undefined) {
+    req.resume();
+    const detail = refusal.code === 'queue_full' ? { detail: { retryAfterSeconds: 1 } } : {};
+    sendError(res, new KvgateError(refusal.code, refusal.message, detail), requestId ?? '');
+    return record({ outcome: 'refused', code: refusal.code });
+  }
+  rt.state.enter();
+  const aborter = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) aborter.abort();
+    rt.state.leave();
+  });
+  const signal = AbortSignal.any([aborter.signal, rt.ctx.closed]);
+  record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger }));
+}
+
+/** Body, contract, then the role's handler. Every refusal here happens before any worker call. */
+async function runCompletion(
+  rt: Runtime,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  c: { path: string; endpoint: IncomingCall['endpoint']; requestId: string | undefined; signal: AbortSignal; logger: Logger },
+): Promise<Outcome> {
+  const { config, metrics } = rt.ctx;
+  const refuse = (e: KvgateError): Outcome => {
+    sendError(res, e, c.requestId ?? '');
+    return { outcome: 'refused', code: e.code };
+  };
+  const raw = await readBody(req, config.maxBodyBytes);
+  if (!raw.ok) return refuse(raw.error);
+  const body = parseJsonObject(raw.value);
+  if (!body.ok) return refuse(body.error);
+  const token = headerValue(req.headers, H.contract);
+  const contract = checkContract({
+    token,
+    requestId: c.requestId,
+    groupHeader: headerValue(req.headers, H.group),
+    fingerprint: config.fingerprint,
+    tenantScopes: config.tenantScopes,
+    keys: rt.ctx.keys,
+    nowMs: rt.ctx.now(),
+  });
+  if (!contract.ok) {
+    metrics.contractFailures.inc({ reason: contract.error.reason });
+    c.logger.warn({ event: 'contract_refused', reason: contract.error.reason }, contract.error.error.reason);
+    return refuse(contract.error.error);
+  }
+  const call: IncomingCall = { endpoint: c.endpoint, path: c.path, body: body.value, headers: req.headers, requestId: c.requestId, signal: c.signal, logger: c.logger };
+  return config.role === 'prefill' ? servePrefill(rt.ctx, call, contract.value, res) : serveDecode(rt.ctx, call, contract.value, token!, res);
+}

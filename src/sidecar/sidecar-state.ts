@@ -1,0 +1,79 @@
+/**
+ * The sidecar's mutable state in one place: the last probe verdict, draining, requests in flight, the engine id
+ * last seen. Every change updates the matching gauge and log line here, so the HTTP shell only calls methods.
+ */
+import type { Logger } from 'pino';
+import type { SidecarConfig } from './config.js';
+import type { ProbeVerdict } from './compare.js';
+import type { SidecarMetrics } from './metrics.js';
+import { staticStatusOf, toStatus, type SidecarStatus, type StaticStatus } from './status.js';
+
+/** Probe verdict, drain and in-flight accounting for one sidecar; `#private` so only its methods change it. */
+export class SidecarState {
+  readonly #config: SidecarConfig;
+  readonly #metrics: SidecarMetrics;
+  readonly #logger: Logger;
+  readonly #now: () => number;
+  readonly #fixed: StaticStatus;
+  #verdict: ProbeVerdict | null = null;
+  #checkedAtMs: number | null = null;
+  #draining = false;
+  #inFlight = 0;
+  #engineId: string | null = null;
+  readonly #drainWaiters: (() => void)[] = [];
+
+  constructor(config: SidecarConfig, metrics: SidecarMetrics, logger: Logger, now: () => number) {
+    this.#config = config;
+    this.#metrics = metrics;
+    this.#logger = logger;
+    this.#now = now;
+    this.#fixed = staticStatusOf(config);
+  }
+
+  status(): SidecarStatus {
+    return toStatus(this.#config, this.#fixed, {
+      verdict: this.#verdict,
+      checkedAtMs: this.#checkedAtMs,
+      draining: this.#draining,
+      inFlight: this.#inFlight,
+      engineId: this.#engineId,
+    });
+  }
+
+  /** Record a probe round; logs only when the verdict flips, so a steady state stays quiet. */
+  recordProbe(verdict: ProbeVerdict, workerDown: boolean): void {
+    const was = this.#verdict?.verified;
+    this.#verdict = verdict;
+    this.#checkedAtMs = this.#now();
+    this.#metrics.probes.inc({ result: verdict.verified ? 'verified' : workerDown ? 'down' : 'unverified' });
+    this.#metrics.verified.set(verdict.verified ? 1 : 0);
+    if (was === verdict.verified) return;
+    if (verdict.verified) this.#logger.info({ event: 'worker_verified', declaredOnly: verdict.declaredOnly }, 'the worker matches its declared descriptor');
+    else this.#logger.error({ event: 'worker_unverified', reasons: verdict.reasons }, 'the worker does not match its declared descriptor; refusing traffic');
+  }
+
+  noteEngineId(id: string): void {
+    this.#engineId = id;
+  }
+
+  /** A request was admitted. */
+  enter(): void {
+    this.#inFlight++;
+    this.#metrics.inFlight.set(this.#inFlight);
+  }
+
+  /** An admitted request finished (answered, failed or abandoned by its client). */
+  leave(): void {
+    this.#inFlight--;
+    this.#metrics.inFlight.set(this.#inFlight);
+    if (this.#inFlight === 0) for (const w of this.#drainWaiters.splice(0)) w();
+  }
+
+  /** Stop admitting work; resolves once nothing is in flight. Idempotent. */
+  drain(): Promise<void> {
+    if (!this.#draining) this.#logger.info({ event: 'drain', inFlight: this.#inFlight }, 'draining: no new requests, waiting for in-flight ones');
+    this.#draining = true;
+    this.#metrics.draining.set(1);
+    return this.#inFlight === 0 ? Promise.resolve() : new Promise((resolve) => this.#drainWaiters.push(resolve));
+  }
+}

@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { classifyEvent, SseSplitter, sseErrorFrames } from './sse.js';
+
+describe('SseSplitter', () => {
+  it('splits events across arbitrary chunk boundaries and CRLF', () => {
+    const s = new SseSplitter();
+    expect(s.push('data: {"a"')).toEqual([]);
+    expect(s.push(':1}\n\nda')).toEqual(['{"a":1}']);
+    expect(s.push('ta: x\r\n\r\n: comment\n\ndata: [DONE]\n\n')).toEqual(['x', '[DONE]']);
+  });
+});
+
+describe('classifyEvent', () => {
+  it('tells output, nothing, errors and the end apart', () => {
+    expect(classifyEvent('{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}').kind).toBe('empty');
+    expect(classifyEvent('{"choices":[{"index":0,"delta":{"content":"Hi"}}]}').kind).toBe('token');
+    expect(classifyEvent('{"choices":[{"index":0,"text":" the","finish_reason":null}]}').kind).toBe('token');
+    expect(classifyEvent('{"choices":[],"usage":{"prompt_tokens":3}}').kind).toBe('empty');
+    expect(classifyEvent('{"choices":[{"index":0,"text":"","finish_reason":"error"}]}').kind).toBe('error');
+    expect(classifyEvent('{"error":{"message":"NIXL transfer failure: handshake_failed","code":500}}')).toEqual({ kind: 'error', message: 'NIXL transfer failure: handshake_failed' });
+    expect(classifyEvent('[DONE]').kind).toBe('done');
+    expect(classifyEvent('not json').kind).toBe('empty');
+  });
+
+  it('error frames end with [DONE]', () => {
+    expect(sseErrorFrames({ error: { code: 'x' } })).toBe('data: {"error":{"code":"x"}}\n\ndata: [DONE]\n\n');
+  });
+});

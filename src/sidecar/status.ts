@@ -1,0 +1,91 @@
+/**
+ * The sidecar's status document (`GET /kvgate/v1/status`): what the gate discovers about this worker (role,
+ * declared descriptor and fingerprint, whether the live worker matched it and why not, draining, load) and what an
+ * operator needs to see why a worker is refused. Pure: built from a snapshot of the sidecar's state.
+ */
+import { checkDescriptor, type CompatVerdict } from '../compat/connector-rules.js';
+import type { CompatDescriptor } from '../compat/descriptor.js';
+import { predictNixlHash } from '../compat/nixl-hash.js';
+import type { SidecarConfig } from './config.js';
+import type { ProbeVerdict } from './compare.js';
+
+export interface SidecarStatus {
+  readonly role: 'prefill' | 'decode';
+  readonly descriptor: CompatDescriptor;
+  readonly fingerprint: string;
+  readonly verified: boolean;
+  readonly reasons: readonly string[];
+  readonly measured: Readonly<Record<string, unknown>>;
+  /** Descriptor fields taken from the declaration because no endpoint exposes them (not verified). */
+  readonly declaredOnly: readonly string[];
+  readonly draining: boolean;
+  readonly inFlight: number;
+  readonly capacity: { readonly maxInFlight: number; readonly available: number };
+  /** vLLM's NIXL handshake hash as predicted from the descriptor, with how sure the prediction is. */
+  readonly nixlHash: { readonly hash: string; readonly status: 'known' | 'interpolated' | 'recheck'; readonly reason?: string };
+  /** Whether this revision can be disaggregated with its connector at all. */
+  readonly connector: CompatVerdict;
+  /** The NIXL engine id the worker last reported (prefill role), null until it has run a prefill. */
+  readonly engineId: string | null;
+  readonly tenantScopes: readonly string[];
+  /** When the last probe finished (ms since the epoch); null before the first. */
+  readonly checkedAtMs: number | null;
+}
+
+export interface StatusSnapshot {
+  readonly verdict: ProbeVerdict | null;
+  readonly checkedAtMs: number | null;
+  readonly draining: boolean;
+  readonly inFlight: number;
+  readonly engineId: string | null;
+}
+
+/** Facts about the declaration that never change while the sidecar runs; computed once. */
+export interface StaticStatus {
+  readonly nixlHash: SidecarStatus['nixlHash'];
+  readonly connector: CompatVerdict;
+}
+
+/** Computed once at start: the declaration does not change while the sidecar runs. */
+export function staticStatusOf(config: SidecarConfig): StaticStatus {
+  const p = predictNixlHash(config.descriptor);
+  return {
+    nixlHash: { hash: p.hash, status: p.status, ...(p.reason === undefined ? {} : { reason: p.reason }) },
+    connector: checkDescriptor(config.descriptor, config.compatMode),
+  };
+}
+
+/** The status document from the config, the fixed facts and a snapshot of the mutable state. */
+export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSnapshot): SidecarStatus {
+  const verdict = s.verdict ?? { verified: false, reasons: ['the worker has not been probed yet'], measured: {}, declaredOnly: [] };
+  return {
+    role: config.role,
+    descriptor: config.descriptor,
+    fingerprint: config.fingerprint,
+    verified: verdict.verified,
+    reasons: verdict.reasons,
+    measured: verdict.measured,
+    declaredOnly: verdict.declaredOnly,
+    draining: s.draining,
+    inFlight: s.inFlight,
+    capacity: { maxInFlight: config.maxInFlight, available: Math.max(0, config.maxInFlight - s.inFlight) },
+    nixlHash: fixed.nixlHash,
+    connector: fixed.connector,
+    engineId: s.engineId,
+    tenantScopes: config.tenantScopes,
+    checkedAtMs: s.checkedAtMs,
+  };
+}
+
+/** Why this sidecar takes no new work right now, or undefined when it does. Ordered: draining, unverified, full. */
+export function admissionRefusal(status: SidecarStatus): { code: 'draining' | 'worker_unverified' | 'queue_full'; message: string } | undefined {
+  if (status.draining) return { code: 'draining', message: 'this worker is draining and takes no new requests; the gate will route elsewhere' };
+  if (!status.verified) {
+    return {
+      code: 'worker_unverified',
+      message: `this worker does not match its declared descriptor, so it serves nothing until a probe agrees: ${status.reasons.join('; ')}`,
+    };
+  }
+  if (status.capacity.available === 0) return { code: 'queue_full', message: `this worker has ${status.inFlight} requests in flight, its limit; retry shortly` };
+  return undefined;
+}

@@ -1,0 +1,138 @@
+/**
+ * Test support for sidecar tests: sidecars wired to simulated workers, a contract minter, a fetch spy and an
+ * in-memory log sink. Not used by product code.
+ */
+import { Writable } from 'node:stream';
+import { pino, type Logger } from 'pino';
+import { Registry } from 'prom-client';
+import type { CompatDescriptorInput } from '../compat/descriptor.js';
+import { groupIdOf } from '../compat/fingerprint.js';
+import { mintContract, type TransferContract } from '../contract/contract.js';
+import { createDevKeyRing, type KeyRing } from '../contract/keys.js';
+import type { SimServer } from '../sim/server.js';
+import { parseSidecarConfig, type SidecarConfig, type SidecarConfigInput } from './config.js';
+import type { FetchFn } from './http-io.js';
+import { createSidecar, type Sidecar } from './server.js';
+
+export const TEST_KEYS: KeyRing = createDevKeyRing('kvgate-sidecar-tests');
+
+/** Every call a sidecar made through its fetch, with a way to make the next calls fail or change. */
+export interface FetchSpy {
+  readonly fetch: FetchFn;
+  readonly calls: { url: string; method: string; headers: Record<string, string>; body: unknown }[];
+  /** Calls whose URL starts with `prefix` and whose path is not a probe endpoint. */
+  workCalls(prefix: string): FetchSpy['calls'];
+  /** Rewrite the next matching call's headers (e.g. add `x-sim-fault`) before it is sent. */
+  onNext(match: (url: string) => boolean, edit: (headers: Record<string, string>) => void): void;
+  reset(): void;
+}
+
+const PROBE_PATHS = ['/version', '/v1/models', '/metrics'];
+
+export function createFetchSpy(): FetchSpy {
+  const calls: FetchSpy['calls'] = [];
+  const edits: { match: (url: string) => boolean; edit: (h: Record<string, string>) => void }[] = [];
+  const spy: FetchSpy = {
+    calls,
+    fetch: async (url, init) => {
+      const headers = { ...((init?.headers ?? {}) as Record<string, string>) };
+      const i = edits.findIndex((e) => e.match(url));
+      if (i >= 0) edits.splice(i, 1)[0]!.edit(headers);
+      const body = typeof init?.body === 'string' ? (JSON.parse(init.body) as unknown) : undefined;
+      calls.push({ url, method: init?.method ?? 'GET', headers, body });
+      return fetch(url, { ...init, headers });
+    },
+    workCalls: (prefix) => calls.filter((c) => c.url.startsWith(prefix) && !PROBE_PATHS.some((p) => c.url === `${prefix}${p}`)),
+    onNext: (match, edit) => {
+      edits.push({ match, edit });
+    },
+    reset: () => {
+      calls.length = 0;
+    },
+  };
+  return spy;
+}
+
+/** A pino logger writing JSON lines into `lines`, so tests can assert on log fields. */
+export function createMemoryLogger(): { logger: Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Record<string, unknown>);
+      done();
+    },
+  });
+  return { logger: pino({ level: 'debug' }, sink), lines };
+}
+
+/** A config for a sidecar in front of `sim`, declaring `descriptor` (default: what the sim declares). */
+export function sidecarConfigFor(
+  sim: SimServer,
+  role: 'prefill' | 'decode',
+  overrides: Partial<SidecarConfigInput> & { descriptor?: CompatDescriptorInput } = {},
+): SidecarConfig {
+  const raw = {
+    role,
+    worker: sim.url,
+    listen: '127.0.0.1:0',
+    descriptor: sim.config.descriptor,
+    keys: { devSeed: 'kvgate-sidecar-tests' },
+    probe: { intervalMs: 60_000, timeoutMs: 2_000 },
+    prefill: { via: 'direct', maxAttempts: 3, backoffMs: 1, maxBackoffMs: 5, timeoutMs: 10_000 },
+    ...overrides,
+  };
+  const r = parseSidecarConfig(raw, 'test');
+  if (!r.ok) throw new Error(JSON.stringify(r.error));
+  return r.value;
+}
+
+export interface TestSidecar {
+  readonly sidecar: Sidecar;
+  readonly spy: FetchSpy;
+  readonly registry: Registry;
+  readonly lines: Record<string, unknown>[];
+  readonly config: SidecarConfig;
+}
+
+export async function startTestSidecar(config: SidecarConfig, now?: () => number): Promise<TestSidecar> {
+  const spy = createFetchSpy();
+  const registry = new Registry();
+  const { logger, lines } = createMemoryLogger();
+  const sidecar = await createSidecar(config, { logger, registry, keys: TEST_KEYS, fetch: spy.fetch, ...(now === undefined ? {} : { now }) });
+  return { sidecar, spy, registry, lines, config };
+}
+
+/** Contract fields for `fingerprint` with a prefill leg to `prefillEndpoint` (null: no disaggregation). */
+export function contractFor(
+  fingerprint: string,
+  prefillEndpoint: string | null,
+  edit: Partial<Omit<TransferContract, 'kind'>> = {},
+  nowMs = Date.now(),
+): Omit<TransferContract, 'kind'> {
+  const tenantScope = edit.tenantScope ?? 'tenant:acme';
+  return {
+    requestId: 'req-1',
+    groupId: groupIdOf(edit.fingerprint ?? fingerprint, tenantScope),
+    fingerprint,
+    tenantScope,
+    tenant: 'acme',
+    model: 'llama',
+    revision: 'rev-a',
+    adapter: null,
+    issuedAtMs: nowMs,
+    expiresAtMs: nowMs + 60_000,
+    decode: { cluster: 'decode-a', endpoint: null },
+    prefill: prefillEndpoint === null ? null : { cluster: 'prefill-a', endpoint: prefillEndpoint },
+    ...edit,
+  };
+}
+
+/** Headers a gate would stamp for `contract`. */
+export function gateHeaders(contract: Omit<TransferContract, 'kind'>, keys: KeyRing = TEST_KEYS): Record<string, string> {
+  return { 'x-request-id': contract.requestId, 'x-kvgate-contract': mintContract(contract, keys), 'x-kvgate-group': contract.groupId };
+}
+
+/** `host:port` of a URL, as a contract names endpoints. */
+export function endpointOf(url: string): string {
+  return new URL(url).host;
+}

@@ -1,0 +1,197 @@
+/**
+ * Configuration of one simulated vLLM worker: the descriptor operators declared for it, the serving knobs vLLM
+ * would take on its command line, and (optionally) `behaveAs`, what the worker really runs.
+ *
+ * `behaveAs` exists so tests and demos can reproduce the failure kvgate is built to catch: a worker whose label says
+ * revision A while it serves revision B. Every observable behaviour of the simulator follows the merged ("real")
+ * descriptor, exactly as a mislabelled vLLM would; the declared one is only logged.
+ */
+import { readFile } from 'node:fs/promises';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
+import { KvgateError, err, ok, type Result } from '../errors.js';
+
+const port = z.number().int().min(0).max(65535);
+const nonNegative = z.number().min(0);
+
+export const SimLatencySchema = z
+  .object({
+    /** Cost of each prompt token computed locally (not served from the prefix cache or pulled over NIXL). */
+    prefillMsPerToken: nonNegative.default(0),
+    /** Cost of each generated token. */
+    decodeMsPerToken: nonNegative.default(0),
+    /** Cost of each KV block pulled from a prefill worker. */
+    transferMsPerBlock: nonNegative.default(0),
+    /** Cost of one NIXL handshake (done once per remote engine, then cached, as vLLM does). */
+    handshakeMs: nonNegative.default(0),
+  })
+  .strict();
+
+export const SimSettingsSchema = z
+  .object({
+    host: z.string().min(1).default('127.0.0.1'),
+    port: port.default(0),
+    /** The NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_PORT); 0 picks a free port. */
+    sideChannelPort: port.default(0),
+    /** `--served-model-name`; vLLM defaults it to the model argument, and so does the simulator. */
+    servedModelName: z.string().min(1).optional(),
+    /** `kv_transfer_config.engine_id`; a fresh uuid4 per launch when absent, like vLLM. */
+    engineId: z.string().min(1).optional(),
+    maxModelLen: z.number().int().positive().default(4096),
+    numGpuBlocks: z.number().int().positive().default(4096),
+    enablePrefixCaching: z.boolean().default(true),
+    prefixCachingHashAlgo: z.enum(['sha256', 'sha256_cbor', 'builtin']).default('sha256'),
+    gpuMemoryUtilization: z.number().gt(0).max(1).default(0.9),
+    kvLoadFailurePolicy: z.enum(['fail', 'recompute']).default('fail'),
+    /** `kv_connector_extra_config.kv_lease_duration` (ms here): how long P holds blocks for D without a heartbeat. */
+    leaseMs: z.number().int().positive().default(30_000),
+    /** `--max-num-seqs`: requests beyond it wait (vllm:num_requests_waiting). */
+    maxNumSeqs: z.number().int().positive().default(256),
+    /** `kv_connector_extra_config.enforce_handshake_compat` (vLLM default true). */
+    enforceHandshakeCompat: z.boolean().default(true),
+    /** D's wait for a handshake answer (vLLM: ZMQ RCVTIMEO 5000 ms). */
+    handshakeTimeoutMs: z.number().int().positive().default(5_000),
+    /** D's wait for a block read before it counts a failed transfer (a simulator choice; NIXL has no such knob). */
+    transferTimeoutMs: z.number().int().positive().default(5_000),
+    latency: SimLatencySchema.default({ prefillMsPerToken: 0, decodeMsPerToken: 0, transferMsPerBlock: 0, handshakeMs: 0 }),
+    /** Partial descriptor: what the worker really runs when it differs from its declared descriptor. */
+    behaveAs: z.record(z.string(), z.unknown()).optional(),
+  })
+  .strict();
+
+export const SimConfigFileSchema = z
+  .object({
+    descriptor: z.unknown(),
+    sim: SimSettingsSchema,
+  })
+  .strict();
+
+export type SimSettings = z.infer<typeof SimSettingsSchema>;
+export type SimSettingsInput = z.input<typeof SimSettingsSchema>;
+export type SimLatency = z.infer<typeof SimLatencySchema>;
+
+/** A validated, frozen simulator configuration. */
+export interface SimConfig {
+  /** What operators wrote down for this worker. */
+  readonly descriptor: CompatDescriptor;
+  /** What it really runs: `descriptor` with `sim.behaveAs` merged over it. Drives everything observable. */
+  readonly behaviour: CompatDescriptor;
+  readonly sim: Readonly<SimSettings>;
+  /** True when `behaviour` differs from `descriptor` (the worker lies). */
+  readonly lies: boolean;
+}
+
+export interface SimConfigInput {
+  descriptor: unknown;
+  sim: SimSettingsInput;
+}
+
+/**
+ * Validate a config object (parsed YAML/JSON or built in code). Every problem is reported with its path and a fix,
+ * so an operator can correct the file in one pass.
+ */
+export function parseSimConfig(input: unknown): Result<SimConfig> {
+  const top = SimConfigFileSchema.safeParse(input);
+  if (!top.success) return err(configError(formatIssues(top.error.issues, '')));
+  const declared = CompatDescriptorSchema.safeParse(top.data.descriptor);
+  if (!declared.success) return err(configError(formatIssues(declared.error.issues, 'descriptor')));
+  const sim = top.data.sim;
+  let behaviour = declared.data;
+  if (sim.behaveAs !== undefined) {
+    const merged = deepMerge(top.data.descriptor, sim.behaveAs);
+    const real = CompatDescriptorSchema.safeParse(merged);
+    if (!real.success) return err(configError(formatIssues(real.error.issues, 'sim.behaveAs')));
+    behaviour = real.data;
+  }
+  const capacity = sim.numGpuBlocks * behaviour.kvCache.blockSize;
+  if (sim.maxModelLen > capacity) {
+    return err(
+      configError(
+        `sim.maxModelLen: ${sim.maxModelLen} tokens do not fit in the KV cache (${sim.numGpuBlocks} blocks x ` +
+          `${behaviour.kvCache.blockSize} tokens = ${capacity}) - fix: raise sim.numGpuBlocks to at least ` +
+          `${Math.ceil(sim.maxModelLen / behaviour.kvCache.blockSize)} or lower sim.maxModelLen (vLLM refuses to start the same way)`,
+      ),
+    );
+  }
+  const lies = JSON.stringify(declared.data) !== JSON.stringify(behaviour);
+  return ok(deepFreeze({ descriptor: declared.data, behaviour, sim, lies }));
+}
+
+/** Read a YAML or JSON config file (JSON is YAML) and validate it; I/O failures are returned, not thrown. */
+export async function loadSimConfigFile(path: string): Promise<Result<SimConfig>> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (e) {
+    return err(new KvgateError('bad_request', `cannot read sim config ${path}: ${(e as Error).message}`, { cause: e }));
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (e) {
+    return err(
+      new KvgateError('bad_request', `sim config ${path} is not valid YAML/JSON: ${(e as Error).message}`, { cause: e }),
+    );
+  }
+  const parsed = parseSimConfig(doc);
+  if (!parsed.ok) return err(new KvgateError('bad_request', `${path}: ${parsed.error.reason}`));
+  return parsed;
+}
+
+function configError(detail: string): KvgateError {
+  return new KvgateError('bad_request', `invalid sim config:\n${detail}`);
+}
+
+interface Issue {
+  code: string;
+  path: PropertyKey[];
+  message: string;
+  expected?: unknown;
+  values?: unknown[];
+  keys?: string[];
+  minimum?: unknown;
+  maximum?: unknown;
+  inclusive?: boolean;
+}
+
+/** One line per issue: `path: problem - fix: ...`. */
+export function formatIssues(issues: readonly Issue[], prefix: string): string {
+  return issues
+    .map((issue) => {
+      const path = [prefix, ...issue.path.map(String)].filter((p) => p !== '').join('.') || '(root)';
+      return `  ${path}: ${issue.message} - fix: ${fixFor(issue, path)}`;
+    })
+    .join('\n');
+}
+
+function fixFor(issue: Issue, path: string): string {
+  switch (issue.code) {
+    case 'invalid_type':
+      return issue.message.includes('received undefined')
+        ? `add ${path} (a ${String(issue.expected)})`
+        : `set ${path} to a ${String(issue.expected)}`;
+    case 'invalid_value':
+      return `use one of ${(issue.values ?? []).map((v) => JSON.stringify(v)).join(', ')}`;
+    case 'unrecognized_keys':
+      return `remove ${(issue.keys ?? []).map((k) => `"${k}"`).join(', ')} (misspelt? see src/sim/README.md for the keys)`;
+    case 'too_small':
+      return issue.inclusive === false ? `use a value greater than ${String(issue.minimum)}` : `use a value of at least ${String(issue.minimum)}`;
+    case 'too_big':
+      return issue.inclusive === false ? `use a value less than ${String(issue.maximum)}` : `use a value of at most ${String(issue.maximum)}`;
+    default:
+      return `correct ${path} (see src/sim/README.md)`;
+  }
+}
+
+/** Plain-object deep merge: arrays and scalars in `over` replace; `null` replaces (e.g. `adapter: null`). */
+export function deepMerge(base: unknown, over: unknown): unknown {
+  if (!isPlainObject(base) || !isPlainObject(over)) return over;
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(over)) out[k] = k in out ? deepMerge(out[k], v) : v;
+  return out;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}

@@ -1,0 +1,253 @@
+/**
+ * `POST /v1/completions` and `POST /v1/chat/completions` as vLLM serves them: validation and errors in vLLM's
+ * words, prompt rendering with the worker's own template and tokenizer, the engine run, and the response (JSON, or
+ * SSE chunks ending with `data: [DONE]`). Writes through a `ResponseSink`, so it never touches a socket itself.
+ */
+import type { Logger } from 'pino';
+import { renderChat, type ChatTemplateProfile } from './chat-template.js';
+import type { SimConfig } from './config.js';
+import type { SimEngine, EngineEvent } from './engine.js';
+import type { FaultState, RequestFaults } from './faults.js';
+import type { GeneratedToken } from './generator.js';
+import { parseKvTransferParams } from './pd.js';
+import { ChatRequestSchema, CompletionRequestSchema, describeZodError, messageText, vllmError } from './protocol.js';
+import { ChunkBuilder, finalBody, type PreparedRequest } from './responses.js';
+import type { SimTokenizer } from './tokenizer.js';
+
+/** Where a handler writes its answer; the HTTP server implements it over a ServerResponse. */
+export interface ResponseSink {
+  json(status: number, body: unknown): void;
+  /** Start a 200 `text/event-stream` response. */
+  sse(): void;
+  /** One `data: ...` event (`'[DONE]'` is written raw). */
+  event(data: unknown): void;
+  /** Cut the connection without finishing the response (fault injection). */
+  drop(): void;
+}
+
+export interface WorkerContext {
+  readonly config: SimConfig;
+  readonly servedModelName: string;
+  readonly tokenizer: SimTokenizer;
+  readonly template: ChatTemplateProfile;
+  readonly engine: SimEngine;
+  readonly faults: () => FaultState;
+  readonly random: () => number;
+  readonly now: () => number;
+  readonly randomHex: () => string;
+  readonly logger: Logger;
+  readonly sleep: (ms: number) => Promise<void>;
+}
+
+const MAX_LOGPROBS = 20;
+
+type Kind = 'completion' | 'chat';
+
+/** Resolve `model` to the base model or the adapter; null when this worker does not serve it. */
+export function resolveModel(ctx: WorkerContext, requested: string | null | undefined): { model: string; useAdapter: boolean } | null {
+  if (requested === null || requested === undefined || requested === ctx.servedModelName) {
+    return { model: ctx.servedModelName, useAdapter: false };
+  }
+  const adapter = ctx.config.behaviour.adapter;
+  if (adapter && requested === adapter.id) return { model: adapter.id, useAdapter: true };
+  return null;
+}
+
+export function modelNotFound(model: string) {
+  return vllmError(404, `The model \`${model}\` does not exist.`, 'model');
+}
+
+/** Validate and render a request, or return the vLLM error (status, body) it gets. */
+export function prepareGeneration(
+  ctx: WorkerContext,
+  kind: Kind,
+  body: unknown,
+  requestId: string,
+): { ok: true; value: PreparedRequest } | { ok: false; status: number; body: unknown } {
+  const fail = (status: number, message: string, param: string | null = null) => ({ ok: false as const, status, body: vllmError(status, message, param) });
+  const parsed = kind === 'chat' ? ChatRequestSchema.safeParse(body) : CompletionRequestSchema.safeParse(body);
+  if (!parsed.success) return fail(400, describeZodError(parsed.error));
+  const r = parsed.data;
+  const model = resolveModel(ctx, r.model);
+  if (!model) return { ok: false, status: 404, body: modelNotFound(String(r.model)) };
+  if ((r.n ?? 1) !== 1) return fail(400, 'n > 1 is not supported by the kvgate simulator (it decodes greedily)', 'n');
+  if (r.echo) return fail(400, 'echo is not supported by the kvgate simulator', 'echo');
+  const tokens = promptTokens(ctx, kind, r);
+  if (!tokens.ok) return fail(400, tokens.error);
+  const max = maxTokensFor(kind, r, tokens.value.length, ctx.config.sim.maxModelLen);
+  if (typeof max !== 'number') return fail(400, max.message, max.param);
+  const maxTokens = max;
+  const lp = logprobSettings(kind, r);
+  if (typeof lp === 'string') return fail(400, lp, 'logprobs');
+  const asIds = r.return_tokens_as_token_ids === true;
+  return {
+    ok: true,
+    value: {
+      kind,
+      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestId}`,
+      model: model.model,
+      useAdapter: model.useAdapter,
+      promptTokens: tokens.value,
+      sampling: {
+        maxTokens,
+        minTokens: r.min_tokens ?? 0,
+        ignoreEos: r.ignore_eos ?? false,
+        stop: typeof r.stop === 'string' ? [r.stop] : (r.stop ?? []),
+        topN: lp.topN,
+      },
+      stream: r.stream === true,
+      includeUsage: r.stream_options?.include_usage === true,
+      continuousUsage: r.stream_options?.continuous_usage_stats === true,
+      logprobs: lp.enabled,
+      render: (id) => (asIds ? `token_id:${id}` : ctx.tokenizer.tokenText(id)),
+      returnTokenIds: r.return_token_ids === true,
+      cacheSalt: r.cache_salt ?? null,
+      kvTransferParams: r.kv_transfer_params,
+    },
+  };
+}
+
+/** vLLM's length checks (`_validate_input`), then the effective max_tokens (default: what still fits). */
+function maxTokensFor(kind: Kind, r: Record<string, unknown>, len: number, maxLen: number): number | { message: string; param: string } {
+  if (len === 0) return { message: 'The prompt cannot be empty.', param: 'prompt' };
+  if (len >= maxLen) {
+    return {
+      message: `This model's maximum context length is ${maxLen} tokens. However, your request has ${len} input tokens. Please reduce the length of the input messages.`,
+      param: 'input_tokens',
+    };
+  }
+  const asked = kind === 'chat' ? (r['max_completion_tokens'] ?? r['max_tokens']) : r['max_tokens'] === undefined ? 16 : r['max_tokens'];
+  const requested = asked as number | null | undefined;
+  if (requested !== null && requested !== undefined && len + requested > maxLen) {
+    return {
+      message:
+        `'max_tokens' or 'max_completion_tokens' is too large: ${requested}. This model's maximum context length is ${maxLen} ` +
+        `tokens and your request has ${len} input tokens (${requested} > ${maxLen} - ${len}).`,
+      param: 'max_tokens',
+    };
+  }
+  const n = requested ?? maxLen - len;
+  return n < 1 ? { message: `max_tokens must be at least 1, got ${n}.`, param: 'max_tokens' } : n;
+}
+
+function promptTokens(ctx: WorkerContext, kind: Kind, r: Record<string, unknown>): { ok: true; value: number[] } | { ok: false; error: string } {
+  const tok = ctx.tokenizer;
+  if (kind === 'chat') {
+    const messages = (r['messages'] as Array<{ role: string; content?: unknown }>).map((m) => ({
+      role: m.role,
+      content: messageText(m.content as Parameters<typeof messageText>[0]),
+    }));
+    const text = renderChat(ctx.template, messages, { addGenerationPrompt: r['add_generation_prompt'] !== false });
+    return { ok: true, value: tok.encode(text, { addSpecialTokens: r['add_special_tokens'] === true }) };
+  }
+  let prompt = r['prompt'] as string | number[] | string[] | number[][];
+  if (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) {
+    prompt = prompt[0] as string | number[];
+  }
+  if (typeof prompt === 'string') return { ok: true, value: tok.encode(prompt, { addSpecialTokens: r['add_special_tokens'] !== false }) };
+  const ids = prompt as number[];
+  const bad = ids.find((id) => id >= tok.vocabSize);
+  if (bad !== undefined) return { ok: false, error: `Token id ${bad} is out of vocabulary` };
+  return { ok: true, value: [...ids] };
+}
+
+function logprobSettings(kind: Kind, r: Record<string, unknown>): { enabled: boolean; topN: number } | string {
+  if (kind === 'completion') {
+    const n = r['logprobs'] as number | null | undefined;
+    if (n === null || n === undefined) return { enabled: false, topN: 0 };
+    if (n > MAX_LOGPROBS) return `Requested sample logprobs of ${n}, which is greater than max allowed: ${MAX_LOGPROBS}`;
+    return { enabled: true, topN: n + 1 };
+  }
+  const top = (r['top_logprobs'] as number | null | undefined) ?? 0;
+  if (top > MAX_LOGPROBS) return `Requested sample logprobs of ${top}, which is greater than max allowed: ${MAX_LOGPROBS}`;
+  if (r['logprobs'] !== true) {
+    return top > 0 ? 'when using `top_logprobs`, `logprobs` must be set to true.' : { enabled: false, topN: 0 };
+  }
+  return { enabled: true, topN: top };
+}
+
+/** Serve one generation request end to end. */
+export async function handleGeneration(
+  ctx: WorkerContext,
+  kind: Kind,
+  body: unknown,
+  headerRequestId: string | undefined,
+  faults: RequestFaults,
+  sink: ResponseSink,
+  signal: AbortSignal,
+): Promise<void> {
+  const global = ctx.faults();
+  const slow = (faults.slowMs ?? 0) + global.slowMs;
+  if (slow > 0) await ctx.sleep(slow);
+  if (faults.error !== undefined) return sink.json(faults.error, vllmError(faults.error, `Injected fault: HTTP ${faults.error} (x-sim-fault)`));
+  if (global.errorRate > 0 && ctx.random() < global.errorRate) {
+    return sink.json(global.errorStatus, vllmError(global.errorStatus, `Injected fault: HTTP ${global.errorStatus} (errorRate)`));
+  }
+  const prep = prepareGeneration(ctx, kind, body, headerRequestId ?? ctx.randomHex());
+  if (!prep.ok) return sink.json(prep.status, prep.body);
+  const p = prep.value;
+  const events = ctx.engine.run({
+    requestId: `${p.kind === 'completion' ? `${p.id}-0` : p.id}-${ctx.randomHex().slice(0, 8)}`,
+    promptTokens: p.promptTokens,
+    sampling: p.sampling,
+    useAdapter: p.useAdapter,
+    cacheSalt: p.cacheSalt,
+    kvTransfer: parseKvTransferParams(p.kvTransferParams),
+    faults,
+    signal,
+    streaming: p.stream,
+  });
+  const dropAfter = faults.dropAfterTokens ?? global.dropAfterTokens ?? null;
+  if (p.stream) await streamResponse(ctx, p, events, sink, dropAfter);
+  else await jsonResponse(ctx, p, events, sink, dropAfter);
+}
+
+async function jsonResponse(ctx: WorkerContext, p: PreparedRequest, events: AsyncIterable<EngineEvent>, sink: ResponseSink, dropAfter: number | null): Promise<void> {
+  const tokens: GeneratedToken[] = [];
+  let text = '';
+  for await (const ev of events) {
+    if (ev.type === 'error') return sink.json(500, vllmError(500, 'Internal server error'));
+    text += ev.text;
+    if (ev.type === 'finish') return sink.json(200, finalBody(p, Math.floor(ctx.now() / 1000), tokens, text, ev));
+    tokens.push(ev.token);
+    if (dropAfter !== null && tokens.length >= dropAfter) return sink.drop();
+  }
+  // The engine stopped without finishing: the client went away.
+}
+
+/**
+ * SSE like vLLM: one chunk per engine output, the last token sharing its chunk with the finish reason; an engine
+ * error becomes an error event; always `data: [DONE]` last (unless a drop fault cuts the connection).
+ */
+async function streamResponse(ctx: WorkerContext, p: PreparedRequest, events: AsyncIterable<EngineEvent>, sink: ResponseSink, dropAfter: number | null): Promise<void> {
+  const chunks = new ChunkBuilder(p, Math.floor(ctx.now() / 1000));
+  sink.sse();
+  if (dropAfter === 0) return sink.drop();
+  let pending: { token: GeneratedToken; text: string } | null = null;
+  const flush = (): boolean => {
+    if (!pending) return true;
+    sink.event(chunks.chunk(pending.token, pending.text, null));
+    pending = null;
+    if (dropAfter !== null && chunks.tokensSent >= dropAfter) {
+      sink.drop();
+      return false;
+    }
+    return true;
+  };
+  for await (const ev of events) {
+    if (ev.type === 'finish') {
+      const last: { token: GeneratedToken; text: string } | null = pending;
+      sink.event(chunks.chunk(last?.token ?? null, (last?.text ?? '') + ev.text, ev));
+      if (p.includeUsage) sink.event(chunks.usage());
+      break;
+    }
+    if (!flush()) return;
+    if (ev.type === 'error') {
+      sink.event(vllmError(500, 'Internal server error'));
+      break;
+    }
+    if (p.kind === 'chat' && chunks.tokensSent === 0) sink.event(chunks.role());
+    pending = { token: ev.token, text: ev.text };
+  }
+  sink.event('[DONE]');
+}

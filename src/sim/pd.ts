@@ -1,0 +1,238 @@
+/**
+ * Disaggregated prefill/decode exactly as vLLM's NixlConnector does it, at the level kvgate can observe
+ * (reference: shared/reference/vllm-disagg.md §1-§4).
+ *
+ * - P (request with `do_remote_decode: true`): runs prefill, keeps the request's blocks under a lease and answers
+ *   `kv_transfer_params` {do_remote_prefill: true, remote_block_ids, remote_engine_id, remote_request_id,
+ *   remote_host, remote_port, tp_size} (+ remote_num_tokens from connector v5, transfer_mode from v7).
+ * - D (request with `do_remote_prefill: true` and all remote fields): handshakes with P's side channel (cached per
+ *   remote engine), checks vLLM's compatibility hash BEFORE anything else, then the runtime checks of
+ *   `_validate_remote_agent_handshake` (layout, block size, block_len, layers), reads only the blocks it lacks
+ *   (`remote_block_ids[-num_missing:]`; none on a full prefix hit) and notifies P so it frees them.
+ *
+ * Parsing and validation are pure; `pullRemoteKv` does the I/O through an injected side-channel client.
+ */
+import type { Logger } from 'pino';
+import type { KvBlock } from './kv-model.js';
+import type { SimMetrics } from './metrics.js';
+import type { HandshakePayload, SideChannelClient } from './side-channel.js';
+
+export interface RemotePrefill {
+  readonly remoteBlockIds: readonly number[];
+  readonly remoteEngineId: string;
+  readonly remoteRequestId: string;
+  readonly remoteHost: string;
+  readonly remotePort: number;
+  readonly tpSize: number;
+}
+
+export type KvTransferRole =
+  | { readonly kind: 'none' }
+  | { readonly kind: 'producer' }
+  | { readonly kind: 'consumer'; readonly remote: RemotePrefill }
+  | { readonly kind: 'invalid'; readonly raw: unknown };
+
+/**
+ * What a request's `kv_transfer_params` asks for. A `do_remote_prefill` request missing any remote field is
+ * `invalid`: vLLM logs "Got invalid KVTransferParams" and prefills locally.
+ */
+export function parseKvTransferParams(raw: unknown): KvTransferRole {
+  if (raw === null || raw === undefined || typeof raw !== 'object' || Array.isArray(raw)) return { kind: 'none' };
+  const p = raw as Record<string, unknown>;
+  if (p['do_remote_prefill'] === true) {
+    const ids = p['remote_block_ids'];
+    const engine = p['remote_engine_id'];
+    const req = p['remote_request_id'];
+    const host = p['remote_host'];
+    const port = p['remote_port'];
+    const valid =
+      Array.isArray(ids) &&
+      ids.every((x) => Number.isInteger(x)) &&
+      typeof engine === 'string' &&
+      typeof req === 'string' &&
+      typeof host === 'string' &&
+      Number.isInteger(port);
+    if (!valid) return { kind: 'invalid', raw };
+    const tp = p['tp_size'];
+    return {
+      kind: 'consumer',
+      remote: {
+        remoteBlockIds: ids as number[],
+        remoteEngineId: engine,
+        remoteRequestId: req,
+        remoteHost: host,
+        remotePort: port as number,
+        tpSize: Number.isInteger(tp) ? (tp as number) : 1,
+      },
+    };
+  }
+  if (p['do_remote_decode'] === true) return { kind: 'producer' };
+  return { kind: 'none' };
+}
+
+/** Whether P keeps blocks for a request that finished this way (v2 keeps only length-capped requests). */
+export function producerKeepsBlocks(finishReason: 'stop' | 'length', connectorVersion: number): boolean {
+  return finishReason === 'length' || connectorVersion >= 7;
+}
+
+/** P's `kv_transfer_params` in the response, field for field as `request_finished()` builds it. */
+export function producerParams(a: {
+  blockIds: readonly number[];
+  engineId: string;
+  requestId: string;
+  host: string;
+  port: number;
+  tpSize: number;
+  numTokens: number;
+  connectorVersion: number;
+  transferMode: 'pull' | 'push';
+}): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    do_remote_prefill: true,
+    do_remote_decode: false,
+    remote_block_ids: [...a.blockIds],
+    remote_engine_id: a.engineId,
+    remote_request_id: a.requestId,
+    remote_host: a.host,
+    remote_port: a.port,
+    tp_size: a.tpSize,
+  };
+  if (a.connectorVersion >= 5) out['remote_num_tokens'] = a.numTokens;
+  if (a.connectorVersion >= 7) out['transfer_mode'] = a.transferMode;
+  return out;
+}
+
+/** This worker's side of the handshake comparison. */
+export interface LocalAgent {
+  readonly compatibilityHash: string;
+  readonly layout: 'HND' | 'NHD';
+  readonly blockSize: number;
+  readonly blockLen: number;
+  readonly numLayers: number;
+  readonly hma: boolean;
+  readonly enforceCompatHash: boolean;
+}
+
+/** vLLM's exact hash-mismatch error (nixl_connector.py @ 002a1057). */
+export function hashMismatchMessage(local: string, remote: string): string {
+  return (
+    `NIXL compatibility hash mismatch. Local: ${local}, Remote: ${remote}. Prefill and decode instances have ` +
+    'incompatible configurations. This may be due to: different vLLM versions, models, dtypes, KV cache layouts, ' +
+    'attention backends, etc. Both instances must use identical configurations.Disable this check using ' +
+    `--kv-transfer-config '{"kv_connector_extra_config": {"enforce_handshake_compat": false}}'`
+  );
+}
+
+/** The checks D runs on P's handshake payload, in vLLM's order; returns the error vLLM would raise. */
+export function validateHandshake(local: LocalAgent, payload: HandshakePayload, expectedEngineId: string): string | null {
+  if (local.enforceCompatHash && payload.compatibility_hash !== local.compatibilityHash) {
+    return hashMismatchMessage(local.compatibilityHash, payload.compatibility_hash);
+  }
+  const m = payload.agent_metadata;
+  if (m.engine_id !== expectedEngineId) return 'Remote NIXL agent engine ID mismatch.';
+  if (m.kv_cache_layout !== local.layout) {
+    return (
+      'Heterogeneous TP expects same kv_cache_layout. Or enable experimental feature to use HND to NHD support by ' +
+      "setting 'enable_permute_local_kv'=True in --kv-transfer-config."
+    );
+  }
+  if (m.block_size !== local.blockSize) {
+    return local.hma
+      ? 'HMA does not support different remote block size yet'
+      : `Remote block size ${m.block_size} differs from local ${local.blockSize} (the simulator models equal block sizes only)`;
+  }
+  if (m.num_layers !== local.numLayers) return 'Number of KV layers must match between prefill and decode';
+  if (m.block_len !== local.blockLen) {
+    return 'Remote P worker KV layer cache must be of shape [2, N, local_kv_heads*tp_ratio, page_size, head_dim] and same dtype.';
+  }
+  return null;
+}
+
+export interface PullDeps {
+  readonly client: SideChannelClient;
+  readonly local: LocalAgent;
+  /** Successful handshakes, keyed by remote engine id (vLLM handshakes once per remote engine). */
+  readonly handshakes: Map<string, HandshakePayload>;
+  readonly handshakeTimeoutMs: number;
+  readonly transferTimeoutMs: number;
+  readonly latency: { readonly handshakeMs: number; readonly transferMsPerBlock: number };
+  readonly bytesPerBlock: number;
+  readonly metrics: SimMetrics;
+  readonly logger: Logger;
+  readonly sleep: (ms: number) => Promise<void>;
+  readonly now: () => number;
+}
+
+export interface PullFaults {
+  readonly handshakeFail?: boolean;
+  readonly transferTimeout?: boolean;
+  readonly transferDelayMs?: number;
+}
+
+export type PullOutcome =
+  | { readonly ok: true; readonly blocks: KvBlock[] }
+  | { readonly ok: false; readonly reason: 'handshake_failed' | 'transfer_failed' | 'kv_expired'; readonly message: string };
+
+/**
+ * D's side of one transfer: handshake (cached), read the last `numMissing` remote blocks, notify P.
+ * `numMissing` 0 is a full prefix hit: nothing is read, P is only notified.
+ */
+export async function pullRemoteKv(
+  deps: PullDeps,
+  requestId: string,
+  remote: RemotePrefill,
+  numMissing: number,
+  faults: PullFaults,
+): Promise<PullOutcome> {
+  const baseUrl = `http://${remote.remoteHost}:${remote.remotePort}`;
+  const hs = await ensureHandshake(deps, baseUrl, remote, faults);
+  if (hs !== null) {
+    deps.logger.error({ requestId, remoteEngineId: remote.remoteEngineId, error: hs }, `Handshake failed for request ${requestId}, marking blocks as invalid`);
+    deps.metrics.failedTransfers.inc();
+    return { ok: false, reason: 'handshake_failed', message: hs };
+  }
+  if (numMissing > remote.remoteBlockIds.length) {
+    const message = `assert num_local_blocks <= num_remote_blocks failed: ${numMissing} > ${remote.remoteBlockIds.length}`;
+    deps.logger.error({ requestId }, `NIXL transfer failed for request ${requestId}: ${message}. Marking blocks as invalid`);
+    deps.metrics.failedTransfers.inc();
+    return { ok: false, reason: 'transfer_failed', message };
+  }
+  let blocks: KvBlock[] = [];
+  if (numMissing > 0) {
+    const started = deps.now();
+    const ids = remote.remoteBlockIds.slice(-numMissing);
+    const delay = numMissing * deps.latency.transferMsPerBlock + (faults.transferDelayMs ?? 0);
+    const read = faults.transferTimeout
+      ? await deps.sleep(deps.transferTimeoutMs).then(() => ({ ok: false as const, error: `timed out after ${deps.transferTimeoutMs} ms (fault injection)`, expired: false }))
+      : await deps.sleep(delay).then(() => deps.client.read(baseUrl, remote.remoteRequestId, ids, deps.transferTimeoutMs));
+    if (!read.ok) {
+      deps.logger.error({ requestId, error: read.error }, `NIXL transfer failed for request ${requestId}. Marking blocks as invalid`);
+      deps.metrics.failedTransfers.inc();
+      return { ok: false, reason: read.expired ? 'kv_expired' : 'transfer_failed', message: read.error };
+    }
+    blocks = read.blocks;
+    deps.metrics.xferTime.observe(Math.max(0, deps.now() - started) / 1000);
+    deps.metrics.bytesTransferred.observe(numMissing * deps.bytesPerBlock);
+    deps.metrics.numDescriptors.observe(numMissing * deps.local.numLayers * 2);
+    deps.metrics.blocksPulled.inc(numMissing);
+  }
+  const n = await deps.client.notify(baseUrl, remote.remoteRequestId, deps.transferTimeoutMs);
+  if (!n.ok) {
+    deps.logger.warn({ requestId, error: n.error }, 'NIXL notification failed; the prefill worker frees the blocks at lease expiry');
+    deps.metrics.failedNotifications.inc();
+  }
+  return { ok: true, blocks };
+}
+
+async function ensureHandshake(deps: PullDeps, baseUrl: string, remote: RemotePrefill, faults: PullFaults): Promise<string | null> {
+  if (faults.handshakeFail) return `${baseUrl}/handshake: handshake refused (x-sim-fault: handshake-fail)`;
+  if (deps.handshakes.has(remote.remoteEngineId)) return null;
+  await deps.sleep(deps.latency.handshakeMs);
+  const r = await deps.client.handshake(baseUrl, deps.handshakeTimeoutMs);
+  if (!r.ok) return r.error;
+  const problem = validateHandshake(deps.local, r.payload, remote.remoteEngineId);
+  if (problem !== null) return problem;
+  deps.logger.info({ hash: r.payload.compatibility_hash }, `NIXL compatibility check passed (hash: ${r.payload.compatibility_hash})`);
+  deps.handshakes.set(remote.remoteEngineId, r.payload);
+  return null;
+}

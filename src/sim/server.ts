@@ -1,0 +1,209 @@
+/**
+ * `createSimServer`: one simulated vLLM worker on two ports, the OpenAI API (node:http, no framework) and the NIXL
+ * side channel. A thin shell: the parts are wired in `worker.ts`, the logic lives in the modules they come from.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { pino, type Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { SimConfig } from './config.js';
+import { FAULT_HEADER, parseFaultHeader, parseFaultPatch, type FaultPatch, type FaultState } from './faults.js';
+import { handleGeneration, type ResponseSink, type WorkerContext } from './generate-handler.js';
+import { handleDetokenize, handleModels, handleTokenize } from './info-handlers.js';
+import { vllmError } from './protocol.js';
+import { createSideChannelClient, startSideChannel, type SideChannelClient } from './side-channel.js';
+import { createWorker } from './worker.js';
+
+export interface SimServerOptions {
+  readonly logger?: Logger;
+  /** Wall clock in ms (leases, `created`); injected so tests can move time. */
+  readonly now?: () => number;
+  /** Randomness for the error-rate fault. */
+  readonly random?: () => number;
+  readonly sideChannelClient?: SideChannelClient;
+}
+
+export interface SimServer {
+  readonly url: string;
+  readonly sideChannelUrl: string;
+  readonly port: number;
+  readonly sideChannelPort: number;
+  readonly engineId: string;
+  /** vLLM's NIXL compatibility hash of what this worker really runs (what its handshake serves). */
+  readonly compatibilityHash: string;
+  readonly config: SimConfig;
+  /** This worker's own metrics registry (also served on /metrics). */
+  readonly registry: Registry;
+  setFaults(patch: FaultPatch): FaultState;
+  getFaults(): FaultState;
+  /** Test hook: drop the prefix cache (vLLM's /reset_prefix_cache). */
+  resetPrefixCache(): void;
+  close(): Promise<void>;
+}
+
+export async function createSimServer(config: SimConfig, opts: SimServerOptions = {}): Promise<SimServer> {
+  const s = config.sim;
+  let sidePort = 0;
+  const worker = await createWorker(config, {
+    logger: opts.logger ?? pino({ enabled: false }),
+    now: opts.now ?? Date.now,
+    random: opts.random ?? Math.random,
+    sideChannelClient: opts.sideChannelClient ?? createSideChannelClient(),
+    sideChannelPort: () => sidePort,
+  });
+  const side = await startSideChannel(worker.sideChannelDeps, s.host, s.sideChannelPort);
+  sidePort = side.port;
+  const admin: Admin = { registry: worker.registry, setFaults: worker.setFaults, getFaults: worker.getFaults };
+  const http = createServer((req, res) => {
+    void route(worker.ctx, admin, req, res).catch((e: unknown) => {
+      worker.ctx.logger.error({ err: e }, 'unhandled error in simulated worker');
+      if (!res.headersSent) sendJson(res, 500, vllmError(500, 'Internal server error'));
+      else res.destroy();
+    });
+  });
+  try {
+    await listen(http, s.port, s.host);
+  } catch (e) {
+    await side.close();
+    throw e;
+  }
+  // vLLM sweeps every outstanding lease each step; the simulator sweeps on a timer and on every access.
+  const sweep = setInterval(() => worker.leases.sweep(), Math.max(10, Math.min(1000, Math.floor(s.leaseMs / 2))));
+  sweep.unref();
+  const port = (http.address() as AddressInfo).port;
+  worker.ctx.logger.info({ port, sideChannelPort: side.port, model: worker.ctx.servedModelName }, 'simulated vLLM worker listening');
+  return {
+    url: `http://${s.host}:${port}`,
+    sideChannelUrl: `http://${s.host}:${side.port}`,
+    port,
+    sideChannelPort: side.port,
+    engineId: worker.engineId,
+    compatibilityHash: worker.compatibilityHash,
+    config,
+    registry: worker.registry,
+    setFaults: worker.setFaults,
+    getFaults: worker.getFaults,
+    resetPrefixCache: () => worker.pool.resetCache(),
+    close: async () => {
+      clearInterval(sweep);
+      await Promise.all([
+        new Promise<void>((resolve) => {
+          http.close(() => resolve());
+          http.closeAllConnections();
+        }),
+        side.close(),
+      ]);
+    },
+  };
+}
+
+function listen(server: ReturnType<typeof createServer>, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+interface Admin {
+  readonly registry: Registry;
+  readonly setFaults: (patch: FaultPatch) => FaultState;
+  readonly getFaults: () => FaultState;
+}
+
+async function route(ctx: WorkerContext, admin: Admin, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const path = (req.url ?? '/').split('?')[0]!;
+  const method = req.method ?? 'GET';
+  const allow = (m: string): boolean => {
+    if (method === m) return true;
+    sendJson(res, 405, { detail: 'Method Not Allowed' });
+    return false;
+  };
+  switch (path) {
+    case '/health':
+      if (allow('GET')) res.writeHead(200).end();
+      return;
+    case '/version':
+      if (allow('GET')) sendJson(res, 200, { version: ctx.config.behaviour.engine.version });
+      return;
+    case '/v1/models':
+      if (allow('GET')) sendJson(res, 200, handleModels(ctx));
+      return;
+    case '/metrics':
+      if (allow('GET')) res.writeHead(200, { 'content-type': admin.registry.contentType }).end(await admin.registry.metrics());
+      return;
+    case '/admin/faults':
+      if (method === 'GET') return sendJson(res, 200, admin.getFaults());
+      if (!allow('POST')) return;
+      return withJson(req, res, (body) => {
+        const p = parseFaultPatch(body);
+        if (!p.ok) return sendJson(res, 400, vllmError(400, p.error));
+        sendJson(res, 200, admin.setFaults(p.value));
+      });
+    case '/tokenize':
+    case '/detokenize':
+      if (!allow('POST')) return;
+      return withJson(req, res, (body) => {
+        const out = path === '/tokenize' ? handleTokenize(ctx, body) : handleDetokenize(ctx, body);
+        sendJson(res, out.status, out.body);
+      });
+    case '/v1/completions':
+    case '/v1/chat/completions': {
+      if (!allow('POST')) return;
+      const f = parseFaultHeader(header(req, FAULT_HEADER));
+      if (!f.ok) return sendJson(res, 400, vllmError(400, f.error));
+      return withJson(req, res, async (body) => {
+        const ac = new AbortController();
+        res.on('close', () => ac.abort(new Error('client disconnected')));
+        const kind = path === '/v1/completions' ? 'completion' : 'chat';
+        await handleGeneration(ctx, kind, body, header(req, 'x-request-id'), f.value, sinkFor(res), ac.signal);
+      });
+    }
+    default:
+      sendJson(res, 404, { detail: 'Not Found' });
+  }
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+async function withJson(req: IncomingMessage, res: ServerResponse, fn: (body: unknown) => void | Promise<void>): Promise<void> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  let body: unknown;
+  try {
+    body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch (e) {
+    return sendJson(res, 400, vllmError(400, `JSON decode error: ${(e as Error).message}`));
+  }
+  await fn(body);
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent || res.destroyed) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+}
+
+function sinkFor(res: ServerResponse): ResponseSink {
+  return {
+    json: (status, body) => sendJson(res, status, body),
+    sse: () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    },
+    event: (data) => {
+      if (res.destroyed || res.writableEnded) return;
+      res.write(`data: ${data === '[DONE]' ? '[DONE]' : JSON.stringify(data)}\n\n`);
+      if (data === '[DONE]') res.end();
+    },
+    drop: () => {
+      // Flush what was written, then cut the TCP connection mid-response (the client sees a truncated body).
+      if (res.socket) res.socket.end();
+      else res.destroy();
+    },
+  };
+}

@@ -1,0 +1,138 @@
+/**
+ * Helpers for tests that run simulated workers: a realistic descriptor, configs, small HTTP clients, a toy P/D
+ * proxy that drives a prefill and a decode worker exactly as vLLM's `toy_proxy_server.py` does, and a Prometheus
+ * text reader. Test support, not product code.
+ */
+import type { CompatDescriptorInput } from '../compat/descriptor.js';
+import { deepMerge, parseSimConfig, type SimConfig, type SimSettingsInput } from './config.js';
+import { createSimServer, type SimServer, type SimServerOptions } from './server.js';
+
+/** A Llama-3-8B-like worker on vLLM 0.11 with NixlConnector v2; override any part. */
+export function testDescriptor(overrides: Record<string, unknown> = {}): CompatDescriptorInput {
+  const base: CompatDescriptorInput = {
+    model: { id: 'acme/llama-3-8b-instruct', revision: 'rev-a', path: '/models/acme-llama-3-8b' },
+    adapter: null,
+    tokenizer: { id: 'acme/llama-3-8b-instruct', revision: 'tok-a' },
+    chatTemplate: { id: 'acme/llama-3-8b-instruct', revision: 'tmpl-a' },
+    architecture: {
+      name: 'LlamaForCausalLM',
+      numLayers: 32,
+      numKvHeads: 8,
+      headSize: 128,
+      attentionBackend: 'FLASH_ATTN',
+      position: { type: 'rope', ropeTheta: 500000 },
+      slidingWindow: null,
+    },
+    modelDtype: 'bfloat16',
+    kvCache: { dtype: 'auto', scaleScheme: 'none', blockSize: 16, layout: 'HND' },
+    engine: { name: 'vllm', version: '0.11.0' },
+    connector: { name: 'NixlConnector', version: 2, transferMode: 'pull' },
+  };
+  return deepMerge(base, overrides) as CompatDescriptorInput;
+}
+
+/** A valid config (throws on invalid input: a test bug). */
+export function testSimConfig(descriptorOverrides: Record<string, unknown> = {}, sim: SimSettingsInput = {}): SimConfig {
+  const r = parseSimConfig({ descriptor: testDescriptor(descriptorOverrides), sim: { maxModelLen: 2048, numGpuBlocks: 512, ...sim } });
+  if (!r.ok) throw r.error;
+  return r.value;
+}
+
+export function startTestSim(
+  descriptorOverrides: Record<string, unknown> = {},
+  sim: SimSettingsInput = {},
+  opts: SimServerOptions = {},
+): Promise<SimServer> {
+  return createSimServer(testSimConfig(descriptorOverrides, sim), opts);
+}
+
+export interface HttpReply {
+  status: number;
+  /** Parsed JSON, loosely typed on purpose: tests inspect arbitrary response shapes. */
+  body: any;
+  text: string;
+}
+
+export async function getJson(url: string): Promise<HttpReply> {
+  const res = await fetch(url);
+  const text = await res.text();
+  return { status: res.status, text, body: safeJson(text) };
+}
+
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<HttpReply> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, text, body: safeJson(text) };
+}
+
+/** POST a streaming request and return the parsed `data:` events (`'[DONE]'` kept as a string). */
+export async function postSse(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; events: any[] }> {
+  const r = await postJson(url, body, headers);
+  const events = r.text
+    .split('\n\n')
+    .filter((e) => e.startsWith('data: '))
+    .map((e) => e.slice(6))
+    .map((d) => (d === '[DONE]' ? d : JSON.parse(d)));
+  return { status: r.status, events };
+}
+
+/**
+ * vLLM's toy proxy: P gets the request with `do_remote_decode`, `max_tokens: 1`, `stream: false`; D gets the
+ * ORIGINAL request plus P's `kv_transfer_params`. Both get the same X-Request-Id.
+ */
+export async function runDisaggregated(
+  prefill: { url: string },
+  decode: { url: string },
+  path: '/v1/completions' | '/v1/chat/completions',
+  request: Record<string, unknown>,
+  headers: { prefill?: Record<string, string>; decode?: Record<string, string> } = {},
+): Promise<{ prefill: HttpReply; decode: HttpReply }> {
+  const requestId = `req-${Math.random().toString(16).slice(2)}`;
+  const pReq: Record<string, unknown> = {
+    ...request,
+    kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
+    stream: false,
+    max_tokens: 1,
+  };
+  if ('max_completion_tokens' in pReq) pReq['max_completion_tokens'] = 1;
+  delete pReq['stream_options'];
+  delete pReq['min_tokens'];
+  const p = await postJson(`${prefill.url}${path}`, pReq, { 'x-request-id': requestId, ...headers.prefill });
+  const dReq = { ...request, kv_transfer_params: p.body?.kv_transfer_params ?? null };
+  const d = await postJson(`${decode.url}${path}`, dReq, { 'x-request-id': requestId, ...headers.decode });
+  return { prefill: p, decode: d };
+}
+
+/** The value of one sample in Prometheus text (`labels` must all match); NaN when absent. */
+export function metricValue(text: string, name: string, labels: Record<string, string> = {}): number {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const m = /^([^{\s]+)(\{(.*)\})?\s+(\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const have = parseLabels(m[3] ?? '');
+    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[4]);
+  }
+  return Number.NaN;
+}
+
+export function parseLabels(s: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const m of s.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) out[m[1]!] = m[2]!;
+  return out;
+}
+
+export async function scrape(server: { url: string }): Promise<string> {
+  return (await fetch(`${server.url}/metrics`)).text();
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
