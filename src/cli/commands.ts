@@ -16,6 +16,19 @@ export const COMMANDS: readonly Command[] = [
     summary: 'run the ext_proc gate: kvgate gate --config gate.yaml',
     load: async () => (await import('./gate-command.js')).gateCommand,
   },
+  {
+    name: 'sidecar',
+    summary: 'run the worker sidecar: kvgate sidecar --config sidecar.yaml',
+    load: async () => (await import('../sidecar/command.js')).sidecarCommand,
+  },
+  {
+    name: 'sim',
+    summary: 'run a simulated vLLM worker (tests, demo, benchmarks): kvgate sim --config sim.yaml',
+    load: async () => {
+      const { simCommand } = await import('../sim/command.js');
+      return (argv) => simCommand([...argv]);
+    },
+  },
 ];
 
 export function usage(): string {

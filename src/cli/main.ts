@@ -28,6 +28,9 @@ async function main(argv: readonly string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code;
+    // A finished command must not linger on idle keep-alive sockets; the timer is unref'd, so it only fires
+    // when something else still holds the event loop open.
+    setTimeout(() => process.exit(code), 1500).unref();
   },
   (e: unknown) => {
     process.stderr.write(`kvgate: ${e instanceof Error ? e.message : String(e)}\n`);
