@@ -29,6 +29,11 @@ export const COMMANDS: readonly Command[] = [
       return (argv) => simCommand([...argv]);
     },
   },
+  {
+    name: 'fingerprint',
+    summary: 'probe a worker and/or a descriptor: fingerprint, NIXL hash, canary digests',
+    load: async () => (await import('./fingerprint-command.js')).fingerprintCommand,
+  },
 ];
 
 export function usage(): string {

@@ -1,0 +1,60 @@
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { parseSimConfig } from '../sim/config.js';
+import { createSimServer, type SimServer } from '../sim/server.js';
+import { fingerprintCommand } from './fingerprint-command.js';
+
+const A = 'examples/descriptors/llama-a.yaml';
+const B = 'examples/descriptors/llama-b.yaml';
+
+async function run(argv: string[]): Promise<{ code: number; out: string }> {
+  let out = '';
+  const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: unknown) => {
+    out += String(chunk);
+    return true;
+  });
+  try {
+    return { code: await fingerprintCommand(argv), out };
+  } finally {
+    spy.mockRestore();
+  }
+}
+
+describe('kvgate fingerprint', () => {
+  let worker: SimServer;
+  beforeAll(async () => {
+    const cfg = parseSimConfig({ descriptor: parseYaml(readFileSync(A, 'utf8')), sim: { servedModelName: 'llama-3-8b' } });
+    if (!cfg.ok) throw cfg.error;
+    worker = await createSimServer(cfg.value);
+  });
+  afterAll(() => worker.close());
+
+  it('measures the canaries of a live worker and confirms it matches its descriptor', async () => {
+    const r = await run(['--worker', worker.url, '--descriptor', A, '--json']);
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.out);
+    expect(out.verified).toBe(true);
+    expect(out.fingerprint).toMatch(/^[0-9a-f]{64}$/);
+    expect(out.nixlHash.status).toBe('known');
+    // The example descriptor's recorded digests are exactly what the worker measures.
+    const declared = parseYaml(readFileSync(A, 'utf8')).canaries;
+    expect(out.canaries.digests).toEqual(declared);
+  });
+
+  it('exits 1 and names the generation canary when the worker runs other weights', async () => {
+    const r = await run(['--worker', worker.url, '--descriptor', B, '--json']);
+    expect(r.code).toBe(1);
+    const out = JSON.parse(r.out);
+    expect(out.verified).toBe(false);
+    expect(out.reasons.join('\n')).toMatch(/generation/);
+  });
+
+  it('prints the fingerprint and predicted NIXL hash of a descriptor without a worker', async () => {
+    const a = JSON.parse((await run(['--descriptor', A, '--json'])).out);
+    const b = JSON.parse((await run(['--descriptor', B, '--json'])).out);
+    expect(a.fingerprint).not.toBe(b.fingerprint);
+    // Same geometry, same model path: vLLM's handshake cannot tell A from B. That is the gap kvgate closes.
+    expect(a.nixlHash.hash).toBe(b.nixlHash.hash);
+  });
+});

@@ -1,0 +1,111 @@
+/**
+ * `kvgate fingerprint`: what kvgate sees of a worker. With `--worker URL` it probes the live worker (the same probes
+ * the sidecar runs) and measures the canary digests; with `--descriptor FILE` it prints the declared descriptor's
+ * fingerprint and vLLM's predicted NIXL handshake hash, and - when both are given - whether the worker matches.
+ */
+import { readFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import { parse as parseYaml } from 'yaml';
+import { CompatDescriptorSchema, type CompatDescriptor } from '../compat/descriptor.js';
+import { tryFingerprintOf } from '../compat/fingerprint.js';
+import { predictNixlHash } from '../compat/nixl-hash.js';
+import { fromZodIssues, formatIssues, keysAtPath } from '../config-issues.js';
+import { compareObservation, measureCanaries, observeWorker } from '../sidecar/index.js';
+
+const HELP = `usage: kvgate fingerprint [--worker URL] [--descriptor FILE] [--model NAME] [--json]
+
+  --worker URL        probe a live vLLM worker: /version, /v1/models, /metrics cache_config_info, and the
+                      tokenizer, chat-template and generation canaries (records the digests to declare)
+  --descriptor FILE   a compatibility descriptor (YAML/JSON): prints its fingerprint and the predicted NIXL hash;
+                      with --worker, also compares the live worker against it (exit 1 on any disagreement)
+  --model NAME        the served model to probe (default: the worker's first base model)
+  --json              machine-readable output
+`;
+
+async function readDescriptor(file: string): Promise<{ ok: true; d: CompatDescriptor } | { ok: false; message: string }> {
+  let raw: unknown;
+  try {
+    raw = parseYaml(await readFile(file, 'utf8'));
+  } catch (e) {
+    return { ok: false, message: `${file}: ${(e as Error).message}` };
+  }
+  const parsed = CompatDescriptorSchema.safeParse(raw);
+  if (!parsed.success) {
+    return { ok: false, message: formatIssues(fromZodIssues(file, parsed.error.issues, (p) => keysAtPath(CompatDescriptorSchema, p))) };
+  }
+  return { ok: true, d: parsed.data };
+}
+
+export async function fingerprintCommand(argv: readonly string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: [...argv],
+    options: {
+      worker: { type: 'string' },
+      descriptor: { type: 'string' },
+      model: { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean' },
+    },
+  });
+  if (values.help || (values.worker === undefined && values.descriptor === undefined)) {
+    process.stdout.write(HELP);
+    return values.help ? 0 : 2;
+  }
+  const out: Record<string, unknown> = {};
+  let exit = 0;
+  let declared: CompatDescriptor | undefined;
+  if (values.descriptor !== undefined) {
+    const r = await readDescriptor(values.descriptor);
+    if (!r.ok) {
+      process.stderr.write(`kvgate fingerprint: ${r.message}\n`);
+      return 2;
+    }
+    declared = r.d;
+    const fp = tryFingerprintOf(declared);
+    if (!fp.ok) {
+      process.stderr.write(`kvgate fingerprint: ${values.descriptor}: ${fp.error.reason}\n`);
+      return 2;
+    }
+    const nixl = predictNixlHash(declared);
+    out['fingerprint'] = fp.value;
+    out['nixlHash'] = { hash: nixl.hash, status: nixl.status, ...(nixl.reason ? { note: nixl.reason } : {}), factors: nixl.factors };
+  }
+  if (values.worker !== undefined) {
+    const model = values.model;
+    const canaries = await measureCanaries(values.worker, model === undefined ? {} : { model });
+    out['worker'] = values.worker;
+    out['canaries'] = { model: canaries.model, digests: canaries.digests, ...(Object.keys(canaries.errors).length ? { errors: canaries.errors } : {}) };
+    if (declared !== undefined) {
+      const verdict = compareObservation(declared, await observeWorker(values.worker, declared, { generation: true, ...(model ? { servedModelName: model } : {}) }));
+      out['verified'] = verdict.verified;
+      out['reasons'] = verdict.reasons;
+      out['measured'] = verdict.measured;
+      out['declaredOnly'] = verdict.declaredOnly;
+      if (!verdict.verified) exit = 1;
+    }
+  }
+  process.stdout.write(values.json ? `${JSON.stringify(out, null, 2)}\n` : render(out));
+  return exit;
+}
+
+function render(out: Record<string, unknown>): string {
+  const lines: string[] = [];
+  if (out['fingerprint']) lines.push(`fingerprint      ${String(out['fingerprint'])}`);
+  const nixl = out['nixlHash'] as { hash: string; status: string; note?: string } | undefined;
+  if (nixl) lines.push(`NIXL hash        ${nixl.hash} (${nixl.status}${nixl.note ? `: ${nixl.note}` : ''})`);
+  const c = out['canaries'] as { model: string; digests: Record<string, string>; errors?: Record<string, string> } | undefined;
+  if (c) {
+    lines.push(`worker           ${String(out['worker'])} (model ${c.model})`);
+    lines.push('canaries (paste into the descriptor to let sidecars verify these by behaviour):');
+    lines.push('  canaries:');
+    for (const [k, v] of Object.entries(c.digests)) lines.push(`    ${k}: ${v}`);
+    for (const [k, v] of Object.entries(c.errors ?? {})) lines.push(`  ${k}: not measured: ${v}`);
+  }
+  if (out['verified'] !== undefined) {
+    lines.push(out['verified'] ? 'live worker matches the descriptor' : 'live worker does NOT match the descriptor:');
+    for (const r of out['reasons'] as string[]) lines.push(`  - ${r}`);
+    const only = out['declaredOnly'] as string[];
+    if (only.length) lines.push(`declared, not verified by any probe: ${only.join(', ')}`);
+  }
+  return `${lines.join('\n')}\n`;
+}
