@@ -2,11 +2,10 @@
  * Loads the vendored Envoy ext_proc protos (protos/, see protos/UPSTREAM.md) with @grpc/proto-loader.
  * The only module that knows where the .proto files live; everything gRPC-facing asks it for definitions.
  */
-import { fileURLToPath } from 'node:url';
 import path from 'node:path';
-import { existsSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import { PACKAGE_ROOT } from '../package-root.js';
 
 /** Options every loader in kvgate uses: raw field names, enums as strings, oneof discriminators. */
 export const LOADER_OPTIONS: protoLoader.Options = {
@@ -17,18 +16,7 @@ export const LOADER_OPTIONS: protoLoader.Options = {
   oneofs: true,
 };
 
-function findProtoRoot(): string {
-  // src/envoy/protos.ts and dist/src/envoy/protos.js both walk up to the package root.
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 5; i++) {
-    const candidate = path.join(dir, 'protos');
-    if (existsSync(path.join(candidate, 'UPSTREAM.md'))) return candidate;
-    dir = path.dirname(dir);
-  }
-  throw new Error('kvgate: cannot find the vendored protos/ folder next to the package');
-}
-
-export const PROTO_ROOT = findProtoRoot();
+export const PROTO_ROOT = path.join(PACKAGE_ROOT, 'protos');
 export const PROTO_INCLUDE_DIRS = ['envoy-api', 'xds', 'protoc-gen-validate'].map((d) => path.join(PROTO_ROOT, d));
 
 export const EXT_PROC_SERVICE = 'envoy.service.ext_proc.v3.ExternalProcessor';

@@ -1,0 +1,139 @@
+/**
+ * The harness's data plane: every listener of an `EnvoyConfig` served over HTTP/1.1 with node:http, each request
+ * run through the HCM, the ext_proc filter (if the chain has one) and the router. Test support only — it stands in
+ * for Envoy in tests and the local demo and never replaces Envoy in a deployment (README.md).
+ */
+import http from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { AccessLog, type AccessLogEntry } from './access-log.js';
+import { ActiveStream, type StreamDeps } from './active-stream.js';
+import { createClusterManager } from './cluster-manager.js';
+import type { EnvoyConfig, ListenerConfig } from './envoy-config-types.js';
+import { createExtProcClient, type ExtProcClient } from './ext-proc-client.js';
+import type { AppendSemantics } from './header-mutation.js';
+import { createRouteTable } from './router.js';
+import { CLUSTER_COUNTERS, EXT_PROC_COUNTERS, HCM_COUNTERS, StatStore, type ClusterCounter, type CounterScope } from './stats.js';
+
+export type { AccessLogEntry } from './access-log.js';
+
+export interface EnvoyHarnessOptions {
+  /** How `HeaderValueOption` append fields are read (see header-mutation.ts); default: released Envoy's. */
+  readonly appendSemantics?: AppendSemantics;
+  /** Randomness for LEAST_REQUEST (default Math.random). */
+  readonly random?: () => number;
+  /** How long `close()` waits for in-flight requests before cutting them (default 5 s). */
+  readonly drainTimeoutMs?: number;
+}
+
+export interface ListenerHandle {
+  readonly port: number;
+  readonly url: string;
+}
+
+export interface EnvoyHarness {
+  readonly listeners: Readonly<Record<string, ListenerHandle>>;
+  /** Every counter, Envoy-named: `http.<stat_prefix>.ext_proc.streams_started`, `cluster.<name>.upstream_rq_total`. */
+  stats(): Record<string, number>;
+  /** One entry per finished request, in completion order. */
+  accessLog(): readonly AccessLogEntry[];
+  /** Resolves when at least `n` requests have finished (a request's log entry lands after its response closes). */
+  waitForAccessLog(n: number, timeoutMs?: number): Promise<readonly AccessLogEntry[]>;
+  /** Stops accepting, lets in-flight requests finish (up to the drain timeout), then closes everything. */
+  close(): Promise<void>;
+}
+
+interface Shared {
+  readonly config: EnvoyConfig;
+  readonly options: EnvoyHarnessOptions;
+  readonly store: StatStore;
+  readonly clusters: ReturnType<typeof createClusterManager>;
+  readonly clusterStats: Map<string, CounterScope<ClusterCounter>>;
+  readonly agent: http.Agent;
+  readonly clients: ExtProcClient[];
+  readonly log: AccessLog;
+}
+
+/** Binds every listener and returns once all of them accept connections. */
+export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarnessOptions = {}): Promise<EnvoyHarness> {
+  const store = new StatStore();
+  const clusterStats = new Map<string, CounterScope<ClusterCounter>>();
+  for (const name of Object.keys(config.clusters)) clusterStats.set(name, store.scope(`cluster.${name}.`, CLUSTER_COUNTERS));
+  const shared: Shared = {
+    config,
+    options,
+    store,
+    clusters: createClusterManager(config.clusters, options.random),
+    clusterStats,
+    agent: new http.Agent({ keepAlive: true }),
+    clients: [],
+    log: new AccessLog(),
+  };
+  const active = new Set<ActiveStream>();
+  const servers: http.Server[] = [];
+  const sockets = new Set<Socket>();
+  const listeners: Record<string, ListenerHandle> = {};
+  for (const l of config.listeners) {
+    const deps = listenerDeps(shared, l);
+    const server = http.createServer((req, res) => {
+      const stream = new ActiveStream(deps, req, res);
+      active.add(stream);
+      void stream.done.then(() => active.delete(stream));
+      void stream.run();
+    });
+    server.on('connection', (s: Socket) => {
+      sockets.add(s);
+      s.once('close', () => sockets.delete(s));
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(l.port, l.address, () => resolve());
+    });
+    servers.push(server);
+    const port = (server.address() as AddressInfo).port;
+    listeners[l.name] = { port, url: `http://${l.address.includes(':') ? `[${l.address}]` : l.address}:${port}` };
+  }
+  return {
+    listeners,
+    stats: () => store.snapshot(),
+    accessLog: () => shared.log.entries(),
+    waitForAccessLog: (n, timeoutMs = 5000) => shared.log.waitFor(n, timeoutMs),
+    async close() {
+      const closed = Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
+      for (const s of servers) s.closeIdleConnections();
+      const drained = Promise.all([...active].map((a) => a.done));
+      const timeout = new Promise<void>((resolve) => setTimeout(resolve, options.drainTimeoutMs ?? 5000).unref());
+      await Promise.race([drained, timeout]);
+      for (const s of sockets) s.destroy();
+      await closed;
+      shared.agent.destroy();
+      for (const c of shared.clients) c.close();
+    },
+  };
+}
+
+/** What every request on one listener shares: its routes, its ext_proc client and counters. */
+function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
+  const prefix = `http.${l.hcm.statPrefix}.`;
+  const ep = l.hcm.extProc;
+  let extProc: StreamDeps['extProc'];
+  if (ep !== undefined) {
+    const cluster = shared.config.clusters[ep.clusterName];
+    if (cluster === undefined) throw new Error(`ext_proc cluster ${ep.clusterName} missing (config not validated?)`);
+    const client = createExtProcClient(cluster, ep.authority, ep.initialMetadata);
+    shared.clients.push(client);
+    // Assumed naming (the reference is silent): http.<hcm stat_prefix>.ext_proc.<filter stat_prefix.>counter.
+    const filterPrefix = ep.statPrefix === '' ? '' : `${ep.statPrefix}.`;
+    extProc = { client, stats: shared.store.scope(`${prefix}ext_proc.${filterPrefix}`, EXT_PROC_COUNTERS) };
+  }
+  return {
+    listener: l,
+    routes: createRouteTable(l.hcm),
+    clusters: shared.clusters,
+    hcmStats: shared.store.scope(prefix, HCM_COUNTERS),
+    clusterStats: (name) => shared.clusterStats.get(name) ?? shared.store.scope(`cluster.${name}.`, CLUSTER_COUNTERS),
+    extProc,
+    semantics: shared.options.appendSemantics ?? 'envoy',
+    agent: shared.agent,
+    log: (entry) => shared.log.push(entry),
+  };
+}

@@ -1,0 +1,92 @@
+/**
+ * The gRPC side of the ext_proc filter: one HTTP/2 channel per ext_proc endpoint (Envoy pools connections to the
+ * cluster), one bidi `Process` stream per HTTP request, opened lazily by the filter on its first message.
+ * `close()` is Envoy's `ExternalProcessorStreamImpl::close()`: half-close, then reset.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { extProcClientConstructor } from '../../src/envoy/protos.js';
+import type { ClusterConfig } from './envoy-config-types.js';
+import type { WireProcessingRequest, WireProcessingResponse } from './ext-proc-messages.js';
+
+export interface ExtProcStreamHandlers {
+  onMessage(msg: WireProcessingResponse): void;
+  /** The stream ended with a non-OK status (including connect failures: UNAVAILABLE). */
+  onGrpcError(code: number, details: string): void;
+  /** The server closed the stream with OK. */
+  onGrpcClose(): void;
+}
+
+export interface ExtProcStream {
+  send(msg: WireProcessingRequest): void;
+  /** Half-close and reset; `true` if the stream was still open (Envoy then counts `streams_closed`). */
+  close(): boolean;
+}
+
+export interface ExtProcClient {
+  start(handlers: ExtProcStreamHandlers): ExtProcStream;
+  close(): void;
+}
+
+/** A client for the ext_proc cluster; endpoints are used round robin, one channel each. */
+export function createExtProcClient(
+  cluster: ClusterConfig,
+  authority: string,
+  initialMetadata: readonly (readonly [string, string])[] = [],
+): ExtProcClient {
+  const Ctor = extProcClientConstructor();
+  const channels = cluster.endpoints.map(
+    (ep) =>
+      new Ctor(`${ep.address.includes(':') ? `[${ep.address}]` : ep.address}:${ep.port}`, grpc.credentials.createInsecure(), {
+        // Envoy's envoy_grpc uses the cluster name as :authority.
+        'grpc.default_authority': authority,
+        'grpc.initial_reconnect_backoff_ms': 100,
+        'grpc.max_reconnect_backoff_ms': 1000,
+      }),
+  );
+  let next = 0;
+  return {
+    start(handlers) {
+      const channel = channels[next++ % channels.length];
+      if (channel === undefined) throw new Error(`ext_proc cluster ${cluster.name} has no endpoints`);
+      const metadata = new grpc.Metadata();
+      for (const [k, v] of initialMetadata) metadata.add(k, v);
+      const call = (
+        channel as unknown as { Process(m: grpc.Metadata): grpc.ClientDuplexStream<WireProcessingRequest, WireProcessingResponse> }
+      ).Process(metadata);
+      return wrapCall(call, handlers);
+    },
+    close() {
+      for (const c of channels) c.close();
+    },
+  };
+}
+
+function wrapCall(
+  call: grpc.ClientDuplexStream<WireProcessingRequest, WireProcessingResponse>,
+  handlers: ExtProcStreamHandlers,
+): ExtProcStream {
+  let open = true;
+  call.on('data', (msg: WireProcessingResponse) => {
+    if (open) handlers.onMessage(msg);
+  });
+  // 'error' carries the same status as 'status'; listening keeps Node from throwing on it.
+  call.on('error', () => undefined);
+  call.on('status', (status: grpc.StatusObject) => {
+    if (!open) return;
+    open = false;
+    if (status.code === grpc.status.OK) handlers.onGrpcClose();
+    else handlers.onGrpcError(status.code, status.details);
+  });
+  return {
+    send(msg) {
+      if (open) call.write(msg);
+    },
+    close() {
+      if (!open) return false;
+      open = false;
+      call.end();
+      call.cancel();
+      return true;
+    },
+  };
+}

@@ -1,0 +1,345 @@
+/**
+ * The ext_proc HTTP filter, one instance per HTTP request, following Envoy's `Filter`
+ * (source/extensions/filters/http/ext_proc/ext_proc.cc, ~1.37): lazy bidi stream, per-message timer, message
+ * dispatch by oneof and state, failure handling (section 4 of reference/envoy-ext-proc.md), ImmediateResponse,
+ * dynamic metadata for receiving namespaces, mode_override, override_message_timeout, and the 1.37 habit of closing
+ * the stream as soon as no further message can be needed.
+ *
+ * The data plane drives it per direction with `decode` / `encode` (headers plus a body reader) and `processTrailers`;
+ * the phases of one direction live in ext-proc-direction.ts.
+ */
+import type { ExtProcFilterConfig, ProcessingMode } from './envoy-config-types.js';
+import type { ExtProcClient, ExtProcStream } from './ext-proc-client.js';
+import { runDirection, runTrailers, type DirectionResult } from './ext-proc-direction.js';
+import { fromWireDuration } from './duration.js';
+import {
+  effectiveModeOverride,
+  isLastResponse,
+  isSupportedMode,
+  receiveDynamicMetadata,
+  toLocalReply,
+  type LocalReply,
+} from './ext-proc-effects.js';
+import { has, toStruct, type WireImmediateResponse, type WireProcessingResponse } from './ext-proc-messages.js';
+import {
+  forwardedMetadata,
+  payloadMessage,
+  protocolConfig,
+  requestAttributes,
+  type DynamicMetadata,
+  type Payload,
+  type StreamInfo,
+} from './ext-proc-request.js';
+import type { HeaderMap } from './header-map.js';
+import type { AppendSemantics } from './header-mutation.js';
+import type { BodyReader } from './body-reader.js';
+import { createMutationChecker } from './mutation-rules.js';
+import { ProcessorState, type CallbackState, type CallOutcome, type Direction } from './processor-state.js';
+import {
+  handleBodyResponse,
+  handleHeadersResponse,
+  handleTrailersResponse,
+  mutateHeaders,
+  type HandleResult,
+  type HandlerContext,
+} from './response-handlers.js';
+import type { CounterScope, ExtProcCounter } from './stats.js';
+
+export type { DirectionResult } from './ext-proc-direction.js';
+export type { LocalReply } from './ext-proc-effects.js';
+
+/** What the filter needs from the stream it sits on (Envoy's decoder/encoder callbacks + stream info). */
+export interface FilterCallbacks {
+  /** ext_proc's own local replies; they do not pass back through this filter. */
+  sendLocalReply(reply: LocalReply): void;
+  /** The HCM's 413 for a BUFFERED body over the limit; unlike ext_proc's own replies it runs the encode path. */
+  sendPayloadTooLarge(direction: Direction): void;
+  clearRouteCache(): void;
+  readonly dynamicMetadata: DynamicMetadata;
+  readonly info: StreamInfo;
+  readonly bufferLimit: number;
+}
+
+export interface ExtProcFilterOptions {
+  readonly config: ExtProcFilterConfig;
+  readonly client: ExtProcClient;
+  readonly stats: CounterScope<ExtProcCounter>;
+  readonly semantics: AppendSemantics;
+  readonly callbacks: FilterCallbacks;
+}
+
+type Dispatched = { kind: 'ok' } | { kind: 'spurious'; message: string } | { kind: 'error'; message: string };
+type ReplyField = 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers';
+type Handler = (st: ProcessorState, reply: object, ctx: HandlerContext) => HandleResult;
+
+/** Which direction's state a reply belongs to, and what it does there (Envoy's `onReceiveMessage` switch). */
+const HANDLERS: Readonly<Record<string, { request: boolean; field: ReplyField; handle: Handler }>> = {
+  request_headers: { request: true, field: 'request_headers', handle: handleHeadersResponse as Handler },
+  response_headers: { request: false, field: 'response_headers', handle: handleHeadersResponse as Handler },
+  request_body: { request: true, field: 'request_body', handle: handleBodyResponse as Handler },
+  response_body: { request: false, field: 'response_body', handle: handleBodyResponse as Handler },
+  request_trailers: { request: true, field: 'request_trailers', handle: handleTrailersResponse as Handler },
+  response_trailers: { request: false, field: 'response_trailers', handle: handleTrailersResponse as Handler },
+};
+
+export class ExtProcFilter {
+  readonly cfg: ExtProcFilterConfig;
+  readonly stats: CounterScope<ExtProcCounter>;
+  readonly callbacks: FilterCallbacks;
+  readonly dec: ProcessorState;
+  readonly enc: ProcessorState;
+  readonly #client: ExtProcClient;
+  readonly #ctx: HandlerContext;
+  #stream: ExtProcStream | null = null;
+  #complete = false;
+  #protocolConfigSent = false;
+
+  constructor(opts: ExtProcFilterOptions) {
+    this.cfg = opts.config;
+    this.stats = opts.stats;
+    this.callbacks = opts.callbacks;
+    this.#client = opts.client;
+    this.dec = new ProcessorState('request', opts.config.processingMode);
+    this.enc = new ProcessorState('response', opts.config.processingMode);
+    this.#ctx = {
+      checker: createMutationChecker(opts.config.mutationRules),
+      semantics: opts.semantics,
+      stats: opts.stats,
+      routeCacheAction: opts.config.routeCacheAction,
+      clearRouteCache: () => opts.callbacks.clearRouteCache(),
+    };
+  }
+
+  /** True once the processor is out of the picture for this request (Envoy's `processing_complete_`). */
+  get processingComplete(): boolean {
+    return this.#complete;
+  }
+
+  /** Request path: headers (mutated in place) and the body the router should send upstream. */
+  decode(headers: HeaderMap, body: BodyReader): Promise<DirectionResult> {
+    return runDirection(this, this.dec, headers, body);
+  }
+
+  /** Response path: `:status` and headers (mutated in place) and the body to send downstream. */
+  encode(headers: HeaderMap, body: BodyReader): Promise<DirectionResult> {
+    return runDirection(this, this.enc, headers, body);
+  }
+
+  /** Trailers that arrived after a streamed body (trailer mode SEND); mutated in place. */
+  processTrailers(direction: Direction, trailers: HeaderMap): Promise<'continue' | 'stop'> {
+    return runTrailers(this, direction === 'request' ? this.dec : this.enc, trailers);
+  }
+
+  /** The request is over: stop timers and close the stream if it is still open. */
+  onDestroy(): void {
+    this.#complete = true;
+    this.dec.finishCall();
+    this.enc.finishCall();
+    this.#closeStream();
+    // Whoever still awaits a reply (the client went away) gives up.
+    this.dec.resolve('stop');
+    this.enc.resolve('stop');
+  }
+
+  /**
+   * Sends one message on this direction and waits for its reply, the timer and failure paths. Returns `bypass`
+   * without sending when the processor is already out of the picture.
+   */
+  call(st: ProcessorState, next: CallbackState, payload: Payload): Promise<CallOutcome> {
+    const stream = this.#openStream();
+    if (stream === null) return Promise.resolve('bypass');
+    const msg = payloadMessage(payload);
+    msg.metadata_context = forwardedMetadata(this.cfg.forwardingNamespaces, this.callbacks.dynamicMetadata);
+    if (st.direction === 'request' && !st.attributesSent && this.cfg.requestAttributes.length > 0) {
+      const source = payload.kind === 'request_headers' ? payload.headers : (st.headers ?? undefined);
+      if (source !== undefined) {
+        const attrs = requestAttributes(this.cfg.requestAttributes, source, this.callbacks.info);
+        msg.attributes = { 'envoy.filters.http.ext_proc': toStruct(attrs) };
+        st.attributesSent = true;
+      }
+    }
+    if (!this.#protocolConfigSent) {
+      msg.protocol_config = protocolConfig(this.dec.bodyMode, this.enc.bodyMode);
+      this.#protocolConfigSent = true;
+    }
+    const pending = st.startCall(next, this.cfg.messageTimeoutMs, () => this.#onMessageTimeout());
+    stream.send(msg);
+    this.stats.inc('stream_msgs_sent');
+    return pending;
+  }
+
+  #openStream(): ExtProcStream | null {
+    if (this.#complete) return null;
+    if (this.#stream === null) {
+      this.#stream = this.#client.start({
+        onMessage: (m) => this.#onReceiveMessage(m),
+        onGrpcError: (code, details) => this.#onGrpcError(code, details),
+        onGrpcClose: () => this.#onGrpcClose(),
+      });
+      this.stats.inc('streams_started');
+    }
+    return this.#stream;
+  }
+
+  #closeStream(): void {
+    if (this.#stream === null) return;
+    if (this.#stream.close()) this.stats.inc('streams_closed');
+    this.#stream = null;
+  }
+
+  #onReceiveMessage(msg: WireProcessingResponse): void {
+    if (this.#complete) return; // messages after processing completed are ignored
+    if (has(msg.override_message_timeout)) {
+      // Envoy ignores every other field of a message that carries a new timeout.
+      this.#onNewTimeout(msg.override_message_timeout);
+      return;
+    }
+    if (this.cfg.allowModeOverride && has(msg.mode_override) && this.#inHeaderState()) {
+      if (!this.#applyModeOverride(msg.mode_override)) return;
+    }
+    const result = this.#dispatch(msg);
+    if (result.kind === 'ok') {
+      this.stats.inc('stream_msgs_received');
+      this.#closeIfLastResponse(msg);
+    } else if (result.kind === 'spurious') {
+      this.stats.inc('spurious_msgs_received');
+      if (this.cfg.failureModeAllow) {
+        this.stats.inc('failure_mode_allowed');
+        this.#closeStream();
+        this.#complete = true;
+        this.#clearAsyncState('bypass');
+      } else {
+        this.#handleErrorResponse(result.message);
+      }
+    } else {
+      this.stats.inc('stream_msgs_received');
+      this.#handleErrorResponse(result.message);
+    }
+  }
+
+  #dispatch(msg: WireProcessingResponse): Dispatched {
+    if (msg.response === 'immediate_response') {
+      if (this.cfg.disableImmediateResponse) {
+        return { kind: 'spurious', message: 'unhandled immediate response due to config disabled it' };
+      }
+      this.#setDynamicMetadata(msg);
+      this.#complete = true;
+      this.dec.finishCall();
+      this.enc.finishCall();
+      this.#closeStream();
+      this.#sendImmediateResponse(msg.immediate_response ?? {});
+      return { kind: 'ok' };
+    }
+    const route = msg.response === undefined ? undefined : HANDLERS[msg.response];
+    if (route === undefined) return { kind: 'spurious', message: 'unhandled message' };
+    const st = route.request ? this.dec : this.enc;
+    this.#setDynamicMetadata(msg);
+    const r = route.handle(st, (msg[route.field] ?? {}) as object, this.#ctx);
+    if (r.kind === 'ok') st.resolve('applied');
+    return r.kind === 'spurious' ? { kind: 'spurious', message: 'spurious message' } : r;
+  }
+
+  #inHeaderState(): boolean {
+    return this.dec.callbackState === 'HeadersCallback' || this.enc.callbackState === 'HeadersCallback';
+  }
+
+  /** Applies an override, or fails the request loudly when it asks for a body mode the harness cannot do. */
+  #applyModeOverride(o: Partial<ProcessingMode>): boolean {
+    const mode = effectiveModeOverride(o, this.cfg.processingMode);
+    if (!isSupportedMode(mode)) {
+      this.stats.inc('harness.unsupported_mode_override');
+      this.#handleErrorResponse('kvgate harness: mode_override to an unsupported body mode');
+      return false;
+    }
+    this.dec.setProcessingMode(mode);
+    this.enc.setProcessingMode(mode);
+    return true;
+  }
+
+  #setDynamicMetadata(msg: WireProcessingResponse): void {
+    receiveDynamicMetadata(this.callbacks.dynamicMetadata, this.cfg.receivingNamespaces, msg.dynamic_metadata);
+  }
+
+  #onNewTimeout(d: NonNullable<WireProcessingResponse['override_message_timeout']>): void {
+    const ms = fromWireDuration(d);
+    if (!ms.ok || ms.value < 1 || ms.value > this.cfg.maxMessageTimeoutMs) {
+      this.stats.inc('override_message_timeout_ignored');
+      return;
+    }
+    const onTimeout = (): void => this.#onMessageTimeout();
+    const restarted = this.dec.restartTimer(ms.value, onTimeout) || this.enc.restartTimer(ms.value, onTimeout);
+    this.stats.inc(restarted ? 'override_message_timeout_received' : 'override_message_timeout_ignored');
+  }
+
+  /** Envoy 1.37 closes the stream once a reply leaves nothing more to send (outside buffered body modes). */
+  #closeIfLastResponse(msg: WireProcessingResponse): void {
+    if (this.#stream !== null && isLastResponse(msg.response, this.dec, this.enc)) {
+      this.#complete = true;
+      this.#closeStream();
+    }
+  }
+
+  #onGrpcError(code: number, details: string): void {
+    this.stats.inc('streams_failed');
+    if (this.#complete) return;
+    if (this.cfg.failureModeAllow) {
+      this.#onGrpcClose();
+      this.stats.inc('failure_mode_allowed');
+      return;
+    }
+    this.#complete = true;
+    this.dec.finishCall();
+    this.enc.finishCall();
+    this.#closeStream();
+    this.#sendImmediateResponse({
+      status: { code: this.cfg.statusOnError },
+      details: `ext_proc_error_gRPC_error_${code}{${details}}`,
+    });
+  }
+
+  /** An OK close means "carry on without me", whatever failure_mode_allow says. */
+  #onGrpcClose(): void {
+    if (this.#complete) return;
+    this.#complete = true;
+    this.stats.inc('streams_closed');
+    this.#closeStream();
+    this.#clearAsyncState('bypass');
+  }
+
+  #onMessageTimeout(): void {
+    if (this.#complete) return;
+    this.stats.inc('message_timeouts');
+    this.#complete = true;
+    this.#closeStream();
+    if (this.cfg.failureModeAllow) {
+      this.stats.inc('failure_mode_allowed');
+      this.#clearAsyncState('bypass');
+      return;
+    }
+    this.dec.finishCall();
+    this.enc.finishCall();
+    this.#sendImmediateResponse({ status: { code: 504 }, details: 'ext_proc_error_per-message_timeout_exceeded' });
+  }
+
+  #handleErrorResponse(message: string): void {
+    this.#complete = true;
+    this.dec.finishCall();
+    this.enc.finishCall();
+    this.#closeStream();
+    this.#sendImmediateResponse({ status: { code: this.cfg.statusOnError }, details: message });
+  }
+
+  /** Both directions stop waiting (timers off, state Idle) and resume with `outcome`. */
+  #clearAsyncState(outcome: CallOutcome): void {
+    for (const st of [this.dec, this.enc]) {
+      st.finishCall();
+      st.resolve(outcome);
+    }
+  }
+
+  #sendImmediateResponse(r: WireImmediateResponse): void {
+    this.callbacks.sendLocalReply(toLocalReply(r, (m, h) => void mutateHeaders(m, h, this.#ctx, false, false)));
+    this.dec.resolve('stop');
+    this.enc.resolve('stop');
+  }
+}

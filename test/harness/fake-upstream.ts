@@ -1,0 +1,75 @@
+/**
+ * Fake upstream HTTP servers for harness tests: bind 127.0.0.1:0, record every request (headers as received, body,
+ * trailers) and answer with a per-test handler. The default handler echoes who answered, so a test can see which
+ * cluster a request was routed to.
+ */
+import http from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+
+export interface RecordedRequest {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: http.IncomingHttpHeaders;
+  readonly rawHeaders: readonly string[];
+  readonly body: Buffer;
+  readonly trailers: http.IncomingHttpHeaders;
+}
+
+export type UpstreamHandler = (req: RecordedRequest, res: http.ServerResponse, name: string) => void | Promise<void>;
+
+export interface FakeUpstream {
+  readonly name: string;
+  readonly port: number;
+  readonly address: string;
+  readonly requests: readonly RecordedRequest[];
+  setHandler(handler: UpstreamHandler): void;
+  close(): Promise<void>;
+}
+
+/** Answers 200 with `{"upstream": name, "method", "path", "bodyBytes"}`. */
+export const echoHandler: UpstreamHandler = (req, res, name) => {
+  const body = JSON.stringify({ upstream: name, method: req.method, path: req.url, bodyBytes: req.body.length });
+  res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-upstream': name });
+  res.end(body);
+};
+
+export async function startFakeUpstream(name: string, handler: UpstreamHandler = echoHandler): Promise<FakeUpstream> {
+  let current = handler;
+  const requests: RecordedRequest[] = [];
+  const sockets = new Set<Socket>();
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const recorded: RecordedRequest = {
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        rawHeaders: req.rawHeaders,
+        body: Buffer.concat(chunks),
+        trailers: req.trailers,
+      };
+      requests.push(recorded);
+      Promise.resolve(current(recorded, res, name)).catch(() => res.destroy());
+    });
+  });
+  server.on('connection', (s: Socket) => {
+    sockets.add(s);
+    s.once('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    name,
+    port,
+    address: `127.0.0.1:${port}`,
+    requests,
+    setHandler(h) {
+      current = h;
+    },
+    close() {
+      for (const s of sockets) s.destroy();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}

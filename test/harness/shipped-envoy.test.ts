@@ -1,0 +1,56 @@
+/**
+ * kvgate's shipped envoy/envoy.yaml through the harness with a scripted gate: the public listener routes to the
+ * ORIGINAL_DST decode pool the gate names in its BUFFERED body reply, and the gate sees response_headers.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startEnvoyHarness, type EnvoyHarness } from './data-plane.js';
+import { mustLoadEnvoyConfig } from './envoy-config.js';
+import { reply, setHeader, startFakeExtProc, type FakeExtProc } from './fake-ext-proc.js';
+import { startFakeUpstream, type FakeUpstream } from './fake-upstream.js';
+import { ok, request } from './testing.js';
+
+const shipped = new URL('../../envoy/envoy.yaml', import.meta.url).pathname;
+const closers: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c();
+});
+
+describe.skipIf(!existsSync(shipped))('shipped envoy/envoy.yaml', () => {
+  it('routes the public listener by the gate body reply to the ORIGINAL_DST decode endpoint', async () => {
+    const decode: FakeUpstream = await startFakeUpstream('decode-a-0');
+    closers.push(() => decode.close());
+    const gate: FakeExtProc = await startFakeExtProc(async (s) => {
+      for (let m = await s.recv(); m !== null; m = await s.recv()) {
+        if (m.request === 'request_body') {
+          s.send(
+            reply(m, {
+              header_mutation: {
+                set_headers: [setHeader('x-kvgate-decode-cluster', 'a_decode'), setHeader('x-kvgate-decode-endpoint', decode.address)],
+              },
+              clear_route_cache: true,
+            }),
+          );
+        } else if (m.request === 'response_headers') {
+          s.send(reply(m, { header_mutation: { set_headers: [setHeader('x-kvgate-group', 'g-a')] } }));
+        } else {
+          s.send(reply(m));
+        }
+      }
+    });
+    closers.push(() => gate.close());
+    const config = mustLoadEnvoyConfig(readFileSync(shipped, 'utf8'), {
+      listenerPorts: { public: 0, internal: 0 },
+      clusterEndpoints: { kvgate_gate: [gate.address] },
+    });
+    const envoy: EnvoyHarness = await startEnvoyHarness(config);
+    closers.push(() => envoy.close());
+    const r = ok(await request(envoy.listeners['public']?.url ?? '', { path: '/v1/chat/completions', body: '{"model":"m"}' }));
+    expect(r.status).toBe(200);
+    expect(r.headers['x-kvgate-group']).toBe('g-a');
+    expect(JSON.parse(r.body)).toMatchObject({ upstream: 'decode-a-0' });
+    expect(gate.requests().map((m) => m.request)).toEqual(['request_headers', 'request_body', 'response_headers']);
+    expect(gate.streams[0]?.metadata.get('x-kvgate-listener')).toEqual(['public']);
+    expect(envoy.stats()['http.kvgate_public.ext_proc.streams_closed']).toBe(1);
+  });
+});

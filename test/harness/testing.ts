@@ -1,0 +1,175 @@
+/**
+ * Test helpers: a scenario = fake ext_proc server + fake upstreams + the harness, wired through a real Envoy
+ * bootstrap YAML (built here from the same shape as reference/envoy-yaml/envoy-cluster-header.yaml, so every
+ * scenario also goes through the config loader), and a small HTTP/1.1 client that reports resets as values.
+ */
+import http from 'node:http';
+import { stringify } from 'yaml';
+import { mustLoadEnvoyConfig } from './envoy-config.js';
+import { startEnvoyHarness, type EnvoyHarness, type EnvoyHarnessOptions } from './data-plane.js';
+import { startFakeExtProc, type FakeExtProc, type FakeHandler } from './fake-ext-proc.js';
+import { startFakeUpstream, type FakeUpstream, type UpstreamHandler } from './fake-upstream.js';
+
+export interface ScenarioOptions {
+  readonly handler: FakeHandler;
+  /** ext_proc `typed_config` fields besides `@type` and `grpc_service` (e.g. processing_mode). */
+  readonly filter?: Record<string, unknown>;
+  /** Route action; default `{ cluster_header: x-target-cluster, timeout: 0s }`. */
+  readonly route?: Record<string, unknown>;
+  /** The route's match prefix; default "/". */
+  readonly prefix?: string;
+  /** STATIC clusters backed by fake upstreams; default backend_a and backend_b. */
+  readonly upstreams?: readonly string[];
+  /** Further clusters, verbatim (e.g. an ORIGINAL_DST one). */
+  readonly extraClusters?: readonly Record<string, unknown>[];
+  readonly bufferLimit?: number;
+  readonly upstreamHandler?: UpstreamHandler;
+  readonly harness?: EnvoyHarnessOptions;
+}
+
+export interface Scenario {
+  readonly harness: EnvoyHarness;
+  readonly extProc: FakeExtProc;
+  readonly upstreams: Readonly<Record<string, FakeUpstream>>;
+  readonly url: string;
+  /** `http.ingress.ext_proc.<name>` */
+  extProcStat(name: string): number;
+  stat(name: string): number;
+  close(): Promise<void>;
+}
+
+/** The bootstrap a scenario runs, as YAML text. */
+export function scenarioYaml(o: Omit<ScenarioOptions, 'handler' | 'harness' | 'upstreamHandler'>): string {
+  const upstreams = o.upstreams ?? ['backend_a', 'backend_b'];
+  const staticCluster = (name: string, port: number, http2 = false): Record<string, unknown> => ({
+    name,
+    type: 'STATIC',
+    connect_timeout: '1s',
+    ...(http2
+      ? {
+          typed_extension_protocol_options: {
+            'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
+              '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+              explicit_http_config: { http2_protocol_options: {} },
+            },
+          },
+        }
+      : {}),
+    load_assignment: {
+      cluster_name: name,
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: '127.0.0.1', port_value: port } } } }] }],
+    },
+  });
+  const doc = {
+    static_resources: {
+      listeners: [
+        {
+          name: 'public',
+          address: { socket_address: { address: '127.0.0.1', port_value: 10000 } },
+          ...(o.bufferLimit === undefined ? {} : { per_connection_buffer_limit_bytes: o.bufferLimit }),
+          filter_chains: [
+            {
+              filters: [
+                {
+                  name: 'envoy.filters.network.http_connection_manager',
+                  typed_config: {
+                    '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
+                    stat_prefix: 'ingress',
+                    route_config: {
+                      name: 'local_route',
+                      virtual_hosts: [
+                        {
+                          name: 'all',
+                          domains: ['*'],
+                          routes: [{ match: { prefix: o.prefix ?? '/' }, route: o.route ?? { cluster_header: 'x-target-cluster', timeout: '0s' } }],
+                        },
+                      ],
+                    },
+                    http_filters: [
+                      {
+                        name: 'envoy.filters.http.ext_proc',
+                        typed_config: {
+                          '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
+                          grpc_service: { envoy_grpc: { cluster_name: 'ext_proc' } },
+                          ...(o.filter ?? {}),
+                        },
+                      },
+                      {
+                        name: 'envoy.filters.http.router',
+                        typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' },
+                      },
+                    ],
+                  },
+                },
+              ],
+            },
+          ],
+        },
+      ],
+      clusters: [staticCluster('ext_proc', 9002, true), ...upstreams.map((u, i) => staticCluster(u, 8001 + i)), ...(o.extraClusters ?? [])],
+    },
+  };
+  return stringify(doc);
+}
+
+export async function startScenario(o: ScenarioOptions): Promise<Scenario> {
+  const extProc = await startFakeExtProc(o.handler);
+  const upstreams: Record<string, FakeUpstream> = {};
+  for (const name of o.upstreams ?? ['backend_a', 'backend_b']) upstreams[name] = await startFakeUpstream(name, o.upstreamHandler);
+  const clusterEndpoints: Record<string, string[]> = { ext_proc: [extProc.address] };
+  for (const [name, u] of Object.entries(upstreams)) clusterEndpoints[name] = [u.address];
+  const config = mustLoadEnvoyConfig(scenarioYaml(o), { listenerPorts: { public: 0 }, clusterEndpoints });
+  const harness = await startEnvoyHarness(config, o.harness);
+  const listener = harness.listeners['public'];
+  if (listener === undefined) throw new Error('listener public missing');
+  return {
+    harness,
+    extProc,
+    upstreams,
+    url: listener.url,
+    extProcStat: (name) => harness.stats()[`http.ingress.ext_proc.${name}`] ?? Number.NaN,
+    stat: (name) => harness.stats()[name] ?? Number.NaN,
+    async close() {
+      await harness.close();
+      await extProc.close();
+      await Promise.all(Object.values(upstreams).map((u) => u.close()));
+    },
+  };
+}
+
+export interface HttpResult {
+  readonly status: number;
+  readonly headers: http.IncomingHttpHeaders;
+  readonly body: string;
+  readonly trailers: http.IncomingHttpHeaders;
+}
+
+/** One request on a fresh connection; `{ error }` when the stream is reset (Envoy resets after the response started). */
+export function request(
+  url: string,
+  opts: { method?: string; path?: string; headers?: Record<string, string>; body?: string | Buffer; chunked?: boolean } = {},
+): Promise<HttpResult | { error: string; partial: string }> {
+  return new Promise((resolve) => {
+    const u = new URL(opts.path ?? '/', url);
+    const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+    if (opts.body !== undefined && opts.chunked !== true) headers['content-length'] = String(Buffer.byteLength(opts.body));
+    const req = http.request(u, { method: opts.method ?? (opts.body === undefined ? 'GET' : 'POST'), headers, agent: false });
+    let partial = '';
+    req.on('response', (res) => {
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (partial += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: partial, trailers: res.trailers }));
+      res.on('error', (e) => resolve({ error: e.message, partial }));
+      res.on('aborted', () => resolve({ error: 'aborted', partial }));
+    });
+    req.on('error', (e) => resolve({ error: e.message, partial }));
+    if (opts.body !== undefined) req.write(opts.body);
+    req.end();
+  });
+}
+
+/** Narrows a request result, failing the test with the reset reason if the stream was reset. */
+export function ok(r: HttpResult | { error: string }): HttpResult {
+  if ('error' in r) throw new Error(`request was reset: ${r.error}`);
+  return r;
+}
