@@ -35,6 +35,18 @@ export const GateConfigSchema = z
       .refine((k) => [k.file, k.env, k.devSeed].filter((v) => v !== undefined).length === 1, {
         message: 'set exactly one of keys.file, keys.env or keys.devSeed',
       }),
+    workerView: z
+      .object({
+        /** `live` polls each endpoint's sidecar status URL (endpoints without one keep their declaration);
+         * `static` believes the route table. */
+        mode: z.enum(['live', 'static']).default('live'),
+        intervalMs: z.number().int().min(100).default(2000),
+        timeoutMs: z.number().int().min(50).default(1000),
+        /** An observation older than this counts as unknown: the endpoint takes no new requests (fail closed). */
+        staleAfterMs: z.number().int().min(200).default(10_000),
+      })
+      .strict()
+      .default({ mode: 'live', intervalMs: 2000, timeoutMs: 1000, staleAfterMs: 10_000 }),
     envoy: z
       .object({
         /** Also write llm-d / GIE headers (x-gateway-destination-endpoint, x-prefiller-host-port) and envoy.lb metadata. */

@@ -14,6 +14,7 @@ import { createGateMetrics } from './metrics.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
 import { createRouteDecider, type RoutingState } from './route-decider.js';
 import { startGateServer, type GateServer } from './server.js';
+import { createWorkerPoller } from './worker-poller.js';
 
 export interface RunningGate {
   readonly grpcPort: number;
@@ -31,7 +32,7 @@ export interface StartGateDeps {
   readonly keys: KeyRing;
   readonly registry?: Registry;
   readonly now?: () => number;
-  /** Replace the worker view built from the table (the live poller, or a test's view). */
+  /** Replace the worker view built from the table (a test's view); by default the config's mode decides. */
   readonly viewFor?: (table: CompiledRouteTable) => WorkerView;
   readonly defaultMetrics?: boolean;
 }
@@ -45,7 +46,18 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   if (!created.ok) throw new Error(`the route table cannot be used:\n${created.message}`);
   const policy = created.store;
   const inFlight = createInFlightTracker();
-  const viewFor = deps.viewFor ?? ((t: CompiledRouteTable) => createStaticWorkerView(t, inFlight));
+  const poller =
+    config.workerView.mode === 'live' && deps.viewFor === undefined
+      ? createWorkerPoller(config.workerView, { inFlight, logger: log, registry, table: () => policy.current(), ...(deps.now ? { now: deps.now } : {}) })
+      : undefined;
+  const viewFor =
+    deps.viewFor ?? (poller ? (t: CompiledRouteTable) => poller.viewFor(t) : (t: CompiledRouteTable) => createStaticWorkerView(t, inFlight));
+  if (poller) {
+    // One poll before the first request, so a fresh gate does not refuse everything for a poll interval.
+    await poller.pollOnce();
+    poller.start();
+    policy.onSwap(() => void poller.pollOnce());
+  }
   let state: RoutingState = { table: policy.current(), view: viewFor(policy.current()) };
   policy.onSwap((table) => {
     state = { table, view: viewFor(table) };
@@ -68,13 +80,14 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     policy: { file: config.policyPath, version: policy.version(), lastReload: policy.lastReload() },
     streams: grpc.activeStreams(),
     inFlight: Object.fromEntries(inFlight.snapshot()),
-    workerViewAgeMs: state.view.ageMs ?? null,
+    workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null },
   });
   const admin: AdminServer | null =
     config.admin === ''
       ? null
       : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining });
   const close = async () => {
+    poller?.stop();
     policy.close();
     grpc.close();
     await admin?.close();

@@ -1,0 +1,223 @@
+/**
+ * The full local P/D topology on loopback: simulated vLLM workers of two revisions (prefill and decode each), a
+ * sidecar in front of each, the gate, and the Envoy-faithful harness running the shipped `envoy/envoy.yaml`.
+ * `kvgate demo` and the end-to-end tests start exactly this, so the demo shows what the tests prove.
+ *
+ * The harness stands in for Envoy because no Envoy binary runs where this project is built; a deployment runs
+ * Envoy with the same envoy.yaml (see README).
+ */
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import { Registry } from 'prom-client';
+import { stringify as toYaml, parse as parseYaml } from 'yaml';
+import { PACKAGE_ROOT } from '../package-root.js';
+import { createDevKeyRing, type KeyRing } from '../contract/keys.js';
+import { parseGateConfig } from '../gate/config.js';
+import { startGate, type RunningGate } from '../gate/gate.js';
+import { parseSidecarConfig } from '../sidecar/config.js';
+import { createSidecar, type Sidecar } from '../sidecar/server.js';
+import { parseSimConfig, type SimSettingsInput } from '../sim/config.js';
+import { createSimServer, type SimServer } from '../sim/server.js';
+import { mustLoadEnvoyConfig } from '../../test/harness/envoy-config.js';
+import { startEnvoyHarness, type EnvoyHarness } from '../../test/harness/data-plane.js';
+
+export const SERVED_MODEL = 'llama-3-8b';
+export const DEMO_KEY_SEED = 'kvgate-local-demo';
+export const REVISIONS = ['llama-a', 'llama-b'] as const;
+export type RevisionName = (typeof REVISIONS)[number];
+export type Role = 'prefill' | 'decode';
+
+export interface TopologyOptions {
+  readonly logger: Logger;
+  /** Cohort weight of the candidate revision llama-b (percent of new sessions). */
+  readonly candidateWeight?: number;
+  /** Simulator knobs for every worker (latency model, lease, failure policy...). */
+  readonly sim?: SimSettingsInput;
+  /** Per worker overrides, keyed `<revision>/<role>`, e.g. `{ 'llama-b/decode': { behaveAs: {...} } }`. */
+  readonly workerOverrides?: Readonly<Record<string, SimSettingsInput>>;
+  readonly onTransferFailure?: 'fail' | 'recompute';
+  /** Extra route table keys merged over the generated table (fallback chain, tenancy...). */
+  readonly routeTable?: Readonly<Record<string, unknown>>;
+  readonly sidecarProbeIntervalMs?: number;
+}
+
+export interface Worker {
+  readonly revision: RevisionName;
+  readonly role: Role;
+  readonly sim: SimServer;
+  readonly sidecar: Sidecar;
+  /** `ip:port` of the sidecar: the endpoint the route table lists and Envoy's ORIGINAL_DST connects to. */
+  readonly address: string;
+}
+
+export interface Topology {
+  readonly publicUrl: string;
+  readonly internalUrl: string;
+  readonly gate: RunningGate;
+  readonly harness: EnvoyHarness;
+  readonly workers: readonly Worker[];
+  readonly keys: KeyRing;
+  readonly routeTablePath: string;
+  readonly dir: string;
+  worker(revision: RevisionName, role: Role): Worker;
+  close(): Promise<void>;
+}
+
+/** Free loopback ports, reserved by binding and releasing (the demo needs them before the servers start). */
+export async function reservePorts(n: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from({ length: n }, () => new Promise<import('node:net').Server>((resolve, reject) => {
+      const s = createServer();
+      s.once('error', reject);
+      s.listen(0, '127.0.0.1', () => resolve(s));
+    })),
+  );
+  const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  return ports;
+}
+
+export async function loadExampleDescriptor(revision: RevisionName): Promise<Record<string, unknown>> {
+  return parseYaml(await readFile(path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${revision}.yaml`), 'utf8')) as Record<string, unknown>;
+}
+
+export async function startTopology(opts: TopologyOptions): Promise<Topology> {
+  const log = opts.logger;
+  const keys = createDevKeyRing(DEMO_KEY_SEED);
+  const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-demo-'));
+  const stops: Array<() => Promise<void>> = [async () => rm(dir, { recursive: true, force: true })];
+  const closeAll = async () => {
+    for (const stop of stops.reverse()) await stop().catch(() => undefined);
+  };
+  try {
+    const [publicPort, internalPort, gatePort, ...sidecarPorts] = await reservePorts(3 + REVISIONS.length * 2);
+    const internalUrl = `http://127.0.0.1:${internalPort}`;
+    const workers: Worker[] = [];
+    let i = 0;
+    for (const revision of REVISIONS) {
+      const descriptor = await loadExampleDescriptor(revision);
+      for (const role of ['prefill', 'decode'] as const) {
+        const port = sidecarPorts[i++]!;
+        const w = await startWorker({ revision, role, descriptor, port, internalUrl, keys, opts });
+        stops.push(async () => {
+          await w.sidecar.close();
+          await w.sim.close();
+        });
+        workers.push(w);
+      }
+    }
+    const routeTablePath = path.join(dir, 'route-table.yaml');
+    await writeFile(routeTablePath, toYaml(routeTableFor(workers, opts)));
+    const gateConfig = parseGateConfig(
+      toYaml({
+        listen: `127.0.0.1:${gatePort}`,
+        admin: '127.0.0.1:0',
+        policy: routeTablePath,
+        keys: { devSeed: DEMO_KEY_SEED },
+        drain: { announceMs: 0, graceMs: 5000 },
+      }),
+      path.join(dir, 'gate.yaml'),
+    );
+    if (!gateConfig.ok) throw new Error(gateConfig.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
+    const gate = await startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: false });
+    stops.push(() => gate.close());
+    const envoyYaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
+    const harness = await startEnvoyHarness(
+      mustLoadEnvoyConfig(envoyYaml, {
+        listenerPorts: { public: publicPort!, internal: internalPort! },
+        clusterEndpoints: { kvgate_gate: [`127.0.0.1:${gate.grpcPort}`] },
+      }),
+    );
+    stops.push(() => harness.close());
+    return {
+      publicUrl: harness.listeners['public']!.url,
+      internalUrl: harness.listeners['internal']!.url,
+      gate,
+      harness,
+      workers,
+      keys,
+      routeTablePath,
+      dir,
+      worker: (revision, role) => workers.find((w) => w.revision === revision && w.role === role)!,
+      close: closeAll,
+    };
+  } catch (e) {
+    await closeAll();
+    throw e;
+  }
+}
+
+interface WorkerSpec {
+  readonly revision: RevisionName;
+  readonly role: Role;
+  readonly descriptor: Record<string, unknown>;
+  readonly port: number;
+  readonly internalUrl: string;
+  readonly keys: KeyRing;
+  readonly opts: TopologyOptions;
+}
+
+async function startWorker(s: WorkerSpec): Promise<Worker> {
+  const name = `${s.revision}/${s.role}`;
+  const simCfg = parseSimConfig({
+    descriptor: s.descriptor,
+    sim: { servedModelName: SERVED_MODEL, maxModelLen: 4096, numGpuBlocks: 2048, ...s.opts.sim, ...s.opts.workerOverrides?.[name] },
+  });
+  if (!simCfg.ok) throw simCfg.error;
+  const sim = await createSimServer(simCfg.value, { logger: s.opts.logger.child({ component: 'sim', worker: name }) });
+  const address = `127.0.0.1:${s.port}`;
+  const sidecarCfg = parseSidecarConfig(
+    {
+      role: s.role,
+      worker: sim.url,
+      listen: address,
+      advertise: address,
+      descriptor: s.descriptor,
+      servedModelName: SERVED_MODEL,
+      keys: { devSeed: DEMO_KEY_SEED },
+      probe: { intervalMs: s.opts.sidecarProbeIntervalMs ?? 2000, timeoutMs: 2000, generation: 'declared' },
+      prefill: { via: { envoy: s.internalUrl }, maxAttempts: 3, backoffMs: 20, maxBackoffMs: 200, timeoutMs: 30_000 },
+      onTransferFailure: s.opts.onTransferFailure ?? 'fail',
+      drainGraceMs: 5000,
+    },
+    `${name} sidecar`,
+  );
+  if (!sidecarCfg.ok) throw new Error(sidecarCfg.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
+  const sidecar = await createSidecar(sidecarCfg.value, {
+    logger: s.opts.logger.child({ component: 'sidecar', worker: name }),
+    registry: new Registry(),
+    keys: s.keys,
+  });
+  return { revision: s.revision, role: s.role, sim, sidecar, address };
+}
+
+function routeTableFor(workers: readonly Worker[], opts: TopologyOptions): Record<string, unknown> {
+  const revisions: Record<string, unknown> = {};
+  for (const r of REVISIONS) {
+    revisions[r] = { descriptorFile: path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${r}.yaml`) };
+  }
+  const pools = workers.map((w) => ({
+    name: `${w.revision.replace('llama-', '')}-${w.role}`,
+    cluster: `${w.revision.replace('llama-', '')}_${w.role}`,
+    role: w.role,
+    revision: w.revision,
+    endpoints: [{ address: w.address, status: `http://${w.address}` }],
+  }));
+  return {
+    version: 1,
+    revisions,
+    models: {
+      [SERVED_MODEL]: {
+        tenants: ['acme', 'globex'],
+        rollout: { stable: 'llama-a', candidate: 'llama-b', weight: opts.candidateWeight ?? 25 },
+      },
+    },
+    pools,
+    tenancy: { source: { header: 'x-tenant-id' }, required: true, prefixScope: 'tenant' },
+    fallback: [{ refuse: { retryAfterSeconds: 2 } }],
+    ...opts.routeTable,
+  };
+}

@@ -1,0 +1,76 @@
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { createInFlightTracker } from '../decide/worker-view.js';
+import { compileRouteTable } from '../policy/compile.js';
+import { tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
+import { createWorkerPoller } from './worker-poller.js';
+
+function tableWithStatus() {
+  const v = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string; status?: string }> }> };
+  const pool = v.pools.find((p) => p.name === 'a-decode')!;
+  pool.endpoints = pool.endpoints.map((e, i) => (i === 0 ? { ...e, status: `http://${e.address}` } : e));
+  return compileRouteTable(tableFromValue(v));
+}
+
+describe('live worker view', () => {
+  const table = tableWithStatus();
+  const pool = table.pools.get('a-decode')!;
+  const polled = pool.endpoints[0]!;
+  const declaredOnly = pool.endpoints[1]!;
+
+  function setup(answer: () => Response | Promise<Response>) {
+    let t = 1_000_000;
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => table,
+        now: () => t,
+        fetch: (async () => answer()) as typeof fetch,
+      },
+    );
+    return { poller, view: poller.viewFor(table), advance: (ms: number) => (t += ms) };
+  }
+  const status = (body: object) => new Response(JSON.stringify(body), { status: 200 });
+
+  it('fails closed before the first answer, then routes by what the sidecar reports', async () => {
+    const { poller, view } = setup(() => status({ fingerprint: pool.fingerprint, verified: true, draining: false }));
+    const before = view.endpoints('a-decode').find((e) => e.address === polled.address)!;
+    expect(before.verified).toBe(false);
+    expect(before.fingerprint).toBeNull();
+    await poller.pollOnce();
+    const after = view.endpoints('a-decode').find((e) => e.address === polled.address)!;
+    expect(after).toMatchObject({ fingerprint: pool.fingerprint, verified: true, draining: false });
+    // An endpoint without a status URL keeps its declared fingerprint.
+    expect(view.endpoints('a-decode').find((e) => e.address === declaredOnly.address)).toMatchObject({ fingerprint: pool.fingerprint, verified: true });
+  });
+
+  it('drops an endpoint whose worker was upgraded in place (other fingerprint) or failed its probe', async () => {
+    let body: object = { fingerprint: 'f'.repeat(64), verified: true, draining: false };
+    const { poller, view } = setup(() => status(body));
+    await poller.pollOnce();
+    expect(view.endpoints('a-decode').find((e) => e.address === polled.address)!.fingerprint).toBe('f'.repeat(64));
+    body = { fingerprint: pool.fingerprint, verified: false, draining: false, reasons: ['tokenizer canary differs'] };
+    await poller.pollOnce();
+    expect(view.endpoints('a-decode').find((e) => e.address === polled.address)!.verified).toBe(false);
+    expect(poller.snapshot()[polled.address]!.reasons).toEqual(['tokenizer canary differs']);
+  });
+
+  it('keeps the last good observation through a failed poll, until it goes stale', async () => {
+    let up = true;
+    const { poller, view, advance } = setup(() => (up ? status({ fingerprint: pool.fingerprint, verified: true, draining: true }) : Promise.reject(new Error('ECONNREFUSED'))));
+    await poller.pollOnce();
+    up = false;
+    advance(1000);
+    await poller.pollOnce();
+    const e = view.endpoints('a-decode').find((x) => x.address === polled.address)!;
+    expect(e).toMatchObject({ verified: true, draining: true });
+    expect(poller.snapshot()[polled.address]!.error).toMatch(/ECONNREFUSED/);
+    advance(5000);
+    expect(view.endpoints('a-decode').find((x) => x.address === polled.address)!.verified).toBe(false);
+    expect(view.ageMs).toBeGreaterThanOrEqual(6000);
+  });
+});

@@ -1,0 +1,172 @@
+/**
+ * The gate's live worker view: polls each endpoint's sidecar status (`GET <status>/kvgate/v1/status`) and tells the
+ * decision core, per endpoint, the fingerprint the worker runs now, whether its sidecar verified the live worker
+ * against that declaration, and whether it drains.
+ *
+ * Fail closed: an endpoint whose sidecar was never reached, or whose last answer is older than `staleAfterMs`,
+ * counts as unverified and takes no new requests. An endpoint with no status URL in the route table keeps its
+ * declared fingerprint (the static view's behaviour), and `/status` says so.
+ */
+import type { Logger } from 'pino';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { EndpointState, InFlightTracker, WorkerView } from '../decide/worker-view.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
+
+export interface WorkerPollerOptions {
+  readonly intervalMs: number;
+  readonly timeoutMs: number;
+  readonly staleAfterMs: number;
+}
+
+export interface Observation {
+  readonly fingerprint: string | null;
+  readonly verified: boolean;
+  readonly draining: boolean;
+  readonly reasons: readonly string[];
+  readonly observedAtMs: number;
+  /** Why the last poll failed, when it did (the previous good observation is kept until it goes stale). */
+  readonly error?: string;
+}
+
+export interface WorkerPoller {
+  /** A view over the given table (rebuilt by the gate on every reload; observations are shared). */
+  viewFor(table: CompiledRouteTable): WorkerView;
+  /** Poll every status URL of the table now (also what the timer does). */
+  pollOnce(): Promise<void>;
+  /** Per endpoint address, what was last seen: for the gate's /status. */
+  snapshot(): Record<string, Observation & { status: string }>;
+  start(): void;
+  stop(): void;
+}
+
+interface Deps {
+  readonly inFlight: InFlightTracker;
+  readonly logger: Logger;
+  readonly registry: Registry;
+  readonly table: () => CompiledRouteTable;
+  readonly now?: () => number;
+  readonly fetch?: typeof fetch;
+}
+
+export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): WorkerPoller {
+  const now = deps.now ?? Date.now;
+  const doFetch = deps.fetch ?? fetch;
+  const seen = new Map<string, Observation & { status: string }>();
+  const polls = new Counter({
+    name: 'kvgate_worker_status_polls_total',
+    help: 'Polls of sidecar status endpoints by result (ok, error).',
+    labelNames: ['result'] as const,
+    registers: [deps.registry],
+  });
+  const age = new Gauge({
+    name: 'kvgate_worker_view_age_seconds',
+    help: 'Age of the oldest sidecar observation behind the live worker view.',
+    registers: [deps.registry],
+    collect() {
+      this.set(oldestAgeMs() / 1000);
+    },
+  });
+  void age;
+  const routable = new Gauge({
+    name: 'kvgate_worker_endpoints',
+    help: 'Endpoints in the live worker view by state (routable, unverified, draining, stale, unreached).',
+    labelNames: ['state'] as const,
+    registers: [deps.registry],
+    collect() {
+      this.reset();
+      for (const o of seen.values()) this.inc({ state: stateOf(o) });
+    },
+  });
+  void routable;
+
+  function stateOf(o: Observation): string {
+    if (o.observedAtMs === 0) return 'unreached';
+    if (now() - o.observedAtMs > opts.staleAfterMs) return 'stale';
+    if (o.draining) return 'draining';
+    return o.verified ? 'routable' : 'unverified';
+  }
+
+  function oldestAgeMs(): number {
+    let oldest = 0;
+    for (const o of seen.values()) oldest = Math.max(oldest, o.observedAtMs === 0 ? Infinity : now() - o.observedAtMs);
+    return Number.isFinite(oldest) ? oldest : opts.staleAfterMs;
+  }
+
+  async function pollEndpoint(address: string, status: string): Promise<void> {
+    const prev = seen.get(address);
+    try {
+      const res = await doFetch(`${status.replace(/\/+$/, '')}/kvgate/v1/status`, { signal: AbortSignal.timeout(opts.timeoutMs) });
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      const body = (await res.json()) as Record<string, unknown>;
+      const fingerprint = typeof body['fingerprint'] === 'string' ? body['fingerprint'] : null;
+      seen.set(address, {
+        status,
+        fingerprint,
+        verified: body['verified'] === true,
+        draining: body['draining'] === true,
+        reasons: Array.isArray(body['reasons']) ? (body['reasons'] as unknown[]).map(String) : [],
+        observedAtMs: now(),
+      });
+      polls.inc({ result: 'ok' });
+    } catch (e) {
+      polls.inc({ result: 'error' });
+      const error = `sidecar status ${status} unreachable: ${(e as Error).message}`;
+      seen.set(address, prev ? { ...prev, status, error } : { status, fingerprint: null, verified: false, draining: false, reasons: [error], observedAtMs: 0, error });
+      if (!prev?.error) deps.logger.warn({ endpoint: address, error }, 'worker status poll failed');
+    }
+  }
+
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<void> | undefined;
+  const poller: WorkerPoller = {
+    viewFor(table) {
+      return {
+        endpoints(pool: string): readonly EndpointState[] {
+          const p = table.pools.get(pool);
+          if (!p) return [];
+          return p.endpoints.map((e) => {
+            const inFlight = deps.inFlight.inFlight(e.address);
+            if (e.status === null) {
+              return { address: e.address, fingerprint: e.fingerprint, verified: true, draining: false, inFlight, observedAtMs: 0 };
+            }
+            const o = seen.get(e.address);
+            const fresh = o !== undefined && o.observedAtMs > 0 && now() - o.observedAtMs <= opts.staleAfterMs;
+            return {
+              address: e.address,
+              fingerprint: fresh ? o.fingerprint : null,
+              verified: fresh && o.verified,
+              draining: o?.draining ?? false,
+              inFlight,
+              observedAtMs: o?.observedAtMs ?? 0,
+            };
+          });
+        },
+        get ageMs() {
+          return oldestAgeMs();
+        },
+      };
+    },
+    pollOnce() {
+      running ??= (async () => {
+        const targets = new Map<string, string>();
+        for (const p of deps.table().pools.values()) for (const e of p.endpoints) if (e.status !== null) targets.set(e.address, e.status);
+        for (const address of [...seen.keys()]) if (!targets.has(address)) seen.delete(address);
+        await Promise.all([...targets].map(([address, status]) => pollEndpoint(address, status)));
+      })().finally(() => {
+        running = undefined;
+      });
+      return running;
+    },
+    snapshot: () => Object.fromEntries(seen),
+    start() {
+      if (timer) return;
+      timer = setInterval(() => void poller.pollOnce(), opts.intervalMs);
+      timer.unref();
+    },
+    stop() {
+      clearInterval(timer);
+      timer = undefined;
+    },
+  };
+  return poller;
+}
