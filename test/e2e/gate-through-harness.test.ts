@@ -1,0 +1,215 @@
+/**
+ * The gate behind the Envoy-faithful harness running the shipped envoy/envoy.yaml, with a plain HTTP upstream in
+ * place of a decode sidecar: what Envoy does with what the gate answers, including when the gate fails.
+ */
+import { readFileSync } from 'node:fs';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { afterEach, describe, expect, it } from 'vitest';
+import { stringify as toYaml } from 'yaml';
+import { deriveCacheSalt } from '../../src/contract/cache-salt.js';
+import { createDevKeyRing } from '../../src/contract/keys.js';
+import { verifyContract } from '../../src/contract/contract.js';
+import { parseGateConfig } from '../../src/gate/config.js';
+import { startGate, type RunningGate } from '../../src/gate/gate.js';
+import { createGateMetrics } from '../../src/gate/metrics.js';
+import { startGateServer, type GateServer } from '../../src/gate/server.js';
+import { PACKAGE_ROOT } from '../../src/package-root.js';
+import { twoRevisionTableValue } from '../../src/policy/testing.js';
+import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream } from '../harness/index.js';
+
+const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
+const SEED = 'e2e-gate';
+const keys = createDevKeyRing(SEED);
+const silent = pino({ level: 'silent' });
+const request = async (...args: Parameters<typeof rawRequest>) => ok(await rawRequest(...args));
+
+interface Rig {
+  harness: EnvoyHarness;
+  decode: FakeUpstream;
+  gate?: RunningGate;
+  raw?: GateServer;
+}
+let rig: Rig | undefined;
+afterEach(async () => {
+  await rig?.harness.close();
+  await rig?.gate?.close();
+  rig?.raw?.close();
+  await rig?.decode.close();
+  rig = undefined;
+});
+
+async function harnessFor(gatePort: number, yaml = ENVOY_YAML): Promise<EnvoyHarness> {
+  return startEnvoyHarness(
+    mustLoadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, clusterEndpoints: { kvgate_gate: [`127.0.0.1:${gatePort}`] } }),
+  );
+}
+
+/** The real gate with a route table whose a-decode endpoint is the fake upstream. */
+async function startRig(): Promise<Rig> {
+  const decode = await startFakeUpstream('a-decode');
+  const table = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string }> }>; models: Record<string, any> };
+  for (const p of table.pools) {
+    if (p.name === 'a-decode') p.endpoints = [{ address: decode.address }];
+  }
+  const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-e2e-'));
+  await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
+  const cfg = parseGateConfig(
+    toYaml({ listen: '127.0.0.1:0', admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    path.join(dir, 'gate.yaml'),
+  );
+  if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
+  const gate = await startGate(cfg.value, { logger: silent, keys, registry: new Registry(), defaultMetrics: false });
+  return { harness: await harnessFor(gate.grpcPort), decode, gate };
+}
+
+function firstModel(): string {
+  return Object.keys((twoRevisionTableValue() as { models: Record<string, unknown> }).models)[0]!;
+}
+
+describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
+  it('binds a POST, stamps the headers and cache_salt the upstream sees, and answers the client with the group', async () => {
+    rig = await startRig();
+    const body = JSON.stringify({ model: firstModel(), prompt: 'hello', cache_salt: 'mine' });
+    // A session that lands on the stable revision (llama-a) in the fixture's cohort split.
+    let r: Awaited<ReturnType<typeof request>> | undefined;
+    let session = '';
+    for (let i = 0; i < 50; i++) {
+      session = `s${i}`;
+      r = await request(rig.harness.listeners['public']!.url, {
+        path: '/v1/completions',
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': session },
+        body,
+      });
+      if (r.status === 200) break;
+    }
+    expect(r!.status).toBe(200);
+    const seen = rig.decode.requests.at(-1)!;
+    expect(seen.headers['x-kvgate-decode-cluster']).toBe('a_decode');
+    expect(seen.headers['x-kvgate-decode-endpoint']).toBe(rig.decode.address);
+    expect(seen.headers['x-kvgate-prefill-cluster']).toBe('a_prefill');
+    expect(seen.headers['x-kvgate-revision']).toBe('llama-a');
+    const group = String(seen.headers['x-kvgate-group']);
+    expect(group).toMatch(/^g_[0-9a-f]{24}$/);
+    const contract = verifyContract(String(seen.headers['x-kvgate-contract']), keys, Date.now(), { requestId: String(seen.headers['x-request-id']) });
+    expect(contract.ok).toBe(true);
+    // The body Envoy forwarded carries the derived salt (tenant + group + the client's own), with a matching length.
+    const forwarded = JSON.parse(seen.body.toString());
+    expect(forwarded.cache_salt).toBe(deriveCacheSalt(keys, group, 'tenant:acme', 'mine'));
+    expect(Number(seen.headers['content-length'])).toBe(seen.body.length);
+    // Response headers reach the client.
+    expect(r!.headers['x-kvgate-group']).toBe(group);
+    expect(r!.headers['x-kvgate-revision']).toBe('llama-a');
+    expect(String(r!.headers['x-kvgate-binding'])).toMatch(/^kvgate\.v1\./);
+  });
+
+  it('a client-sent routing header cannot steer the request', async () => {
+    rig = await startRig();
+    const other = await startFakeUpstream('attacker');
+    try {
+      const r = await request(rig.harness.listeners['public']!.url, {
+        path: '/v1/completions',
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-tenant-id': 'acme',
+          'x-session-id': 's1',
+          'x-kvgate-decode-cluster': 'b_decode',
+          'x-kvgate-decode-endpoint': other.address,
+          'x-kvgate-contract': 'kvgate.v1.forged',
+        },
+        body: JSON.stringify({ model: firstModel(), prompt: 'hi' }),
+      });
+      expect(other.requests).toHaveLength(0);
+      if (r.status === 200) {
+        const seen = rig.decode.requests.at(-1)!;
+        expect(seen.headers['x-kvgate-contract']).not.toBe('kvgate.v1.forged');
+      } else {
+        // Landed in the B cohort, whose fixture endpoints are not running: never the attacker's endpoint.
+        expect([502, 503]).toContain(r.status);
+      }
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('each refusal reaches the client as Envoy local reply with status, reason header and JSON body', async () => {
+    rig = await startRig();
+    const url = rig.harness.listeners['public']!.url;
+    const cases: Array<[Record<string, string>, string, number, string]> = [
+      [{ 'x-tenant-id': 'acme' }, '{"model": ', 400, 'bad_request'],
+      [{ 'x-tenant-id': 'acme' }, JSON.stringify({ model: firstModel(), prompt: 'x', kv_transfer_params: {} }), 400, 'kv_params_forbidden'],
+      [{}, JSON.stringify({ model: firstModel(), prompt: 'x' }), 401, 'tenant_required'],
+      [{ 'x-tenant-id': 'initech' }, JSON.stringify({ model: firstModel(), prompt: 'x' }), 403, 'tenant_scope_denied'],
+      [{ 'x-tenant-id': 'acme' }, JSON.stringify({ model: 'gpt-5', prompt: 'x' }), 404, 'unknown_model'],
+    ];
+    for (const [headers, body, status, code] of cases) {
+      const r = await request(url, { path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': `rid-${code}`, ...headers }, body });
+      expect(r.status, code).toBe(status);
+      expect(r.headers['content-type']).toBe('application/json');
+      expect(r.headers['x-kvgate-reject-reason']).toBe(code);
+      const json = JSON.parse(r.body.toString());
+      expect(json.error).toMatchObject({ type: 'kvgate_error', code, request_id: `rid-${code}` });
+      expect(json.error.message.length).toBeGreaterThan(20);
+    }
+    expect(rig.decode.requests).toHaveLength(0);
+  });
+
+  it('stopping the gate mid-request fails the request closed with 500', async () => {
+    const decode = await startFakeUpstream('a-decode');
+    let entered: () => void = () => undefined;
+    const inDecision = new Promise<void>((r) => (entered = r));
+    const raw = await startGateServer({
+      decider: {
+        decide: () => {
+          entered();
+          return new Promise(() => undefined); // never answers: the gate dies first
+        },
+      },
+      logger: silent,
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+    });
+    rig = { harness: await harnessFor(raw.port), decode, raw };
+    const pending = request(rig.harness.listeners['public']!.url, {
+        path: '/v1/completions',
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"model":"m"}',
+    });
+    await inDecision;
+    raw.close();
+    const r = await pending;
+    expect(r.status).toBe(500);
+    expect(decode.requests).toHaveLength(0);
+    expect(rig.harness.stats()['http.kvgate_public.ext_proc.streams_failed']).toBe(1);
+  });
+
+  it('a gate that does not answer within message_timeout gives 504', async () => {
+    const decode = await startFakeUpstream('a-decode');
+    const raw = await startGateServer({
+      decider: { decide: () => new Promise((r) => setTimeout(() => r({ decision: { kind: 'refuse', requestId: 'x', code: 'internal', message: 'late', trace: [] } }), 1000)) },
+      logger: silent,
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+    });
+    // Envoy's default per-message timeout.
+    const yaml = ENVOY_YAML.replaceAll('message_timeout: 2s', 'message_timeout: 0.2s');
+    rig = { harness: await harnessFor(raw.port, yaml), decode, raw };
+    const started = Date.now();
+    const r = await request(rig.harness.listeners['public']!.url, {
+        path: '/v1/completions',
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"model":"m"}',
+    });
+    expect(r.status).toBe(504);
+    expect(Date.now() - started).toBeLessThan(900);
+    expect(decode.requests).toHaveLength(0);
+    expect(rig.harness.stats()['http.kvgate_public.ext_proc.message_timeouts']).toBe(1);
+  });
+});
