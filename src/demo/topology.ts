@@ -42,6 +42,8 @@ export interface TopologyOptions {
   /** Extra route table keys merged over the generated table (fallback chain, tenancy...). */
   readonly routeTable?: Readonly<Record<string, unknown>>;
   readonly sidecarProbeIntervalMs?: number;
+  /** How often the gate polls sidecar status (default 1000 ms). */
+  readonly workerViewIntervalMs?: number;
 }
 
 export interface Worker {
@@ -118,6 +120,7 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
         policy: routeTablePath,
         keys: { devSeed: DEMO_KEY_SEED },
         drain: { announceMs: 0, graceMs: 5000 },
+        workerView: { mode: 'live', intervalMs: opts.workerViewIntervalMs ?? 1000, timeoutMs: 1000, staleAfterMs: 10_000 },
       }),
       path.join(dir, 'gate.yaml'),
     );

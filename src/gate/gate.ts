@@ -22,6 +22,8 @@ export interface RunningGate {
   readonly policy: PolicyStore;
   readonly registry: Registry;
   status(): unknown;
+  /** Poll every sidecar now instead of waiting for the interval (live view; a no-op for the static view). */
+  refreshWorkerView(): Promise<void>;
   /** SIGTERM behaviour: NOT_SERVING, finish streams in flight (bounded), stop everything. */
   drain(): Promise<void>;
   close(): Promise<void>;
@@ -98,6 +100,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     policy,
     registry,
     status,
+    refreshWorkerView: async () => poller?.pollOnce(),
     async drain() {
       draining = true;
       await grpc.drain();
