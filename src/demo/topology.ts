@@ -49,7 +49,8 @@ export interface TopologyOptions {
 export interface Worker {
   readonly revision: RevisionName;
   readonly role: Role;
-  readonly sim: SimServer;
+  /** The simulated vLLM behind the sidecar; replaced by `restartWorker` (an in-place upgrade). */
+  sim: SimServer;
   readonly sidecar: Sidecar;
   /** `ip:port` of the sidecar: the endpoint the route table lists and Envoy's ORIGINAL_DST connects to. */
   readonly address: string;
@@ -65,6 +66,11 @@ export interface Topology {
   readonly routeTablePath: string;
   readonly dir: string;
   worker(revision: RevisionName, role: Role): Worker;
+  /**
+   * Stop a worker's vLLM and start another on the same ports with `sim` overrides (e.g. `behaveAs`): an in-place
+   * upgrade or restart behind a sidecar that has not probed it yet. A new engine id, as a real restart gives.
+   */
+  restartWorker(revision: RevisionName, role: Role, sim?: SimSettingsInput): Promise<Worker>;
   close(): Promise<void>;
 }
 
@@ -106,7 +112,7 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
         const w = await startWorker({ revision, role, descriptor, port, internalUrl, keys, opts });
         stops.push(async () => {
           await w.sidecar.close();
-          await w.sim.close();
+          await w.sim.close(); // the current sim, after any restart
         });
         workers.push(w);
       }
@@ -145,6 +151,18 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
       routeTablePath,
       dir,
       worker: (revision, role) => workers.find((w) => w.revision === revision && w.role === role)!,
+      restartWorker: async (revision, role, sim = {}) => {
+        const w = workers.find((x) => x.revision === revision && x.role === role)!;
+        const old = w.sim;
+        await old.close();
+        const cfg = parseSimConfig({
+          descriptor: await loadExampleDescriptor(revision),
+          sim: { ...old.config.sim, engineId: undefined, port: old.port, sideChannelPort: old.sideChannelPort, ...sim },
+        });
+        if (!cfg.ok) throw cfg.error;
+        w.sim = await createSimServer(cfg.value, { logger: opts.logger.child({ component: 'sim', worker: `${revision}/${role}` }) });
+        return w;
+      },
       close: closeAll,
     };
   } catch (e) {
