@@ -42,6 +42,8 @@ export interface TopologyOptions {
   /** Extra route table keys merged over the generated table (fallback chain, tenancy...). */
   readonly routeTable?: Readonly<Record<string, unknown>>;
   readonly sidecarProbeIntervalMs?: number;
+  /** Workers per revision and role (default 1); each gets its own sim and sidecar, listed in one pool. */
+  readonly replicas?: number;
   /** How often the gate polls sidecar status (default 1000 ms). */
   readonly workerViewIntervalMs?: number;
 }
@@ -49,6 +51,8 @@ export interface TopologyOptions {
 export interface Worker {
   readonly revision: RevisionName;
   readonly role: Role;
+  /** 0-based replica index within its pool. */
+  readonly index: number;
   /** The simulated vLLM behind the sidecar; replaced by `restartWorker` (an in-place upgrade). */
   sim: SimServer;
   readonly sidecar: Sidecar;
@@ -65,12 +69,12 @@ export interface Topology {
   readonly keys: KeyRing;
   readonly routeTablePath: string;
   readonly dir: string;
-  worker(revision: RevisionName, role: Role): Worker;
+  worker(revision: RevisionName, role: Role, index?: number): Worker;
   /**
    * Stop a worker's vLLM and start another on the same ports with `sim` overrides (e.g. `behaveAs`): an in-place
    * upgrade or restart behind a sidecar that has not probed it yet. A new engine id, as a real restart gives.
    */
-  restartWorker(revision: RevisionName, role: Role, sim?: SimSettingsInput): Promise<Worker>;
+  restartWorker(revision: RevisionName, role: Role, sim?: SimSettingsInput, index?: number): Promise<Worker>;
   close(): Promise<void>;
 }
 
@@ -101,20 +105,23 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
     for (const stop of stops.reverse()) await stop().catch(() => undefined);
   };
   try {
-    const [publicPort, internalPort, gatePort, ...sidecarPorts] = await reservePorts(3 + REVISIONS.length * 2);
+    const replicas = opts.replicas ?? 1;
+    const [publicPort, internalPort, gatePort, ...sidecarPorts] = await reservePorts(3 + REVISIONS.length * 2 * replicas);
     const internalUrl = `http://127.0.0.1:${internalPort}`;
     const workers: Worker[] = [];
     let i = 0;
     for (const revision of REVISIONS) {
       const descriptor = await loadExampleDescriptor(revision);
       for (const role of ['prefill', 'decode'] as const) {
-        const port = sidecarPorts[i++]!;
-        const w = await startWorker({ revision, role, descriptor, port, internalUrl, keys, opts });
-        stops.push(async () => {
-          await w.sidecar.close();
-          await w.sim.close(); // the current sim, after any restart
-        });
-        workers.push(w);
+        for (let index = 0; index < replicas; index++) {
+          const port = sidecarPorts[i++]!;
+          const w = await startWorker({ revision, role, index, descriptor, port, internalUrl, keys, opts });
+          stops.push(async () => {
+            await w.sidecar.close();
+            await w.sim.close(); // the current sim, after any restart
+          });
+          workers.push(w);
+        }
       }
     }
     const routeTablePath = path.join(dir, 'route-table.yaml');
@@ -150,9 +157,9 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
       keys,
       routeTablePath,
       dir,
-      worker: (revision, role) => workers.find((w) => w.revision === revision && w.role === role)!,
-      restartWorker: async (revision, role, sim = {}) => {
-        const w = workers.find((x) => x.revision === revision && x.role === role)!;
+      worker: (revision, role, index = 0) => workers.find((w) => w.revision === revision && w.role === role && w.index === index)!,
+      restartWorker: async (revision, role, sim = {}, index = 0) => {
+        const w = workers.find((x) => x.revision === revision && x.role === role && x.index === index)!;
         const old = w.sim;
         await old.close();
         const cfg = parseSimConfig({
@@ -174,6 +181,7 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
 interface WorkerSpec {
   readonly revision: RevisionName;
   readonly role: Role;
+  readonly index: number;
   readonly descriptor: Record<string, unknown>;
   readonly port: number;
   readonly internalUrl: string;
@@ -182,7 +190,7 @@ interface WorkerSpec {
 }
 
 async function startWorker(s: WorkerSpec): Promise<Worker> {
-  const name = `${s.revision}/${s.role}`;
+  const name = s.index === 0 ? `${s.revision}/${s.role}` : `${s.revision}/${s.role}/${s.index}`;
   const simCfg = parseSimConfig({
     descriptor: s.descriptor,
     sim: { servedModelName: SERVED_MODEL, maxModelLen: 4096, numGpuBlocks: 2048, ...s.opts.sim, ...s.opts.workerOverrides?.[name] },
@@ -212,7 +220,7 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
     registry: new Registry(),
     keys: s.keys,
   });
-  return { revision: s.revision, role: s.role, sim, sidecar, address };
+  return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address };
 }
 
 function routeTableFor(workers: readonly Worker[], opts: TopologyOptions): Record<string, unknown> {
@@ -220,13 +228,17 @@ function routeTableFor(workers: readonly Worker[], opts: TopologyOptions): Recor
   for (const r of REVISIONS) {
     revisions[r] = { descriptorFile: path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${r}.yaml`) };
   }
-  const pools = workers.map((w) => ({
-    name: `${w.revision.replace('llama-', '')}-${w.role}`,
-    cluster: `${w.revision.replace('llama-', '')}_${w.role}`,
-    role: w.role,
-    revision: w.revision,
-    endpoints: [{ address: w.address, status: `http://${w.address}` }],
-  }));
+  const pools = workers
+    .filter((w) => w.index === 0)
+    .map((w) => ({
+      name: `${w.revision.replace('llama-', '')}-${w.role}`,
+      cluster: `${w.revision.replace('llama-', '')}_${w.role}`,
+      role: w.role,
+      revision: w.revision,
+      endpoints: workers
+        .filter((x) => x.revision === w.revision && x.role === w.role)
+        .map((x) => ({ address: x.address, status: `http://${x.address}` })),
+    }));
   return {
     version: 1,
     revisions,
