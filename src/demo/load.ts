@@ -1,0 +1,270 @@
+/**
+ * A bounded load-with-faults run through the full local topology: N requests at concurrency C across both
+ * revisions, with a decode drain, a worker kill and a route-table reload in the middle. Every request ends in one
+ * of: completed with token ids equal to the non-disaggregated baseline of the revision it was bound to, refused
+ * with a reason (a kvgate error code), or failed visibly (an error status or an SSE error event). The two numbers
+ * that must be zero: silently wrong completions, and requests without any response.
+ */
+import { readFile, writeFile } from 'node:fs/promises';
+import type { Logger } from 'pino';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
+import { H } from '../headers.js';
+import { baseline, completion, firstDivergence, PROMPTS } from './scenarios.js';
+import { REVISIONS, startTopology, type RevisionName, type Topology } from './topology.js';
+
+export interface LoadOptions {
+  readonly requests: number;
+  readonly concurrency: number;
+  readonly faults: boolean;
+  readonly logger: Logger;
+  readonly print?: (line: string) => void;
+  /** Per-request limit; a request still open after it counts as "no response". */
+  readonly requestTimeoutMs?: number;
+  readonly seed?: number;
+}
+
+export interface LoadReport {
+  readonly total: number;
+  readonly completed: number;
+  readonly refused: Readonly<Record<string, number>>;
+  readonly failedVisibly: Readonly<Record<string, number>>;
+  readonly silentlyWrong: number;
+  readonly noResponse: number;
+  readonly byRevision: Readonly<Record<string, number>>;
+  readonly streamed: number;
+  readonly durationMs: number;
+  readonly events: readonly string[];
+  readonly wrongExamples: readonly string[];
+  readonly failedExamples: readonly string[];
+}
+
+type Outcome =
+  | { kind: 'completed'; revision: string; streamed: boolean }
+  | { kind: 'refused'; code: string }
+  | { kind: 'failed'; reason: string; detail?: string }
+  | { kind: 'wrong'; detail: string }
+  | { kind: 'none' };
+
+const MAX_TOKENS = 12;
+
+/** Deterministic PRNG (mulberry32): the same seed sends the same request mix. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export async function runLoadWithFaults(opts: LoadOptions): Promise<LoadReport> {
+  const print = opts.print ?? (() => undefined);
+  const t = await startTopology({ logger: opts.logger, replicas: 2, candidateWeight: 30, workerViewIntervalMs: 500, sidecarProbeIntervalMs: 1000 });
+  try {
+    const baselines = new Map<string, number[]>();
+    for (const rev of REVISIONS) for (const p of PROMPTS) baselines.set(`${rev}|${p}`, await baseline(t, rev, p, MAX_TOKENS));
+    print(`baselines recorded: ${baselines.size} (revision x prompt), ${MAX_TOKENS} tokens each`);
+    return await drive(t, baselines, opts, print);
+  } finally {
+    await t.close();
+  }
+}
+
+async function drive(t: Topology, baselines: ReadonlyMap<string, number[]>, opts: LoadOptions, print: (l: string) => void): Promise<LoadReport> {
+  const random = prng(opts.seed ?? 7);
+  const plan = Array.from({ length: opts.requests }, (_, i) => ({
+    prompt: PROMPTS[Math.floor(random() * PROMPTS.length)]!,
+    tenant: random() < 0.5 ? 'acme' : 'globex',
+    session: `load-${Math.floor(random() * 101)}`,
+    stream: random() < 0.3,
+    i,
+  }));
+  const outcomes: Outcome[] = [];
+  const events: string[] = [];
+  const faults = opts.faults ? faultSchedule(t, opts.requests) : [];
+  let next = 0;
+  let done = 0;
+  const started = Date.now();
+  const worker = async () => {
+    for (;;) {
+      const k = next++;
+      if (k >= plan.length) return;
+      const r = plan[k]!;
+      outcomes.push(await one(t, r, baselines, opts.requestTimeoutMs ?? 30_000));
+      done++;
+      for (const f of faults) {
+        if (!f.fired && done >= f.at) {
+          f.fired = true;
+          const msg = await f.run().catch((e: unknown) => `fault failed: ${(e as Error).message}`);
+          events.push(`after ${done} requests: ${msg}`);
+          print(`  [fault] after ${done} requests: ${msg}`);
+        }
+      }
+      if (done % Math.max(1, Math.floor(plan.length / 10)) === 0) print(`  ${done}/${plan.length} requests`);
+    }
+  };
+  await Promise.all(Array.from({ length: opts.concurrency }, worker));
+  return summarize(outcomes, events, Date.now() - started);
+}
+
+interface Fault {
+  readonly at: number;
+  fired: boolean;
+  run(): Promise<string>;
+}
+
+function faultSchedule(t: Topology, n: number): Fault[] {
+  return [
+    {
+      at: Math.floor(n * 0.25),
+      fired: false,
+      async run() {
+        const w = t.worker('llama-a', 'decode', 1);
+        await fetch(`http://${w.address}/kvgate/v1/drain`, { method: 'POST' });
+        return `drained decode worker llama-a #1 (${w.address})`;
+      },
+    },
+    {
+      at: Math.floor(n * 0.5),
+      fired: false,
+      async run() {
+        const w = t.worker('llama-b', 'prefill', 0);
+        await w.sim.close();
+        return `killed prefill worker llama-b #0 (vLLM behind ${w.address})`;
+      },
+    },
+    {
+      at: Math.floor(n * 0.75),
+      fired: false,
+      async run() {
+        const table = parseYaml(await readFile(t.routeTablePath, 'utf8')) as { models: Record<string, { rollout: { weight: number } }> };
+        for (const m of Object.values(table.models)) m.rollout.weight = 60;
+        await writeFile(t.routeTablePath, toYaml(table));
+        const r = await t.gate.policy.reload('load test');
+        return `reloaded the route table (candidate weight 30% -> 60%): ${r.ok ? `applied, version ${r.version}` : `rejected: ${r.message}`}`;
+      },
+    },
+  ];
+}
+
+interface Planned {
+  readonly prompt: string;
+  readonly tenant: string;
+  readonly session: string;
+  readonly stream: boolean;
+  readonly i: number;
+}
+
+async function one(t: Topology, r: Planned, baselines: ReadonlyMap<string, number[]>, timeoutMs: number): Promise<Outcome> {
+  let res: Response;
+  try {
+    res = await fetch(`${t.publicUrl}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-tenant-id': r.tenant, 'x-session-id': r.session, 'x-request-id': `load-${r.i}` },
+      body: JSON.stringify({ ...completion(r.prompt, MAX_TOKENS), stream: r.stream }),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+  } catch (e) {
+    return (e as Error).name === 'TimeoutError' ? { kind: 'none' } : { kind: 'failed', reason: 'connection reset' };
+  }
+  let text: string;
+  try {
+    text = await res.text();
+  } catch (e) {
+    return (e as Error).name === 'TimeoutError' ? { kind: 'none' } : { kind: 'failed', reason: 'stream reset' };
+  }
+  if (res.status !== 200) {
+    const code = kvgateCode(text);
+    return code !== undefined
+      ? { kind: 'refused', code }
+      : { kind: 'failed', reason: `HTTP ${res.status}`, detail: `load-${r.i}: HTTP ${res.status} ${res.headers.get('content-type') ?? ''} ${text.slice(0, 160)}` };
+  }
+  const revision = res.headers.get(H.revision) as RevisionName | null;
+  const parsed = r.stream ? idsFromSse(text) : idsFromJson(text);
+  if ('error' in parsed) return { kind: 'failed', reason: parsed.error };
+  const base = revision === null ? undefined : baselines.get(`${revision}|${r.prompt}`);
+  if (base === undefined) return { kind: 'wrong', detail: `request load-${r.i}: 200 without a known revision header (${String(revision)})` };
+  const at = firstDivergence(parsed.ids, base);
+  if (at !== -1) return { kind: 'wrong', detail: `request load-${r.i} (${revision}, "${r.prompt.slice(0, 30)}"): diverges at token ${at}` };
+  return { kind: 'completed', revision: revision ?? '', streamed: r.stream };
+}
+
+function kvgateCode(text: string): string | undefined {
+  try {
+    const j = JSON.parse(text) as { error?: { type?: string; code?: string } };
+    return j.error?.type === 'kvgate_error' ? j.error.code : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function idsFromJson(text: string): { ids: number[] } | { error: string } {
+  try {
+    const ids = (JSON.parse(text) as { choices?: Array<{ token_ids?: number[] }> }).choices?.[0]?.token_ids;
+    return Array.isArray(ids) ? { ids } : { error: '200 without token ids' };
+  } catch {
+    return { error: '200 with a body that is not JSON' };
+  }
+}
+
+function idsFromSse(text: string): { ids: number[] } | { error: string } {
+  const ids: number[] = [];
+  let sawDone = false;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('data: ')) continue;
+    const data = line.slice(6).trim();
+    if (data === '[DONE]') {
+      sawDone = true;
+      continue;
+    }
+    const j = JSON.parse(data) as { error?: unknown; choices?: Array<{ token_ids?: number[] }> };
+    if (j.error !== undefined) return { error: 'SSE error event' };
+    ids.push(...(j.choices?.[0]?.token_ids ?? []));
+  }
+  return sawDone ? { ids } : { error: 'stream ended without [DONE]' };
+}
+
+function summarize(outcomes: readonly Outcome[], events: readonly string[], durationMs: number): LoadReport {
+  const refused: Record<string, number> = {};
+  const failedVisibly: Record<string, number> = {};
+  const byRevision: Record<string, number> = {};
+  const wrongExamples: string[] = [];
+  const failedExamples: string[] = [];
+  let completed = 0;
+  let silentlyWrong = 0;
+  let noResponse = 0;
+  let streamed = 0;
+  for (const o of outcomes) {
+    if (o.kind === 'completed') {
+      completed++;
+      byRevision[o.revision] = (byRevision[o.revision] ?? 0) + 1;
+      if (o.streamed) streamed++;
+    } else if (o.kind === 'refused') refused[o.code] = (refused[o.code] ?? 0) + 1;
+    else if (o.kind === 'failed') {
+      failedVisibly[o.reason] = (failedVisibly[o.reason] ?? 0) + 1;
+      if (o.detail !== undefined && failedExamples.length < 3) failedExamples.push(o.detail);
+    }
+    else if (o.kind === 'wrong') {
+      silentlyWrong++;
+      if (wrongExamples.length < 5) wrongExamples.push(o.detail);
+    } else noResponse++;
+  }
+  return { total: outcomes.length, completed, refused, failedVisibly, silentlyWrong, noResponse, byRevision, streamed, durationMs, events, wrongExamples, failedExamples };
+}
+
+export function formatLoadReport(r: LoadReport): string {
+  const fmt = (m: Readonly<Record<string, number>>) =>
+    Object.entries(m).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
+  return [
+    `requests                       ${r.total} in ${(r.durationMs / 1000).toFixed(1)} s`,
+    `completed, tokens == baseline  ${r.completed} (${fmt(r.byRevision)}; ${r.streamed} streamed)`,
+    `refused with a reason          ${Object.values(r.refused).reduce((a, b) => a + b, 0)} (${fmt(r.refused)})`,
+    `failed visibly                 ${Object.values(r.failedVisibly).reduce((a, b) => a + b, 0)} (${fmt(r.failedVisibly)})`,
+    `silently wrong                 ${r.silentlyWrong}${r.wrongExamples.length ? `: ${r.wrongExamples.join('; ')}` : ''}`,
+    `without any response           ${r.noResponse}`,
+    ...r.failedExamples.map((e) => `e.g. failed: ${e}`),
+    ...r.events.map((e) => `fault: ${e}`),
+  ].join('\n');
+}

@@ -1,0 +1,22 @@
+/**
+ * The load-with-faults run at CI size: a drain, a worker kill and a route-table reload under concurrent traffic.
+ * Full size: `npm run load` (2,000 requests at concurrency 50).
+ */
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { formatLoadReport, runLoadWithFaults } from '../../src/demo/load.js';
+
+describe('load with faults (CI size)', () => {
+  it('has zero silently wrong completions and zero requests without a response', async () => {
+    const report = await runLoadWithFaults({ requests: 240, concurrency: 16, faults: true, logger: pino({ level: 'silent' }) });
+    const text = formatLoadReport(report);
+    expect(report.total, text).toBe(240);
+    expect(report.silentlyWrong, text).toBe(0);
+    expect(report.noResponse, text).toBe(0);
+    expect(report.events, text).toHaveLength(3);
+    // Most requests still complete with baseline tokens on both revisions, despite the faults.
+    expect(report.completed, text).toBeGreaterThan(120);
+    expect(Object.keys(report.byRevision).sort(), text).toEqual(['llama-a', 'llama-b']);
+    expect(report.completed + Object.values(report.refused).reduce((a, b) => a + b, 0) + Object.values(report.failedVisibly).reduce((a, b) => a + b, 0)).toBe(240);
+  }, 120_000);
+});
