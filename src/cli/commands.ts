@@ -17,6 +17,11 @@ export const COMMANDS: readonly Command[] = [
     load: async () => (await import('./gate-command.js')).gateCommand,
   },
   {
+    name: 'demo',
+    summary: 'run the full local topology with sample traffic: kvgate demo [--keep-running]',
+    load: async () => (await import('./demo-command.js')).demoCommand,
+  },
+  {
     name: 'sidecar',
     summary: 'run the worker sidecar: kvgate sidecar --config sidecar.yaml',
     load: async () => (await import('../sidecar/command.js')).sidecarCommand,
@@ -28,6 +33,11 @@ export const COMMANDS: readonly Command[] = [
       const { simCommand } = await import('../sim/command.js');
       return (argv) => simCommand([...argv]);
     },
+  },
+  {
+    name: 'verify',
+    summary: 'compare token ids through the P/D path against a non-disaggregated baseline: kvgate verify --via URL --baseline URL --prompts FILE',
+    load: async () => (await import('./verify-command.js')).verifyCommand,
   },
   {
     name: 'fingerprint',
