@@ -35,6 +35,16 @@ export const COMMANDS: readonly Command[] = [
     },
   },
   {
+    name: 'policy',
+    summary: 'check or diff route tables: kvgate policy check FILE | kvgate policy diff OLD NEW',
+    load: async () => (await import('./policy-command.js')).policyCommand,
+  },
+  {
+    name: 'explain',
+    summary: 'dry-run one request against a route table: kvgate explain --policy FILE --request REQ.json',
+    load: async () => (await import('./explain-command.js')).explainCommand,
+  },
+  {
     name: 'verify',
     summary: 'compare token ids through the P/D path against a non-disaggregated baseline: kvgate verify --via URL --baseline URL --prompts FILE',
     load: async () => (await import('./verify-command.js')).verifyCommand,

@@ -7,7 +7,7 @@ import type { CompiledRouteTable } from '../policy/compile.js';
 import { decide, type DecideContext } from './decide.js';
 import { refusalFromError } from './refusal.js';
 import { parseOpenAiBody } from './request-facts.js';
-import type { Decision, OpenAiRequest, RequestFacts } from './types.js';
+import type { CoreDecision, OpenAiRequest, RequestFacts } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 /** Request facts before the body is parsed. */
@@ -19,9 +19,11 @@ export interface RawRequestFacts extends Omit<RequestFacts, 'body'> {
 }
 
 export interface RequestOutcome {
-  readonly decision: Decision;
+  readonly decision: CoreDecision;
   /** The parsed body, when the decision routes it (the adapter rewrites its `cache_salt`). */
   readonly request?: OpenAiRequest;
+  /** The facts as decided (body parsed), to decide a queued request again without re-parsing. */
+  readonly facts?: RequestFacts;
 }
 
 /**
@@ -42,5 +44,6 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
   if (body === undefined) return { decision: decide(rest, table, view, ctx) };
   const parsed = parseOpenAiBody(raw.path, body, table.limits);
   if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace) };
-  return { decision: decide({ ...rest, body: parsed.value }, table, view, ctx), request: parsed.value };
+  const facts: RequestFacts = { ...rest, body: parsed.value };
+  return { decision: decide(facts, table, view, ctx), request: parsed.value, facts };
 }

@@ -8,7 +8,7 @@ import { clone, compiledFixture, fp8DynamicDescriptorInput, tableFromValue, test
 import { decide } from './decide.js';
 import { decideRequest } from './decide-request.js';
 import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys, type TestFactsInput } from './testing.js';
-import type { Decision, Refusal, RouteDecision } from './types.js';
+import type { CoreDecision, Refusal, RouteDecision } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 type Value = Record<string, any>;
@@ -23,14 +23,14 @@ function compiled(mutate: (v: Value) => void = () => {}, semantic = true): Compi
 const onlyA = compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }));
 const onlyB = compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' }));
 
-function run(table: CompiledRouteTable, input: TestFactsInput = {}, view: WorkerView = createTestWorkerView(table)): Decision {
+function run(table: CompiledRouteTable, input: TestFactsInput = {}, view: WorkerView = createTestWorkerView(table)): CoreDecision {
   return decide(testFacts({ tenant: 'acme', ...input }), table, view, ctx);
 }
-function route(d: Decision): RouteDecision {
+function route(d: CoreDecision): RouteDecision {
   if (d.kind !== 'route') throw new Error(`expected a route, got ${JSON.stringify(d)}`);
   return d;
 }
-function refusal(d: Decision): Refusal {
+function refusal(d: CoreDecision): Refusal {
   if (d.kind !== 'refuse') throw new Error(`expected a refusal, got ${JSON.stringify(d)}`);
   return d;
 }
@@ -100,7 +100,7 @@ describe('decide: routes inside one group', () => {
     const r = refusal(run(t));
     expect(r).toMatchObject({ code: 'no_compatible_capacity', retryAfterSeconds: 7, tenant: 'acme' });
     expect(r.message).toMatch(/^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) is available: pool b-decode is draining; retry after 7 s or ask the operator to add capacity$/);
-    expect(r.trace).toContain('fallback step 1 (queue): skipped, not active in this kvgate version');
+    expect(r.trace).toContain('fallback step 1 (queue): passed: this caller cannot hold requests');
     expect(r.trace).toContain('fallback step 2 (refuse): refuse with retry-after 7 s');
   });
 

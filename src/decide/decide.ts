@@ -4,7 +4,8 @@
  *
  * Order: internal hop -> tenant -> model -> revision -> group -> connector rules -> decode and prefill targets ->
  * fallback -> contract, binding and cache salt. The group is fixed before any target is chosen, and every target is
- * drawn from endpoints that run exactly the group's fingerprint; no branch can leave the group.
+ * drawn from endpoints that run exactly the group's fingerprint; the only branch that changes the group is the
+ * `routeVia` fallback, which binds a whole other group before any prefill (never a queued request).
  */
 import { deriveCacheSalt } from '../contract/cache-salt.js';
 import { mintBinding } from '../contract/binding.js';
@@ -13,13 +14,14 @@ import type { KeyRing } from '../contract/keys.js';
 import { groupIdOf } from '../compat/fingerprint.js';
 import type { CompiledModel, CompiledRevision, CompiledRouteTable } from '../policy/compile.js';
 import { tenantAllowed } from '../policy/schema.js';
-import { walkFallback } from './fallback.js';
+import { finalRetryAfter, walkFallback, type FallbackResult } from './fallback.js';
 import { decideHop } from './hop.js';
-import { eligibleEndpoints, pickLeastLoaded, type Candidate } from './pick.js';
+import type { Candidate } from './pick.js';
 import { refuse } from './refusal.js';
 import { sessionOf, tenantOf, tenantScopeOf, userOf } from './request-facts.js';
-import { chooseRevision, servingRevisions } from './revision.js';
-import type { BoundGroup, Decision, OpenAiRequest, Refusal, RequestFacts, RouteDecision, Target } from './types.js';
+import { chooseRevision, keepQueuedRevision, servingRevisions, type NoRevision, type RevisionChoice } from './revision.js';
+import { pickTargets } from './targets.js';
+import type { BoundGroup, CoreDecision, FallbackRecord, OpenAiRequest, QueuedRequest, QueueView, Refusal, RequestFacts, RouteDecision, Target } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 export interface DecideContext {
@@ -28,16 +30,23 @@ export interface DecideContext {
   readonly keys: KeyRing;
   /**
    * Injected randomness. Unused by this version's decisions, which are deliberately deterministic (cohorts and
-   * tie-breaks hash the request); reserved for fallback steps that need jitter (queue retry spacing).
+   * tie-breaks hash the request); reserved for fallback steps that need jitter.
    */
   readonly random?: () => number;
+  /** The caller's queues. Without it `queue` steps pass, so `decide` never answers `wait`. */
+  readonly queue?: QueueView;
+  /** The longest the caller can hold a request, in ms (see `waitCapMs`). */
+  readonly maxWaitMs?: number;
+  /** A queued request decided again: it stays in its group (or is refused), whatever the cohort says now. */
+  readonly bound?: QueuedRequest;
 }
 
 /**
  * Decide one request: a hop check for a sidecar's prefill leg, else a route bound to one group, else a refusal
- * with a reason a person can act on. Never throws for bad input; a throw is a kvgate bug.
+ * with a reason a person can act on, or (only with `ctx.queue`) a wait in the group's queue. Never throws for bad
+ * input; a throw is a kvgate bug.
  */
-export function decide(facts: RequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): Decision {
+export function decide(facts: RequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): CoreDecision {
   const hop = facts.hop ?? (facts.contract === undefined ? undefined : { contract: facts.contract });
   if (hop !== undefined) return decideHop(facts, hop, table, view, ctx);
   return decideRoute(facts, table, view, ctx);
@@ -54,27 +63,20 @@ interface Identity {
 
 const isRefusal = (x: unknown): x is Refusal => (x as { kind?: unknown }).kind === 'refuse';
 
-function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): Decision {
+function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): CoreDecision {
   const id = facts.requestId;
   const now = Math.floor(ctx.nowMs);
   const trace: string[] = [`request ${id}: ${facts.method} ${facts.path}`];
   const who = identify(facts, table, trace);
   if (isRefusal(who)) return who;
-  const choice = chooseRevision(
-    { table, model: who.model, serving: who.serving, tenantScope: who.tenantScope, session: who.session, requestId: id, keys: ctx.keys, nowMs: now, ...(facts.binding === undefined ? {} : { binding: facts.binding }) },
-    trace,
-  );
+  const choice = pickRevision(facts, table, who, ctx, now, trace);
+  if ('refuse' in choice) return refuse(id, 'no_compatible_capacity', choice.refuse, trace, { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table) });
   const rev = choice.revision;
-  const group: BoundGroup = Object.freeze({
-    id: groupIdOf(rev.fingerprint, who.tenantScope),
-    fingerprint: rev.fingerprint,
-    tenantScope: who.tenantScope,
-    tenant: who.tenant,
-    model: who.model.name,
-    revision: rev.name,
-    adapter: rev.adapter,
-  });
+  const group = groupFor(rev, who);
   trace.push(`group: ${group.id} (fingerprint ${rev.fingerprint.slice(0, 12)}…, scope ${group.tenantScope})`);
+  if (ctx.bound !== undefined && ctx.bound.group.id !== group.id) {
+    return refuse(id, 'no_compatible_capacity', requeueMessage(id, ctx.bound, `the tenant prefix scope is now ${group.tenantScope}`), trace, { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table) });
+  }
   if (!rev.transfer.allowed) {
     if (rev.pools.both.length === 0) {
       return refuse(id, 'incompatible_transfer', `model ${group.model} (revision ${rev.name}) cannot be served with disaggregated prefill/decode: ${rev.transfer.reasons.join('; ')}. It needs a role: both pool; ask the operator to add one`, trace, { tenant: who.tenant });
@@ -84,18 +86,76 @@ function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: Worke
     trace.push(`connector rules: revision ${rev.name} may be disaggregated`);
   }
   const targets = pickTargets(rev, group, view, id, trace);
-  if ('missing' in targets) {
-    const outcome = walkFallback(table, trace);
-    const s = outcome.retryAfterSeconds;
-    return refuse(
-      id,
-      'no_compatible_capacity',
-      `no ${targets.missing} endpoint of group ${group.id} (model ${group.model}, revision ${rev.name}) is available: ${targets.reasons.join('; ') || 'no pools'}; retry after ${s} s or ask the operator to add capacity`,
-      trace,
-      { tenant: who.tenant, retryAfterSeconds: s },
-    );
+  if (targets.ok) return bindRoute(facts, table, ctx.keys, now, who, group, targets, trace);
+  const input = { table, view, facts, body: who.body, nowMs: now, revision: rev, group, pinned: choice.pinned, shortage: targets.shortage };
+  const walked = walkFallback(
+    { ...input, ...(ctx.queue ? { queue: ctx.queue } : {}), ...(ctx.maxWaitMs === undefined ? {} : { maxWaitMs: ctx.maxWaitMs }), ...(ctx.bound ? { bound: ctx.bound } : {}) },
+    trace,
+  );
+  return fromFallback(facts, table, ctx.keys, now, who, { group, pinned: choice.pinned, missing: targets.shortage.missing }, walked, trace);
+}
+
+/** A queued request keeps its bound revision; any other request gets its binding's, or its cohort's. */
+function pickRevision(facts: RequestFacts, table: CompiledRouteTable, who: Identity, ctx: DecideContext, now: number, trace: string[]): RevisionChoice | NoRevision {
+  const bound = ctx.bound;
+  if (bound !== undefined) {
+    const kept = keepQueuedRevision(bound, who.serving);
+    if ('refuse' in kept) return { refuse: requeueMessage(facts.requestId, bound, kept.refuse) };
+    trace.push(`revision: ${kept.name} (kept: the request waits in the queue of group ${bound.group.id})`);
+    return { revision: kept, pinned: bound.pinned };
   }
-  return bindRoute(facts, table, ctx.keys, now, who, group, targets, trace);
+  return chooseRevision(
+    { table, model: who.model, serving: who.serving, tenantScope: who.tenantScope, session: who.session, requestId: facts.requestId, keys: ctx.keys, nowMs: now, ...(facts.binding === undefined ? {} : { binding: facts.binding }) },
+    trace,
+  );
+}
+
+function requeueMessage(id: string, bound: QueuedRequest, why: string): string {
+  const g = bound.group;
+  return (
+    `request ${id} waited in the queue of group ${g.id} (model ${g.model}, revision ${g.revision}) and the route table changed: ${why}. ` +
+    'A queued request is never moved to another group; retry, and the new request is bound afresh'
+  );
+}
+
+function groupFor(rev: CompiledRevision, who: Identity): BoundGroup {
+  return Object.freeze({
+    id: groupIdOf(rev.fingerprint, who.tenantScope),
+    fingerprint: rev.fingerprint,
+    tenantScope: who.tenantScope,
+    tenant: who.tenant,
+    model: who.model.name,
+    revision: rev.name,
+    adapter: rev.adapter,
+  });
+}
+
+/** Turn the chain's outcome into a decision: wait, a route (another group, or recompute), or a refusal. */
+function fromFallback(
+  facts: RequestFacts,
+  table: CompiledRouteTable,
+  keys: KeyRing,
+  now: number,
+  who: Identity,
+  bound: { group: BoundGroup; pinned: boolean; missing: 'decode' | 'prefill' },
+  walked: FallbackResult,
+  trace: string[],
+): CoreDecision {
+  const o = walked.outcome;
+  const records = Object.freeze([...walked.records]);
+  switch (o.kind) {
+    case 'wait': {
+      const { kind: _k, ...w } = o;
+      return Object.freeze({ kind: 'wait' as const, requestId: facts.requestId, group: bound.group, missing: bound.missing, pinned: bound.pinned, ...w, trace: Object.freeze([...trace]), fallback: records });
+    }
+    case 'routeVia':
+      return bindRoute(facts, table, keys, now, who, o.group, { decode: o.decode, prefill: o.prefill }, trace, records);
+    case 'recompute':
+      trace.push('prefill: none (recomputed on the decode endpoint; the contract carries no prefill leg)');
+      return bindRoute(facts, table, keys, now, who, bound.group, { decode: o.decode, prefill: null }, trace, records);
+    case 'refuse':
+      return refuse(facts.requestId, o.code, o.message, trace, { tenant: who.tenant, ...(o.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: o.retryAfterSeconds }), fallback: records });
+  }
 }
 
 /** Tenant, model and prefix scope, or the refusal that stops the request before any revision is chosen. */
@@ -146,37 +206,6 @@ function unknownModelMessage(name: string, table: CompiledRouteTable, tenant: st
   return `model ${shown} is not served by this gateway; served models: ${list}`;
 }
 
-type Targets = { decode: Candidate; prefill: Candidate | null } | { missing: 'decode' | 'prefill'; reasons: string[] };
-
-/** Decode first, then prefill, both from the bound revision's pools only. */
-function pickTargets(rev: CompiledRevision, group: BoundGroup, view: WorkerView, requestId: string, trace: string[]): Targets {
-  const fp = group.fingerprint;
-  const decodePools = rev.transfer.allowed ? [...rev.pools.decode, ...rev.pools.both] : rev.pools.both;
-  const de = eligibleEndpoints(decodePools, view, fp, group.tenant);
-  const decode = pickLeastLoaded(de.candidates, requestId);
-  if (decode === undefined) return { missing: 'decode', reasons: [...de.reasons] };
-  trace.push(`decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${decode.endpoint.inFlight} in flight, least of ${de.candidates.length})`);
-  if (!rev.transfer.allowed) {
-    trace.push('prefill: none (served without disaggregation by a role: both pool)');
-    return { decode, prefill: null };
-  }
-  const pe = eligibleEndpoints(rev.pools.prefill, view, fp, group.tenant);
-  const prefill = pickLeastLoaded(pe.candidates, requestId);
-  if (prefill !== undefined) {
-    trace.push(`prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${prefill.endpoint.inFlight} in flight, least of ${pe.candidates.length})`);
-    return { decode, prefill };
-  }
-  if (decode.pool.role === 'both') {
-    trace.push(`prefill: none (no separate prefill capacity${pe.reasons.length > 0 ? `: ${pe.reasons.join('; ')}` : ''}; ${decode.pool.name} serves it whole)`);
-    return { decode, prefill: null };
-  }
-  const be = eligibleEndpoints(rev.pools.both, view, fp, group.tenant, decode.endpoint.address);
-  const viaBoth = pickLeastLoaded(be.candidates, requestId);
-  if (viaBoth === undefined) return { missing: 'prefill', reasons: [...pe.reasons, ...be.reasons] };
-  trace.push(`prefill: ${viaBoth.endpoint.address} (role: both pool ${viaBoth.pool.name}; no prefill-role capacity)`);
-  return { decode, prefill: viaBoth };
-}
-
 const targetOf = (c: Candidate): Target => Object.freeze({ pool: c.pool.name, cluster: c.pool.cluster, endpoint: c.endpoint.address });
 
 function bindRoute(
@@ -188,6 +217,7 @@ function bindRoute(
   group: BoundGroup,
   targets: { decode: Candidate; prefill: Candidate | null },
   trace: string[],
+  fallback?: readonly FallbackRecord[],
 ): RouteDecision {
   const decode = targetOf(targets.decode);
   const prefill = targets.prefill === null ? null : targetOf(targets.prefill);
@@ -220,5 +250,16 @@ function bindRoute(
   );
   const cacheSalt = deriveCacheSalt(keys, group.id, group.tenantScope, who.body.cacheSalt);
   trace.push(`contract minted (expires in ${table.contractTtlMs} ms); cache_salt derived${who.body.cacheSalt === undefined ? '' : " (client's salt folded in)"}`);
-  return Object.freeze({ kind: 'route' as const, requestId: facts.requestId, group, decode, prefill, cacheSalt, contract, binding, trace: Object.freeze([...trace]) });
+  return Object.freeze({
+    kind: 'route' as const,
+    requestId: facts.requestId,
+    group,
+    decode,
+    prefill,
+    cacheSalt,
+    contract,
+    binding,
+    trace: Object.freeze([...trace]),
+    ...(fallback === undefined ? {} : { fallback }),
+  });
 }

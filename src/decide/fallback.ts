@@ -1,34 +1,145 @@
 /**
- * The fallback chain, walked when a bound group has no capacity. This version acts on `refuse` (503 with
- * retry-after) and records the other steps (queue, routeVia, recompute) as not yet active, so a trace shows
- * exactly which configured step would have run. Whatever a step does, it stays inside the bound group or refuses.
+ * The fallback chain, walked in the route table's order when the bound group has no capacity. Each step either
+ * takes the request or passes it on, with one trace line and one `FallbackRecord` either way:
+ *
+ * - `queue`: takes the request when waiting can help (some endpoint of the missing leg is merely at its in-flight
+ *   limit) and the expected wait fits its deadline: 429 `queue_full` when the group's queue is full, else `wait`.
+ *   A queued request decided again keeps waiting here until its deadline, then gets 504 `queue_deadline_exceeded`.
+ * - `routeVia`: binds an eligible request (not pinned by a binding, no adapter only the bound revision has) to a
+ *   listed revision of the same base model instead, prefill and decode both of that revision: a new group, chosen
+ *   before any prefill, never mixed. A queued request is never moved.
+ * - `recompute`: serves on the already chosen decode endpoint of the same group without a prefill leg when only
+ *   prefill capacity is missing, the prompt is at most `maxPromptTokens` and recomputing (tokens x
+ *   prefillMsPerToken) is cheaper than the wait the rest of the chain would impose.
+ * - `refuse`: 503 `no_compatible_capacity` with retry-after.
+ *
+ * Whatever a step does, it stays inside the bound group, binds a whole new group before prefill, or refuses.
  */
-import type { CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledRevision, CompiledRouteTable } from '../policy/compile.js';
+import type { FallbackStep } from '../policy/schema.js';
+import type { Candidate } from './pick.js';
+import { estimatePromptTokens } from './prompt-tokens.js';
+import { queueStep } from './queue-step.js';
+import { DEFAULT_RETRY_AFTER_SECONDS } from './retry-after.js';
+import { routeViaStep } from './route-via.js';
+import type { Shortage } from './targets.js';
+import type { BoundGroup, FallbackRecord, OpenAiRequest, QueuedRequest, QueueOrder, QueueView, RequestFacts } from './types.js';
+import type { WorkerView } from './worker-view.js';
 
-/** Retry-after when the chain ends without a `refuse` step (also a warning at policy load). */
-export const DEFAULT_RETRY_AFTER_SECONDS = 5;
+export { DEFAULT_RETRY_AFTER_SECONDS, finalRetryAfter } from './retry-after.js';
 
-export interface FallbackOutcome {
-  readonly kind: 'refuse';
-  readonly retryAfterSeconds: number;
+export interface FallbackInput {
+  readonly table: CompiledRouteTable;
+  readonly view: WorkerView;
+  readonly facts: RequestFacts;
+  readonly body: OpenAiRequest;
+  readonly nowMs: number;
+  /** The caller's queues; without it the caller cannot hold requests and `queue` steps pass. */
+  readonly queue?: QueueView;
+  /** The longest the caller can hold a request (Envoy's max_message_timeout less a margin). */
+  readonly maxWaitMs?: number;
+  /** Set when a queued request is decided again. */
+  readonly bound?: QueuedRequest;
+  readonly revision: CompiledRevision;
+  readonly group: BoundGroup;
+  readonly pinned: boolean;
+  readonly shortage: Shortage;
 }
 
-/** Walk the chain in order, appending one trace line per step considered. */
-export function walkFallback(table: CompiledRouteTable, trace: string[]): FallbackOutcome {
-  for (const [i, step] of table.fallback.entries()) {
-    const n = i + 1;
-    if (step.kind === 'refuse') {
-      trace.push(`fallback step ${n} (refuse): refuse with retry-after ${step.retryAfterSeconds} s`);
-      return { kind: 'refuse', retryAfterSeconds: step.retryAfterSeconds };
-    }
-    trace.push(`fallback step ${n} (${step.kind}): skipped, not active in this kvgate version`);
+export type FallbackOutcome =
+  | { readonly kind: 'wait'; readonly step: number; readonly order: QueueOrder; readonly maxDepth: number; readonly enqueuedAtMs: number; readonly deadlineAtMs: number }
+  | { readonly kind: 'routeVia'; readonly revision: CompiledRevision; readonly group: BoundGroup; readonly decode: Candidate; readonly prefill: Candidate | null }
+  | { readonly kind: 'recompute'; readonly decode: Candidate }
+  | {
+      readonly kind: 'refuse';
+      readonly code: 'no_compatible_capacity' | 'queue_full' | 'queue_deadline_exceeded';
+      readonly message: string;
+      readonly retryAfterSeconds?: number;
+    };
+
+/** What each step function reads and appends to. */
+export interface StepInput extends FallbackInput {
+  readonly trace: string[];
+  readonly records: FallbackRecord[];
+}
+
+export interface FallbackResult {
+  readonly outcome: FallbackOutcome;
+  readonly records: readonly FallbackRecord[];
+}
+
+/** Walk the chain in order; the first step that takes the request decides. */
+export function walkFallback(input: FallbackInput, trace: string[]): FallbackResult {
+  const records: FallbackRecord[] = [];
+  const steps = input.table.fallback;
+  const s: StepInput = { ...input, trace, records };
+  for (const [i, step] of steps.entries()) {
+    const outcome = runStep(step, i, s);
+    if (outcome !== undefined) return { outcome, records };
   }
-  trace.push(`fallback chain exhausted: refuse with retry-after ${DEFAULT_RETRY_AFTER_SECONDS} s`);
-  return { kind: 'refuse', retryAfterSeconds: DEFAULT_RETRY_AFTER_SECONDS };
+  const retry = DEFAULT_RETRY_AFTER_SECONDS;
+  trace.push(`fallback chain exhausted: refuse with retry-after ${retry} s`);
+  records.push({ step: 'end', outcome: 'refused' });
+  return { outcome: { kind: 'refuse', code: 'no_compatible_capacity', message: noCapacityMessage(input, retry), retryAfterSeconds: retry }, records };
 }
 
-/** The retry-after the chain's first `refuse` step gives, for refusals outside the chain (e.g. an internal hop). */
-export function finalRetryAfter(table: CompiledRouteTable): number {
-  const step = table.fallback.find((s) => s.kind === 'refuse');
-  return step?.kind === 'refuse' ? step.retryAfterSeconds : DEFAULT_RETRY_AFTER_SECONDS;
+function runStep(step: FallbackStep, i: number, s: StepInput): FallbackOutcome | undefined {
+  const n = i + 1;
+  switch (step.kind) {
+    case 'queue':
+      return queueStep(step, n, s);
+    case 'routeVia':
+      return routeViaStep(step, n, s);
+    case 'recompute':
+      return recomputeStep(step, i, s);
+    case 'refuse':
+      s.trace.push(`fallback step ${n} (refuse): refuse with retry-after ${step.retryAfterSeconds} s`);
+      s.records.push({ step: 'refuse', outcome: 'refused' });
+      return { kind: 'refuse', code: 'no_compatible_capacity', message: noCapacityMessage(s, step.retryAfterSeconds), retryAfterSeconds: step.retryAfterSeconds };
+  }
+}
+
+/** The 503 message: which leg, which group, every reason, and what to do. */
+export function noCapacityMessage(input: Pick<FallbackInput, 'group' | 'shortage'>, retryAfterSeconds: number): string {
+  const { group, shortage } = input;
+  return (
+    `no ${shortage.missing} endpoint of group ${group.id} (model ${group.model}, revision ${group.revision}) is available: ` +
+    `${shortage.reasons.join('; ') || 'no pools'}; retry after ${retryAfterSeconds} s or ask the operator to add capacity`
+  );
+}
+
+type RecomputeStep = Extract<FallbackStep, { kind: 'recompute' }>;
+
+function recomputeStep(step: RecomputeStep, i: number, s: StepInput): FallbackOutcome | undefined {
+  const n = i + 1;
+  const pass = (why: string): undefined => {
+    s.trace.push(`fallback step ${n} (recompute): passed: ${why}`);
+    s.records.push({ step: 'recompute', outcome: 'passed' });
+    return undefined;
+  };
+  const decode = s.shortage.decode;
+  if (s.shortage.missing !== 'prefill' || decode === null) return pass('decode capacity is missing, and recompute needs a decode endpoint with room');
+  const tokens = estimatePromptTokens(s.body);
+  if (tokens > step.maxPromptTokens) return pass(`the prompt is about ${tokens} tokens, over maxPromptTokens ${step.maxPromptTokens}`);
+  const cost = tokens * step.prefillMsPerToken;
+  const wait = expectedWaitAfter(i, s);
+  const waitText = wait.ms === Infinity ? `the rest of the chain (${wait.why})` : `the expected wait of ${Math.round(wait.ms)} ms (${wait.why})`;
+  if (!(cost < wait.ms)) return pass(`recomputing about ${tokens} tokens costs about ${Math.round(cost)} ms, not less than ${waitText}`);
+  s.trace.push(
+    `fallback step ${n} (recompute): serve on decode endpoint ${decode.endpoint.address} (pool ${decode.pool.name}) without a prefill leg: ` +
+      `about ${tokens} tokens x ${step.prefillMsPerToken} ms = ${Math.round(cost)} ms, cheaper than ${waitText}; same group ${s.group.id}`,
+  );
+  s.records.push({ step: 'recompute', outcome: 'recomputed' });
+  return { kind: 'recompute', decode };
+}
+
+/** The wait the chain after step `i` would impose: the first later queue step that would take the request. */
+function expectedWaitAfter(i: number, s: StepInput): { ms: number; why: string } {
+  const j = s.table.fallback.findIndex((st, k) => k > i && st.kind === 'queue');
+  const q = s.table.fallback[j];
+  if (q?.kind !== 'queue') return { ms: Infinity, why: 'no queue step follows' };
+  if (s.queue === undefined || s.shortage.busy === 0) return { ms: Infinity, why: `queue step ${j + 1} would not hold this request` };
+  const observed = s.queue.expectedWaitMs(s.group.id, s.group.fingerprint, s.shortage.missing);
+  if (observed !== null) return { ms: observed, why: `queue step ${j + 1}, observed service rate` };
+  return { ms: Math.min(q.deadlineMs, s.maxWaitMs ?? Infinity), why: `queue step ${j + 1}'s deadline; no service rate observed yet` };
 }

@@ -6,7 +6,7 @@ import { tableFromValue, twoRevisionTableValue, clone } from '../policy/testing.
 import { decide } from './decide.js';
 import { decideRequest } from './decide-request.js';
 import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys } from './testing.js';
-import type { Decision, HopFacts, RouteDecision } from './types.js';
+import type { CoreDecision, HopFacts, RouteDecision } from './types.js';
 
 const keys = testKeys();
 const ctx = { nowMs: TEST_NOW_MS, keys };
@@ -22,7 +22,7 @@ function routed(requestId = 'req-hop'): RouteDecision {
   return d;
 }
 /** The sidecar's prefill leg coming back through the internal listener. */
-function hop(h: HopFacts, requestId = 'req-hop', now = TEST_NOW_MS): Decision {
+function hop(h: HopFacts, requestId = 'req-hop', now = TEST_NOW_MS): CoreDecision {
   return decide(testFacts({ requestId, hop: h }), table, view, { ...ctx, nowMs: now });
 }
 

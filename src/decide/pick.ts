@@ -18,6 +18,11 @@ export interface Eligibility {
   readonly candidates: readonly Candidate[];
   /** Why pools or endpoints were left out, one entry per pool, in plain words. */
   readonly reasons: readonly string[];
+  /**
+   * Endpoints left out only because they are at their in-flight limit: capacity that frees when a request ends.
+   * Zero means waiting cannot help until the worker view or the table changes.
+   */
+  readonly busy: number;
 }
 
 /** A number in [0, 1) from a stable hash of `parts`: identical on every replica and every run. */
@@ -36,6 +41,7 @@ export function eligibleEndpoints(
 ): Eligibility {
   const candidates: Candidate[] = [];
   const reasons: string[] = [];
+  let busy = 0;
   for (const pool of pools) {
     if (pool.fingerprint !== fingerprint) {
       reasons.push(`pool ${pool.name} belongs to another group`); // defensive: callers pass one revision's pools
@@ -58,13 +64,15 @@ export function eligibleEndpoints(
       else if (ep.fingerprint !== fingerprint) note(`running another fingerprint (${ep.fingerprint.slice(0, 12)}…), never used for this group`, ep.address);
       else if (!ep.verified) note('not verified', ep.address);
       else if (ep.draining) note('draining', ep.address);
-      else if (ep.inFlight >= pool.maxInFlightPerEndpoint) note(`at its in-flight limit of ${pool.maxInFlightPerEndpoint}`, ep.address);
-      else candidates.push({ pool, endpoint: ep });
+      else if (ep.inFlight >= pool.maxInFlightPerEndpoint) {
+        busy++;
+        note(`at its in-flight limit of ${pool.maxInFlightPerEndpoint}`, ep.address);
+      } else candidates.push({ pool, endpoint: ep });
     }
     if (states.length === 0) reasons.push(`pool ${pool.name} has no endpoints in the worker view`);
     for (const [cause, addresses] of causes) reasons.push(`pool ${pool.name}: ${describeAddresses(addresses)} ${cause}`);
   }
-  return { candidates, reasons };
+  return { candidates, reasons, busy };
 }
 
 function describeAddresses(addresses: readonly string[]): string {

@@ -3,11 +3,12 @@
  * what to do, and the trace that led to it (for `kvgate explain` and the audit log).
  */
 import type { ErrorCode, KvgateError } from '../errors.js';
-import type { Refusal } from './types.js';
+import type { FallbackRecord, Refusal } from './types.js';
 
 export interface RefusalExtra {
   readonly retryAfterSeconds?: number;
   readonly tenant?: string | null;
+  readonly fallback?: readonly FallbackRecord[];
 }
 
 /** A frozen refusal; the trace ends with the refusal code so `kvgate explain` output reads top to bottom. */
@@ -26,6 +27,7 @@ export function refuse(
     ...(extra.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: extra.retryAfterSeconds }),
     ...(extra.tenant === undefined ? {} : { tenant: extra.tenant }),
     trace: Object.freeze([...trace, `refused: ${code}`]),
+    ...(extra.fallback === undefined ? {} : { fallback: extra.fallback }),
   });
 }
 

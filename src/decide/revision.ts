@@ -1,19 +1,27 @@
 /**
  * Which revision a request runs on: a valid binding keeps its session on the revision it started on (while that
- * revision still serves the model); otherwise the session (or, without one, the request) falls in a deterministic
- * cohort: `stableUnit(model, key) * 100 < weight` goes to the candidate. The same key lands in the same cohort on
- * every replica and after every restart, and raising the weight only ever moves sessions stable -> candidate.
+ * revision still serves the model and is verified); otherwise the session (or, without one, the request) falls in a
+ * deterministic cohort: `stableUnit(model, key) * 100 < weight` goes to the candidate. The same key lands in the
+ * same cohort on every replica and after every restart, and raising the weight only ever moves sessions
+ * stable -> candidate (the cohort is a prefix [0, weight) of one fixed hash line). A candidate whose verification
+ * is required and has not passed takes no cohort: its cohort goes to stable, and the trace says why.
  */
 import type { KeyRing } from '../contract/keys.js';
 import { verifyBinding } from '../contract/binding.js';
 import type { CompiledModel, CompiledRevision, CompiledRouteTable } from '../policy/compile.js';
 import { tenantAllowed } from '../policy/schema.js';
 import { stableUnit } from './pick.js';
+import type { QueuedRequest } from './types.js';
 
 export interface RevisionChoice {
   readonly revision: CompiledRevision;
   /** True when a client binding decided it (the request is pinned to its session's revision). */
   readonly pinned: boolean;
+}
+
+/** No revision may take the request (the only one open to the tenant is an unverified candidate). */
+export interface NoRevision {
+  readonly refuse: string;
 }
 
 /** Revisions of the model's rollout whose pools can serve this tenant end to end. */
@@ -24,7 +32,8 @@ export function servingRevisions(table: CompiledRouteTable, model: CompiledModel
     .filter((r): r is CompiledRevision => r !== undefined && revisionServesTenant(r, tenant));
 }
 
-function revisionServesTenant(r: CompiledRevision, tenant: string | null): boolean {
+/** Whether `r` has pools open to `tenant` for both halves of a request (or a `both` pool). */
+export function revisionServesTenant(r: CompiledRevision, tenant: string | null): boolean {
   const ok = (pools: CompiledRevision['pools']['both']) => pools.some((p) => tenantAllowed(p.tenants, tenant));
   return ok(r.pools.both) || (ok(r.pools.decode) && ok(r.pools.prefill));
 }
@@ -42,15 +51,23 @@ export interface ChooseInput {
 }
 
 /** Pick the revision, appending each consideration to `trace`. `serving` must be non-empty. */
-export function chooseRevision(input: ChooseInput, trace: string[]): RevisionChoice {
+export function chooseRevision(input: ChooseInput, trace: string[]): RevisionChoice | NoRevision {
   const { model, serving } = input;
   const bound = fromBinding(input, trace);
   if (bound !== undefined) return { revision: bound, pinned: true };
   const stable = serving.find((r) => r.name === model.stable);
-  const candidate = serving.find((r) => r.name === model.candidate);
+  const offered = serving.find((r) => r.name === model.candidate);
+  const candidate = offered?.verified === false ? undefined : offered;
+  if (offered !== undefined && candidate === undefined) {
+    trace.push(`candidate ${offered.name} takes no cohort: ${unverifiedReason(offered)}`);
+  }
   if (candidate === undefined || model.weight <= 0) {
-    const r = stable ?? serving[0]!;
-    trace.push(`revision: ${r.name} (${candidate === undefined ? 'no candidate serves this tenant' : 'candidate weight is 0'})`);
+    const r = stable ?? (offered === undefined ? serving[0]! : undefined);
+    if (r === undefined) {
+      return { refuse: `model ${model.name}'s only revision open to this tenant is candidate ${offered!.name}, which ${unverifiedReason(offered!)}` };
+    }
+    const why = offered === undefined ? 'no candidate serves this tenant' : candidate === undefined ? `candidate ${offered.name} is not verified` : 'candidate weight is 0';
+    trace.push(`revision: ${r.name} (${why})`);
     return { revision: r, pinned: false };
   }
   if (stable === undefined) {
@@ -86,6 +103,28 @@ function fromBinding(input: ChooseInput, trace: string[]): CompiledRevision | un
     trace.push(`binding to revision ${b.revision} ignored: the revision was redeclared with another fingerprint`);
     return undefined;
   }
+  if (!r.verified) {
+    trace.push(`binding to revision ${b.revision} ignored: it ${unverifiedReason(r)}`);
+    return undefined;
+  }
   trace.push(`revision: ${r.name} (kept by the session's binding, issued ${input.nowMs - b.issuedAtMs} ms ago)`);
+  return r;
+}
+
+/** Why an unverified revision takes no traffic, with the fix, for traces and refusals. */
+export function unverifiedReason(r: CompiledRevision): string {
+  return `is not verified (revisions.${r.name}.verification requires it; set verified: true once kvgate verify passes)`;
+}
+
+/**
+ * The revision a queued request keeps: the one of its bound group, if the table in use still serves that group for
+ * this tenant. Otherwise the reason it no longer does (the request is then refused, never moved to another group).
+ */
+export function keepQueuedRevision(bound: QueuedRequest, serving: readonly CompiledRevision[]): CompiledRevision | NoRevision {
+  const g = bound.group;
+  const r = serving.find((s) => s.name === g.revision);
+  if (r === undefined) return { refuse: `revision ${g.revision} no longer serves model ${g.model} for this tenant` };
+  if (r.fingerprint !== g.fingerprint) return { refuse: `revision ${g.revision} was redeclared with another fingerprint` };
+  if (!r.verified) return { refuse: `revision ${g.revision} ${unverifiedReason(r)}` };
   return r;
 }

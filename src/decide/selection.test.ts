@@ -4,7 +4,7 @@ import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { decide } from './decide.js';
 import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys, type TestFactsInput } from './testing.js';
-import type { Decision, RouteDecision } from './types.js';
+import type { CoreDecision, RouteDecision } from './types.js';
 import { createInFlightTracker, createStaticWorkerView, type WorkerView } from './worker-view.js';
 
 const keys = testKeys();
@@ -16,7 +16,7 @@ function compiled(mutate: (v: Record<string, any>) => void = () => {}): Compiled
 }
 const withWeight = (weight: number) => compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b', weight }));
 function route(table: CompiledRouteTable, input: TestFactsInput, view: WorkerView = createTestWorkerView(table), now = TEST_NOW_MS): RouteDecision {
-  const d: Decision = decide(testFacts({ tenant: 'acme', ...input }), table, view, { ...ctx, nowMs: now });
+  const d: CoreDecision = decide(testFacts({ tenant: 'acme', ...input }), table, view, { ...ctx, nowMs: now });
   if (d.kind !== 'route') throw new Error(JSON.stringify(d));
   return d;
 }

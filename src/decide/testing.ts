@@ -6,7 +6,7 @@
 import { createDevKeyRing, type KeyRing } from '../contract/keys.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { parseOpenAiBody } from './request-facts.js';
-import type { HopFacts, RequestFacts } from './types.js';
+import type { HopFacts, QueueView, RequestFacts } from './types.js';
 import type { EndpointState, WorkerView } from './worker-view.js';
 
 /** A fixed instant for tests (2023-11-14T22:13:20Z). */
@@ -28,6 +28,8 @@ export interface TestFactsInput {
   readonly headers?: Readonly<Record<string, string>>;
   readonly metadata?: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   readonly hop?: HopFacts;
+  /** The user message's text (default "Say hello."). */
+  readonly content?: string;
 }
 
 /** Facts for a chat completion, tenant in `x-tenant-id` and session in `x-session-id` (the sample table's config). */
@@ -37,11 +39,11 @@ export function testFacts(input: TestFactsInput = {}): RequestFacts {
   if (input.session !== undefined) headers['x-session-id'] = input.session;
   const json = {
     model: input.model ?? 'llama-3-8b',
-    messages: [{ role: 'user', content: 'Say hello.' }],
+    messages: [{ role: 'user', content: input.content ?? 'Say hello.' }],
     ...(input.user === undefined ? {} : { user: input.user }),
     ...(input.cacheSalt === undefined ? {} : { cache_salt: input.cacheSalt }),
   };
-  const body = parseOpenAiBody('/v1/chat/completions', new TextEncoder().encode(JSON.stringify(json)), { maxBodyBytes: 1 << 20 });
+  const body = parseOpenAiBody('/v1/chat/completions', new TextEncoder().encode(JSON.stringify(json)), { maxBodyBytes: 1 << 24 });
   if (!body.ok) throw body.error;
   return {
     requestId: input.requestId ?? 'req-1',
@@ -92,4 +94,9 @@ export function createTestWorkerView(
       state.set(address, { ...(state.get(address) ?? {}), ...patch });
     },
   };
+}
+
+/** A queue view with fixed answers, for tests of the `queue` and `recompute` steps. */
+export function createTestQueueView(depth: Readonly<Record<string, number>> = {}, expectedWaitMs: number | null = null): QueueView {
+  return { depth: (g) => depth[g] ?? 0, expectedWaitMs: () => expectedWaitMs };
 }

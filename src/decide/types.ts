@@ -90,6 +90,8 @@ export interface RouteDecision {
   readonly binding: string;
   /** Human-readable steps that led here, for `kvgate explain` and debug logs. */
   readonly trace: readonly string[];
+  /** Fallback steps walked before this route (routeVia, recompute), for `kvgate_fallback_total`; absent when none ran. */
+  readonly fallback?: readonly FallbackRecord[];
 }
 
 /** An internal hop (prefill leg) that presented a valid contract and a prefill target inside its group. */
@@ -111,6 +113,77 @@ export interface Refusal {
   readonly retryAfterSeconds?: number;
   readonly tenant?: string | null;
   readonly trace: readonly string[];
+  /** Fallback steps walked before this refusal, for `kvgate_fallback_total`; absent when the chain did not run. */
+  readonly fallback?: readonly FallbackRecord[];
 }
 
+/** A final answer for Envoy: route, hop, or refusal. The only kinds the gate's session ever sees. */
 export type Decision = RouteDecision | HopDecision | Refusal;
+
+/**
+ * The bound group has no capacity and the fallback chain's `queue` step took the request: the caller (the gate) must
+ * hold it in the group's queue and decide again, inside this group only, when capacity may have freed, until
+ * `deadlineAtMs`. Only returned when the caller passed a `QueueView` (it can hold requests).
+ */
+export interface WaitDecision {
+  readonly kind: 'wait';
+  readonly requestId: string;
+  readonly group: BoundGroup;
+  /** Which leg lacks capacity. */
+  readonly missing: 'decode' | 'prefill';
+  /** True when a client binding chose the revision (kept across re-decisions). */
+  readonly pinned: boolean;
+  readonly order: QueueOrder;
+  readonly maxDepth: number;
+  /** When the request joined the queue (ms since epoch). */
+  readonly enqueuedAtMs: number;
+  /** enqueued + min(the step's deadlineMs, the client's x-request-deadline-ms, the caller's wait cap). */
+  readonly deadlineAtMs: number;
+  /** 1-based position of the queue step in the chain (for traces). */
+  readonly step: number;
+  readonly trace: readonly string[];
+  readonly fallback: readonly FallbackRecord[];
+}
+
+/** What the pure core answers: a final Decision, or a WaitDecision when the caller can hold requests. */
+export type CoreDecision = Decision | WaitDecision;
+
+export type QueueOrder = 'fifo' | 'edf';
+
+/** The two halves of a disaggregated request; a queue waits for one of them. */
+export type Leg = 'decode' | 'prefill';
+
+/** One fallback step as walked: which kind, and what it did with the request. */
+export interface FallbackRecord {
+  readonly step: 'queue' | 'routeVia' | 'recompute' | 'refuse' | 'end';
+  readonly outcome: FallbackStepOutcome;
+}
+
+/**
+ * `passed`: the step did not apply and the walk went on; `waiting`: queued; `queue_full`: refused 429;
+ * `deadline_exceeded`: refused 504; `routed`: served via another revision; `recomputed`: served without
+ * disaggregation; `refused`: refused 503.
+ */
+export type FallbackStepOutcome = 'passed' | 'waiting' | 'queue_full' | 'deadline_exceeded' | 'routed' | 'recomputed' | 'refused';
+
+/**
+ * What the pure core may know about the gate's queues. Read-only and synchronous: the gate answers from memory, and
+ * `kvgate explain` answers from its flags.
+ */
+export interface QueueView {
+  /** Requests waiting in this group's queue now. */
+  depth(groupId: string): number;
+  /**
+   * The expected wait (ms) of a request joining the back of this group's queue for `leg` capacity, from the observed
+   * rate at which that leg's capacity of its fingerprint frees; null until observed.
+   */
+  expectedWaitMs(groupId: string, fingerprint: string, leg: Leg): number | null;
+}
+
+/** A queued request being decided again: it stays in `group` (or is refused), whatever the table says now. */
+export interface QueuedRequest {
+  readonly group: BoundGroup;
+  readonly pinned: boolean;
+  readonly enqueuedAtMs: number;
+  readonly deadlineAtMs: number;
+}

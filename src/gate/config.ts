@@ -51,9 +51,12 @@ export const GateConfigSchema = z
       .object({
         /** Also write llm-d / GIE headers (x-gateway-destination-endpoint, x-prefiller-host-port) and envoy.lb metadata. */
         gieHeaders: z.boolean().default(false),
+        /** The ext_proc filter's `max_message_timeout` (envoy.yaml: 30s). Queue waits stay below it; 0 disables the
+         * fallback queue, because Envoy then ignores `override_message_timeout`. */
+        maxMessageTimeoutMs: z.number().int().min(0).default(30_000),
       })
       .strict()
-      .default({ gieHeaders: false }),
+      .default({ gieHeaders: false, maxMessageTimeoutMs: 30_000 }),
     drain: z
       .object({
         /** Keep answering, as NOT_SERVING, this long after SIGTERM so Envoy's health checks notice. */

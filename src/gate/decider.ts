@@ -34,6 +34,24 @@ export interface Decided {
   readonly release?: () => void;
 }
 
+/**
+ * What the stream offers a decider that must take longer than Envoy's `message_timeout` (a request waiting in the
+ * fallback queue): Envoy's `override_message_timeout`, which restarts its timer for the message being answered.
+ */
+export interface DecideHooks {
+  /** Whether `extendTimeout` can still be used for this message (Envoy honours it once per state). */
+  readonly canExtendTimeout: boolean;
+  /**
+   * Send `override_message_timeout` of `ms` (clamped to at least 1 ms) before the answer. Returns false when it
+   * could not be sent; the decider must then answer within Envoy's `message_timeout`.
+   */
+  extendTimeout(ms: number): boolean;
+}
+
 export interface Decider {
-  decide(req: RawRequest, signal: AbortSignal): Decided | Promise<Decided>;
+  /**
+   * Decide one request. `signal` aborts when the stream ends (the client went away); `hooks` is absent where the
+   * caller cannot extend Envoy's timer, and then the decider must not hold the request.
+   */
+  decide(req: RawRequest, signal: AbortSignal, hooks?: DecideHooks): Decided | Promise<Decided>;
 }

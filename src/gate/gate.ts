@@ -13,6 +13,8 @@ import type { GateConfig } from './config.js';
 import { createGateMetrics } from './metrics.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
 import { createRouteDecider, type RoutingState } from './route-decider.js';
+import { createRolloutMetrics } from './rollout-metrics.js';
+import { rolloutStatus } from '../policy/rollout-status.js';
 import { startGateServer, type GateServer } from './server.js';
 import { createWorkerPoller } from './worker-poller.js';
 
@@ -61,13 +63,25 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     policy.onSwap(() => void poller.pollOnce());
   }
   let state: RoutingState = { table: policy.current(), view: viewFor(policy.current()) };
+  const rollout = createRolloutMetrics(registry);
+  rollout.updateVerification(policy.current());
+  const now = deps.now ?? Date.now;
+  const decider = createRouteDecider({
+    state: () => state,
+    keys: deps.keys,
+    inFlight,
+    now,
+    maxMessageTimeoutMs: config.envoy.maxMessageTimeoutMs,
+    metrics: rollout,
+  });
   policy.onSwap((table) => {
     state = { table, view: viewFor(table) };
+    rollout.updateVerification(table);
+    decider.notifyChanged(); // queued requests re-decide, inside their bound group, against the new table
   });
   policy.watch();
-  const now = deps.now ?? Date.now;
   const grpc: GateServer = await startGateServer({
-    decider: createRouteDecider({ state: () => state, keys: deps.keys, inFlight, now }),
+    decider,
     logger: log,
     metrics: createGateMetrics(registry),
     listen: config.listen,
@@ -83,6 +97,8 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     streams: grpc.activeStreams(),
     inFlight: Object.fromEntries(inFlight.snapshot()),
     workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null },
+    rollout: rolloutStatus(policy.current()),
+    queues: decider.queueStatus(),
   });
   const admin: AdminServer | null =
     config.admin === ''
@@ -91,6 +107,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   const close = async () => {
     poller?.stop();
     policy.close();
+    decider.close();
     grpc.close();
     await admin?.close();
   };

@@ -66,7 +66,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
       active.add(call);
       opts.metrics.streamsActive.inc();
       opts.metrics.streamsTotal.inc({ listener });
-      serveStream(call, new ExtProcSession(deps, listener), opts, () => {
+      serveStream(call, new ExtProcSession(deps, listener, (r) => call.write(r)), opts, () => {
         if (active.delete(call)) opts.metrics.streamsActive.dec();
       });
     },

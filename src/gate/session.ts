@@ -1,6 +1,8 @@
 /**
  * One ext_proc stream = one HTTP request. A small state machine that answers every ProcessingRequest with
  * exactly one ProcessingResponse of the matching kind, in order (../shared/reference/envoy-ext-proc.md §1).
+ * The one extra message it may send is `override_message_timeout` (a ProcessingResponse with only that field),
+ * at most once per message, before the answer, when the decider holds the request in the fallback queue.
  *
  * It knows message kinds and ordering; what to stamp comes from src/envoy/responses.ts and what to decide from
  * the injected Decider. No sockets: the gRPC adapter in server.ts feeds it messages.
@@ -13,7 +15,7 @@ import { readHeaderMap, type ReceivedHeaders } from '../envoy/headers.js';
 import { hopMutation, refusalResponse, responseHeadersMutation, routeMutation, stripForged } from '../envoy/responses.js';
 import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
-import type { Decided, Decider, Listener, RawRequest } from './decider.js';
+import type { Decided, DecideHooks, Decider, Listener, RawRequest } from './decider.js';
 import type { GateMetrics } from './metrics.js';
 
 export interface SessionDeps {
@@ -28,10 +30,16 @@ export interface SessionDeps {
 /** Body modes under which the gate can route: the headers are held until the body response. */
 const ROUTABLE_BODY_MODES: ReadonlySet<BodySendMode> = new Set(['BUFFERED', 'BUFFERED_PARTIAL']);
 
+/** Writes a message to the stream outside the one-answer-per-message flow (only `override_message_timeout`). */
+export type SendEarly = (response: WireProcessingResponse) => void;
+
 export class ExtProcSession {
   readonly #deps: SessionDeps;
   readonly #listener: Listener;
+  readonly #send: SendEarly | undefined;
   readonly #abort = new AbortController();
+  /** The message state an `override_message_timeout` was already sent for (Envoy honours one per state). */
+  #extendedFor: 'request_headers' | 'request_body' | undefined;
   #log: Logger;
   #received: ReceivedHeaders | undefined;
   #requestId = '';
@@ -41,9 +49,14 @@ export class ExtProcSession {
   #decided: Decided | undefined;
   #finished = false;
 
-  constructor(deps: SessionDeps, listener: Listener) {
+  /**
+   * `send` writes to the gRPC stream directly; without it the session cannot extend Envoy's message timer, so the
+   * decider is told it must not hold the request.
+   */
+  constructor(deps: SessionDeps, listener: Listener, send?: SendEarly) {
     this.#deps = deps;
     this.#listener = listener;
+    this.#send = send;
     this.#log = deps.logger;
   }
 
@@ -123,9 +136,15 @@ export class ExtProcSession {
     const raw = this.#rawRequest(phase === 'request_body', truncated);
     let decided: Decided;
     try {
-      decided = await this.#deps.decider.decide(raw, this.#abort.signal);
+      decided = await this.#deps.decider.decide(raw, this.#abort.signal, this.#hooks(phase));
     } catch (e) {
       return this.#refuse(phase, KvgateError.from(e));
+    }
+    if (this.#finished) {
+      // The stream ended while the decider held the request (a queued client went away): nothing is sent, and
+      // whatever the late decision occupied is given back at once.
+      decided.release?.();
+      return wrap(phase, {});
     }
     this.#decided = decided;
     const d = decided.decision;
@@ -147,6 +166,23 @@ export class ExtProcSession {
         return out;
       }
     }
+  }
+
+  #hooks(phase: 'request_headers' | 'request_body'): DecideHooks {
+    const can = (): boolean => this.#send !== undefined && this.#extendedFor !== phase && !this.#finished;
+    return {
+      get canExtendTimeout() {
+        return can();
+      },
+      extendTimeout: (ms: number): boolean => {
+        if (!can()) return false;
+        this.#extendedFor = phase;
+        const whole = Math.max(1, Math.ceil(ms));
+        this.#send!({ override_message_timeout: { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 } });
+        this.#log.debug({ timeout_ms: whole }, 'request queued: asked Envoy to extend its message timeout');
+        return true;
+      },
+    };
   }
 
   #rawRequest(withBody: boolean, truncated: boolean): RawRequest {

@@ -8,7 +8,7 @@ import { deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import { issue, type PolicyIssue } from './issues.js';
-import type { ConnectorMode, FallbackStep, Limits, PoolRole, RouteTable, SessionConfig, Tenancy, TenantList } from './schema.js';
+import { isVerified, NO_VERIFICATION, type ConnectorMode, type FallbackStep, type Limits, type PoolRole, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
 
 /** An endpoint as declared; `fingerprint` is its own declared descriptor's, else its pool's. */
 export interface CompiledEndpoint {
@@ -41,6 +41,10 @@ export interface CompiledRevision {
   /** Whether its KV may be moved from a prefill pool to a decode pool (connector rules, in the table's mode). */
   readonly transfer: { readonly allowed: boolean; readonly reasons: readonly string[]; readonly warnings: readonly string[] };
   readonly pools: { readonly prefill: readonly CompiledPool[]; readonly decode: readonly CompiledPool[]; readonly both: readonly CompiledPool[] };
+  /** The table's verification record for this revision (`kvgate verify` evidence). */
+  readonly verification: RevisionVerification;
+  /** False when verification is required and has not passed: then it takes no cohort, fallback or bound traffic. */
+  readonly verified: boolean;
 }
 
 export interface CompiledModel {
@@ -111,6 +115,9 @@ export function compileRouteTable(table: RouteTable): CompiledRouteTable {
         decode: mine.filter((p) => p.role === 'decode'),
         both: mine.filter((p) => p.role === 'both'),
       },
+      // A hand-built RouteTable (tests, benches) may predate the field; no record means nothing is required.
+      verification: rev.verification ?? NO_VERIFICATION,
+      verified: isVerified(rev.verification ?? NO_VERIFICATION),
     });
   }
   const models = new Map<string, CompiledModel>();

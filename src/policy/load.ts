@@ -10,7 +10,7 @@ import { dirname, isAbsolute, join } from 'node:path';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { err, ok, type Result } from '../errors.js';
 import { hasErrors, issue, type PolicyIssue } from './issues.js';
-import { RouteTableSchema, type ResolvedRevision, type RouteTable, type RouteTableDocument } from './schema.js';
+import { NO_VERIFICATION, RouteTableSchema, type ResolvedRevision, type RevisionVerification, type RouteTable, type RouteTableDocument } from './schema.js';
 import { checkRouteTable } from './semantic.js';
 import { formatOf, parseStructuredText, type TextFormat } from './text.js';
 import { fromZodIssues, type Locate } from './zod-issues.js';
@@ -71,13 +71,16 @@ function resolveRevisions(
   const out: Record<string, ResolvedRevision> = {};
   const issues: PolicyIssue[] = [];
   for (const [name, rev] of Object.entries(doc.revisions)) {
+    const v = rev.verification;
+    const verification: RevisionVerification =
+      v === undefined ? NO_VERIFICATION : { required: v.required, verified: v.verified, evidence: v.evidence ?? null };
     if (rev.descriptor !== undefined) {
-      out[name] = { descriptor: rev.descriptor as CompatDescriptor, descriptorFile: null };
+      out[name] = { descriptor: rev.descriptor as CompatDescriptor, descriptorFile: null, verification };
       continue;
     }
     const ref = rev.descriptorFile!;
     const r = readDescriptorFile(ref, name, source);
-    if (r.ok) out[name] = { descriptor: r.value, descriptorFile: ref };
+    if (r.ok) out[name] = { descriptor: r.value, descriptorFile: ref, verification };
     else issues.push(...r.error);
   }
   return issues.length > 0 ? err(issues) : ok(out);

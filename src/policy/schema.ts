@@ -81,10 +81,27 @@ export const PoolSchema = z
   })
   .strict();
 
+/**
+ * A revision's verification state, written into the route table by the policy author after `kvgate verify` compared
+ * its token ids against a non-disaggregated baseline. Kept in the table (not in a side file) so the one reviewed,
+ * versioned, hot-reloaded document says which revisions may take cohort traffic. A revision with
+ * `required: true, verified: false` receives no cohort traffic as a rollout candidate.
+ */
+export const VerificationSchema = z
+  .object({
+    /** Writing the block means verification is wanted; `required: false` keeps the record without gating. */
+    required: z.boolean().default(true),
+    verified: z.boolean().default(false),
+    /** Where the proof is, e.g. the `kvgate verify` report id or a ticket; shown by `kvgate explain` and `/status`. */
+    evidence: nonEmpty.optional(),
+  })
+  .strict();
+
 export const RevisionSchema = z
   .object({
     descriptor: CompatDescriptorSchema.optional(),
     descriptorFile: nonEmpty.describe('path relative to the route table').optional(),
+    verification: VerificationSchema.optional(),
   })
   .strict()
   .refine((r) => (r.descriptor === undefined) !== (r.descriptorFile === undefined), {
@@ -252,11 +269,27 @@ export type SessionConfig = RouteTableDocument['session'];
 export type Limits = RouteTableDocument['limits'];
 export type ConnectorMode = RouteTableDocument['connectorMode'];
 
+/** A revision's verification record; `required: false` when the table says nothing. */
+export interface RevisionVerification {
+  readonly required: boolean;
+  readonly verified: boolean;
+  readonly evidence: string | null;
+}
+
+/** No verification block: nothing is required, so nothing gates the revision. */
+export const NO_VERIFICATION: RevisionVerification = Object.freeze({ required: false, verified: false, evidence: null });
+
+/** True when the revision may take cohort traffic: verification is not required, or it passed. */
+export function isVerified(v: RevisionVerification): boolean {
+  return !v.required || v.verified;
+}
+
 /** A revision with its descriptor in hand, wherever it was declared. */
 export interface ResolvedRevision {
   readonly descriptor: CompatDescriptor;
   /** The file it was read from (as written in the table), or null when declared inline. */
   readonly descriptorFile: string | null;
+  readonly verification: RevisionVerification;
 }
 
 /** A loaded, frozen route table: the document with every revision's descriptor resolved. */

@@ -17,6 +17,7 @@ import {
   fingerprintRevisions,
   type CheckContext,
 } from './semantic-groups.js';
+import { checkFallbackSteps, checkVerification } from './semantic-rollout.js';
 import type { Locate } from './zod-issues.js';
 
 export { compileRouteTable, checkObservedEndpoints } from './compile.js';
@@ -46,6 +47,8 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkModelTenants(ctx);
   checkTenancy(ctx);
   checkFallback(ctx);
+  checkFallbackSteps(ctx);
+  checkVerification(ctx);
   checkEndpointDescriptors(ctx);
   checkClusters(ctx);
   checkAddresses(ctx);

@@ -1,0 +1,110 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { clone, FIXTURES_DIR, twoRevisionTableValue } from '../policy/testing.js';
+import { policyCommand } from './policy-command.js';
+
+type Value = Record<string, any>;
+let dir: string;
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'kvgate-policy-'));
+});
+afterAll(() => rm(dir, { recursive: true, force: true }));
+
+let n = 0;
+async function table(mutate: (v: Value) => void = () => {}): Promise<string> {
+  const v = clone(twoRevisionTableValue()) as Value;
+  mutate(v);
+  const p = join(dir, `t${n++}.json`);
+  await writeFile(p, JSON.stringify(v));
+  return p;
+}
+async function run(...argv: string[]) {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await policyCommand(argv, { out: (t) => out.push(t), err: (t) => err.push(t) });
+  return { code, out: out.join(''), err: err.join('') };
+}
+
+describe('kvgate policy check', () => {
+  it('exit 0 for a valid table, with what it routes', async () => {
+    const r = await run('check', join(FIXTURES_DIR, 'rollout.yaml'));
+    expect(r.code).toBe(0);
+    expect(r.out).toBe(
+      `${join(FIXTURES_DIR, 'rollout.yaml')}: OK: 2 revisions, 4 pools, 1 served model\n` +
+        '  rollout: llama-3-8b: stable llama-a 90%; verification not required\n' +
+        '  rollout: llama-3-8b: candidate llama-b 10%; verified (kvgate verify report 2024-05-02 (256 prompts, token ids identical))\n' +
+        '  fallback: [queue 2000 ms, depth 64, edf -> routeVia llama-a (not pinned, no adapter) -> recompute 0.2 ms/token up to 2048 tokens -> refuse, retry after 5 s]\n',
+    );
+  });
+
+  it('prints warnings and still exits 0', async () => {
+    const file = await table((v) => (v['revisions']['llama-b']['verification'] = { required: true }));
+    const r = await run('check', file);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/t\d+\.json:1:\d+: warning: revisions\.llama-b\.verification\.verified: model "llama-3-8b"'s candidate "llama-b" is not verified, so it takes no cohort traffic: its 10% goes to stable "llama-a"\. Fix: run kvgate verify against "llama-b", then set revisions\.llama-b\.verification\.verified: true and record the evidence\n/);
+    expect(r.out).toContain(`${file}: OK with 1 warning: 2 revisions, 4 pools, 1 served model`);
+    expect(r.out).toContain('rollout: llama-3-8b: candidate llama-b 10% configured, 0% effective; verification required, not passed');
+  });
+
+  it('exit 1 with every precise message for an invalid table', async () => {
+    const r = await run('check', join(FIXTURES_DIR, 'typo.yaml'));
+    expect(r.code).toBe(1);
+    expect(r.out).toMatch(/typo\.yaml:12:5: error: pools\[0\]\.revison: unknown key "revison"\. Fix: did you mean "revision"\?/);
+    expect(r.out).toMatch(/typo\.yaml: INVALID: 4 errors; the gate would keep the table it has\n$/);
+    const missing = await run('check', join(dir, 'nope.yaml'));
+    expect(missing.code).toBe(1);
+    expect(missing.out).toMatch(/nope\.yaml: error: \(file\): the route table cannot be read: ENOENT/);
+  });
+
+  it('--json gives the same verdict as data', async () => {
+    const bad = await run('check', '--json', await table((v) => (v['pools'][3]['revision'] = 'llama-bb')));
+    expect(bad.code).toBe(1);
+    const report = JSON.parse(bad.out);
+    expect(report.ok).toBe(false);
+    expect(report.errors).toContainEqual(expect.objectContaining({ path: 'pools[3].revision', severity: 'error', line: 1, fix: 'did you mean "llama-b"? Declared revisions: llama-a, llama-b' }));
+    const good = JSON.parse((await run('check', await table(), '--json')).out);
+    expect(good).toMatchObject({ ok: true, errors: [], warnings: [], summary: { revisions: 2, pools: 4, models: 1 } });
+  });
+});
+
+describe('kvgate policy diff', () => {
+  it('says what routing changes, and exits 0', async () => {
+    const before = await table();
+    const after = await table((v) => {
+      v['models']['llama-3-8b']['rollout']['weight'] = 25;
+      v['pools'][3]['draining'] = true;
+      v['models']['llama-3-8b']['tenants'] = ['acme', 'globex', 'initech'];
+      v['pools'].forEach((p: Value) => (p['tenants'] = ['*']));
+    });
+    const r = await run('diff', before, after);
+    expect(r.code).toBe(0);
+    expect(r.out).toBe(
+      `kvgate policy diff ${before} (2 revisions, 4 pools, 1 served model) -> ${after} (2 revisions, 4 pools, 1 served model)\n` +
+        'models:\n' +
+        '  - model llama-3-8b: tenants added: initech\n' +
+        '  - llama-b cohort 10% -> 25%: about 15% of new sessions move to llama-b; sessions holding a binding stay\n' +
+        'pools:\n' +
+        '  - pool b-decode now draining: it takes no new requests; requests in flight there finish\n',
+    );
+    const same = await run('diff', before, before);
+    expect(same.out).toMatch(/\nno routing changes\n$/);
+    const j = JSON.parse((await run('diff', '--json', before, after)).out);
+    expect(j.changes).toContainEqual({ area: 'pools', text: 'pool b-decode now draining: it takes no new requests; requests in flight there finish' });
+  });
+
+  it('exit 1 when either file is invalid, with its issues', async () => {
+    const r = await run('diff', await table(), join(FIXTURES_DIR, 'typo.yaml'));
+    expect(r.code).toBe(1);
+    expect(r.err).toMatch(/typo\.yaml is not a valid route table:\n.*error: pools\[0\]\.revision: revision is required/);
+  });
+
+  it('exit 2 on usage errors', async () => {
+    expect((await run()).code).toBe(2);
+    expect((await run('diff', 'one')).code).toBe(2);
+    expect((await run('lint', 'x')).code).toBe(2);
+    expect((await run('check', 'x', '--frobnicate')).code).toBe(2);
+    expect((await run('--help')).code).toBe(0);
+  });
+});

@@ -1,0 +1,98 @@
+import { describe, expect, it } from 'vitest';
+import { compileRouteTable, type CompiledRouteTable } from './compile.js';
+import { diffRouteTables, formatRouteTableDiff } from './diff.js';
+import { clone, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
+
+type Value = Record<string, any>;
+const base = (): Value => clone(twoRevisionTableValue()) as Value;
+const compiled = (v: Value): CompiledRouteTable => compileRouteTable(tableFromValue(v));
+function diffAfter(mutate: (v: Value) => void, from: (v: Value) => void = () => {}): string[] {
+  const a = base();
+  from(a);
+  const b = clone(a);
+  mutate(b);
+  return diffRouteTables(compiled(a), compiled(b)).map((l) => `${l.area}: ${l.text}`);
+}
+
+describe('diffRouteTables', () => {
+  it('says nothing routes differently for an identical table', () => {
+    expect(diffRouteTables(compiled(base()), compiled(base()))).toEqual([]);
+    expect(formatRouteTableDiff([])).toBe('no routing changes\n');
+  });
+
+  it('describes a cohort weight change as who moves where, and that bindings stay', () => {
+    expect(diffAfter((v) => (v['models']['llama-3-8b']['rollout']['weight'] = 25))).toEqual([
+      'models: llama-b cohort 10% -> 25%: about 15% of new sessions move to llama-b; sessions holding a binding stay',
+    ]);
+    expect(diffAfter((v) => (v['models']['llama-3-8b']['rollout']['weight'] = 4))).toEqual([
+      'models: llama-b cohort 10% -> 4%: about 6% of new sessions move back to llama-a; sessions holding a binding stay',
+    ]);
+  });
+
+  it('names the fingerprinted fields of a redeclared revision', () => {
+    const lines = diffAfter((v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', tokenizer: { revision: 'tok-2024-06-01' } }) }));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^revisions: revision llama-b redeclared with another fingerprint \([0-9a-f]{12}… -> [0-9a-f]{12}…\): tokenizer revision: old runs "tok-2024-04-18", new runs "tok-2024-06-01"\. It is a new compatibility group/);
+  });
+
+  it('notes descriptor changes outside the fingerprint as the same group', () => {
+    expect(diffAfter((v) => (v['revisions']['llama-b']['descriptor']['kvCache']['blockSize'] = 32))).toEqual([
+      'revisions: revision llama-b descriptor changed outside the fingerprint (same group): kvCache.blockSize: 16 -> 32',
+    ]);
+  });
+
+  it('covers revisions and pools added, removed and drained, endpoints and tenants', () => {
+    const lines = diffAfter((v) => {
+      v['revisions']['llama-c'] = { descriptor: testDescriptorInput({ chatTemplate: { revision: 'tmpl-9' } }) };
+      v['pools'][3]['draining'] = true;
+      v['pools'][1]['endpoints'].push({ address: '10.0.2.3:8000' });
+      v['pools'][0]['tenants'] = ['acme'];
+      v['models']['llama-3-8b']['tenants'] = ['acme'];
+      v['pools'].push({ name: 'c-both', cluster: 'c_both', role: 'both', revision: 'llama-c', endpoints: [{ address: '10.0.9.1:8000' }] });
+    });
+    expect(lines).toEqual([
+      expect.stringMatching(/^revisions: revision llama-c added \(fingerprint [0-9a-f]{12}…\)$/),
+      'models: model llama-3-8b: tenants removed: globex (their requests are refused with 403)',
+      'pools: pool a-prefill: tenants added: acme',
+      'pools: pool a-prefill: tenants removed: * (their requests are refused with 403)',
+      'pools: pool a-decode endpoints added: 10.0.2.3:8000',
+      'pools: pool b-decode now draining: it takes no new requests; requests in flight there finish',
+      'pools: pool c-both added: role both, revision llama-c, cluster c_both, 1 endpoint(s)',
+    ]);
+  });
+
+  it('describes rollout moves: candidate promoted to stable, verification passing, fallback chain, prefix scope', () => {
+    expect(diffAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' }))).toEqual([
+      'models: model llama-3-8b stable llama-a -> llama-b: new sessions outside the candidate cohort go to llama-b; bindings to llama-a are no longer honoured (it left the rollout)',
+      'models: model llama-3-8b candidate llama-b removed (was 10%): it is now stable and takes every new session',
+    ]);
+    const verified = diffAfter(
+      (v) => (v['revisions']['llama-b']['verification'] = { required: true, verified: true, evidence: 'verify #42' }),
+      (v) => (v['revisions']['llama-b']['verification'] = { required: true }),
+    );
+    expect(verified).toEqual([
+      'revisions: revision llama-b verification: required, not passed -> verified (verify #42)',
+      'models: llama-b cohort now receives traffic (0% -> 10% effective, verification passed): about 10% of new sessions move to llama-b; sessions holding a binding stay',
+    ]);
+    expect(
+      diffAfter((v) => {
+        v['fallback'] = [{ queue: { deadlineMs: 2000, maxDepth: 50 } }, { routeVia: { revisions: ['llama-a'] } }, { refuse: { retryAfterSeconds: 3 } }];
+        v['tenancy']['prefixScope'] = 'shared';
+      }),
+    ).toEqual([
+      'tenancy: prefix scope tenant -> shared: every group id changes, so prefix caches start cold, bindings are re-checked and queued requests are refused',
+      'fallback: fallback chain [refuse, retry after 5 s] -> [queue 2000 ms, depth 50, fifo -> routeVia llama-a (not pinned, no adapter) -> refuse, retry after 3 s]',
+    ]);
+  });
+
+  it('formats areas in a fixed order', () => {
+    const a = base();
+    const b = clone(a);
+    b['models']['llama-3-8b']['rollout']['weight'] = 20;
+    b['pools'][2]['draining'] = true;
+    expect(formatRouteTableDiff(diffRouteTables(compiled(a), compiled(b)))).toBe(
+      'models:\n  - llama-b cohort 10% -> 20%: about 10% of new sessions move to llama-b; sessions holding a binding stay\n' +
+        'pools:\n  - pool b-prefill now draining: it takes no new requests; requests in flight there finish\n',
+    );
+  });
+});

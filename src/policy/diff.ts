@@ -1,0 +1,163 @@
+/**
+ * `kvgate policy diff OLD NEW`: what a route-table change does to routing, in words a policy author reviews before
+ * a reload: revisions added, removed or redeclared (and which fingerprinted fields changed), cohort moves, pools
+ * drained, tenants, the fallback chain. Pure: two compiled tables in, lines out.
+ */
+import { canonicalJson } from '../compat/canonical-json.js';
+import { describeFingerprintDiff } from '../compat/fingerprint.js';
+import type { CompiledModel, CompiledPool, CompiledRevision, CompiledRouteTable } from './compile.js';
+import { diffSettings, describeVerification, leafChanges } from './diff-settings.js';
+import { rolloutStatus } from './rollout-status.js';
+
+export type DiffArea = 'revisions' | 'models' | 'pools' | 'tenancy' | 'fallback' | 'settings';
+
+export interface DiffLine {
+  readonly area: DiffArea;
+  readonly text: string;
+}
+
+const short = (fp: string): string => `${fp.slice(0, 12)}…`;
+
+/** Every routing-relevant difference from `before` to `after`, grouped by area in a fixed order. */
+export function diffRouteTables(before: CompiledRouteTable, after: CompiledRouteTable): DiffLine[] {
+  const out: DiffLine[] = [];
+  const add = (area: DiffArea) => (text: string) => out.push({ area, text });
+  diffRevisions(before, after, add('revisions'));
+  diffModels(before, after, add('models'));
+  diffPools(before, after, add('pools'));
+  diffSettings(before, after, add);
+  return out;
+}
+
+/** The diff as text: one heading per area, `- ` per change, or a single line when nothing routes differently. */
+export function formatRouteTableDiff(lines: readonly DiffLine[]): string {
+  if (lines.length === 0) return 'no routing changes\n';
+  const areas: DiffArea[] = ['revisions', 'models', 'pools', 'tenancy', 'fallback', 'settings'];
+  return areas
+    .filter((a) => lines.some((l) => l.area === a))
+    .map((a) => `${a}:\n${lines.filter((l) => l.area === a).map((l) => `  - ${l.text}`).join('\n')}\n`)
+    .join('');
+}
+
+function diffRevisions(before: CompiledRouteTable, after: CompiledRouteTable, add: (t: string) => void): void {
+  for (const [name, r] of after.revisions) {
+    const old = before.revisions.get(name);
+    if (old === undefined) {
+      add(`revision ${name} added (fingerprint ${short(r.fingerprint)}${r.adapter === null ? '' : `, adapter ${r.adapter}`})`);
+      continue;
+    }
+    redeclared(old, r, add);
+    if (canonicalJson(old.verification) !== canonicalJson(r.verification)) {
+      add(`revision ${name} verification: ${describeVerification(old.verification)} -> ${describeVerification(r.verification)}`);
+    }
+  }
+  for (const name of before.revisions.keys()) {
+    if (!after.revisions.has(name)) add(`revision ${name} removed: bindings to it are no longer honoured; those sessions are bound afresh by cohort`);
+  }
+}
+
+function redeclared(old: CompiledRevision, r: CompiledRevision, add: (t: string) => void): void {
+  if (old.fingerprint !== r.fingerprint) {
+    const fields = describeFingerprintDiff(old.descriptor, r.descriptor, { a: 'old', b: 'new' });
+    add(
+      `revision ${r.name} redeclared with another fingerprint (${short(old.fingerprint)} -> ${short(r.fingerprint)}): ${fields.join('; ')}. ` +
+        'It is a new compatibility group: bindings to the old declaration are no longer honoured and its prefix caches start cold',
+    );
+    return;
+  }
+  const outside = leafChanges(old.descriptor, r.descriptor);
+  if (outside.length > 0) add(`revision ${r.name} descriptor changed outside the fingerprint (same group): ${outside.join('; ')}`);
+  if (old.transfer.allowed !== r.transfer.allowed) {
+    add(`revision ${r.name} ${r.transfer.allowed ? 'may now be disaggregated' : `may no longer be disaggregated (${r.transfer.reasons.join('; ')})`}`);
+  }
+}
+
+function diffModels(before: CompiledRouteTable, after: CompiledRouteTable, add: (t: string) => void): void {
+  const effective = (t: CompiledRouteTable, model: string): number =>
+    rolloutStatus(t).find((s) => s.model === model && s.role === 'candidate')?.effectivePercent ?? 0;
+  for (const [name, m] of after.models) {
+    const old = before.models.get(name);
+    if (old === undefined) {
+      add(`model ${name} added: stable ${m.stable}${m.candidate === null ? '' : `, candidate ${m.candidate} at ${m.weight}%`}; tenants ${m.tenants.join(', ')}`);
+      continue;
+    }
+    tenantChanges(`model ${name}`, old.tenants, m.tenants, add);
+    rolloutChanges(name, old, m, add);
+    const [e0, e1] = [effective(before, name), effective(after, name)];
+    if (old.candidate === m.candidate && old.weight === m.weight && e0 !== e1 && m.candidate !== null) {
+      add(
+        e1 > e0
+          ? `${m.candidate} cohort now receives traffic (${e0}% -> ${e1}% effective, verification passed): about ${e1 - e0}% of new sessions move to ${m.candidate}; sessions holding a binding stay`
+          : `${m.candidate} cohort stops receiving traffic (${e0}% -> ${e1}% effective, not verified): about ${e0 - e1}% of new sessions move back to ${m.stable}; bindings to ${m.candidate} are no longer honoured`,
+      );
+    }
+  }
+  for (const name of before.models.keys()) if (!after.models.has(name)) add(`model ${name} removed: its requests are refused with 404 unknown_model`);
+}
+
+function rolloutChanges(name: string, old: CompiledModel, m: CompiledModel, add: (t: string) => void): void {
+  if (old.stable !== m.stable) {
+    const stays = m.candidate === old.stable;
+    add(
+      `model ${name} stable ${old.stable} -> ${m.stable}: new sessions outside the candidate cohort go to ${m.stable}; ` +
+        (stays ? `sessions holding a binding to ${old.stable} stay (it is now the candidate)` : `bindings to ${old.stable} are no longer honoured (it left the rollout)`),
+    );
+  }
+  if (old.candidate === m.candidate) {
+    if (m.candidate !== null && old.weight !== m.weight) add(cohortMove(m.candidate, m.stable, old.weight, m.weight));
+    return;
+  }
+  if (old.candidate !== null && m.candidate !== null) {
+    add(`model ${name} candidate ${old.candidate} (${old.weight}%) -> ${m.candidate} (${m.weight}%): about ${m.weight}% of new sessions go to ${m.candidate}; bindings to ${old.candidate} are ${m.stable === old.candidate ? 'kept (it is now stable)' : 'no longer honoured'}`);
+  } else if (m.candidate !== null) {
+    add(`model ${name} candidate ${m.candidate} added at ${m.weight}%: about ${m.weight}% of new sessions go to ${m.candidate}; sessions holding a binding stay`);
+  } else if (old.candidate !== null) {
+    const promoted = m.stable === old.candidate;
+    add(
+      `model ${name} candidate ${old.candidate} removed (was ${old.weight}%)` +
+        (promoted ? `: it is now stable and takes every new session` : `: its sessions move to ${m.stable}; bindings to ${old.candidate} are no longer honoured`),
+    );
+  }
+}
+
+/** "llama-b cohort 10% -> 25%: about 15% of new sessions move to llama-b; sessions holding a binding stay". */
+export function cohortMove(candidate: string, stable: string, from: number, to: number): string {
+  const delta = Math.abs(to - from);
+  const where = to > from ? `move to ${candidate}` : `move back to ${stable}`;
+  return `${candidate} cohort ${from}% -> ${to}%: about ${delta}% of new sessions ${where}; sessions holding a binding stay`;
+}
+
+export function tenantChanges(what: string, before: readonly string[], after: readonly string[], add: (t: string) => void): void {
+  const added = after.filter((t) => !before.includes(t));
+  const removed = before.filter((t) => !after.includes(t));
+  if (added.length > 0) add(`${what}: tenants added: ${added.join(', ')}`);
+  if (removed.length > 0) add(`${what}: tenants removed: ${removed.join(', ')} (their requests are refused with 403)`);
+}
+
+function diffPools(before: CompiledRouteTable, after: CompiledRouteTable, add: (t: string) => void): void {
+  for (const [name, p] of after.pools) {
+    const old = before.pools.get(name);
+    if (old === undefined) add(`pool ${name} added: role ${p.role}, revision ${p.revision}, cluster ${p.cluster}, ${p.endpoints.length} endpoint(s)${p.draining ? ', draining' : ''}`);
+    else poolChanges(old, p, add);
+  }
+  for (const [name, p] of before.pools) {
+    if (!after.pools.has(name)) add(`pool ${name} removed (role ${p.role}, revision ${p.revision}): requests in flight there finish; no new ones go there`);
+  }
+}
+
+function poolChanges(old: CompiledPool, p: CompiledPool, add: (t: string) => void): void {
+  const n = `pool ${p.name}`;
+  if (!old.draining && p.draining) add(`${n} now draining: it takes no new requests; requests in flight there finish`);
+  if (old.draining && !p.draining) add(`${n} no longer draining: it takes new requests again`);
+  if (old.revision !== p.revision) add(`${n} revision ${old.revision} -> ${p.revision}: it joins another compatibility group`);
+  if (old.role !== p.role) add(`${n} role ${old.role} -> ${p.role}`);
+  if (old.cluster !== p.cluster) add(`${n} Envoy cluster ${old.cluster} -> ${p.cluster}`);
+  if (old.maxInFlightPerEndpoint !== p.maxInFlightPerEndpoint) add(`${n} maxInFlightPerEndpoint ${old.maxInFlightPerEndpoint} -> ${p.maxInFlightPerEndpoint}`);
+  const was = old.endpoints.map((e) => e.address);
+  const now = p.endpoints.map((e) => e.address);
+  const added = now.filter((a) => !was.includes(a));
+  const removed = was.filter((a) => !now.includes(a));
+  if (added.length > 0) add(`${n} endpoints added: ${added.join(', ')}`);
+  if (removed.length > 0) add(`${n} endpoints removed: ${removed.join(', ')} (requests in flight there finish)`);
+  tenantChanges(n, old.tenants, p.tenants, add);
+}
