@@ -12,6 +12,10 @@ export const H = {
   binding: 'x-kvgate-binding',
   rejectReason: 'x-kvgate-reject-reason',
   requestId: 'x-request-id',
+  /** Internal listener only: prefill endpoints a decode sidecar's earlier attempts failed on (comma-separated). */
+  retryExclude: 'x-kvgate-retry-exclude',
+  /** From a prefill sidecar: the `ip:port` it is listed under, so a failed attempt can be excluded exactly. */
+  servedBy: 'x-kvgate-served-by',
   /** llm-d / Gateway API Inference Extension compatibility aliases for the decode endpoint and prefill host. */
   gieDestination: 'x-gateway-destination-endpoint',
   llmdPrefiller: 'x-prefiller-host-port',

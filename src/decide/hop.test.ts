@@ -54,6 +54,21 @@ describe('internal hop', () => {
     expect(none).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 5 });
   });
 
+  it('a retry excludes the endpoints that failed and stays inside the group, or is refused', () => {
+    const r = routed();
+    const planned = r.prefill!.endpoint!;
+    const other = planned === '10.0.1.1:8000' ? '10.0.1.2:8000' : '10.0.1.1:8000';
+    const retry = hop({ contract: r.contract, retryExclude: [planned] });
+    expect(retry).toMatchObject({ kind: 'hop', group: r.group, prefill: { cluster: 'a_prefill', endpoint: other } });
+    expect(retry.trace.join('\n')).toContain(`excluding prefill endpoints that already failed (${planned})`);
+    // A named endpoint that is excluded is not used either.
+    expect(hop({ contract: r.contract, prefillEndpoint: planned, retryExclude: [planned] })).toMatchObject({ prefill: { endpoint: other } });
+    // Every endpoint of the group failed: refused, never sent to revision B's prefill pool.
+    const none = hop({ contract: r.contract, retryExclude: [planned, other] });
+    expect(none).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
+    expect(none.kind === 'refuse' && none.message).toMatch(/excluded by the sidecar after a failed attempt/);
+  });
+
   it("refuses a prefill cluster outside the contract's group with 409 mixed_revision", () => {
     const r = routed();
     const d = hop({ contract: r.contract, prefillCluster: 'b_prefill' });

@@ -73,7 +73,9 @@ export function decideHop(
   if (pools.length === 0) {
     return refuse(id, 'tenant_scope_denied', `prefill cluster ${clusterName} does not serve ${c.tenant === null ? 'anonymous requests' : `tenant ${c.tenant}`}; send the prefill leg to a cluster that does${hint}`, trace, { tenant: c.tenant });
   }
-  return hopTarget({ id, table, view, c, group, contract: hop.contract, trace }, pools, clusterName, hop.prefillEndpoint);
+  const exclude = new Set(hop.retryExclude ?? []);
+  if (exclude.size > 0) trace.push(`retry: excluding prefill endpoints that already failed (${[...exclude].join(', ')})`);
+  return hopTarget({ id, table, view, c, group, contract: hop.contract, trace }, pools, clusterName, hop.prefillEndpoint, exclude);
 }
 
 /** What every step after contract verification needs. */
@@ -88,10 +90,16 @@ interface HopScope {
 }
 
 /** The endpoint the sidecar named, else the one the contract planned while it is usable, else the least loaded. */
-function hopTarget(h: HopScope, pools: readonly CompiledPool[], clusterName: string, named: string | undefined): Decision {
-  if (named !== undefined) return checkHopEndpoint(h, pools, named);
+function hopTarget(
+  h: HopScope,
+  pools: readonly CompiledPool[],
+  clusterName: string,
+  named: string | undefined,
+  exclude: ReadonlySet<string>,
+): Decision {
+  if (named !== undefined && !exclude.has(named)) return checkHopEndpoint(h, pools, named);
   const planned = h.c.prefill?.cluster === clusterName ? h.c.prefill.endpoint : null;
-  if (planned !== null) {
+  if (planned !== null && !exclude.has(planned)) {
     const state = pools.flatMap((p) => h.view.endpoints(p.name).map((e) => ({ p, e }))).find((x) => x.e.address === planned);
     if (state !== undefined && state.e.fingerprint === h.c.fingerprint && state.e.verified && !state.e.draining) {
       h.trace.push(`prefill endpoint ${planned} (pool ${state.p.name}), as the contract planned`);
@@ -99,7 +107,7 @@ function hopTarget(h: HopScope, pools: readonly CompiledPool[], clusterName: str
     }
     h.trace.push(`the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster ${clusterName}`);
   }
-  return pickHopEndpoint(h, pools, planned ?? undefined);
+  return pickHopEndpoint(h, pools, new Set([...exclude, ...(planned === null ? [] : [planned])]));
 }
 
 function prefillClusters(table: CompiledRouteTable, fingerprint: string): string {
@@ -126,7 +134,7 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
   return refuse(id, 'mixed_revision', `prefill endpoint ${address} is not a member of cluster ${pools[0]!.cluster}, so it cannot be shown to belong to group ${c.groupId}; let the gate pick the endpoint (omit x-kvgate-prefill-endpoint)`, trace, { tenant: c.tenant });
 }
 
-function pickHopEndpoint(h: HopScope, pools: readonly CompiledPool[], exclude?: string): Decision {
+function pickHopEndpoint(h: HopScope, pools: readonly CompiledPool[], exclude: ReadonlySet<string>): Decision {
   const { id, c, trace } = h;
   const e = eligibleEndpoints(pools, h.view, c.fingerprint, c.tenant, exclude);
   const picked = pickLeastLoaded(e.candidates, id);

@@ -37,8 +37,10 @@ export function eligibleEndpoints(
   view: WorkerView,
   fingerprint: string,
   tenant: string | null,
-  exclude?: string,
+  exclude?: string | ReadonlySet<string>,
 ): Eligibility {
+  const excluded = (address: string): boolean =>
+    typeof exclude === 'string' ? address === exclude : exclude !== undefined && exclude.has(address);
   const candidates: Candidate[] = [];
   const reasons: string[] = [];
   let busy = 0;
@@ -59,7 +61,10 @@ export function eligibleEndpoints(
     const note = (cause: string, address: string) => causes.set(cause, [...(causes.get(cause) ?? []), address]);
     const states = view.endpoints(pool.name);
     for (const ep of states) {
-      if (ep.address === exclude) continue;
+      if (excluded(ep.address)) {
+        note('excluded by the sidecar after a failed attempt', ep.address);
+        continue;
+      }
       if (ep.fingerprint === null) note('not yet observed', ep.address);
       else if (ep.fingerprint !== fingerprint) note(`running another fingerprint (${ep.fingerprint.slice(0, 12)}…), never used for this group`, ep.address);
       else if (!ep.verified) note('not verified', ep.address);

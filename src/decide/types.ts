@@ -52,6 +52,11 @@ export interface HopFacts {
   readonly prefillCluster?: string;
   /** The `ip:port` inside that cluster, when the sidecar names one. */
   readonly prefillEndpoint?: string;
+  /**
+   * Prefill endpoints that already failed this request (`x-kvgate-retry-exclude` from the decode sidecar): a retry
+   * gets another endpoint of the same group, or a refusal - never an endpoint of another group.
+   */
+  readonly retryExclude?: readonly string[];
 }
 
 /** The group a request is bound to. Immutable for the life of the request. */

@@ -135,6 +135,9 @@ export function toFacts(req: RawRequest): RawRequestFacts {
             contract,
             ...(g[H.prefillCluster] === undefined ? {} : { prefillCluster: g[H.prefillCluster] }),
             ...(g[H.prefillEndpoint] === undefined ? {} : { prefillEndpoint: g[H.prefillEndpoint] }),
+            ...(g[H.retryExclude] === undefined
+              ? {}
+              : { retryExclude: (g[H.retryExclude] ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0) }),
           },
         }),
   };
