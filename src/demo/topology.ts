@@ -63,7 +63,8 @@ export interface Worker {
 export interface Topology {
   readonly publicUrl: string;
   readonly internalUrl: string;
-  readonly gate: RunningGate;
+  /** The gate process; replaced by `restartGate`. */
+  gate: RunningGate;
   readonly harness: EnvoyHarness;
   readonly workers: readonly Worker[];
   readonly keys: KeyRing;
@@ -75,6 +76,8 @@ export interface Topology {
    * upgrade or restart behind a sidecar that has not probed it yet. A new engine id, as a real restart gives.
    */
   restartWorker(revision: RevisionName, role: Role, sim?: SimSettingsInput, index?: number): Promise<Worker>;
+  /** Stop the gate (`drain`: gracefully, else at once), wait `downMs`, start it again on the same port. */
+  restartGate(opts?: { drain?: boolean; downMs?: number }): Promise<RunningGate>;
   close(): Promise<void>;
 }
 
@@ -138,8 +141,9 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
       path.join(dir, 'gate.yaml'),
     );
     if (!gateConfig.ok) throw new Error(gateConfig.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
-    const gate = await startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: false });
-    stops.push(() => gate.close());
+    const launchGate = () => startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: false });
+    let gate = await launchGate();
+    stops.push(() => topology.gate.close());
     const envoyYaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
     const harness = await startEnvoyHarness(
       mustLoadEnvoyConfig(envoyYaml, {
@@ -148,7 +152,7 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
       }),
     );
     stops.push(() => harness.close());
-    return {
+    const topology: Topology = {
       publicUrl: harness.listeners['public']!.url,
       internalUrl: harness.listeners['internal']!.url,
       gate,
@@ -170,8 +174,16 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
         w.sim = await createSimServer(cfg.value, { logger: opts.logger.child({ component: 'sim', worker: `${revision}/${role}` }) });
         return w;
       },
+      restartGate: async ({ drain = false, downMs = 0 } = {}) => {
+        await (drain ? topology.gate.drain() : topology.gate.close());
+        if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
+        gate = await launchGate();
+        topology.gate = gate;
+        return gate;
+      },
       close: closeAll,
     };
+    return topology;
   } catch (e) {
     await closeAll();
     throw e;
