@@ -18,28 +18,35 @@ export function pathOf(path: readonly PropertyKey[]): string {
   return out;
 }
 
-/** Closest known key within edit distance 2 (typo help: `endpoinst` -> `endpoints`). */
-export function didYouMean(word: string, known: readonly string[]): string | undefined {
-  let best: { k: string; d: number } | undefined;
-  for (const k of known) {
-    const d = editDistance(word.toLowerCase(), k.toLowerCase());
-    if (d <= 2 && (best === undefined || d < best.d)) best = { k, d };
-  }
-  return best?.k;
-}
-
-function editDistance(a: string, b: string): number {
-  const dp = Array.from({ length: b.length + 1 }, (_, j) => j);
+/** Levenshtein distance (case-insensitive), for "did you mean" suggestions. */
+export function editDistance(a: string, b: string): number {
+  const prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
-    let prev = dp[0]!;
-    dp[0] = i;
+    let diag = prev[0]!;
+    prev[0] = i;
     for (let j = 1; j <= b.length; j++) {
-      const tmp = dp[j]!;
-      dp[j] = Math.min(dp[j]! + 1, dp[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-      prev = tmp;
+      const up = prev[j]!;
+      const cost = a[i - 1]!.toLowerCase() === b[j - 1]!.toLowerCase() ? 0 : 1;
+      prev[j] = Math.min(up + 1, prev[j - 1]! + 1, diag + cost);
+      diag = up;
     }
   }
-  return dp[b.length]!;
+  return prev[b.length]!;
+}
+
+/** The closest known word, if it is close enough to be a plausible typo (`endpoinst` -> `endpoints`). */
+export function didYouMean(word: string, known: Iterable<string>): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const k of known) {
+    const d = editDistance(word, k);
+    if (d < bestDistance) {
+      best = k;
+      bestDistance = d;
+    }
+  }
+  const limit = Math.max(1, Math.min(3, Math.floor(word.length / 3)));
+  return bestDistance <= limit ? best : undefined;
 }
 
 /** zod issues -> ConfigIssues, with a fix for each. `schemaKeys` maps a path to the keys allowed there. */

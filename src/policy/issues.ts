@@ -72,36 +72,8 @@ export function hasErrors(issues: readonly PolicyIssue[]): boolean {
   return issues.some((i) => i.severity === 'error');
 }
 
-/** Levenshtein distance, for "did you mean" suggestions. */
-export function editDistance(a: string, b: string): number {
-  const prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let diag = prev[0]!;
-    prev[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const up = prev[j]!;
-      const cost = a[i - 1]!.toLowerCase() === b[j - 1]!.toLowerCase() ? 0 : 1;
-      prev[j] = Math.min(up + 1, prev[j - 1]! + 1, diag + cost);
-      diag = up;
-    }
-  }
-  return prev[b.length]!;
-}
-
-/** The closest known word, if it is close enough to be a plausible typo. */
-export function closestMatch(word: string, known: Iterable<string>): string | undefined {
-  let best: string | undefined;
-  let bestDistance = Infinity;
-  for (const k of known) {
-    const d = editDistance(word, k);
-    if (d < bestDistance) {
-      best = k;
-      bestDistance = d;
-    }
-  }
-  const limit = Math.max(1, Math.min(3, Math.floor(word.length / 3)));
-  return bestDistance <= limit ? best : undefined;
-}
+/** "Did you mean" helpers are shared with every other config kvgate reads. */
+export { didYouMean as closestMatch, editDistance } from '../config-issues.js';
 
 /** `one of: a, b, c` for fixes; long lists are cut so messages stay one line. */
 export function listOf(names: Iterable<string>, max = 8): string {
