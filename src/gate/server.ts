@@ -99,6 +99,7 @@ function serveStream(
   onClosed: () => void,
 ): void {
   let chain: Promise<void> = Promise.resolve();
+  let busy = 0; // messages received and not yet answered
   let closed = false;
   const close = (reason?: string): void => {
     if (closed) return;
@@ -108,6 +109,7 @@ function serveStream(
     onClosed();
   };
   call.on('data', (msg: WireProcessingRequest) => {
+    busy++;
     // Strictly one message at a time: the answer to message n is written before message n+1 is looked at.
     chain = chain.then(async () => {
       if (closed) return;
@@ -119,6 +121,8 @@ function serveStream(
         // A gRPC error makes Envoy fail the request (500) unless failure_mode_allow: fail closed.
         call.destroy(Object.assign(new Error('kvgate: internal error'), { code: grpc.status.INTERNAL }));
         close('internal');
+      } finally {
+        busy--;
       }
     });
   });
@@ -128,7 +132,9 @@ function serveStream(
       close();
     });
   });
-  call.on('cancelled', () => close('cancelled'));
+  // Envoy resets a stream it no longer needs once the request is done; only a cancel with a message unanswered is
+  // an abnormal end (the client went away, or Envoy timed the gate out).
+  call.on('cancelled', () => close(busy > 0 ? 'cancelled_unanswered' : undefined));
   call.on('error', () => close('error'));
   call.on('close', () => close());
 }
