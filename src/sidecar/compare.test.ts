@@ -33,6 +33,16 @@ describe('compareObservation', () => {
     expect(v.declaredOnly).not.toContain('kvCache.layout');
   });
 
+  it('records the engine canary\'s engine id, and is unverified when a requested engine id could not be read', () => {
+    const seen = compareObservation(declared, { ...goodObservation(), engineId: okv('engine-1') });
+    expect(seen.verified).toBe(true);
+    expect(seen.measured['engineId']).toBe('engine-1');
+    const missing = compareObservation(declared, { ...goodObservation(), engineId: { ok: false, error: 'the canary prefill answered kv_transfer_params without remote_engine_id' } });
+    expect(missing.verified).toBe(false);
+    expect(missing.reasons).toEqual(['engine id: the canary prefill answered kv_transfer_params without remote_engine_id; without it no prefill answer can be tied to this verification, so none is attested']);
+    expect(missing.measured).not.toHaveProperty('engineId');
+  });
+
   it('a generation canary that agrees verifies the weights revision', () => {
     const d = exampleDescriptor((x) => {
       x.canaries = { tokenizer: TOK, chatTemplate: CHAT, generation: GEN };

@@ -32,6 +32,8 @@ export interface Observation {
   /** Labels of `vllm:cache_config_info`; `null` when the metric is absent. */
   readonly cacheConfig?: Probed<Readonly<Record<string, string>> | null>;
   readonly canaries?: Partial<Record<CanaryKind, Probed<string>>>;
+  /** The NIXL engine id the engine canary read (prefill role; engine-canary.ts); undefined when not attempted. */
+  readonly engineId?: Probed<string>;
 }
 
 export interface ProbeVerdict {
@@ -69,6 +71,7 @@ export function compareObservation(d: CompatDescriptor, o: Observation, opts: Co
     compareModels(d, o.models, opts, acc);
     compareCacheConfig(d, o.cacheConfig, acc);
     compareCanaries(d, o.canaries ?? {}, acc);
+    compareEngineId(o.engineId, acc);
   }
   const declaredOnly = CHECKABLE_PATHS.filter((p) => !acc.verified.has(p) && isDeclared(d, p));
   return { verified: acc.reasons.length === 0, reasons: acc.reasons, measured: acc.measured, declaredOnly };
@@ -272,6 +275,13 @@ function compareCanaries(d: CompatDescriptor, canaries: Partial<Record<CanaryKin
       for (const p of CANARY_FIELDS[kind].paths) acc.verified.add(p);
     }
   }
+}
+
+/** The engine id has no declared value: it is a per-launch fact that ties later prefill answers to this probe. */
+function compareEngineId(engineId: Probed<string> | undefined, acc: Acc): void {
+  if (engineId === undefined) return;
+  if (engineId.ok) acc.measured['engineId'] = engineId.value;
+  else acc.reasons.push(`engine id: ${engineId.error}; without it no prefill answer can be tied to this verification, so none is attested`);
 }
 
 /** The canary digests measured in a verdict, e.g. to print from `kvgate fingerprint`. */

@@ -7,6 +7,7 @@ import type { KeyRing } from '../contract/keys.js';
 import type { SidecarConfig } from './config.js';
 import type { FetchFn } from './http-io.js';
 import type { SidecarMetrics } from './metrics.js';
+import type { SidecarStatus } from './status.js';
 
 /** Header the prefill sidecar answers with (its `advertise` ip:port), so a retry can exclude the endpoint that failed. */
 export const SERVED_BY_HEADER = 'x-kvgate-served-by';
@@ -25,8 +26,15 @@ export interface SidecarContext {
   readonly workerUrl: string;
   /** Fires when the sidecar closes: every upstream call listens to it. */
   readonly closed: AbortSignal;
-  /** Remember the engine id the local worker reported (prefill role), for the status page. */
-  noteEngineId(id: string): void;
+  /** The sidecar's status now: the last verdict, the engine id and version it verified, drain and load. */
+  status(): SidecarStatus;
+  /**
+   * Probe the worker again and wait at most `probe.timeoutMs`; undefined when that was not enough (the round still
+   * finishes and is recorded). A round already under way is used only if `accept` takes its result (a prefill
+   * sidecar's round reads the engine id first, so a round showing the engine a request saw checked that launch);
+   * otherwise, and without `accept`, a round that starts after this call.
+   */
+  reverify(accept?: (status: SidecarStatus) => boolean): Promise<SidecarStatus | undefined>;
 }
 
 /** One request as the role handlers see it after the shared checks (body parsed, contract not yet verified). */

@@ -3,12 +3,14 @@
  * to be consumed means what this worker would have computed.
  *
  *   contract verified (server.ts) -> prefill leg (same group, retried safely) || count the prompt on MY worker
+ *                                    || my worker's GET /version against the probed one (launch-check.ts)
  *   -> attestation verified against contract, my fingerprint, my token count, the connector rules
  *   -> original request + attested kv_transfer_params -> local worker -> stream to the client
  *
  * A contract without a prefill leg is served locally. A transfer the worker reports as failed before any token
  * reached the client is recomputed locally (`onTransferFailure: recompute`) or refused; after tokens, the stream
- * ends with an error event.
+ * ends with an error event. A prefill side that refuses its own KV as incompatible is treated the same way
+ * (`afterPrefillRefusal`); a token count that disagrees never is, since it may be this worker that changed.
  */
 import type http from 'node:http';
 import type { TransferContract } from '../contract/contract.js';
@@ -16,6 +18,7 @@ import { err, KvgateError, ok, type Result } from '../errors.js';
 import { checkAttestedTransfer } from './attestation-check.js';
 import { forwardHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, sendError, upstreamMessage } from './http-io.js';
+import { confirmDecodeWorker } from './launch-check.js';
 import { checkClientKvParams, kvParamsOf, toPrefillBody, toPromptCount } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import { runPrefillLeg } from './prefill-leg.js';
@@ -37,13 +40,20 @@ export async function serveDecode(
   const forbidden = checkClientKvParams(call.body, 'decode');
   if (!forbidden.ok) return refuse(forbidden.error);
   const headers = forwardHeaders(call, requestId);
-  if (contract.prefill === null) return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
+  if (contract.prefill === null) {
+    const launch = await confirmDecodeWorker(ctx, call.signal, call.logger);
+    if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
+    return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
+  }
 
-  const [count, prefill] = await Promise.all([
+  const [count, prefill, launch] = await Promise.all([
     countPromptTokens(ctx, call, headers),
     runPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers, signal: call.signal }),
+    confirmDecodeWorker(ctx, call.signal, call.logger),
   ]);
-  if (!prefill.ok) return refuse(prefill.error, 'failed');
+  // This worker first: if it is no longer what was verified, nothing may run on it, not even a local prefill.
+  if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
+  if (!prefill.ok) return afterPrefillRefusal(ctx, call, res, headers, requestId, prefill.error);
   const params = kvParamsOf(prefill.value);
   if (params === undefined) return local(ctx, call, res, headers, requestId, 'the prefill worker kept no KV for this request');
   if (!count.ok) return refuse(count.error, 'failed');
@@ -60,11 +70,44 @@ export async function serveDecode(
   if (!checked.ok) {
     ctx.metrics.attestationFailures.inc({ reason: checked.error.reason });
     call.logger.warn({ event: 'attestation_refused', reason: checked.error.reason }, checked.error.error.reason);
+    // Either side's tokenizer may have changed; a fresh probe of this worker tells the gate if it was this one.
+    if (checked.error.reason === 'prompt_tokens_mismatch') void ctx.reverify();
     return refuse(checked.error.error);
   }
   const body = { ...call.body, kv_transfer_params: checked.value.params };
   const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true });
   return afterTransfer(ctx, call, res, headers, requestId, relayed);
+}
+
+/**
+ * The prefill leg failed. Only one failure may be answered with a local prefill: the prefill side refusing its own
+ * KV as `incompatible_transfer` (its worker changed since it was verified), when `onTransferFailure: recompute` is
+ * configured. That is not a transfer failure, but the same trade the operator chose for one: this worker is verified
+ * in the bound group (its launch was just confirmed), so its own prefill is that group's baseline, never mixed, and
+ * nothing has reached the client yet. Logged and counted. Every other failure, and the default `fail`, is answered
+ * with the prefill side's error.
+ */
+async function afterPrefillRefusal(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  res: http.ServerResponse,
+  headers: Record<string, string>,
+  requestId: string,
+  e: KvgateError,
+): Promise<Outcome> {
+  if (e.code !== 'incompatible_transfer') {
+    sendError(res, e, requestId);
+    return { outcome: 'failed', code: e.code };
+  }
+  const action = ctx.config.onTransferFailure;
+  ctx.metrics.prefillRefusals.inc({ action });
+  call.logger.warn({ event: 'prefill_refused', action }, e.reason);
+  if (action === 'recompute') {
+    const relayed = await relayCompletion(ctx, call, res, { requestId, body: withoutKvParams(call.body), headers, holdUntilOutput: false });
+    return relayOutcome(relayed, res, requestId, 'recomputed');
+  }
+  sendError(res, e, requestId);
+  return { outcome: 'refused', code: e.code };
 }
 
 /** Serve without a remote prefill: the worker computes the prompt itself (always correct, never mixed). */

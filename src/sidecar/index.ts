@@ -26,5 +26,6 @@ export {
 } from './canaries.js';
 export type { CanaryDigests, CanaryKind } from './canaries.js';
 export { RETRY_EXCLUDE_HEADER, SERVED_BY_HEADER } from './context.js';
+export { ENGINE_CANARY_REQUEST_PREFIX, engineCanaryRequest } from './engine-canary.js';
 export { parsePrometheusText } from './prometheus-text.js';
 export type { PromSample } from './prometheus-text.js';

@@ -13,6 +13,10 @@ export interface SidecarMetrics {
   readonly prefillRetries: Counter<'status'>;
   readonly transferFailures: Counter<'action'>;
   readonly probes: Counter<'result'>;
+  /** Workers found restarted in place between probes (another engine id or version), by role and what followed. */
+  readonly restarts: Counter<'role' | 'result'>;
+  /** Prefill legs the prefill side refused as incompatible, by what this decode sidecar did (fail, recompute). */
+  readonly prefillRefusals: Counter<'action'>;
   readonly verified: Gauge;
   readonly inFlight: Gauge;
   readonly draining: Gauge;
@@ -56,6 +60,18 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       name: 'kvgate_sidecar_probes_total',
       help: 'Worker probes, by result (verified, unverified, down).',
       labelNames: ['result'] as const,
+      registers,
+    }),
+    restarts: new Counter({
+      name: 'kvgate_sidecar_worker_restarts_total',
+      help: 'Workers found restarted in place since the last probe (a new NIXL engine id or vLLM version), by role and result (reverified: a fresh probe matched the declaration again; refused: it did not, or did not finish in time).',
+      labelNames: ['role', 'result'] as const,
+      registers,
+    }),
+    prefillRefusals: new Counter({
+      name: 'kvgate_sidecar_prefill_refusals_total',
+      help: 'Prefill legs refused by the prefill side as incompatible_transfer (its worker changed since it was verified), by action (fail, recompute).',
+      labelNames: ['action'] as const,
       registers,
     }),
     verified: new Gauge({

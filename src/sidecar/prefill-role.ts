@@ -1,7 +1,9 @@
 /**
  * The prefill role: run a verified request's prefill on the local worker exactly as vLLM's proxies do (one output
  * token, `do_remote_decode`), and sign what was computed: fingerprint, prompt token count, block size and layout,
- * engine id, request, group and tenant scope. The attestation rides back inside `kv_transfer_params` under
+ * engine id, request, group and tenant scope. Only answers from the launch the last probe verified are signed
+ * (launch-check.ts): a worker upgraded in place since is re-probed first, and refused with 409
+ * `incompatible_transfer` unless it still matches its declaration. The attestation rides back inside `kv_transfer_params` under
  * `kvgate`, so the decode side can check it before it lets its worker pull a single block.
  */
 import type http from 'node:http';
@@ -10,6 +12,7 @@ import { mintAttestation } from '../contract/attestation.js';
 import { KvgateError } from '../errors.js';
 import { forwardHeaders, SERVED_BY_HEADER, type IncomingCall, type SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
+import { confirmPrefillEngine } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 
@@ -20,9 +23,9 @@ function servedBy(ctx: SidecarContext): Record<string, string> {
 /** Handle one prefill request whose contract already verified (server.ts). */
 export async function servePrefill(ctx: SidecarContext, call: IncomingCall, contract: TransferContract, res: http.ServerResponse): Promise<Outcome> {
   const requestId = contract.requestId;
-  const fail = (e: KvgateError): Outcome => {
+  const fail = (e: KvgateError, outcome: Outcome['outcome'] = 'failed'): Outcome => {
     sendError(res, e, requestId, servedBy(ctx));
-    return { outcome: 'failed', code: e.code };
+    return { outcome, code: e.code };
   };
   if (contract.prefill === null) {
     sendError(res, new KvgateError('contract_invalid', 'the contract has no prefill leg, so no prefill may run for it; the gate routed a non-disaggregated request to a prefill pool'), requestId, servedBy(ctx));
@@ -57,18 +60,24 @@ export async function servePrefill(ctx: SidecarContext, call: IncomingCall, cont
     sendJson(res, 200, response, servedBy(ctx));
     return { outcome: 'served' };
   }
-  const attested = attest(ctx, contract, response, params);
-  if (!attested.ok) return fail(attested.error);
+  const attested = await attest(ctx, call, contract, response, params);
+  // The blocks the refused prefill holds are never pulled; the worker frees them when their lease lapses.
+  if (!attested.ok) return fail(attested.error, attested.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
   sendJson(res, 200, { ...response, kv_transfer_params: { ...params, [ATTESTATION_KEY]: attested.token } }, servedBy(ctx));
   return { outcome: 'served' };
 }
 
-function attest(
+/**
+ * Sign what the worker computed, but only for the launch the last probe verified: an answer from another engine
+ * (the worker was restarted in place since) is attested only after a fresh probe verifies that launch.
+ */
+async function attest(
   ctx: SidecarContext,
+  call: IncomingCall,
   contract: TransferContract,
   response: Record<string, unknown>,
   params: Record<string, unknown>,
-): { ok: true; token: string } | { ok: false; error: KvgateError } {
+): Promise<{ ok: true; token: string } | { ok: false; error: KvgateError }> {
   const engineId = params['remote_engine_id'];
   const promptTokens = usagePromptTokens(response);
   if (typeof engineId !== 'string' || engineId === '') {
@@ -77,7 +86,8 @@ function attest(
   if (promptTokens === undefined) {
     return { ok: false, error: new KvgateError('worker_error', 'the prefill worker returned no usage.prompt_tokens; the prompt token count cannot be attested') };
   }
-  ctx.noteEngineId(engineId);
+  const launch = await confirmPrefillEngine(ctx, engineId, call.logger);
+  if (!launch.ok) return { ok: false, error: launch.error };
   const now = ctx.now();
   const token = mintAttestation(
     {

@@ -15,6 +15,7 @@ import {
   type CanaryKind,
 } from './canaries.js';
 import { findAdapterCard, findBaseCard, type ModelCard, type Observation, type Probed } from './compare.js';
+import { engineCanaryRequest, engineIdOf } from './engine-canary.js';
 import { callUpstream, upstreamMessage, type FetchFn } from './http-io.js';
 import { parsePrometheusText, samplesNamed } from './prometheus-text.js';
 
@@ -24,14 +25,19 @@ export interface ProbeOptions {
   readonly servedModelName?: string;
   /** Run the greedy generation canary (it costs a short completion on the worker). */
   readonly generation?: boolean;
+  /**
+   * Prefill role: first run the engine canary (engine-canary.ts) under this `x-request-id`, to learn the NIXL engine
+   * id of the launch the rest of the probe then checks.
+   */
+  readonly engineCanary?: { readonly requestId: string };
 }
 
 const DEFAULT_TIMEOUT_MS = 5_000;
 
 const fail = (error: string): Probed<never> => ({ ok: false, error });
 
-async function getJson(url: string, opts: ProbeOptions, body?: unknown): Promise<Probed<unknown> & { network?: boolean }> {
-  const call = { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, ...(body === undefined ? {} : { body }) };
+async function getJson(url: string, opts: ProbeOptions, body?: unknown, headers?: Record<string, string>): Promise<Probed<unknown> & { network?: boolean }> {
+  const call = { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, ...(body === undefined ? {} : { body }), ...(headers === undefined ? {} : { headers }) };
   const reply = await callUpstream(opts.fetch ?? fetch, url, call);
   if (!reply.ok) return { ok: false, error: reply.error.message, network: true };
   if (reply.value.status !== 200) return fail(`HTTP ${reply.value.status}: ${upstreamMessage(reply.value.text)}`);
@@ -114,11 +120,29 @@ async function runCanaries(base: string, model: string, opts: ProbeOptions): Pro
 }
 
 /**
+ * The engine canary, run BEFORE every other probe step: an engine id read first and seen again on a later prefill
+ * answer proves that every step in between talked to that same launch (ids are unique per launch). Read last, it
+ * could belong to a launch that started after the checks.
+ */
+async function probeEngineId(base: string, d: CompatDescriptor, opts: ProbeOptions, requestId: string): Promise<Probed<string>> {
+  const r = await getJson(`${base}/v1/models`, opts);
+  const cards = r.ok ? toModelCards(r.value) : r;
+  const model = cards.ok ? canaryModel(d, cards.value, opts.servedModelName) : opts.servedModelName;
+  if (model === undefined) return fail(`no model to send the canary prefill to (GET /v1/models: ${cards.ok ? 'no usable card' : cards.error})`);
+  const answer = await getJson(`${base}/v1/completions`, opts, engineCanaryRequest(model), { 'x-request-id': requestId });
+  if (!answer.ok) return answer;
+  if (answer.value === null || typeof answer.value !== 'object' || Array.isArray(answer.value)) return fail('the canary prefill did not answer a JSON object');
+  const id = engineIdOf(answer.value as Record<string, unknown>);
+  return id.ok ? { ok: true, value: id.value } : fail(id.error);
+}
+
+/**
  * One probe round against the worker at `workerUrl`. Never throws: a worker that is down yields `{ down }`, a step
  * that fails yields its error, and `compareObservation` turns both into reasons.
  */
 export async function observeWorker(workerUrl: string, d: CompatDescriptor, opts: ProbeOptions = {}): Promise<Observation> {
   const base = workerUrl.replace(/\/+$/, '');
+  const engineId = opts.engineCanary === undefined ? undefined : await probeEngineId(base, d, opts, opts.engineCanary.requestId);
   const [version, modelsRaw, cacheConfig] = await Promise.all([
     getJson(`${base}/version`, opts),
     getJson(`${base}/v1/models`, opts),
@@ -139,6 +163,7 @@ export async function observeWorker(workerUrl: string, d: CompatDescriptor, opts
     models: models.ok ? models : { ok: false, error: models.error },
     cacheConfig,
     ...(canaries === undefined ? {} : { canaries }),
+    ...(engineId === undefined ? {} : { engineId }),
   };
 }
 

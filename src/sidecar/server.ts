@@ -17,6 +17,7 @@ import type { SidecarConfig } from './config.js';
 import { checkContract } from './contract-check.js';
 import { headerValue, type IncomingCall, type SidecarContext } from './context.js';
 import { serveDecode } from './decode-role.js';
+import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { parseJsonObject, readBody, sendError, sendJson, sendText, type FetchFn } from './http-io.js';
 import { createSidecarMetrics } from './metrics.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
@@ -69,7 +70,8 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     metrics,
     workerUrl: config.worker.replace(/\/+$/, ''),
     closed: closed.signal,
-    noteEngineId: (id) => state.noteEngineId(id),
+    status: () => state.status(),
+    reverify: (accept) => loop.reverify(accept),
   };
   const rt: Runtime = { ctx, state, registry: deps.registry };
   const loop = createProbeLoop(rt);
@@ -113,26 +115,57 @@ async function listen(server: http.Server, hostPort: string): Promise<{ host: st
   return { host, port: (server.address() as AddressInfo).port };
 }
 
-/** Probe now (one round at a time: concurrent callers share it) and every `probe.intervalMs` after `start`. */
-function createProbeLoop(rt: Runtime): { probe(): Promise<SidecarStatus>; start(signal: AbortSignal): void; stop(): Promise<void> } {
+interface ProbeLoop {
+  /** A probe round: the one under way, else a new one. */
+  probe(): Promise<SidecarStatus>;
+  /** See `SidecarContext.reverify`. */
+  reverify(accept?: (status: SidecarStatus) => boolean): Promise<SidecarStatus | undefined>;
+  start(signal: AbortSignal): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * Probe now (one round at a time: concurrent callers share it) and every `probe.intervalMs` after `start`. A prefill
+ * sidecar's rounds begin with the engine canary, so each verdict names the launch it is about.
+ */
+function createProbeLoop(rt: Runtime): ProbeLoop {
   const { config, fetch: fetchFn } = rt.ctx;
   let running: Promise<SidecarStatus> | undefined;
+  let started = 0;
   let timer: NodeJS.Timeout | undefined;
   const served = config.servedModelName === undefined ? {} : { servedModelName: config.servedModelName };
   const generation = config.probe.generation === 'always' || (config.probe.generation === 'declared' && config.descriptor.canaries?.generation !== undefined);
-  const round = async (): Promise<SidecarStatus> => {
-    const observation = await observeWorker(rt.ctx.workerUrl, config.descriptor, { fetch: fetchFn, timeoutMs: config.probe.timeoutMs, generation, ...served });
+  const round = async (n: number): Promise<SidecarStatus> => {
+    const engineCanary = config.role === 'prefill' ? { engineCanary: { requestId: `${ENGINE_CANARY_REQUEST_PREFIX}${rt.ctx.now()}-${n}` } } : {};
+    const observation = await observeWorker(rt.ctx.workerUrl, config.descriptor, { fetch: fetchFn, timeoutMs: config.probe.timeoutMs, generation, ...served, ...engineCanary });
     rt.state.recordProbe(compareObservation(config.descriptor, observation, served), observation.down !== undefined);
     return rt.state.status();
   };
   const probe = (): Promise<SidecarStatus> => {
-    running ??= round().finally(() => {
+    running ??= round(++started).finally(() => {
       running = undefined;
     });
     return running;
   };
+  const fresh = async (): Promise<SidecarStatus> => {
+    const want = started + 1;
+    // A round already under way may have read the engine id before the restart: wait it out, then start another.
+    while (running !== undefined && started < want) await running.catch(() => undefined);
+    if (started >= want || rt.ctx.closed.aborted) return running ?? rt.state.status();
+    return probe();
+  };
   return {
     probe,
+    reverify: (accept) => {
+      const joinOrFresh = async (): Promise<SidecarStatus> => {
+        if (running !== undefined && accept !== undefined) {
+          const current = await running.catch(() => undefined);
+          if (current !== undefined && accept(current)) return current;
+        }
+        return fresh();
+      };
+      return withinMs(joinOrFresh(), config.probe.timeoutMs);
+    },
     start(signal) {
       const schedule = (): void => {
         if (signal.aborted) return;
@@ -146,6 +179,16 @@ function createProbeLoop(rt: Runtime): { probe(): Promise<SidecarStatus>; start(
       await running?.catch(() => undefined);
     },
   };
+}
+
+/** `p`'s value, or undefined once `ms` have passed (p keeps running). */
+function withinMs<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+    timer.unref();
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
 async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {

@@ -1,6 +1,6 @@
 /**
- * The sidecar's mutable state in one place: the last probe verdict, draining, requests in flight, the engine id
- * last seen. Every change updates the matching gauge and log line here, so the HTTP shell only calls methods.
+ * The sidecar's mutable state in one place: the last probe verdict (with the engine id its engine canary read),
+ * draining, requests in flight. Every change updates the matching gauge and log line here, so the HTTP shell only calls methods.
  */
 import type { Logger } from 'pino';
 import type { SidecarConfig } from './config.js';
@@ -40,20 +40,21 @@ export class SidecarState {
     });
   }
 
-  /** Record a probe round; logs only when the verdict flips, so a steady state stays quiet. */
+  /**
+   * Record a probe round; logs only when the verdict flips, so a steady state stays quiet. The engine id comes with
+   * the verdict, never on its own: it names the launch this verdict is about.
+   */
   recordProbe(verdict: ProbeVerdict, workerDown: boolean): void {
     const was = this.#verdict?.verified;
     this.#verdict = verdict;
+    const engineId = verdict.measured['engineId'];
+    this.#engineId = typeof engineId === 'string' ? engineId : null;
     this.#checkedAtMs = this.#now();
     this.#metrics.probes.inc({ result: verdict.verified ? 'verified' : workerDown ? 'down' : 'unverified' });
     this.#metrics.verified.set(verdict.verified ? 1 : 0);
     if (was === verdict.verified) return;
     if (verdict.verified) this.#logger.info({ event: 'worker_verified', declaredOnly: verdict.declaredOnly }, 'the worker matches its declared descriptor');
     else this.#logger.error({ event: 'worker_unverified', reasons: verdict.reasons }, 'the worker does not match its declared descriptor; refusing traffic');
-  }
-
-  noteEngineId(id: string): void {
-    this.#engineId = id;
   }
 
   /** A request was admitted. */

@@ -25,7 +25,10 @@ export interface SidecarStatus {
   readonly nixlHash: { readonly hash: string; readonly status: 'known' | 'interpolated' | 'recheck'; readonly reason?: string };
   /** Whether this revision can be disaggregated with its connector at all. */
   readonly connector: CompatVerdict;
-  /** The NIXL engine id the worker last reported (prefill role), null until it has run a prefill. */
+  /**
+   * The NIXL engine id of the launch the last probe checked (prefill role: read by the engine canary), null when not
+   * measured. A prefill answer naming another engine is not attested until a fresh probe verifies that launch.
+   */
   readonly engineId: string | null;
   readonly tenantScopes: readonly string[];
   /** When the last probe finished (ms since the epoch); null before the first. */

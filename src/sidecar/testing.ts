@@ -9,7 +9,9 @@ import type { CompatDescriptorInput } from '../compat/descriptor.js';
 import { groupIdOf } from '../compat/fingerprint.js';
 import { mintContract, type TransferContract } from '../contract/contract.js';
 import { createDevKeyRing, type KeyRing } from '../contract/keys.js';
-import type { SimServer } from '../sim/server.js';
+import { parseSimConfig, type SimSettingsInput } from '../sim/config.js';
+import { createSimServer, type SimServer } from '../sim/server.js';
+import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { parseSidecarConfig, type SidecarConfig, type SidecarConfigInput } from './config.js';
 import type { FetchFn } from './http-io.js';
 import { createSidecar, type Sidecar } from './server.js';
@@ -20,7 +22,7 @@ export const TEST_KEYS: KeyRing = createDevKeyRing('kvgate-sidecar-tests');
 export interface FetchSpy {
   readonly fetch: FetchFn;
   readonly calls: { url: string; method: string; headers: Record<string, string>; body: unknown }[];
-  /** Calls whose URL starts with `prefix` and whose path is not a probe endpoint. */
+  /** Calls whose URL starts with `prefix`, except probes (probe endpoints and the engine canary). */
   workCalls(prefix: string): FetchSpy['calls'];
   /** Rewrite the next matching call's headers (e.g. add `x-sim-fault`) before it is sent. */
   onNext(match: (url: string) => boolean, edit: (headers: Record<string, string>) => void): void;
@@ -42,7 +44,10 @@ export function createFetchSpy(): FetchSpy {
       calls.push({ url, method: init?.method ?? 'GET', headers, body });
       return fetch(url, { ...init, headers });
     },
-    workCalls: (prefix) => calls.filter((c) => c.url.startsWith(prefix) && !PROBE_PATHS.some((p) => c.url === `${prefix}${p}`)),
+    workCalls: (prefix) =>
+      calls.filter(
+        (c) => c.url.startsWith(prefix) && !PROBE_PATHS.some((p) => c.url === `${prefix}${p}`) && !(c.headers['x-request-id'] ?? '').startsWith(ENGINE_CANARY_REQUEST_PREFIX),
+      ),
     onNext: (match, edit) => {
       edits.push({ match, edit });
     },
@@ -135,4 +140,23 @@ export function gateHeaders(contract: Omit<TransferContract, 'kind'>, keys: KeyR
 /** `host:port` of a URL, as a contract names endpoints. */
 export function endpointOf(url: string): string {
   return new URL(url).host;
+}
+
+/**
+ * Stop `sim` and start another on the same two ports with `sim` overrides (e.g. `behaveAs`): an in-place upgrade or
+ * restart behind a sidecar that has not probed it yet. It gets a new engine id, as a real vLLM restart does.
+ */
+export async function restartSimInPlace(old: SimServer, sim: SimSettingsInput = {}): Promise<SimServer> {
+  await old.close();
+  const cfg = parseSimConfig({
+    descriptor: old.config.descriptor,
+    sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, ...sim },
+  });
+  if (!cfg.ok) throw cfg.error;
+  const started = await createSimServer(cfg.value);
+  // Let the event loop turn a few times, so keep-alive sockets to the old worker in this process's fetch pool see
+  // their close (the fd closes in one turn, the peer reads the FIN in a later one) before anything is sent on them:
+  // otherwise the next POST fails with "other side closed". A real restart takes long enough for that.
+  for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
+  return started;
 }
