@@ -168,10 +168,13 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
         await old.close();
         const cfg = parseSimConfig({
           descriptor: await loadExampleDescriptor(revision),
-          sim: { ...old.config.sim, engineId: undefined, port: old.port, sideChannelPort: old.sideChannelPort, ...sim },
+          // A restart runs what `sim` says: earlier behaveAs overrides do not carry over unless repeated.
+          sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, ...sim },
         });
         if (!cfg.ok) throw cfg.error;
         w.sim = await createSimServer(cfg.value, { logger: opts.logger.child({ component: 'sim', worker: `${revision}/${role}` }) });
+        // Let keep-alive sockets to the old process see their close before anyone reuses them.
+        await new Promise((r) => setTimeout(r, 20));
         return w;
       },
       restartGate: async ({ drain = false, downMs = 0 } = {}) => {
