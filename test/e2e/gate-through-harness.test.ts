@@ -213,3 +213,30 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     expect(rig.harness.stats()['http.kvgate_public.ext_proc.message_timeouts']).toBe(1);
   });
 });
+
+describe('the gate under sustained traffic from one Envoy (envoy/envoy.yaml)', () => {
+  it('serves 2,000 requests at concurrency 32 although Envoy resets every finished ext_proc stream', async () => {
+    // Envoy's ExternalProcessorStreamImpl::close() half-closes and then resets each stream. Node's HTTP/2 server
+    // (nghttp2's rapid-reset guard: a burst of 1,000, refilled at 33/s) tears down a connection after that many
+    // resets, failing every request in flight on it; envoy.yaml caps the gate connection with
+    // max_requests_per_connection so Envoy opens a fresh one first.
+    rig = await startRig();
+    const statuses = new Map<number, number>();
+    let next = 0;
+    const url = rig.harness.listeners['public']!.url;
+    const worker = async () => {
+    for (let i = next++; i < 2000; i = next++) {
+      const r = await request(url, {
+        path: '/v1/completions',
+        method: 'POST',
+        // Session s1 is in the stable cohort (llama-a), whose decode endpoint is the fake upstream.
+        headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': 's1' },
+        body: JSON.stringify({ model: firstModel(), prompt: `hello ${i}` }),
+      });
+      statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+    }
+    };
+    await Promise.all(Array.from({ length: 32 }, worker));
+    expect(Object.fromEntries(statuses)).toEqual({ 200: 2000 });
+  }, 60_000);
+});

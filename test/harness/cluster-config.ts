@@ -65,7 +65,7 @@ export function readCluster(r: ConfigReader, value: unknown, path: string): Clus
     lbPolicy,
     connectTimeoutMs: r.durationMs(o['connect_timeout'], `${path}.connect_timeout`, 5000),
     endpoints,
-    http2: readProtocolOptions(r, o['typed_extension_protocol_options'], `${path}.typed_extension_protocol_options`),
+    ...readProtocolOptions(r, o['typed_extension_protocol_options'], `${path}.typed_extension_protocol_options`),
     originalDst: type === 'ORIGINAL_DST' ? readOriginalDst(r, o['original_dst_lb_config'], path) : undefined,
     overrideHost: readLbPolicy(r, o['load_balancing_policy'], `${path}.load_balancing_policy`),
     healthChecks: r.arr(o['health_checks'], `${path}.health_checks`).map((h, i) =>
@@ -128,14 +128,31 @@ function resolveLiteral(address: string, type: ClusterType): string | undefined 
   return undefined;
 }
 
-function readProtocolOptions(r: ConfigReader, value: unknown, path: string): boolean {
-  if (value === undefined) return false;
+interface ProtocolOptions {
+  readonly http2: boolean;
+  readonly maxRequestsPerConnection: number | undefined;
+}
+
+function readProtocolOptions(r: ConfigReader, value: unknown, path: string): ProtocolOptions {
+  const none = { http2: false, maxRequestsPerConnection: undefined };
+  if (value === undefined) return none;
   const o = r.obj(value, path, [HTTP_PROTOCOL_OPTIONS]);
-  if (o[HTTP_PROTOCOL_OPTIONS] === undefined) return false;
+  if (o[HTTP_PROTOCOL_OPTIONS] === undefined) return none;
   const p = `${path}.${HTTP_PROTOCOL_OPTIONS}`;
   const hpo = r.typed(o[HTTP_PROTOCOL_OPTIONS], p, `type.googleapis.com/${HTTP_PROTOCOL_OPTIONS}`, [
     'explicit_http_config',
+    'common_http_protocol_options',
   ]);
+  const common = r.obj(hpo['common_http_protocol_options'] ?? {}, `${p}.common_http_protocol_options`, ['max_requests_per_connection']);
+  const rawMax = common['max_requests_per_connection'];
+  const max = rawMax === undefined ? undefined : Number(rawMax);
+  if (max !== undefined && !(Number.isInteger(max) && max > 0)) {
+    r.issue(`${p}.common_http_protocol_options.max_requests_per_connection`, 'must be a positive integer');
+  }
+  return { http2: readHttp2(r, hpo, p), maxRequestsPerConnection: max };
+}
+
+function readHttp2(r: ConfigReader, hpo: Record<string, unknown>, p: string): boolean {
   const explicit = r.obj(hpo['explicit_http_config'] ?? {}, `${p}.explicit_http_config`, [
     'http2_protocol_options',
     'http_protocol_options',

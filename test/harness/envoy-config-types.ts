@@ -155,6 +155,8 @@ export interface ClusterConfig {
   readonly connectTimeoutMs: number;
   readonly endpoints: readonly Endpoint[];
   readonly http2: boolean;
+  /** `common_http_protocol_options.max_requests_per_connection`: a new connection after this many streams. */
+  readonly maxRequestsPerConnection: number | undefined;
   readonly originalDst: OriginalDstConfig | undefined;
   readonly overrideHost: OverrideHostConfig | undefined;
   readonly healthChecks: readonly HealthCheckConfig[];

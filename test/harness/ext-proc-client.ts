@@ -34,29 +34,37 @@ export function createExtProcClient(
   initialMetadata: readonly (readonly [string, string])[] = [],
 ): ExtProcClient {
   const Ctor = extProcClientConstructor();
-  const channels = cluster.endpoints.map(
-    (ep) =>
-      new Ctor(`${ep.address.includes(':') ? `[${ep.address}]` : ep.address}:${ep.port}`, grpc.credentials.createInsecure(), {
-        // Envoy's envoy_grpc uses the cluster name as :authority.
-        'grpc.default_authority': authority,
-        'grpc.initial_reconnect_backoff_ms': 100,
-        'grpc.max_reconnect_backoff_ms': 1000,
-      }),
-  );
+  const open = (ep: ClusterConfig['endpoints'][number]): grpc.Client =>
+    new Ctor(`${ep.address.includes(':') ? `[${ep.address}]` : ep.address}:${ep.port}`, grpc.credentials.createInsecure(), {
+      // Envoy's envoy_grpc uses the cluster name as :authority.
+      'grpc.default_authority': authority,
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.max_reconnect_backoff_ms': 1000,
+    });
+  // One connection per endpoint, replaced after `max_requests_per_connection` streams as Envoy's pool does (the old
+  // one finishes its streams and is then closed).
+  const pools = cluster.endpoints.map((ep) => ({ ep, channel: open(ep), streams: 0 }));
+  const max = cluster.maxRequestsPerConnection;
   let next = 0;
   return {
     start(handlers) {
-      const channel = channels[next++ % channels.length];
-      if (channel === undefined) throw new Error(`ext_proc cluster ${cluster.name} has no endpoints`);
+      const pool = pools[next++ % pools.length];
+      if (pool === undefined) throw new Error(`ext_proc cluster ${cluster.name} has no endpoints`);
+      if (max !== undefined && pool.streams >= max) {
+        pool.channel.close(); // refuses new calls; calls in flight finish on the old connection
+        pool.channel = open(pool.ep);
+        pool.streams = 0;
+      }
+      pool.streams++;
       const metadata = new grpc.Metadata();
       for (const [k, v] of initialMetadata) metadata.add(k, v);
       const call = (
-        channel as unknown as { Process(m: grpc.Metadata): grpc.ClientDuplexStream<WireProcessingRequest, WireProcessingResponse> }
+        pool.channel as unknown as { Process(m: grpc.Metadata): grpc.ClientDuplexStream<WireProcessingRequest, WireProcessingResponse> }
       ).Process(metadata);
       return wrapCall(call, handlers);
     },
     close() {
-      for (const c of channels) c.close();
+      for (const p of pools) p.channel.close();
     },
   };
 }

@@ -66,6 +66,7 @@ describe('load balancing', () => {
     type: 'STATIC',
     lbPolicy: 'ROUND_ROBIN',
     connectTimeoutMs: 1000,
+    maxRequestsPerConnection: undefined,
     endpoints: [
       { address: '10.0.0.1', port: 80 },
       { address: '10.0.0.2', port: 80 },
