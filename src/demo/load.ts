@@ -41,7 +41,7 @@ export interface LoadReport {
 type Outcome =
   | { kind: 'completed'; revision: string; streamed: boolean }
   | { kind: 'refused'; code: string }
-  | { kind: 'failed'; reason: string; detail?: string }
+  | { kind: 'failed'; reason: string; detail?: string; id?: string }
   | { kind: 'wrong'; detail: string }
   | { kind: 'none' };
 
@@ -106,7 +106,19 @@ async function drive(t: Topology, baselines: ReadonlyMap<string, number[]>, opts
     }
   };
   await Promise.all(Array.from({ length: opts.concurrency }, worker));
-  return summarize(outcomes, events, Date.now() - started);
+  await t.harness.waitForAccessLog(outcomes.length, 2000).catch(() => undefined);
+  return summarize(withEnvoyDetails(t, outcomes), events, Date.now() - started);
+}
+
+/** Name each visible failure by what the data plane recorded (Envoy's %RESPONSE_CODE_DETAILS%). */
+function withEnvoyDetails(t: Topology, outcomes: readonly (Outcome & { id?: string })[]): Outcome[] {
+  const details = new Map<string, string>();
+  for (const e of t.harness.accessLog()) if (e.listener === 'public') details.set(e.requestId, e.responseCodeDetails);
+  return outcomes.map((o) => {
+    if (o.kind !== 'failed' || o.id === undefined) return o;
+    const d = details.get(o.id);
+    return d === undefined || d === 'via_upstream' ? o : { ...o, reason: `${o.reason} (${d.replace(/\{.*$/, '')})`, detail: `${o.detail ?? ''} ${d}` };
+  });
 }
 
 interface Fault {
@@ -179,7 +191,7 @@ async function one(t: Topology, r: Planned, baselines: ReadonlyMap<string, numbe
     const code = kvgateCode(text);
     return code !== undefined
       ? { kind: 'refused', code }
-      : { kind: 'failed', reason: `HTTP ${res.status}`, detail: `load-${r.i}: HTTP ${res.status} ${res.headers.get('content-type') ?? ''} ${text.slice(0, 160)}` };
+      : { kind: 'failed', id: `load-${r.i}`, reason: `HTTP ${res.status}`, detail: `load-${r.i}: HTTP ${res.status} ${text.slice(0, 160)}` };
   }
   const revision = res.headers.get(H.revision) as RevisionName | null;
   const parsed = r.stream ? idsFromSse(text) : idsFromJson(text);

@@ -143,7 +143,7 @@ export async function startTopology(opts: TopologyOptions): Promise<Topology> {
     if (!gateConfig.ok) throw new Error(gateConfig.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
     const launchGate = () => startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: false });
     let gate = await launchGate();
-    stops.push(() => topology.gate.close());
+    stops.push(() => gate.close()); // `gate` follows restartGate
     const envoyYaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
     const harness = await startEnvoyHarness(
       mustLoadEnvoyConfig(envoyYaml, {

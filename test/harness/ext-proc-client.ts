@@ -40,31 +40,63 @@ export function createExtProcClient(
       'grpc.default_authority': authority,
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 1000,
+      // Each channel its own connection: grpc-js otherwise shares subchannels (and so the HTTP/2 connection)
+      // between channels to the same address, and a replaced channel would keep using the old connection.
+      'grpc.use_local_subchannel_pool': 1,
     });
-  // One connection per endpoint, replaced after `max_requests_per_connection` streams as Envoy's pool does (the old
-  // one finishes its streams and is then closed).
-  const pools = cluster.endpoints.map((ep) => ({ ep, channel: open(ep), streams: 0 }));
+  // One connection per endpoint, replaced after `max_requests_per_connection` streams as Envoy's pool does: the old
+  // connection is drained (closed once its last stream ends), never cut under streams still using it.
+  interface Conn {
+    readonly channel: grpc.Client;
+    streams: number;
+    active: number;
+    retired: boolean;
+  }
+  const connect = (ep: ClusterConfig['endpoints'][number]): Conn => ({ channel: open(ep), streams: 0, active: 0, retired: false });
+  const pools = cluster.endpoints.map((ep) => ({ ep, conn: connect(ep) }));
+  const all = new Set(pools.map((p) => p.conn));
   const max = cluster.maxRequestsPerConnection;
   let next = 0;
+  const release = (c: Conn): void => {
+    c.active--;
+    if (c.retired && c.active === 0) {
+      c.channel.close();
+      all.delete(c);
+    }
+  };
   return {
     start(handlers) {
       const pool = pools[next++ % pools.length];
       if (pool === undefined) throw new Error(`ext_proc cluster ${cluster.name} has no endpoints`);
-      if (max !== undefined && pool.streams >= max) {
-        pool.channel.close(); // refuses new calls; calls in flight finish on the old connection
-        pool.channel = open(pool.ep);
-        pool.streams = 0;
+      if (max !== undefined && pool.conn.streams >= max) {
+        const old = pool.conn;
+        old.retired = true;
+        if (old.active === 0) {
+          old.channel.close();
+          all.delete(old);
+        }
+        pool.conn = connect(pool.ep);
+        all.add(pool.conn);
       }
-      pool.streams++;
+      const conn = pool.conn;
+      conn.streams++;
+      conn.active++;
       const metadata = new grpc.Metadata();
       for (const [k, v] of initialMetadata) metadata.add(k, v);
       const call = (
-        pool.channel as unknown as { Process(m: grpc.Metadata): grpc.ClientDuplexStream<WireProcessingRequest, WireProcessingResponse> }
+        conn.channel as unknown as { Process(m: grpc.Metadata): grpc.ClientDuplexStream<WireProcessingRequest, WireProcessingResponse> }
       ).Process(metadata);
+      let done = false;
+      call.on('status', () => {
+        if (!done) {
+          done = true;
+          release(conn);
+        }
+      });
       return wrapCall(call, handlers);
     },
     close() {
-      for (const p of pools) p.channel.close();
+      for (const c of all) c.channel.close();
     },
   };
 }
