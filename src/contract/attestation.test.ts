@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { createKeyRing } from './keys.js';
 import { mintContract, verifyContract, type TransferContract } from './contract.js';
-import { mintAttestation, verifyAttestation, type AttestationExpectations } from './attestation.js';
+import { AttestationSchema, mintAttestation, promptTokenDigestOf, verifyAttestation, type AttestationExpectations } from './attestation.js';
+import { signToken } from './token.js';
 import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from './testing.js';
 
 const ring = createKeyRing({ keys: [{ id: 'p1', secret: Buffer.alloc(32, 4) }], currentId: 'p1', saltSecret: Buffer.alloc(32, 5) });
@@ -58,11 +59,65 @@ describe('attestation', () => {
 
   it('explains prompt token and layout mismatches in actionable terms', () => {
     const r = verifyAttestation(token, ring, now, { ...expectations, promptTokens: 900, layout: 'HND' });
-    expect(r.ok ? '' : r.error.message).toMatch(/812 prompt tokens, this worker counts 900; the tokenizers or templates disagree/);
+    expect(r.ok ? '' : r.error.message).toMatch(/^prefill tokenized 812 tokens, this decode worker's tokenizer gives 900: tokenizer or chat template differ/);
   });
 
   it('refuses to mint an invalid attestation', () => {
     expect(() => mintAttestation({ ...fields, promptTokens: -1 }, ring)).toThrow();
     expect(() => mintAttestation({ ...fields, layout: 'XYZ' as 'HND' }, ring)).toThrow();
+    expect(() => mintAttestation({ ...fields, promptTokenDigest: 'not-a-digest' }, ring)).toThrow();
+    expect(() => mintAttestation({ ...fields, promptTokenDigest: 'A'.repeat(64) }, ring)).toThrow();
+  });
+});
+
+describe('prompt token digest', () => {
+  const ids = [128000, 791, 4062, 14198, 39935];
+  const digest = promptTokenDigestOf(ids);
+  const withDigest = mintAttestation({ ...fields, promptTokens: ids.length, promptTokenDigest: digest }, ring);
+  const sameCount: AttestationExpectations = { contract, fingerprint: contract.fingerprint, promptTokens: ids.length, layout: 'HND' };
+
+  it('is sha256 hex of the ids joined with "," (UTF-8)', () => {
+    // printf '1,2,3' | sha256sum
+    expect(promptTokenDigestOf([1, 2, 3])).toBe('8a6ae15122001229edb8866f56e342af12ae8187203c3e3b33931743e7c0c48d');
+    expect(promptTokenDigestOf([])).toBe('e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
+    // Order and grouping matter: [12, 3] and [1, 23] must not collide with [1, 2, 3].
+    expect(new Set([promptTokenDigestOf([1, 2, 3]), promptTokenDigestOf([3, 2, 1]), promptTokenDigestOf([12, 3]), promptTokenDigestOf([1, 23])]).size).toBe(4);
+  });
+
+  it('verifies when the decode worker got the same ids', () => {
+    const r = verifyAttestation(withDigest, ring, now, { ...sameCount, promptTokenDigest: digest });
+    expect(r.ok && r.value.promptTokenDigest).toBe(digest);
+  });
+
+  it('refuses the same count with other ids, naming the count', () => {
+    const renumbered = promptTokenDigestOf(ids.map((id) => id + 1));
+    const r = verifyAttestation(withDigest, ring, now, { ...sameCount, promptTokenDigest: renumbered });
+    expect(r.ok ? 'ok' : r.error.reason).toBe('prompt_tokens_mismatch');
+    expect(r.ok ? '' : r.error.message).toMatch(
+      /^prefill and this decode worker tokenized the prompt into different token ids \(same count 5\): tokenizer or chat template differ/,
+    );
+  });
+
+  it('reports a count mismatch as such, even when the digests differ too', () => {
+    const r = verifyAttestation(withDigest, ring, now, { ...sameCount, promptTokens: 6, promptTokenDigest: promptTokenDigestOf([...ids, 1]) });
+    expect(r.ok ? '' : r.error.message).toMatch(/^prefill tokenized 5 tokens, this decode worker's tokenizer gives 6/);
+  });
+
+  it('checks the digest even without a count to compare, and says the count is only the prefill one', () => {
+    const r = verifyAttestation(withDigest, ring, now, { contract, fingerprint: contract.fingerprint, promptTokenDigest: promptTokenDigestOf([9]) });
+    expect(r.ok ? '' : r.error.message).toMatch(/different token ids \(prefill count 5\)/);
+  });
+
+  it('an attestation without a digest (older prefill sidecar, worker without token ids) is checked on its count alone', () => {
+    expect(verifyAttestation(token, ring, now, { ...expectations, promptTokenDigest: promptTokenDigestOf([9]) }).ok).toBe(true);
+    expect(reasonOf(token, { ...expectations, promptTokens: 811, promptTokenDigest: promptTokenDigestOf([9]) })).toBe('prompt_tokens_mismatch');
+    // A decode side that could not compute a digest accepts a digest-carrying attestation on its count.
+    expect(verifyAttestation(withDigest, ring, now, sameCount).ok).toBe(true);
+  });
+
+  it('a token signed before the field existed (no promptTokenDigest key at all) still verifies', () => {
+    const legacy = signToken({ kind: 'attestation', ...fields }, ring);
+    expect(verifyAttestation(legacy, ring, now, { ...expectations, promptTokenDigest: digest })).toEqual({ ok: true, value: { kind: 'attestation', ...fields } });
+    expect(AttestationSchema.safeParse({ kind: 'attestation', ...fields, promptTokenDigest: digest }).success).toBe(true);
   });
 });

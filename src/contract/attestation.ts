@@ -3,11 +3,16 @@
  * in this group, with this fingerprint, for this many prompt tokens, in this layout". The decode sidecar
  * verifies it against the contract and its own descriptor before any KV block is consumed, so KV produced by
  * the wrong revision, for the wrong request or with a tokenizer that counted differently is never read.
+ *
+ * The prompt token count alone misses a tokenizer or chat template change that keeps the count (a retrained
+ * vocabulary renumbers ids; a template edit can trade one token for another), so an attestation can also carry
+ * `promptTokenDigest`, a digest of the prompt token ids themselves (`promptTokenDigestOf`).
  */
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import type { TransferContract } from './contract.js';
-import { epochMs, hasValidWindow, nonEmpty, WINDOW_MESSAGE } from './payload-schemas.js';
+import { epochMs, hasValidWindow, nonEmpty, sha256Hex, WINDOW_MESSAGE } from './payload-schemas.js';
 import { openToken, signToken } from './token.js';
 import { err, ok, type Result } from '../errors.js';
 
@@ -18,6 +23,14 @@ export interface Attestation {
   fingerprint: string;
   tenantScope: string;
   promptTokens: number;
+  /**
+   * `promptTokenDigestOf` of the prompt token ids the prefill worker cached, when its worker returned them (vLLM's
+   * `return_token_ids`). Absent in attestations from prefill sidecars before this field existed and from workers
+   * that do not return prompt token ids: those are checked on the count alone. Note the payload schema is strict,
+   * so a verifier older than this field refuses an attestation carrying it as `malformed` (fails closed): upgrade
+   * decode sidecars before prefill sidecars.
+   */
+  promptTokenDigest?: string | undefined;
   blockSize: number;
   layout: 'HND' | 'NHD';
   engineId: string;
@@ -44,13 +57,27 @@ export type AttestationFailure = {
 
 /**
  * What the decode side knows: the verified contract, its own fingerprint, and (when it tokenised the prompt
- * itself) the prompt token count and its cache layout.
+ * itself) the prompt token count, the digest of its prompt token ids and its cache layout.
  */
 export interface AttestationExpectations {
   contract: TransferContract;
   fingerprint: string;
   promptTokens?: number | undefined;
+  /**
+   * `promptTokenDigestOf` this worker's prompt token ids. Compared only when the attestation carries a digest too:
+   * an attestation without one (an older prefill sidecar, a worker that does not return token ids) is checked on
+   * `promptTokens` alone, as before.
+   */
+  promptTokenDigest?: string | undefined;
   layout?: 'HND' | 'NHD' | undefined;
+}
+
+/**
+ * The canonical digest of a prompt's token ids: sha256, lowercase hex, of the ids in decimal joined with ','
+ * (UTF-8). Both sidecars compute it the same way, so equal digests mean the same ids in the same order.
+ */
+export function promptTokenDigestOf(ids: readonly number[]): string {
+  return createHash('sha256').update(ids.join(','), 'utf8').digest('hex');
 }
 
 export const AttestationSchema = z
@@ -61,6 +88,7 @@ export const AttestationSchema = z
     fingerprint: nonEmpty,
     tenantScope: nonEmpty,
     promptTokens: z.number().int().nonnegative(),
+    promptTokenDigest: sha256Hex.optional(),
     blockSize: z.number().int().positive(),
     layout: z.enum(['HND', 'NHD']),
     engineId: nonEmpty,
@@ -75,7 +103,11 @@ export function mintAttestation(fields: Omit<Attestation, 'kind'>, keys: KeyRing
   return signToken(AttestationSchema.parse({ kind: 'attestation', ...fields }), keys);
 }
 
-/** Verify an attestation against the contract and the decode worker's own facts. Never throws. */
+/**
+ * Verify an attestation against the contract and the decode worker's own facts. Never throws. The prompt is
+ * checked by count when `expect.promptTokens` is given, then by token ids when both `expect.promptTokenDigest`
+ * and the attestation's `promptTokenDigest` are present (an attestation without a digest passes on its count).
+ */
 export function verifyAttestation(
   token: string,
   keys: KeyRing,
@@ -105,11 +137,28 @@ function attestationMismatch(a: Attestation, expect: AttestationExpectations): A
       message: `the prefill worker runs fingerprint ${a.fingerprint.slice(0, 12)}…, the contract binds ${c.fingerprint.slice(0, 12)}… and this decode worker runs ${expect.fingerprint.slice(0, 12)}…; its KV would mean something else here, discard it`,
     };
   }
-  if (expect.promptTokens !== undefined && a.promptTokens !== expect.promptTokens) {
-    return { reason: 'prompt_tokens_mismatch', message: `the prefill worker cached ${a.promptTokens} prompt tokens, this worker counts ${expect.promptTokens}; the tokenizers or templates disagree, discard this KV` };
-  }
+  const prompt = promptMismatch(a, expect);
+  if (prompt !== undefined) return prompt;
   if (expect.layout !== undefined && a.layout !== expect.layout) {
     return { reason: 'layout_mismatch', message: `the prefill worker wrote ${a.layout} blocks, this worker reads ${expect.layout}; configure the same kv_cache_layout on both pools` };
+  }
+  return undefined;
+}
+
+/** Count first (it names both numbers), then ids: a digest mismatch with equal counts is a same-length retokenisation. */
+function promptMismatch(a: Attestation, expect: AttestationExpectations): AttestationFailure | undefined {
+  if (expect.promptTokens !== undefined && a.promptTokens !== expect.promptTokens) {
+    return {
+      reason: 'prompt_tokens_mismatch',
+      message: `prefill tokenized ${a.promptTokens} tokens, this decode worker's tokenizer gives ${expect.promptTokens}: tokenizer or chat template differ; the prefilled KV would be read against the wrong positions, discard it`,
+    };
+  }
+  if (expect.promptTokenDigest !== undefined && a.promptTokenDigest !== undefined && a.promptTokenDigest !== expect.promptTokenDigest) {
+    const count = expect.promptTokens === undefined ? `prefill count ${a.promptTokens}` : `same count ${a.promptTokens}`;
+    return {
+      reason: 'prompt_tokens_mismatch',
+      message: `prefill and this decode worker tokenized the prompt into different token ids (${count}): tokenizer or chat template differ; the prefilled KV describes a prompt this worker never saw, discard it`,
+    };
   }
   return undefined;
 }

@@ -15,3 +15,6 @@ export function hasValidWindow(v: { issuedAtMs: number; expiresAtMs: number }): 
 }
 
 export const WINDOW_MESSAGE = { message: 'expiresAtMs must be after issuedAtMs', path: ['expiresAtMs'] };
+
+/** A lowercase hex sha256 digest (64 characters), as `node:crypto` writes one. */
+export const sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, 'expected a lowercase hex sha256 digest (64 characters)');

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { fingerprintOf, groupIdOf } from '../compat/fingerprint.js';
 import { exampleDescriptor } from '../compat/testing.js';
-import { mintAttestation } from '../contract/attestation.js';
+import { mintAttestation, promptTokenDigestOf } from '../contract/attestation.js';
 import type { TransferContract } from '../contract/contract.js';
 import { createDevKeyRing } from '../contract/keys.js';
 import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from '../contract/testing.js';
@@ -38,6 +38,25 @@ describe('checkAttestedTransfer', () => {
     const r = checkAttestedTransfer(input(params(), { localPromptTokens: 39 }));
     expect(codeOf(r)).toBe('incompatible_transfer/prompt_tokens_mismatch');
     expect(r.ok ? '' : r.error.error.reason).toContain("prefill tokenized 41 tokens, this decode worker's tokenizer gives 39: tokenizer or chat template differ");
+  });
+
+  it('refuses the same prompt token count with other token ids, naming the count', () => {
+    const ids = Array.from({ length: 41 }, (_, i) => 1000 + i);
+    const attested = params({ promptTokenDigest: promptTokenDigestOf(ids) });
+    expect(checkAttestedTransfer(input(attested, { localPromptTokenDigest: promptTokenDigestOf(ids) })).ok).toBe(true);
+    const r = checkAttestedTransfer(input(attested, { localPromptTokenDigest: promptTokenDigestOf(ids.map((id) => id + 7)) }));
+    expect(codeOf(r)).toBe('incompatible_transfer/prompt_tokens_mismatch');
+    expect(r.ok ? '' : r.error.error.reason).toMatch(
+      /^prefill and this decode worker tokenized the prompt into different token ids \(same count 41\): tokenizer or chat template differ/,
+    );
+    // A different count is still reported as such, not as an id mismatch.
+    const fewer = checkAttestedTransfer(input(attested, { localPromptTokens: 40, localPromptTokenDigest: promptTokenDigestOf(ids.slice(1)) }));
+    expect(fewer.ok ? '' : fewer.error.error.reason).toMatch(/^prefill tokenized 41 tokens, this decode worker's tokenizer gives 40/);
+  });
+
+  it('falls back to the count when either side has no digest (older prefill sidecar, worker without token ids)', () => {
+    expect(checkAttestedTransfer(input(params(), { localPromptTokenDigest: promptTokenDigestOf([1, 2, 3]) })).ok).toBe(true);
+    expect(checkAttestedTransfer(input(params({ promptTokenDigest: promptTokenDigestOf([1, 2, 3]) }))).ok).toBe(true);
   });
 
   it('refuses missing, forged, expired, misdirected and spliced attestations', () => {

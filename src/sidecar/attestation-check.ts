@@ -1,11 +1,12 @@
 /**
  * The decode side's last check before its worker consumes any KV: the prefill sidecar's signed attestation against
- * the contract, this worker's own fingerprint and prompt token count, the `kv_transfer_params` it came with, and the
- * connector's transfer rules for the attested block size and layout. Pure.
+ * the contract, this worker's own fingerprint, prompt token count and prompt token ids (by digest, when both sides
+ * have one), the `kv_transfer_params` it came with, and the connector's transfer rules for the attested block size
+ * and layout. Pure.
  *
- * Codes: a fingerprint or group that is not the contract's is 409 `mixed_revision`; a prompt token count, layout or
- * connector rule that does not fit is 409 `incompatible_transfer` (the KV would be read as something else); a
- * missing, forged, expired or misdirected attestation is 409 `attestation_invalid`.
+ * Codes: a fingerprint or group that is not the contract's is 409 `mixed_revision`; a prompt token count or ids,
+ * layout or connector rule that does not fit is 409 `incompatible_transfer` (the KV would be read as something
+ * else); a missing, forged, expired or misdirected attestation is 409 `attestation_invalid`.
  */
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { checkTransfer, type CompatMode } from '../compat/connector-rules.js';
@@ -23,6 +24,12 @@ export interface AttestationCheckInput {
   readonly fingerprint: string;
   /** The prompt token count THIS worker's tokenizer and template give for the request. */
   readonly localPromptTokens: number;
+  /**
+   * `promptTokenDigestOf` the prompt token ids THIS worker gives, when it listed them. Compared with the attested
+   * digest when the attestation has one; otherwise (older prefill sidecar, worker without token ids) the count alone
+   * decides, as before.
+   */
+  readonly localPromptTokenDigest?: string | undefined;
   readonly compatMode: CompatMode;
   readonly keys: KeyRing;
   readonly nowMs: number;
@@ -49,19 +56,18 @@ export function checkAttestedTransfer(input: AttestationCheckInput): Result<{ at
   if (typeof token !== 'string') {
     return refuse('missing', 'attestation_invalid', 'the prefill leg returned kv_transfer_params without a kvgate attestation; KV of unknown origin is never consumed');
   }
-  const verified = verifyAttestation(token, input.keys, input.nowMs, { contract: input.contract, fingerprint: input.fingerprint, layout: input.descriptor.kvCache.layout });
+  const verified = verifyAttestation(token, input.keys, input.nowMs, {
+    contract: input.contract,
+    fingerprint: input.fingerprint,
+    promptTokens: input.localPromptTokens,
+    promptTokenDigest: input.localPromptTokenDigest,
+    layout: input.descriptor.kvCache.layout,
+  });
   if (!verified.ok) {
     const f = verified.error;
     return refuse(f.reason, CODE_BY_REASON[f.reason] ?? 'attestation_invalid', f.message);
   }
   const a = verified.value;
-  if (a.promptTokens !== input.localPromptTokens) {
-    return refuse(
-      'prompt_tokens_mismatch',
-      'incompatible_transfer',
-      `prefill tokenized ${a.promptTokens} tokens, this decode worker's tokenizer gives ${input.localPromptTokens}: tokenizer or chat template differ; the prefilled KV would be read against the wrong positions`,
-    );
-  }
   if (params['remote_engine_id'] !== a.engineId) {
     return refuse('engine_mismatch', 'attestation_invalid', `the attestation covers engine ${a.engineId}, but kv_transfer_params point at engine ${String(params['remote_engine_id'])}; the parameters were not the ones attested`);
   }

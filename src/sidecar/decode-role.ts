@@ -4,7 +4,7 @@
  *
  *   contract verified (server.ts) -> prefill leg (same group, retried safely) || count the prompt on MY worker
  *                                    || my worker's GET /version against the probed one (launch-check.ts)
- *   -> attestation verified against contract, my fingerprint, my token count, the connector rules
+ *   -> attestation verified against contract, my fingerprint, my token count and ids, the connector rules
  *   -> original request + attested kv_transfer_params -> local worker -> stream to the client
  *
  * A contract without a prefill leg is served locally. A transfer the worker reports as failed before any token
@@ -13,6 +13,7 @@
  * (`afterPrefillRefusal`); a token count that disagrees never is, since it may be this worker that changed.
  */
 import type http from 'node:http';
+import { promptTokenDigestOf } from '../contract/attestation.js';
 import type { TransferContract } from '../contract/contract.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { checkAttestedTransfer } from './attestation-check.js';
@@ -22,6 +23,7 @@ import { confirmDecodeWorker } from './launch-check.js';
 import { checkClientKvParams, kvParamsOf, toPrefillBody, toPromptCount } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import { runPrefillLeg } from './prefill-leg.js';
+import { tokenizeResult } from './prompt-ids.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 
 /** Handle one decode request whose contract already verified (server.ts). */
@@ -62,7 +64,8 @@ export async function serveDecode(
     contract,
     descriptor: ctx.config.descriptor,
     fingerprint: ctx.config.fingerprint,
-    localPromptTokens: count.value,
+    localPromptTokens: count.value.count,
+    localPromptTokenDigest: count.value.digest,
     compatMode: ctx.config.compatMode,
     keys: ctx.keys,
     nowMs: ctx.now(),
@@ -70,7 +73,8 @@ export async function serveDecode(
   if (!checked.ok) {
     ctx.metrics.attestationFailures.inc({ reason: checked.error.reason });
     call.logger.warn({ event: 'attestation_refused', reason: checked.error.reason }, checked.error.error.reason);
-    // Either side's tokenizer may have changed; a fresh probe of this worker tells the gate if it was this one.
+    // Either side's tokenizer or template may have changed (other count, or same count and other ids); a fresh probe
+    // of this worker tells the gate if it was this one.
     if (checked.error.reason === 'prompt_tokens_mismatch') void ctx.reverify();
     return refuse(checked.error.error);
   }
@@ -170,11 +174,14 @@ function withoutKvParams(body: Record<string, unknown>): Record<string, unknown>
   return rest;
 }
 
-/** This worker's prompt token count for the request, rendered exactly as its completion path renders it. */
-async function countPromptTokens(ctx: SidecarContext, call: IncomingCall, headers: Record<string, string>): Promise<Result<number, KvgateError>> {
+/**
+ * This worker's prompt token count for the request, rendered exactly as its completion path renders it, and the
+ * digest of the token ids when `/tokenize` lists them (vLLM does).
+ */
+async function countPromptTokens(ctx: SidecarContext, call: IncomingCall, headers: Record<string, string>): Promise<Result<LocalPrompt, KvgateError>> {
   const how = toPromptCount(call.endpoint, call.body);
   if (!how.ok) return how;
-  if (how.value.kind === 'known') return ok(how.value.count);
+  if (how.value.kind === 'known') return ok({ count: how.value.ids.length, digest: promptTokenDigestOf(how.value.ids) });
   const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/tokenize`, { body: how.value.body, headers, timeoutMs: ctx.config.probe.timeoutMs, signal: call.signal });
   if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker could not tokenize the prompt: ${reply.error.message}`));
   if (reply.value.status !== 200) {
@@ -183,9 +190,11 @@ async function countPromptTokens(ctx: SidecarContext, call: IncomingCall, header
   }
   const parsed = parseJsonObject(reply.value.text, 'the /tokenize answer');
   if (!parsed.ok) return err(new KvgateError('worker_error', parsed.error.reason));
-  const count = parsed.value['count'];
-  const tokens = parsed.value['tokens'];
-  if (typeof count === 'number' && Number.isInteger(count)) return ok(count);
-  if (Array.isArray(tokens)) return ok(tokens.length);
-  return err(new KvgateError('worker_error', 'the /tokenize answer has neither count nor tokens'));
+  const local = tokenizeResult(parsed.value);
+  return local === undefined ? err(new KvgateError('worker_error', 'the /tokenize answer has neither count nor tokens')) : ok(local);
+}
+
+interface LocalPrompt {
+  readonly count: number;
+  readonly digest?: string | undefined;
 }

@@ -57,8 +57,8 @@ describe('toPromptCount', () => {
   it('completions: text is tokenised with special tokens, token ids are counted, batches are refused', () => {
     expect(toPromptCount('completions', { model: 'm', prompt: 'hello' })).toEqual({ ok: true, value: { kind: 'tokenize', body: { model: 'm', prompt: 'hello', add_special_tokens: true } } });
     expect(toPromptCount('completions', { model: 'm', prompt: ['hello'] }).ok).toBe(true);
-    expect(toPromptCount('completions', { model: 'm', prompt: [1, 2, 3] })).toEqual({ ok: true, value: { kind: 'known', count: 3 } });
-    expect(toPromptCount('completions', { model: 'm', prompt: [[1, 2]] })).toEqual({ ok: true, value: { kind: 'known', count: 2 } });
+    expect(toPromptCount('completions', { model: 'm', prompt: [1, 2, 3] })).toEqual({ ok: true, value: { kind: 'known', ids: [1, 2, 3] } });
+    expect(toPromptCount('completions', { model: 'm', prompt: [[1, 2]] })).toEqual({ ok: true, value: { kind: 'known', ids: [1, 2] } });
     const batch = toPromptCount('completions', { model: 'm', prompt: ['a', 'b'] });
     expect(batch.ok ? undefined : batch.error.code).toBe('bad_request');
     expect(toPromptCount('completions', { prompt: 'x' }).ok).toBe(false);

@@ -64,8 +64,8 @@ export function checkClientKvParams(body: Readonly<Record<string, unknown>>, rol
   );
 }
 
-/** How to count a request's prompt tokens on a worker: already known (token ids), or a `/tokenize` body. */
-export type PromptCount = { readonly kind: 'known'; readonly count: number } | { readonly kind: 'tokenize'; readonly body: Record<string, unknown> };
+/** How to count a request's prompt tokens on a worker: already known (the client sent token ids), or a `/tokenize` body. */
+export type PromptCount = { readonly kind: 'known'; readonly ids: readonly number[] } | { readonly kind: 'tokenize'; readonly body: Record<string, unknown> };
 
 const CHAT_TOKENIZE_FIELDS = ['chat_template', 'chat_template_kwargs', 'tools', 'documents', 'mm_processor_kwargs'] as const;
 
@@ -93,7 +93,7 @@ export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, 
   }
   let prompt = body['prompt'];
   if (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) prompt = prompt[0];
-  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t))) return ok({ kind: 'known', count: prompt.length });
+  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t))) return ok({ kind: 'known', ids: prompt as number[] });
   if (typeof prompt === 'string') return ok({ kind: 'tokenize', body: { model, prompt, add_special_tokens: body['add_special_tokens'] ?? true } });
   return err(new KvgateError('bad_request', 'a disaggregated completion needs one prompt (a string or a list of token ids); send batches as separate requests'));
 }

@@ -3,7 +3,7 @@
  * signed attestation returned that the decode side can verify.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { verifyAttestation } from '../contract/attestation.js';
+import { promptTokenDigestOf, verifyAttestation } from '../contract/attestation.js';
 import { verifyContract } from '../contract/contract.js';
 import { startTestSim, postJson } from '../sim/testing.js';
 import type { SimServer } from '../sim/server.js';
@@ -34,7 +34,8 @@ describe('prefill role', () => {
     const [sent] = p.spy.workCalls(sim.url);
     expect(sent!.url).toBe(`${sim.url}/v1/completions`);
     expect(sent!.headers['x-request-id']).toBe(c.requestId);
-    expect(sent!.body).toEqual({ model: MODEL, prompt: 'The capital of France is', max_tokens: 1, stream: false, kv_transfer_params: { ...PREFILL_KV_PARAMS } });
+    // As vLLM's proxies send it, plus return_token_ids so the prompt token ids can be attested.
+    expect(sent!.body).toEqual({ model: MODEL, prompt: 'The capital of France is', max_tokens: 1, stream: false, kv_transfer_params: { ...PREFILL_KV_PARAMS }, return_token_ids: true });
     const params = r.body.kv_transfer_params as Record<string, unknown>;
     expect(params).toMatchObject({ do_remote_prefill: true, remote_engine_id: sim.engineId });
     const contractValue = verifyContract(gateHeaders(c)['x-kvgate-contract']!, TEST_KEYS, Date.now());
@@ -45,6 +46,28 @@ describe('prefill role', () => {
     expect(a.ok && a.value).toMatchObject({ requestId: c.requestId, groupId: c.groupId, tenantScope: 'tenant:acme', blockSize: 16, layout: 'HND', engineId: sim.engineId, promptTokens: r.body.usage.prompt_tokens });
     expect(r.body.usage.prompt_tokens).toBeGreaterThan(3);
     expect(p.sidecar.status().engineId).toBe(sim.engineId);
+    // The digest covers the ids the worker tokenized the prompt into (the same ids its /tokenize lists).
+    const tokenized = await postJson(`${sim.url}/tokenize`, { model: MODEL, prompt: 'The capital of France is' });
+    expect(a.ok && a.value.promptTokenDigest).toBe(promptTokenDigestOf(tokenized.body.tokens as number[]));
+    // The client did not ask for token ids, so the answer carries none.
+    expect(r.body.choices[0]).toMatchObject({ token_ids: null, prompt_token_ids: null });
+  });
+
+  it('keeps the token ids in the answer when the client asked for them, and attests the chat prompt ids', async () => {
+    const c = contract();
+    const messages = [{ role: 'user', content: 'Name three rivers.' }];
+    const r = await postJson(`${p.sidecar.url}/v1/chat/completions`, { model: MODEL, messages, return_token_ids: true }, gateHeaders(c));
+    expect(r.status).toBe(200);
+    const ids = r.body.prompt_token_ids as number[];
+    expect(ids).toHaveLength(r.body.usage.prompt_tokens);
+    expect(r.body.choices[0].token_ids).toHaveLength(1);
+    const tokenized = await postJson(`${sim.url}/tokenize`, { model: MODEL, messages });
+    expect(tokenized.body.tokens).toEqual(ids);
+    const contractValue = verifyContract(gateHeaders(c)['x-kvgate-contract']!, TEST_KEYS, Date.now());
+    if (!contractValue.ok) throw new Error('contract');
+    const token = (r.body.kv_transfer_params as Record<string, unknown>)['kvgate'] as string;
+    const a = verifyAttestation(token, TEST_KEYS, Date.now(), { contract: contractValue.value, fingerprint: p.config.fingerprint, promptTokens: ids.length, promptTokenDigest: promptTokenDigestOf(ids) });
+    expect(a.ok && a.value.promptTokenDigest).toBe(promptTokenDigestOf(ids));
   });
 
   it('accepts the exact prefill kv_transfer_params a decode sidecar sends, and refuses any other', async () => {

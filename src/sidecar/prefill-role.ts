@@ -1,7 +1,9 @@
 /**
  * The prefill role: run a verified request's prefill on the local worker exactly as vLLM's proxies do (one output
- * token, `do_remote_decode`), and sign what was computed: fingerprint, prompt token count, block size and layout,
- * engine id, request, group and tenant scope. Only answers from the launch the last probe verified are signed
+ * token, `do_remote_decode`), and sign what was computed: fingerprint, prompt token count and (when the worker returns
+ * the prompt token ids) their digest, block size and layout, engine id, request, group and tenant scope. The ids
+ * are asked for with `return_token_ids` and taken out of the answer again unless the client asked for them too.
+ * Only answers from the launch the last probe verified are signed
  * (launch-check.ts): a worker upgraded in place since is re-probed first, and refused with 409
  * `incompatible_transfer` unless it still matches its declaration. The attestation rides back inside `kv_transfer_params` under
  * `kvgate`, so the decode side can check it before it lets its worker pull a single block.
@@ -15,6 +17,7 @@ import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js
 import { confirmPrefillEngine } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
 import type { Outcome } from './outcome.js';
+import { attestableDigest, clientWantsTokenIds, withoutTokenIds, withTokenIdsRequested } from './prompt-ids.js';
 
 function servedBy(ctx: SidecarContext): Record<string, string> {
   return ctx.config.advertise === undefined ? {} : { [SERVED_BY_HEADER]: ctx.config.advertise };
@@ -37,7 +40,7 @@ export async function servePrefill(ctx: SidecarContext, call: IncomingCall, cont
     return { outcome: 'refused', code: forbidden.error.code };
   }
   const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}${call.path}`, {
-    body: toPrefillBody(call.body),
+    body: withTokenIdsRequested(toPrefillBody(call.body)),
     headers: forwardHeaders(call, requestId),
     timeoutMs: ctx.config.prefill.timeoutMs,
     signal: call.signal,
@@ -53,17 +56,19 @@ export async function servePrefill(ctx: SidecarContext, call: IncomingCall, cont
   const parsed = parseJsonObject(reply.value.text, "the prefill worker's answer");
   if (!parsed.ok) return fail(new KvgateError('worker_error', parsed.error.reason));
   const response = parsed.value;
+  // What the client gets is the worker's answer as it would be without the token ids this sidecar asked for.
+  const answer = clientWantsTokenIds(call.body) ? response : withoutTokenIds(response);
   const params = kvParamsOf(response);
   if (params === undefined) {
     // vLLM keeps no blocks for this request (e.g. it stopped on EOS); the decode side prefills locally.
     call.logger.info({ event: 'prefill_without_kv' }, 'the prefill worker returned no kv_transfer_params');
-    sendJson(res, 200, response, servedBy(ctx));
+    sendJson(res, 200, answer, servedBy(ctx));
     return { outcome: 'served' };
   }
   const attested = await attest(ctx, call, contract, response, params);
   // The blocks the refused prefill holds are never pulled; the worker frees them when their lease lapses.
   if (!attested.ok) return fail(attested.error, attested.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
-  sendJson(res, 200, { ...response, kv_transfer_params: { ...params, [ATTESTATION_KEY]: attested.token } }, servedBy(ctx));
+  sendJson(res, 200, { ...answer, kv_transfer_params: { ...params, [ATTESTATION_KEY]: attested.token } }, servedBy(ctx));
   return { outcome: 'served' };
 }
 
@@ -88,6 +93,10 @@ async function attest(
   }
   const launch = await confirmPrefillEngine(ctx, engineId, call.logger);
   if (!launch.ok) return { ok: false, error: launch.error };
+  const ids = attestableDigest(response, promptTokens);
+  if (ids.inconsistent !== undefined) {
+    call.logger.warn({ event: 'prompt_ids_inconsistent', promptTokens, promptTokenIds: ids.inconsistent }, 'the prefill worker returned prompt token ids that disagree with usage.prompt_tokens; attesting the count alone');
+  }
   const now = ctx.now();
   const token = mintAttestation(
     {
@@ -96,6 +105,7 @@ async function attest(
       fingerprint: ctx.config.fingerprint,
       tenantScope: contract.tenantScope,
       promptTokens,
+      promptTokenDigest: ids.digest,
       blockSize: ctx.config.descriptor.kvCache.blockSize,
       layout: ctx.config.descriptor.kvCache.layout,
       engineId,
