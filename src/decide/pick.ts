@@ -58,7 +58,11 @@ export function eligibleEndpoints(
       continue;
     }
     const causes = new Map<string, string[]>();
-    const note = (cause: string, address: string) => causes.set(cause, [...(causes.get(cause) ?? []), address]);
+    const note = (cause: string, address: string): void => {
+      const list = causes.get(cause);
+      if (list === undefined) causes.set(cause, [address]);
+      else list.push(address);
+    };
     const states = view.endpoints(pool.name);
     for (const ep of states) {
       if (excluded(ep.address)) {
@@ -86,17 +90,57 @@ function describeAddresses(addresses: readonly string[]): string {
   return `${addresses.length} endpoints (${shown}${addresses.length > 3 ? ', ...' : ''}) are`;
 }
 
-/** Least in flight; ties by the stable hash of (request id, address). */
+/**
+ * Least in flight; ties broken by a hash of (request id, address), so the choice depends on neither array order nor
+ * replica. One string hash per request plus a cached one per address: cheap integer mixing per candidate, no
+ * allocation, so a decision over 1,000 endpoints stays a single pass.
+ */
 export function pickLeastLoaded(candidates: readonly Candidate[], requestId: string): Candidate | undefined {
+  const r = fnv1a(`kvgate-pick\n${requestId}`);
   let best: Candidate | undefined;
-  let bestKey = Infinity;
+  let bestLoad = Infinity;
+  let bestTie = Infinity;
   for (const c of candidates) {
-    const tie = stableUnit('kvgate-pick', requestId, c.endpoint.address);
-    const key = c.endpoint.inFlight + tie; // tie is in [0, 1): never outweighs one request in flight
-    if (key < bestKey) {
+    const load = c.endpoint.inFlight;
+    if (load > bestLoad) continue;
+    const tie = mix32(r ^ addressHash(c.endpoint.address));
+    if (load < bestLoad || tie < bestTie) {
       best = c;
-      bestKey = key;
+      bestLoad = load;
+      bestTie = tie;
     }
   }
   return best;
+}
+
+const ADDRESS_HASHES = new Map<string, number>();
+const MAX_CACHED_ADDRESSES = 65_536;
+
+function addressHash(address: string): number {
+  let h = ADDRESS_HASHES.get(address);
+  if (h === undefined) {
+    h = fnv1a(address);
+    if (ADDRESS_HASHES.size < MAX_CACHED_ADDRESSES) ADDRESS_HASHES.set(address, h);
+  }
+  return h;
+}
+
+/** FNV-1a, 32 bit. */
+function fnv1a(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** A 32-bit finaliser (lowbias32): spreads the xor of two hashes over the whole range. */
+function mix32(x: number): number {
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x7feb352d);
+  x ^= x >>> 15;
+  x = Math.imul(x, 0x846ca68b);
+  x ^= x >>> 16;
+  return x >>> 0;
 }

@@ -14,7 +14,7 @@ import type { Decision, Refusal } from '../decide/types.js';
 import { readHeaderMap, type ReceivedHeaders } from '../envoy/headers.js';
 import { hopMutation, refusalResponse, responseHeadersMutation, routeMutation, stripForged } from '../envoy/responses.js';
 import { fromFilterMetadata } from '../envoy/struct.js';
-import type { BodySendMode, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
+import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import type { Decided, DecideHooks, Decider, Listener, RawRequest } from './decider.js';
 import type { GateMetrics } from './metrics.js';
 
@@ -37,7 +37,8 @@ export class ExtProcSession {
   readonly #deps: SessionDeps;
   readonly #listener: Listener;
   readonly #send: SendEarly | undefined;
-  readonly #abort = new AbortController();
+  /** Created only for a decision in progress, so finished streams do not each pay for an abort. */
+  #abort: AbortController | undefined;
   /** The message state an `override_message_timeout` was already sent for (Envoy honours one per state). */
   #extendedFor: 'request_headers' | 'request_body' | undefined;
   #log: Logger;
@@ -46,7 +47,9 @@ export class ExtProcSession {
   #bodyMode: BodySendMode | undefined;
   #metadata: Record<string, Record<string, unknown>> = {};
   #chunks: Uint8Array[] = [];
-  #decided: Decided | undefined;
+  /** What the response-headers answer stamps, kept instead of the whole decision once the request is bound. */
+  #responseMutation: WireCommonResponse | undefined;
+  #release: (() => void) | undefined;
   #finished = false;
 
   /**
@@ -92,8 +95,7 @@ export class ExtProcSession {
       case 'request_trailers':
         return { request_trailers: {} };
       case 'response_headers': {
-        const d = this.#decided?.decision;
-        return { response_headers: { response: d?.kind === 'route' ? responseHeadersMutation(d) : {} } };
+        return { response_headers: { response: this.#responseMutation ?? {} } };
       }
       case 'response_body':
         return { response_body: { response: {} } };
@@ -136,9 +138,12 @@ export class ExtProcSession {
     const raw = this.#rawRequest(phase === 'request_body', truncated);
     let decided: Decided;
     try {
+      this.#abort = new AbortController();
       decided = await this.#deps.decider.decide(raw, this.#abort.signal, this.#hooks(phase));
     } catch (e) {
       return this.#refuse(phase, KvgateError.from(e));
+    } finally {
+      this.#abort = undefined;
     }
     if (this.#finished) {
       // The stream ended while the decider held the request (a queued client went away): nothing is sent, and
@@ -146,9 +151,10 @@ export class ExtProcSession {
       decided.release?.();
       return wrap(phase, {});
     }
-    this.#decided = decided;
+    this.#release = decided.release;
     const d = decided.decision;
     this.#record(d, Number(process.hrtime.bigint() - started) / 1e9);
+    this.#chunks = []; // the body was decided on: do not hold it (or its buffer slab) for the life of the stream
     const forged = this.#received?.forged ?? [];
     switch (d.kind) {
       case 'refuse':
@@ -163,6 +169,8 @@ export class ExtProcSession {
         });
         const out = wrap(phase, m.common);
         if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
+        // Keep only what the response phase needs, not the decision's trace, body and contract.
+        this.#responseMutation = responseHeadersMutation(d);
         return out;
       }
     }
@@ -211,7 +219,6 @@ export class ExtProcSession {
       trace: [`${phase}: ${e.reason}`],
     };
     if (e.code === 'internal') this.#log.error({ err: e }, 'ext_proc stream failed; refusing the request (fail closed)');
-    this.#decided = { decision: refusal };
     this.#record(refusal, 0);
     return { immediate_response: refusalResponse(refusal) };
   }
@@ -236,8 +243,8 @@ export class ExtProcSession {
   finish(): void {
     if (this.#finished) return;
     this.#finished = true;
-    this.#abort.abort();
-    this.#decided?.release?.();
+    this.#abort?.abort(); // only while a decision is in progress (a queued request whose client went away)
+    this.#release?.();
   }
 }
 
