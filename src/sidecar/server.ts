@@ -15,6 +15,7 @@ import { H } from '../headers.js';
 import { compareObservation } from './compare.js';
 import type { SidecarConfig } from './config.js';
 import { checkContract } from './contract-check.js';
+import { createReplayGuard, type ReplayGuard } from './replay-guard.js';
 import { headerValue, type IncomingCall, type SidecarContext } from './context.js';
 import { serveDecode } from './decode-role.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
@@ -53,6 +54,7 @@ interface Runtime {
   readonly ctx: SidecarContext;
   readonly state: SidecarState;
   readonly registry: Registry;
+  readonly replay: ReplayGuard;
 }
 
 /** Start a sidecar: listen, probe the worker once, then keep probing. Resolves when it is ready to serve. */
@@ -73,7 +75,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     status: () => state.status(),
     reverify: (accept) => loop.reverify(accept),
   };
-  const rt: Runtime = { ctx, state, registry: deps.registry };
+  const rt: Runtime = { ctx, state, registry: deps.registry, replay: createReplayGuard() };
   const loop = createProbeLoop(rt);
   const server = http.createServer((req, res) => {
     void route(rt, req, res).catch((e: unknown) => {
@@ -266,6 +268,18 @@ async function runCompletion(
     c.logger.warn({ event: 'contract_refused', reason: contract.error.reason }, contract.error.error.reason);
     return refuse(contract.error.error);
   }
+  const requestId = contract.value.requestId;
+  if (!rt.replay.claim(requestId, contract.value.expiresAtMs, rt.ctx.now())) {
+    metrics.contractFailures.inc({ reason: 'replayed' });
+    c.logger.warn({ event: 'contract_refused', reason: 'replayed' }, 'contract replayed');
+    return refuse(
+      new KvgateError('contract_invalid', `request ${requestId} was already admitted by this worker under this contract; a transfer contract covers exactly one request - send new requests through the gate`),
+    );
+  }
   const call: IncomingCall = { endpoint: c.endpoint, path: c.path, body: body.value, headers: req.headers, requestId: c.requestId, signal: c.signal, logger: c.logger };
-  return config.role === 'prefill' ? servePrefill(rt.ctx, call, contract.value, res) : serveDecode(rt.ctx, call, contract.value, token!, res);
+  const outcome = config.role === 'prefill' ? await servePrefill(rt.ctx, call, contract.value, res) : await serveDecode(rt.ctx, call, contract.value, token!, res);
+  // A prefill attempt that did not run may be retried here (the decode side's retry names failed endpoints, but a
+  // direct-mode retry can come back); a decode request is never admitted twice.
+  if (config.role === 'prefill' && (outcome.outcome === 'failed' || outcome.outcome === 'refused')) rt.replay.release(requestId);
+  return outcome;
 }
