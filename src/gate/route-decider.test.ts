@@ -277,3 +277,16 @@ describe('route decider: reloads and drains under traffic', () => {
     expect(g.inFlight.inFlight(B_DECODE)).toBe(0);
   });
 });
+
+describe('the internal listener', () => {
+  it('refuses a request without a transfer contract (it carries only prefill legs)', async () => {
+    const r = rig(queueTableValue());
+    const d = await r.decider.decide({ ...rawRequest('int-1'), listener: 'internal' }, signal());
+    expect(d.decision).toMatchObject({ kind: 'refuse', code: 'contract_invalid' });
+    expect(d.decision.kind === 'refuse' && d.decision.message).toMatch(/internal listener carries only prefill legs/);
+    // The same request on the public listener is bound as usual.
+    const pub = await r.decider.decide(rawRequest('pub-1'), signal());
+    expect(pub.decision.kind).toBe('route');
+    r.decider.close();
+  });
+});

@@ -97,6 +97,19 @@ export function createRouteDecider(deps: RouteDeciderDeps): RouteDecider {
 
   return {
     decide(req: RawRequest, signal: AbortSignal, hooks?: DecideHooks): Decided | Promise<Decided> {
+      if (req.listener === 'internal' && req.gateOwned[H.contract] === undefined) {
+        // The internal listener exists for prefill legs; anything else there is a misconfigured or hostile caller.
+        return {
+          decision: {
+            kind: 'refuse',
+            requestId: req.requestId,
+            code: 'contract_invalid',
+            message:
+              "the internal listener carries only prefill legs, and this request has no x-kvgate-contract; send client requests to Envoy's public listener",
+            trace: ['internal listener without a transfer contract: refused'],
+          },
+        };
+      }
       const { table, view } = deps.state();
       const maxWaitMs = waitCapMs(maxMessageTimeoutMs);
       const canWait = hooks?.canExtendTimeout === true && maxWaitMs >= 1;
