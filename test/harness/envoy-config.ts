@@ -127,9 +127,15 @@ function readHcm(r: ConfigReader, value: unknown, path: string): HcmConfig | und
     'stat_prefix',
     'codec_type',
     'stream_idle_timeout',
+    // The harness never rewrites x-request-id (it adds one only when absent), which is what Envoy does with this set
+    // to true or for requests it classes as internal; false would mean regenerating it for edge requests.
+    'preserve_external_request_id',
     'route_config',
     'http_filters',
   ]);
+  if (o['preserve_external_request_id'] !== undefined && r.bool(o['preserve_external_request_id'], `${tp}.preserve_external_request_id`, false) !== true) {
+    r.issue(`${tp}.preserve_external_request_id`, `false ${UNSUPPORTED} (the harness always preserves x-request-id)`);
+  }
   r.enumOf(o['codec_type'], `${tp}.codec_type`, ['AUTO', 'HTTP1'], 'AUTO');
   const statPrefix = r.requiredStr(o['stat_prefix'], `${tp}.stat_prefix`) ?? '';
   const rc = r.obj(r.need(o['route_config'], `${tp}.route_config`), `${tp}.route_config`, [
