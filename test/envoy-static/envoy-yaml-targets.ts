@@ -121,9 +121,12 @@ function bootstrapTarget(label: string, value: unknown, basePath: PathSegment[],
   return { kind: 'message', label, typeName: BOOTSTRAP_TYPE, value, basePath, partial: false, source };
 }
 
-/** A mapping with one of the bootstrap's usual top-level keys (a ConfigMap may hold other YAML too). */
+/**
+ * A mapping with the bootstrap's resource keys (a ConfigMap may hold other YAML too: kvgate's own gate.yaml has an
+ * `admin:` key of its own, a string, so `admin` alone does not make a bootstrap).
+ */
 function looksLikeBootstrap(value: unknown): boolean {
-  const keys = ['static_resources', 'staticResources', 'dynamic_resources', 'dynamicResources', 'admin', 'node'];
+  const keys = ['static_resources', 'staticResources', 'dynamic_resources', 'dynamicResources'];
   return isPlainObject(value) && keys.some((k) => k in value);
 }
 
