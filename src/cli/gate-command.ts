@@ -53,7 +53,9 @@ export async function gateCommand(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const running = gate;
-  process.on('SIGHUP', () => void running.policy.reload('SIGHUP'));
+  process.on('SIGHUP', () => {
+    running.policy.reload('SIGHUP').catch((e: unknown) => logger.error({ err: e }, 'route table reload failed'));
+  });
   return new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       logger.info({ signal }, 'shutting down');

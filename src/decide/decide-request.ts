@@ -6,7 +6,7 @@ import { KvgateError } from '../errors.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { decide, type DecideContext } from './decide.js';
 import { refusalFromError } from './refusal.js';
-import { parseOpenAiBody } from './request-facts.js';
+import { parseOpenAiBody, tenantOf } from './request-facts.js';
 import type { CoreDecision, OpenAiRequest, RequestFacts } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
@@ -34,16 +34,19 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
   const { body, bodyTruncated, ...rest } = raw;
   if (rest.hop !== undefined || rest.contract !== undefined) return { decision: decide(rest, table, view, ctx) };
   const trace = [`request ${raw.requestId}: ${raw.method} ${raw.path}`];
+  // The trusted tenant, for the audit line of a refusal that happens before the decision proper.
+  const who = tenantOf(rest, table.tenancy);
+  const tenant = who.kind === 'found' ? who.tenant : null;
   if (bodyTruncated === true) {
     const error = new KvgateError(
       'body_too_large',
       `the request body is larger than the gateway buffers (limit ${table.limits.maxBodyBytes} bytes); shorten the prompt or ask the operator to raise limits.maxBodyBytes and Envoy's buffer limit`,
     );
-    return { decision: refusalFromError(raw.requestId, error, trace) };
+    return { decision: refusalFromError(raw.requestId, error, trace, tenant) };
   }
   if (body === undefined) return { decision: decide(rest, table, view, ctx) };
   const parsed = parseOpenAiBody(raw.path, body, table.limits);
-  if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace) };
+  if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace, tenant) };
   const facts: RequestFacts = { ...rest, body: parsed.value };
   return { decision: decide(facts, table, view, ctx), request: parsed.value, facts };
 }

@@ -65,6 +65,14 @@ export function decideHop(
       { tenant: c.tenant },
     );
   }
+  // Inside the group, but the gate bound this request without a prefill leg: none may run for it.
+  if (c.prefill === null) {
+    return refuse(id, 'contract_invalid', `the contract of request ${id} has no prefill leg (the gate bound it to be served without disaggregation); a prefill leg for it is refused`, trace, { tenant: c.tenant });
+  }
+  const revision = table.revisions.get(c.revision);
+  if (revision !== undefined && !revision.transfer.allowed) {
+    return refuse(id, 'incompatible_transfer', `revision ${c.revision} cannot move KV between workers (${revision.transfer.reasons.join('; ')}); it is served without disaggregation only`, trace, { tenant: c.tenant });
+  }
   const prefillPools = cluster.pools.filter((p) => p.role !== 'decode');
   if (prefillPools.length === 0) {
     return refuse(id, 'bad_request', `cluster ${clusterName} has only decode pools; send the prefill leg to a prefill (or both) cluster of group ${c.groupId}${hint}`, trace, { tenant: c.tenant });

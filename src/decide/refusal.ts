@@ -32,6 +32,11 @@ export function refuse(
 }
 
 /** A refusal from a parser's KvgateError (e.g. `parseOpenAiBody`), keeping its code and client-safe message. */
-export function refusalFromError(requestId: string, error: KvgateError, trace: readonly string[] = []): Refusal {
-  return refuse(requestId, error.code, error.reason, [...trace, `request rejected: ${error.reason}`]);
+export function refusalFromError(
+  requestId: string,
+  error: KvgateError,
+  trace: readonly string[] = [],
+  tenant?: string | null,
+): Refusal {
+  return refuse(requestId, error.code, error.reason, [...trace, `request rejected: ${error.reason}`], tenant === undefined ? {} : { tenant });
 }

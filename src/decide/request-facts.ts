@@ -47,8 +47,9 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
   try {
     json = JSON.parse(text);
   } catch (e) {
-    const why = e instanceof Error ? e.message : 'syntax error';
-    return bad(`the request body is not valid JSON (${why}); send a JSON object such as {"model": "...", "messages": [...]}`);
+    // Only the position: the parser's own message quotes the body, and prompt text never goes into errors or logs.
+    const at = /position (\d+)/.exec(e instanceof Error ? e.message : '')?.[1];
+    return bad(`the request body is not valid JSON${at === undefined ? '' : ` (syntax error at byte ${at})`}; send a JSON object such as {"model": "...", "messages": [...]}`);
   }
   if (json === null || typeof json !== 'object' || Array.isArray(json)) {
     return bad('the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}');

@@ -18,8 +18,9 @@ export interface ReceivedHeaders {
 const decoder = new TextDecoder('utf-8', { fatal: false });
 
 export function readHeaderMap(map: WireHeaderMap | undefined): ReceivedHeaders {
-  const headers: Record<string, string> = {};
-  const gateOwned: Record<string, string> = {};
+  // No prototype: a header named `constructor` or `__proto__` is just a header.
+  const headers: Record<string, string> = Object.create(null) as Record<string, string>;
+  const gateOwned: Record<string, string> = Object.create(null) as Record<string, string>;
   const forged = new Set<string>();
   for (const h of map?.headers ?? []) {
     const name = h.key.toLowerCase();

@@ -114,7 +114,13 @@ class FilePolicyStore implements PolicyStore {
   async #reload(reason: string): Promise<ReloadResult> {
     const log = this.#deps.logger.child({ policy: this.#deps.file, reason });
     const now = (this.#deps.now ?? Date.now)();
-    const next = await loadCompiled(this.#deps.file);
+    let next: Awaited<ReturnType<typeof loadCompiled>>;
+    try {
+      next = await loadCompiled(this.#deps.file);
+    } catch (e) {
+      // A loader bug must never take the gate down or swap in anything: treat it as a rejected file.
+      next = { ok: false, message: `${this.#deps.file}: the route table could not be loaded: ${(e as Error).message}` };
+    }
     if (!next.ok) {
       this.#reloads.inc({ result: 'rejected' });
       this.#last = { ok: false, version: this.#version, atMs: now, message: next.message };
@@ -146,7 +152,9 @@ class FilePolicyStore implements PolicyStore {
     this.#watcher = watch(dir, (_event, name) => {
       if (name !== null && name !== base && !name.startsWith('..')) return;
       clearTimeout(this.#timer);
-      this.#timer = setTimeout(() => void this.reload('file changed'), debounceMs);
+      this.#timer = setTimeout(() => {
+        this.reload('file changed').catch((e: unknown) => this.#deps.logger.error({ err: e }, 'route table reload failed'));
+      }, debounceMs);
     });
     this.#watcher.on('error', (e) => this.#deps.logger.error({ err: e }, 'route table watch failed; reload with SIGHUP'));
   }

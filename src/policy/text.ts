@@ -40,7 +40,16 @@ export function parseStructuredText(
       }),
     );
   }
-  const value: unknown = doc.toJS({ maxAliasCount: 100 });
+  let value: unknown;
+  try {
+    value = doc.toJS({ maxAliasCount: 100 });
+  } catch (e) {
+    // An alias to a missing anchor, or an alias bomb past maxAliasCount: the document parses but cannot be built.
+    const message = (e instanceof Error ? e.message : String(e)).split('\n')[0]!;
+    return err([
+      issue(file, '(syntax)', `YAML cannot be resolved: ${message}`, 'define every &anchor before its *alias, and do not nest aliases to expand the document (at most 100 alias expansions)'),
+    ]);
+  }
   return ok({ value, locate });
 }
 

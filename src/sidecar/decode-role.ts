@@ -37,7 +37,7 @@ export async function serveDecode(
   const requestId = contract.requestId;
   const refuse = (e: KvgateError, outcome: Outcome['outcome'] = 'refused'): Outcome => {
     sendError(res, e, requestId);
-    return { outcome, code: e.code };
+    return { outcome, code: e.code, reason: e.reason };
   };
   const forbidden = checkClientKvParams(call.body, 'decode');
   if (!forbidden.ok) return refuse(forbidden.error);
@@ -111,7 +111,7 @@ async function afterPrefillRefusal(
     return relayOutcome(relayed, res, requestId, 'recomputed');
   }
   sendError(res, e, requestId);
-  return { outcome: 'refused', code: e.code };
+  return { outcome: 'refused', code: e.code, reason: e.reason };
 }
 
 /** Serve without a remote prefill: the worker computes the prompt itself (always correct, never mixed). */

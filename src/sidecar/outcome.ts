@@ -11,4 +11,6 @@ export interface Outcome {
    */
   readonly outcome: 'served' | 'local' | 'recomputed' | 'refused' | 'failed';
   readonly code?: ErrorCode;
+  /** What was wrong, for the audit line of a refusal (client-safe: the same text the client received). */
+  readonly reason?: string;
 }

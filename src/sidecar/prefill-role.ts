@@ -28,16 +28,17 @@ export async function servePrefill(ctx: SidecarContext, call: IncomingCall, cont
   const requestId = contract.requestId;
   const fail = (e: KvgateError, outcome: Outcome['outcome'] = 'failed'): Outcome => {
     sendError(res, e, requestId, servedBy(ctx));
-    return { outcome, code: e.code };
+    return { outcome, code: e.code, reason: e.reason };
   };
   if (contract.prefill === null) {
-    sendError(res, new KvgateError('contract_invalid', 'the contract has no prefill leg, so no prefill may run for it; the gate routed a non-disaggregated request to a prefill pool'), requestId, servedBy(ctx));
-    return { outcome: 'refused', code: 'contract_invalid' };
+    const e = new KvgateError('contract_invalid', 'the contract has no prefill leg, so no prefill may run for it; the gate routed a non-disaggregated request to a prefill pool');
+    sendError(res, e, requestId, servedBy(ctx));
+    return { outcome: 'refused', code: e.code, reason: e.reason };
   }
   const forbidden = checkClientKvParams(call.body, 'prefill');
   if (!forbidden.ok) {
     sendError(res, forbidden.error, requestId, servedBy(ctx));
-    return { outcome: 'refused', code: forbidden.error.code };
+    return { outcome: 'refused', code: forbidden.error.code, reason: forbidden.error.reason };
   }
   const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}${call.path}`, {
     body: withTokenIdsRequested(toPrefillBody(call.body)),

@@ -215,17 +215,22 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
 async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: http.ServerResponse, path: string, endpoint: IncomingCall['endpoint']): Promise<void> {
   const { config, metrics } = rt.ctx;
   const requestId = headerValue(req.headers, H.requestId);
-  const logger = rt.ctx.logger.child({ requestId, role: config.role });
+  const logger = rt.ctx.logger.child({ request_id: requestId, role: config.role });
+  const who: { tenant: string | null } = { tenant: null }; // set once the contract verified
   const record = (o: Outcome): void => {
     metrics.requests.inc({ role: config.role, outcome: o.outcome, code: o.code ?? '' });
     logger.info({ event: 'request', outcome: o.outcome, code: o.code }, 'request done');
+    if (o.outcome === 'refused') {
+      // The audit trail, as the gate writes it: one line per refusal; code and reason, never prompt text or secrets.
+      logger.warn({ audit: 'refusal', code: o.code ?? null, reason: o.reason ?? null, tenant: who.tenant }, `refused: ${o.code ?? ''}`);
+    }
   };
   const refusal = admissionRefusal(rt.state.status());
   if (refusal !== undefined) {
     req.resume();
     const detail = refusal.code === 'queue_full' ? { detail: { retryAfterSeconds: 1 } } : {};
     sendError(res, new KvgateError(refusal.code, refusal.message, detail), requestId ?? '');
-    return record({ outcome: 'refused', code: refusal.code });
+    return record({ outcome: 'refused', code: refusal.code, reason: refusal.message });
   }
   rt.state.enter();
   const aborter = new AbortController();
@@ -234,7 +239,7 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
     rt.state.leave();
   });
   const signal = AbortSignal.any([aborter.signal, rt.ctx.closed]);
-  record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger }));
+  record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger, who }));
 }
 
 /** Body, contract, then the role's handler. Every refusal here happens before any worker call. */
@@ -242,12 +247,19 @@ async function runCompletion(
   rt: Runtime,
   req: http.IncomingMessage,
   res: http.ServerResponse,
-  c: { path: string; endpoint: IncomingCall['endpoint']; requestId: string | undefined; signal: AbortSignal; logger: Logger },
+  c: {
+    path: string;
+    endpoint: IncomingCall['endpoint'];
+    requestId: string | undefined;
+    signal: AbortSignal;
+    logger: Logger;
+    who: { tenant: string | null };
+  },
 ): Promise<Outcome> {
   const { config, metrics } = rt.ctx;
   const refuse = (e: KvgateError): Outcome => {
     sendError(res, e, c.requestId ?? '');
-    return { outcome: 'refused', code: e.code };
+    return { outcome: 'refused', code: e.code, reason: e.reason };
   };
   const raw = await readBody(req, config.maxBodyBytes);
   if (!raw.ok) return refuse(raw.error);
@@ -269,6 +281,7 @@ async function runCompletion(
     return refuse(contract.error.error);
   }
   const requestId = contract.value.requestId;
+  c.who.tenant = contract.value.tenant;
   if (!rt.replay.claim(requestId, contract.value.expiresAtMs, rt.ctx.now())) {
     metrics.contractFailures.inc({ reason: 'replayed' });
     c.logger.warn({ event: 'contract_refused', reason: 'replayed' }, 'contract replayed');
