@@ -100,6 +100,19 @@ export async function loadExampleDescriptor(revision: RevisionName): Promise<Rec
 }
 
 export async function startTopology(opts: TopologyOptions): Promise<Topology> {
+  // Ports are reserved before the servers bind them (the route table and Envoy config need them up front); another
+  // process can take one in between. Start again on fresh ports rather than fail.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startTopologyOnce(opts);
+    } catch (e) {
+      if (attempt >= 3 || !String((e as { code?: unknown }).code ?? (e as Error).message).includes('EADDRINUSE')) throw e;
+      opts.logger.warn({ attempt }, 'a reserved port was taken before it was bound; starting the topology again');
+    }
+  }
+}
+
+async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
   const log = opts.logger;
   const keys = createDevKeyRing(DEMO_KEY_SEED);
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-demo-'));

@@ -41,7 +41,9 @@ export class ExtProcSession {
   #abort: AbortController | undefined;
   /** The message state an `override_message_timeout` was already sent for (Envoy honours one per state). */
   #extendedFor: 'request_headers' | 'request_body' | undefined;
-  #log: Logger;
+  /** The per-request child logger, created on first use: most requests log nothing, and 10,000 open streams should
+   * not each hold one. */
+  #child: Logger | undefined;
   #received: ReceivedHeaders | undefined;
   #requestId = '';
   #bodyMode: BodySendMode | undefined;
@@ -60,7 +62,11 @@ export class ExtProcSession {
     this.#deps = deps;
     this.#listener = listener;
     this.#send = send;
-    this.#log = deps.logger;
+  }
+
+  #log(): Logger {
+    this.#child ??= this.#deps.logger.child({ request_id: this.#requestId });
+    return this.#child;
   }
 
   get requestId(): string {
@@ -110,11 +116,10 @@ export class ExtProcSession {
     this.#received = readHeaderMap(msg.request_headers?.headers);
     const h = this.#received.headers;
     this.#requestId = h[H.requestId] ?? this.#deps.newRequestId();
-    this.#log = this.#deps.logger.child({ request_id: this.#requestId });
     const forged = this.#received.forged.filter((n) => n !== H.binding);
     if (this.#listener === 'public' && forged.length > 0) {
       this.#deps.metrics.forgedHeaders.inc();
-      this.#log.warn({ forged }, 'client sent gate-owned headers; removed');
+      this.#log().warn({ forged }, 'client sent gate-owned headers; removed');
     }
     if (endOfStream) return this.#decideAndAnswer('request_headers', false);
     if (this.#bodyMode !== undefined && !ROUTABLE_BODY_MODES.has(this.#bodyMode)) {
@@ -154,8 +159,11 @@ export class ExtProcSession {
     this.#release = decided.release;
     const d = decided.decision;
     this.#record(d, Number(process.hrtime.bigint() - started) / 1e9);
-    this.#chunks = []; // the body was decided on: do not hold it (or its buffer slab) for the life of the stream
+    // Decided: hold neither the body (nor its buffer slab), nor the headers and metadata, for the life of the stream.
     const forged = this.#received?.forged ?? [];
+    this.#chunks = [];
+    this.#received = undefined;
+    this.#metadata = {};
     switch (d.kind) {
       case 'refuse':
         return { immediate_response: refusalResponse(d) };
@@ -187,7 +195,7 @@ export class ExtProcSession {
         this.#extendedFor = phase;
         const whole = Math.max(1, Math.ceil(ms));
         this.#send!({ override_message_timeout: { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 } });
-        this.#log.debug({ timeout_ms: whole }, 'request queued: asked Envoy to extend its message timeout');
+        if (this.#deps.logger.isLevelEnabled('debug')) this.#log().debug({ timeout_ms: whole }, 'request queued: asked Envoy to extend its message timeout');
         return true;
       },
     };
@@ -218,7 +226,7 @@ export class ExtProcSession {
       message: e.reason,
       trace: [`${phase}: ${e.reason}`],
     };
-    if (e.code === 'internal') this.#log.error({ err: e }, 'ext_proc stream failed; refusing the request (fail closed)');
+    if (e.code === 'internal') this.#log().error({ err: e }, 'ext_proc stream failed; refusing the request (fail closed)');
     this.#record(refusal, 0);
     return { immediate_response: refusalResponse(refusal) };
   }
@@ -230,12 +238,12 @@ export class ExtProcSession {
     this.#deps.metrics.decisionSeconds.observe({ outcome: d.kind }, seconds);
     if (d.kind === 'refuse') {
       // The audit trail: one line per refusal; tenant, code and reason, never prompt text or secrets.
-      this.#log.warn(
+      this.#log().warn(
         { audit: 'refusal', code: d.code, tenant: d.tenant ?? null, reason: d.message, listener: this.#listener },
         `refused: ${d.code}`,
       );
     } else {
-      this.#log.debug({ outcome: d.kind, group: d.group.id, revision: d.group.revision }, 'bound');
+      if (this.#deps.logger.isLevelEnabled('debug')) this.#log().debug({ outcome: d.kind, group: d.group.id, revision: d.group.revision }, 'bound');
     }
   }
 
