@@ -5,7 +5,8 @@
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { formatIssues } from '../config-issues.js';
-import { createDevKeyRing, loadKeyRing, type KeyRing } from '../contract/keys.js';
+import type { KeyRing } from '../contract/keys.js';
+import { keyRingFrom } from '../contract/key-source.js';
 import { loadGateConfig, type GateConfig } from '../gate/config.js';
 import { startGate } from '../gate/gate.js';
 
@@ -17,10 +18,8 @@ Signals: SIGTERM drains (NOT_SERVING, streams in flight finish, exit), SIGHUP re
 `;
 
 export function keysFor(config: GateConfig): { ok: true; keys: KeyRing } | { ok: false; message: string } {
-  if (config.keys.devSeed !== undefined) return { ok: true, keys: createDevKeyRing(config.keys.devSeed) };
-  const env = config.keys.env === undefined ? undefined : { KVGATE_KEYS: process.env[config.keys.env] };
-  const loaded = loadKeyRing({ ...(config.keys.file === undefined ? {} : { file: config.keys.file }), ...(env ? { env } : {}) });
-  return loaded.ok ? { ok: true, keys: loaded.value } : { ok: false, message: `${config.file}: keys: ${loaded.error.reason}` };
+  const r = keyRingFrom(config.keys, process.env);
+  return r.ok ? { ok: true, keys: r.value } : { ok: false, message: `${config.file}: keys: ${r.error}` };
 }
 
 export async function gateCommand(argv: readonly string[]): Promise<number> {

@@ -9,6 +9,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { err, ok, type Result } from '../errors.js';
 import { fromZodIssues, keysAtPath, type ConfigIssue } from '../config-issues.js';
+import { KeySourceSchema } from '../contract/key-source.js';
 
 const hostPort = z
   .string()
@@ -22,19 +23,7 @@ export const GateConfigSchema = z
     admin: z.union([hostPort, z.literal('')]).default('0.0.0.0:9003'),
     /** The route table file (YAML or JSON), relative to this config file. */
     policy: z.string().min(1, 'name the route table file, e.g. policy: route-table.yaml'),
-    keys: z
-      .object({
-        /** JSON/YAML key file: { current, keys: { id: base64 }, salt: base64 }. */
-        file: z.string().min(1).optional(),
-        /** Read the same JSON from this environment variable instead. */
-        env: z.string().min(1).optional(),
-        /** Deterministic INSECURE keys derived from this seed: for the local demo and tests only. */
-        devSeed: z.string().min(1).optional(),
-      })
-      .strict()
-      .refine((k) => [k.file, k.env, k.devSeed].filter((v) => v !== undefined).length === 1, {
-        message: 'set exactly one of keys.file, keys.env or keys.devSeed',
-      }),
+    keys: KeySourceSchema,
     workerView: z
       .object({
         /** `live` polls each endpoint's sidecar status URL (endpoints without one keep their declaration);

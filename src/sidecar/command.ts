@@ -11,7 +11,8 @@ import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { formatIssues, type ConfigIssue } from '../config-issues.js';
-import { createDevKeyRing, loadKeyRing, type KeyRing } from '../contract/keys.js';
+import type { KeyRing } from '../contract/keys.js';
+import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
 import { createSidecar } from './server.js';
@@ -88,13 +89,7 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
 
 /** The key ring the config names; a dev seed gives INSECURE deterministic keys (the caller warns). */
 export function keysFor(config: SidecarConfig, env: CommandIo['env']): Result<KeyRing, string> {
-  const k = config.keys!;
-  if (k.devSeed !== undefined) return ok(createDevKeyRing(k.devSeed));
-  if (k.env !== undefined && (env[k.env] ?? '').trim() === '') {
-    return err(`keys.env names the environment variable ${k.env}, which is not set; export it with the key-file JSON {"current":"k1","keys":{"k1":"<base64>"},"salt":"<base64>"}`);
-  }
-  const loaded = k.file !== undefined ? loadKeyRing({ file: k.file }) : loadKeyRing({ env: { KVGATE_KEYS: env[k.env ?? 'KVGATE_KEYS'] } });
-  return loaded.ok ? loaded : err(loaded.error.reason);
+  return keyRingFrom(config.keys!, env);
 }
 
 /** `kvgate sidecar ...`: resolves to the exit code once the sidecar has drained and closed (or failed to start). */

@@ -13,6 +13,7 @@ import { z } from 'zod';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
 import { fromZodIssues, keysAtPath, type ConfigIssue } from '../config-issues.js';
+import { KeySourceSchema } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9090');
@@ -47,18 +48,7 @@ export const SidecarConfigSchema = z
     descriptorFile: z.string().min(1).optional(),
     /** The worker's `--served-model-name`, when it differs from the model path. */
     servedModelName: z.string().min(1).optional(),
-    keys: z
-      .object({
-        file: z.string().min(1).optional(),
-        env: z.string().min(1).optional(),
-        /** Deterministic INSECURE keys derived from this seed: for the local demo and tests only. */
-        devSeed: z.string().min(1).optional(),
-      })
-      .strict()
-      .refine((k) => [k.file, k.env, k.devSeed].filter((v) => v !== undefined).length === 1, {
-        message: 'set exactly one of keys.file, keys.env or keys.devSeed',
-      })
-      .optional(),
+    keys: KeySourceSchema.optional(),
     /** Tenant prefix scopes this worker may serve (`tenant:acme`, `shared`...); `['*']` trusts the gate's choice. */
     tenantScopes: z.array(z.string().min(1)).min(1, "list at least one scope, or ['*']").default(['*']),
     probe: z
