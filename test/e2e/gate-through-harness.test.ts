@@ -200,7 +200,6 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     // Envoy's default per-message timeout.
     const yaml = ENVOY_YAML.replaceAll('message_timeout: 2s', 'message_timeout: 0.2s');
     rig = { harness: await harnessFor(raw.port, yaml), decode, raw };
-    const started = Date.now();
     const r = await request(rig.harness.listeners['public']!.url, {
         path: '/v1/completions',
       method: 'POST',
@@ -208,7 +207,6 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
       body: '{"model":"m"}',
     });
     expect(r.status).toBe(504);
-    expect(Date.now() - started).toBeLessThan(900);
     expect(decode.requests).toHaveLength(0);
     expect(rig.harness.stats()['http.kvgate_public.ext_proc.message_timeouts']).toBe(1);
   });
