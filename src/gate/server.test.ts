@@ -187,6 +187,23 @@ describe('gate gRPC server', () => {
     s.client.close();
   });
 
+  it('refuses at the last chunk when an older Envoy streams the body without announcing its mode', async () => {
+    let decided = 0;
+    const g = await start({ decide: (req) => (decided++, { decision: route(req) }) });
+    const s = await openStream(g.port);
+    s.send(hdrs({ ':method': 'POST', ':path': '/v1/completions' }));
+    expect((await s.next())['response']).toBe('request_headers');
+    s.send({ request_body: { body: Buffer.from('{"model":'), end_of_stream: false } });
+    expect((await s.next())['response']).toBe('request_body');
+    s.send({ request_body: { body: Buffer.from('"m"}'), end_of_stream: true } });
+    const r = await s.next();
+    expect(r['immediate_response'].status.code).toBe('InternalServerError');
+    expect(Buffer.from(r['immediate_response'].body).toString()).toContain('sends request bodies as STREAMED');
+    expect(decided).toBe(0);
+    s.call.end();
+    s.client.close();
+  });
+
   it('trusts gate-owned headers only on the internal listener', async () => {
     const seen: RawRequest[] = [];
     const g = await start({

@@ -53,6 +53,7 @@ export class ExtProcSession {
   #responseMutation: WireCommonResponse | undefined;
   #release: (() => void) | undefined;
   #finished = false;
+  #streamed = false;
 
   /**
    * `send` writes to the gRPC stream directly; without it the session cannot extend Envoy's message timer, so the
@@ -93,9 +94,12 @@ export class ExtProcSession {
         if (chunk !== undefined && chunk.length > 0) this.#chunks.push(chunk);
         const eos = msg.request_body?.end_of_stream === true;
         if (!eos && this.#bodyMode !== 'BUFFERED_PARTIAL') {
-          // STREAMED chunks (a misconfigured filter): keep collecting; routing is impossible, the final chunk refuses.
+          // STREAMED chunks from a filter that did not announce its mode (Envoy before ~1.34): the headers already
+          // went upstream, so routing is impossible; answer each chunk and refuse at the last one.
+          this.#streamed = true;
           return { request_body: { response: {} } };
         }
+        if (this.#streamed) return this.#refuse('request_body', misconfigured('STREAMED'));
         return this.#decideAndAnswer('request_body', !eos);
       }
       case 'request_trailers':
@@ -123,14 +127,7 @@ export class ExtProcSession {
     }
     if (endOfStream) return this.#decideAndAnswer('request_headers', false);
     if (this.#bodyMode !== undefined && !ROUTABLE_BODY_MODES.has(this.#bodyMode)) {
-      return this.#refuse(
-        'request_headers',
-        new KvgateError(
-          'internal',
-          `the Envoy ext_proc filter sends request bodies as ${this.#bodyMode}; kvgate needs request_body_mode BUFFERED ` +
-            '(the routing headers must be set while Envoy still holds the request headers)',
-        ),
-      );
+      return this.#refuse('request_headers', misconfigured(this.#bodyMode));
     }
     return { request_headers: { response: stripForged(this.#received.forged) } };
   }
@@ -254,6 +251,14 @@ export class ExtProcSession {
     this.#abort?.abort(); // only while a decision is in progress (a queued request whose client went away)
     this.#release?.();
   }
+}
+
+function misconfigured(mode: string): KvgateError {
+  return new KvgateError(
+    'internal',
+    `the Envoy ext_proc filter sends request bodies as ${mode}; kvgate needs request_body_mode BUFFERED ` +
+      '(the routing headers must be set while Envoy still holds the request headers)',
+  );
 }
 
 function wrap(phase: 'request_headers' | 'request_body', common: object): WireProcessingResponse {
