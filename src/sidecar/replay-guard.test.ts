@@ -27,3 +27,18 @@ describe('replay guard', () => {
     expect(g.claim('r4', 10_000, 6)).toBe(false); // recent ones are still remembered
   });
 });
+
+describe('replay guard ordering', () => {
+  it('a re-admitted id moves to the back, so expired entries behind it are swept and it is not evicted first', () => {
+    let evicted = 0;
+    const g = createReplayGuard(3, () => evicted++);
+    expect(g.claim('a', 100, 0)).toBe(true);
+    expect(g.claim('a', 10_000, 200)).toBe(true); // a expired, re-admitted
+    g.claim('b', 300, 250);
+    g.claim('c', 300, 250);
+    // At t=400 b and c have expired: claiming d sweeps them, it does not evict the live a.
+    expect(g.claim('d', 10_000, 400)).toBe(true);
+    expect(evicted).toBe(0);
+    expect(g.claim('a', 10_000, 500)).toBe(false);
+  });
+});

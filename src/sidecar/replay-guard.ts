@@ -17,16 +17,27 @@ export interface ReplayGuard {
 export function createReplayGuard(maxEntries = 200_000, onEvict: () => void = () => undefined): ReplayGuard {
   const seen = new Map<string, number>(); // request id -> contract expiry (ms); insertion order ~ admission order
   const sweep = (nowMs: number): void => {
+    // Cheap and constant on average: expired admissions at the front (the oldest) go first.
     for (const [id, exp] of seen) {
-      if (exp > nowMs && seen.size < maxEntries) break;
+      if (exp > nowMs) break;
       seen.delete(id);
-      if (exp > nowMs) onEvict();
+    }
+    if (seen.size < maxEntries) return;
+    // Full: drop every expired entry, then the oldest live ones down to 90% (amortised: a full pass per ~10% of
+    // the capacity in new admissions).
+    for (const [id, exp] of seen) if (exp <= nowMs) seen.delete(id);
+    const target = Math.floor(maxEntries * 0.9);
+    for (const id of seen.keys()) {
+      if (seen.size <= target) break;
+      seen.delete(id);
+      onEvict();
     }
   };
   return {
     claim(requestId, expiresAtMs, nowMs) {
       const exp = seen.get(requestId);
       if (exp !== undefined && exp > nowMs) return false;
+      seen.delete(requestId); // re-insert at the back: insertion order is what the sweep and eviction rely on
       sweep(nowMs);
       seen.set(requestId, expiresAtMs);
       return true;

@@ -282,17 +282,20 @@ async function runCompletion(
   }
   const requestId = contract.value.requestId;
   c.who.tenant = contract.value.tenant;
-  if (!rt.replay.claim(requestId, contract.value.expiresAtMs, rt.ctx.now())) {
+  // Keyed by the contract itself (its signature), not the request id: a client that retries with the same
+  // x-request-id gets a new contract from the gate, while a captured contract still admits one request per worker.
+  const contractKey = token!.slice(token!.lastIndexOf('.') + 1);
+  if (!rt.replay.claim(contractKey, contract.value.expiresAtMs, rt.ctx.now())) {
     metrics.contractFailures.inc({ reason: 'replayed' });
     c.logger.warn({ event: 'contract_refused', reason: 'replayed' }, 'contract replayed');
     return refuse(
-      new KvgateError('contract_invalid', `request ${requestId} was already admitted by this worker under this contract; a transfer contract covers exactly one request - send new requests through the gate`),
+      new KvgateError('contract_invalid', `the transfer contract of request ${requestId} was already admitted by this worker; a contract covers exactly one request - send new requests through the gate`),
     );
   }
   const call: IncomingCall = { endpoint: c.endpoint, path: c.path, body: body.value, headers: req.headers, requestId: c.requestId, signal: c.signal, logger: c.logger };
   const outcome = config.role === 'prefill' ? await servePrefill(rt.ctx, call, contract.value, res) : await serveDecode(rt.ctx, call, contract.value, token!, res);
   // A prefill attempt that did not run may be retried here (the decode side's retry names failed endpoints, but a
   // direct-mode retry can come back); a decode request is never admitted twice.
-  if (config.role === 'prefill' && (outcome.outcome === 'failed' || outcome.outcome === 'refused')) rt.replay.release(requestId);
+  if (config.role === 'prefill' && (outcome.outcome === 'failed' || outcome.outcome === 'refused')) rt.replay.release(contractKey);
   return outcome;
 }
