@@ -187,19 +187,61 @@ describe('gate gRPC server', () => {
     s.client.close();
   });
 
-  it('refuses at the last chunk when an older Envoy streams the body without announcing its mode', async () => {
+  it('decides on a buffered body that trailers follow (end_of_stream false), and refuses trailers before a decision', async () => {
+    const seen: RawRequest[] = [];
+    const g = await start({ decide: (req) => (seen.push(req), { decision: route(req) }) });
+    // BUFFERED with trailers: the whole body arrives with end_of_stream false.
+    const s = await openStream(g.port);
+    s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED' } });
+    await s.next();
+    s.send({ request_body: { body: Buffer.from('{"model":"m"}'), end_of_stream: false } });
+    const r = await s.next();
+    expect(setHeaders(r['request_body'].response)['x-kvgate-decode-cluster']).toBe('a_decode');
+    expect(seen[0]!.bodyTruncated).toBe(false);
+    s.send({ request_trailers: { trailers: { headers: [] } } });
+    expect((await s.next())['response']).toBe('request_trailers');
+    s.call.end();
+    s.client.close();
+    // Trailers with no decision yet (a body mode that sent none): refused, never passed through undecided.
+    const t = await openStream(g.port);
+    t.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED' } });
+    await t.next();
+    t.send({ request_trailers: { trailers: { headers: [] } } });
+    const refused = await t.next();
+    expect(refused['immediate_response'].status.code).toBe('InternalServerError');
+    t.call.end();
+    t.client.close();
+  });
+
+  it('BUFFERED_PARTIAL: a cut body is marked truncated, a complete one followed by trailers is not', async () => {
+    const seen: RawRequest[] = [];
+    const g = await start({ decide: (req) => (seen.push(req), { decision: route(req) }) });
+    for (const body of ['{"model":"m","prompt":"aaaa', '{"model":"m"}']) {
+      const s = await openStream(g.port);
+      s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED_PARTIAL' } });
+      await s.next();
+      s.send({ request_body: { body: Buffer.from(body), end_of_stream: false } });
+      await s.next();
+      s.call.end();
+      s.client.close();
+    }
+    expect(seen.map((r) => r.bodyTruncated)).toEqual([true, false]);
+  });
+
+  it('an older Envoy that does not announce its mode and streams the body: the first chunk is decided (fail closed)', async () => {
     let decided = 0;
-    const g = await start({ decide: (req) => (decided++, { decision: route(req) }) });
+    const g = await start({
+      decide: (req) => {
+        decided++;
+        return { decision: { kind: 'refuse', requestId: req.requestId, code: 'bad_request', message: 'not valid JSON', trace: [] } };
+      },
+    });
     const s = await openStream(g.port);
     s.send(hdrs({ ':method': 'POST', ':path': '/v1/completions' }));
     expect((await s.next())['response']).toBe('request_headers');
     s.send({ request_body: { body: Buffer.from('{"model":'), end_of_stream: false } });
-    expect((await s.next())['response']).toBe('request_body');
-    s.send({ request_body: { body: Buffer.from('"m"}'), end_of_stream: true } });
-    const r = await s.next();
-    expect(r['immediate_response'].status.code).toBe('InternalServerError');
-    expect(Buffer.from(r['immediate_response'].body).toString()).toContain('sends request bodies as STREAMED');
-    expect(decided).toBe(0);
+    expect((await s.next())['immediate_response'].status.code).toBe('BadRequest');
+    expect(decided).toBe(1);
     s.call.end();
     s.client.close();
   });

@@ -53,7 +53,8 @@ export class ExtProcSession {
   #responseMutation: WireCommonResponse | undefined;
   #release: (() => void) | undefined;
   #finished = false;
-  #streamed = false;
+  /** A decision (or refusal) was answered: later body chunks and trailers have nothing left to decide. */
+  #decided = false;
 
   /**
    * `send` writes to the gRPC stream directly; without it the session cannot extend Envoy's message timer, so the
@@ -91,18 +92,19 @@ export class ExtProcSession {
         return this.#onRequestHeaders(msg.request_headers?.end_of_stream === true, msg);
       case 'request_body': {
         const chunk = msg.request_body?.body;
+        if (this.#decided) return { request_body: { response: {} } }; // later STREAMED chunks: nothing left to decide
         if (chunk !== undefined && chunk.length > 0) this.#chunks.push(chunk);
         const eos = msg.request_body?.end_of_stream === true;
-        if (!eos && this.#bodyMode !== 'BUFFERED_PARTIAL') {
-          // STREAMED chunks from a filter that did not announce its mode (Envoy before ~1.34): the headers already
-          // went upstream, so routing is impossible; answer each chunk and refuse at the last one.
-          this.#streamed = true;
-          return { request_body: { response: {} } };
-        }
-        if (this.#streamed) return this.#refuse('request_body', misconfigured('STREAMED'));
-        return this.#decideAndAnswer('request_body', !eos);
+        // BUFFERED sends the whole body in one message; end_of_stream is false when trailers follow. An Envoy that
+        // does not announce its mode (before ~1.34) is taken to be BUFFERED, as envoy.yaml configures it. Only
+        // BUFFERED_PARTIAL cuts a body at the buffer limit, and a cut JSON object never parses.
+        const truncated = !eos && this.#bodyMode === 'BUFFERED_PARTIAL' && !parsesAsJson(this.#chunks);
+        return this.#decideAndAnswer('request_body', truncated);
       }
       case 'request_trailers':
+        if (!this.#decided) {
+          return this.#refuse('request_trailers', new KvgateError('internal', 'request trailers arrived before the request body was decided; configure the ext_proc filter with request_body_mode BUFFERED'));
+        }
         return { request_trailers: {} };
       case 'response_headers': {
         return { response_headers: { response: this.#responseMutation ?? {} } };
@@ -136,6 +138,7 @@ export class ExtProcSession {
     phase: 'request_headers' | 'request_body',
     truncated: boolean,
   ): Promise<WireProcessingResponse> {
+    this.#decided = true;
     const started = process.hrtime.bigint();
     const raw = this.#rawRequest(phase === 'request_body', truncated);
     let decided: Decided;
@@ -215,7 +218,8 @@ export class ExtProcSession {
     return withBody ? { ...base, body: concat(this.#chunks) } : base;
   }
 
-  #refuse(phase: 'request_headers' | 'request_body', e: KvgateError): WireProcessingResponse {
+  #refuse(phase: 'request_headers' | 'request_body' | 'request_trailers', e: KvgateError): WireProcessingResponse {
+    this.#decided = true;
     const refusal: Refusal = {
       kind: 'refuse',
       requestId: this.#requestId || this.#deps.newRequestId(),
@@ -250,6 +254,15 @@ export class ExtProcSession {
     this.#finished = true;
     this.#abort?.abort(); // only while a decision is in progress (a queued request whose client went away)
     this.#release?.();
+  }
+}
+
+function parsesAsJson(chunks: readonly Uint8Array[]): boolean {
+  try {
+    JSON.parse(Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength))).toString('utf8'));
+    return true;
+  } catch {
+    return false;
   }
 }
 
