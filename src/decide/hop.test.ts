@@ -69,6 +69,16 @@ describe('internal hop', () => {
     expect(none.kind === 'refuse' && none.message).toMatch(/excluded by the sidecar after a failed attempt/);
   });
 
+  it('a named prefill endpoint that drains or is at its limit is replaced by another of the group', () => {
+    const r = routed();
+    const planned = r.prefill!.endpoint!;
+    const other = planned === '10.0.1.1:8000' ? '10.0.1.2:8000' : '10.0.1.1:8000';
+    const draining = createTestWorkerView(table, { [planned]: { draining: true } });
+    const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillEndpoint: planned } }), table, draining, ctx);
+    expect(d).toMatchObject({ kind: 'hop', prefill: { endpoint: other } });
+    expect(d.trace.join('\n')).toContain(`the named prefill endpoint ${planned} is draining`);
+  });
+
   it("refuses a prefill cluster outside the contract's group with 409 mixed_revision", () => {
     const r = routed();
     const d = hop({ contract: r.contract, prefillCluster: 'b_prefill' });

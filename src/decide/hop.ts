@@ -136,6 +136,11 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
     if (!ep.verified) {
       return refuse(id, 'worker_unverified', `prefill endpoint ${address} of pool ${pool.name} is not verified; retry the prefill leg on another endpoint of cluster ${pool.cluster}`, trace, { tenant: c.tenant });
     }
+    // The same capacity rules as an endpoint the gate picks: a named endpoint is no way around a drain or a limit.
+    if (pool.draining || ep.draining || ep.inFlight >= pool.maxInFlightPerEndpoint) {
+      trace.push(`the named prefill endpoint ${address} is ${pool.draining || ep.draining ? 'draining' : `at its in-flight limit of ${pool.maxInFlightPerEndpoint}`}; picking another in cluster ${pool.cluster}`);
+      return pickHopEndpoint(h, pools, new Set([address]));
+    }
     trace.push(`prefill endpoint ${address} (pool ${pool.name}) is in the group`);
     return hopDecision(h, { pool: pool.name, cluster: pool.cluster, endpoint: address });
   }
