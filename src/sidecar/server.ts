@@ -282,6 +282,14 @@ async function runCompletion(
   }
   const requestId = contract.value.requestId;
   c.who.tenant = contract.value.tenant;
+  // The gate names the decode endpoint it routed to; another decode worker of the group must not take the request.
+  const target = contract.value.decode.endpoint;
+  if (config.role === 'decode' && config.advertise !== undefined && target !== null && target !== config.advertise) {
+    metrics.contractFailures.inc({ reason: 'wrong_endpoint' });
+    return refuse(
+      new KvgateError('contract_invalid', `the contract of request ${requestId} routes its decode to ${target}, not to this worker (${config.advertise}); only the gate's choice may serve it`),
+    );
+  }
   // Keyed by the contract itself (its signature), not the request id: a client that retries with the same
   // x-request-id gets a new contract from the gate, while a captured contract still admits one request per worker.
   const contractKey = token!.slice(token!.lastIndexOf('.') + 1);

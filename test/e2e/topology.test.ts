@@ -4,6 +4,8 @@
  */
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { groupIdOf } from '../../src/compat/fingerprint.js';
+import { mintContract } from '../../src/contract/contract.js';
 import { H } from '../../src/headers.js';
 import { runDemo } from '../../src/demo/run-demo.js';
 import { baseline, completion, firstDivergence, post, PROMPTS, sessionOn, tokenIds } from '../../src/demo/scenarios.js';
@@ -74,6 +76,34 @@ describe('a decode drain in the middle of traffic', () => {
     t = await startTopology({ logger: silent, sim: { latency: { decodeMsPerToken: 15 } } });
   });
   afterAll(() => t.close());
+
+  it("a decode worker refuses a contract that routes the decode to another worker of its group", async () => {
+    const fingerprint = t.gate.policy.current().revisions.get('llama-a')!.fingerprint;
+    const now = Date.now();
+    const contract = mintContract(
+      {
+        requestId: 'elsewhere-1',
+        groupId: groupIdOf(fingerprint, 'tenant:acme'),
+        fingerprint,
+        tenantScope: 'tenant:acme',
+        tenant: 'acme',
+        model: 'llama-3-8b',
+        revision: 'llama-a',
+        adapter: null,
+        issuedAtMs: now,
+        expiresAtMs: now + 30_000,
+        decode: { cluster: 'a_decode', endpoint: '127.0.0.1:9' },
+        prefill: null,
+      },
+      t.keys,
+    );
+    const r = await post(`http://${t.worker('llama-a', 'decode').address}/v1/completions`, completion(PROMPTS[0], 4), {
+      'x-request-id': 'elsewhere-1',
+      [H.contract]: contract,
+    });
+    expect([r.status, r.json.error?.code]).toEqual([403, 'contract_invalid']);
+    expect(r.json.error.message).toMatch(/routes its decode to 127\.0\.0\.1:9, not to this worker/);
+  });
 
   it('lets the stream in flight finish with baseline tokens while new requests follow the fallback chain', async () => {
     const { session } = await sessionOn(t, 'llama-a');
