@@ -9,6 +9,7 @@
  * `promptTokenDigest`, a digest of the prompt token ids themselves (`promptTokenDigestOf`).
  */
 import { createHash } from 'node:crypto';
+import { canonicalJson } from '../compat/canonical-json.js';
 import { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import type { TransferContract } from './contract.js';
@@ -31,6 +32,12 @@ export interface Attestation {
    * decode sidecars before prefill sidecars.
    */
   promptTokenDigest?: string | undefined;
+  /**
+   * `transferParamsDigestOf` the `kv_transfer_params` the prefill worker returned (block ids, engine, side channel):
+   * the decode side recomputes it over what it received, so blocks of another request on the same engine cannot be
+   * substituted in transit. Optional for the same upgrade reason as `promptTokenDigest`.
+   */
+  transferDigest?: string | undefined;
   blockSize: number;
   layout: 'HND' | 'NHD';
   engineId: string;
@@ -80,6 +87,14 @@ export function promptTokenDigestOf(ids: readonly number[]): string {
   return createHash('sha256').update(ids.join(','), 'utf8').digest('hex');
 }
 
+/**
+ * The canonical digest of a `kv_transfer_params` object (without kvgate's own key): sha256 hex of its canonical
+ * JSON (keys sorted at every level), so key order on the wire does not matter and any changed value does.
+ */
+export function transferParamsDigestOf(params: Readonly<Record<string, unknown>>): string {
+  return createHash('sha256').update(canonicalJson(params), 'utf8').digest('hex');
+}
+
 export const AttestationSchema = z
   .object({
     kind: z.literal('attestation'),
@@ -89,6 +104,7 @@ export const AttestationSchema = z
     tenantScope: nonEmpty,
     promptTokens: z.number().int().nonnegative(),
     promptTokenDigest: sha256Hex.optional(),
+    transferDigest: sha256Hex.optional(),
     blockSize: z.number().int().positive(),
     layout: z.enum(['HND', 'NHD']),
     engineId: nonEmpty,

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { fingerprintOf, groupIdOf } from '../compat/fingerprint.js';
 import { exampleDescriptor } from '../compat/testing.js';
-import { mintAttestation, promptTokenDigestOf } from '../contract/attestation.js';
+import { mintAttestation, promptTokenDigestOf, transferParamsDigestOf } from '../contract/attestation.js';
 import type { TransferContract } from '../contract/contract.js';
 import { createDevKeyRing } from '../contract/keys.js';
 import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from '../contract/testing.js';
@@ -52,6 +52,18 @@ describe('checkAttestedTransfer', () => {
     // A different count is still reported as such, not as an id mismatch.
     const fewer = checkAttestedTransfer(input(attested, { localPromptTokens: 40, localPromptTokenDigest: promptTokenDigestOf(ids.slice(1)) }));
     expect(fewer.ok ? '' : fewer.error.error.reason).toMatch(/^prefill tokenized 41 tokens, this decode worker's tokenizer gives 40/);
+  });
+
+  it('refuses kv_transfer_params changed in transit (other block ids of the same engine), before any KV is read', () => {
+    const raw = { do_remote_prefill: true, remote_engine_id: exampleAttestationFields().engineId, remote_block_ids: [1, 2, 3], remote_host: 'h', remote_port: 5600 };
+    const a = { ...exampleAttestationFields(), fingerprint: FP, groupId: contract.groupId, promptTokens: 41, transferDigest: transferParamsDigestOf(raw) };
+    const signed = { ...raw, kvgate: mintAttestation(a, keys) };
+    expect(checkAttestedTransfer(input(signed)).ok).toBe(true);
+    // Key order on the wire does not matter.
+    expect(checkAttestedTransfer(input({ kvgate: signed.kvgate, remote_port: 5600, remote_host: 'h', remote_block_ids: [1, 2, 3], remote_engine_id: raw.remote_engine_id, do_remote_prefill: true })).ok).toBe(true);
+    for (const swap of [{ remote_block_ids: [7, 8, 9] }, { remote_host: 'elsewhere' }, { remote_port: 5601 }]) {
+      expect(codeOf(checkAttestedTransfer(input({ ...signed, ...swap })))).toBe('attestation_invalid/params_mismatch');
+    }
   });
 
   it('falls back to the count when either side has no digest (older prefill sidecar, worker without token ids)', () => {

@@ -10,7 +10,7 @@
  */
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { checkTransfer, type CompatMode } from '../compat/connector-rules.js';
-import { verifyAttestation, type Attestation, type AttestationFailure } from '../contract/attestation.js';
+import { transferParamsDigestOf, verifyAttestation, type Attestation, type AttestationFailure } from '../contract/attestation.js';
 import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
 import { err, KvgateError, ok, type ErrorCode, type Result } from '../errors.js';
@@ -37,7 +37,7 @@ export interface AttestationCheckInput {
 
 export interface AttestationRefusal {
   readonly error: KvgateError;
-  readonly reason: AttestationFailure['reason'] | 'missing' | 'engine_mismatch' | 'transfer_rules';
+  readonly reason: AttestationFailure['reason'] | 'missing' | 'engine_mismatch' | 'params_mismatch' | 'transfer_rules';
 }
 
 const refuse = (reason: AttestationRefusal['reason'], code: ErrorCode, message: string): { ok: false; error: AttestationRefusal } =>
@@ -68,6 +68,9 @@ export function checkAttestedTransfer(input: AttestationCheckInput): Result<{ at
     return refuse(f.reason, CODE_BY_REASON[f.reason] ?? 'attestation_invalid', f.message);
   }
   const a = verified.value;
+  if (a.transferDigest !== undefined && transferParamsDigestOf(params) !== a.transferDigest) {
+    return refuse('params_mismatch', 'attestation_invalid', 'the kv_transfer_params that arrived are not the ones the prefill sidecar attested (block ids, engine or side channel changed in transit); no KV is read');
+  }
   if (params['remote_engine_id'] !== a.engineId) {
     return refuse('engine_mismatch', 'attestation_invalid', `the attestation covers engine ${a.engineId}, but kv_transfer_params point at engine ${String(params['remote_engine_id'])}; the parameters were not the ones attested`);
   }

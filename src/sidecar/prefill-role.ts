@@ -10,7 +10,7 @@
  */
 import type http from 'node:http';
 import type { TransferContract } from '../contract/contract.js';
-import { mintAttestation } from '../contract/attestation.js';
+import { mintAttestation, transferParamsDigestOf } from '../contract/attestation.js';
 import { KvgateError } from '../errors.js';
 import { forwardHeaders, SERVED_BY_HEADER, type IncomingCall, type SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
@@ -107,6 +107,7 @@ async function attest(
       tenantScope: contract.tenantScope,
       promptTokens,
       promptTokenDigest: ids.digest,
+      transferDigest: transferParamsDigestOf(withoutAttestation(params)),
       blockSize: ctx.config.descriptor.kvCache.blockSize,
       layout: ctx.config.descriptor.kvCache.layout,
       engineId,
@@ -116,4 +117,10 @@ async function attest(
     ctx.keys,
   );
   return { ok: true, token };
+}
+
+/** The worker's kv_transfer_params as the decode side will receive them, minus kvgate's own key. */
+function withoutAttestation(params: Record<string, unknown>): Record<string, unknown> {
+  const { [ATTESTATION_KEY]: _own, ...rest } = params;
+  return rest;
 }
