@@ -4,6 +4,7 @@
  * see. Exit 0 whenever it could explain (a refusal is an answer), 1 when the route table or request file cannot be
  * used, 2 on usage errors. The logic lives in src/decide/explain*.ts; this is the shell that reads files and flags.
  */
+import { H } from '../headers.js';
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { createDevKeyRing, loadKeyRing, type KeyRing } from '../contract/keys.js';
@@ -173,7 +174,7 @@ function requestHeaders(v: Values, table: CompiledRouteTable): { headers: Record
     headers[h.slice(0, i).trim().toLowerCase()] = h.slice(i + 1);
   }
   if (v.session !== undefined) headers[table.session.header] = v.session;
-  if (v.binding !== undefined) headers['x-kvgate-binding'] = v.binding;
+  if (v.binding !== undefined) headers[H.binding] = v.binding;
   const metadata: Record<string, Record<string, unknown>> = {};
   if (v.tenant !== undefined) {
     const source = table.tenancy.source;
