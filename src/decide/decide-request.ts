@@ -34,19 +34,21 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
   const { body, bodyTruncated, ...rest } = raw;
   if (rest.hop !== undefined || rest.contract !== undefined) return { decision: decide(rest, table, view, ctx) };
   const trace = [`request ${raw.requestId}: ${raw.method} ${raw.path}`];
-  // The trusted tenant, for the audit line of a refusal that happens before the decision proper.
-  const who = tenantOf(rest, table.tenancy);
-  const tenant = who.kind === 'found' ? who.tenant : null;
+  // The trusted tenant, for the audit line of a refusal that happens before the decision proper (only then).
+  const tenant = (): string | null => {
+    const who = tenantOf(rest, table.tenancy);
+    return who.kind === 'found' ? who.tenant : null;
+  };
   if (bodyTruncated === true) {
     const error = new KvgateError(
       'body_too_large',
       `the request body is larger than the gateway buffers (limit ${table.limits.maxBodyBytes} bytes); shorten the prompt or ask the operator to raise limits.maxBodyBytes and Envoy's buffer limit`,
     );
-    return { decision: refusalFromError(raw.requestId, error, trace, tenant) };
+    return { decision: refusalFromError(raw.requestId, error, trace, tenant()) };
   }
   if (body === undefined) return { decision: decide(rest, table, view, ctx) };
   const parsed = parseOpenAiBody(raw.path, body, table.limits);
-  if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace, tenant) };
+  if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace, tenant()) };
   const facts: RequestFacts = { ...rest, body: parsed.value };
   return { decision: decide(facts, table, view, ctx), request: parsed.value, facts };
 }
