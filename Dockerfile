@@ -4,13 +4,10 @@
 #   docker run --rm -p 9002:9002 -p 9003:9003 -v "$PWD/config:/etc/kvgate/config:ro" \
 #     -v "$PWD/keys:/etc/kvgate/keys:ro" kvgate:0.1.0 gate --config /etc/kvgate/config/gate.yaml
 #   docker run --rm kvgate:0.1.0 sidecar --config /etc/kvgate/sidecar/sidecar.yaml   # beside each vLLM worker
-#   docker run --rm kvgate:0.1.0 sim --config /etc/kvgate/sim/sim.yaml               # simulated vLLM worker
-#   docker run --rm kvgate:0.1.0 demo                                               # the local topology, on loopback
 #   docker run --rm kvgate:0.1.0 policy check /etc/kvgate/policy/route-table.yaml  # and explain, verify, fingerprint
 #
-# `demo` is supported: it needs the Envoy-faithful harness (dist/test/harness, test support that stands in for Envoy
-# on machines without one), so that folder ships too. Everything the demo starts binds 127.0.0.1 inside the
-# container; it prints its summary and exits (use --keep-running and `docker exec` to send your own requests).
+# The runtime image carries the product only. The testbed (simulated vLLM workers, the Envoy-faithful harness, the
+# demo topology) is test support and runs from a clone: `npm start`, `npm run testbed -- sim --config sim.yaml`.
 #
 # Deployment notes: docs/operator-guide.md; Kubernetes examples: deploy/kubernetes/.
 
@@ -21,12 +18,11 @@ FROM ${NODE_IMAGE} AS build
 WORKDIR /src
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
-COPY tsconfig.json ./
+COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-COPY test ./test
-# Compiled tests and source maps (they point at .ts files the image does not carry) stay behind.
-RUN npm run build \
- && find dist -name '*.test.js' -delete \
+# The product only (tsconfig.build.json leaves out tests, testing.ts fakes and the testbed); source maps point at
+# .ts files the image does not carry, so they stay behind.
+RUN npx tsc -p tsconfig.build.json \
  && find dist -name '*.js.map' -delete
 
 # ── runtime: production dependencies and the compiled output only ──────────────────────────────────────────────────
@@ -36,9 +32,8 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /src/dist/src ./dist/src
-COPY --from=build /src/dist/test/harness ./dist/test/harness
 # protos/ holds the ext_proc protos the gate loads at start (and protos/UPSTREAM.md, which marks the package root);
-# envoy/ the Envoy configuration the demo runs; examples/ the example descriptors.
+# envoy/ the reference Envoy configuration; examples/ the example descriptors and route tables.
 COPY protos ./protos
 COPY envoy ./envoy
 COPY examples ./examples
@@ -57,8 +52,7 @@ EXPOSE 9002 9003 9090
 # Health of the GATE: grpc.health.v1 Check of service envoy.service.ext_proc.v3.ExternalProcessor on 127.0.0.1:9002
 # (NOT_SERVING while draining). Override per role with environment variables (deploy/healthcheck.mjs):
 #   sidecar: KVGATE_HEALTH_URL=http://127.0.0.1:9090/healthz   (503 while unverified or draining)
-#   sim:     KVGATE_HEALTH_URL=http://127.0.0.1:<port>/health  (the simulated vLLM's own health endpoint)
-#   one-shot commands (policy check, explain, verify, demo): `docker run --no-healthcheck`.
+#   one-shot commands (policy check, explain, verify, fingerprint): `docker run --no-healthcheck`.
 # Kubernetes ignores HEALTHCHECK: its probes are in deploy/kubernetes/.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 CMD ["node", "/app/deploy/healthcheck.mjs"]
 

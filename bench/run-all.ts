@@ -28,8 +28,8 @@ interface BenchEntry {
 const BENCHES: readonly BenchEntry[] = [
   { name: 'gate-decisions', needs: ['src/cli/main.js'] },
   { name: 'scale', needs: ['src/cli/main.js'] },
-  { name: 'harness-e2e', needs: ['src/cli/main.js', 'test/harness/index.js'] },
-  { name: 'sidecar', needs: ['src/sidecar/server.js', 'src/sim/server.js'] },
+  { name: 'harness-e2e', needs: ['src/cli/main.js', 'testbed/harness/index.js'] },
+  { name: 'sidecar', needs: ['src/sidecar/server.js', 'testbed/sim/server.js'] },
 ];
 
 const HELP = `usage: node dist/bench/run-all.js [options]

@@ -1,7 +1,8 @@
 /**
- * The folder tree is the architecture (STYLE.md): arrows point inward. The pure core (compat, policy, decide,
- * contract, envoy translation) imports no I/O shell and no transport; only the demo composition may use the test
- * harness. This test reads the import statements, so a new arrow pointing the wrong way fails here.
+ * The folder tree is the architecture (README.md, "Architecture"): arrows point inward. The pure core (compat, policy, decide,
+ * contract, envoy translation) imports no I/O shell and no transport; the product (src/) never imports the
+ * testbed (simulator, harness, demo) or a dev dependency. This test reads the import statements, so a new
+ * arrow pointing the wrong way fails here.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -10,7 +11,7 @@ import { PACKAGE_ROOT } from '../src/package-root.js';
 
 const SRC = path.join(PACKAGE_ROOT, 'src');
 const PURE = ['compat', 'policy', 'decide', 'contract', 'envoy'];
-const SHELLS = ['gate', 'sidecar', 'sim', 'cli', 'demo', 'verify'];
+const SHELLS = ['gate', 'sidecar', 'cli', 'verify'];
 /** File I/O at the edge of a pure component, each one named: loading a table, a key file, the protos. */
 const EDGE_IO = new Set(['policy/load.ts', 'contract/keys.ts', 'envoy/protos.ts']);
 /** Pure functions from I/O modules, named per file: `isIP` parses a string and opens nothing. */
@@ -47,11 +48,18 @@ describe('architecture: arrows point inward', () => {
     });
   }
 
-  it('only the demo composition uses the test harness', () => {
-    const offenders = files(SRC)
-      .filter((f) => imports(f).some((s) => s.includes('test/harness')))
-      .map((f) => path.relative(SRC, f))
-      .filter((rel) => !rel.startsWith('demo/'));
+  it('the product never imports the testbed or a dev dependency', () => {
+    const pkg = JSON.parse(readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { devDependencies?: Record<string, string> };
+    const devDeps = Object.keys(pkg.devDependencies ?? {});
+    const offenders: string[] = [];
+    for (const file of files(SRC)) {
+      const rel = path.relative(SRC, file);
+      for (const spec of imports(file)) {
+        const target = spec.startsWith('.') ? path.relative(PACKAGE_ROOT, path.resolve(path.dirname(file), spec)) : spec;
+        if (!target.startsWith('src/') && spec.startsWith('.')) offenders.push(`${rel} -> ${spec}`);
+        if (devDeps.some((d) => spec === d || spec.startsWith(`${d}/`))) offenders.push(`${rel} -> ${spec}`);
+      }
+    }
     expect(offenders).toEqual([]);
   });
 });

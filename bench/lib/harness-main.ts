@@ -5,13 +5,13 @@
  * `{"port":N,"gate":URL,"noop":URL}` (port = the gate harness's public listener), then serves until
  * SIGINT/SIGTERM.
  *
- * The harness is test support standing in for Envoy (test/harness/README.md); it is JavaScript, so its own cost
+ * The harness is test support standing in for Envoy (testbed/harness/README.md); it is JavaScript, so its own cost
  * dominates these figures. What the bench compares is the same harness with and without kvgate behind it.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadEnvoyConfig, startEnvoyHarness, type EnvoyHarness } from '../../test/harness/index.js';
+import { loadEnvoyConfig, startEnvoyHarness, type EnvoyHarness } from '../../testbed/harness/index.js';
 
 /** dist/bench/lib -> repository root */
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');

@@ -3,8 +3,8 @@
  * descriptor and the latency model in argv[2] (JSON `PdLatency`, partial). Prints one JSON line
  * `{"port":N,"url":URL}`, then serves until SIGINT/SIGTERM.
  */
-import { parseSimConfig } from '../../src/sim/config.js';
-import { createSimServer } from '../../src/sim/server.js';
+import { parseSimConfig } from '../../testbed/sim/config.js';
+import { createSimServer } from '../../testbed/sim/server.js';
 import { DEFAULT_PD_LATENCY, PD_MODEL, pdDescriptor, type PdLatency } from './pd-stack.js';
 
 const latency = { ...DEFAULT_PD_LATENCY, ...(JSON.parse(process.argv[2] ?? '{}') as Partial<PdLatency>) };

@@ -4,7 +4,7 @@
  * bench uses to mint contracts the way the gate would.
  */
 import type { CompatDescriptorInput } from '../../src/compat/descriptor.js';
-import { testDescriptor } from '../../src/sim/testing.js';
+import { testDescriptor } from '../../testbed/sim/testing.js';
 
 export const PD_MODEL = 'llama-3-8b';
 export const PD_KEY_SEED = 'kvgate-bench';

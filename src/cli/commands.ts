@@ -17,22 +17,9 @@ export const COMMANDS: readonly Command[] = [
     load: async () => (await import('./gate-command.js')).gateCommand,
   },
   {
-    name: 'demo',
-    summary: 'run the full local topology with sample traffic: kvgate demo [--keep-running]',
-    load: async () => (await import('./demo-command.js')).demoCommand,
-  },
-  {
     name: 'sidecar',
     summary: 'run the worker sidecar: kvgate sidecar --config sidecar.yaml',
     load: async () => (await import('../sidecar/command.js')).sidecarCommand,
-  },
-  {
-    name: 'sim',
-    summary: 'run a simulated vLLM worker (tests, demo, benchmarks): kvgate sim --config sim.yaml',
-    load: async () => {
-      const { simCommand } = await import('../sim/command.js');
-      return (argv) => simCommand([...argv]);
-    },
   },
   {
     name: 'policy',

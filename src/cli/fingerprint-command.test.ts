@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { parseSimConfig } from '../sim/config.js';
-import { createSimServer, type SimServer } from '../sim/server.js';
+import { parseSimConfig } from '../../testbed/sim/config.js';
+import { createSimServer, type SimServer } from '../../testbed/sim/server.js';
 import { fingerprintCommand } from './fingerprint-command.js';
 
 const A = 'examples/descriptors/llama-a.yaml';

@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 /**
  * `kvgate` - one binary, one subcommand per role. The composition root: each command wires the pure core to its
- * I/O adapters. Commands are imported lazily so `kvgate sim` never loads the gate's gRPC stack and vice versa.
+ * I/O adapters. Commands are imported lazily so `kvgate sidecar` never loads the gate's gRPC stack and vice versa.
+ * The simulator, the demo topology and the Envoy-faithful harness are test support and live in testbed/ with
+ * their own entry point (testbed/cli/main.ts); the product never imports them.
  */
 import { COMMANDS, usage } from './commands.js';
 

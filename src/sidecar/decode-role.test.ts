@@ -4,8 +4,8 @@
  * refused before any KV is consumed, retries stay inside the group, transfer failures recompute or fail cleanly.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { metricValue, postJson, postSse, scrape, startTestSim } from '../sim/testing.js';
-import type { SimServer } from '../sim/server.js';
+import { metricValue, postJson, postSse, scrape, startTestSim } from '../../testbed/sim/testing.js';
+import type { SimServer } from '../../testbed/sim/server.js';
 import { createDevKeyRing } from '../contract/keys.js';
 import { contractFor, endpointOf, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar } from './testing.js';
 

@@ -6,8 +6,8 @@
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CompatDescriptorInput } from '../compat/descriptor.js';
-import { metricValue, postJson, scrape, startTestSim, testDescriptor } from '../sim/testing.js';
-import type { SimServer } from '../sim/server.js';
+import { metricValue, postJson, scrape, startTestSim, testDescriptor } from '../../testbed/sim/testing.js';
+import type { SimServer } from '../../testbed/sim/server.js';
 import type { SidecarConfigInput } from './config.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { judgeLaunch, restartRefusal } from './launch-check.js';

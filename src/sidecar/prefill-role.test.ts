@@ -5,8 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { promptTokenDigestOf, verifyAttestation } from '../contract/attestation.js';
 import { verifyContract } from '../contract/contract.js';
-import { startTestSim, postJson } from '../sim/testing.js';
-import type { SimServer } from '../sim/server.js';
+import { startTestSim, postJson } from '../../testbed/sim/testing.js';
+import type { SimServer } from '../../testbed/sim/server.js';
 import { PREFILL_KV_PARAMS } from './openai-body.js';
 import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, TEST_KEYS, type TestSidecar } from './testing.js';
 

@@ -4,8 +4,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CompatDescriptorInput } from '../compat/descriptor.js';
-import { startTestSim, testDescriptor } from '../sim/testing.js';
-import type { SimServer } from '../sim/server.js';
+import { startTestSim, testDescriptor } from '../../testbed/sim/testing.js';
+import type { SimServer } from '../../testbed/sim/server.js';
 import { measureCanaries } from './probe.js';
 import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar } from './testing.js';
 

@@ -7,9 +7,9 @@ import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CompatDescriptorInput } from '../compat/descriptor.js';
 import { promptTokenDigestOf, verifyAttestation } from '../contract/attestation.js';
 import { verifyContract } from '../contract/contract.js';
-import { metricValue, postJson, scrape, startTestSim, testDescriptor } from '../sim/testing.js';
-import type { SimServer } from '../sim/server.js';
-import { resolveTokenizerProfile } from '../sim/tokenizer.js';
+import { metricValue, postJson, scrape, startTestSim, testDescriptor } from '../../testbed/sim/testing.js';
+import type { SimServer } from '../../testbed/sim/server.js';
+import { resolveTokenizerProfile } from '../../testbed/sim/tokenizer.js';
 import { PREFILL_KV_PARAMS } from './openai-body.js';
 import { measureCanaries } from './probe.js';
 import { contractFor, endpointOf, gateHeaders, restartSimInPlace, sidecarConfigFor, startTestSidecar, TEST_KEYS, type TestSidecar } from './testing.js';
@@ -22,7 +22,7 @@ const chat = { model: MODEL, messages: MESSAGES, max_tokens: 8 };
 
 /**
  * A tokenizer revision that keeps prompt token counts: the simulator picks a revision's base encoding from
- * sha256(`id@revision`) and renumbers its ids by an affine bijection from the same hash (src/sim/tokenizer.ts), so a
+ * sha256(`id@revision`) and renumbers its ids by an affine bijection from the same hash (testbed/sim/tokenizer.ts), so a
  * revision with the declared one's base encoding tokenizes every text into as many tokens, with other ids. The
  * first such candidate is found deterministically (today `tok-a-retrained-7`); the test checks the property on
  * real workers below, so a change in the simulator's derivation fails loudly here rather than passing vacuously.

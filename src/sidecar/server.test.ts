@@ -7,8 +7,8 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestSim, postJson } from '../sim/testing.js';
-import type { SimServer } from '../sim/server.js';
+import { startTestSim, postJson } from '../../testbed/sim/testing.js';
+import type { SimServer } from '../../testbed/sim/server.js';
 import { sidecarCommand } from './command.js';
 import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar } from './testing.js';
 

@@ -7,8 +7,8 @@
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
-import { baseline, firstDivergence, PROMPTS, tokenIds, type HttpResult } from '../../src/demo/scenarios.js';
-import { REVISIONS, startTopology, type RevisionName, type Topology } from '../../src/demo/topology.js';
+import { baseline, firstDivergence, PROMPTS, tokenIds, type HttpResult } from '../../testbed/demo/scenarios.js';
+import { REVISIONS, startTopology, type RevisionName, type Topology } from '../../testbed/demo/topology.js';
 import type { ReloadResult } from '../../src/gate/policy-store.js';
 import { H } from '../../src/headers.js';
 import { client, complete, counter, eventually, silent } from './failure-matrix-support.js';

@@ -19,7 +19,7 @@ import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { H } from '../../src/headers.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { fp8DynamicDescriptorInput, testDescriptorInput } from '../../src/policy/testing.js';
-import { mustLoadEnvoyConfig, request, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream, type HttpResult } from '../harness/index.js';
+import { mustLoadEnvoyConfig, request, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream, type HttpResult } from '../../testbed/harness/index.js';
 import { silent } from './failure-matrix-support.js';
 
 const SEED = 'failure-matrix-requests';

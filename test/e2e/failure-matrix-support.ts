@@ -1,12 +1,12 @@
 /**
  * Small helpers shared by the failure-matrix end-to-end files (issue 8): requests as a client sends them, SSE
  * parsing that keeps error events, and Prometheus counters read from a simulated worker or a sidecar. Test support
- * only; the topology itself comes from src/demo/topology.ts.
+ * only; the topology itself comes from testbed/demo/topology.ts.
  */
 import { pino } from 'pino';
-import { completion, post, type HttpResult } from '../../src/demo/scenarios.js';
-import type { Topology } from '../../src/demo/topology.js';
-import { parseLabels } from '../../src/sim/testing.js';
+import { completion, post, type HttpResult } from '../../testbed/demo/scenarios.js';
+import type { Topology } from '../../testbed/demo/topology.js';
+import { parseLabels } from '../../testbed/sim/testing.js';
 
 /** Logs off unless `E2E_LOG=debug` (or another level) is set while debugging a failure. */
 export const silent = pino({ level: process.env['E2E_LOG'] ?? 'silent' });

@@ -9,8 +9,8 @@
  * forward only the request id and credentials). Every session lands on revision A (candidate weight 0).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { baseline, firstDivergence, PROMPTS, tokenIds } from '../../src/demo/scenarios.js';
-import { startTopology, type Topology } from '../../src/demo/topology.js';
+import { baseline, firstDivergence, PROMPTS, tokenIds } from '../../testbed/demo/scenarios.js';
+import { startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
 import { complete, counter, silent, sseEvents, sseTokenIds, stream } from './failure-matrix-support.js';
 

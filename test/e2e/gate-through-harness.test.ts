@@ -19,7 +19,7 @@ import { createGateMetrics } from '../../src/gate/metrics.js';
 import { startGateServer, type GateServer } from '../../src/gate/server.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { twoRevisionTableValue } from '../../src/policy/testing.js';
-import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream } from '../harness/index.js';
+import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream } from '../../testbed/harness/index.js';
 
 const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
 const SEED = 'e2e-gate';

@@ -15,8 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
 import { mintContract, type TransferContract } from '../../src/contract/contract.js';
 import { createDevKeyRing } from '../../src/contract/keys.js';
-import { completion, crossGroupHop, post, PROMPTS, type HttpResult } from '../../src/demo/scenarios.js';
-import { DEMO_KEY_SEED, SERVED_MODEL, startTopology, type Topology } from '../../src/demo/topology.js';
+import { completion, crossGroupHop, post, PROMPTS, type HttpResult } from '../../testbed/demo/scenarios.js';
+import { DEMO_KEY_SEED, SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
 import { client, complete, counter, eventually, metricSum, metricsOf } from './failure-matrix-support.js';
 

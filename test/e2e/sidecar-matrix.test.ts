@@ -11,13 +11,13 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
 import { mintContract, type TransferContract } from '../../src/contract/contract.js';
 import { createDevKeyRing, type KeyRing } from '../../src/contract/keys.js';
-import { baseline, completion, firstDivergence, post, PROMPTS, sessionOn, tokenIds, type HttpResult } from '../../src/demo/scenarios.js';
-import { SERVED_MODEL, startTopology, type RevisionName, type Topology } from '../../src/demo/topology.js';
+import { baseline, completion, firstDivergence, post, PROMPTS, sessionOn, tokenIds, type HttpResult } from '../../testbed/demo/scenarios.js';
+import { SERVED_MODEL, startTopology, type RevisionName, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from '../../src/sidecar/engine-canary.js';
-import { parseSimConfig } from '../../src/sim/config.js';
-import { createSimServer, type SimServer } from '../../src/sim/server.js';
-import { metricValue, scrape } from '../../src/sim/testing.js';
+import { parseSimConfig } from '../../testbed/sim/config.js';
+import { createSimServer, type SimServer } from '../../testbed/sim/server.js';
+import { metricValue, scrape } from '../../testbed/sim/testing.js';
 
 const silent = pino({ level: 'silent' });
 const OTHER_SHA = 'e1945c40cd546c78e41f1151f4db032b271faeaa'; // revision B's weights, under A's label

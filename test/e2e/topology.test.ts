@@ -7,9 +7,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
 import { mintContract } from '../../src/contract/contract.js';
 import { H } from '../../src/headers.js';
-import { runDemo } from '../../src/demo/run-demo.js';
-import { baseline, completion, firstDivergence, post, PROMPTS, sessionOn, tokenIds } from '../../src/demo/scenarios.js';
-import { startTopology, type Topology } from '../../src/demo/topology.js';
+import { runDemo } from '../../testbed/demo/run-demo.js';
+import { baseline, completion, firstDivergence, post, PROMPTS, sessionOn, tokenIds } from '../../testbed/demo/scenarios.js';
+import { startTopology, type Topology } from '../../testbed/demo/topology.js';
 
 const silent = pino({ level: 'silent' });
 

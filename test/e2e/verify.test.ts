@@ -12,8 +12,8 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runVerifyCommand } from '../../src/cli/verify-command.js';
-import { sessionOn } from '../../src/demo/scenarios.js';
-import { SERVED_MODEL, startTopology, type RevisionName, type Topology } from '../../src/demo/topology.js';
+import { sessionOn } from '../../testbed/demo/scenarios.js';
+import { SERVED_MODEL, startTopology, type RevisionName, type Topology } from '../../testbed/demo/topology.js';
 
 const silent = pino({ level: 'silent' });
 

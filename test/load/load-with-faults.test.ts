@@ -4,7 +4,7 @@
  */
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { formatLoadReport, runLoadWithFaults } from '../../src/demo/load.js';
+import { formatLoadReport, runLoadWithFaults } from '../../testbed/demo/load.js';
 
 describe('load with faults (CI size)', () => {
   it('has zero silently wrong completions and zero requests without a response', async () => {

@@ -4,7 +4,7 @@
  */
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { formatLoadReport, runLoadWithFaults } from '../../src/demo/load.js';
+import { formatLoadReport, runLoadWithFaults } from '../../testbed/demo/load.js';
 
 const { values } = parseArgs({
   options: { requests: { type: 'string', default: '2000' }, concurrency: { type: 'string', default: '50' }, 'no-faults': { type: 'boolean' } },

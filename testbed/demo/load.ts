@@ -8,7 +8,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
-import { H } from '../headers.js';
+import { H } from '../../src/headers.js';
 import { baseline, completion, firstDivergence, PROMPTS } from './scenarios.js';
 import { REVISIONS, startTopology, type RevisionName, type Topology } from './topology.js';
 

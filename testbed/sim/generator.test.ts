@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { CompatDescriptorSchema } from '../compat/descriptor.js';
+import { CompatDescriptorSchema } from '../../src/compat/descriptor.js';
 import { createGenerator } from './generator.js';
 import { computeBlocks, createKvSemantics, kvDigest, tokenChain } from './kv-model.js';
 import { deepMerge } from './config.js';

@@ -3,7 +3,7 @@
  * proxy that drives a prefill and a decode worker exactly as vLLM's `toy_proxy_server.py` does, and a Prometheus
  * text reader. Test support, not product code.
  */
-import type { CompatDescriptorInput } from '../compat/descriptor.js';
+import type { CompatDescriptorInput } from '../../src/compat/descriptor.js';
 import { deepMerge, parseSimConfig, type SimConfig, type SimSettingsInput } from './config.js';
 import { createSimServer, type SimServer, type SimServerOptions } from './server.js';
 

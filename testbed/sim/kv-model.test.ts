@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CompatDescriptorSchema } from '../compat/descriptor.js';
+import { CompatDescriptorSchema } from '../../src/compat/descriptor.js';
 import { blockBytes, computeBlocks, createKvSemantics, prefixCacheKeys, readBlock, tokenChain } from './kv-model.js';
 import { deepMerge } from './config.js';
 import { testDescriptor } from './testing.js';

@@ -9,8 +9,8 @@
 import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
-import { KvgateError, err, ok, type Result } from '../errors.js';
+import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../../src/compat/descriptor.js';
+import { KvgateError, err, ok, type Result } from '../../src/errors.js';
 
 const port = z.number().int().min(0).max(65535);
 const nonNegative = z.number().min(0);
@@ -174,13 +174,13 @@ function fixFor(issue: Issue, path: string): string {
     case 'invalid_value':
       return `use one of ${(issue.values ?? []).map((v) => JSON.stringify(v)).join(', ')}`;
     case 'unrecognized_keys':
-      return `remove ${(issue.keys ?? []).map((k) => `"${k}"`).join(', ')} (misspelt? see src/sim/README.md for the keys)`;
+      return `remove ${(issue.keys ?? []).map((k) => `"${k}"`).join(', ')} (misspelt? see testbed/sim/README.md for the keys)`;
     case 'too_small':
       return issue.inclusive === false ? `use a value greater than ${String(issue.minimum)}` : `use a value of at least ${String(issue.minimum)}`;
     case 'too_big':
       return issue.inclusive === false ? `use a value less than ${String(issue.maximum)}` : `use a value of at most ${String(issue.maximum)}`;
     default:
-      return `correct ${path} (see src/sim/README.md)`;
+      return `correct ${path} (see testbed/sim/README.md)`;
   }
 }
 

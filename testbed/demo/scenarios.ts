@@ -3,9 +3,9 @@
  * run. Used by `kvgate demo` (printed) and by the end-to-end test of the demo (asserted).
  */
 import { randomUUID } from 'node:crypto';
-import { mintContract } from '../contract/contract.js';
-import { groupIdOf } from '../compat/fingerprint.js';
-import { H } from '../headers.js';
+import { mintContract } from '../../src/contract/contract.js';
+import { groupIdOf } from '../../src/compat/fingerprint.js';
+import { H } from '../../src/headers.js';
 import { SERVED_MODEL, type RevisionName, type Topology } from './topology.js';
 
 export interface HttpResult {

@@ -3,7 +3,7 @@
  * whose checks decide the exit code (so the demo doubles as a smoke test of the whole path).
  */
 import type { Logger } from 'pino';
-import { H } from '../headers.js';
+import { H } from '../../src/headers.js';
 import {
   completion,
   crossGroupHop,

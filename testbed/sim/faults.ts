@@ -4,7 +4,7 @@
  * Pure parsing; the server and engine apply them.
  */
 import { z } from 'zod';
-import { err, ok, type Result } from '../errors.js';
+import { err, ok, type Result } from '../../src/errors.js';
 import { formatIssues } from './config.js';
 
 export const FaultStateSchema = z

@@ -5,8 +5,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
-import type { CompatDescriptor } from '../compat/descriptor.js';
-import { predictNixlHash } from '../compat/nixl-hash.js';
+import type { CompatDescriptor } from '../../src/compat/descriptor.js';
+import { predictNixlHash } from '../../src/compat/nixl-hash.js';
 import { BlockPool } from './block-pool.js';
 import { resolveChatTemplate } from './chat-template.js';
 import type { SimConfig } from './config.js';

@@ -6,7 +6,7 @@
  * of the value (`True`, `None`, `0.9`). A few simulator-only counters (prefixed `kvgate_sim_`) make tests precise.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import type { CompatDescriptor } from '../compat/descriptor.js';
+import type { CompatDescriptor } from '../../src/compat/descriptor.js';
 import type { SimSettings } from './config.js';
 
 /** A counter, gauge or histogram already bound to this worker's `model_name` and `engine` labels. */

@@ -19,7 +19,7 @@
  * Pure: hashing only.
  */
 import { createHash } from 'node:crypto';
-import type { CompatDescriptor } from '../compat/descriptor.js';
+import type { CompatDescriptor } from '../../src/compat/descriptor.js';
 
 /** The bytes of one block as they sit in GPU memory and travel over NIXL. */
 export interface KvBlock {
