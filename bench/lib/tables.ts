@@ -6,7 +6,7 @@
  * weights only (the pair vLLM's NIXL handshake accepts and kvgate must keep apart).
  */
 import { compileRouteTable, type CompiledRouteTable } from '../../src/policy/compile.js';
-import { formatPolicyIssues } from '../../src/policy/issues.js';
+import { formatIssues } from '../../src/config/issues.js';
 import { routeTableFromValue } from '../../src/policy/load.js';
 import { testDescriptorInput } from '../../src/policy/testing.js';
 
@@ -72,6 +72,6 @@ export function benchTableValue(spec: BenchTableSpec = {}): Record<string, unkno
 /** Validate (schema + semantic checks) and compile, or throw with every issue: a bad bench table is a bench bug. */
 export function compileBenchTable(value: Record<string, unknown>): CompiledRouteTable {
   const r = routeTableFromValue(value, { file: 'bench-table.json' });
-  if (!r.ok) throw new Error(`bench route table is invalid:\n${formatPolicyIssues(r.error)}`);
+  if (!r.ok) throw new Error(`bench route table is invalid:\n${formatIssues(r.error)}`);
   return compileRouteTable(r.value);
 }

@@ -9,7 +9,8 @@ import { parse as parseYaml } from 'yaml';
 import { CompatDescriptorSchema, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
-import { fromZodIssues, formatIssues, keysAtPath } from '../config-issues.js';
+import { fromZodIssues } from '../config/from-zod.js';
+import { formatIssues } from '../config/issues.js';
 import { compareObservation, measureCanaries, observeWorker } from '../sidecar/index.js';
 
 const HELP = `usage: kvgate fingerprint [--worker URL] [--descriptor FILE] [--model NAME] [--json]
@@ -31,7 +32,7 @@ async function readDescriptor(file: string): Promise<{ ok: true; d: CompatDescri
   }
   const parsed = CompatDescriptorSchema.safeParse(raw);
   if (!parsed.success) {
-    return { ok: false, message: formatIssues(fromZodIssues(file, parsed.error.issues, (p) => keysAtPath(CompatDescriptorSchema, p))) };
+    return { ok: false, message: formatIssues(fromZodIssues(parsed.error.issues, { file, root: CompatDescriptorSchema, data: raw })) };
   }
   return { ok: true, d: parsed.data };
 }

@@ -4,10 +4,9 @@
  */
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { formatIssues } from '../config-issues.js';
-import type { KeyRing } from '../contract/keys.js';
+import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
-import { loadGateConfig, type GateConfig } from '../gate/config.js';
+import { loadGateConfig } from '../gate/config.js';
 import { startGate } from '../gate/gate.js';
 
 const HELP = `usage: kvgate gate --config gate.yaml
@@ -16,11 +15,6 @@ Runs the ext_proc gate (gRPC, ${'`'}envoy.service.ext_proc.v3.ExternalProcessor$
   --config FILE   gate settings (YAML or JSON); see README "Configuration reference"
 Signals: SIGTERM drains (NOT_SERVING, streams in flight finish, exit), SIGHUP reloads the route table.
 `;
-
-export function keysFor(config: GateConfig): { ok: true; keys: KeyRing } | { ok: false; message: string } {
-  const r = keyRingFrom(config.keys, process.env);
-  return r.ok ? { ok: true, keys: r.value } : { ok: false, message: `${config.file}: keys: ${r.error}` };
-}
 
 export async function gateCommand(argv: readonly string[]): Promise<number> {
   const { values } = parseArgs({ args: [...argv], options: { config: { type: 'string' }, help: { type: 'boolean' } } });
@@ -38,15 +32,15 @@ export async function gateCommand(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const config = loaded.value;
-  const keys = keysFor(config);
+  const keys = keyRingFrom(config.keys, process.env);
   if (!keys.ok) {
-    process.stderr.write(`kvgate gate: ${keys.message}\n`);
+    process.stderr.write(`kvgate gate: ${config.file}: keys: ${keys.error}\n`);
     return 2;
   }
   const logger = pino({ level: config.log.level, base: { component: 'gate' } });
   let gate;
   try {
-    gate = await startGate(config, { logger, keys: keys.keys });
+    gate = await startGate(config, { logger, keys: keys.value });
   } catch (e) {
     process.stderr.write(`kvgate gate: ${(e as Error).message}\n`);
     return 2;

@@ -9,7 +9,7 @@ import { parseArgs } from 'node:util';
 import { checkPolicyFile, formatCheckReport, type PolicyCheckReport } from '../policy/check-report.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { diffRouteTables, formatRouteTableDiff } from '../policy/diff.js';
-import { formatPolicyIssues } from '../policy/issues.js';
+import { formatIssues } from '../config/issues.js';
 
 export interface CommandIo {
   readonly out: (text: string) => void;
@@ -64,7 +64,7 @@ async function diff(oldFile: string, newFile: string, json: boolean, io: Command
 }
 
 function invalidText(r: PolicyCheckReport): string {
-  return `kvgate policy diff: ${r.file} is not a valid route table:\n${formatPolicyIssues([...r.errors, ...r.warnings])}\n`;
+  return `kvgate policy diff: ${r.file} is not a valid route table:\n${formatIssues([...r.errors, ...r.warnings])}\n`;
 }
 
 function header(oldFile: string, newFile: string, a: CompiledRouteTable, b: CompiledRouteTable): string {

@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { formatIssues } from '../config-issues.js';
+import { formatIssues } from '../config/issues.js';
 import { loadPromptsFile } from '../verify/prompts.js';
 import { createProgress, type ProgressSink } from '../verify/progress.js';
 import { renderText, toJsonReport } from '../verify/report.js';

@@ -8,7 +8,8 @@ import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { err, ok, type Result } from '../errors.js';
-import { fromZodIssues, keysAtPath, type ConfigIssue } from '../config-issues.js';
+import { fromZodIssues } from '../config/from-zod.js';
+import { issue, type ConfigIssue } from '../config/issues.js';
 import { KeySourceSchema } from '../contract/key-source.js';
 
 const hostPort = z
@@ -73,11 +74,11 @@ export function parseGateConfig(text: string, file: string): Result<GateConfig, 
   try {
     raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
   } catch (e) {
-    return err([{ file, path: '', message: `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`, fix: 'fix the syntax at the position shown' }]);
+    return err([issue(file, [], `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`, 'fix the syntax at the position shown')]);
   }
   const parsed = GateConfigSchema.safeParse(raw ?? {});
   if (!parsed.success) {
-    return err(fromZodIssues(file, parsed.error.issues, (p) => keysAtPath(GateConfigSchema, p)));
+    return err(fromZodIssues(parsed.error.issues, { file, root: GateConfigSchema, data: raw }));
   }
   const dir = path.dirname(path.resolve(file));
   const resolve = (p: string): string => (path.isAbsolute(p) ? p : path.join(dir, p));
@@ -90,7 +91,7 @@ export async function loadGateConfig(file: string): Promise<Result<GateConfig, C
   try {
     text = await readFile(file, 'utf8');
   } catch (e) {
-    return err([{ file, path: '', message: `cannot read the file: ${(e as Error).message}`, fix: 'check the path given to --config' }]);
+    return err([issue(file, [], `cannot read the file: ${(e as Error).message}`, 'check the path given to --config')]);
   }
   return parseGateConfig(text, file);
 }

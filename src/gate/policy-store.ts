@@ -10,7 +10,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
-import { formatPolicyIssues } from '../policy/issues.js';
+import { formatIssues } from '../config/issues.js';
 import { loadRouteTable } from '../policy/load.js';
 
 export interface ReloadResult {
@@ -59,9 +59,9 @@ async function loadCompiled(
     return { ok: false, message: `${file}: cannot read the route table: ${(e as Error).message}` };
   }
   const loaded = await loadRouteTable(file, { readText: async (f) => (f === file ? text : readFile(f, 'utf8')) });
-  if (!loaded.ok) return { ok: false, message: formatPolicyIssues(loaded.error) };
+  if (!loaded.ok) return { ok: false, message: formatIssues(loaded.error) };
   const version = createHash('sha256').update(text).digest('hex').slice(0, 12);
-  return { ok: true, table: compileRouteTable(loaded.value), version, warnings: formatPolicyIssues(loaded.value.warnings) };
+  return { ok: true, table: compileRouteTable(loaded.value), version, warnings: formatIssues(loaded.value.warnings) };
 }
 
 class FilePolicyStore implements PolicyStore {

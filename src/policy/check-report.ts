@@ -6,7 +6,7 @@
  */
 import { chainText } from './diff-settings.js';
 import { compileRouteTable, type CompiledRouteTable } from './compile.js';
-import { formatPolicyIssue, type PolicyIssue } from './issues.js';
+import { formatIssue, type ConfigIssue } from '../config/issues.js';
 import { loadRouteTable, type LoadOptions } from './load.js';
 import { formatRolloutStatus, rolloutStatus } from './rollout-status.js';
 
@@ -22,8 +22,8 @@ export interface PolicySummary {
 export interface PolicyCheckReport {
   readonly file: string;
   readonly ok: boolean;
-  readonly errors: readonly PolicyIssue[];
-  readonly warnings: readonly PolicyIssue[];
+  readonly errors: readonly ConfigIssue[];
+  readonly warnings: readonly ConfigIssue[];
   /** Present when the table is valid. */
   readonly summary?: PolicySummary;
 }
@@ -67,7 +67,7 @@ export function summaryOf(t: CompiledRouteTable): PolicySummary {
 
 /** The report for people: errors, then warnings, then (when valid) the summary. */
 export function formatCheckReport(r: PolicyCheckReport): string {
-  const lines = [...r.errors, ...r.warnings].map(formatPolicyIssue);
+  const lines = [...r.errors, ...r.warnings].map(formatIssue);
   if (!r.ok) {
     lines.push(`${r.file}: INVALID: ${count(r.errors.length, 'error')}${r.warnings.length > 0 ? `, ${count(r.warnings.length, 'warning')}` : ''}; the gate would keep the table it has`);
     return `${lines.join('\n')}\n`;

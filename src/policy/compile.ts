@@ -7,7 +7,7 @@ import { checkDescriptor } from '../compat/connector-rules.js';
 import { deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
-import { issue, type PolicyIssue } from './issues.js';
+import { issue, type ConfigIssue } from '../config/issues.js';
 import { isVerified, NO_VERIFICATION, type ConnectorMode, type FallbackStep, type Limits, type PoolRole, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
 
 /** An endpoint as declared; `fingerprint` is its own declared descriptor's, else its pool's. */
@@ -164,8 +164,8 @@ export interface ObservedEndpoint {
 export function checkObservedEndpoints(
   compiled: CompiledRouteTable,
   observed: (pool: string) => readonly ObservedEndpoint[],
-): PolicyIssue[] {
-  const out: PolicyIssue[] = [];
+): ConfigIssue[] {
+  const out: ConfigIssue[] = [];
   compiled.table.pools.forEach((p, i) => {
     const pool = compiled.pools.get(p.name);
     if (pool === undefined) return;

@@ -1,12 +1,12 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { formatPolicyIssue, formatPolicyIssues, issue, type PolicyIssue } from './issues.js';
+import { formatIssue, formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { loadRouteTable, parseRouteTable, routeTableFromValue } from './load.js';
 import { clone, FIXTURES_DIR, readFixture, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
 
 const fixture = (name: string) => join(FIXTURES_DIR, name);
 
-function issuesOf(value: unknown): PolicyIssue[] {
+function issuesOf(value: unknown): ConfigIssue[] {
   const r = routeTableFromValue(value, { file: 't.yaml' });
   if (r.ok) throw new Error('expected issues, the table loaded');
   return r.error;
@@ -20,7 +20,7 @@ function isDeepFrozen(v: unknown): boolean {
 describe('parseRouteTable', () => {
   it('loads the sample two-revision table, with schema defaults, frozen', () => {
     const r = parseRouteTable(readFixture('two-revisions.yaml'), { file: fixture('two-revisions.yaml') });
-    if (!r.ok) throw new Error(formatPolicyIssues(r.error));
+    if (!r.ok) throw new Error(formatIssues(r.error));
     const t = r.value;
     expect(Object.keys(t.revisions)).toEqual(['llama-a', 'llama-b']);
     expect(t.pools.map((p) => p.cluster)).toEqual(['a_prefill', 'a_decode', 'b_prefill', 'b_decode']);
@@ -174,7 +174,7 @@ describe('parseRouteTable', () => {
 describe('loadRouteTable', () => {
   it('reads descriptor files relative to the table', async () => {
     const r = await loadRouteTable(fixture('fp8-both.yaml'));
-    if (!r.ok) throw new Error(formatPolicyIssues(r.error));
+    if (!r.ok) throw new Error(formatIssues(r.error));
     expect(r.value.revisions['llama-fp8']).toMatchObject({ descriptorFile: 'descriptors/llama-fp8-dynamic.json' });
     expect(r.value.revisions['llama-fp8']!.descriptor.kvCache.scaleScheme).toBe('dynamic-per-block');
     expect(r.value.tenancy.source.metadata).toEqual({ namespace: 'envoy.filters.http.jwt_authn', path: ['jwt_payload', 'org'] });
@@ -215,8 +215,8 @@ describe('formatting issues', () => {
   it('prints one line per issue with position, severity, path, message and fix, errors first', () => {
     const w = issue('t.yaml', ['fallback'], 'a warning', 'do a thing', { severity: 'warning' });
     const e = issue('t.yaml', ['pools', 2, 'revision'], 'unknown revision "x".', 'declare it', { line: 7, column: 5 });
-    expect(formatPolicyIssue(e)).toBe('t.yaml:7:5: error: pools[2].revision: unknown revision "x". Fix: declare it');
-    expect(formatPolicyIssues([w, e]).split('\n')).toEqual([formatPolicyIssue(e), 't.yaml: warning: fallback: a warning. Fix: do a thing']);
+    expect(formatIssue(e)).toBe('t.yaml:7:5: error: pools[2].revision: unknown revision "x". Fix: declare it');
+    expect(formatIssues([w, e]).split('\n')).toEqual([formatIssue(e), 't.yaml: warning: fallback: a warning. Fix: do a thing']);
   });
 
   it('quotes path keys that are not plain words', () => {

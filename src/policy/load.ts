@@ -9,11 +9,11 @@ import { readFile } from 'node:fs/promises';
 import { dirname, isAbsolute, join } from 'node:path';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { err, ok, type Result } from '../errors.js';
-import { hasErrors, issue, type PolicyIssue } from './issues.js';
+import { hasErrors, issue, type ConfigIssue } from '../config/issues.js';
 import { NO_VERIFICATION, RouteTableSchema, type ResolvedRevision, type RevisionVerification, type RouteTable, type RouteTableDocument } from './schema.js';
 import { checkRouteTable } from './semantic.js';
 import { formatOf, parseStructuredText, type TextFormat } from './text.js';
-import { fromZodIssues, type Locate } from './zod-issues.js';
+import { fromZodIssues, type Locate } from '../config/from-zod.js';
 
 /** A descriptor file's text as read, or why it could not be read. Keyed by the path as written in the table. */
 export type DescriptorFileContents = Readonly<Record<string, string | { readonly error: string }>>;
@@ -37,7 +37,7 @@ export function parseRouteTable(
   text: string,
   source: RouteTableSource,
   options: RouteTableOptions = {},
-): Result<RouteTable, PolicyIssue[]> {
+): Result<RouteTable, ConfigIssue[]> {
   const parsed = parseStructuredText(text, source.file, formatOf(source.file, source.format));
   if (!parsed.ok) return parsed;
   return routeTableFromValue(parsed.value.value, source, { ...options, locate: parsed.value.locate });
@@ -48,7 +48,7 @@ export function routeTableFromValue(
   value: unknown,
   source: RouteTableSource,
   options: RouteTableOptions & { readonly locate?: Locate } = {},
-): Result<RouteTable, PolicyIssue[]> {
+): Result<RouteTable, ConfigIssue[]> {
   const file = source.file;
   const schema = RouteTableSchema.safeParse(value);
   if (!schema.success) {
@@ -67,9 +67,9 @@ export function routeTableFromValue(
 function resolveRevisions(
   doc: RouteTableDocument,
   source: RouteTableSource,
-): Result<Record<string, ResolvedRevision>, PolicyIssue[]> {
+): Result<Record<string, ResolvedRevision>, ConfigIssue[]> {
   const out: Record<string, ResolvedRevision> = {};
-  const issues: PolicyIssue[] = [];
+  const issues: ConfigIssue[] = [];
   for (const [name, rev] of Object.entries(doc.revisions)) {
     const v = rev.verification;
     const verification: RevisionVerification =
@@ -86,7 +86,7 @@ function resolveRevisions(
   return issues.length > 0 ? err(issues) : ok(out);
 }
 
-function readDescriptorFile(ref: string, revision: string, source: RouteTableSource): Result<CompatDescriptor, PolicyIssue[]> {
+function readDescriptorFile(ref: string, revision: string, source: RouteTableSource): Result<CompatDescriptor, ConfigIssue[]> {
   const at = ['revisions', revision, 'descriptorFile'];
   const resolvedPath = descriptorPath(source.file, ref);
   const contents = source.descriptorFiles?.[ref];
@@ -142,7 +142,7 @@ export interface LoadOptions extends RouteTableOptions {
 }
 
 /** Read and validate a route table file and the descriptor files it names. I/O errors become issues. */
-export async function loadRouteTable(file: string, options: LoadOptions = {}): Promise<Result<RouteTable, PolicyIssue[]>> {
+export async function loadRouteTable(file: string, options: LoadOptions = {}): Promise<Result<RouteTable, ConfigIssue[]>> {
   const read = options.readText ?? ((p: string) => readFile(p, 'utf8'));
   let text: string;
   try {

@@ -1,19 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import { compileRouteTable } from './compile.js';
-import type { PolicyIssue } from './issues.js';
+import type { ConfigIssue } from '../config/issues.js';
 import { routeTableFromValue } from './load.js';
 import { formatRolloutStatus, rolloutStatus } from './rollout-status.js';
 import { tableFromValue, twoRevisionTableValue } from './testing.js';
 
 type Value = Record<string, any>;
 
-function issuesAfter(mutate: (v: Value) => void): PolicyIssue[] {
+function issuesAfter(mutate: (v: Value) => void): ConfigIssue[] {
   const v = twoRevisionTableValue() as Value;
   mutate(v);
   const r = routeTableFromValue(v, { file: 't.yaml' });
   return r.ok ? [...r.value.warnings] : r.error;
 }
-const at = (issues: PolicyIssue[], path: string) => issues.filter((i) => i.path === path);
+const at = (issues: ConfigIssue[], path: string) => issues.filter((i) => i.path === path);
 
 describe('verification in the route table', () => {
   it('defaults: no block means nothing is required; a block means required, not yet verified', () => {

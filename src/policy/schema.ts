@@ -10,7 +10,7 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { CompatDescriptorSchema, type CompatDescriptor } from '../compat/descriptor.js';
-import type { PolicyIssue } from './issues.js';
+import type { ConfigIssue } from '../config/issues.js';
 
 const nonEmpty = z.string().min(1, 'must not be empty');
 
@@ -298,7 +298,7 @@ export type RouteTable = Omit<RouteTableDocument, 'revisions'> & {
   /** The file the table was read from (for issue messages). */
   readonly source: string;
   /** Non-blocking findings of the load (e.g. a connector version to recheck). */
-  readonly warnings: readonly PolicyIssue[];
+  readonly warnings: readonly ConfigIssue[];
 };
 
 /** True when `tenant` may use something restricted to `list`; a null tenant only passes `['*']`. */

@@ -7,7 +7,7 @@ import { canonicalJson } from '../compat/canonical-json.js';
 import { checkDescriptor, checkTransfer } from '../compat/connector-rules.js';
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { describeFingerprintDiff, tryFingerprintOf } from '../compat/fingerprint.js';
-import { issue, listOf, type PathSegment, type PolicyIssue } from './issues.js';
+import { issue, listOf, type PathSegment, type ConfigIssue } from '../config/issues.js';
 import type { Pool, RouteTable } from './schema.js';
 
 /** Shared state of one `checkRouteTable` run. */
@@ -22,7 +22,7 @@ export interface CheckContext {
 const short = (fp: string): string => fp.slice(0, 12);
 
 /** Every revision's fingerprint; a descriptor that cannot be normalised is reported here, once. */
-export function fingerprintRevisions(table: RouteTable, out: PolicyIssue[]): Map<string, string> {
+export function fingerprintRevisions(table: RouteTable, out: ConfigIssue[]): Map<string, string> {
   const fps = new Map<string, string>();
   for (const [name, rev] of Object.entries(table.revisions)) {
     const r = tryFingerprintOf(rev.descriptor);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { compileRouteTable } from './compile.js';
-import type { PolicyIssue } from './issues.js';
+import type { ConfigIssue } from '../config/issues.js';
 import { routeTableFromValue } from './load.js';
 import { checkObservedEndpoints, checkRouteTable } from './semantic.js';
 import { fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
@@ -8,14 +8,14 @@ import { fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevi
 type Value = Record<string, any>;
 
 /** Every issue (errors and warnings) the loader reports after `mutate`. */
-function issuesAfter(mutate: (v: Value) => void): PolicyIssue[] {
+function issuesAfter(mutate: (v: Value) => void): ConfigIssue[] {
   const v = twoRevisionTableValue() as Value;
   mutate(v);
   const r = routeTableFromValue(v, { file: 't.yaml' });
   return r.ok ? [...r.value.warnings] : r.error;
 }
 
-function only(issues: PolicyIssue[], path: string): PolicyIssue {
+function only(issues: ConfigIssue[], path: string): ConfigIssue {
   const found = issues.filter((i) => i.path === path);
   expect(found.map((i) => i.message), `issues at ${path} among ${JSON.stringify(issues.map((i) => i.path))}`).toHaveLength(1);
   return found[0]!;

@@ -6,7 +6,7 @@
  * `compileRouteTable` (re-exported here) turns a checked table into the frozen lookups the hot path uses.
  */
 import { isGateOwnedHeader } from '../headers.js';
-import { closestMatch, issue, listOf, type PathSegment, type PolicyIssue } from './issues.js';
+import { closestMatch, issue, listOf, type PathSegment, type ConfigIssue } from '../config/issues.js';
 import { tenantAllowed, type RouteTable } from './schema.js';
 import {
   checkAddresses,
@@ -18,7 +18,7 @@ import {
   type CheckContext,
 } from './semantic-groups.js';
 import { checkFallbackSteps, checkVerification } from './semantic-rollout.js';
-import type { Locate } from './zod-issues.js';
+import type { Locate } from '../config/from-zod.js';
 
 export { compileRouteTable, checkObservedEndpoints } from './compile.js';
 
@@ -28,8 +28,8 @@ export interface CheckOptions {
 }
 
 /** Every semantic issue of a schema-valid table: errors block loading, warnings are reported alongside. */
-export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): PolicyIssue[] {
-  const out: PolicyIssue[] = [];
+export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): ConfigIssue[] {
+  const out: ConfigIssue[] = [];
   const fingerprints = fingerprintRevisions(table, out);
   const ctx: CheckContext = {
     table,

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseDescriptor, type CompatDescriptor, type CompatDescriptorInput } from '../compat/descriptor.js';
-import { formatPolicyIssues } from './issues.js';
+import { formatIssues } from '../config/issues.js';
 import { compileRouteTable, type CompiledRouteTable } from './compile.js';
 import { parse as parseYaml } from 'yaml';
 import { descriptorFilesOf, descriptorPath, parseRouteTable, routeTableFromValue, type RouteTableOptions } from './load.js';
@@ -85,14 +85,14 @@ export function loadFixtureTable(name: string, options: RouteTableOptions = {}):
   const descriptorFiles: Record<string, string> = {};
   for (const ref of descriptorFilesOf(parseYaml(text))) descriptorFiles[ref] = readFileSync(descriptorPath(file, ref), 'utf8');
   const r = parseRouteTable(text, { file, descriptorFiles }, options);
-  if (!r.ok) throw new Error(`fixture ${name} is invalid:\n${formatPolicyIssues(r.error)}`);
+  if (!r.ok) throw new Error(`fixture ${name} is invalid:\n${formatIssues(r.error)}`);
   return r.value;
 }
 
 /** Build a table from a plain value, or throw with every issue. */
 export function tableFromValue(value: unknown, options: RouteTableOptions & { file?: string } = {}): RouteTable {
   const r = routeTableFromValue(value, { file: options.file ?? 'test-table.yaml' }, options);
-  if (!r.ok) throw new Error(`test table is invalid:\n${formatPolicyIssues(r.error)}`);
+  if (!r.ok) throw new Error(`test table is invalid:\n${formatIssues(r.error)}`);
   return r.value;
 }
 

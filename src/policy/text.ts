@@ -3,8 +3,8 @@
  */
 import { isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { err, ok, type Result } from '../errors.js';
-import { issue, type PathSegment, type PolicyIssue } from './issues.js';
-import type { Locate } from './zod-issues.js';
+import { issue, type PathSegment, type ConfigIssue } from '../config/issues.js';
+import type { Locate } from '../config/from-zod.js';
 
 export type TextFormat = 'yaml' | 'json';
 
@@ -18,7 +18,7 @@ export function parseStructuredText(
   text: string,
   file: string,
   format: TextFormat,
-): Result<{ value: unknown; locate: Locate }, PolicyIssue[]> {
+): Result<{ value: unknown; locate: Locate }, ConfigIssue[]> {
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, prettyErrors: true, uniqueKeys: true });
   const locate = locator(doc, lineCounter);
@@ -69,7 +69,7 @@ function yamlFix(code: string): string {
   }
 }
 
-function jsonSyntaxIssue(text: string, file: string, e: unknown): PolicyIssue {
+function jsonSyntaxIssue(text: string, file: string, e: unknown): ConfigIssue {
   const message = e instanceof Error ? e.message : String(e);
   const m = /position (\d+)/.exec(message);
   let pos: { line: number; column: number } | undefined;

@@ -10,8 +10,7 @@
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { formatIssues, type ConfigIssue } from '../config-issues.js';
-import type { KeyRing } from '../contract/keys.js';
+import { formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
@@ -61,16 +60,16 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
   try {
     values = parseArgs({ args: [...argv], options: OPTIONS, strict: true, allowPositionals: false }).values;
   } catch (e) {
-    return err([{ file: 'command line', path: '', message: (e as Error).message, fix: 'see kvgate sidecar --help' }]);
+    return err([issue('command line', [], (e as Error).message, 'see kvgate sidecar --help')]);
   }
   if (values.help === true) return ok('help');
   if (values.config !== undefined) {
     const others = Object.keys(values).filter((k) => k !== 'config');
-    if (others.length > 0) return err([{ file: 'command line', path: '', message: `--config cannot be combined with --${others.join(', --')}`, fix: 'put those settings in the config file' }]);
+    if (others.length > 0) return err([issue('command line', [], `--config cannot be combined with --${others.join(', --')}`, 'put those settings in the config file')]);
     return loadSidecarConfig(values.config);
   }
   if (values.descriptor === undefined) {
-    return err([{ file: 'command line', path: 'descriptor', message: 'no --descriptor and no --config', fix: 'pass --config FILE, or --descriptor FILE with --role and --worker' }]);
+    return err([issue('command line', 'descriptor', 'no --descriptor and no --config', 'pass --config FILE, or --descriptor FILE with --role and --worker')]);
   }
   const descriptor = await loadDescriptorFile(values.descriptor);
   if (!descriptor.ok) return descriptor;
@@ -87,11 +86,6 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
   return parseSidecarConfig(raw, 'command line');
 }
 
-/** The key ring the config names; a dev seed gives INSECURE deterministic keys (the caller warns). */
-export function keysFor(config: SidecarConfig, env: CommandIo['env']): Result<KeyRing, string> {
-  return keyRingFrom(config.keys!, env);
-}
-
 /** `kvgate sidecar ...`: resolves to the exit code once the sidecar has drained and closed (or failed to start). */
 export async function sidecarCommand(argv: readonly string[], io: CommandIo = processIo()): Promise<number> {
   const parsed = await configFromArgs(argv);
@@ -104,7 +98,7 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     return 0;
   }
   const config = parsed.value;
-  const keys = keysFor(config, io.env);
+  const keys = keyRingFrom(config.keys!, io.env);
   if (!keys.ok) {
     io.stderr(`kvgate sidecar: ${keys.error}\n`);
     return 2;

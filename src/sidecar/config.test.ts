@@ -5,8 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { exampleDescriptorInput } from '../compat/testing.js';
-import { formatIssues } from '../config-issues.js';
-import { configFromArgs, keysFor } from './command.js';
+import { formatIssues } from '../config/issues.js';
+import { keyRingFrom } from '../contract/key-source.js';
+import { configFromArgs } from './command.js';
 import { loadSidecarConfig, parseSidecarConfig } from './config.js';
 
 const base = () => ({ role: 'decode', worker: 'http://127.0.0.1:8000', descriptor: exampleDescriptorInput(), keys: { devSeed: 'x' } });
@@ -34,8 +35,8 @@ describe('parseSidecarConfig', () => {
     expect(r.ok).toBe(false);
     if (r.ok) return;
     const text = formatIssues(r.error);
-    expect(text).toContain('sidecar.yaml: onTransferFailur: unknown key "onTransferFailur" - fix: did you mean "onTransferFailure"?');
-    expect(text).toMatch(/sidecar\.yaml: role: .* fix: use one of: "prefill", "decode"/);
+    expect(text).toContain('sidecar.yaml: error: onTransferFailur: unknown key "onTransferFailur". Fix: did you mean "onTransferFailure"?');
+    expect(text).toMatch(/sidecar\.yaml: error: role: .* Fix: use one of: prefill, decode/);
     expect(text).toContain('prefill.via');
   });
 
@@ -44,7 +45,7 @@ describe('parseSidecarConfig', () => {
     expect(parseSidecarConfig(noDescriptor, 'f').ok).toBe(false);
     const { keys: _k, ...noKeys } = base();
     const r = parseSidecarConfig(noKeys, 'f');
-    expect(r.ok ? '' : formatIssues(r.error)).toContain('f: keys: no signing keys configured');
+    expect(r.ok ? '' : formatIssues(r.error)).toContain('f: error: keys: no signing keys configured');
     expect(parseSidecarConfig({ ...base(), keys: { devSeed: 'x', file: 'k.yaml' } }, 'f').ok).toBe(false);
   });
 
@@ -85,12 +86,12 @@ describe('keysFor', () => {
     await writeFile(path.join(dir, 'keys.json'), keyJson);
     const withFile = parseSidecarConfig({ ...base(), keys: { file: path.join(dir, 'keys.json') } }, 'f');
     if (!withFile.ok) throw new Error('config');
-    const fromFile = keysFor(withFile.value, {});
+    const fromFile = keyRingFrom(withFile.value.keys!, {});
     expect(fromFile.ok && fromFile.value.currentId).toBe('k1');
     const withEnv = parseSidecarConfig({ ...base(), keys: { env: 'MY_KEYS' } }, 'f');
     if (!withEnv.ok) throw new Error('config');
-    expect(keysFor(withEnv.value, {})).toEqual({ ok: false, error: expect.stringContaining('MY_KEYS, which is not set') });
-    const fromEnv = keysFor(withEnv.value, { MY_KEYS: keyJson });
+    expect(keyRingFrom(withEnv.value.keys!, {})).toEqual({ ok: false, error: expect.stringContaining('MY_KEYS, which is not set') });
+    const fromEnv = keyRingFrom(withEnv.value.keys!, { MY_KEYS: keyJson });
     expect(fromEnv.ok && fromEnv.value.currentId).toBe('k1');
   });
 });

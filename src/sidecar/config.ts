@@ -12,7 +12,8 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
-import { fromZodIssues, keysAtPath, type ConfigIssue } from '../config-issues.js';
+import { fromZodIssues } from '../config/from-zod.js';
+import { issue, type ConfigIssue } from '../config/issues.js';
 import { KeySourceSchema } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 
@@ -108,21 +109,21 @@ export function parseSidecarConfig(
   loadedDescriptor?: unknown,
 ): Result<SidecarConfig, ConfigIssue[]> {
   const parsed = SidecarConfigSchema.safeParse(raw ?? {});
-  if (!parsed.success) return err(fromZodIssues(file, parsed.error.issues, (p) => keysAtPath(SidecarConfigSchema, p)));
+  if (!parsed.success) return err(fromZodIssues(parsed.error.issues, { file, root: SidecarConfigSchema, data: raw }));
   const { descriptor: inline, descriptorFile, ...rest } = parsed.data;
   if ((inline === undefined) === (descriptorFile === undefined)) {
-    return err([{ file, path: 'descriptor', message: 'needs exactly one of descriptor (inline) or descriptorFile', fix: 'keep either descriptor: {...} or descriptorFile: <path>' }]);
+    return err([issue(file, 'descriptor', 'needs exactly one of descriptor (inline) or descriptorFile', 'keep either descriptor: {...} or descriptorFile: <path>')]);
   }
   let descriptor = inline;
   if (descriptor === undefined) {
     const d = CompatDescriptorSchema.safeParse(loadedDescriptor);
-    if (!d.success) return err(fromZodIssues(`${file} -> ${descriptorFile}`, d.error.issues, (p) => keysAtPath(CompatDescriptorSchema, p)));
+    if (!d.success) return err(fromZodIssues(d.error.issues, { file: `${file} -> ${descriptorFile}`, root: CompatDescriptorSchema, data: loadedDescriptor }));
     descriptor = d.data;
   }
   const fp = tryFingerprintOf(descriptor);
-  if (!fp.ok) return err([{ file, path: 'descriptor', message: fp.error.reason, fix: 'correct the descriptor as the message says' }]);
+  if (!fp.ok) return err([issue(file, 'descriptor', fp.error.reason, 'correct the descriptor as the message says')]);
   if (rest.keys === undefined) {
-    return err([{ file, path: 'keys', message: 'no signing keys configured', fix: 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)' }]);
+    return err([issue(file, 'keys', 'no signing keys configured', 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)')]);
   }
   return ok(deepFreeze({ ...rest, descriptor, fingerprint: fp.value }));
 }
@@ -154,7 +155,7 @@ async function readText(file: string, fix: string): Promise<Result<string, Confi
   try {
     return ok(await readFile(file, 'utf8'));
   } catch (e) {
-    return err([{ file, path: '', message: `cannot read the file: ${(e as Error).message}`, fix }]);
+    return err([issue(file, [], `cannot read the file: ${(e as Error).message}`, fix)]);
   }
 }
 
@@ -162,6 +163,6 @@ function parseText(text: string, file: string): Result<unknown, ConfigIssue[]> {
   try {
     return ok(file.endsWith('.json') ? JSON.parse(text) : parseYaml(text));
   } catch (e) {
-    return err([{ file, path: '', message: `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`, fix: 'fix the syntax at the position shown' }]);
+    return err([issue(file, [], `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`, 'fix the syntax at the position shown')]);
   }
 }

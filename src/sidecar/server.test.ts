@@ -157,7 +157,7 @@ describe('kvgate sidecar command', () => {
     expect(out).toContain('usage: kvgate sidecar');
     out = '';
     expect(await sidecarCommand(['--role', 'sideways', '--worker', 'x', '--descriptor', path.join(dir, 'missing.yaml')], io)).toBe(2);
-    expect(out).toContain('missing.yaml: (root): cannot read the file');
+    expect(out).toContain('missing.yaml: error: (root): cannot read the file');
     out = '';
     const descriptor = path.join(dir, 'd2.json');
     await writeFile(descriptor, JSON.stringify(sim.config.descriptor));

@@ -113,7 +113,7 @@ describe('kvgate verify (command)', () => {
     await writeFile(bad, '- { promt: Hello }\n');
     const c = io();
     expect(await runVerifyCommand(['--via', 'http://127.0.0.1:1', '--baseline', 'http://127.0.0.1:1', '--prompts', bad], c.io)).toBe(2);
-    expect(c.err.join('')).toContain(`${bad}: [0].promt: unknown key "promt" - fix: did you mean "prompt"?`);
+    expect(c.err.join('')).toContain(`${bad}: error: [0].promt: unknown key "promt". Fix: did you mean "prompt"?`);
   });
 
   it('exits 3 when the endpoints cannot be reached', async () => {

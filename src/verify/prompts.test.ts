@@ -2,7 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { formatIssues } from '../config-issues.js';
+import { formatIssues } from '../config/issues.js';
 import { loadPromptsFile, parsePrompts } from './prompts.js';
 
 describe('parsePrompts', () => {
@@ -37,28 +37,28 @@ describe('parsePrompts', () => {
     expect(r.ok).toBe(false);
     if (r.ok) return;
     const text = formatIssues(r.error);
-    expect(text).toContain('prompts.yaml: [0]: empty prompt');
-    expect(text).toContain('prompts.yaml: [1].max_token: unknown key "max_token" - fix: did you mean "max_tokens"?');
-    expect(text).toContain('prompts.yaml: [2]: has both "prompt" and "messages"');
-    expect(text).toContain('prompts.yaml: [3]: has neither "prompt" nor "messages"');
-    expect(text).toContain('prompts.yaml: [4].messages[0].name: unknown key "name"');
-    expect(text).toMatch(/prompts\.yaml: \[5\]\.max_tokens: .* - fix: use a value >= /);
-    expect(text).toContain('prompts.yaml: [6]: must be a string or a mapping; got a number');
+    expect(text).toContain('prompts.yaml: error: [0]: empty prompt');
+    expect(text).toContain('prompts.yaml: error: [1].max_token: unknown key "max_token". Fix: did you mean "max_tokens"?');
+    expect(text).toContain('prompts.yaml: error: [2]: has both "prompt" and "messages"');
+    expect(text).toContain('prompts.yaml: error: [3]: has neither "prompt" nor "messages"');
+    expect(text).toContain('prompts.yaml: error: [4].messages[0].name: unknown key "name"');
+    expect(text).toMatch(/prompts\.yaml: error: \[5\]\.max_tokens: .*Fix: use a value (of at least|greater than) /);
+    expect(text).toContain('prompts.yaml: error: [6]: must be a string or a mapping; got a number');
     expect(r.error).toHaveLength(7);
   });
 
   it('explains a prompt that ends in a colon and so reads as a YAML key', () => {
     const r = parsePrompts([{ 'List three prime numbers': null }], 'p.yaml');
     expect(!r.ok && formatIssues(r.error)).toBe(
-      'p.yaml: [0]: reads as the YAML key "List three prime numbers" with no value, not as a prompt - fix: quote it: - "List three prime numbers:"',
+      'p.yaml: error: [0]: reads as the YAML key "List three prime numbers" with no value, not as a prompt. Fix: quote it: - "List three prime numbers:"',
     );
   });
 
   it('refuses duplicate ids, a non-list and an empty list', () => {
     const dup = parsePrompts([{ id: 'a', prompt: 'x' }, { id: 'a', prompt: 'y' }], 'f');
-    expect(!dup.ok && formatIssues(dup.error)).toContain('f: [1].id: duplicate id "a" (also item [0])');
+    expect(!dup.ok && formatIssues(dup.error)).toContain('f: error: [1].id: duplicate id "a" (also item [0])');
     const map = parsePrompts({ prompts: [] }, 'f');
-    expect(!map.ok && formatIssues(map.error)).toMatch(/f: \(root\): must be a list of prompts; got a mapping - fix: write a YAML\/JSON list/);
+    expect(!map.ok && formatIssues(map.error)).toMatch(/f: error: \(root\): must be a list of prompts; got a mapping\. Fix: write a YAML\/JSON list/);
     const empty = parsePrompts([], 'f');
     expect(!empty.ok && formatIssues(empty.error)).toContain('lists no prompts');
     const nothing = parsePrompts(null, 'f');
@@ -84,9 +84,9 @@ describe('loadPromptsFile', () => {
 
   it('reports a missing file and a syntax error with the file name', async () => {
     const missing = await loadPromptsFile(path.join(dir, 'nope.yaml'));
-    expect(!missing.ok && formatIssues(missing.error)).toMatch(/nope\.yaml: \(root\): cannot read: .*ENOENT.* - fix: check the path passed to --prompts/);
+    expect(!missing.ok && formatIssues(missing.error)).toMatch(/nope\.yaml: error: \(root\): cannot read: .*ENOENT.*\. Fix: check the path passed to --prompts/);
     await writeFile(path.join(dir, 'bad.yaml'), '- [unclosed\n');
     const bad = await loadPromptsFile(path.join(dir, 'bad.yaml'));
-    expect(!bad.ok && formatIssues(bad.error)).toMatch(/bad\.yaml: \(root\): not valid YAML\/JSON/);
+    expect(!bad.ok && formatIssues(bad.error)).toMatch(/bad\.yaml: error: \(root\): not valid YAML\/JSON/);
   });
 });

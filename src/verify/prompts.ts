@@ -8,7 +8,8 @@
 import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { fromZodIssues, keysAtPath, type ConfigIssue } from '../config-issues.js';
+import { fromZodIssues } from '../config/from-zod.js';
+import { issue, type ConfigIssue } from '../config/issues.js';
 import { err, ok, type Result } from '../errors.js';
 
 export interface ChatMessage {
@@ -40,9 +41,9 @@ const ItemSchema = z
 /** Validate the parsed file content (`file` names it in messages). */
 export function parsePrompts(raw: unknown, file: string): Result<VerifyPrompt[], ConfigIssue[]> {
   if (!Array.isArray(raw)) {
-    return err([{ file, path: '', message: `must be a list of prompts; got ${describe(raw)}`, fix: 'write a YAML/JSON list: each item a string or { prompt } / { messages }' }]);
+    return err([issue(file, [], `must be a list of prompts; got ${describe(raw)}`, 'write a YAML/JSON list: each item a string or { prompt } / { messages }')]);
   }
-  if (raw.length === 0) return err([{ file, path: '', message: 'lists no prompts', fix: 'add at least one prompt' }]);
+  if (raw.length === 0) return err([issue(file, [], 'lists no prompts', 'add at least one prompt')]);
   const issues: ConfigIssue[] = [];
   const out: VerifyPrompt[] = [];
   const seen = new Map<string, number>();
@@ -51,7 +52,7 @@ export function parsePrompts(raw: unknown, file: string): Result<VerifyPrompt[],
     if (prompt === undefined) return;
     const first = seen.get(prompt.id);
     if (first !== undefined) {
-      issues.push({ file, path: `[${i}].id`, message: `duplicate id "${prompt.id}" (also item [${first}])`, fix: 'give every prompt its own id' });
+      issues.push(issue(file, `[${i}].id`, `duplicate id "${prompt.id}" (also item [${first}])`, 'give every prompt its own id'));
       return;
     }
     seen.set(prompt.id, i);
@@ -64,23 +65,22 @@ export function parsePrompts(raw: unknown, file: string): Result<VerifyPrompt[],
 function parseItem(value: unknown, i: number, file: string, issues: ConfigIssue[]): VerifyPrompt | undefined {
   if (typeof value === 'string') {
     if (value.length > 0) return { id: `p${i + 1}`, kind: 'completion', prompt: value };
-    issues.push({ file, path: `[${i}]`, message: 'empty prompt', fix: 'write the prefix text, or remove the item' });
+    issues.push(issue(file, `[${i}]`, 'empty prompt', 'write the prefix text, or remove the item'));
     return undefined;
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    issues.push({ file, path: `[${i}]`, message: `must be a string or a mapping; got ${describe(value)}`, fix: 'write "- some prompt text" or "- { prompt: ..., id: ... }"' });
+    issues.push(issue(file, `[${i}]`, `must be a string or a mapping; got ${describe(value)}`, 'write "- some prompt text" or "- { prompt: ..., id: ... }"'));
     return undefined;
   }
   const keys = Object.keys(value);
   if (keys.length === 1 && (value as Record<string, unknown>)[keys[0]!] === null && !(keys[0]! in ItemSchema.shape)) {
     // `- List three primes:` is YAML for the mapping { "List three primes": null }, not a string.
-    issues.push({ file, path: `[${i}]`, message: `reads as the YAML key ${JSON.stringify(keys[0])} with no value, not as a prompt`, fix: `quote it: - ${JSON.stringify(`${keys[0]}:`)}` });
+    issues.push(issue(file, `[${i}]`, `reads as the YAML key ${JSON.stringify(keys[0])} with no value, not as a prompt`, `quote it: - ${JSON.stringify(`${keys[0]}:`)}`));
     return undefined;
   }
   const parsed = ItemSchema.safeParse(value);
   if (!parsed.success) {
-    const prefixed = parsed.error.issues.map((issue) => ({ ...issue, path: [i, ...issue.path] }));
-    issues.push(...fromZodIssues(file, prefixed, (p) => keysAtPath(ItemSchema, p.slice(1))));
+    issues.push(...fromZodIssues(parsed.error.issues, { file, root: ItemSchema, data: value, prefix: [i] }));
     return undefined;
   }
   return toPrompt(parsed.data, i, file, issues);
@@ -90,12 +90,12 @@ function toPrompt(item: z.infer<typeof ItemSchema>, i: number, file: string, iss
   const id = item.id ?? `p${i + 1}`;
   const max = item.max_tokens === undefined ? {} : { maxTokens: item.max_tokens };
   if (item.prompt !== undefined && item.messages !== undefined) {
-    issues.push({ file, path: `[${i}]`, message: 'has both "prompt" and "messages"', fix: 'keep "prompt" for a completion or "messages" for chat, not both' });
+    issues.push(issue(file, `[${i}]`, 'has both "prompt" and "messages"', 'keep "prompt" for a completion or "messages" for chat, not both'));
     return undefined;
   }
   if (item.prompt !== undefined) return { id, kind: 'completion', prompt: item.prompt, ...max };
   if (item.messages !== undefined) return { id, kind: 'chat', messages: item.messages, ...max };
-  issues.push({ file, path: `[${i}]`, message: 'has neither "prompt" nor "messages"', fix: 'add "prompt: <text>" (completions) or "messages: [{role, content}]" (chat)' });
+  issues.push(issue(file, `[${i}]`, 'has neither "prompt" nor "messages"', 'add "prompt: <text>" (completions) or "messages: [{role, content}]" (chat)'));
   return undefined;
 }
 
@@ -111,13 +111,13 @@ export async function loadPromptsFile(file: string): Promise<Result<VerifyPrompt
   try {
     text = await readFile(file, 'utf8');
   } catch (e) {
-    return err([{ file, path: '', message: `cannot read: ${(e as Error).message}`, fix: 'check the path passed to --prompts' }]);
+    return err([issue(file, [], `cannot read: ${(e as Error).message}`, 'check the path passed to --prompts')]);
   }
   let raw: unknown;
   try {
     raw = parseYaml(text);
   } catch (e) {
-    return err([{ file, path: '', message: `not valid YAML/JSON: ${(e as Error).message}`, fix: 'fix the syntax at the position shown' }]);
+    return err([issue(file, [], `not valid YAML/JSON: ${(e as Error).message}`, 'fix the syntax at the position shown')]);
   }
   return parsePrompts(raw, file);
 }

@@ -4,7 +4,7 @@
  * nothing throws, so one run reports every mistake in a file.
  */
 import type { Enum, Field, MapField, Root, Type } from 'protobufjs';
-import { didYouMean } from '../../src/config-issues.js';
+import { closestMatch as didYouMean } from '../../src/config/issues.js';
 import { checkScalar, checkSpecialJson, describeValue, isPlainObject, SPECIAL_JSON_TYPES } from './json-forms.js';
 import { checkAbsentRules, checkSizeRules, checkValueRules, elementRules, parsedOptionsOf, rulesOf } from './pgv-rules.js';
 import type { Rules } from './pgv-rules.js';

@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { compileRouteTable } from '../../src/policy/compile.js';
-import type { PolicyIssue } from '../../src/policy/issues.js';
+import type { ConfigIssue } from '../../src/config/issues.js';
 import { parseRouteTable, routeTableFromValue } from '../../src/policy/load.js';
 import { readFixture } from '../../src/policy/testing.js';
 
@@ -35,7 +35,7 @@ function expectActionable(text: string, format: 'yaml' | 'json' = 'yaml'): void 
   for (const i of r.error) expectIssue(i, lines);
 }
 
-function expectIssue(i: PolicyIssue, lines: number): void {
+function expectIssue(i: ConfigIssue, lines: number): void {
   expect(typeof i.path === 'string' && i.path.length > 0 || i.line !== undefined, JSON.stringify(i)).toBe(true);
   expect(i.message.trim().length, JSON.stringify(i)).toBeGreaterThan(0);
   expect(i.fix.trim().length, JSON.stringify(i)).toBeGreaterThan(0);

@@ -41,7 +41,7 @@ describe('kvgate sim', () => {
     const path = await configFile({ leaseMs: -1 });
     const t = io();
     expect(await simCommand(['--config', path], t.io)).toBe(1);
-    expect(t.err.join('\n')).toMatch(/sim\.leaseMs: .*fix: use a value greater than 0/);
+    expect(t.err.join('\n')).toMatch(/sim\.leaseMs: .*Fix: use a value greater than 0/);
   });
 
   it('exits 2 on usage errors', async () => {

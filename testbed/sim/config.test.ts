@@ -30,9 +30,9 @@ describe('parseSimConfig', () => {
     expect(r.ok).toBe(false);
     if (r.ok) return;
     const m = r.error.message;
-    expect(m).toMatch(/sim\.leaseMs: .*fix: set sim\.leaseMs to a number/);
-    expect(m).toMatch(/sim\.kvLoadFailurePolicy: .*fix: use one of "fail", "recompute"/);
-    expect(m).toMatch(/sim: .*fix: remove "latncy"/);
+    expect(m).toMatch(/error: sim\.leaseMs: expected number, got string "long"\. Fix: write leaseMs as a number/);
+    expect(m).toMatch(/error: sim\.kvLoadFailurePolicy: .*Fix: use one of: fail, recompute/);
+    expect(m).toMatch(/error: sim\.latncy: unknown key "latncy"\. Fix: did you mean "latency"\?/);
   });
 
   it('reports descriptor problems under descriptor.*', () => {
@@ -40,7 +40,7 @@ describe('parseSimConfig', () => {
     delete d['modelDtype'];
     const r = parseSimConfig({ descriptor: d, sim: {} });
     expect(r.ok).toBe(false);
-    if (!r.ok) expect(r.error.message).toMatch(/descriptor\.modelDtype: .*fix: add descriptor\.modelDtype/);
+    if (!r.ok) expect(r.error.message).toMatch(/error: descriptor\.modelDtype: modelDtype is required .*Fix: add modelDtype:/);
   });
 
   it('merges behaveAs over the declared descriptor and flags the lie', () => {
@@ -60,7 +60,7 @@ describe('parseSimConfig', () => {
   it('rejects behaveAs keys the descriptor does not have', () => {
     const r = parseSimConfig({ descriptor: testDescriptor(), sim: { behaveAs: { kvCache: { dtipe: 'fp8' } } } });
     expect(r.ok).toBe(false);
-    if (!r.ok) expect(r.error.message).toMatch(/sim\.behaveAs\.kvCache: .*remove "dtipe"/);
+    if (!r.ok) expect(r.error.message).toMatch(/error: sim\.behaveAs\.kvCache\.dtipe: unknown key "dtipe"\. Fix: did you mean "dtype"\?/);
   });
 
   it('refuses a max_model_len that does not fit in the KV cache, like vLLM at startup', () => {

@@ -10,6 +10,8 @@ import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../../src/compat/descriptor.js';
+import { fromZodIssues } from '../../src/config/from-zod.js';
+import { formatIssues as formatConfigIssues } from '../../src/config/issues.js';
 import { KvgateError, err, ok, type Result } from '../../src/errors.js';
 
 const port = z.number().int().min(0).max(65535);
@@ -93,15 +95,15 @@ export interface SimConfigInput {
  */
 export function parseSimConfig(input: unknown): Result<SimConfig> {
   const top = SimConfigFileSchema.safeParse(input);
-  if (!top.success) return err(configError(formatIssues(top.error.issues, '')));
+  if (!top.success) return err(configError(formatIssues(top.error.issues, SimConfigFileSchema, input, [])));
   const declared = CompatDescriptorSchema.safeParse(top.data.descriptor);
-  if (!declared.success) return err(configError(formatIssues(declared.error.issues, 'descriptor')));
+  if (!declared.success) return err(configError(formatIssues(declared.error.issues, CompatDescriptorSchema, top.data.descriptor, ['descriptor'])));
   const sim = top.data.sim;
   let behaviour = declared.data;
   if (sim.behaveAs !== undefined) {
     const merged = deepMerge(top.data.descriptor, sim.behaveAs);
     const real = CompatDescriptorSchema.safeParse(merged);
-    if (!real.success) return err(configError(formatIssues(real.error.issues, 'sim.behaveAs')));
+    if (!real.success) return err(configError(formatIssues(real.error.issues, CompatDescriptorSchema, merged, ['sim', 'behaveAs'])));
     behaviour = real.data;
   }
   const capacity = sim.numGpuBlocks * behaviour.kvCache.blockSize;
@@ -109,7 +111,7 @@ export function parseSimConfig(input: unknown): Result<SimConfig> {
     return err(
       configError(
         `sim.maxModelLen: ${sim.maxModelLen} tokens do not fit in the KV cache (${sim.numGpuBlocks} blocks x ` +
-          `${behaviour.kvCache.blockSize} tokens = ${capacity}) - fix: raise sim.numGpuBlocks to at least ` +
+          `${behaviour.kvCache.blockSize} tokens = ${capacity}). Fix: raise sim.numGpuBlocks to at least ` +
           `${Math.ceil(sim.maxModelLen / behaviour.kvCache.blockSize)} or lower sim.maxModelLen (vLLM refuses to start the same way)`,
       ),
     );
@@ -143,45 +145,10 @@ function configError(detail: string): KvgateError {
   return new KvgateError('bad_request', `invalid sim config:\n${detail}`);
 }
 
-interface Issue {
-  code: string;
-  path: PropertyKey[];
-  message: string;
-  expected?: unknown;
-  values?: unknown[];
-  keys?: string[];
-  minimum?: unknown;
-  maximum?: unknown;
-  inclusive?: boolean;
-}
 
-/** One line per issue: `path: problem - fix: ...`. */
-export function formatIssues(issues: readonly Issue[], prefix: string): string {
-  return issues
-    .map((issue) => {
-      const path = [prefix, ...issue.path.map(String)].filter((p) => p !== '').join('.') || '(root)';
-      return `  ${path}: ${issue.message} - fix: ${fixFor(issue, path)}`;
-    })
-    .join('\n');
-}
-
-function fixFor(issue: Issue, path: string): string {
-  switch (issue.code) {
-    case 'invalid_type':
-      return issue.message.includes('received undefined')
-        ? `add ${path} (a ${String(issue.expected)})`
-        : `set ${path} to a ${String(issue.expected)}`;
-    case 'invalid_value':
-      return `use one of ${(issue.values ?? []).map((v) => JSON.stringify(v)).join(', ')}`;
-    case 'unrecognized_keys':
-      return `remove ${(issue.keys ?? []).map((k) => `"${k}"`).join(', ')} (misspelt? see testbed/sim/README.md for the keys)`;
-    case 'too_small':
-      return issue.inclusive === false ? `use a value greater than ${String(issue.minimum)}` : `use a value of at least ${String(issue.minimum)}`;
-    case 'too_big':
-      return issue.inclusive === false ? `use a value less than ${String(issue.maximum)}` : `use a value of at most ${String(issue.maximum)}`;
-    default:
-      return `correct ${path} (see testbed/sim/README.md)`;
-  }
+/** zod issues as the one `ConfigIssue` format every kvgate config uses, under `prefix` (e.g. `sim.behaveAs`). */
+export function formatIssues(issues: readonly z.core.$ZodIssue[], schema: z.ZodType, data: unknown, prefix: readonly string[]): string {
+  return formatConfigIssues(fromZodIssues(issues, { file: 'sim config', root: schema, data, prefix }));
 }
 
 /** Plain-object deep merge: arrays and scalars in `over` replace; `null` replaces (e.g. `adapter: null`). */

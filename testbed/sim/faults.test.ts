@@ -26,7 +26,7 @@ describe('admin fault patch', () => {
     expect(parseFaultPatch({ errorRate: 0.5, reset: true, expireLeasesNow: true }).ok).toBe(true);
     const r = parseFaultPatch({ errorRat: 1 });
     expect(r.ok).toBe(false);
-    if (!r.ok) expect(r.error).toMatch(/remove "errorRat"/);
+    if (!r.ok) expect(r.error).toMatch(/faults\.errorRat: unknown key "errorRat"\. Fix: did you mean "errorRate"\?/);
     expect(parseFaultPatch({ errorRate: 2 }).ok).toBe(false);
     expect(NO_FAULTS.errorRate).toBe(0);
   });

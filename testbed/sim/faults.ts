@@ -39,7 +39,7 @@ export const NO_FAULTS: FaultState = Object.freeze(FaultStateSchema.parse({}));
 
 export function parseFaultPatch(input: unknown): Result<z.infer<typeof FaultPatchSchema>, string> {
   const r = FaultPatchSchema.safeParse(input);
-  return r.success ? ok(r.data) : err(formatIssues(r.error.issues, 'faults').trim());
+  return r.success ? ok(r.data) : err(formatIssues(r.error.issues, FaultPatchSchema, input, ['faults']));
 }
 
 /** Faults one request asked for through `x-sim-fault`. */

@@ -1,12 +1,12 @@
 /**
- * Route-table problems as values a person can act on: where (file, path, line), what is wrong, how to fix it.
- *
- * Every stage of loading (syntax, schema, file references, semantic checks) reports `PolicyIssue`s, so a policy
- * author sees all of them at once, one line each, instead of fixing one error per run.
+ * Configuration problems as values a person can act on: where (file, path, line), what is wrong, how to fix it.
+ * One type for every file kvgate reads (route table, gate and sidecar configs, descriptors, prompt sets, the
+ * simulator's config): every stage of loading (syntax, schema, file references, semantic checks) reports
+ * `ConfigIssue`s, so an author sees all of them at once, one line each, instead of fixing one error per run.
  */
 
-/** One problem in a route table. `severity: 'warning'` never blocks a load; `'error'` always does. */
-export interface PolicyIssue {
+/** One problem in a configuration file. `severity: 'warning'` never blocks a load; `'error'` always does. */
+export interface ConfigIssue {
   readonly file: string;
   /** Where in the table, e.g. `pools[2].revision` or `models.llama-3-8b.rollout.weight`; `(root)` for the document. */
   readonly path: string;
@@ -43,7 +43,7 @@ export function issue(
   message: string,
   fix: string,
   extra: { severity?: 'error' | 'warning'; line?: number; column?: number } = {},
-): PolicyIssue {
+): ConfigIssue {
   const base = { file, path: typeof path === 'string' ? path : formatPath(path), message, fix };
   return Object.freeze({
     ...base,
@@ -54,26 +54,54 @@ export function issue(
 }
 
 /** One line per issue: `file:line:col: error: path: message. Fix: fix`. */
-export function formatPolicyIssue(i: PolicyIssue): string {
+export function formatIssue(i: ConfigIssue): string {
   const where = i.line === undefined ? i.file : `${i.file}:${i.line}${i.column === undefined ? '' : `:${i.column}`}`;
   const msg = i.message.replace(/\.$/, '');
   return `${where}: ${i.severity}: ${i.path}: ${msg}. Fix: ${i.fix}`;
 }
 
 /** All issues, one line each, errors first (stable within a severity). */
-export function formatPolicyIssues(issues: readonly PolicyIssue[]): string {
+export function formatIssues(issues: readonly ConfigIssue[]): string {
   const errors = issues.filter((i) => i.severity === 'error');
   const warnings = issues.filter((i) => i.severity === 'warning');
-  return [...errors, ...warnings].map(formatPolicyIssue).join('\n');
+  return [...errors, ...warnings].map(formatIssue).join('\n');
 }
 
 /** Whether a load must be rejected (warnings never block it). */
-export function hasErrors(issues: readonly PolicyIssue[]): boolean {
+export function hasErrors(issues: readonly ConfigIssue[]): boolean {
   return issues.some((i) => i.severity === 'error');
 }
 
-/** "Did you mean" helpers are shared with every other config kvgate reads. */
-export { didYouMean as closestMatch, editDistance } from '../config-issues.js';
+/** Levenshtein distance (case-insensitive), for "did you mean" suggestions. */
+export function editDistance(a: string, b: string): number {
+  const prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let diag = prev[0]!;
+    prev[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const up = prev[j]!;
+      const cost = a[i - 1]!.toLowerCase() === b[j - 1]!.toLowerCase() ? 0 : 1;
+      prev[j] = Math.min(up + 1, prev[j - 1]! + 1, diag + cost);
+      diag = up;
+    }
+  }
+  return prev[b.length]!;
+}
+
+/** The closest known word, if it is close enough to be a plausible typo (`endpoinst` -> `endpoints`). */
+export function closestMatch(word: string, known: Iterable<string>): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const k of known) {
+    const d = editDistance(word, k);
+    if (d < bestDistance) {
+      best = k;
+      bestDistance = d;
+    }
+  }
+  const limit = Math.max(1, Math.min(3, Math.floor(word.length / 3)));
+  return bestDistance <= limit ? best : undefined;
+}
 
 /** `one of: a, b, c` for fixes; long lists are cut so messages stay one line. */
 export function listOf(names: Iterable<string>, max = 8): string {

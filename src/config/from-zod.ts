@@ -1,9 +1,10 @@
 /**
- * Turns zod's issues into `PolicyIssue`s a policy author can act on: the path as they wrote it, what is wrong, a fix,
- * and "did you mean" for a mistyped key or enum value (the most common route-table error).
+ * Turns zod's issues into `ConfigIssue`s an author can act on: the path as they wrote it, what is wrong, a fix, and
+ * "did you mean" for a mistyped key or enum value (the most common configuration error). Every config kvgate reads
+ * goes through here, so they all explain themselves the same way.
  */
 import type { z } from 'zod';
-import { closestMatch, issue, listOf, type PathSegment, type PolicyIssue } from './issues.js';
+import { closestMatch, issue, listOf, type PathSegment, type ConfigIssue } from './issues.js';
 
 /** Where a path sits in the source text, when the source kept positions. */
 export type Locate = (path: readonly PathSegment[], key?: boolean) => { line: number; column: number } | undefined;
@@ -74,8 +75,8 @@ type ZodIssue = z.core.$ZodIssue;
 export function fromZodIssues(
   issues: readonly ZodIssue[],
   ctx: { file: string; root: unknown; data: unknown; locate?: Locate; prefix?: readonly PathSegment[] },
-): PolicyIssue[] {
-  const out: PolicyIssue[] = [];
+): ConfigIssue[] {
+  const out: ConfigIssue[] = [];
   const prefix = ctx.prefix ?? [];
   for (const zi of issues) {
     const path = zi.path.filter((p): p is PathSegment => typeof p === 'string' || typeof p === 'number');
@@ -129,8 +130,9 @@ function describe(
       return { message: msg, fix };
     }
     case 'too_small':
+      return { message: zi.message, fix: `use a value ${zi.inclusive === false ? 'greater than' : 'of at least'} ${String(zi.minimum)}` };
     case 'too_big':
-      return { message: zi.message, fix: `change ${name} to satisfy the limit` };
+      return { message: zi.message, fix: `use a value ${zi.inclusive === false ? 'less than' : 'of at most'} ${String(zi.maximum)}` };
     case 'custom': {
       const fix = (zi.params as { fix?: unknown } | undefined)?.fix;
       return { message: zi.message, fix: typeof fix === 'string' ? fix : `correct ${name} as the message says` };
