@@ -162,7 +162,7 @@ describe('kvgate sidecar command', () => {
     const descriptor = path.join(dir, 'd2.json');
     await writeFile(descriptor, JSON.stringify(sim.config.descriptor));
     expect(await sidecarCommand(['--role', 'sideways', '--worker', 'ftp://x', '--descriptor', descriptor, '--dev-keys', 's'], io)).toBe(2);
-    expect(out).toMatch(/command line: role: .*prefill/);
-    expect(out).toContain('command line: worker:');
+    expect(out).toMatch(/command line: error: role: .*prefill/);
+    expect(out).toContain('command line: error: worker:');
   });
 });
