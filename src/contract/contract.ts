@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import type { KeyRing } from './keys.js';
-import { epochMs, hasValidWindow, nonEmpty, WINDOW_MESSAGE } from './payload-schemas.js';
+import { epochMs, hasValidWindow, nonEmpty, sha256Hex, WINDOW_MESSAGE } from './payload-schemas.js';
 import { openToken, signToken } from './token.js';
 import { err, ok, type Result } from '../errors.js';
 
@@ -20,6 +20,10 @@ export interface TransferContract {
   model: string;
   revision: string;
   adapter: string | null;
+  /** sha256 (hex) of the `cache_salt` the gate wrote into the body: the tenant's cache scope (body-binding.ts). */
+  cacheSaltDigest: string;
+  /** sha256 (hex) of the prompt fields as the gate saw them (body-binding.ts `promptDigestOf`). */
+  promptDigest: string;
   issuedAtMs: number;
   expiresAtMs: number;
   decode: { cluster: string; endpoint: string | null };
@@ -62,6 +66,8 @@ export const TransferContractSchema = z
     model: nonEmpty,
     revision: nonEmpty,
     adapter: nonEmpty.nullable(),
+    cacheSaltDigest: sha256Hex,
+    promptDigest: sha256Hex,
     issuedAtMs: epochMs,
     expiresAtMs: epochMs,
     decode: TargetSchema,

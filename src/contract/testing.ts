@@ -2,7 +2,10 @@
  * Test support: a valid contract to start from and a fixed clock, so tests change one field at a time. Not used
  * by product code.
  */
-import type { TransferContract } from './contract.js';
+import { cacheSaltDigestOf, promptDigestOf } from './body-binding.js';
+import { deriveCacheSalt } from './cache-salt.js';
+import { mintContract, type TransferContract } from './contract.js';
+import type { KeyRing } from './keys.js';
 import type { Attestation } from './attestation.js';
 
 /** A fixed "now" for token tests (2026-01-01T00:00:00Z). */
@@ -19,6 +22,8 @@ export function exampleContractFields(nowMs = TEST_NOW_MS): Omit<TransferContrac
     model: 'llama-3.1-8b',
     revision: 'rev-a',
     adapter: null,
+    cacheSaltDigest: 'c'.repeat(64),
+    promptDigest: 'd'.repeat(64),
     issuedAtMs: nowMs,
     expiresAtMs: nowMs + 60_000,
     decode: { cluster: 'decode-a', endpoint: '10.0.0.7:8000' },
@@ -41,4 +46,19 @@ export function exampleAttestationFields(nowMs = TEST_NOW_MS): Omit<Attestation,
     issuedAtMs: nowMs,
     expiresAtMs: nowMs + 30_000,
   };
+}
+
+/**
+ * A body as the gate would forward it (its `cache_salt` the gate's salt for the contract's group and scope) and the
+ * contract token that binds it: model, salt digest and prompt digest taken from that body. For tests that play the
+ * gate's part and send legs straight to sidecars.
+ */
+export function gateSigned(
+  keys: KeyRing,
+  fields: Omit<TransferContract, 'kind'>,
+  body: Readonly<Record<string, unknown>>,
+): { contract: string; body: Record<string, unknown> } {
+  const salted = { ...body, cache_salt: deriveCacheSalt(keys, fields.groupId, fields.tenantScope) };
+  const bound = { ...fields, cacheSaltDigest: cacheSaltDigestOf(salted.cache_salt), promptDigest: promptDigestOf(salted) };
+  return { contract: mintContract(bound, keys), body: salted };
 }

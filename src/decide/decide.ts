@@ -9,6 +9,7 @@
  */
 import { deriveCacheSalt } from '../contract/cache-salt.js';
 import { mintBinding } from '../contract/binding.js';
+import { cacheSaltDigestOf, promptDigestOf } from '../contract/body-binding.js';
 import { mintContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
 import { groupIdOf } from '../compat/fingerprint.js';
@@ -227,6 +228,7 @@ function bindRoute(
       throw new Error(`kvgate bug: endpoint ${c.endpoint.address} is outside group ${group.id}`);
     }
   }
+  const cacheSalt = deriveCacheSalt(keys, group.id, group.tenantScope, who.body.cacheSalt);
   const contract = mintContract(
     {
       requestId: facts.requestId,
@@ -237,6 +239,9 @@ function bindRoute(
       model: group.model,
       revision: group.revision,
       adapter: group.adapter,
+      // The contract binds the body the gate forwards: this tenant's salt and this prompt, nothing else.
+      cacheSaltDigest: cacheSaltDigestOf(cacheSalt),
+      promptDigest: promptDigestOf(who.body.json),
       issuedAtMs: now,
       expiresAtMs: now + table.contractTtlMs,
       decode: { cluster: decode.cluster, endpoint: decode.endpoint },
@@ -248,7 +253,6 @@ function bindRoute(
     { model: group.model, revision: group.revision, fingerprint: group.fingerprint, tenantScope: group.tenantScope, session: who.session, issuedAtMs: now, expiresAtMs: now + table.session.bindingTtlMs },
     keys,
   );
-  const cacheSalt = deriveCacheSalt(keys, group.id, group.tenantScope, who.body.cacheSalt);
   trace.push(`contract minted (expires in ${table.contractTtlMs} ms); cache_salt derived${who.body.cacheSalt === undefined ? '' : " (client's salt folded in)"}`);
   return Object.freeze({
     kind: 'route' as const,

@@ -112,7 +112,7 @@ describe('internal hop', () => {
   it('refuses a forged contract (signed with another key) and a tampered one', () => {
     const r = routed();
     const forged = mintContract(
-      { requestId: 'req-hop', groupId: r.group.id, fingerprint: r.group.fingerprint, tenantScope: 'tenant:acme', tenant: 'acme', model: 'llama-3-8b', revision: 'llama-a', adapter: null, issuedAtMs: TEST_NOW_MS, expiresAtMs: TEST_NOW_MS + 1000, decode: { cluster: 'a_decode', endpoint: null }, prefill: { cluster: 'b_prefill', endpoint: null } },
+      { requestId: 'req-hop', groupId: r.group.id, fingerprint: r.group.fingerprint, tenantScope: 'tenant:acme', tenant: 'acme', model: 'llama-3-8b', revision: 'llama-a', adapter: null, cacheSaltDigest: '0'.repeat(64), promptDigest: '0'.repeat(64), issuedAtMs: TEST_NOW_MS, expiresAtMs: TEST_NOW_MS + 1000, decode: { cluster: 'a_decode', endpoint: null }, prefill: { cluster: 'b_prefill', endpoint: null } },
       createDevKeyRing('attacker'),
     );
     expect(hop({ contract: forged })).toMatchObject({ code: 'contract_invalid' });

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricValue, postJson, postSse, scrape, startTestSim } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { createDevKeyRing } from '../contract/keys.js';
-import { contractFor, endpointOf, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar } from './testing.js';
+import { contractFor, endpointOf, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar , bound } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 const PROMPT = 'The quick brown fox jumps over the lazy dog. Kubernetes operators reconcile state.';
@@ -59,7 +59,7 @@ describe('decode role, disaggregated', () => {
     const expected = await baseline('/v1/completions', completion());
     const pulledBefore = metricValue(await scrape(decodeSim), 'kvgate_sim_kv_blocks_pulled_total');
     const c = contract();
-    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), gateHeaders(c));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion()));
     expect(r.status).toBe(200);
     expect(r.body.choices[0].token_ids).toEqual(expected);
     // 19 prompt tokens, block size 16: both blocks came from P (the prefix cache was reset after the baseline).
@@ -74,7 +74,7 @@ describe('decode role, disaggregated', () => {
 
   it('a streamed chat through P and D streams the baseline token ids and ends with [DONE]', async () => {
     const expected = await baseline('/v1/chat/completions', chat());
-    const r = await postSse(`${D.sidecar.url}/v1/chat/completions`, chat({ stream: true }), gateHeaders(contract()));
+    const r = await postSse(`${D.sidecar.url}/v1/chat/completions`, ...bound(contract(), chat({ stream: true })));
     expect(r.status).toBe(200);
     expect(streamedIds(r.events)).toEqual(expected);
     expect(r.events.at(-1)).toBe('[DONE]');
@@ -83,7 +83,7 @@ describe('decode role, disaggregated', () => {
   it('a contract without a prefill leg is served locally, without calling any prefill worker', async () => {
     const expected = await baseline('/v1/completions', completion());
     P.spy.reset();
-    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), gateHeaders(contract({}, null)));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(contract({}, null), completion()));
     expect(r.status).toBe(200);
     expect(r.body.choices[0].token_ids).toEqual(expected);
     expect(P.spy.calls).toEqual([]);
@@ -91,7 +91,7 @@ describe('decode role, disaggregated', () => {
 });
 
 describe('decode role refusals before any KV is consumed', () => {
-  async function refusedBeforeAnyCall(headers: Record<string, string>, body = completion()) {
+  async function refusedBeforeAnyCall(headers: Record<string, string>, body: Record<string, unknown> = completion()) {
     D.spy.reset();
     P.spy.reset();
     const promptTokensBefore = metricValue(await scrape(decodeSim), 'vllm:prompt_tokens_total');
@@ -125,7 +125,8 @@ describe('decode role refusals before any KV is consumed', () => {
     const c = contract();
     const replay = await refusedBeforeAnyCall({ ...gateHeaders(c), 'x-request-id': 'someone-else' });
     expect([replay.status, replay.body.error.code]).toEqual([403, 'contract_invalid']);
-    const forged = await refusedBeforeAnyCall(gateHeaders(contract()), completion({ kv_transfer_params: { do_remote_prefill: true, remote_host: '10.0.0.1' } }));
+    const [forgedBody, forgedHeaders] = bound(contract(), completion({ kv_transfer_params: { do_remote_prefill: true, remote_host: '10.0.0.1' } }));
+    const forged = await refusedBeforeAnyCall(forgedHeaders, forgedBody);
     expect([forged.status, forged.body.error.code]).toEqual([400, 'kv_params_forbidden']);
     const none = await refusedBeforeAnyCall({ 'x-request-id': 'r' });
     expect([none.status, none.body.error.code]).toEqual([403, 'contract_invalid']);
@@ -139,7 +140,7 @@ describe('decode role refusals before any KV is consumed', () => {
     expect(d2.sidecar.status().verified).toBe(true);
     const c = contractFor(d2.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'drift-1' });
     d2.spy.reset();
-    const r = await postJson(`${d2.sidecar.url}/v1/completions`, completion(), gateHeaders(c));
+    const r = await postJson(`${d2.sidecar.url}/v1/completions`, ...bound(c, completion()));
     expect([r.status, r.body.error.code]).toEqual([409, 'incompatible_transfer']);
     expect(r.body.error.message).toMatch(/^prefill tokenized 19 tokens, this decode worker's tokenizer gives 16: tokenizer or chat template differ/);
     expect(d2.spy.workCalls(drifted.url).map((x) => new URL(x.url).pathname)).toEqual(['/tokenize']);
@@ -155,8 +156,8 @@ describe('prefill leg retries', () => {
     });
     D.spy.reset();
     const c = contract();
-    const headers = gateHeaders(c);
-    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), headers);
+    const [body, headers] = bound(c, completion());
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, body, headers);
     expect(r.status).toBe(200);
     expect(r.body.choices[0].token_ids).toEqual(expected);
     const legs = D.spy.calls.filter((x) => x.url.startsWith(P.sidecar.url));
@@ -177,7 +178,7 @@ describe('prefill leg retries', () => {
       h['x-sim-fault'] = 'error=500';
     });
     D.spy.reset();
-    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), gateHeaders(contract()));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(contract(), completion()));
     expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
     expect(r.body.error.message).toContain('Injected fault: HTTP 500');
     expect(D.spy.calls.filter((x) => x.url.startsWith(P.sidecar.url))).toHaveLength(1);
@@ -190,7 +191,7 @@ describe('prefill leg retries', () => {
     P.spy.onNext((u) => u === `${prefillSim.url}/v1/completions`, (h) => {
       h['x-sim-fault'] = 'slow=600';
     });
-    const r = await postJson(`${impatient.sidecar.url}/v1/completions`, completion(), gateHeaders(contractFor(impatient.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'slow-p' })));
+    const r = await postJson(`${impatient.sidecar.url}/v1/completions`, ...bound(contractFor(impatient.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'slow-p' }), completion()));
     expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
     expect(r.body.error.message).toContain('within 150 ms');
     expect(impatient.spy.calls.filter((x) => x.url.startsWith(P.sidecar.url))).toHaveLength(1);
@@ -203,7 +204,7 @@ describe('prefill leg retries', () => {
       h['x-sim-fault'] = 'error=504';
     });
     const c = contractFor(viaEnvoy.config.fingerprint, '10.9.8.7:8000', { requestId: 'envoy-1' });
-    const r = await postJson(`${viaEnvoy.sidecar.url}/v1/chat/completions`, chat(), gateHeaders(c));
+    const r = await postJson(`${viaEnvoy.sidecar.url}/v1/chat/completions`, ...bound(c, chat()));
     expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
     expect(r.body.error.message).toMatch(/HTTP 504\) after 2 attempts inside the bound group: Injected fault/);
     const legs = viaEnvoy.spy.calls.filter((x) => x.url === `${P.sidecar.url}/v1/chat/completions`);
@@ -219,7 +220,7 @@ describe('transfer failures', () => {
 
   it('onTransferFailure fail: a failed KV load before any token is a clean 502, nothing generated', async () => {
     failHandshake(D);
-    const r = await postJson(`${D.sidecar.url}/v1/completions`, completion(), gateHeaders(contract()));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(contract(), completion()));
     expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
     expect(r.body.error.message).toContain('could not load the prefilled KV');
     expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_transfer_failures_total{action="fail"} 1');
@@ -230,13 +231,13 @@ describe('transfer failures', () => {
     track(R.sidecar);
     const expected = await baseline('/v1/completions', completion());
     failHandshake(R);
-    const r = await postJson(`${R.sidecar.url}/v1/completions`, completion(), gateHeaders(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-1' })));
+    const r = await postJson(`${R.sidecar.url}/v1/completions`, ...bound(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-1' }), completion()));
     expect(r.status).toBe(200);
     expect(r.body.choices[0].token_ids).toEqual(expected);
     const retried = R.spy.workCalls(decodeSim.url).filter((x) => x.url.endsWith('/v1/completions'));
     expect(retried.map((x) => 'kv_transfer_params' in (x.body as object))).toEqual([true, false]);
     failHandshake(R);
-    const s = await postSse(`${R.sidecar.url}/v1/completions`, completion({ stream: true }), gateHeaders(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-2' })));
+    const s = await postSse(`${R.sidecar.url}/v1/completions`, ...bound(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-2' }), completion({ stream: true })));
     expect(s.status).toBe(200);
     expect(streamedIds(s.events)).toEqual(expected);
     expect(s.events.some((e) => typeof e === 'object' && 'error' in e)).toBe(false);
@@ -247,7 +248,7 @@ describe('transfer failures', () => {
     D.spy.onNext((u) => u === `${decodeSim.url}/v1/completions`, (h) => {
       h['x-sim-fault'] = 'drop=3';
     });
-    const s = await postSse(`${D.sidecar.url}/v1/completions`, completion({ stream: true }), gateHeaders(contract()));
+    const s = await postSse(`${D.sidecar.url}/v1/completions`, ...bound(contract(), completion({ stream: true })));
     expect(s.status).toBe(200);
     expect(streamedIds(s.events).length).toBeGreaterThan(0);
     expect(s.events.at(-2)).toMatchObject({ error: { type: 'kvgate_error', code: 'worker_error' } });
@@ -262,10 +263,11 @@ describe('streaming relay', () => {
     const S = await startTestSidecar(sidecarConfigFor(slowSim, 'decode'));
     track(S.sidecar);
     const aborter = new AbortController();
+    const [body, headers] = bound(contractFor(S.config.fingerprint, null, { requestId: 'stream-1' }), completion({ stream: true, max_tokens: 200 }));
     const res = await fetch(`${S.sidecar.url}/v1/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...gateHeaders(contractFor(S.config.fingerprint, null, { requestId: 'stream-1' })) },
-      body: JSON.stringify(completion({ stream: true, max_tokens: 200 })),
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
       signal: aborter.signal,
     });
     expect(res.headers.get('content-type')).toBe('text/event-stream');

@@ -14,7 +14,7 @@ import { judgeLaunch, restartRefusal } from './launch-check.js';
 import { PREFILL_KV_PARAMS } from './openai-body.js';
 import { measureCanaries } from './probe.js';
 import type { SidecarStatus } from './status.js';
-import { contractFor, endpointOf, gateHeaders, restartSimInPlace, sidecarConfigFor, startTestSidecar, type TestSidecar } from './testing.js';
+import { contractFor, endpointOf, restartSimInPlace, sidecarConfigFor, startTestSidecar, type TestSidecar , bound } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 // 19 tokens with the declared tokenizer (tok-a), 16 with tok-b.
@@ -57,7 +57,7 @@ async function startRig(edit: { prefill?: Partial<SidecarConfigInput>; decode?: 
 let n = 0;
 function send(r: Rig, body: Record<string, unknown> = completion) {
   const c = contractFor(r.D.config.fingerprint, endpointOf(r.P.sidecar.url), { requestId: `launch-${++n}` });
-  return postJson(`${r.D.sidecar.url}/v1/completions`, body, gateHeaders(c));
+  return postJson(`${r.D.sidecar.url}/v1/completions`, ...bound(c, body));
 }
 
 /** The decode worker's own answer, its prefix cache cleared after so a disaggregated request must pull from P. */
@@ -176,7 +176,7 @@ describe('a decode worker upgraded in place between probes', () => {
     const r = await startRig();
     r.dSim = await restartSimInPlace(r.dSim, { behaveAs: { engine: { version: '0.11.1' } } });
     const c = contractFor(r.D.config.fingerprint, null, { requestId: `launch-${++n}` });
-    const res = await postJson(`${r.D.sidecar.url}/v1/completions`, completion, gateHeaders(c));
+    const res = await postJson(`${r.D.sidecar.url}/v1/completions`, ...bound(c, completion));
     expect([res.status, res.body.error.code]).toEqual([409, 'incompatible_transfer']);
     expect(res.body.error.message).toMatch(/decode worker restarted as something else/);
     expect(decodeCompletions(r)).toEqual([]);

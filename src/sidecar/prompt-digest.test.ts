@@ -12,7 +12,7 @@ import type { SimServer } from '../../testbed/sim/server.js';
 import { resolveTokenizerProfile } from '../../testbed/sim/tokenizer.js';
 import { PREFILL_KV_PARAMS } from './openai-body.js';
 import { measureCanaries } from './probe.js';
-import { contractFor, endpointOf, gateHeaders, restartSimInPlace, sidecarConfigFor, startTestSidecar, TEST_KEYS, type TestSidecar } from './testing.js';
+import { contractFor, endpointOf, restartSimInPlace, sidecarConfigFor, startTestSidecar, TEST_KEYS, type TestSidecar , bound } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 const PROMPT = 'The quick brown fox jumps over the lazy dog. Kubernetes operators reconcile state.';
@@ -76,7 +76,7 @@ async function startRig(declared: CompatDescriptorInput | undefined, decodeSim: 
 let n = 0;
 function send(r: Rig, path: string, body: Record<string, unknown>) {
   const c = contractFor(r.D.config.fingerprint, endpointOf(r.P.sidecar.url), { requestId: `digest-${++n}` });
-  return postJson(`${r.D.sidecar.url}${path}`, body, gateHeaders(c));
+  return postJson(`${r.D.sidecar.url}${path}`, ...bound(c, body));
 }
 
 async function tokenize(sim: SimServer, body: Record<string, unknown>): Promise<number[]> {
@@ -101,8 +101,8 @@ describe('a decode tokenizer change that keeps the prompt token count', () => {
 
     // The count check alone passes the prefill side's attestation for this decode worker; the ids do not.
     const c = contractFor(r.D.config.fingerprint, endpointOf(r.P.sidecar.url), { requestId: `digest-${++n}` });
-    const headers = gateHeaders(c);
-    const prefilled = await postJson(`${r.P.sidecar.url}/v1/completions`, { ...completion, max_tokens: 1, stream: false, kv_transfer_params: { ...PREFILL_KV_PARAMS } }, headers);
+    const [prefillBody, headers] = bound(c, { ...completion, max_tokens: 1, stream: false, kv_transfer_params: { ...PREFILL_KV_PARAMS } });
+    const prefilled = await postJson(`${r.P.sidecar.url}/v1/completions`, prefillBody, headers);
     expect(prefilled.status).toBe(200);
     const contract = verifyContract(headers['x-kvgate-contract']!, TEST_KEYS, Date.now());
     if (!contract.ok) throw new Error('the test contract does not verify');

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestSim, postJson } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { sidecarCommand } from './command.js';
-import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar } from './testing.js';
+import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar , bound } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 let sim: SimServer;
@@ -66,9 +66,9 @@ describe('status, health and metrics', () => {
     const c = contractFor(t.config.fingerprint, null);
     const bad = await postJson(`${t.sidecar.url}/v1/completions`, '{not json', gateHeaders(c));
     expect([bad.status, bad.body.error.code]).toEqual([400, 'bad_request']);
-    const big = await postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'x'.repeat(9 * 1024 * 1024) }, gateHeaders(c));
+    const big = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(c, { model: MODEL, prompt: 'x'.repeat(9 * 1024 * 1024) }));
     expect([big.status, big.body.error.code]).toEqual([413, 'body_too_large']);
-    const scope = await postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'x' }, gateHeaders(contractFor(t.config.fingerprint, null, { tenantScope: 'tenant:other' })));
+    const scope = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { tenantScope: 'tenant:other' }), { model: MODEL, prompt: 'x' }));
     expect([scope.status, scope.body.error.code]).toEqual([403, 'tenant_scope_denied']);
     const metrics = await (await fetch(`${t.sidecar.url}/metrics`)).text();
     expect(metrics).toContain('kvgate_sidecar_requests_total{role="decode",outcome="refused",code="body_too_large"} 1');
@@ -81,13 +81,13 @@ describe('admission and drain', () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'));
     try {
       slowNext(t, 1000);
-      const first = postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'slow one', max_tokens: 4 }, gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'slow' })));
+      const first = postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'slow' }), { model: MODEL, prompt: 'slow one', max_tokens: 4 }));
       await until(() => t.sidecar.status().inFlight === 1);
       let drained = false;
       const draining = t.sidecar.drain().then(() => {
         drained = true;
       });
-      const late = await postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'late' }, gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'late' })));
+      const late = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'late' }), { model: MODEL, prompt: 'late' }));
       expect([late.status, late.body.error.code]).toEqual([503, 'draining']);
       expect((await fetch(`${t.sidecar.url}/healthz`)).status).toBe(503);
       expect(drained).toBe(false);
@@ -105,7 +105,7 @@ describe('admission and drain', () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1 }));
     try {
       slowNext(t, 800);
-      const first = postJson(`${t.sidecar.url}/v1/completions`, { model: MODEL, prompt: 'one', max_tokens: 2 }, gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'a' })));
+      const first = postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'a' }), { model: MODEL, prompt: 'one', max_tokens: 2 }));
       await until(() => t.sidecar.status().inFlight === 1);
       const res = await fetch(`${t.sidecar.url}/v1/completions`, { method: 'POST', headers: gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'b' })), body: '{}' });
       expect([res.status, res.headers.get('retry-after'), res.headers.get('x-kvgate-reject-reason')]).toEqual([429, '1', 'queue_full']);

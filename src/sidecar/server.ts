@@ -9,6 +9,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import { checkBodyBinding } from '../contract/body-binding.js';
 import type { KeyRing } from '../contract/keys.js';
 import { KvgateError } from '../errors.js';
 import { H } from '../headers.js';
@@ -282,6 +283,13 @@ async function runCompletion(
   }
   const requestId = contract.value.requestId;
   c.who.tenant = contract.value.tenant;
+  // The contract authorises one body: this tenant's cache_salt, this model and adapter, this prompt.
+  const bound = checkBodyBinding(contract.value, body.value, config.descriptor.adapter?.id ?? null);
+  if (!bound.ok) {
+    metrics.contractFailures.inc({ reason: bound.error.reason });
+    c.logger.warn({ event: 'contract_refused', reason: bound.error.reason }, bound.error.message);
+    return refuse(new KvgateError('contract_invalid', bound.error.message));
+  }
   // The gate names the decode endpoint it routed to; another decode worker of the group must not take the request.
   const target = contract.value.decode.endpoint;
   if (config.role === 'decode' && config.advertise !== undefined && target !== null && target !== config.advertise) {

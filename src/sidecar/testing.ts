@@ -7,6 +7,7 @@ import { pino, type Logger } from 'pino';
 import { Registry } from 'prom-client';
 import type { CompatDescriptorInput } from '../compat/descriptor.js';
 import { groupIdOf } from '../compat/fingerprint.js';
+import { cacheSaltDigestOf, promptDigestOf } from '../contract/body-binding.js';
 import { mintContract, type TransferContract } from '../contract/contract.js';
 import { createDevKeyRing, type KeyRing } from '../contract/keys.js';
 import { parseSimConfig, type SimSettingsInput } from '../../testbed/sim/config.js';
@@ -124,6 +125,9 @@ export function contractFor(
     model: 'llama',
     revision: 'rev-a',
     adapter: null,
+    // Placeholders: `bound` fills both from the body a test sends; a contract sent with `gateHeaders` alone binds none.
+    cacheSaltDigest: '0'.repeat(64),
+    promptDigest: '0'.repeat(64),
     issuedAtMs: nowMs,
     expiresAtMs: nowMs + 60_000,
     decode: { cluster: 'decode-a', endpoint: null },
@@ -135,6 +139,28 @@ export function contractFor(
 /** Headers a gate would stamp for `contract`. */
 export function gateHeaders(contract: Omit<TransferContract, 'kind'>, keys: KeyRing = TEST_KEYS): Record<string, string> {
   return { 'x-request-id': contract.requestId, 'x-kvgate-contract': mintContract(contract, keys), 'x-kvgate-group': contract.groupId };
+}
+
+/** The cache_salt a gate would have written into a test body (any non-empty value works: the contract binds its digest). */
+export const TEST_SALT = 'c2FsdC1mb3ItdGVzdHMtdGVuYW50LWFjbWU';
+
+/**
+ * A body and the gate headers for it, as the gate forwards them: the body gets `cache_salt` (TEST_SALT unless it has
+ * one) and the contract binds that salt, the body's model and its prompt. Spread into `postJson(url, ...bound(c, b))`.
+ */
+export function bound(
+  contract: Omit<TransferContract, 'kind'>,
+  body: Record<string, unknown>,
+  keys: KeyRing = TEST_KEYS,
+): [Record<string, unknown>, Record<string, string>] {
+  const salted = { ...body, cache_salt: typeof body['cache_salt'] === 'string' ? body['cache_salt'] : TEST_SALT };
+  const fields = {
+    ...contract,
+    model: typeof body['model'] === 'string' ? body['model'] : contract.model,
+    cacheSaltDigest: cacheSaltDigestOf(salted.cache_salt),
+    promptDigest: promptDigestOf(salted),
+  };
+  return [salted, gateHeaders(fields, keys)];
 }
 
 /** `host:port` of a URL, as a contract names endpoints. */

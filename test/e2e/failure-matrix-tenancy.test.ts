@@ -10,7 +10,9 @@ import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
+import { deriveCacheSalt } from '../../src/contract/cache-salt.js';
 import { mintContract, type TransferContract } from '../../src/contract/contract.js';
+import { gateSigned } from '../../src/contract/testing.js';
 import { baseline, completion, firstDivergence, post, PROMPTS, tokenIds } from '../../testbed/demo/scenarios.js';
 import { DEMO_KEY_SEED, loadExampleDescriptor, SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
@@ -45,6 +47,9 @@ function contractFields(requestId: string, tenant: string, edit: Partial<Omit<Tr
     model: SERVED_MODEL,
     revision: 'llama-a',
     adapter: null,
+    // Placeholders until a body is bound (gateSigned).
+    cacheSaltDigest: '0'.repeat(64),
+    promptDigest: '0'.repeat(64),
     issuedAtMs: now,
     expiresAtMs: now + 30_000,
     decode: { cluster: 'a_decode', endpoint: t.worker('llama-a', 'decode').address },
@@ -75,9 +80,17 @@ async function extraSidecar(role: 'prefill' | 'decode', overrides: Partial<Sidec
 }
 
 /** A prefill leg exactly as a decode sidecar sends it (prefill body shape, contract, request id). */
-function prefillLeg(url: string, requestId: string, contract: string, prompt: string = PROMPTS[2], headers: Record<string, string> = {}) {
-  const body = { ...completion(prompt, 1), stream: false, kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null } };
-  return post(`${url}/v1/completions`, body, { 'x-request-id': requestId, [H.contract]: contract, ...headers });
+function legBody(prompt: string): Record<string, unknown> {
+  return { ...completion(prompt, 1), stream: false, kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null } };
+}
+
+/** A prefill leg's body as a decode sidecar sends it, with the contract the gate would have minted for it. */
+function signedLeg(fields: Omit<TransferContract, 'kind'>, prompt: string = PROMPTS[2]): { contract: string; body: Record<string, unknown> } {
+  return gateSigned(t.keys, fields, legBody(prompt));
+}
+
+function prefillLeg(url: string, requestId: string, leg: { contract: string; body: Record<string, unknown> }, headers: Record<string, string> = {}) {
+  return post(`${url}/v1/completions`, leg.body, { 'x-request-id': requestId, [H.contract]: leg.contract, ...headers });
 }
 
 describe('partial prefix-cache reuse', () => {
@@ -121,14 +134,14 @@ describe('one tenant presented for another', () => {
   it("on the internal listener a contract is refused for another tenant's request, before any prefill", async () => {
     const P = t.worker('llama-a', 'prefill').sim;
     const promptBefore = await counter(P.url, 'vllm:prompt_tokens_total');
-    const acmeContract = mintContract(contractFields('acme-req-1', 'acme'), t.keys);
+    const acmeContract = signedLeg(contractFields('acme-req-1', 'acme'));
     // The globex request's id, its tenant header and its group header, with acme's contract.
     const globexGroup = contractFields('globex-req-1', 'globex').groupId;
-    const r = await prefillLeg(t.internalUrl, 'globex-req-1', acmeContract, PROMPTS[2], { 'x-tenant-id': 'globex', [H.group]: globexGroup });
+    const r = await prefillLeg(t.internalUrl, 'globex-req-1', acmeContract, { 'x-tenant-id': 'globex', [H.group]: globexGroup });
     expect([r.status, r.json.error?.code, r.headers.get(H.rejectReason)]).toEqual([403, 'contract_invalid', 'contract_invalid']);
     expect(r.json.error.message).toMatch(/minted for request acme-req-1, not globex-req-1/);
     // Straight to the prefill sidecar (a caller inside the cluster, no gate): the stamped group is globex's, not the contract's.
-    const direct = await prefillLeg(`http://${t.worker('llama-a', 'prefill').address}`, 'acme-req-1', acmeContract, PROMPTS[2], { [H.group]: globexGroup });
+    const direct = await prefillLeg(`http://${t.worker('llama-a', 'prefill').address}`, 'acme-req-1', acmeContract, { [H.group]: globexGroup });
     expect([direct.status, direct.json.error?.code]).toEqual([409, 'mixed_revision']);
     expect(await counter(P.url, 'vllm:prompt_tokens_total')).toBe(promptBefore);
   });
@@ -137,7 +150,7 @@ describe('one tenant presented for another', () => {
     const P = t.worker('llama-a', 'prefill').sim;
     const scoped = await extraSidecar('prefill', { tenantScopes: ['tenant:globex'] });
     const promptBefore = await counter(P.url, 'vllm:prompt_tokens_total');
-    const r = await prefillLeg(scoped.url, 'acme-req-2', mintContract(contractFields('acme-req-2', 'acme'), t.keys));
+    const r = await prefillLeg(scoped.url, 'acme-req-2', signedLeg(contractFields('acme-req-2', 'acme')));
     expect([r.status, r.json.error?.code]).toEqual([403, 'tenant_scope_denied']);
     expect(r.json.error.message).toMatch(/not tenant:acme/);
     expect(await counter(scoped.url, 'kvgate_sidecar_contract_failures_total', { reason: 'tenant_scope' })).toBe(1);
@@ -148,7 +161,7 @@ describe('one tenant presented for another', () => {
     const D = t.worker('llama-a', 'decode').sim;
     const requestId = 'shared-id-1';
     // A genuine prefill for acme through Envoy's internal listener: its answer carries a signed attestation for acme.
-    const acme = await prefillLeg(t.internalUrl, requestId, mintContract(contractFields(requestId, 'acme'), t.keys), PROMPTS[4]);
+    const acme = await prefillLeg(t.internalUrl, requestId, signedLeg(contractFields(requestId, 'acme'), PROMPTS[4]));
     expect(acme.status).toBe(200);
     expect(typeof acme.json.kv_transfer_params?.kvgate).toBe('string');
     // A prefill side that answers globex's leg with acme's KV and attestation (a replay, or a confused worker).
@@ -165,7 +178,8 @@ describe('one tenant presented for another', () => {
     const globex = contractFields(requestId, 'globex', { prefill: { cluster: 'a_prefill', endpoint: `127.0.0.1:${(fake.address() as AddressInfo).port}` } });
     const pulledBefore = await counter(D.url, 'kvgate_sim_kv_blocks_pulled_total');
     const generatedBefore = await counter(D.url, 'vllm:generation_tokens_total');
-    const r = await post(`${decode.url}/v1/completions`, completion(PROMPTS[4], 8), { 'x-request-id': requestId, [H.contract]: mintContract(globex, t.keys), [H.group]: globex.groupId });
+    const signed = gateSigned(t.keys, globex, completion(PROMPTS[4], 8));
+    const r = await post(`${decode.url}/v1/completions`, signed.body, { 'x-request-id': requestId, [H.contract]: signed.contract, [H.group]: globex.groupId });
     expect([r.status, r.json.error?.code]).toEqual([409, 'attestation_invalid']);
     expect(r.json.error.message).toMatch(/scoped to tenant:acme, the contract to tenant:globex/);
     expect(await counter(decode.url, 'kvgate_sidecar_attestation_failures_total', { reason: 'tenant_mismatch' })).toBe(1);
@@ -189,7 +203,7 @@ describe('replayed and expired contracts', () => {
     const sidecar = `http://${t.worker('llama-a', 'prefill').address}`;
     const before = await counter(sidecar, 'kvgate_sidecar_contract_failures_total', { reason: 'expired' });
     const now = Date.now();
-    const expired = mintContract(contractFields('expired-direct-1', 'acme', { issuedAtMs: now - 120_000, expiresAtMs: now - 60_000 }), t.keys);
+    const expired = signedLeg(contractFields('expired-direct-1', 'acme', { issuedAtMs: now - 120_000, expiresAtMs: now - 60_000 }));
     const r = await prefillLeg(sidecar, 'expired-direct-1', expired);
     expect([r.status, r.json.error?.code]).toEqual([403, 'contract_invalid']);
     expect(r.json.error.message).toMatch(/expired/);
@@ -200,19 +214,53 @@ describe('replayed and expired contracts', () => {
     const P = t.worker('llama-a', 'prefill').sim;
     const sidecar = `http://${t.worker('llama-a', 'prefill').address}`;
     const requestId = 'replay-internal-1';
-    const contract = mintContract(contractFields(requestId, 'acme'), t.keys);
+    const contract = signedLeg(contractFields(requestId, 'acme'));
     const first = await prefillLeg(t.internalUrl, requestId, contract);
     expect(first.status).toBe(200);
     const promptBefore = await counter(P.url, 'vllm:prompt_tokens_total');
     const replayedBefore = await counter(sidecar, 'kvgate_sidecar_contract_failures_total', { reason: 'replayed' });
-    // The same leg again, then with another prompt (a captured contract does not bind the body).
+    // The same leg again, through Envoy and straight to the sidecar: admitted once only.
     const viaEnvoy = await prefillLeg(t.internalUrl, requestId, contract);
-    const direct = await prefillLeg(sidecar, requestId, contract, PROMPTS[0]);
+    const direct = await prefillLeg(sidecar, requestId, contract);
     for (const r of [viaEnvoy, direct]) {
       expect([r.status, r.json.error?.code]).toEqual([403, 'contract_invalid']);
       expect(r.json.error.message).toMatch(/already admitted/);
     }
     expect(await counter(sidecar, 'kvgate_sidecar_contract_failures_total', { reason: 'replayed' })).toBe(replayedBefore + 2);
+    // With another prompt the contract does not even get that far: it binds the prompt the gate saw.
+    const other = await prefillLeg(sidecar, requestId, { contract: contract.contract, body: { ...contract.body, prompt: PROMPTS[0] } });
+    expect([other.status, other.json.error?.code]).toEqual([403, 'contract_invalid']);
+    expect(other.json.error.message).toMatch(/prompt is not the one the gate saw/);
     expect(await counter(P.url, 'vllm:prompt_tokens_total')).toBe(promptBefore);
+  });
+});
+
+describe("a contract binds its tenant's cache scope and prompt (cross-tenant prefix-cache probing)", () => {
+  it("globex's contract with acme's cache_salt, or with no salt, is refused at both sidecars before any worker call", async () => {
+    const P = t.worker('llama-a', 'prefill');
+    const D = t.worker('llama-a', 'decode');
+    const promptBefore = [await counter(P.sim.url, 'vllm:prompt_tokens_total'), await counter(D.sim.url, 'vllm:prompt_tokens_total')];
+    const acmeSalt = deriveCacheSalt(t.keys, contractFields('x', 'acme').groupId, 'tenant:acme');
+    const attempts = [
+      { url: `http://${P.address}`, id: 'globex-probe-p', body: legBody(PROMPTS[4]) },
+      { url: `http://${D.address}`, id: 'globex-probe-d', body: completion(PROMPTS[4], 8) },
+    ];
+    for (const a of attempts) {
+      // globex's genuine contract for this very prompt (what the gate mints for a globex request)...
+      const globex = gateSigned(t.keys, contractFields(a.id, 'globex', { prefill: null }), a.body);
+      const send = (body: Record<string, unknown>) => post(`${a.url}/v1/completions`, body, { 'x-request-id': a.id, [H.contract]: globex.contract });
+      // ...presented with acme's salt (to read acme's cached prefixes), and with no salt (the unsalted, shared cache).
+      const salted = await send({ ...globex.body, cache_salt: acmeSalt });
+      expect([salted.status, salted.json.error?.code]).toEqual([403, 'contract_invalid']);
+      expect(salted.json.error.message).toMatch(/cache_salt is not the one the contract/);
+      const { cache_salt: _dropped, ...unsalted } = globex.body;
+      const bare = await send(unsalted);
+      expect([bare.status, bare.json.error?.code]).toEqual([403, 'contract_invalid']);
+      expect(bare.json.error.message).toMatch(/has no cache_salt/);
+      expect(await counter(a.url, 'kvgate_sidecar_contract_failures_total', { reason: 'salt_mismatch' })).toBe(1);
+      expect(await counter(a.url, 'kvgate_sidecar_contract_failures_total', { reason: 'salt_missing' })).toBe(1);
+    }
+    // Neither worker computed a single prompt token for the probes.
+    expect([await counter(P.sim.url, 'vllm:prompt_tokens_total'), await counter(D.sim.url, 'vllm:prompt_tokens_total')]).toEqual(promptBefore);
   });
 });

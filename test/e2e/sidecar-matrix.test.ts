@@ -73,6 +73,9 @@ function contractFields(t: Topology, requestId: string, nowMs: number): Omit<Tra
     model: SERVED_MODEL,
     revision: 'llama-a',
     adapter: null,
+    // Placeholders until a body is bound (gateSigned).
+    cacheSaltDigest: '0'.repeat(64),
+    promptDigest: '0'.repeat(64),
     issuedAtMs: nowMs,
     expiresAtMs: nowMs + 30_000,
     decode: { cluster: 'a_decode', endpoint: t.worker('llama-a', 'decode').address },

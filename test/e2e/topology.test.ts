@@ -5,7 +5,7 @@
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
-import { mintContract } from '../../src/contract/contract.js';
+import { gateSigned } from '../../src/contract/testing.js';
 import { H } from '../../src/headers.js';
 import { runDemo } from '../../testbed/demo/run-demo.js';
 import { baseline, completion, firstDivergence, post, PROMPTS, sessionOn, tokenIds } from '../../testbed/demo/scenarios.js';
@@ -80,7 +80,8 @@ describe('a decode drain in the middle of traffic', () => {
   it("a decode worker refuses a contract that routes the decode to another worker of its group", async () => {
     const fingerprint = t.gate.policy.current().revisions.get('llama-a')!.fingerprint;
     const now = Date.now();
-    const contract = mintContract(
+    const signed = gateSigned(
+      t.keys,
       {
         requestId: 'elsewhere-1',
         groupId: groupIdOf(fingerprint, 'tenant:acme'),
@@ -90,16 +91,18 @@ describe('a decode drain in the middle of traffic', () => {
         model: 'llama-3-8b',
         revision: 'llama-a',
         adapter: null,
+        cacheSaltDigest: '0'.repeat(64),
+        promptDigest: '0'.repeat(64),
         issuedAtMs: now,
         expiresAtMs: now + 30_000,
         decode: { cluster: 'a_decode', endpoint: '127.0.0.1:9' },
         prefill: null,
       },
-      t.keys,
+      completion(PROMPTS[0], 4),
     );
-    const r = await post(`http://${t.worker('llama-a', 'decode').address}/v1/completions`, completion(PROMPTS[0], 4), {
+    const r = await post(`http://${t.worker('llama-a', 'decode').address}/v1/completions`, signed.body, {
       'x-request-id': 'elsewhere-1',
-      [H.contract]: contract,
+      [H.contract]: signed.contract,
     });
     expect([r.status, r.json.error?.code]).toEqual([403, 'contract_invalid']);
     expect(r.json.error.message).toMatch(/routes its decode to 127\.0\.0\.1:9, not to this worker/);

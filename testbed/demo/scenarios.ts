@@ -135,6 +135,9 @@ export async function crossGroupHop(t: Topology, prompt: string): Promise<HttpRe
       model: SERVED_MODEL,
       revision: 'llama-a',
       adapter: null,
+      // The gate refuses the hop before any sidecar reads the body, so nothing binds one.
+      cacheSaltDigest: '0'.repeat(64),
+      promptDigest: '0'.repeat(64),
       issuedAtMs: now,
       expiresAtMs: now + 30_000,
       decode: { cluster: 'a_decode', endpoint: t.worker('llama-a', 'decode').address },
