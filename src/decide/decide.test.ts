@@ -3,7 +3,7 @@ import { verifyBinding } from '../contract/binding.js';
 import { deriveCacheSalt } from '../contract/cache-salt.js';
 import { verifyContract } from '../contract/contract.js';
 import { groupIdOf } from '../compat/fingerprint.js';
-import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
 import { clone, compiledFixture, fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from '../policy/testing.js';
 import { decide } from './decide.js';
 import { decideRequest } from './decide-request.js';
@@ -18,7 +18,7 @@ const ctx = { nowMs: TEST_NOW_MS, keys };
 function compiled(mutate: (v: Value) => void = () => {}, semantic = true): CompiledRouteTable {
   const v = clone(twoRevisionTableValue()) as Value;
   mutate(v);
-  return compileRouteTable(tableFromValue(v, { semantic }));
+  return tableFromValue(v, { semantic });
 }
 const onlyA = compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }));
 const onlyB = compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' }));

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
 import { refusalResponse } from '../envoy/responses.js';
-import { compileRouteTable } from '../policy/compile.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { clientRefusal, explainRequest, type ExplainInput } from './explain.js';
 import { formatExplanation } from './explain-format.js';
@@ -8,7 +7,7 @@ import { createExplainQueueView, createExplainWorkerView, parseWorkerFlag } from
 import { TEST_NOW_MS, testKeys } from './testing.js';
 import type { Refusal } from './types.js';
 
-const table = compileRouteTable(tableFromValue(twoRevisionTableValue()));
+const table = tableFromValue(twoRevisionTableValue());
 const chat = { model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] };
 function input(extra: Partial<ExplainInput> = {}): ExplainInput {
   return {
@@ -50,7 +49,7 @@ describe('explainRequest', () => {
     const view = createExplainWorkerView(table, new Map([['10.0.4.1:8000', { busy: true }], ['10.0.2.1:8000', { busy: true }], ['10.0.2.2:8000', { busy: true }]]));
     const v = clone(twoRevisionTableValue()) as Record<string, any>;
     v['fallback'] = [{ queue: { deadlineMs: 1500, maxDepth: 4 } }, { refuse: { retryAfterSeconds: 3 } }];
-    const t = compileRouteTable(tableFromValue(v));
+    const t = tableFromValue(v);
     const e = explainRequest(input({ table: t, view }));
     expect(e.kind).toBe('wait');
     expect(e.wait).toMatchObject({ deadlineMs: 1500, overrideMessageTimeoutMs: 1750, ahead: 0 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { verifyContract } from '../contract/contract.js';
-import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
 import { clone, tableFromValue, testDescriptorInput, twoRevisionTableValue } from '../policy/testing.js';
 import { decide, type DecideContext } from './decide.js';
 import { createTestQueueView, createTestWorkerView, TEST_NOW_MS, testFacts, testKeys, type TestFactsInput } from './testing.js';
@@ -22,7 +22,7 @@ function table(fallback: unknown[], mutate: (v: Value) => void = () => {}): Comp
   v['pools'][3]['maxInFlightPerEndpoint'] = 2;
   v['fallback'] = fallback;
   mutate(v);
-  return compileRouteTable(tableFromValue(v));
+  return tableFromValue(v);
 }
 const busy = (t: CompiledRouteTable, ...addresses: string[]) => createTestWorkerView(t, Object.fromEntries(addresses.map((a) => [a, { inFlight: 64 }])));
 const ctx = (extra: Partial<DecideContext> = {}): DecideContext => ({ nowMs: TEST_NOW_MS, keys, queue: createTestQueueView(), maxWaitMs: 29_750, ...extra });

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { mintContract } from '../contract/contract.js';
 import { createDevKeyRing } from '../contract/keys.js';
-import { compileRouteTable } from '../policy/compile.js';
 import { tableFromValue, twoRevisionTableValue, clone } from '../policy/testing.js';
 import { decide } from './decide.js';
 import { decideRequest } from './decide-request.js';
@@ -12,7 +11,7 @@ const keys = testKeys();
 const ctx = { nowMs: TEST_NOW_MS, keys };
 const v = clone(twoRevisionTableValue()) as Record<string, any>;
 v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
-const table = compileRouteTable(tableFromValue(v));
+const table = tableFromValue(v);
 const view = createTestWorkerView(table);
 
 /** Route a request through the gate, as the public listener would. */

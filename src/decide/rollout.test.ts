@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { decide } from './decide.js';
 import { chooseRevision } from './revision.js';
@@ -14,7 +14,7 @@ function table(weight: number, mutate: (v: Value) => void = () => {}): CompiledR
   const v = clone(twoRevisionTableValue()) as Value;
   v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b', weight };
   mutate(v);
-  return compileRouteTable(tableFromValue(v));
+  return tableFromValue(v);
 }
 const unverifiedB = (v: Value) => (v['revisions']['llama-b']['verification'] = { required: true, verified: false });
 const run = (t: CompiledRouteTable, input: TestFactsInput, now = TEST_NOW_MS): CoreDecision =>

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { decide } from './decide.js';
 import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys, type TestFactsInput } from './testing.js';
@@ -12,7 +12,7 @@ const ctx = { nowMs: TEST_NOW_MS, keys };
 function compiled(mutate: (v: Record<string, any>) => void = () => {}): CompiledRouteTable {
   const v = clone(twoRevisionTableValue()) as Record<string, any>;
   mutate(v);
-  return compileRouteTable(tableFromValue(v));
+  return tableFromValue(v);
 }
 const withWeight = (weight: number) => compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b', weight }));
 function route(table: CompiledRouteTable, input: TestFactsInput, view: WorkerView = createTestWorkerView(table), now = TEST_NOW_MS): RouteDecision {

@@ -9,7 +9,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
 import { formatIssues } from '../config/issues.js';
 import { loadRouteTable } from '../policy/load.js';
 
@@ -61,7 +61,7 @@ async function loadCompiled(
   const loaded = await loadRouteTable(file, { readText: async (f) => (f === file ? text : readFile(f, 'utf8')) });
   if (!loaded.ok) return { ok: false, message: formatIssues(loaded.error) };
   const version = createHash('sha256').update(text).digest('hex').slice(0, 12);
-  return { ok: true, table: compileRouteTable(loaded.value), version, warnings: formatIssues(loaded.value.warnings) };
+  return { ok: true, table: loaded.value, version, warnings: formatIssues(loaded.value.warnings) };
 }
 
 class FilePolicyStore implements PolicyStore {

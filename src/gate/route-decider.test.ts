@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createDevKeyRing } from '../contract/keys.js';
 import type { Decision } from '../decide/types.js';
 import { createInFlightTracker, createStaticWorkerView, type InFlightTracker } from '../decide/worker-view.js';
-import { compileRouteTable, type CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledRouteTable } from '../policy/compile.js';
 import { tableFromValue } from '../policy/testing.js';
 import type { Decided } from './decider.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
@@ -26,7 +26,7 @@ function rig(value: TableValue, opts: { maxMessageTimeoutMs?: number; now?: () =
   const inFlight = createInFlightTracker();
   const registry = new Registry();
   const metrics = createRolloutMetrics(registry);
-  const compiled = compileRouteTable(tableFromValue(value));
+  const compiled = tableFromValue(value);
   let state: RoutingState = { table: compiled, view: createStaticWorkerView(compiled, inFlight) };
   metrics.updateVerification(compiled);
   const decider = createRouteDecider({ state: () => state, keys, inFlight, now: Date.now, metrics, recheckMs: 0, ...opts });
@@ -41,7 +41,7 @@ function rig(value: TableValue, opts: { maxMessageTimeoutMs?: number; now?: () =
     },
   };
 }
-const compiled = (v: TableValue) => compileRouteTable(tableFromValue(v));
+const compiled = (v: TableValue) => tableFromValue(v);
 const signal = () => new AbortController().signal;
 async function metric(registry: Registry, name: string, labels: Record<string, string>): Promise<number> {
   const m = (await registry.getMetricsAsJSON()).find((x) => x.name === name);

@@ -4,7 +4,6 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createDevKeyRing } from '../contract/keys.js';
 import { createInFlightTracker, createStaticWorkerView } from '../decide/worker-view.js';
 import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
-import { compileRouteTable } from '../policy/compile.js';
 import { tableFromValue } from '../policy/testing.js';
 import { createGateMetrics } from './metrics.js';
 import { createRouteDecider, type RouteDecider, type RoutingState } from './route-decider.js';
@@ -19,7 +18,7 @@ const now = (): number => NOW;
 
 function harness(value: TableValue = queueTableValue()) {
   const inFlight = createInFlightTracker();
-  const table = compileRouteTable(tableFromValue(value));
+  const table = tableFromValue(value);
   let state: RoutingState = { table, view: createStaticWorkerView(table, inFlight) };
   const decider = createRouteDecider({ state: () => state, keys: createDevKeyRing('session-test'), inFlight, now, recheckMs: 0 });
   const deps = { decider, logger: pino({ level: 'silent' }), metrics: createGateMetrics(new Registry()), newRequestId: () => 'generated', now, gieHeaders: false };
@@ -27,7 +26,7 @@ function harness(value: TableValue = queueTableValue()) {
     decider,
     inFlight,
     swap(v: TableValue) {
-      const t = compileRouteTable(tableFromValue(v));
+      const t = tableFromValue(v);
       state = { table: t, view: createStaticWorkerView(t, inFlight) };
       decider.notifyChanged();
     },

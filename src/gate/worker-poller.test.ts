@@ -2,7 +2,6 @@ import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { createInFlightTracker } from '../decide/worker-view.js';
-import { compileRouteTable } from '../policy/compile.js';
 import { tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { createWorkerPoller } from './worker-poller.js';
 
@@ -10,7 +9,7 @@ function tableWithStatus() {
   const v = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string; status?: string }> }> };
   const pool = v.pools.find((p) => p.name === 'a-decode')!;
   pool.endpoints = pool.endpoints.map((e, i) => (i === 0 ? { ...e, status: `http://${e.address}` } : e));
-  return compileRouteTable(tableFromValue(v));
+  return tableFromValue(v);
 }
 
 describe('live worker view', () => {

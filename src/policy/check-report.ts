@@ -5,7 +5,7 @@
  * function with I/O (through `loadRouteTable`).
  */
 import { chainText } from './diff-settings.js';
-import { compileRouteTable, type CompiledRouteTable } from './compile.js';
+import type { CompiledRouteTable } from './compile.js';
 import { formatIssue, type ConfigIssue } from '../config/issues.js';
 import { loadRouteTable, type LoadOptions } from './load.js';
 import { formatRolloutStatus, rolloutStatus } from './rollout-status.js';
@@ -47,9 +47,9 @@ export async function checkPolicyFile(file: string, options: CheckOptions = {}):
     const report = { file, ok: false, errors, warnings: loaded.error.filter((i) => i.severity === 'warning') };
     if (allowInvalid !== true) return { ok: false, report };
     const unchecked = await loadRouteTable(file, { ...load, semantic: false });
-    return unchecked.ok ? { ok: true, table: compileRouteTable(unchecked.value), report } : { ok: false, report };
+    return unchecked.ok ? { ok: true, table: unchecked.value, report } : { ok: false, report };
   }
-  const table = compileRouteTable(loaded.value);
+  const table = loaded.value;
   return { ok: true, table, report: { file, ok: true, errors: [], warnings: loaded.value.warnings, summary: summaryOf(table) } };
 }
 

@@ -1,10 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { fingerprintOf } from '../compat/fingerprint.js';
-import { compileRouteTable } from './compile.js';
 import { compiledFixture, tableFromValue, testDescriptor, twoRevisionTableValue } from './testing.js';
 
 describe('compileRouteTable', () => {
-  const compiled = compileRouteTable(tableFromValue(twoRevisionTableValue()));
+  const compiled = tableFromValue(twoRevisionTableValue());
 
   it('precomputes one fingerprint per revision, equal to fingerprintOf its descriptor', () => {
     expect(compiled.revisions.get('llama-a')!.fingerprint).toBe(fingerprintOf(testDescriptor({ weights: 'a' })));

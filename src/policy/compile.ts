@@ -1,14 +1,14 @@
 /**
  * The compiled route table: frozen lookups precomputed once per load, so the per-request decision never hashes a
- * descriptor, scans the pool list or re-runs a connector rule. Everything here derives from a table that already
- * passed `checkRouteTable`; compiling an unchecked table is for tests and `kvgate explain` only.
+ * descriptor, scans the pool list or re-runs a connector rule. Only the loader calls it, with a table that passed
+ * `checkRouteTable` and the fingerprints that check computed (so every pool's revision is known).
  */
-import { checkDescriptor } from '../compat/connector-rules.js';
+import type { CompatVerdict } from '../compat/connector-rules.js';
 import { deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
-import { isVerified, NO_VERIFICATION, type ConnectorMode, type FallbackStep, type Limits, type PoolRole, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
+import { isVerified, type ConnectorMode, type FallbackStep, type Limits, type PoolRole, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
 
 /** An endpoint as declared; `fingerprint` is its own declared descriptor's, else its pool's. */
 export interface CompiledEndpoint {
@@ -80,17 +80,28 @@ export interface CompiledRouteTable {
   readonly contractTtlMs: number;
   readonly fallback: readonly FallbackStep[];
   readonly limits: Limits;
+  /** Non-blocking findings of the load, reported alongside a table that loaded. */
+  readonly warnings: readonly ConfigIssue[];
 }
 
-/**
- * Precompute the hot-path lookups. Throws if a descriptor cannot be fingerprinted (only possible for a table that
- * skipped `checkRouteTable`).
- */
-export function compileRouteTable(table: RouteTable): CompiledRouteTable {
-  const fingerprints = new Map(Object.entries(table.revisions).map(([n, r]) => [n, fingerprintOf(r.descriptor)]));
+/** What `checkRouteTable` computed per revision, handed on so compiling recomputes nothing. */
+export interface CheckedRevisions {
+  readonly fingerprints: ReadonlyMap<string, string>;
+  readonly connector: ReadonlyMap<string, CompatVerdict>;
+}
+
+/** Precompute the hot-path lookups of a checked table from what its check computed. */
+export function compileRouteTable(table: RouteTable, checked: CheckedRevisions): CompiledRouteTable {
+  const checkedOf = <T>(map: ReadonlyMap<string, T>, name: string): T => {
+    const v = map.get(name);
+    // The check reports an unknown revision or an unfingerprintable descriptor as an error, so this is a bug.
+    if (v === undefined) throw new Error(`compileRouteTable: revision "${name}" was not checked`);
+    return v;
+  };
+  const fingerprintOfRevision = (name: string): string => checkedOf(checked.fingerprints, name);
   const pools = new Map<string, CompiledPool>();
   for (const p of table.pools) {
-    const fingerprint = fingerprints.get(p.revision) ?? `unknown-revision:${p.revision}`;
+    const fingerprint = fingerprintOfRevision(p.revision);
     const endpoints = p.endpoints.map((e) => ({
       address: e.address,
       status: e.status ?? null,
@@ -102,11 +113,11 @@ export function compileRouteTable(table: RouteTable): CompiledRouteTable {
   const revisions = new Map<string, CompiledRevision>();
   for (const [name, rev] of Object.entries(table.revisions)) {
     const mine = [...pools.values()].filter((p) => p.revision === name);
-    const v = checkDescriptor(rev.descriptor, table.connectorMode);
+    const v = checkedOf(checked.connector, name);
     revisions.set(name, {
       name,
       descriptor: rev.descriptor,
-      fingerprint: fingerprints.get(name)!,
+      fingerprint: fingerprintOfRevision(name),
       nixlHash: predictNixlHash(rev.descriptor).hash,
       adapter: rev.descriptor.adapter?.id ?? null,
       transfer: { allowed: v.verdict !== 'refuse', reasons: v.reasons, warnings: v.warnings },
@@ -115,9 +126,8 @@ export function compileRouteTable(table: RouteTable): CompiledRouteTable {
         decode: mine.filter((p) => p.role === 'decode'),
         both: mine.filter((p) => p.role === 'both'),
       },
-      // A hand-built RouteTable (tests, benches) may predate the field; no record means nothing is required.
-      verification: rev.verification ?? NO_VERIFICATION,
-      verified: isVerified(rev.verification ?? NO_VERIFICATION),
+      verification: rev.verification,
+      verified: isVerified(rev.verification),
     });
   }
   const models = new Map<string, CompiledModel>();
@@ -148,6 +158,7 @@ export function compileRouteTable(table: RouteTable): CompiledRouteTable {
     contractTtlMs: table.contract.ttlMs,
     fallback: table.fallback,
     limits: table.limits,
+    warnings: table.warnings,
   });
 }
 

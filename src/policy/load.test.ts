@@ -21,7 +21,7 @@ describe('parseRouteTable', () => {
   it('loads the sample two-revision table, with schema defaults, frozen', () => {
     const r = parseRouteTable(readFixture('two-revisions.yaml'), { file: fixture('two-revisions.yaml') });
     if (!r.ok) throw new Error(formatIssues(r.error));
-    const t = r.value;
+    const t = r.value.table;
     expect(Object.keys(t.revisions)).toEqual(['llama-a', 'llama-b']);
     expect(t.pools.map((p) => p.cluster)).toEqual(['a_prefill', 'a_decode', 'b_prefill', 'b_decode']);
     expect(t.pools[0]!.maxInFlightPerEndpoint).toBe(64);
@@ -33,6 +33,7 @@ describe('parseRouteTable', () => {
     expect(t.revisions['llama-a']!.descriptorFile).toBeNull();
     expect(t.warnings).toEqual([]);
     expect(isDeepFrozen(t)).toBe(true);
+    expect(r.value.warnings).toBe(t.warnings);
   });
 
   it('agrees with the programmatic twin in testing.ts', () => {
@@ -175,8 +176,8 @@ describe('loadRouteTable', () => {
   it('reads descriptor files relative to the table', async () => {
     const r = await loadRouteTable(fixture('fp8-both.yaml'));
     if (!r.ok) throw new Error(formatIssues(r.error));
-    expect(r.value.revisions['llama-fp8']).toMatchObject({ descriptorFile: 'descriptors/llama-fp8-dynamic.json' });
-    expect(r.value.revisions['llama-fp8']!.descriptor.kvCache.scaleScheme).toBe('dynamic-per-block');
+    expect(r.value.table.revisions['llama-fp8']).toMatchObject({ descriptorFile: 'descriptors/llama-fp8-dynamic.json' });
+    expect(r.value.table.revisions['llama-fp8']!.descriptor.kvCache.scaleScheme).toBe('dynamic-per-block');
     expect(r.value.tenancy.source.metadata).toEqual({ namespace: 'envoy.filters.http.jwt_authn', path: ['jwt_payload', 'org'] });
   });
 

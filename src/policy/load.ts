@@ -1,5 +1,5 @@
 /**
- * Loading a route table: text -> schema -> descriptor files -> semantic checks -> a frozen `RouteTable`.
+ * Loading a route table: text -> schema -> descriptor files -> semantic checks -> the compiled, frozen table.
  *
  * Every stage reports all of its issues at once (path, what, fix, line), and nothing partial is ever returned: a
  * table either passes every error-level check or is rejected whole, so hot reload can never swap in a bad file.
@@ -11,6 +11,7 @@ import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../co
 import { err, ok, type Result } from '../errors.js';
 import { hasErrors, issue, type ConfigIssue } from '../config/issues.js';
 import { NO_VERIFICATION, RouteTableSchema, type ResolvedRevision, type RevisionVerification, type RouteTable, type RouteTableDocument } from './schema.js';
+import { compileRouteTable, type CompiledRouteTable } from './compile.js';
 import { checkRouteTable } from './semantic.js';
 import { formatOf, parseStructuredText, type TextFormat } from './text.js';
 import { fromZodIssues, type Locate } from '../config/from-zod.js';
@@ -28,7 +29,10 @@ export interface RouteTableSource {
 }
 
 export interface RouteTableOptions {
-  /** Run the semantic checks of `semantic.ts` (default true). Off only for tests that need a deliberately bad table. */
+  /**
+   * Run every semantic check of `semantic.ts` (default true). With false only what compiling needs is checked (see
+   * `CheckOptions.referencesOnly`): for `kvgate explain --allow-invalid` and tests of the decision core's guards.
+   */
   readonly semantic?: boolean;
 }
 
@@ -37,7 +41,7 @@ export function parseRouteTable(
   text: string,
   source: RouteTableSource,
   options: RouteTableOptions = {},
-): Result<RouteTable, ConfigIssue[]> {
+): Result<CompiledRouteTable, ConfigIssue[]> {
   const parsed = parseStructuredText(text, source.file, formatOf(source.file, source.format));
   if (!parsed.ok) return parsed;
   return routeTableFromValue(parsed.value.value, source, { ...options, locate: parsed.value.locate });
@@ -48,7 +52,7 @@ export function routeTableFromValue(
   value: unknown,
   source: RouteTableSource,
   options: RouteTableOptions & { readonly locate?: Locate } = {},
-): Result<RouteTable, ConfigIssue[]> {
+): Result<CompiledRouteTable, ConfigIssue[]> {
   const file = source.file;
   const schema = RouteTableSchema.safeParse(value);
   if (!schema.success) {
@@ -59,9 +63,12 @@ export function routeTableFromValue(
   const resolved = resolveRevisions(doc, source);
   if (!resolved.ok) return resolved;
   const draft: RouteTable = { ...doc, revisions: resolved.value, source: file, warnings: [] };
-  const issues = options.semantic === false ? [] : checkRouteTable(draft, options.locate ? { locate: options.locate } : {});
-  if (hasErrors(issues)) return err(issues);
-  return ok(deepFreeze({ ...draft, warnings: issues }));
+  const checked = checkRouteTable(draft, {
+    ...(options.locate ? { locate: options.locate } : {}),
+    ...(options.semantic === false ? { referencesOnly: true } : {}),
+  });
+  if (hasErrors(checked.issues)) return err(checked.issues);
+  return ok(compileRouteTable(deepFreeze({ ...draft, warnings: checked.issues }), checked));
 }
 
 function resolveRevisions(
@@ -142,7 +149,7 @@ export interface LoadOptions extends RouteTableOptions {
 }
 
 /** Read and validate a route table file and the descriptor files it names. I/O errors become issues. */
-export async function loadRouteTable(file: string, options: LoadOptions = {}): Promise<Result<RouteTable, ConfigIssue[]>> {
+export async function loadRouteTable(file: string, options: LoadOptions = {}): Promise<Result<CompiledRouteTable, ConfigIssue[]>> {
   const read = options.readText ?? ((p: string) => readFile(p, 'utf8'));
   let text: string;
   try {

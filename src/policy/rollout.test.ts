@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { compileRouteTable } from './compile.js';
 import type { ConfigIssue } from '../config/issues.js';
 import { routeTableFromValue } from './load.js';
 import { formatRolloutStatus, rolloutStatus } from './rollout-status.js';
@@ -17,11 +16,11 @@ const at = (issues: ConfigIssue[], path: string) => issues.filter((i) => i.path 
 
 describe('verification in the route table', () => {
   it('defaults: no block means nothing is required; a block means required, not yet verified', () => {
-    const t = compileRouteTable(tableFromValue(twoRevisionTableValue()));
+    const t = tableFromValue(twoRevisionTableValue());
     expect(t.revisions.get('llama-b')).toMatchObject({ verification: { required: false, verified: false, evidence: null }, verified: true });
     const v = twoRevisionTableValue() as Value;
     v['revisions']['llama-b']['verification'] = {};
-    const u = compileRouteTable(tableFromValue(v));
+    const u = tableFromValue(v);
     expect(u.revisions.get('llama-b')).toMatchObject({ verification: { required: true, verified: false, evidence: null }, verified: false });
   });
 
@@ -58,7 +57,7 @@ describe('rolloutStatus', () => {
     const v = twoRevisionTableValue() as Value;
     v['revisions']['llama-b']['verification'] = { required: true };
     v['pools'][3]['draining'] = true;
-    const states = rolloutStatus(compileRouteTable(tableFromValue(v)));
+    const states = rolloutStatus(tableFromValue(v));
     expect(states.map(({ fingerprint: _f, ...s }) => s)).toEqual([
       { model: 'llama-3-8b', revision: 'llama-a', role: 'stable', verified: true, verification: { required: false, verified: false, evidence: null }, configuredPercent: 90, effectivePercent: 100, drainingPools: [] },
       { model: 'llama-3-8b', revision: 'llama-b', role: 'candidate', verified: false, verification: { required: true, verified: false, evidence: null }, configuredPercent: 10, effectivePercent: 0, drainingPools: ['b-decode'] },

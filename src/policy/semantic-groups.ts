@@ -4,7 +4,7 @@
  * decode pools. These are the checks that keep a mixed-revision or untransferable route from ever being loaded.
  */
 import { canonicalJson } from '../compat/canonical-json.js';
-import { checkDescriptor, checkTransfer } from '../compat/connector-rules.js';
+import { checkDescriptor, checkTransfer, type CompatVerdict } from '../compat/connector-rules.js';
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { describeFingerprintDiff, tryFingerprintOf } from '../compat/fingerprint.js';
 import { issue, listOf, type PathSegment, type ConfigIssue } from '../config/issues.js';
@@ -16,23 +16,34 @@ export interface CheckContext {
   readonly file: string;
   /** Fingerprint per revision; absent when the descriptor cannot be fingerprinted (already reported). */
   readonly fingerprints: ReadonlyMap<string, string>;
+  /** Connector rules' verdict per fingerprinted revision (whether its KV may move between workers). */
+  readonly connector: ReadonlyMap<string, CompatVerdict>;
   add(path: readonly PathSegment[], message: string, fix: string, severity?: 'error' | 'warning'): void;
 }
 
 const short = (fp: string): string => fp.slice(0, 12);
 
-/** Every revision's fingerprint; a descriptor that cannot be normalised is reported here, once. */
-export function fingerprintRevisions(table: RouteTable, out: ConfigIssue[]): Map<string, string> {
+/**
+ * Every revision's fingerprint and connector verdict, computed once per load (the compiled table reuses both); a
+ * descriptor that cannot be normalised is reported here, once.
+ */
+export function fingerprintRevisions(
+  table: RouteTable,
+  out: ConfigIssue[],
+): { fingerprints: Map<string, string>; connector: Map<string, CompatVerdict> } {
   const fps = new Map<string, string>();
+  const connector = new Map<string, CompatVerdict>();
   for (const [name, rev] of Object.entries(table.revisions)) {
     const r = tryFingerprintOf(rev.descriptor);
-    if (r.ok) fps.set(name, r.value);
-    else {
+    if (r.ok) {
+      fps.set(name, r.value);
+      connector.set(name, checkDescriptor(rev.descriptor, table.connectorMode));
+    } else {
       const at = rev.descriptorFile === null ? ['revisions', name, 'descriptor'] : ['revisions', name, 'descriptorFile'];
       out.push(issue(table.source, at, `revision "${name}": ${r.error.reason}`, 'correct the descriptor fields named above'));
     }
   }
-  return fps;
+  return { fingerprints: fps, connector };
 }
 
 /** Per-endpoint declared descriptors must fingerprint exactly like their pool's revision. */
@@ -113,8 +124,8 @@ export function checkConnectorRules(ctx: CheckContext): void {
   const { table } = ctx;
   for (const [name, rev] of Object.entries(table.revisions)) {
     const split = table.pools.filter((p) => p.revision === name && p.role !== 'both');
-    if (split.length === 0 || !ctx.fingerprints.has(name)) continue;
-    const v = checkDescriptor(rev.descriptor, table.connectorMode);
+    const v = ctx.connector.get(name);
+    if (split.length === 0 || v === undefined) continue;
     const at = rev.descriptorFile === null ? ['revisions', name, 'descriptor'] : ['revisions', name, 'descriptorFile'];
     const pools = listOf(split.map((p) => p.name));
     if (v.verdict === 'refuse') {

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { compileRouteTable } from './compile.js';
 import type { ConfigIssue } from '../config/issues.js';
 import { routeTableFromValue } from './load.js';
-import { checkObservedEndpoints, checkRouteTable } from './semantic.js';
+import { checkObservedEndpoints } from './compile.js';
+import { checkRouteTable } from './semantic.js';
 import { fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
 
 type Value = Record<string, any>;
@@ -32,7 +32,7 @@ const pool = (name: string, role: string, revision: string, addresses: string[],
 
 describe('checkRouteTable', () => {
   it('accepts the sample table with no findings', () => {
-    expect(checkRouteTable(tableFromValue(twoRevisionTableValue(), { semantic: false }))).toEqual([]);
+    expect(checkRouteTable(tableFromValue(twoRevisionTableValue(), { semantic: false }).table).issues).toEqual([]);
   });
 
   it('names an unknown revision in a pool, with a suggestion', () => {
@@ -191,7 +191,7 @@ describe('checkRouteTable', () => {
 
 describe('checkObservedEndpoints', () => {
   it('reports a live endpoint whose fingerprint differs from its pool', () => {
-    const compiled = compileRouteTable(tableFromValue(twoRevisionTableValue()));
+    const compiled = tableFromValue(twoRevisionTableValue());
     const bFp = compiled.revisions.get('llama-b')!.fingerprint;
     const issues = checkObservedEndpoints(compiled, (p) =>
       p === 'a-decode'

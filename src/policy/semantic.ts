@@ -3,8 +3,11 @@
  * a rollout that makes sense) and the compatibility-group rules in `semantic-groups.ts`. Each rule has its own
  * message and fix, so a policy author can act on every finding without reading kvgate's source.
  *
- * `compileRouteTable` (re-exported here) turns a checked table into the frozen lookups the hot path uses.
+ * The check is the one place a table's revisions are fingerprinted: it hands those fingerprints on, and the loader
+ * compiles the hot-path lookups from them (`compile.ts`), so nothing is computed twice and nothing unchecked is
+ * ever compiled.
  */
+import type { CompatVerdict } from '../compat/connector-rules.js';
 import { isGateOwnedHeader } from '../headers.js';
 import { closestMatch, issue, listOf, type PathSegment, type ConfigIssue } from '../config/issues.js';
 import { tenantAllowed, type RouteTable } from './schema.js';
@@ -20,28 +23,41 @@ import {
 import { checkFallbackSteps, checkVerification } from './semantic-rollout.js';
 import type { Locate } from '../config/from-zod.js';
 
-export { compileRouteTable, checkObservedEndpoints } from './compile.js';
-
 export interface CheckOptions {
   /** Source positions, so issues carry a line number. */
   readonly locate?: Locate;
+  /**
+   * Only what compiling needs (every descriptor fingerprints, every reference names a declared revision), for
+   * `kvgate explain --allow-invalid` and tests of the decision core's own guards; the gate never loads such a table.
+   */
+  readonly referencesOnly?: boolean;
+}
+
+/** What a check found, and the fingerprint of every revision that has one (for compiling). */
+export interface CheckResult {
+  readonly issues: ConfigIssue[];
+  readonly fingerprints: ReadonlyMap<string, string>;
+  /** Connector rules' verdict per fingerprinted revision. */
+  readonly connector: ReadonlyMap<string, CompatVerdict>;
 }
 
 /** Every semantic issue of a schema-valid table: errors block loading, warnings are reported alongside. */
-export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): ConfigIssue[] {
+export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): CheckResult {
   const out: ConfigIssue[] = [];
-  const fingerprints = fingerprintRevisions(table, out);
+  const { fingerprints, connector } = fingerprintRevisions(table, out);
   const ctx: CheckContext = {
     table,
     file: table.source,
     fingerprints,
+    connector,
     add(path, message, fix, severity = 'error') {
       const pos = options.locate?.(path);
       out.push(issue(table.source, path, message, fix, { severity, ...(pos ?? {}) }));
     },
   };
-  checkPoolNames(ctx);
   checkRevisionReferences(ctx);
+  if (options.referencesOnly === true) return { issues: out, fingerprints, connector };
+  checkPoolNames(ctx);
   checkRollouts(ctx);
   checkRoleCoverage(ctx);
   checkModelTenants(ctx);
@@ -54,7 +70,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkAddresses(ctx);
   checkConnectorRules(ctx);
   checkGroupTransfers(ctx);
-  return out;
+  return { issues: out, fingerprints, connector };
 }
 
 function checkPoolNames(ctx: CheckContext): void {

@@ -8,10 +8,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseDescriptor, type CompatDescriptor, type CompatDescriptorInput } from '../compat/descriptor.js';
 import { formatIssues } from '../config/issues.js';
-import { compileRouteTable, type CompiledRouteTable } from './compile.js';
+import type { CompiledRouteTable } from './compile.js';
 import { parse as parseYaml } from 'yaml';
 import { descriptorFilesOf, descriptorPath, parseRouteTable, routeTableFromValue, type RouteTableOptions } from './load.js';
-import type { RouteTable } from './schema.js';
 
 /** The directory of the YAML fixtures (`two-revisions.yaml`, ...). */
 export const FIXTURES_DIR = join(dirname(fileURLToPath(import.meta.url)), 'fixtures');
@@ -79,7 +78,7 @@ export function readFixture(name: string): string {
 }
 
 /** Parse a fixture (reading the descriptor files it names) into a table; throws with every issue on a bad fixture (a test bug). */
-export function loadFixtureTable(name: string, options: RouteTableOptions = {}): RouteTable {
+export function loadFixtureTable(name: string, options: RouteTableOptions = {}): CompiledRouteTable {
   const text = readFixture(name);
   const file = join(FIXTURES_DIR, name);
   const descriptorFiles: Record<string, string> = {};
@@ -90,7 +89,7 @@ export function loadFixtureTable(name: string, options: RouteTableOptions = {}):
 }
 
 /** Build a table from a plain value, or throw with every issue. */
-export function tableFromValue(value: unknown, options: RouteTableOptions & { file?: string } = {}): RouteTable {
+export function tableFromValue(value: unknown, options: RouteTableOptions & { file?: string } = {}): CompiledRouteTable {
   const r = routeTableFromValue(value, { file: options.file ?? 'test-table.yaml' }, options);
   if (!r.ok) throw new Error(`test table is invalid:\n${formatIssues(r.error)}`);
   return r.value;
@@ -98,7 +97,7 @@ export function tableFromValue(value: unknown, options: RouteTableOptions & { fi
 
 /** Compile a fixture; `semantic: false` lets a test compile a table the loader would reject. */
 export function compiledFixture(name: string, options: RouteTableOptions = {}): CompiledRouteTable {
-  return compileRouteTable(loadFixtureTable(name, options));
+  return loadFixtureTable(name, options);
 }
 
 export interface TestPoolSpec {
