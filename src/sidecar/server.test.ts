@@ -33,6 +33,8 @@ async function until(cond: () => boolean): Promise<void> {
 
 describe('status, health and metrics', () => {
   let t: TestSidecar;
+  // The sidecar's clock is frozen here, so contracts are stamped with the same instant: a busy machine must not
+  // make them "not yet valid" or expired.
   const fixedNow = Date.now();
   beforeAll(async () => {
     t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { tenantScopes: ['tenant:acme'] }), () => fixedNow);
@@ -63,12 +65,12 @@ describe('status, health and metrics', () => {
 
   it('answers unknown routes with 404, oversized and malformed bodies with kvgate errors', async () => {
     expect((await fetch(`${t.sidecar.url}/v1/embeddings`, { method: 'POST' })).status).toBe(404);
-    const c = contractFor(t.config.fingerprint, null);
+    const c = contractFor(t.config.fingerprint, null, {}, fixedNow);
     const bad = await postJson(`${t.sidecar.url}/v1/completions`, '{not json', gateHeaders(c));
     expect([bad.status, bad.body.error.code]).toEqual([400, 'bad_request']);
     const big = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(c, { model: MODEL, prompt: 'x'.repeat(9 * 1024 * 1024) }));
     expect([big.status, big.body.error.code]).toEqual([413, 'body_too_large']);
-    const scope = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { tenantScope: 'tenant:other' }), { model: MODEL, prompt: 'x' }));
+    const scope = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { tenantScope: 'tenant:other' }, fixedNow), { model: MODEL, prompt: 'x' }));
     expect([scope.status, scope.body.error.code]).toEqual([403, 'tenant_scope_denied']);
     const metrics = await (await fetch(`${t.sidecar.url}/metrics`)).text();
     expect(metrics).toContain('kvgate_sidecar_requests_total{role="decode",outcome="refused",code="body_too_large"} 1');

@@ -236,5 +236,7 @@ describe('the gate under sustained traffic from one Envoy (envoy/envoy.yaml)', (
     };
     await Promise.all(Array.from({ length: 32 }, worker));
     expect(Object.fromEntries(statuses)).toEqual({ 200: 2000 });
-  }, 60_000);
+    // What is asserted is that no request fails, not how fast they finish: the limit only stops a hang, and is
+    // generous because a busy 2-core machine runs this at a fraction of its quiet speed.
+  }, 240_000);
 });

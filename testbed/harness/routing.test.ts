@@ -8,7 +8,13 @@ import type { WireCommonResponse } from './ext-proc-messages.js';
 import { continueAll, reply, setHeader, type FakeHandler } from './fake-ext-proc.js';
 import { toStruct } from './ext-proc-messages.js';
 import { startFakeUpstream, type FakeUpstream } from './fake-upstream.js';
-import { ok, request, startScenario, type Scenario } from './testing.js';
+import { ok, request, startScenario, type HttpResult, type Scenario } from './testing.js';
+
+/** The fake upstream that answered, after checking that it did answer (a local reply has no such body). */
+function upstreamOf(r: HttpResult): string {
+  expect(r.status, r.body).toBe(200);
+  return (JSON.parse(r.body) as { upstream: string }).upstream;
+}
 
 let scenario: Scenario | undefined;
 const extra: FakeUpstream[] = [];
@@ -38,14 +44,14 @@ describe('cluster_header', () => {
   it('without clear_route_cache the cached route keeps the original cluster (but the header still changes)', async () => {
     scenario = await startScenario({ filter: NO_RESPONSE, handler: onHeaders(pickB(false)) });
     const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'backend_a' } }));
-    expect(JSON.parse(r.body).upstream).toBe('backend_a');
+    expect(upstreamOf(r)).toBe('backend_a');
     expect(scenario.upstreams['backend_a']?.requests[0]?.headers['x-target-cluster']).toBe('backend_b');
   });
 
   it('with clear_route_cache and a header mutation the route is recomputed', async () => {
     scenario = await startScenario({ filter: NO_RESPONSE, handler: onHeaders(pickB(true)) });
     const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'backend_a' } }));
-    expect(JSON.parse(r.body).upstream).toBe('backend_b');
+    expect(upstreamOf(r)).toBe('backend_b');
     const [entry] = await scenario.harness.waitForAccessLog(1);
     expect(entry?.upstreamCluster).toBe('backend_b');
   });
@@ -59,14 +65,14 @@ describe('cluster_header', () => {
   it('route_cache_action RETAIN refuses to clear and counts clear_route_cache_disabled', async () => {
     scenario = await startScenario({ filter: { ...NO_RESPONSE, route_cache_action: 'RETAIN' }, handler: onHeaders(pickB(true)) });
     const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'backend_a' } }));
-    expect(JSON.parse(r.body).upstream).toBe('backend_a');
+    expect(upstreamOf(r)).toBe('backend_a');
     expect(scenario.extProcStat('clear_route_cache_disabled')).toBe(1);
   });
 
   it('route_cache_action CLEAR clears after any request-path reply with a mutation', async () => {
     scenario = await startScenario({ filter: { ...NO_RESPONSE, route_cache_action: 'CLEAR' }, handler: onHeaders(pickB(false)) });
     const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'backend_a' } }));
-    expect(JSON.parse(r.body).upstream).toBe('backend_b');
+    expect(upstreamOf(r)).toBe('backend_b');
   });
 
   it('a BUFFERED body reply can pick the cluster (headers are held until then)', async () => {
@@ -81,7 +87,7 @@ describe('cluster_header', () => {
       },
     });
     const r = ok(await request(scenario.url, { body: '{"model":"backend_b"}' }));
-    expect(JSON.parse(r.body).upstream).toBe('backend_b');
+    expect(upstreamOf(r)).toBe('backend_b');
   });
 
   it('a missing or unknown cluster gets 503 (no_cluster), or cluster_not_found_response_code', async () => {
@@ -124,7 +130,7 @@ describe('ORIGINAL_DST', () => {
       handler: onHeaders({ header_mutation: { set_headers: [setHeader('x-target-endpoint', target.address)] } }),
     });
     const r = ok(await request(scenario.url));
-    expect(JSON.parse(r.body).upstream).toBe('pod-7');
+    expect(upstreamOf(r)).toBe('pod-7');
     const [entry] = await scenario.harness.waitForAccessLog(1);
     expect(entry?.upstreamHost).toBe(target.address);
   });
@@ -147,7 +153,7 @@ describe('ORIGINAL_DST', () => {
       extraClusters: [dst(true)],
       handler: onHeaders({}, { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': target.address } }) }),
     });
-    expect(JSON.parse(ok(await request(scenario.url)).body).upstream).toBe('pod-9');
+    expect(upstreamOf(ok(await request(scenario.url)))).toBe('pod-9');
   });
 });
 
@@ -193,11 +199,11 @@ describe('override_host', () => {
       extraClusters: [cluster],
       handler: onHeaders({}, { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': target } }) }),
     });
-    for (let i = 0; i < 3; i++) expect(JSON.parse(ok(await request(scenario.url)).body).upstream).toBe('p2');
+    for (let i = 0; i < 3; i++) expect(upstreamOf(ok(await request(scenario.url)))).toBe('p2');
     // A non-member is skipped: the fallback round-robins over both.
     scenario.extProc.setHandler(onHeaders({}, { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.9.9.9:80' } }) }));
     const seen = new Set<string>();
-    for (let i = 0; i < 2; i++) seen.add(JSON.parse(ok(await request(scenario.url)).body).upstream as string);
+    for (let i = 0; i < 2; i++) seen.add(upstreamOf(ok(await request(scenario.url))));
     expect(seen).toEqual(new Set(['p1', 'p2']));
   });
 });
