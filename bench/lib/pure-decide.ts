@@ -19,7 +19,7 @@ export interface PureRun {
   readonly outcomes: Readonly<Record<string, number>>;
 }
 
-/** Raw facts as the gate's decider builds them from an ext_proc stream (pseudo-headers included). */
+/** Raw facts as src/envoy/inbound.ts builds them from an ext_proc stream (pseudo-headers included). */
 export function rawFactsOf(req: BenchRequest): RawRequestFacts {
   return {
     requestId: req.requestId,

@@ -36,6 +36,7 @@ Decides one request as the gate would (static worker view, no network) and print
   --queue-depth N            requests already waiting in the group's queue (default 0)
   --expected-wait-ms N       the queue's expected wait (default: not yet observed)
   --max-message-timeout-ms N Envoy's max_message_timeout (default 30000)
+  --gie-headers              as the gate with envoy.gieHeaders: also show the llm-d / GIE headers and envoy.lb metadata
   --contract TOKEN           explain an internal hop (a sidecar's prefill leg) presenting this contract
   --prefill-cluster C, --prefill-endpoint E   the hop's requested prefill target
   --now MS                   the time to decide at (ms since epoch; default now)
@@ -57,6 +58,7 @@ const OPTIONS = {
   'queue-depth': { type: 'string' },
   'expected-wait-ms': { type: 'string' },
   'max-message-timeout-ms': { type: 'string' },
+  'gie-headers': { type: 'boolean' },
   contract: { type: 'string' },
   'prefill-cluster': { type: 'string' },
   'prefill-endpoint': { type: 'string' },
@@ -122,6 +124,7 @@ export async function explainCommand(argv: readonly string[], io: CommandIo = de
     view: createExplainWorkerView(table, patches),
     queue: createExplainQueueView(numbers.queueDepth ?? 0, numbers.expectedWaitMs ?? null),
     maxMessageTimeoutMs: numbers.maxMessageTimeoutMs ?? 30_000,
+    gieHeaders: values['gie-headers'] === true,
   });
   io.out(values.json ? `${JSON.stringify(explanation, null, 2)}\n` : formatExplanation(explanation));
   return 0;

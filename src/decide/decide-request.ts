@@ -1,6 +1,6 @@
 /**
  * The whole pure path for one HTTP request as the gate receives it: raw body bytes -> parsed OpenAI request ->
- * decision. The gate's decider is a thin shell around this; tests and `kvgate explain` call it directly.
+ * decision. The gate's admission layer (queue and in-flight) wraps this; tests and `kvgate explain` call it directly.
  */
 import { KvgateError } from '../errors.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
@@ -16,6 +16,11 @@ export interface RawRequestFacts extends Omit<RequestFacts, 'body'> {
   readonly body?: Uint8Array;
   /** True when Envoy sent only part of the body (over its buffer limit). */
   readonly bodyTruncated?: boolean;
+  /**
+   * The entry point the request came through: `internal` is the listener that carries only sidecars' prefill legs
+   * (a hop with a contract); absent means public.
+   */
+  readonly listener?: 'public' | 'internal';
 }
 
 export interface RequestOutcome {
@@ -31,7 +36,13 @@ export interface RequestOutcome {
  * body is the sidecar's prefill request, which legitimately carries `kv_transfer_params`.
  */
 export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): RequestOutcome {
-  const { body, bodyTruncated, ...rest } = raw;
+  const { body, bodyTruncated, listener, ...rest } = raw;
+  if (listener === 'internal' && rest.hop === undefined) {
+    // The internal listener exists for prefill legs; anything else there is a misconfigured or hostile caller.
+    const message =
+      "the internal listener carries only prefill legs, and this request has no x-kvgate-contract; send client requests to Envoy's public listener";
+    return { decision: { kind: 'refuse', requestId: raw.requestId, code: 'contract_invalid', message, trace: ['internal listener without a transfer contract: refused'] } };
+  }
   if (rest.hop !== undefined || rest.contract !== undefined) return { decision: decide(rest, table, view, ctx) };
   const trace = [`request ${raw.requestId}: ${raw.method} ${raw.path}`];
   // The trusted tenant, for the audit line of a refusal that happens before the decision proper (only then).

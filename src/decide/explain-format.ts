@@ -26,6 +26,7 @@ function decisionLines(e: Explanation): string[] {
         `  body: cache_salt set to ${d.cacheSalt} (derived from the group and tenant scope)`,
         '  headers stamped toward upstream:',
         ...headerLines(e.upstreamHeaders ?? {}, '    '),
+        ...Object.entries(e.upstreamMetadata ?? {}).map(([ns, fields]) => `  Envoy dynamic metadata ${ns}: ${JSON.stringify(fields)}`),
         '  headers added to the response to the client:',
         ...headerLines(e.responseHeaders ?? {}, '    '),
       ];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { refusalResponse } from '../envoy/responses.js';
+import { refusalResponse, responseHeadersMutation, routeMutation } from '../envoy/responses.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { clientRefusal, explainRequest, type ExplainInput } from './explain.js';
 import { formatExplanation } from './explain-format.js';
@@ -74,5 +74,27 @@ describe('explain worker flags', () => {
     const view = createExplainWorkerView(table, new Map([['10.0.4.1:8000', { busy: true }], ['10.0.3.1:8000', { fingerprint: 'foreign' }]]));
     expect(view.endpoints('b-decode')[0]).toMatchObject({ inFlight: 64, verified: true, draining: false });
     expect(view.endpoints('b-prefill')[0]!.fingerprint).not.toBe(table.pools.get('b-prefill')!.fingerprint);
+  });
+});
+
+describe('explain shows what the gate stamps', () => {
+  const wireHeaders = (set: readonly { header: { key: string; raw_value?: Uint8Array } }[] | undefined) =>
+    Object.fromEntries((set ?? []).map((h) => [h.header.key, Buffer.from(h.header.raw_value ?? []).toString()]));
+
+  it('a route: the same headers, body length and GIE aliases as the gate', () => {
+    const e = explainRequest(input({ gieHeaders: true, headers: { 'x-tenant-id': 'acme', 'x-session-id': 's-1', 'x-kvgate-foo': 'x' } }));
+    const d = e.decision;
+    if (d.kind !== 'route') throw new Error(d.kind);
+    const wire = routeMutation(d, chat, ['x-kvgate-foo'], { gieHeaders: true });
+    expect(e.upstreamHeaders).toEqual(wireHeaders(wire.common.header_mutation?.set_headers));
+    expect(e.upstreamHeaders!['x-gateway-destination-endpoint']).toBe(d.decode.endpoint);
+    expect(e.upstreamHeaders!['content-length']).toBe(String(wire.common.body_mutation!.body!.byteLength));
+    expect(e.upstreamMetadata).toEqual({ 'envoy.lb': { 'x-gateway-destination-endpoint': d.decode.endpoint } });
+    expect(e.responseHeaders).toEqual(wireHeaders(responseHeadersMutation(d).header_mutation?.set_headers));
+    expect(formatExplanation(e)).toContain(`Envoy dynamic metadata envoy.lb: {"x-gateway-destination-endpoint":"${d.decode.endpoint}"}`);
+    // Without gieHeaders, as the gate's default: no aliases, no metadata.
+    const plain = explainRequest(input());
+    expect(plain.upstreamHeaders!['x-gateway-destination-endpoint']).toBeUndefined();
+    expect(plain.upstreamMetadata).toBeUndefined();
   });
 });

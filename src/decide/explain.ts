@@ -5,14 +5,17 @@
  * client gets if no capacity frees before its deadline. Pure: the command reads files and flags and prints.
  */
 import type { KeyRing } from '../contract/keys.js';
-import { statusOf, toErrorBody, type ErrorBody, type ErrorCode } from '../errors.js';
-import { H, isGateOwnedHeader } from '../headers.js';
+import { receiveHeaders } from '../envoy/headers.js';
+import { toRequestFacts } from '../envoy/inbound.js';
+import { hopStamps, type RefusalStamps, refusalStamps, responseStamps, routeStamps, type UpstreamStamps } from '../envoy/stamps.js';
+import type { ErrorBody, ErrorCode } from '../errors.js';
+import { H } from '../headers.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { formatRolloutStatus, rolloutStatus } from '../policy/rollout-status.js';
 import { decide } from './decide.js';
 import { decideRequest } from './decide-request.js';
 import { overrideTimeoutMs, waitCapMs } from './queue-step.js';
-import type { CoreDecision, HopFacts, QueuedRequest, QueueView, Refusal, Target } from './types.js';
+import type { CoreDecision, HopFacts, QueuedRequest, QueueView, Refusal } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 export interface ExplainInput {
@@ -31,6 +34,8 @@ export interface ExplainInput {
   readonly queue: QueueView;
   /** Envoy's max_message_timeout (the gate's `envoy.maxMessageTimeoutMs`). */
   readonly maxMessageTimeoutMs: number;
+  /** The gate's `envoy.gieHeaders`: also stamp the llm-d / GIE endpoint headers and `envoy.lb` metadata. */
+  readonly gieHeaders?: boolean;
 }
 
 /** What a client gets for a refusal, byte for byte as the gate's ImmediateResponse. */
@@ -52,6 +57,8 @@ export interface Explanation {
   readonly decision: CoreDecision;
   /** For a route or hop: the headers stamped toward upstream. */
   readonly upstreamHeaders?: Readonly<Record<string, string>>;
+  /** For a route with `gieHeaders`: the Envoy dynamic metadata written beside the headers. */
+  readonly upstreamMetadata?: Readonly<Record<string, Readonly<Record<string, string>>>>;
   /** For a route: the headers added to the response to the client. */
   readonly responseHeaders?: Readonly<Record<string, string>>;
   readonly refusal?: ClientRefusal;
@@ -61,31 +68,33 @@ export interface Explanation {
 
 /** Decide one request as the gate would, and describe everything a person needs to see. */
 export function explainRequest(input: ExplainInput): Explanation {
-  const removed: string[] = [];
-  const headers: Record<string, string> = {};
-  for (const [k, v] of Object.entries(input.headers)) {
-    const name = k.toLowerCase();
-    // The binding is gate-owned too, but a client legitimately echoes it: read, then removed before upstream.
-    if (isGateOwnedHeader(name)) {
-      if (name !== H.binding) removed.push(name);
-    } else headers[name] = v;
-  }
-  const requestId = headers[H.requestId] ?? 'explain-request';
-  const binding = input.headers[H.binding];
-  const raw = {
+  // The client's headers are read exactly as the gate reads Envoy's header map; a hop's gate-owned headers are what
+  // a sidecar's prefill leg carries, trusted only because the dry run stands on the internal listener.
+  const sent: [string, string][] = [[':method', input.method], [':path', input.path], ...Object.entries(input.headers)];
+  const client = receiveHeaders(sent);
+  // The binding is gate-owned too, but a client legitimately echoes it: read, then removed before upstream.
+  const removed = client.forged.filter((n) => n !== H.binding);
+  const requestId = client.headers[H.requestId] ?? 'explain-request';
+  const received = input.hop === undefined ? client : receiveHeaders([...sent, ...hopHeaders(input.hop)]);
+  const facts = toRequestFacts({
     requestId,
-    method: input.method,
-    path: input.path,
-    headers,
+    listener: input.hop === undefined ? 'public' : 'internal',
+    headers: received,
     metadata: input.metadata ?? {},
     body: input.body,
-    ...(binding === undefined ? {} : { binding }),
-    ...(input.hop === undefined ? {} : { hop: input.hop }),
-  };
+    bodyTruncated: false,
+  });
   const maxWaitMs = waitCapMs(input.maxMessageTimeoutMs);
   const ctx = { nowMs: input.nowMs, keys: input.keys, queue: input.queue, ...(maxWaitMs >= 1 ? { maxWaitMs } : {}) };
-  const outcome = decideRequest(raw, input.table, input.view, ctx);
-  const base = { requestId, rollout: formatRolloutStatus(rolloutStatus(input.table)), removedHeaders: removed };
+  const outcome = decideRequest(facts, input.table, input.view, ctx);
+  const base: Base = {
+    requestId,
+    rollout: formatRolloutStatus(rolloutStatus(input.table)),
+    removedHeaders: removed,
+    forged: received.forged,
+    body: outcome.request?.json,
+    gieHeaders: input.gieHeaders ?? false,
+  };
   const explained = describe(outcome.decision, base);
   const d = outcome.decision;
   if (d.kind !== 'wait' || outcome.facts === undefined) return explained;
@@ -102,42 +111,47 @@ export function explainRequest(input: ExplainInput): Explanation {
   };
 }
 
-function describe(d: CoreDecision, base: Pick<Explanation, 'requestId' | 'rollout' | 'removedHeaders'>): Explanation {
-  const common = { ...base, kind: d.kind, trace: d.trace, decision: d };
+/** A hop as the headers a sidecar's prefill leg carries through Envoy's internal listener. */
+function hopHeaders(hop: HopFacts): [string, string][] {
+  const out: [string, string][] = [[H.contract, hop.contract]];
+  if (hop.prefillCluster !== undefined) out.push([H.prefillCluster, hop.prefillCluster]);
+  if (hop.prefillEndpoint !== undefined) out.push([H.prefillEndpoint, hop.prefillEndpoint]);
+  if (hop.retryExclude !== undefined && hop.retryExclude.length > 0) out.push([H.retryExclude, hop.retryExclude.join(',')]);
+  return out;
+}
+
+interface Base extends Pick<Explanation, 'requestId' | 'rollout' | 'removedHeaders'> {
+  /** Every gate-owned header the request carried (removed toward upstream unless a stamp overwrites it). */
+  readonly forged: readonly string[];
+  readonly body: Readonly<Record<string, unknown>> | undefined;
+  readonly gieHeaders: boolean;
+}
+
+function describe(d: CoreDecision, base: Base): Explanation {
+  const common = { requestId: base.requestId, rollout: base.rollout, removedHeaders: base.removedHeaders, kind: d.kind, trace: d.trace, decision: d };
   switch (d.kind) {
     case 'refuse':
       return { ...common, refusal: clientRefusal(d) };
-    case 'route':
+    case 'route': {
+      const s = routeStamps(d, base.body, base.forged, { gieHeaders: base.gieHeaders });
       return {
         ...common,
-        upstreamHeaders: {
-          [H.requestId]: d.requestId,
-          [H.group]: d.group.id,
-          [H.revision]: d.group.revision,
-          ...targetHeaders(H.decodeCluster, H.decodeEndpoint, d.decode),
-          ...targetHeaders(H.prefillCluster, H.prefillEndpoint, d.prefill),
-          [H.contract]: d.contract,
-        },
-        responseHeaders: { [H.group]: d.group.id, [H.revision]: d.group.revision, [H.binding]: d.binding },
+        upstreamHeaders: headerRecord(s),
+        ...(s.dynamicMetadata === undefined ? {} : { upstreamMetadata: s.dynamicMetadata }),
+        responseHeaders: Object.fromEntries(responseStamps(d)),
       };
+    }
     case 'hop':
-      return {
-        ...common,
-        upstreamHeaders: { [H.requestId]: d.requestId, [H.group]: d.group.id, [H.revision]: d.group.revision, ...targetHeaders(H.prefillCluster, H.prefillEndpoint, d.prefill), [H.contract]: d.contract },
-      };
+      return { ...common, upstreamHeaders: headerRecord(hopStamps(d, base.forged)) };
     case 'wait':
       return common;
   }
 }
 
-function targetHeaders(cluster: string, endpoint: string, t: Target | null): Record<string, string> {
-  if (t === null) return {};
-  return t.endpoint === null ? { [cluster]: t.cluster } : { [cluster]: t.cluster, [endpoint]: t.endpoint };
-}
+const headerRecord = (s: UpstreamStamps): Record<string, string> => Object.fromEntries(s.set);
 
-/** The refusal as the gate's ImmediateResponse carries it (`src/envoy/responses.ts` `refusalResponse`). */
+/** The refusal exactly as the gate's ImmediateResponse carries it (both come from `src/envoy/stamps.ts`). */
 export function clientRefusal(r: Refusal): ClientRefusal {
-  const headers: Record<string, string> = { 'content-type': 'application/json', [H.rejectReason]: r.code, [H.requestId]: r.requestId };
-  if (r.retryAfterSeconds !== undefined) headers['retry-after'] = String(Math.max(1, Math.ceil(r.retryAfterSeconds)));
-  return { status: statusOf(r.code), code: r.code, message: r.message, headers, body: toErrorBody(r.code, r.message, r.requestId) };
+  const s: RefusalStamps = refusalStamps(r);
+  return { status: s.status, code: s.code, message: r.message, headers: Object.fromEntries(s.headers), body: s.body };
 }

@@ -99,7 +99,7 @@ describe('drain', () => {
     const after = run(drained, { session: 's-2' });
     expect(after).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
     // The bound request's contract and targets are values: nothing about the drain reaches them. The gate never
-    // decides a bound request again (see src/gate/route-decider.test.ts for the stream-level proof).
+    // decides a bound request again (see src/gate/admission.test.ts for the stream-level proof).
     expect(bound.decode.cluster).toBe('a_decode');
     expect(Object.isFrozen(bound)).toBe(true);
   });

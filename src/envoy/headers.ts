@@ -1,7 +1,7 @@
 /**
  * Header maps in and out of Envoy's wire form. Values travel in `raw_value` only (Envoy's
  * `send_header_raw_value` guard, on by default since ~1.27; setting `value` alone yields an empty header and
- * setting both is a 500 - see ../shared/reference/envoy-ext-proc.md §1).
+ * setting both is a 500: envoyproxy/envoy source/extensions/filters/http/ext_proc/mutation_utils.cc).
  */
 import { isGateOwnedHeader } from '../headers.js';
 import type { AppendAction, WireHeaderMap, WireHeaderValueOption } from './wire.js';
@@ -17,15 +17,22 @@ export interface ReceivedHeaders {
 
 const decoder = new TextDecoder('utf-8', { fatal: false });
 
+/** Envoy's request headers message as names and values; gate-owned headers set apart. */
 export function readHeaderMap(map: WireHeaderMap | undefined): ReceivedHeaders {
+  // Envoy sends raw_value; fall back to value for older Envoys (pre-1.27) that still send it.
+  return receiveHeaders(
+    (map?.headers ?? []).map((h) => [h.key, h.raw_value !== undefined && h.raw_value.length > 0 ? decoder.decode(h.raw_value) : (h.value ?? '')]),
+  );
+}
+
+/** Headers as name/value pairs (a dry run's, or a decoded header map), read exactly as the gate reads Envoy's. */
+export function receiveHeaders(pairs: Iterable<readonly [string, string]>): ReceivedHeaders {
   // No prototype: a header named `constructor` or `__proto__` is just a header.
   const headers: Record<string, string> = Object.create(null) as Record<string, string>;
   const gateOwned: Record<string, string> = Object.create(null) as Record<string, string>;
   const forged = new Set<string>();
-  for (const h of map?.headers ?? []) {
-    const name = h.key.toLowerCase();
-    // Envoy sends raw_value; fall back to value for older Envoys (pre-1.27) that still send it.
-    const value = h.raw_value !== undefined && h.raw_value.length > 0 ? decoder.decode(h.raw_value) : (h.value ?? '');
+  for (const [key, value] of pairs) {
+    const name = key.toLowerCase();
     const target = isGateOwnedHeader(name) ? gateOwned : headers;
     if (target === gateOwned) forged.add(name);
     target[name] = target[name] === undefined ? value : `${target[name]},${value}`;

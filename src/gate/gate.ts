@@ -12,7 +12,7 @@ import { startAdminServer, type AdminServer } from './admin-http.js';
 import type { GateConfig } from './config.js';
 import { createGateMetrics } from './metrics.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
-import { createRouteDecider, type RoutingState } from './route-decider.js';
+import { createAdmission, type RoutingState } from './admission.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
 import { rolloutStatus } from '../policy/rollout-status.js';
 import { startGateServer, type GateServer } from './server.js';
@@ -66,7 +66,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   const rollout = createRolloutMetrics(registry);
   rollout.updateVerification(policy.current());
   const now = deps.now ?? Date.now;
-  const decider = createRouteDecider({
+  const admission = createAdmission({
     state: () => state,
     keys: deps.keys,
     inFlight,
@@ -77,11 +77,11 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   policy.onSwap((table) => {
     state = { table, view: viewFor(table) };
     rollout.updateVerification(table);
-    decider.notifyChanged(); // queued requests re-decide, inside their bound group, against the new table
+    admission.notifyChanged(); // queued requests re-decide, inside their bound group, against the new table
   });
   policy.watch();
   const grpc: GateServer = await startGateServer({
-    decider,
+    admission,
     logger: log,
     metrics: createGateMetrics(registry),
     listen: config.listen,
@@ -98,7 +98,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     inFlight: Object.fromEntries(inFlight.snapshot()),
     workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null },
     rollout: rolloutStatus(policy.current()),
-    queues: decider.queueStatus(),
+    queues: admission.queueStatus(),
   });
   const admin: AdminServer | null =
     config.admin === ''
@@ -107,7 +107,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   const close = async () => {
     poller?.stop();
     policy.close();
-    decider.close();
+    admission.close();
     grpc.close();
     await admin?.close();
   };

@@ -9,19 +9,18 @@ import { decide } from '../decide/decide.js';
 import { overrideTimeoutMs, waitCapMs } from '../decide/queue-step.js';
 import { refuse } from '../decide/refusal.js';
 import type { Decision, QueuedRequest, RequestFacts, WaitDecision } from '../decide/types.js';
-import type { Decided, DecideHooks } from './decider.js';
+import type { AdmissionDeps, Admitted, WaitHooks } from './admission.js';
 import type { RolloutMetrics } from './rollout-metrics.js';
-import type { RouteDeciderDeps } from './route-decider.js';
 import type { Parked, QueueEntry, WaitQueue } from './wait-queue.js';
 
-/** What every queued request shares with its decider. */
+/** What every queued request shares with the admission layer that parked it. */
 export interface QueueContext {
-  readonly deps: RouteDeciderDeps;
+  readonly deps: AdmissionDeps;
   readonly queue: WaitQueue;
   readonly metrics: RolloutMetrics;
   readonly maxMessageTimeoutMs: number;
   /** Turn a final decision into the stream's answer (in-flight accounting included). */
-  readonly settle: (d: Decision, body?: Readonly<Record<string, unknown>>) => Decided;
+  readonly settle: (d: Decision, body?: Readonly<Record<string, unknown>>) => Admitted;
 }
 
 /** How a queued request left the queue, for `kvgate_fallback_total{step="queue"}` and the wait histogram. */
@@ -36,10 +35,10 @@ export function parkRequest(
   w: WaitDecision,
   facts: RequestFacts,
   signal: AbortSignal,
-  hooks: DecideHooks,
+  hooks: WaitHooks,
   body: Readonly<Record<string, unknown>> | undefined,
-): Promise<Decided> {
-  return new Promise<Decided>((resolve) => {
+): Promise<Admitted> {
+  return new Promise<Admitted>((resolve) => {
     const waiter = new Waiter(q, w, facts, body, signal, resolve);
     if (!waiter.park()) {
       // Unreachable while decide and park run in one synchronous turn; kept so a full queue can never overflow.
@@ -67,7 +66,7 @@ class Waiter implements QueueEntry {
   readonly #facts: RequestFacts;
   readonly #body: Readonly<Record<string, unknown>> | undefined;
   readonly #signal: AbortSignal;
-  readonly #resolve: (d: Decided) => void;
+  readonly #resolve: (d: Admitted) => void;
   readonly #bound: QueuedRequest;
   #parked: Parked | undefined;
   #open = true;
@@ -78,7 +77,7 @@ class Waiter implements QueueEntry {
     facts: RequestFacts,
     body: Readonly<Record<string, unknown>> | undefined,
     signal: AbortSignal,
-    resolve: (d: Decided) => void,
+    resolve: (d: Admitted) => void,
   ) {
     this.requestId = w.requestId;
     this.groupId = w.group.id;

@@ -4,11 +4,12 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { extProcClientConstructor } from '../envoy/protos.js';
 import type { RouteDecision } from '../decide/types.js';
-import type { Decided, Decider, RawRequest } from './decider.js';
+import type { RawRequestFacts } from '../decide/decide-request.js';
+import type { Admission, Admitted } from './admission.js';
 import { createGateMetrics } from './metrics.js';
 import { startGateServer, type GateServer } from './server.js';
 
-const route = (req: RawRequest): RouteDecision => ({
+const route = (req: RawRequestFacts): RouteDecision => ({
   kind: 'route',
   requestId: req.requestId,
   group: {
@@ -77,9 +78,9 @@ describe('gate gRPC server', () => {
     gate = undefined;
   });
 
-  async function start(decider: Decider) {
+  async function start(admission: Admission) {
     gate = await startGateServer({
-      decider,
+      admission,
       logger: pino({ level: 'silent' }),
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
@@ -89,9 +90,9 @@ describe('gate gRPC server', () => {
   }
 
   it('answers headers, then binds on the buffered body: raw_value headers, clear_route_cache, cache_salt body', async () => {
-    const seen: RawRequest[] = [];
+    const seen: RawRequestFacts[] = [];
     const g = await start({
-      decide: (req): Decided => {
+      admit: (req): Admitted => {
         seen.push(req);
         return { decision: route(req), body: JSON.parse(Buffer.from(req.body!).toString()) };
       },
@@ -127,7 +128,7 @@ describe('gate gRPC server', () => {
     const newBody = Buffer.from(common.body_mutation.body).toString();
     expect(JSON.parse(newBody)).toEqual({ model: 'm', prompt: 'hi', cache_salt: 'salt123' });
     expect(set['content-length']).toBe(String(Buffer.byteLength(newBody)));
-    expect(seen[0]!.gateOwned).toEqual({}); // public listener: gate-owned headers are not trusted
+    expect(seen[0]!.hop).toBeUndefined(); // public listener: gate-owned headers are not trusted
 
     s.send({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } });
     const r3 = await s.next();
@@ -143,7 +144,7 @@ describe('gate gRPC server', () => {
 
   it('turns a refusal into an ImmediateResponse with the JSON error body and reason header', async () => {
     const g = await start({
-      decide: (req) => ({
+      admit: (req) => ({
         decision: { kind: 'refuse', requestId: req.requestId, code: 'kv_params_forbidden', message: 'remove it', trace: [] },
       }),
     });
@@ -166,7 +167,7 @@ describe('gate gRPC server', () => {
   });
 
   it('decides on the headers message when there is no body (GET)', async () => {
-    const g = await start({ decide: (req) => ({ decision: route(req) }) });
+    const g = await start({ admit: (req) => ({ decision: route(req) }) });
     const s = await openStream(g.port);
     s.send(hdrs({ ':method': 'GET', ':path': '/v1/models' }, true));
     const r = await s.next();
@@ -177,7 +178,7 @@ describe('gate gRPC server', () => {
   });
 
   it('refuses when the filter does not buffer the request body (cannot route)', async () => {
-    const g = await start({ decide: (req) => ({ decision: route(req) }) });
+    const g = await start({ admit: (req) => ({ decision: route(req) }) });
     const s = await openStream(g.port);
     s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'STREAMED' } });
     const r = await s.next();
@@ -188,8 +189,8 @@ describe('gate gRPC server', () => {
   });
 
   it('decides on a buffered body that trailers follow (end_of_stream false), and refuses trailers before a decision', async () => {
-    const seen: RawRequest[] = [];
-    const g = await start({ decide: (req) => (seen.push(req), { decision: route(req) }) });
+    const seen: RawRequestFacts[] = [];
+    const g = await start({ admit: (req) => (seen.push(req), { decision: route(req) }) });
     // BUFFERED with trailers: the whole body arrives with end_of_stream false.
     const s = await openStream(g.port);
     s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED' } });
@@ -214,8 +215,8 @@ describe('gate gRPC server', () => {
   });
 
   it('BUFFERED_PARTIAL: a cut body is marked truncated, a complete one followed by trailers is not', async () => {
-    const seen: RawRequest[] = [];
-    const g = await start({ decide: (req) => (seen.push(req), { decision: route(req) }) });
+    const seen: RawRequestFacts[] = [];
+    const g = await start({ admit: (req) => (seen.push(req), { decision: route(req) }) });
     for (const body of ['{"model":"m","prompt":"aaaa', '{"model":"m"}']) {
       const s = await openStream(g.port);
       s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED_PARTIAL' } });
@@ -231,7 +232,7 @@ describe('gate gRPC server', () => {
   it('an older Envoy that does not announce its mode and streams the body: the first chunk is decided (fail closed)', async () => {
     let decided = 0;
     const g = await start({
-      decide: (req) => {
+      admit: (req) => {
         decided++;
         return { decision: { kind: 'refuse', requestId: req.requestId, code: 'bad_request', message: 'not valid JSON', trace: [] } };
       },
@@ -247,9 +248,9 @@ describe('gate gRPC server', () => {
   });
 
   it('trusts gate-owned headers only on the internal listener', async () => {
-    const seen: RawRequest[] = [];
+    const seen: RawRequestFacts[] = [];
     const g = await start({
-      decide: (req) => {
+      admit: (req) => {
         seen.push(req);
         return { decision: route(req) };
       },
@@ -262,14 +263,14 @@ describe('gate gRPC server', () => {
       s.client.close();
     }
     expect(seen[0]!.listener).toBe('internal');
-    expect(seen[0]!.gateOwned).toEqual({ 'x-kvgate-contract': 'tok' });
+    expect(seen[0]!.hop).toEqual({ contract: 'tok' });
     expect(seen[1]!.listener).toBe('public');
-    expect(seen[1]!.gateOwned).toEqual({});
+    expect(seen[1]!.hop).toBeUndefined();
   });
 
   it('answers every message exactly once and in order, even when decisions are slow', async () => {
     const g = await start({
-      decide: async (req) => {
+      admit: async (req) => {
         await new Promise((r) => setTimeout(r, 30));
         return { decision: route(req) };
       },
@@ -288,7 +289,7 @@ describe('gate gRPC server', () => {
 
   it('releases in-flight accounting once when the stream ends', async () => {
     let released = 0;
-    const g = await start({ decide: (req) => ({ decision: route(req), release: () => released++ }) });
+    const g = await start({ admit: (req) => ({ decision: route(req), release: () => released++ }) });
     const s = await openStream(g.port);
     s.send(hdrs({ ':method': 'GET', ':path': '/x' }, true));
     await s.next();
@@ -301,7 +302,7 @@ describe('gate gRPC server', () => {
   });
 
   it('drains: health NOT_SERVING, a stream in flight finishes, then the server stops', async () => {
-    const g = await start({ decide: (req) => ({ decision: route(req) }) });
+    const g = await start({ admit: (req) => ({ decision: route(req) }) });
     const s = await openStream(g.port);
     s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED' } });
     await s.next();

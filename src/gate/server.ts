@@ -10,7 +10,8 @@ import { HealthImplementation } from 'grpc-health-check';
 import type { Logger } from 'pino';
 import { EXT_PROC_SERVICE, extProcService } from '../envoy/protos.js';
 import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
-import type { Decider, Listener } from './decider.js';
+import type { Listener } from '../envoy/inbound.js';
+import type { Admission } from './admission.js';
 import type { GateMetrics } from './metrics.js';
 import { ExtProcSession } from './session.js';
 
@@ -18,7 +19,7 @@ import { ExtProcSession } from './session.js';
 export const LISTENER_METADATA_KEY = 'x-kvgate-listener';
 
 export interface GateServerOptions {
-  readonly decider: Decider;
+  readonly admission: Admission;
   readonly logger: Logger;
   readonly metrics: GateMetrics;
   /** `host:port`; port 0 picks a free port. */
@@ -52,7 +53,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
   health.addToServer(server);
   const active = new Set<grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>>();
   const deps = {
-    decider: opts.decider,
+    admission: opts.admission,
     logger: opts.logger,
     metrics: opts.metrics,
     newRequestId: randomUUID,

@@ -6,7 +6,7 @@ import { createInFlightTracker, createStaticWorkerView } from '../decide/worker-
 import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { tableFromValue } from '../policy/testing.js';
 import { createGateMetrics } from './metrics.js';
-import { createRouteDecider, type RouteDecider, type RoutingState } from './route-decider.js';
+import { type AdmissionControl, createAdmission, type RoutingState } from './admission.js';
 import { ExtProcSession } from './session.js';
 import { queueTableValue, tick, type TableValue } from './testing.js';
 
@@ -20,15 +20,15 @@ function harness(value: TableValue = queueTableValue()) {
   const inFlight = createInFlightTracker();
   const table = tableFromValue(value);
   let state: RoutingState = { table, view: createStaticWorkerView(table, inFlight) };
-  const decider = createRouteDecider({ state: () => state, keys: createDevKeyRing('session-test'), inFlight, now, recheckMs: 0 });
-  const deps = { decider, logger: pino({ level: 'silent' }), metrics: createGateMetrics(new Registry()), newRequestId: () => 'generated', now, gieHeaders: false };
+  const admission = createAdmission({ state: () => state, keys: createDevKeyRing('session-test'), inFlight, now, recheckMs: 0 });
+  const deps = { admission, logger: pino({ level: 'silent' }), metrics: createGateMetrics(new Registry()), newRequestId: () => 'generated', now, gieHeaders: false };
   return {
-    decider,
+    admission,
     inFlight,
     swap(v: TableValue) {
       const t = tableFromValue(v);
       state = { table: t, view: createStaticWorkerView(t, inFlight) };
-      decider.notifyChanged();
+      admission.notifyChanged();
     },
     /** A session whose early messages (override_message_timeout) land in `sent`. */
     session(withSend = true) {
@@ -57,8 +57,8 @@ const stamped = (r: WireProcessingResponse | null): Record<string, string> =>
   Object.fromEntries((r?.request_body?.response?.header_mutation?.set_headers ?? []).map((h) => [h.header.key, Buffer.from(h.header.raw_value ?? []).toString()]));
 
 describe('session: a queued request', () => {
-  let decider: RouteDecider | undefined;
-  afterEach(() => decider?.close());
+  let admission: AdmissionControl | undefined;
+  afterEach(() => admission?.close());
 
   async function started(h: ReturnType<typeof harness>, id: string) {
     const x = h.session();
@@ -68,7 +68,7 @@ describe('session: a queued request', () => {
 
   it('sends override_message_timeout once, before its single answer, and routes inside its group when capacity frees', async () => {
     const h = harness();
-    decider = h.decider;
+    admission = h.admission;
     const one = await started(h, 'r1');
     const first = await one.s.onMessage(body());
     expect(stamped(first)['x-kvgate-decode-endpoint']).toBe(B_DECODE);
@@ -90,7 +90,7 @@ describe('session: a queued request', () => {
 
   it('without a way to send early messages it never queues (Envoy would time the request out)', async () => {
     const h = harness();
-    decider = h.decider;
+    admission = h.admission;
     await (await started(h, 'r1')).s.onMessage(body());
     const x = h.session(false);
     await x.s.onMessage(headers('r2'));
@@ -100,16 +100,16 @@ describe('session: a queued request', () => {
 
   it('a cancelled stream leaves the queue, answers nothing, and holds no capacity', async () => {
     const h = harness();
-    decider = h.decider;
+    admission = h.admission;
     const one = await started(h, 'r1');
     await one.s.onMessage(body());
     const two = await started(h, 'r2');
     const pending = two.s.onMessage(body());
     await tick();
-    expect(h.decider.queueStatus().waiting).toBe(1);
+    expect(h.admission.queueStatus().waiting).toBe(1);
     two.s.finish();
     expect(await pending).toEqual({ request_body: { response: {} } });
-    expect(h.decider.queueStatus().waiting).toBe(0);
+    expect(h.admission.queueStatus().waiting).toBe(0);
     one.s.finish();
     await tick();
     expect(h.inFlight.inFlight(B_DECODE)).toBe(0);
@@ -134,6 +134,6 @@ describe('session: a bound request never moves', () => {
     expect(h.inFlight.inFlight(B_DECODE)).toBe(1);
     x.s.finish();
     expect(h.inFlight.inFlight(B_DECODE)).toBe(0);
-    h.decider.close();
+    h.admission.close();
   });
 });

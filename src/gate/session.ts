@@ -1,11 +1,13 @@
 /**
- * One ext_proc stream = one HTTP request. A small state machine that answers every ProcessingRequest with
- * exactly one ProcessingResponse of the matching kind, in order (../shared/reference/envoy-ext-proc.md §1).
+ * The gate's session layer: one ext_proc stream = one HTTP request. A small state machine that answers every
+ * ProcessingRequest with exactly one ProcessingResponse of the matching kind, in order (Envoy's ext_proc filter
+ * keeps one outstanding message per direction: envoyproxy/envoy source/extensions/filters/http/ext_proc/ext_proc.cc).
  * The one extra message it may send is `override_message_timeout` (a ProcessingResponse with only that field),
- * at most once per message, before the answer, when the decider holds the request in the fallback queue.
+ * at most once per message, before the answer, when admission holds the request in the fallback queue.
  *
- * It knows message kinds and ordering; what to stamp comes from src/envoy/responses.ts and what to decide from
- * the injected Decider. No sockets: the gRPC adapter in server.ts feeds it messages.
+ * It knows message kinds and ordering; the request's facts come from src/envoy/inbound.ts, what to stamp from
+ * src/envoy/responses.ts, and the answer from the injected Admission. No sockets: the gRPC adapter in server.ts
+ * feeds it messages.
  */
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
@@ -15,11 +17,12 @@ import { readHeaderMap, type ReceivedHeaders } from '../envoy/headers.js';
 import { hopMutation, refusalResponse, responseHeadersMutation, routeMutation, stripForged } from '../envoy/responses.js';
 import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
-import type { Decided, DecideHooks, Decider, Listener, RawRequest } from './decider.js';
+import { type Listener, toRequestFacts } from '../envoy/inbound.js';
+import type { Admission, Admitted, WaitHooks } from './admission.js';
 import type { GateMetrics } from './metrics.js';
 
 export interface SessionDeps {
-  readonly decider: Decider;
+  readonly admission: Admission;
   readonly logger: Logger;
   readonly metrics: GateMetrics;
   readonly newRequestId: () => string;
@@ -57,8 +60,8 @@ export class ExtProcSession {
   #decided = false;
 
   /**
-   * `send` writes to the gRPC stream directly; without it the session cannot extend Envoy's message timer, so the
-   * decider is told it must not hold the request.
+   * `send` writes to the gRPC stream directly; without it the session cannot extend Envoy's message timer, so
+   * admission is told it must not hold the request.
    */
   constructor(deps: SessionDeps, listener: Listener, send?: SendEarly) {
     this.#deps = deps;
@@ -140,18 +143,25 @@ export class ExtProcSession {
   ): Promise<WireProcessingResponse> {
     this.#decided = true;
     const started = process.hrtime.bigint();
-    const raw = this.#rawRequest(phase === 'request_body', truncated);
-    let decided: Decided;
+    const facts = toRequestFacts({
+      requestId: this.#requestId || this.#deps.newRequestId(),
+      listener: this.#listener,
+      headers: this.#received ?? { headers: {}, gateOwned: {}, forged: [] },
+      metadata: this.#metadata,
+      bodyTruncated: truncated,
+      ...(phase === 'request_body' ? { body: concat(this.#chunks) } : {}),
+    });
+    let decided: Admitted;
     try {
       this.#abort = new AbortController();
-      decided = await this.#deps.decider.decide(raw, this.#abort.signal, this.#hooks(phase));
+      decided = await this.#deps.admission.admit(facts, this.#abort.signal, this.#hooks(phase));
     } catch (e) {
       return this.#refuse(phase, KvgateError.from(e));
     } finally {
       this.#abort = undefined;
     }
     if (this.#finished) {
-      // The stream ended while the decider held the request (a queued client went away): nothing is sent, and
+      // The stream ended while admission held the request (a queued client went away): nothing is sent, and
       // whatever the late decision occupied is given back at once.
       decided.release?.();
       return wrap(phase, {});
@@ -184,7 +194,7 @@ export class ExtProcSession {
     }
   }
 
-  #hooks(phase: 'request_headers' | 'request_body'): DecideHooks {
+  #hooks(phase: 'request_headers' | 'request_body'): WaitHooks {
     const can = (): boolean => this.#send !== undefined && this.#extendedFor !== phase && !this.#finished;
     return {
       get canExtendTimeout() {
@@ -199,23 +209,6 @@ export class ExtProcSession {
         return true;
       },
     };
-  }
-
-  #rawRequest(withBody: boolean, truncated: boolean): RawRequest {
-    const received = this.#received ?? { headers: {}, gateOwned: {}, forged: [] };
-    const binding = received.gateOwned[H.binding];
-    const base = {
-      ...(binding === undefined ? {} : { bindingToken: binding }),
-      requestId: this.#requestId || this.#deps.newRequestId(),
-      method: received.headers[':method'] ?? 'GET',
-      path: received.headers[':path'] ?? '/',
-      headers: received.headers,
-      gateOwned: this.#listener === 'internal' ? received.gateOwned : {},
-      listener: this.#listener,
-      metadata: this.#metadata,
-      bodyTruncated: truncated,
-    };
-    return withBody ? { ...base, body: concat(this.#chunks) } : base;
   }
 
   #refuse(phase: 'request_headers' | 'request_body' | 'request_trailers', e: KvgateError): WireProcessingResponse {

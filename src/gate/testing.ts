@@ -1,12 +1,13 @@
 /**
- * Fakes for tests of the gate's decider and session: raw requests as the session builds them, hooks that record
+ * Fakes for tests of the gate's admission and session: request facts as the session builds them, hooks that record
  * `override_message_timeout` requests, and a route-table file in a temporary folder that a test can rewrite.
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { clone, twoRevisionTableValue } from '../policy/testing.js';
-import type { DecideHooks, RawRequest } from './decider.js';
+import type { RawRequestFacts } from '../decide/decide-request.js';
+import type { WaitHooks } from './admission.js';
 
 export type TableValue = Record<string, any>;
 
@@ -20,15 +21,14 @@ export function queueTableValue(mutate: (v: TableValue) => void = () => {}): Tab
   return v;
 }
 
-/** A chat completion as the session hands it to the decider. */
-export function rawRequest(requestId: string, headers: Record<string, string> = {}, body: unknown = undefined): RawRequest {
+/** A chat completion as the session hands it to admission (public listener). */
+export function chatFacts(requestId: string, headers: Record<string, string> = {}, body: unknown = undefined): RawRequestFacts {
   const json = body ?? { model: 'llama-3-8b', messages: [{ role: 'user', content: 'Say hello.' }] };
   return {
     requestId,
     method: 'POST',
     path: '/v1/chat/completions',
     headers: { 'x-tenant-id': 'acme', 'x-session-id': `s-${requestId}`, ...headers },
-    gateOwned: {},
     listener: 'public',
     metadata: {},
     body: new TextEncoder().encode(JSON.stringify(json)),
@@ -37,7 +37,7 @@ export function rawRequest(requestId: string, headers: Record<string, string> = 
 }
 
 /** Hooks that accept one extension and remember what was asked. */
-export function recordingHooks(): DecideHooks & { readonly extended: number[] } {
+export function recordingHooks(): WaitHooks & { readonly extended: number[] } {
   const extended: number[] = [];
   return {
     extended,

@@ -164,8 +164,8 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     let entered: () => void = () => undefined;
     const inDecision = new Promise<void>((r) => (entered = r));
     const raw = await startGateServer({
-      decider: {
-        decide: () => {
+      admission: {
+        admit: () => {
           entered();
           return new Promise(() => undefined); // never answers: the gate dies first
         },
@@ -192,7 +192,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
   it('a gate that does not answer within message_timeout gives 504', async () => {
     const decode = await startFakeUpstream('a-decode');
     const raw = await startGateServer({
-      decider: { decide: () => new Promise((r) => setTimeout(() => r({ decision: { kind: 'refuse', requestId: 'x', code: 'internal', message: 'late', trace: [] } }), 1000)) },
+      admission: { admit: () => new Promise((r) => setTimeout(() => r({ decision: { kind: 'refuse', requestId: 'x', code: 'internal', message: 'late', trace: [] } }), 1000)) },
       logger: silent,
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',

@@ -6,17 +6,16 @@ import type { Decision } from '../decide/types.js';
 import { createInFlightTracker, createStaticWorkerView, type InFlightTracker } from '../decide/worker-view.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { tableFromValue } from '../policy/testing.js';
-import type { Decided } from './decider.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
-import { createRouteDecider, type RouteDecider, type RoutingState } from './route-decider.js';
-import { createTableFile, queueTableValue, rawRequest, recordingHooks, tick, type TableFile, type TableValue } from './testing.js';
+import { type AdmissionControl, type Admitted, createAdmission, type RoutingState } from './admission.js';
+import { createTableFile, queueTableValue, chatFacts, recordingHooks, tick, type TableFile, type TableValue } from './testing.js';
 
-const keys = createDevKeyRing('route-decider-test');
+const keys = createDevKeyRing('admission-test');
 const B_DECODE = '10.0.4.1:8000';
 
 interface Rig {
-  readonly decider: RouteDecider;
+  readonly admission: AdmissionControl;
   readonly inFlight: InFlightTracker;
   readonly registry: Registry;
   setTable(t: CompiledRouteTable): void;
@@ -29,15 +28,15 @@ function rig(value: TableValue, opts: { maxMessageTimeoutMs?: number; now?: () =
   const compiled = tableFromValue(value);
   let state: RoutingState = { table: compiled, view: createStaticWorkerView(compiled, inFlight) };
   metrics.updateVerification(compiled);
-  const decider = createRouteDecider({ state: () => state, keys, inFlight, now: Date.now, metrics, recheckMs: 0, ...opts });
+  const admission = createAdmission({ state: () => state, keys, inFlight, now: Date.now, metrics, recheckMs: 0, ...opts });
   return {
-    decider,
+    admission,
     inFlight,
     registry,
     setTable(t) {
       state = { table: t, view: createStaticWorkerView(t, inFlight) };
       metrics.updateVerification(t);
-      decider.notifyChanged();
+      admission.notifyChanged();
     },
   };
 }
@@ -48,7 +47,7 @@ async function metric(registry: Registry, name: string, labels: Record<string, s
   const v = m?.values.find((x) => Object.entries(labels).every(([k, l]) => x.labels[k] === l));
   return v?.value ?? 0;
 }
-function route(d: Decided): Extract<Decision, { kind: 'route' }> {
+function route(d: Admitted): Extract<Decision, { kind: 'route' }> {
   if (d.decision.kind !== 'route') throw new Error(JSON.stringify(d.decision));
   return d.decision;
 }
@@ -58,22 +57,22 @@ const settled = <T>(p: Promise<T>) => {
   return s;
 };
 
-describe('route decider: the fallback queue', () => {
+describe('admission: the fallback queue', () => {
   let r: Rig | undefined;
-  afterEach(() => r?.decider.close());
+  afterEach(() => r?.admission.close());
 
   it('parks a request when its group is busy, extends Envoy\'s timer, and routes it inside the group when capacity frees', async () => {
     r = rig(queueTableValue());
-    const first = await r.decider.decide(rawRequest('r1'), signal(), recordingHooks());
+    const first = await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
     expect(route(first).decode.endpoint).toBe(B_DECODE);
     const hooks = recordingHooks();
-    const waiting = settled(Promise.resolve(r.decider.decide(rawRequest('r2'), signal(), hooks)));
+    const waiting = settled(Promise.resolve(r.admission.admit(chatFacts('r2'), signal(), hooks)));
     await tick();
     expect(waiting.done).toBe(false);
     expect(hooks.extended).toHaveLength(1);
     expect(hooks.extended[0]).toBeGreaterThan(2000); // the 2000 ms deadline plus the margin, within max_message_timeout
     expect(hooks.extended[0]).toBeLessThanOrEqual(2250);
-    expect(r.decider.queueStatus()).toMatchObject({ waiting: 1, groups: [{ groupId: route(first).group.id, depth: 1 }] });
+    expect(r.admission.queueStatus()).toMatchObject({ waiting: 1, groups: [{ groupId: route(first).group.id, depth: 1 }] });
     expect(await metric(r.registry, 'kvgate_queue_depth', { group: route(first).group.id })).toBe(1);
     first.release!();
     await tick();
@@ -85,15 +84,15 @@ describe('route decider: the fallback queue', () => {
     expect(second.trace).toContain(`revision: llama-b (kept: the request waits in the queue of group ${second.group.id})`);
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'waiting' })).toBe(1);
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'served' })).toBe(1);
-    expect(r.decider.queueStatus().waiting).toBe(0);
+    expect(r.admission.queueStatus().waiting).toBe(0);
     waiting.value!.release!();
     expect(r.inFlight.inFlight(B_DECODE)).toBe(0);
   });
 
   it('answers 504 queue_deadline_exceeded when nothing frees before the deadline', async () => {
     r = rig(queueTableValue((v) => (v['fallback'][0]['queue']['deadlineMs'] = 40)));
-    await r.decider.decide(rawRequest('r1'), signal(), recordingHooks());
-    const d = await r.decider.decide(rawRequest('r2'), signal(), recordingHooks());
+    await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    const d = await r.admission.admit(chatFacts('r2'), signal(), recordingHooks());
     expect(d.decision).toMatchObject({ kind: 'refuse', code: 'queue_deadline_exceeded' });
     expect(d.release).toBeUndefined();
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'deadline_exceeded' })).toBe(1);
@@ -102,24 +101,24 @@ describe('route decider: the fallback queue', () => {
 
   it('refuses 429 queue_full past maxDepth', async () => {
     r = rig(queueTableValue());
-    await r.decider.decide(rawRequest('r1'), signal(), recordingHooks());
-    void r.decider.decide(rawRequest('r2'), signal(), recordingHooks());
-    void r.decider.decide(rawRequest('r3'), signal(), recordingHooks());
-    const full = await r.decider.decide(rawRequest('r4'), signal(), recordingHooks());
+    await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    void r.admission.admit(chatFacts('r2'), signal(), recordingHooks());
+    void r.admission.admit(chatFacts('r3'), signal(), recordingHooks());
+    const full = await r.admission.admit(chatFacts('r4'), signal(), recordingHooks());
     expect(full.decision).toMatchObject({ kind: 'refuse', code: 'queue_full', retryAfterSeconds: 7 });
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'queue_full' })).toBe(1);
   });
 
   it('takes a request out of the queue when its stream is cancelled (client gone)', async () => {
     r = rig(queueTableValue());
-    const first = await r.decider.decide(rawRequest('r1'), signal(), recordingHooks());
+    const first = await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
     const abort = new AbortController();
-    const gone = r.decider.decide(rawRequest('r2'), abort.signal, recordingHooks());
+    const gone = r.admission.admit(chatFacts('r2'), abort.signal, recordingHooks());
     await tick();
-    expect(r.decider.queueStatus().waiting).toBe(1);
+    expect(r.admission.queueStatus().waiting).toBe(1);
     abort.abort();
     await gone;
-    expect(r.decider.queueStatus().waiting).toBe(0);
+    expect(r.admission.queueStatus().waiting).toBe(0);
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'cancelled' })).toBe(1);
     first.release!();
     await tick();
@@ -128,21 +127,21 @@ describe('route decider: the fallback queue', () => {
 
   it('never holds a request when the stream cannot extend Envoy\'s timer', async () => {
     r = rig(queueTableValue());
-    await r.decider.decide(rawRequest('r1'), signal());
-    const d = await r.decider.decide(rawRequest('r2'), signal());
+    await r.admission.admit(chatFacts('r1'), signal());
+    const d = await r.admission.admit(chatFacts('r2'), signal());
     expect(d.decision).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 7 });
     expect(d.decision.trace).toContain('fallback step 1 (queue): passed: this caller cannot hold requests');
     const disabled = rig(queueTableValue(), { maxMessageTimeoutMs: 0 });
-    await disabled.decider.decide(rawRequest('r1'), signal(), recordingHooks());
-    expect((await disabled.decider.decide(rawRequest('r2'), signal(), recordingHooks())).decision.kind).toBe('refuse');
-    disabled.decider.close();
+    await disabled.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    expect((await disabled.admission.admit(chatFacts('r2'), signal(), recordingHooks())).decision.kind).toBe('refuse');
+    disabled.admission.close();
   });
 
   it('caps the wait below Envoy\'s max_message_timeout', async () => {
     r = rig(queueTableValue((v) => (v['fallback'][0]['queue']['deadlineMs'] = 10_000)), { maxMessageTimeoutMs: 80 });
-    await r.decider.decide(rawRequest('r1'), signal(), recordingHooks());
+    await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
     const hooks = recordingHooks();
-    const d = await r.decider.decide(rawRequest('r2'), signal(), hooks);
+    const d = await r.admission.admit(chatFacts('r2'), signal(), hooks);
     expect(hooks.extended[0]).toBeLessThanOrEqual(80);
     expect(d.decision).toMatchObject({ kind: 'refuse', code: 'queue_deadline_exceeded' });
     expect(d.decision.kind === 'refuse' && d.decision.message).toMatch(/its queue deadline of 60 ms passed/);
@@ -152,22 +151,22 @@ describe('route decider: the fallback queue', () => {
     let now = 1_700_000_000_000;
     r = rig(queueTableValue(), { now: () => now });
     for (let i = 0; i < 3; i++) {
-      (await r.decider.decide(rawRequest(`warm-${i}`), signal(), recordingHooks())).release!();
+      (await r.admission.admit(chatFacts(`warm-${i}`), signal(), recordingHooks())).release!();
       now += 5000; // one decode slot of llama-b frees every 5 s
     }
-    await r.decider.decide(rawRequest('r1'), signal(), recordingHooks());
-    const d = await r.decider.decide(rawRequest('r2'), signal(), recordingHooks());
+    await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    const d = await r.admission.admit(chatFacts('r2'), signal(), recordingHooks());
     expect(d.decision).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
     expect(d.decision.trace).toContain("fallback step 1 (queue): passed: the expected wait of about 5000 ms exceeds the 2000 ms deadline (the queue step's deadlineMs)");
-    expect(r.decider.queueStatus().waiting).toBe(0);
+    expect(r.admission.queueStatus().waiting).toBe(0);
   });
 
   it('answers every queued request with 503 when the gate closes', async () => {
     r = rig(queueTableValue());
-    await r.decider.decide(rawRequest('r1'), signal(), recordingHooks());
-    const waiting = r.decider.decide(rawRequest('r2'), signal(), recordingHooks());
+    await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    const waiting = r.admission.admit(chatFacts('r2'), signal(), recordingHooks());
     await tick();
-    r.decider.close();
+    r.admission.close();
     expect((await waiting).decision).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 1 });
   });
 
@@ -177,9 +176,9 @@ describe('route decider: the fallback queue', () => {
       v['pools'][2]['maxInFlightPerEndpoint'] = 1;
       v['revisions']['llama-b']['verification'] = { required: true, verified: true, evidence: 'verify #7' };
     }));
-    const first = route(await r.decider.decide(rawRequest('r1'), signal(), recordingHooks()));
+    const first = route(await r.admission.admit(chatFacts('r1'), signal(), recordingHooks()));
     expect(first.group.revision).toBe('llama-b');
-    const via = route(await r.decider.decide(rawRequest('r2'), signal(), recordingHooks())); // B decode full
+    const via = route(await r.admission.admit(chatFacts('r2'), signal(), recordingHooks())); // B decode full
     expect([via.group.revision, via.decode.cluster, via.prefill?.cluster]).toEqual(['llama-a', 'a_decode', 'a_prefill']);
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'recompute', outcome: 'passed' })).toBe(1);
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'routeVia', outcome: 'routed' })).toBe(1);
@@ -190,10 +189,10 @@ describe('route decider: the fallback queue', () => {
   });
 });
 
-describe('route decider: reloads and drains under traffic', () => {
+describe('admission: reloads and drains under traffic', () => {
   let file: TableFile | undefined;
   let store: PolicyStore | undefined;
-  let r: RouteDecider | undefined;
+  let r: AdmissionControl | undefined;
   afterEach(async () => {
     r?.close();
     store?.close();
@@ -207,24 +206,24 @@ describe('route decider: reloads and drains under traffic', () => {
     store = created.store;
     const inFlight = createInFlightTracker();
     let state: RoutingState = { table: store.current(), view: createStaticWorkerView(store.current(), inFlight) };
-    const decider = createRouteDecider({ state: () => state, keys, inFlight, now: Date.now, recheckMs: 0 });
+    const admission = createAdmission({ state: () => state, keys, inFlight, now: Date.now, recheckMs: 0 });
     store.onSwap((table) => {
       state = { table, view: createStaticWorkerView(table, inFlight) };
-      decider.notifyChanged();
+      admission.notifyChanged();
     });
-    r = decider;
-    return { decider, inFlight, store: store, file: file };
+    r = admission;
+    return { admission, inFlight, store: store, file: file };
   }
 
   it('in-flight requests keep their decision and queued ones their group across a good reload that changes the cohort', async () => {
     const g = await live(queueTableValue());
-    const first = await g.decider.decide(rawRequest('r1'), signal(), recordingHooks());
-    const queued = settled(Promise.resolve(g.decider.decide(rawRequest('r2'), signal(), recordingHooks())));
+    const first = await g.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    const queued = settled(Promise.resolve(g.admission.admit(chatFacts('r2'), signal(), recordingHooks())));
     await tick();
     await g.file.write(queueTableValue((v) => (v['models']['llama-3-8b']['rollout']['weight'] = 0)));
     expect((await g.store.reload('test')).ok).toBe(true);
     // New requests follow the new cohort; the queued one is still waiting for its own group.
-    expect(route(await g.decider.decide(rawRequest('r3'), signal(), recordingHooks())).group.revision).toBe('llama-a');
+    expect(route(await g.admission.admit(chatFacts('r3'), signal(), recordingHooks())).group.revision).toBe('llama-a');
     await tick();
     expect(queued.done).toBe(false);
     expect(route(first).group.revision).toBe('llama-b');
@@ -236,8 +235,8 @@ describe('route decider: reloads and drains under traffic', () => {
 
   it('a bad reload changes nothing: the queued request is still served from the table in use', async () => {
     const g = await live(queueTableValue());
-    const first = await g.decider.decide(rawRequest('r1'), signal(), recordingHooks());
-    const queued = settled(Promise.resolve(g.decider.decide(rawRequest('r2'), signal(), recordingHooks())));
+    const first = await g.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    const queued = settled(Promise.resolve(g.admission.admit(chatFacts('r2'), signal(), recordingHooks())));
     await tick();
     await g.file.writeText('version: 1\nrevisions: [\n');
     const reload = await g.store.reload('test');
@@ -251,8 +250,8 @@ describe('route decider: reloads and drains under traffic', () => {
 
   it('a reload that no longer serves the queued request\'s group refuses it clearly, at once', async () => {
     const g = await live(queueTableValue());
-    await g.decider.decide(rawRequest('r1'), signal(), recordingHooks());
-    const queued = g.decider.decide(rawRequest('r2'), signal(), recordingHooks());
+    await g.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    const queued = g.admission.admit(chatFacts('r2'), signal(), recordingHooks());
     await tick();
     await g.file.write(queueTableValue((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' })));
     expect((await g.store.reload('test')).ok).toBe(true);
@@ -263,11 +262,11 @@ describe('route decider: reloads and drains under traffic', () => {
 
   it('a drain in the middle of a stream leaves the bound request alone and takes no new ones', async () => {
     const g = await live(queueTableValue((v) => (v['pools'][3]['maxInFlightPerEndpoint'] = 8)));
-    const bound = await g.decider.decide(rawRequest('r1'), signal(), recordingHooks());
+    const bound = await g.admission.admit(chatFacts('r1'), signal(), recordingHooks());
     const before = route(bound);
     await g.file.write(queueTableValue((v) => (v['pools'][3]['draining'] = true)));
     expect((await g.store.reload('drain b-decode')).ok).toBe(true);
-    const next = await g.decider.decide(rawRequest('r2'), signal(), recordingHooks());
+    const next = await g.admission.admit(chatFacts('r2'), signal(), recordingHooks());
     expect(next.decision).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
     expect(next.decision.kind === 'refuse' && next.decision.message).toMatch(/pool b-decode is draining/);
     // The bound request's decision is the one it was given; its end releases the endpoint it was counted on.
@@ -281,12 +280,12 @@ describe('route decider: reloads and drains under traffic', () => {
 describe('the internal listener', () => {
   it('refuses a request without a transfer contract (it carries only prefill legs)', async () => {
     const r = rig(queueTableValue());
-    const d = await r.decider.decide({ ...rawRequest('int-1'), listener: 'internal' }, signal());
+    const d = await r.admission.admit({ ...chatFacts('int-1'), listener: 'internal' }, signal());
     expect(d.decision).toMatchObject({ kind: 'refuse', code: 'contract_invalid' });
     expect(d.decision.kind === 'refuse' && d.decision.message).toMatch(/internal listener carries only prefill legs/);
     // The same request on the public listener is bound as usual.
-    const pub = await r.decider.decide(rawRequest('pub-1'), signal());
+    const pub = await r.admission.admit(chatFacts('pub-1'), signal());
     expect(pub.decision.kind).toBe('route');
-    r.decider.close();
+    r.admission.close();
   });
 });

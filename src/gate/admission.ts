@@ -1,8 +1,9 @@
 /**
- * The gate's real Decider: RawRequest -> request facts -> the pure decision core, under the route table and worker
- * view current at that moment, plus the in-flight accounting the least-loaded pick relies on, and the fallback
- * queue: a `wait` from the core parks the request in its group's queue (`wait-queue.ts`) until capacity frees, its
- * deadline passes or the client goes away.
+ * The gate's admission layer: between the ext_proc session (protocol) and the pure decision (src/decide). It decides
+ * a request under the route table and worker view current at that moment, counts a routed request against the
+ * endpoint it occupies (the in-flight accounting the least-loaded pick relies on), and runs the fallback queue: a
+ * `wait` from the core parks the request in its group's queue (`wait-queue.ts`) until capacity frees, its deadline
+ * passes or the client goes away.
  *
  * A request keeps what it was bound with: a routed request keeps its decision (the gate never decides it again, so
  * a reload, a weight change or a drain never moves it), and a queued request is decided again only inside its bound
@@ -14,14 +15,12 @@ import { decideRequest, type RawRequestFacts } from '../decide/decide-request.js
 import { waitCapMs } from '../decide/queue-step.js';
 import type { Decision } from '../decide/types.js';
 import type { InFlightTracker, WorkerView } from '../decide/worker-view.js';
-import { H } from '../headers.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
-import type { Decided, DecideHooks, Decider, RawRequest } from './decider.js';
 import { parkRequest, type QueueContext } from './queued-request.js';
 import { createRolloutMetrics, type RolloutMetrics } from './rollout-metrics.js';
 import { createWaitQueue, type GroupQueueState } from './wait-queue.js';
 
-/** What the decider reads for each request; swapped atomically by reloads and worker-view updates. */
+/** What admission reads for each request; swapped atomically by reloads and worker-view updates. */
 export interface RoutingState {
   readonly table: CompiledRouteTable;
   readonly view: WorkerView;
@@ -30,7 +29,7 @@ export interface RoutingState {
 /** Envoy's default in envoy/envoy.yaml (`max_message_timeout: 30s`), the gate setting `envoy.maxMessageTimeoutMs`. */
 export const DEFAULT_MAX_MESSAGE_TIMEOUT_MS = 30_000;
 
-export interface RouteDeciderDeps {
+export interface AdmissionDeps {
   readonly state: () => RoutingState;
   readonly keys: KeyRing;
   readonly inFlight: InFlightTracker;
@@ -46,12 +45,45 @@ export interface RouteDeciderDeps {
   readonly recheckMs?: number;
 }
 
+export interface Admitted {
+  readonly decision: Decision;
+  /** The parsed JSON body, when the decision rewrites it (cache_salt). */
+  readonly body?: Readonly<Record<string, unknown>>;
+  /** Called exactly once when the HTTP request ends (releases in-flight accounting). */
+  readonly release?: () => void;
+}
+
+/**
+ * What the session offers admission when a request must be held longer than Envoy's `message_timeout` (a request
+ * waiting in the fallback queue): Envoy's `override_message_timeout`, which restarts its timer for the message
+ * being answered.
+ */
+export interface WaitHooks {
+  /** Whether `extendTimeout` can still be used for this message (Envoy honours it once per state). */
+  readonly canExtendTimeout: boolean;
+  /**
+   * Send `override_message_timeout` of `ms` (clamped to at least 1 ms) before the answer. Returns false when it
+   * could not be sent; the request must then be answered within Envoy's `message_timeout`.
+   */
+  extendTimeout(ms: number): boolean;
+}
+
+/** What the session needs: one answer per request. Tests supply fakes; the gate supplies `createAdmission`. */
+export interface Admission {
+  /**
+   * Admit one request. `signal` aborts when the stream ends (the client went away); `hooks` is absent where the
+   * caller cannot extend Envoy's timer, and then the request must not be held.
+   */
+  admit(facts: RawRequestFacts, signal: AbortSignal, hooks?: WaitHooks): Admitted | Promise<Admitted>;
+}
+
 export interface QueueStatus {
   readonly waiting: number;
   readonly groups: readonly GroupQueueState[];
 }
 
-export interface RouteDecider extends Decider {
+/** The gate's admission: the queue and in-flight accounting around the pure decision. */
+export interface AdmissionControl extends Admission {
   /** The table or the worker view changed: queued requests decide again now (call from the policy store's onSwap). */
   notifyChanged(): void;
   /** The queues, for `/status`. */
@@ -60,7 +92,7 @@ export interface RouteDecider extends Decider {
   close(): void;
 }
 
-export function createRouteDecider(deps: RouteDeciderDeps): RouteDecider {
+export function createAdmission(deps: AdmissionDeps): AdmissionControl {
   const metrics = deps.metrics ?? createRolloutMetrics(new Registry());
   const maxMessageTimeoutMs = deps.maxMessageTimeoutMs ?? DEFAULT_MAX_MESSAGE_TIMEOUT_MS;
   const queue = createWaitQueue({
@@ -78,7 +110,7 @@ export function createRouteDecider(deps: RouteDeciderDeps): RouteDecider {
     });
   };
   /** Count the request on the endpoint it occupies for its whole life; its end frees capacity for the queue. */
-  const settle = (d: Decision, body?: Readonly<Record<string, unknown>>): Decided => {
+  const settle = (d: Decision, body?: Readonly<Record<string, unknown>>): Admitted => {
     const busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
     const fingerprint = d.kind === 'refuse' ? null : d.group.fingerprint;
     const leg = d.kind === 'hop' ? 'prefill' : 'decode';
@@ -96,25 +128,12 @@ export function createRouteDecider(deps: RouteDeciderDeps): RouteDecider {
   const qctx: QueueContext = { deps, queue, metrics, maxMessageTimeoutMs, settle };
 
   return {
-    decide(req: RawRequest, signal: AbortSignal, hooks?: DecideHooks): Decided | Promise<Decided> {
-      if (req.listener === 'internal' && req.gateOwned[H.contract] === undefined) {
-        // The internal listener exists for prefill legs; anything else there is a misconfigured or hostile caller.
-        return {
-          decision: {
-            kind: 'refuse',
-            requestId: req.requestId,
-            code: 'contract_invalid',
-            message:
-              "the internal listener carries only prefill legs, and this request has no x-kvgate-contract; send client requests to Envoy's public listener",
-            trace: ['internal listener without a transfer contract: refused'],
-          },
-        };
-      }
+    admit(facts: RawRequestFacts, signal: AbortSignal, hooks?: WaitHooks): Admitted | Promise<Admitted> {
       const { table, view } = deps.state();
       const maxWaitMs = waitCapMs(maxMessageTimeoutMs);
       const canWait = hooks?.canExtendTimeout === true && maxWaitMs >= 1;
       const ctx = { nowMs: deps.now(), keys: deps.keys, ...(canWait ? { queue, maxWaitMs } : {}) };
-      const outcome = decideRequest(toFacts(req), table, view, ctx);
+      const outcome = decideRequest(facts, table, view, ctx);
       const d = outcome.decision;
       for (const r of d.kind === 'hop' ? [] : (d.fallback ?? [])) metrics.fallback.inc({ step: r.step, outcome: r.outcome });
       if (d.kind !== 'wait') return settle(d, outcome.request?.json);
@@ -123,35 +142,5 @@ export function createRouteDecider(deps: RouteDeciderDeps): RouteDecider {
     notifyChanged: () => queue.wake(),
     queueStatus: () => ({ waiting: queue.size(), groups: queue.groups() }),
     close: () => queue.close(),
-  };
-}
-
-/** Gate-owned headers become facts only where they are trusted: hops on the internal listener, bindings anywhere
- * (a binding is signed and only ever narrows the choice to a revision the table still serves). */
-export function toFacts(req: RawRequest): RawRequestFacts {
-  const g = req.gateOwned;
-  const contract = req.listener === 'internal' ? g[H.contract] : undefined;
-  const binding = req.bindingToken;
-  return {
-    requestId: req.requestId,
-    method: req.method,
-    path: req.path,
-    headers: req.headers,
-    metadata: req.metadata,
-    bodyTruncated: req.bodyTruncated,
-    ...(req.body === undefined ? {} : { body: req.body }),
-    ...(binding === undefined ? {} : { binding }),
-    ...(contract === undefined
-      ? {}
-      : {
-          hop: {
-            contract,
-            ...(g[H.prefillCluster] === undefined ? {} : { prefillCluster: g[H.prefillCluster] }),
-            ...(g[H.prefillEndpoint] === undefined ? {} : { prefillEndpoint: g[H.prefillEndpoint] }),
-            ...(g[H.retryExclude] === undefined
-              ? {}
-              : { retryExclude: (g[H.retryExclude] ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0) }),
-          },
-        }),
   };
 }
