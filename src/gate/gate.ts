@@ -4,10 +4,11 @@
  * wiring.
  */
 import type { Logger } from 'pino';
-import { collectDefaultMetrics, Registry } from 'prom-client';
+import { Registry } from 'prom-client';
 import { isInsecureKeyRing, type KeyRing } from '../contract/keys.js';
 import { createInFlightTracker, createStaticWorkerView, type WorkerView } from '../decide/worker-view.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
+import { registerProcessMetrics } from '../process-metrics.js';
 import { startAdminServer, type AdminServer } from './admin-http.js';
 import type { GateConfig } from './config.js';
 import { createGateMetrics } from './metrics.js';
@@ -43,7 +44,7 @@ export interface StartGateDeps {
 
 export async function startGate(config: GateConfig, deps: StartGateDeps): Promise<RunningGate> {
   const registry = deps.registry ?? new Registry();
-  if (deps.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'kvgate_process_' });
+  if (deps.defaultMetrics ?? true) registerProcessMetrics(registry);
   const log = deps.logger;
   if (isInsecureKeyRing(deps.keys)) log.warn('using INSECURE development keys (keys.devSeed): never do this in production');
   const created = await createPolicyStore({ file: config.policyPath, logger: log, registry, ...(deps.now ? { now: deps.now } : {}) });

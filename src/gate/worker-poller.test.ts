@@ -72,4 +72,34 @@ describe('live worker view', () => {
     expect(view.endpoints('a-decode').find((x) => x.address === polled.address)!.verified).toBe(false);
     expect(view.ageMs).toBeGreaterThanOrEqual(6000);
   });
+
+  it('exports endpoints by pool, revision, role and state, zeros included, so "no routable endpoint" can alert', async () => {
+    const registry = new Registry();
+    let verified = true;
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry,
+        table: () => table,
+        fetch: (async () => status({ fingerprint: pool.fingerprint, verified, draining: false })) as typeof fetch,
+      },
+    );
+    const value = async (labels: Record<string, string>) => {
+      const m = (await registry.getSingleMetric('kvgate_worker_endpoints')!.get()).values;
+      return m.find((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))?.value;
+    };
+    const decode = { pool: 'a-decode', revision: pool.revision, role: pool.role };
+    expect(await value({ ...decode, state: 'unreached' })).toBe(1); // polled endpoint, no answer yet
+    expect(await value({ ...decode, state: 'routable' })).toBe(1); // the one without a status URL
+    await poller.pollOnce();
+    expect(await value({ ...decode, state: 'routable' })).toBe(2);
+    expect(await value({ ...decode, state: 'unreached' })).toBe(0);
+    verified = false;
+    await poller.pollOnce();
+    expect(await value({ ...decode, state: 'unverified' })).toBe(1);
+    // Every pool of the table has a series per state, so an absent routable endpoint reads 0, not "no data".
+    for (const p of table.pools.values()) expect(await value({ pool: p.name, state: 'routable' })).toBeTypeOf('number');
+  });
 });

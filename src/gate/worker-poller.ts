@@ -10,7 +10,11 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EndpointState, InFlightTracker, WorkerView } from '../decide/worker-view.js';
-import type { CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledEndpoint, CompiledRouteTable } from '../policy/compile.js';
+
+/** The states `kvgate_worker_endpoints` and `/status` name; a pool's endpoints are in exactly one each. */
+export const ENDPOINT_STATES = ['routable', 'unverified', 'draining', 'stale', 'unreached'] as const;
+export type EndpointStateName = (typeof ENDPOINT_STATES)[number];
 
 export interface WorkerPollerOptions {
   readonly intervalMs: number;
@@ -69,17 +73,31 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   void age;
   const routable = new Gauge({
     name: 'kvgate_worker_endpoints',
-    help: 'Endpoints in the live worker view by state (routable, unverified, draining, stale, unreached).',
-    labelNames: ['state'] as const,
+    help: 'Endpoints of each pool by state (routable, unverified, draining, stale, unreached); every state is exported, 0 included, so "no routable endpoint" can be alerted on.',
+    labelNames: ['pool', 'revision', 'role', 'state'] as const,
     registers: [deps.registry],
     collect() {
       this.reset();
-      for (const o of seen.values()) this.inc({ state: stateOf(o) });
+      for (const p of deps.table().pools.values()) {
+        const base = { pool: p.name, revision: p.revision, role: p.role };
+        for (const state of ENDPOINT_STATES) this.set({ ...base, state }, 0);
+        for (const e of p.endpoints) this.inc({ ...base, state: endpointState(p.draining, e, seen.get(e.address)) });
+      }
     },
   });
   void routable;
 
-  function stateOf(o: Observation): string {
+  /** An endpoint without a status URL is routable by declaration (the static view's rule); a drained pool routes none. */
+  function endpointState(poolDraining: boolean, e: CompiledEndpoint, o: Observation | undefined): EndpointStateName {
+    if (poolDraining) return 'draining';
+    if (e.status === null) return 'routable';
+    if (o === undefined) return 'unreached';
+    const state = stateOf(o);
+    // A worker upgraded in place reports another fingerprint: verified as itself, but not as this pool's group.
+    return state === 'routable' && o.fingerprint !== e.fingerprint ? 'unverified' : state;
+  }
+
+  function stateOf(o: Observation): EndpointStateName {
     if (o.observedAtMs === 0) return 'unreached';
     if (now() - o.observedAtMs > opts.staleAfterMs) return 'stale';
     if (o.draining) return 'draining';

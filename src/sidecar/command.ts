@@ -14,6 +14,7 @@ import { formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
+import { registerProcessMetrics } from '../process-metrics.js';
 import { createSidecar } from './server.js';
 
 export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
@@ -107,7 +108,9 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
   if (config.keys?.devSeed !== undefined) logger.warn({ event: 'insecure_keys' }, 'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;
   try {
-    sidecar = await createSidecar(config, { logger, registry: new Registry(), keys: keys.value });
+    const registry = new Registry();
+    registerProcessMetrics(registry);
+    sidecar = await createSidecar(config, { logger, registry, keys: keys.value });
   } catch (e) {
     io.stderr(`kvgate sidecar: cannot start on ${config.listen}: ${(e as Error).message}\n`);
     return 1;

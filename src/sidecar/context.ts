@@ -49,6 +49,8 @@ export interface IncomingCall {
   /** Aborted when the client goes away or the sidecar closes. */
   readonly signal: AbortSignal;
   readonly logger: Logger;
+  /** `performance.now()` when the request arrived, for the latency histograms. */
+  readonly receivedAt: number;
 }
 
 /** A single-valued request header. */

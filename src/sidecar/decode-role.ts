@@ -22,7 +22,7 @@ import { callUpstream, parseJsonObject, sendError, upstreamMessage } from './htt
 import { confirmDecodeWorker } from './launch-check.js';
 import { checkClientKvParams, kvParamsOf, toPrefillBody, toPromptCount } from './openai-body.js';
 import type { Outcome } from './outcome.js';
-import { runPrefillLeg } from './prefill-leg.js';
+import { runPrefillLeg, type PrefillLegInput } from './prefill-leg.js';
 import { tokenizeResult } from './prompt-ids.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 
@@ -50,13 +50,13 @@ export async function serveDecode(
 
   const [count, prefill, launch] = await Promise.all([
     countPromptTokens(ctx, call, headers),
-    runPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers, signal: call.signal }),
+    timedPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers, signal: call.signal }),
     confirmDecodeWorker(ctx, call.signal, call.logger),
   ]);
   // This worker first: if it is no longer what was verified, nothing may run on it, not even a local prefill.
   if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
   if (!prefill.ok) return afterPrefillRefusal(ctx, call, res, headers, requestId, prefill.error);
-  const params = kvParamsOf(prefill.value);
+  const params = kvParamsOf(prefill.value.body);
   if (params === undefined) return local(ctx, call, res, headers, requestId, 'the prefill worker kept no KV for this request');
   if (!count.ok) return refuse(count.error, 'failed');
   const checked = checkAttestedTransfer({
@@ -79,6 +79,7 @@ export async function serveDecode(
     return refuse(checked.error.error);
   }
   const body = { ...call.body, kv_transfer_params: checked.value.params };
+  ctx.metrics.addedFirstTokenSeconds.observe({ path: 'transfer' }, Math.max(0, performance.now() - call.receivedAt - prefill.value.ms) / 1000);
   const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true });
   return afterTransfer(ctx, call, res, headers, requestId, relayed);
 }
@@ -124,6 +125,7 @@ async function local(
   why: string,
 ): Promise<Outcome> {
   call.logger.info({ event: 'decode_local' }, `serving with a local prefill: ${why}`);
+  ctx.metrics.addedFirstTokenSeconds.observe({ path: 'local' }, (performance.now() - call.receivedAt) / 1000);
   const relayed = await relayCompletion(ctx, call, res, { requestId, body: withoutKvParams(call.body), headers, holdUntilOutput: false });
   return relayOutcome(relayed, res, requestId, 'local');
 }
@@ -167,6 +169,15 @@ function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId:
       return { outcome: 'failed', code: 'worker_error' };
     }
   }
+}
+
+/** The prefill leg, timed into `kvgate_sidecar_prefill_leg_seconds`; its duration comes back for the added-TTFT figure. */
+async function timedPrefillLeg(ctx: SidecarContext, input: PrefillLegInput): Promise<Result<{ body: Record<string, unknown>; ms: number }, KvgateError>> {
+  const started = performance.now();
+  const leg = await runPrefillLeg(ctx, input);
+  const ms = performance.now() - started;
+  ctx.metrics.prefillLegSeconds.observe({ outcome: leg.ok ? 'ok' : 'failed' }, ms / 1000);
+  return leg.ok ? ok({ body: leg.value, ms }) : leg;
 }
 
 function withoutKvParams(body: Record<string, unknown>): Record<string, unknown> {

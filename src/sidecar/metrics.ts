@@ -3,7 +3,7 @@
  * Names are `kvgate_sidecar_*`; every label takes values from a closed set (roles, outcomes, error codes, failure
  * reasons), never request data.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
 export interface SidecarMetrics {
   /** Requests by role and outcome (`served`, `recomputed`, `local`, `refused`, `failed`) and kvgate error code. */
@@ -17,10 +17,17 @@ export interface SidecarMetrics {
   readonly restarts: Counter<'role' | 'result'>;
   /** Prefill legs the prefill side refused as incompatible, by what this decode sidecar did (fail, recompute). */
   readonly prefillRefusals: Counter<'action'>;
+  /** The decode side's prefill leg, retries included, by how it ended (ok, failed). */
+  readonly prefillLegSeconds: Histogram<'outcome'>;
+  /** What the decode sidecar adds before its worker can start: arrival to the decode call, less the prefill leg. */
+  readonly addedFirstTokenSeconds: Histogram<'path'>;
   readonly verified: Gauge;
   readonly inFlight: Gauge;
   readonly draining: Gauge;
 }
+
+/** From 1 ms (a contract check) to a minute (a long prompt's prefill behind a queue). */
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /** Register the sidecar's metrics on `registry` (one registry per sidecar, so tests can run many). */
 export function createSidecarMetrics(registry: Registry): SidecarMetrics {
@@ -72,6 +79,20 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       name: 'kvgate_sidecar_prefill_refusals_total',
       help: 'Prefill legs refused by the prefill side as incompatible_transfer (its worker changed since it was verified), by action (fail, recompute).',
       labelNames: ['action'] as const,
+      registers,
+    }),
+    prefillLegSeconds: new Histogram({
+      name: 'kvgate_sidecar_prefill_leg_seconds',
+      help: 'Duration of the decode sidecar\'s prefill leg (through Envoy\'s internal listener or direct), retries included, by outcome (ok, failed).',
+      labelNames: ['outcome'] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    addedFirstTokenSeconds: new Histogram({
+      name: 'kvgate_sidecar_added_first_token_seconds',
+      help: 'Time the decode sidecar adds to time to first token: from the request\'s arrival to the call to the local decode worker, less the prefill leg itself, by path (transfer: KV from the prefill leg; local: prefilled on this worker).',
+      labelNames: ['path'] as const,
+      buckets: LATENCY_BUCKETS,
       registers,
     }),
     verified: new Gauge({

@@ -215,6 +215,7 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
 /** Admission (draining, unverified, full), then in-flight accounting around the work itself. */
 async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: http.ServerResponse, path: string, endpoint: IncomingCall['endpoint']): Promise<void> {
   const { config, metrics } = rt.ctx;
+  const receivedAt = performance.now();
   const requestId = headerValue(req.headers, H.requestId);
   const logger = rt.ctx.logger.child({ request_id: requestId, role: config.role });
   const who: { tenant: string | null } = { tenant: null }; // set once the contract verified
@@ -240,7 +241,7 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
     rt.state.leave();
   });
   const signal = AbortSignal.any([aborter.signal, rt.ctx.closed]);
-  record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger, who }));
+  record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger, who, receivedAt }));
 }
 
 /** Body, contract, then the role's handler. Every refusal here happens before any worker call. */
@@ -255,6 +256,7 @@ async function runCompletion(
     signal: AbortSignal;
     logger: Logger;
     who: { tenant: string | null };
+    receivedAt: number;
   },
 ): Promise<Outcome> {
   const { config, metrics } = rt.ctx;
@@ -308,7 +310,7 @@ async function runCompletion(
       new KvgateError('contract_invalid', `the transfer contract of request ${requestId} was already admitted by this worker; a contract covers exactly one request - send new requests through the gate`),
     );
   }
-  const call: IncomingCall = { endpoint: c.endpoint, path: c.path, body: body.value, headers: req.headers, requestId: c.requestId, signal: c.signal, logger: c.logger };
+  const call: IncomingCall = { endpoint: c.endpoint, path: c.path, body: body.value, headers: req.headers, requestId: c.requestId, signal: c.signal, logger: c.logger, receivedAt: c.receivedAt };
   const outcome = config.role === 'prefill' ? await servePrefill(rt.ctx, call, contract.value, res) : await serveDecode(rt.ctx, call, contract.value, token!, res);
   // A prefill attempt that did not run may be retried here (the decode side's retry names failed endpoints, but a
   // direct-mode retry can come back); a decode request is never admitted twice.

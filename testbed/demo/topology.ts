@@ -15,6 +15,7 @@ import { Registry } from 'prom-client';
 import { stringify as toYaml, parse as parseYaml } from 'yaml';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { createDevKeyRing, type KeyRing } from '../../src/contract/keys.js';
+import { registerProcessMetrics } from '../../src/process-metrics.js';
 import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { parseSidecarConfig } from '../../src/sidecar/config.js';
@@ -46,6 +47,8 @@ export interface TopologyOptions {
   readonly replicas?: number;
   /** How often the gate polls sidecar status (default 1000 ms). */
   readonly workerViewIntervalMs?: number;
+  /** Export process_* / nodejs_* on the gate and every sidecar, as `kvgate gate` and `kvgate sidecar` do (default off). */
+  readonly processMetrics?: boolean;
 }
 
 export interface Worker {
@@ -154,7 +157,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       path.join(dir, 'gate.yaml'),
     );
     if (!gateConfig.ok) throw new Error(gateConfig.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
-    const launchGate = () => startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: false });
+    const launchGate = () => startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: opts.processMetrics ?? false });
     let gate = await launchGate();
     stops.push(() => gate.close()); // `gate` follows restartGate
     const envoyYaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
@@ -243,9 +246,11 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
     `${name} sidecar`,
   );
   if (!sidecarCfg.ok) throw new Error(sidecarCfg.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
+  const registry = new Registry();
+  if (s.opts.processMetrics === true) registerProcessMetrics(registry);
   const sidecar = await createSidecar(sidecarCfg.value, {
     logger: s.opts.logger.child({ component: 'sidecar', worker: name }),
-    registry: new Registry(),
+    registry,
     keys: s.keys,
   });
   return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address };
