@@ -11,7 +11,8 @@ import { tryFingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import { fromZodIssues } from '../config/from-zod.js';
 import { formatIssues } from '../config/issues.js';
-import { compareObservation, measureCanaries, observeWorker } from '../sidecar/index.js';
+import { compareObservation } from '../sidecar/compare.js';
+import { measureCanaries, observeWorker } from '../sidecar/probe.js';
 
 const HELP = `usage: kvgate fingerprint [--worker URL] [--descriptor FILE] [--model NAME] [--json]
 

@@ -26,18 +26,16 @@ export interface Attestation {
   promptTokens: number;
   /**
    * `promptTokenDigestOf` of the prompt token ids the prefill worker cached, when its worker returned them (vLLM's
-   * `return_token_ids`). Absent in attestations from prefill sidecars before this field existed and from workers
-   * that do not return prompt token ids: those are checked on the count alone. Note the payload schema is strict,
-   * so a verifier older than this field refuses an attestation carrying it as `malformed` (fails closed): upgrade
-   * decode sidecars before prefill sidecars.
+   * `return_token_ids`). Absent only when the prefill worker does not return prompt token ids: then the prompt
+   * is checked on its count alone.
    */
   promptTokenDigest?: string | undefined;
   /**
    * `transferParamsDigestOf` the `kv_transfer_params` the prefill worker returned (block ids, engine, side channel):
    * the decode side recomputes it over what it received, so blocks of another request on the same engine cannot be
-   * substituted in transit. Optional for the same upgrade reason as `promptTokenDigest`.
+   * substituted in transit. Always present: an attestation without it does not verify.
    */
-  transferDigest?: string | undefined;
+  transferDigest: string;
   blockSize: number;
   layout: 'HND' | 'NHD';
   engineId: string;
@@ -104,7 +102,7 @@ export const AttestationSchema = z
     tenantScope: nonEmpty,
     promptTokens: z.number().int().nonnegative(),
     promptTokenDigest: sha256Hex.optional(),
-    transferDigest: sha256Hex.optional(),
+    transferDigest: sha256Hex,
     blockSize: z.number().int().positive(),
     layout: z.enum(['HND', 'NHD']),
     engineId: nonEmpty,

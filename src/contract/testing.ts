@@ -43,6 +43,7 @@ export function exampleAttestationFields(nowMs = TEST_NOW_MS): Omit<Attestation,
     blockSize: 16,
     layout: 'HND',
     engineId: 'prefill-engine-1',
+    transferDigest: 'e'.repeat(64),
     issuedAtMs: nowMs,
     expiresAtMs: nowMs + 30_000,
   };

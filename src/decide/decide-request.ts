@@ -43,7 +43,7 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
       "the internal listener carries only prefill legs, and this request has no x-kvgate-contract; send client requests to Envoy's public listener";
     return { decision: { kind: 'refuse', requestId: raw.requestId, code: 'contract_invalid', message, trace: ['internal listener without a transfer contract: refused'] } };
   }
-  if (rest.hop !== undefined || rest.contract !== undefined) return { decision: decide(rest, table, view, ctx) };
+  if (rest.hop !== undefined) return { decision: decide(rest, table, view, ctx) };
   const trace = [`request ${raw.requestId}: ${raw.method} ${raw.path}`];
   // The trusted tenant, for the audit line of a refusal that happens before the decision proper (only then).
   const tenant = (): string | null => {

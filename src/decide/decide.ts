@@ -29,11 +29,6 @@ export interface DecideContext {
   /** Milliseconds since the epoch (floored); contracts and bindings are issued at this time. */
   readonly nowMs: number;
   readonly keys: KeyRing;
-  /**
-   * Injected randomness. Unused by this version's decisions, which are deliberately deterministic (cohorts and
-   * tie-breaks hash the request); reserved for fallback steps that need jitter.
-   */
-  readonly random?: () => number;
   /** The caller's queues. Without it `queue` steps pass, so `decide` never answers `wait`. */
   readonly queue?: QueueView;
   /** The longest the caller can hold a request, in ms (see `waitCapMs`). */
@@ -48,7 +43,7 @@ export interface DecideContext {
  * input; a throw is a kvgate bug.
  */
 export function decide(facts: RequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): CoreDecision {
-  const hop = facts.hop ?? (facts.contract === undefined ? undefined : { contract: facts.contract });
+  const hop = facts.hop;
   if (hop !== undefined) return decideHop(facts, hop, table, view, ctx);
   return decideRoute(facts, table, view, ctx);
 }

@@ -35,9 +35,6 @@ describe('internal hop', () => {
   it("uses the contract's prefill target when the hop names none", () => {
     const r = routed();
     expect(hop({ contract: r.contract })).toMatchObject({ kind: 'hop', prefill: r.prefill });
-    // The legacy `contract` field is read as a hop too.
-    const legacy = decide({ ...testFacts({ requestId: 'req-hop' }), contract: r.contract }, table, view, ctx);
-    expect(legacy).toMatchObject({ kind: 'hop', prefill: r.prefill });
   });
 
   it("picks another endpoint of the same cluster when the planned one is no longer usable", () => {

@@ -29,11 +29,6 @@ export interface RequestFacts {
   /** Absent for requests without a body (GET). */
   readonly body?: OpenAiRequest;
   /**
-   * A transfer contract presented on an internal hop (a sidecar's prefill leg). Kept for compatibility: prefer
-   * `hop`, which also carries the requested prefill target. When only this is set it is read as `{ contract }`.
-   */
-  readonly contract?: string;
-  /**
    * An internal hop: a sidecar's prefill leg coming back through Envoy's internal listener. Gate-owned headers are
    * stripped from `headers`, so the adapter fills this from the raw `x-kvgate-contract`, `x-kvgate-prefill-cluster`
    * and `x-kvgate-prefill-endpoint` values, and only for streams of the internal listener (a client on the public

@@ -4,6 +4,7 @@ import { exampleDescriptor } from '../compat/testing.js';
 import { mintAttestation, promptTokenDigestOf, transferParamsDigestOf } from '../contract/attestation.js';
 import type { TransferContract } from '../contract/contract.js';
 import { createDevKeyRing } from '../contract/keys.js';
+import { signToken } from '../contract/token.js';
 import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from '../contract/testing.js';
 import { checkAttestedTransfer, type AttestationCheckInput } from './attestation-check.js';
 
@@ -14,8 +15,10 @@ const contractFields = { ...exampleContractFields(), fingerprint: FP, groupId: g
 const contract: TransferContract = { kind: 'contract', ...contractFields };
 
 function params(edit: Partial<ReturnType<typeof exampleAttestationFields>> = {}, signer = keys): Record<string, unknown> {
-  const a = { ...exampleAttestationFields(), fingerprint: FP, groupId: contract.groupId, promptTokens: 41, ...edit };
-  return { do_remote_prefill: true, remote_engine_id: a.engineId, remote_block_ids: [1, 2, 3], remote_host: 'h', remote_port: 5600, kvgate: mintAttestation(a, signer) };
+  const engineId = edit.engineId ?? exampleAttestationFields().engineId;
+  const raw = { do_remote_prefill: true, remote_engine_id: engineId, remote_block_ids: [1, 2, 3], remote_host: 'h', remote_port: 5600 };
+  const a = { ...exampleAttestationFields(), fingerprint: FP, groupId: contract.groupId, promptTokens: 41, transferDigest: transferParamsDigestOf(raw), ...edit };
+  return { ...raw, kvgate: mintAttestation(a, signer) };
 }
 
 function input(p: Record<string, unknown>, edit: Partial<AttestationCheckInput> = {}): AttestationCheckInput {
@@ -66,7 +69,7 @@ describe('checkAttestedTransfer', () => {
     }
   });
 
-  it('falls back to the count when either side has no digest (older prefill sidecar, worker without token ids)', () => {
+  it('falls back to the count when either side has no token-id digest (a worker that does not return token ids)', () => {
     expect(checkAttestedTransfer(input(params(), { localPromptTokenDigest: promptTokenDigestOf([1, 2, 3]) })).ok).toBe(true);
     expect(checkAttestedTransfer(input(params({ promptTokenDigest: promptTokenDigestOf([1, 2, 3]) }))).ok).toBe(true);
   });
@@ -78,6 +81,10 @@ describe('checkAttestedTransfer', () => {
     expect(codeOf(checkAttestedTransfer(input(params(), { nowMs: TEST_NOW_MS + 31_000 })))).toBe('attestation_invalid/expired');
     expect(codeOf(checkAttestedTransfer(input(params({ requestId: 'req-9' }))))).toBe('attestation_invalid/request_mismatch');
     expect(codeOf(checkAttestedTransfer(input({ ...params(), remote_engine_id: 'other-engine' })))).toBe('attestation_invalid/engine_mismatch');
+    // The transfer digest is not optional: a validly signed attestation without one does not verify.
+    const { transferDigest: _omitted, ...noDigest } = { ...exampleAttestationFields(), fingerprint: FP, groupId: contract.groupId, promptTokens: 41 };
+    const undigested = { ...params(), kvgate: signToken({ kind: 'attestation', ...noDigest }, keys) };
+    expect(codeOf(checkAttestedTransfer(input(undigested)))).toBe('attestation_invalid/malformed');
   });
 
   it('refuses another revision or group as mixed_revision', () => {

@@ -68,11 +68,11 @@ export function checkAttestedTransfer(input: AttestationCheckInput): Result<{ at
     return refuse(f.reason, CODE_BY_REASON[f.reason] ?? 'attestation_invalid', f.message);
   }
   const a = verified.value;
-  if (a.transferDigest !== undefined && transferParamsDigestOf(params) !== a.transferDigest) {
-    return refuse('params_mismatch', 'attestation_invalid', 'the kv_transfer_params that arrived are not the ones the prefill sidecar attested (block ids, engine or side channel changed in transit); no KV is read');
-  }
   if (params['remote_engine_id'] !== a.engineId) {
     return refuse('engine_mismatch', 'attestation_invalid', `the attestation covers engine ${a.engineId}, but kv_transfer_params point at engine ${String(params['remote_engine_id'])}; the parameters were not the ones attested`);
+  }
+  if (transferParamsDigestOf(params) !== a.transferDigest) {
+    return refuse('params_mismatch', 'attestation_invalid', 'the kv_transfer_params that arrived are not the ones the prefill sidecar attested (block ids, engine or side channel changed in transit); no KV is read');
   }
   const prefillSide: CompatDescriptor = { ...input.descriptor, kvCache: { ...input.descriptor.kvCache, blockSize: a.blockSize, layout: a.layout } };
   const verdict = checkTransfer(prefillSide, input.descriptor, input.compatMode);

@@ -8,13 +8,7 @@ import type { SidecarConfig } from './config.js';
 import type { FetchFn } from './http-io.js';
 import type { SidecarMetrics } from './metrics.js';
 import type { SidecarStatus } from './status.js';
-import { H } from '../headers.js';
 
-/** Header the prefill sidecar answers with (its `advertise` ip:port), so a retry can exclude the endpoint that failed. */
-export const SERVED_BY_HEADER = H.servedBy;
-
-/** Header on a retried prefill leg: the ip:port endpoints of the group that already failed, comma-separated. */
-export const RETRY_EXCLUDE_HEADER = H.retryExclude;
 
 export interface SidecarContext {
   readonly config: SidecarConfig;

@@ -15,7 +15,7 @@ import type { TransferContract } from '../contract/contract.js';
 import { err, isErrorCode, KvgateError, ok, type ErrorCode, type Result } from '../errors.js';
 import { H } from '../headers.js';
 import type { SidecarConfig } from './config.js';
-import { RETRY_EXCLUDE_HEADER, SERVED_BY_HEADER, type SidecarContext } from './context.js';
+import type { SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, upstreamMessage, type UpstreamReply } from './http-io.js';
 
 const RETRYABLE = new Set([502, 503, 504]);
@@ -79,7 +79,7 @@ export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput)
     if (attempt > 1) await sleep(backoffMs(attempt - 1, cfg), input.signal);
     if (input.signal.aborted) return err(new KvgateError('worker_error', 'the request was cancelled during the prefill leg'));
     const headers: Record<string, string> = { ...input.headers, [H.contract]: input.contractToken };
-    if (excluded.length > 0) headers[RETRY_EXCLUDE_HEADER] = excluded.join(',');
+    if (excluded.length > 0) headers[H.retryExclude] = excluded.join(',');
     const reply = await callUpstream(ctx.fetch, target.value, { body: input.body, headers, timeoutMs: cfg.timeoutMs, signal: input.signal });
     if (!reply.ok) {
       last = { error: reply.error.message };
@@ -103,7 +103,7 @@ export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput)
 
 /** The endpoint that just failed: as the prefill sidecar named itself, else (first try) the one the contract named. */
 function failedEndpoint(reply: UpstreamReply | undefined, contract: TransferContract, attempt: number): string | undefined {
-  const named = reply?.headers.get(SERVED_BY_HEADER) ?? undefined;
+  const named = reply?.headers.get(H.servedBy) ?? undefined;
   if (named !== undefined && isIpPortLiteral(named)) return named;
   return attempt === 1 ? (contract.prefill?.endpoint ?? undefined) : undefined;
 }

@@ -12,15 +12,16 @@ import type http from 'node:http';
 import type { TransferContract } from '../contract/contract.js';
 import { mintAttestation, transferParamsDigestOf } from '../contract/attestation.js';
 import { KvgateError } from '../errors.js';
-import { forwardHeaders, SERVED_BY_HEADER, type IncomingCall, type SidecarContext } from './context.js';
+import { forwardHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
 import { confirmPrefillEngine } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
+import { H } from '../headers.js';
 import type { Outcome } from './outcome.js';
 import { attestableDigest, clientWantsTokenIds, withoutTokenIds, withTokenIdsRequested } from './prompt-ids.js';
 
 function servedBy(ctx: SidecarContext): Record<string, string> {
-  return ctx.config.advertise === undefined ? {} : { [SERVED_BY_HEADER]: ctx.config.advertise };
+  return ctx.config.advertise === undefined ? {} : { [H.servedBy]: ctx.config.advertise };
 }
 
 /** Handle one prefill request whose contract already verified (server.ts). */
