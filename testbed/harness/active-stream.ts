@@ -137,6 +137,11 @@ export class ActiveStream implements FilterCallbacks {
       return this.#routerReply(503, 'no healthy upstream', 'no_healthy_upstream', 'UH');
     }
     this.#host = `${host.address}:${host.port}`;
+    if (this.#deps.clusters.overflowed(cluster)) {
+      // The connection pool refuses the stream (circuit-breakers.ts): Envoy's router answers 503, flag UO.
+      cstats.inc('upstream_rq_pending_overflow');
+      return this.#routerReply(503, 'upstream connect error or disconnect/reset before headers. reset reason: overflow', 'upstream_reset_before_response_started{overflow}', 'UO');
+    }
     this.#release = this.#deps.clusters.acquire(cluster, host);
     cstats.inc('upstream_rq_total');
     // A route's idle_timeout overrides the HCM's stream_idle_timeout (Envoy default 5 min).

@@ -4,6 +4,7 @@
  * and refuses DNS names it cannot resolve offline.
  */
 import { isIP } from 'node:net';
+import { readCircuitBreakers } from './circuit-breakers.js';
 import { UNSUPPORTED, isPlainObject, type ConfigReader } from './config-reader.js';
 import type {
   ClusterConfig,
@@ -36,6 +37,7 @@ export function readCluster(r: ConfigReader, value: unknown, path: string): Clus
     'typed_extension_protocol_options',
     'health_checks',
     'load_balancing_policy',
+    'circuit_breakers',
   ]);
   const name = r.requiredStr(o['name'], `${path}.name`);
   if (name === undefined) return undefined;
@@ -68,6 +70,7 @@ export function readCluster(r: ConfigReader, value: unknown, path: string): Clus
     ...readProtocolOptions(r, o['typed_extension_protocol_options'], `${path}.typed_extension_protocol_options`),
     originalDst: type === 'ORIGINAL_DST' ? readOriginalDst(r, o['original_dst_lb_config'], path) : undefined,
     overrideHost: readLbPolicy(r, o['load_balancing_policy'], `${path}.load_balancing_policy`),
+    circuitBreakers: readCircuitBreakers(r, o['circuit_breakers'], `${path}.circuit_breakers`),
     healthChecks: r.arr(o['health_checks'], `${path}.health_checks`).map((h, i) =>
       readHealthCheck(r, h, `${path}.health_checks[${i}]`),
     ),

@@ -9,6 +9,7 @@
  * Health checks are recorded but not run: every configured endpoint counts as healthy.
  */
 import { isIP } from 'node:net';
+import { requestLimit } from './circuit-breakers.js';
 import { parseHostPort } from './cluster-config.js';
 import type { ClusterConfig, Endpoint, MetadataKey } from './envoy-config-types.js';
 import type { Json } from './ext-proc-messages.js';
@@ -24,7 +25,9 @@ export interface ClusterManager {
   get(name: string): ClusterConfig | undefined;
   /** `undefined` = no healthy upstream. */
   chooseHost(cluster: ClusterConfig, ctx: LbContext): Endpoint | undefined;
-  /** Active-request bookkeeping for LEAST_REQUEST; call `release` when the upstream request ends. */
+  /** True when the cluster's circuit breakers take no further request (circuit-breakers.ts). */
+  overflowed(cluster: ClusterConfig): boolean;
+  /** Active-request bookkeeping for LEAST_REQUEST and the breakers; call `release` when the upstream request ends. */
   acquire(cluster: ClusterConfig, host: Endpoint): () => void;
 }
 
@@ -34,6 +37,7 @@ export function createClusterManager(
 ): ClusterManager {
   const rr = new Map<string, number>();
   const active = new Map<string, number>();
+  const perCluster = new Map<string, number>();
   const key = (c: ClusterConfig, h: Endpoint): string => `${c.name}|${h.address}:${h.port}`;
 
   const balance = (c: ClusterConfig, policy: 'ROUND_ROBIN' | 'LEAST_REQUEST' | 'CLUSTER_PROVIDED'): Endpoint | undefined => {
@@ -66,14 +70,17 @@ export function createClusterManager(
       }
       return balance(c, c.lbPolicy);
     },
+    overflowed: (c) => (perCluster.get(c.name) ?? 0) >= requestLimit(c.circuitBreakers, c.http2),
     acquire(c, host) {
       const k = key(c, host);
       active.set(k, (active.get(k) ?? 0) + 1);
+      perCluster.set(c.name, (perCluster.get(c.name) ?? 0) + 1);
       let released = false;
       return () => {
         if (released) return;
         released = true;
         active.set(k, (active.get(k) ?? 1) - 1);
+        perCluster.set(c.name, (perCluster.get(c.name) ?? 1) - 1);
       };
     },
   };

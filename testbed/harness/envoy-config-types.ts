@@ -4,6 +4,9 @@
  * arrives on the wire as `ProcessingResponse.mode_override`.
  */
 
+import type { CircuitBreakers } from './circuit-breakers.js';
+import type { RuntimeConfig } from './runtime-config.js';
+
 export type HeaderSendMode = 'DEFAULT' | 'SEND' | 'SKIP';
 export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED' | 'GRPC';
 
@@ -160,9 +163,13 @@ export interface ClusterConfig {
   readonly originalDst: OriginalDstConfig | undefined;
   readonly overrideHost: OverrideHostConfig | undefined;
   readonly healthChecks: readonly HealthCheckConfig[];
+  /** `circuit_breakers` (Envoy's defaults when absent); see circuit-breakers.ts for what is enforced. */
+  readonly circuitBreakers: CircuitBreakers;
 }
 
 export interface EnvoyConfig {
   readonly listeners: readonly ListenerConfig[];
   readonly clusters: Readonly<Record<string, ClusterConfig>>;
+  /** `layered_runtime` static layers: the ext_proc runtime guards (runtime-config.ts). */
+  readonly runtime: RuntimeConfig;
 }

@@ -109,11 +109,11 @@ describe('refusals name the YAML path', () => {
   it('unknown fields anywhere, all of them at once', () => {
     const text = reference('envoy-cluster-header')
       .replace('stat_prefix: ingress', 'stat_prefix: ingress\n          use_remote_address: true')
-      .replace('  - name: backend_b\n', '  - name: backend_b\n    circuit_breakers: {}\n')
-      .replace('admin:', 'layered_runtime: {}\nadmin:');
+      .replace('  - name: backend_b\n', '  - name: backend_b\n    outlier_detection: {}\n')
+      .replace('admin:', 'overload_manager: {}\nadmin:');
     expect(issues(text)).toEqual([
-      '(root).layered_runtime: unsupported by the kvgate harness',
-      'static_resources.clusters[2].circuit_breakers: unsupported by the kvgate harness',
+      '(root).overload_manager: unsupported by the kvgate harness',
+      'static_resources.clusters[2].outlier_detection: unsupported by the kvgate harness',
       'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.use_remote_address: unsupported by the kvgate harness',
     ]);
   });

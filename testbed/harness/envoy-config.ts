@@ -20,6 +20,7 @@ import type {
   VirtualHost,
 } from './envoy-config-types.js';
 import { EXT_PROC_FILTER_NAME, readExtProcFilter } from './ext-proc-config.js';
+import { readLayeredRuntime } from './runtime-config.js';
 
 export type * from './envoy-config-types.js';
 
@@ -57,7 +58,8 @@ export function loadEnvoyConfig(
     return fail([`(yaml): ${(e as Error).message}`]);
   }
   const r = new ConfigReader();
-  const root = r.obj(doc ?? {}, '(root)', ['admin', 'static_resources']);
+  const root = r.obj(doc ?? {}, '(root)', ['admin', 'static_resources', 'layered_runtime']);
+  const runtime = readLayeredRuntime(r, root['layered_runtime']);
   const sr = r.obj(root['static_resources'] ?? {}, 'static_resources', ['listeners', 'clusters']);
   const clusters: Record<string, ClusterConfig> = {};
   r.arr(sr['clusters'], 'static_resources.clusters').forEach((c, i) => {
@@ -76,7 +78,7 @@ export function loadEnvoyConfig(
     if (names.has(l.name)) r.issue(`static_resources.listeners[${i}].name`, `duplicate listener "${l.name}"`);
     names.add(l.name);
   });
-  const config = applyOverrides(r, { listeners, clusters }, overrides);
+  const config = applyOverrides(r, { listeners, clusters, runtime }, overrides);
   checkReferences(r, config);
   if (r.issues.length > 0) return fail(r.issues);
   return { ok: true, value: deepFreeze(config) };
@@ -250,7 +252,7 @@ function applyOverrides(r: ConfigReader, config: EnvoyConfig, overrides: EnvoyCo
     const endpoints = list.map((text, i) => parseHostPort(text) ?? r.issue(`${path}[${i}]`, `"${text}" is not host:port`));
     clusters[name] = { ...cluster, endpoints: endpoints.filter((e) => e !== undefined) };
   }
-  return { listeners, clusters };
+  return { listeners, clusters, runtime: config.runtime };
 }
 
 /** Envoy refuses a static route or ext_proc filter that names a missing cluster; so does the harness. */

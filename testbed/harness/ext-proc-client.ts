@@ -3,6 +3,7 @@
  * cluster), one bidi `Process` stream per HTTP request, opened lazily by the filter on its first message.
  * `close()` is Envoy's `ExternalProcessorStreamImpl::close()`: half-close, then reset.
  */
+import { requestLimit } from './circuit-breakers.js';
 import * as grpc from '@grpc/grpc-js';
 import { extProcClientConstructor } from '../../src/envoy/protos.js';
 import type { ClusterConfig } from './envoy-config-types.js';
@@ -27,11 +28,21 @@ export interface ExtProcClient {
   close(): void;
 }
 
+export interface ExtProcClientOptions {
+  /**
+   * `ext_proc_graceful_grpc_close` (runtime-config.ts): closing a finished stream half-closes it and waits up to
+   * `remoteCloseTimeoutMs` (Envoy's default 1 s) for the server's status before resetting it; otherwise it resets.
+   */
+  readonly gracefulClose?: boolean;
+  readonly remoteCloseTimeoutMs?: number;
+}
+
 /** A client for the ext_proc cluster; endpoints are used round robin, one channel each. */
 export function createExtProcClient(
   cluster: ClusterConfig,
   authority: string,
   initialMetadata: readonly (readonly [string, string])[] = [],
+  options: ExtProcClientOptions = {},
 ): ExtProcClient {
   const Ctor = extProcClientConstructor();
   const open = (ep: ClusterConfig['endpoints'][number]): grpc.Client =>
@@ -68,6 +79,9 @@ export function createExtProcClient(
     start(handlers) {
       const pool = pools[next++ % pools.length];
       if (pool === undefined) throw new Error(`ext_proc cluster ${cluster.name} has no endpoints`);
+      let open = 0;
+      for (const c of all) open += c.active;
+      if (open >= requestLimit(cluster.circuitBreakers, true)) return overflowStream(handlers);
       if (max !== undefined && pool.conn.streams >= max) {
         const old = pool.conn;
         old.retired = true;
@@ -93,7 +107,7 @@ export function createExtProcClient(
           release(conn);
         }
       });
-      return wrapCall(call, handlers);
+      return wrapCall(call, handlers, options);
     },
     close() {
       for (const c of all) c.channel.close();
@@ -101,17 +115,40 @@ export function createExtProcClient(
   };
 }
 
+/**
+ * The gRPC stream the circuit breaker refused: Envoy's async client gets the router's 503 overflow, which is gRPC
+ * UNAVAILABLE, and the ext_proc filter fails the request (closed) as for any stream error.
+ */
+function overflowStream(handlers: ExtProcStreamHandlers): ExtProcStream {
+  let open = true;
+  setImmediate(() => {
+    if (open) handlers.onGrpcError(grpc.status.UNAVAILABLE, 'upstream connect error or disconnect/reset before headers. reset reason: overflow');
+    open = false;
+  });
+  return {
+    send: () => undefined,
+    close() {
+      const was = open;
+      open = false;
+      return was;
+    },
+  };
+}
+
 function wrapCall(
   call: grpc.ClientDuplexStream<WireProcessingRequest, WireProcessingResponse>,
   handlers: ExtProcStreamHandlers,
+  options: ExtProcClientOptions,
 ): ExtProcStream {
   let open = true;
+  let resetTimer: NodeJS.Timeout | undefined;
   call.on('data', (msg: WireProcessingResponse) => {
     if (open) handlers.onMessage(msg);
   });
   // 'error' carries the same status as 'status'; listening keeps Node from throwing on it.
   call.on('error', () => undefined);
   call.on('status', (status: grpc.StatusObject) => {
+    if (resetTimer !== undefined) clearTimeout(resetTimer);
     if (!open) return;
     open = false;
     if (status.code === grpc.status.OK) handlers.onGrpcClose();
@@ -125,7 +162,8 @@ function wrapCall(
       if (!open) return false;
       open = false;
       call.end();
-      call.cancel();
+      if (options.gracefulClose === true) resetTimer = setTimeout(() => call.cancel(), options.remoteCloseTimeoutMs ?? 1000).unref();
+      else call.cancel();
       return true;
     },
   };

@@ -28,6 +28,8 @@ export interface FakeExtProcStream {
   readonly authority: string;
   /** Resolves when the client side is done: `end` (half-close) or `cancelled` (reset). */
   readonly ended: Promise<'end' | 'cancelled'>;
+  /** Whether the client reset the stream (at any time, also after a half-close). */
+  wasCancelled(): boolean;
 }
 
 export type FakeHandler = (stream: FakeExtProcStream) => void | Promise<void>;
@@ -90,6 +92,7 @@ function wrap(
   const queue: Array<WireProcessingRequest | null> = [];
   const waiting: Array<(m: WireProcessingRequest | null) => void> = [];
   let finished = false;
+  let cancelled = false;
   let resolveEnded: (how: 'end' | 'cancelled') => void = () => undefined;
   const ended = new Promise<'end' | 'cancelled'>((resolve) => (resolveEnded = resolve));
   const push = (m: WireProcessingRequest | null): void => {
@@ -108,6 +111,7 @@ function wrap(
   });
   call.on('cancelled', () => {
     finished = true;
+    cancelled = true;
     resolveEnded('cancelled');
     push(null);
   });
@@ -117,6 +121,7 @@ function wrap(
     metadata: call.metadata,
     authority: call.getHost(),
     ended,
+    wasCancelled: () => cancelled,
     recv(timeoutMs = 5000) {
       if (queue.length > 0) return Promise.resolve(queue.shift() ?? null);
       return new Promise((resolve, reject) => {

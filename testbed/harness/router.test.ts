@@ -2,6 +2,7 @@
  * Pure routing and load-balancing units: virtual-host domain order, route matching, cluster_header read at
  * resolution time, ORIGINAL_DST address rules, round robin and least request.
  */
+import { ENVOY_DEFAULT_BREAKERS } from './circuit-breakers.js';
 import { describe, expect, it } from 'vitest';
 import { createClusterManager, ipPort } from './cluster-manager.js';
 import type { ClusterConfig, HcmConfig, VirtualHost } from './envoy-config-types.js';
@@ -75,6 +76,7 @@ describe('load balancing', () => {
     originalDst: undefined,
     overrideHost: undefined,
     healthChecks: [],
+    circuitBreakers: ENVOY_DEFAULT_BREAKERS,
     ...over,
   });
   const ctx = { headers: new HeaderMap(), metadata: new Map() };

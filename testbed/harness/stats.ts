@@ -84,5 +84,6 @@ export const CLUSTER_COUNTERS = [
   'upstream_cx_connect_timeout',
   'upstream_cx_none_healthy',
   'upstream_rq_per_try_timeout',
+  'upstream_rq_pending_overflow',
 ] as const;
 export type ClusterCounter = (typeof CLUSTER_COUNTERS)[number];

@@ -23,6 +23,10 @@ export interface ScenarioOptions {
   /** Further clusters, verbatim (e.g. an ORIGINAL_DST one). */
   readonly extraClusters?: readonly Record<string, unknown>[];
   readonly bufferLimit?: number;
+  /** Fields merged into a generated cluster, by name (`ext_proc` or an upstream), e.g. circuit_breakers. */
+  readonly clusterFields?: Readonly<Record<string, Record<string, unknown>>>;
+  /** `layered_runtime` static layer values. */
+  readonly runtime?: Readonly<Record<string, boolean>>;
   readonly upstreamHandler?: UpstreamHandler;
   readonly harness?: EnvoyHarnessOptions;
 }
@@ -59,8 +63,10 @@ export function scenarioYaml(o: Omit<ScenarioOptions, 'handler' | 'harness' | 'u
       cluster_name: name,
       endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: '127.0.0.1', port_value: port } } } }] }],
     },
+    ...(o.clusterFields?.[name] ?? {}),
   });
   const doc = {
+    ...(o.runtime === undefined ? {} : { layered_runtime: { layers: [{ name: 'test', static_layer: o.runtime }] } }),
     static_resources: {
       listeners: [
         {

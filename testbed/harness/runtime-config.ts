@@ -1,0 +1,55 @@
+/**
+ * `layered_runtime` with static layers: the runtime guards that change how the ext_proc filter talks to the gate.
+ * Other keys are refused (the harness implements nothing else a runtime could switch).
+ *
+ * - `envoy.reloadable_features.ext_proc_graceful_grpc_close` (FALSE_RUNTIME_GUARD since Envoy 1.34,
+ *   envoyproxy/envoy source/common/runtime/runtime_features.cc at c9e9214): a finished ext_proc stream is
+ *   half-closed and Envoy waits for the server's status (up to 1 s, then resets) instead of resetting it at once
+ *   (source/extensions/filters/http/ext_proc/ext_proc.cc closeStreamMaybeGraceful at 2940127).
+ * - `envoy.reloadable_features.ext_proc_stream_close_optimization` (RUNTIME_GUARD, on by default since 1.37): the
+ *   harness models the 1.37 lifetime (the stream ends with the last answer); `false` (the 1.36 lifetime) is refused
+ *   until the harness models it.
+ * Later layers override earlier ones, as Envoy's do.
+ */
+import { type ConfigReader, isPlainObject } from './config-reader.js';
+
+export interface RuntimeConfig {
+  readonly extProcGracefulGrpcClose: boolean;
+  readonly extProcStreamCloseOptimization: boolean;
+}
+
+const GRACEFUL = 'envoy.reloadable_features.ext_proc_graceful_grpc_close';
+const CLOSE_OPT = 'envoy.reloadable_features.ext_proc_stream_close_optimization';
+
+export const DEFAULT_RUNTIME: RuntimeConfig = {
+  extProcGracefulGrpcClose: false,
+  extProcStreamCloseOptimization: true,
+};
+
+export function readLayeredRuntime(r: ConfigReader, value: unknown): RuntimeConfig {
+  if (value === undefined) return DEFAULT_RUNTIME;
+  const o = r.obj(value, 'layered_runtime', ['layers']);
+  const values: Record<string, unknown> = {};
+  r.arr(o['layers'], 'layered_runtime.layers').forEach((layer, i) => {
+    const p = `layered_runtime.layers[${i}]`;
+    const l = r.obj(layer, p, ['name', 'static_layer']);
+    r.requiredStr(l['name'], `${p}.name`);
+    const st = l['static_layer'];
+    if (st === undefined) return;
+    if (!isPlainObject(st)) {
+      r.issue(`${p}.static_layer`, 'expected a mapping');
+      return;
+    }
+    for (const [k, v] of Object.entries(st)) {
+      if (k !== GRACEFUL && k !== CLOSE_OPT) r.issue(`${p}.static_layer["${k}"]`, 'unsupported by the kvgate harness');
+      else if (typeof v !== 'boolean') r.issue(`${p}.static_layer["${k}"]`, 'must be true or false');
+      else values[k] = v;
+    }
+  });
+  const closeOpt = (values[CLOSE_OPT] as boolean | undefined) ?? DEFAULT_RUNTIME.extProcStreamCloseOptimization;
+  if (!closeOpt) r.issue('layered_runtime', `${CLOSE_OPT}: false (the Envoy 1.36 stream lifetime) is unsupported by the kvgate harness`);
+  return {
+    extProcGracefulGrpcClose: (values[GRACEFUL] as boolean | undefined) ?? DEFAULT_RUNTIME.extProcGracefulGrpcClose,
+    extProcStreamCloseOptimization: closeOpt,
+  };
+}
