@@ -32,6 +32,11 @@ export const COMMANDS: readonly Command[] = [
     load: async () => (await import('./explain-command.js')).explainCommand,
   },
   {
+    name: 'envoy',
+    summary: 'generate Envoy configs from the route table: kvgate envoy render bootstrap|istio-ext-proc|... --policy FILE',
+    load: async () => (await import('./envoy-command.js')).envoyCommand,
+  },
+  {
     name: 'verify',
     summary: 'compare token ids through the P/D path against a non-disaggregated baseline: kvgate verify --via URL --baseline URL --prompts FILE',
     load: async () => (await import('./verify-command.js')).verifyCommand,

@@ -15,33 +15,40 @@ import type { EnvoyIssue } from './validate-envoy-yaml.js';
 
 const root = loadEnvoyRoot();
 const ENVOY_DIR = fileURLToPath(new URL('../../envoy/', import.meta.url));
+const REPO_DIR = fileURLToPath(new URL('../../', import.meta.url));
+/** Envoy configs shipped outside envoy/ (every copy is checked, not only the folder). */
+const OTHER_COPIES = ['deploy/kubernetes/config/envoy.yaml'];
 const REFERENCE_DIR = fileURLToPath(new URL('./fixtures/reference/', import.meta.url));
 
 function show(issues: readonly EnvoyIssue[]): string[] {
   return issues.map((i) => `line ${String(i.line ?? '?')}: ${i.path || '(root)'}: ${i.message}`);
 }
 
-const shipped = findYamlFiles(ENVOY_DIR).map((file) => ({ file, result: validateEnvoyYamlFile(root, readFileSync(path.join(ENVOY_DIR, file), 'utf8')) }));
+const shipped = [
+  ...findYamlFiles(ENVOY_DIR).map((f) => path.join('envoy', f)),
+  ...OTHER_COPIES,
+].map((file) => ({ file, result: validateEnvoyYamlFile(root, readFileSync(path.join(REPO_DIR, file), 'utf8')) }));
 
-describe('shipped Envoy YAML (envoy/)', () => {
-  it('includes the bootstrap envoy/envoy.yaml', () => {
-    expect(shipped.map((s) => s.file)).toContain('envoy.yaml');
+describe('shipped Envoy YAML (envoy/ and every other copy)', () => {
+  it('includes the bootstrap envoy/envoy.yaml and the Kubernetes copy', () => {
+    expect(shipped.map((s) => s.file)).toContain(path.join('envoy', 'envoy.yaml'));
+    expect(shipped.map((s) => s.file)).toContain(OTHER_COPIES[0]);
   });
 
   for (const { file, result } of shipped) {
-    it(`envoy/${file} parses as YAML`, () => {
+    it(`${file} parses as YAML`, () => {
       expect(result.syntaxErrors).toEqual([]);
       expect(result.targets.length).toBeGreaterThan(0);
     });
     for (const { target, report } of result.targets) {
       if (target.kind === 'skip') {
-        it(`envoy/${file} ${target.label}: not checked, ${target.reason}`, () => {
+        it(`${file} ${target.label}: not checked, ${target.reason}`, () => {
           expect(report).toEqual({ errors: [], warnings: [] });
         });
         continue;
       }
       const what = target.kind === 'message' ? target.typeName : 'unusable';
-      it(`envoy/${file} ${target.label}: valid ${what}`, () => {
+      it(`${file} ${target.label}: valid ${what}`, () => {
         expect(show(report.errors)).toEqual([]);
       });
     }

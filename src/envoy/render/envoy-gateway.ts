@@ -1,0 +1,132 @@
+/**
+ * The Envoy Gateway alternative (envoy/istio/envoy-gateway.yaml). Field names follow Envoy Gateway's v1alpha1 API
+ * (envoyproxy/gateway api/v1alpha1/ext_proc_types.go at c78106a: ExtProc with the inline BackendCluster
+ * `backendRefs`/`backendSettings`, `messageTimeout`, `failOpen`, `processingMode`, `metadata.writableNamespaces`;
+ * ClusterSettings.circuitBreaker: maxConnections, maxPendingRequests, maxParallelRequests, maxRequestsPerConnection).
+ * No Envoy Gateway ran against it; the header says so.
+ */
+import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
+import { gateBreakers, poolBreakers, type RenderInput } from './input.js';
+import { poolServiceOf } from './istio.js';
+import { type RenderSettings, renderFlags } from './settings.js';
+import { header, scalar } from './text.js';
+
+export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): string {
+  const gate = gateBreakers(input);
+  const decode = input.clusters.filter((c) => c.role === 'decode');
+  const lines = [
+    ...header(renderFlags('envoy-gateway', s), [
+      'ALTERNATIVE, not Istio: kvgate behind Envoy Gateway (gateway.envoyproxy.io, Kubernetes Gateway API).',
+      'NOT VALIDATED: these kinds have no Envoy proto, so the static check in test/envoy-static skips them, and no',
+      "Envoy Gateway ran against this file. Field names follow Envoy Gateway's v1alpha1 API; check them against the",
+      'release you run (backendSettings needs v1.2 or newer).',
+      '',
+      'What it keeps from envoy/envoy.yaml: BUFFERED request bodies, response headers to the gate, fail closed, a 2 s',
+      'message timeout, circuit breakers sized for the pools and the gate, the gate connection cap, and routing by',
+      'the stamped pool (HTTPRoute header matches, like the Istio VirtualService).',
+      'What Envoy Gateway does not let you say, and what that means:',
+      "  - no max_message_timeout: the gate's override_message_timeout is ignored, so a request the fallback queue holds",
+      "    longer than messageTimeout gets Envoy's 504. Use no `queue` step, or one with deadlineMs well under 2 s.",
+      '  - no grpc initial_metadata: every stream looks like the public listener, so there is no internal hop through',
+      '    Envoy Gateway. Decode sidecars must use `prefill: { via: direct }`, which calls only the prefill endpoint the',
+      '    signed contract names (the prefill sidecar still checks the contract, the decode sidecar the attestation;',
+      "    what is lost is the gate's own check of the hop and its re-pick of a prefill endpoint on retry).",
+      '  - no ORIGINAL_DST: as with Istio, the gate picks the pool and Envoy Gateway balances within it.',
+      '  - no runtime flags: ext_proc_graceful_grpc_close stays off, so the connection cap is what bounds resets.',
+      ...(s.gateTls
+        ? [
+            "  - the gate's mTLS port: add a BackendTLSPolicy for the gate Service and the client certificate in",
+            '    your EnvoyProxy resource (backendTLS.clientCertificateRef); not rendered here.',
+          ]
+        : []),
+    ]),
+    'apiVersion: gateway.networking.k8s.io/v1',
+    'kind: Gateway',
+    'metadata:',
+    '  name: kvgate',
+    `  namespace: ${s.namespace}`,
+    'spec:',
+    '  gatewayClassName: eg',
+    '  listeners:',
+    '  - { name: http, protocol: HTTP, port: 80 }',
+    '---',
+    'apiVersion: gateway.envoyproxy.io/v1alpha1',
+    'kind: EnvoyExtensionPolicy',
+    'metadata:',
+    '  name: kvgate',
+    `  namespace: ${s.namespace}`,
+    'spec:',
+    '  targetRefs:',
+    '  - { group: gateway.networking.k8s.io, kind: Gateway, name: kvgate }',
+    '  extProc:',
+    '  - backendRefs:',
+    `    - { name: ${s.gateService}, port: ${String(s.gatePort)} }      # Service ${s.gateService} (appProtocol grpc)`,
+    '    backendSettings:',
+    '      circuitBreaker:',
+    `        maxPendingRequests: ${String(gate.maxPendingRequests)}`,
+    `        maxParallelRequests: ${String(gate.maxRequests)}`,
+    `        maxRequestsPerConnection: ${String(GATE_MAX_REQUESTS_PER_CONNECTION)}`,
+    '    messageTimeout: 2s',
+    '    failOpen: false',
+    '    processingMode:',
+    '      request: { body: Buffered }            # request headers and the whole body',
+    '      response: {}                           # response headers (so x-kvgate-group/-revision/-binding reach clients), no body',
+    ...(s.gie ? ['    metadata:', "      writableNamespaces: [envoy.lb]         # GIE: keep the gate's envoy.lb endpoint metadata"] : []),
+    '---',
+    'apiVersion: gateway.envoyproxy.io/v1alpha1',
+    'kind: ClientTrafficPolicy',
+    'metadata:',
+    '  name: kvgate',
+    `  namespace: ${s.namespace}`,
+    'spec:',
+    '  targetRefs:',
+    '  - { group: gateway.networking.k8s.io, kind: Gateway, name: kvgate }',
+    '  connection:',
+    `    bufferLimit: ${String(input.maxBodyBytes)}                   # = the route table's limits.maxBodyBytes (default buffer: 32 KiB)`,
+    '---',
+    '# Circuit breakers for the pools: the gate admits endpoints x maxInFlightPerEndpoint; twice that before Envoy refuses.',
+    'apiVersion: gateway.envoyproxy.io/v1alpha1',
+    'kind: BackendTrafficPolicy',
+    'metadata:',
+    '  name: kvgate',
+    `  namespace: ${s.namespace}`,
+    'spec:',
+    '  targetRefs:',
+    '  - { group: gateway.networking.k8s.io, kind: HTTPRoute, name: kvgate }',
+    '  circuitBreaker:',
+    ...breakersFor(input),
+    '---',
+    '# One rule per decode pool, by the header the gate stamps; the last rule catches requests before ext_proc has run',
+    '# (the policy applies to every route of the Gateway, so the first match must exist) and anything the gate did not',
+    '# stamp: it points at no backend, which Envoy Gateway answers with a 500 - fail closed.',
+    'apiVersion: gateway.networking.k8s.io/v1',
+    'kind: HTTPRoute',
+    'metadata:',
+    '  name: kvgate',
+    `  namespace: ${s.namespace}`,
+    'spec:',
+    '  parentRefs: [{ name: kvgate }]',
+    '  rules:',
+    ...decode.flatMap((c) => [
+      '  - matches:',
+      '    - path: { type: PathPrefix, value: /v1/ }',
+      `      headers: [{ name: x-kvgate-decode-cluster, value: ${scalar(c.name)} }]`,
+      `    backendRefs: [{ name: ${poolServiceOf(c, s)}, port: ${String(s.poolPort)} }]`,
+    ]),
+    '  - matches:',
+    '    - path: { type: PathPrefix, value: /v1/ }',
+    `    backendRefs: [{ name: kvgate-no-such-pool, port: ${String(s.poolPort)} }]`,
+  ];
+  return `${lines.join('\n')}\n`;
+}
+
+/** One policy covers the HTTPRoute, so its breakers are sized for the largest decode cluster it routes to. */
+function breakersFor(input: RenderInput): string[] {
+  const largest = Math.max(0, ...input.clusters.filter((c) => c.role === 'decode').map((c) => c.capacity));
+  const b = poolBreakers(largest);
+  return [
+    `    maxConnections: ${String(b.maxConnections)}`,
+    `    maxPendingRequests: ${String(b.maxPendingRequests)}`,
+    `    maxParallelRequests: ${String(b.maxRequests)}`,
+  ];
+}

@@ -1,0 +1,103 @@
+/**
+ * Who may talk to whom on Istio (docs/security.md, "Trust boundaries"): STRICT mesh mTLS, AuthorizationPolicies for
+ * the gate and the workers, and a NetworkPolicy for the internal gateway. Nothing here depends on the route table;
+ * it is rendered so that every file in envoy/istio/ comes from one command and one namespace.
+ */
+import type { RenderInput } from './input.js';
+import { type RenderSettings, renderFlags } from './settings.js';
+import { header } from './text.js';
+
+export function renderIstioSecurity(_input: RenderInput, s: RenderSettings): string {
+  const ns = s.namespace;
+  const head = header(renderFlags('istio-security', s), [
+    `kvgate on Istio: who may talk to whom (docs/security.md, "Trust boundaries"). EXAMPLE: adjust the namespaces and`,
+    `service accounts to yours. Service accounts: the gateways' are their helm release names (kvgate-public,`,
+    `kvgate-internal); the gate's and the workers' are in deploy/kubernetes/ (kvgate-gate, kvgate-prefill, kvgate-decode).`,
+    '',
+    `These kinds have no Envoy proto; the static check lists them as not checked.`,
+    '',
+    `mTLS between every workload of the namespace (gateways -> gate, gateways -> workers, gate -> sidecar status).`,
+    `vLLM's NIXL side channel (5600) is excluded from the proxies by the worker pods' annotations and stays outside.`,
+  ]);
+  return `${head.join('\n')}\napiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: default
+  namespace: ${ns}
+spec:
+  mtls: { mode: STRICT }
+---
+# The gate's admin port (/metrics, /status) also in plaintext, for a Prometheus outside the mesh (scope it with
+# deploy/kubernetes/network-policies.yaml). Port-level settings need a workload selector.
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: kvgate-gate-admin
+  namespace: ${ns}
+spec:
+  selector:
+    matchLabels: { app.kubernetes.io/name: kvgate-gate }
+  mtls: { mode: STRICT }
+  portLevelMtls:
+    9003: { mode: PERMISSIVE }
+---
+# The gate: ext_proc only from the two kvgate gateways. Anyone else who could open a stream with
+# \`x-kvgate-listener: internal\` would be asking the gate to check hops; keep that to the internal gateway.
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: kvgate-gate
+  namespace: ${ns}
+spec:
+  selector:
+    matchLabels: { app.kubernetes.io/name: kvgate-gate }
+  action: ALLOW
+  rules:
+  - from:
+    - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-public, cluster.local/ns/${ns}/sa/kvgate-internal] }
+    to:
+    - operation: { ports: ["9002"] }
+  - to:
+    - operation: { ports: ["9003"], methods: [GET] }
+---
+# The workers' sidecars: requests from the gateways, status polls from the gate. Nothing else reaches a worker,
+# and vLLM itself listens on loopback only.
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: kvgate-workers
+  namespace: ${ns}
+spec:
+  selector:
+    matchLabels: { app.kubernetes.io/name: vllm }
+  action: ALLOW
+  rules:
+  - from:
+    - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-public, cluster.local/ns/${ns}/sa/kvgate-internal] }
+    to:
+    - operation: { ports: ["9090"], methods: [POST], paths: [/v1/completions, /v1/chat/completions] }
+  - from:
+    - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-gate] }
+    to:
+    - operation: { ports: ["9090"], methods: [GET], paths: [/kvgate/v1/status] }
+  # Metrics for a Prometheus inside the mesh (under STRICT mTLS only mesh workloads can connect at all).
+  - to:
+    - operation: { ports: ["9090"], methods: [GET], paths: [/metrics] }
+---
+# The internal gateway's own listener is plain HTTP inside the cluster (the Gateway server above terminates no
+# Istio mTLS), so an AuthorizationPolicy there would see no caller identity. The network decides instead: only
+# decode worker pods reach it.
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: kvgate-internal-gateway
+  namespace: ${ns}
+spec:
+  podSelector:
+    matchLabels: { istio: kvgate-internal }
+  policyTypes: [Ingress]
+  ingress:
+  - from:
+    - podSelector: { matchLabels: { app.kubernetes.io/name: vllm, kvgate.io/role: decode } }
+  - ports: [{ port: 15021 }]     # the gateway's own readiness port, for the kubelet\n`;
+}
