@@ -4,7 +4,8 @@
  */
 import { KvgateError } from '../errors.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
-import { decide, type DecideContext } from './decide.js';
+import { decide } from './decide.js';
+import type { DecideContext } from './types.js';
 import { refusalFromError } from './refusal.js';
 import { parseOpenAiBody, tenantOf } from './request-facts.js';
 import type { CoreDecision, OpenAiRequest, RequestFacts } from './types.js';

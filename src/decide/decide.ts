@@ -22,20 +22,8 @@ import { refuse } from './refusal.js';
 import { sessionOf, tenantOf, tenantScopeOf, userOf } from './request-facts.js';
 import { chooseRevision, keepQueuedRevision, servingRevisions, type NoRevision, type RevisionChoice } from './revision.js';
 import { pickTargets } from './targets.js';
-import type { BoundGroup, CoreDecision, FallbackRecord, OpenAiRequest, QueuedRequest, QueueView, Refusal, RequestFacts, RouteDecision, Target } from './types.js';
+import type { BoundGroup, CoreDecision, DecideContext, FallbackRecord, OpenAiRequest, QueuedRequest, Refusal, RequestFacts, RouteDecision, Target } from './types.js';
 import type { WorkerView } from './worker-view.js';
-
-export interface DecideContext {
-  /** Milliseconds since the epoch (floored); contracts and bindings are issued at this time. */
-  readonly nowMs: number;
-  readonly keys: KeyRing;
-  /** The caller's queues. Without it `queue` steps pass, so `decide` never answers `wait`. */
-  readonly queue?: QueueView;
-  /** The longest the caller can hold a request, in ms (see `waitCapMs`). */
-  readonly maxWaitMs?: number;
-  /** A queued request decided again: it stays in its group (or is refused), whatever the cohort says now. */
-  readonly bound?: QueuedRequest;
-}
 
 /**
  * Decide one request: a hop check for a sidecar's prefill leg, else a route bound to one group, else a refusal

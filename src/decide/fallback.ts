@@ -15,53 +15,15 @@
  *
  * Whatever a step does, it stays inside the bound group, binds a whole new group before prefill, or refuses.
  */
-import type { CompiledRevision, CompiledRouteTable } from '../policy/compile.js';
 import type { FallbackStep } from '../policy/schema.js';
-import type { Candidate } from './pick.js';
+import type { FallbackInput, FallbackOutcome, StepInput } from './fallback-step.js';
 import { estimatePromptTokens } from './prompt-tokens.js';
 import { queueStep } from './queue-step.js';
 import { DEFAULT_RETRY_AFTER_SECONDS } from './retry-after.js';
 import { routeViaStep } from './route-via.js';
-import type { Shortage } from './targets.js';
-import type { BoundGroup, FallbackRecord, OpenAiRequest, QueuedRequest, QueueOrder, QueueView, RequestFacts } from './types.js';
-import type { WorkerView } from './worker-view.js';
+import type { FallbackRecord } from './types.js';
 
 export { DEFAULT_RETRY_AFTER_SECONDS, finalRetryAfter } from './retry-after.js';
-
-export interface FallbackInput {
-  readonly table: CompiledRouteTable;
-  readonly view: WorkerView;
-  readonly facts: RequestFacts;
-  readonly body: OpenAiRequest;
-  readonly nowMs: number;
-  /** The caller's queues; without it the caller cannot hold requests and `queue` steps pass. */
-  readonly queue?: QueueView;
-  /** The longest the caller can hold a request (Envoy's max_message_timeout less a margin). */
-  readonly maxWaitMs?: number;
-  /** Set when a queued request is decided again. */
-  readonly bound?: QueuedRequest;
-  readonly revision: CompiledRevision;
-  readonly group: BoundGroup;
-  readonly pinned: boolean;
-  readonly shortage: Shortage;
-}
-
-export type FallbackOutcome =
-  | { readonly kind: 'wait'; readonly step: number; readonly order: QueueOrder; readonly maxDepth: number; readonly enqueuedAtMs: number; readonly deadlineAtMs: number }
-  | { readonly kind: 'routeVia'; readonly revision: CompiledRevision; readonly group: BoundGroup; readonly decode: Candidate; readonly prefill: Candidate | null }
-  | { readonly kind: 'recompute'; readonly decode: Candidate }
-  | {
-      readonly kind: 'refuse';
-      readonly code: 'no_compatible_capacity' | 'queue_full' | 'queue_deadline_exceeded';
-      readonly message: string;
-      readonly retryAfterSeconds?: number;
-    };
-
-/** What each step function reads and appends to. */
-export interface StepInput extends FallbackInput {
-  readonly trace: string[];
-  readonly records: FallbackRecord[];
-}
 
 export interface FallbackResult {
   readonly outcome: FallbackOutcome;

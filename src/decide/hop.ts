@@ -8,7 +8,7 @@ import { groupIdOf } from '../compat/fingerprint.js';
 import type { CompiledPool, CompiledRouteTable } from '../policy/compile.js';
 import { tenantAllowed } from '../policy/schema.js';
 import { finalRetryAfter } from './fallback.js';
-import type { DecideContext } from './decide.js';
+import type { DecideContext } from './types.js';
 import { eligibleEndpoints, pickLeastLoaded } from './pick.js';
 import { refuse } from './refusal.js';
 import type { BoundGroup, Decision, HopFacts, RequestFacts } from './types.js';

@@ -9,7 +9,7 @@
  * because Envoy answers 504 itself once its extended message timer runs out).
  */
 import type { FallbackStep } from '../policy/schema.js';
-import type { FallbackOutcome, StepInput } from './fallback.js';
+import type { FallbackOutcome, StepInput } from './fallback-step.js';
 import { finalRetryAfter } from './retry-after.js';
 
 /** The client header that tightens a request's queue deadline (relative milliseconds). */

@@ -8,7 +8,7 @@
 import { groupIdOf } from '../compat/fingerprint.js';
 import type { CompiledRevision } from '../policy/compile.js';
 import type { FallbackStep } from '../policy/schema.js';
-import type { FallbackOutcome, StepInput } from './fallback.js';
+import type { FallbackOutcome, StepInput } from './fallback-step.js';
 import { revisionServesTenant, unverifiedReason } from './revision.js';
 import { pickTargets } from './targets.js';
 import type { BoundGroup } from './types.js';

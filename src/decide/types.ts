@@ -2,6 +2,7 @@
  * The decision core's vocabulary: what it is told about a request, and what it answers.
  * Pure data: nothing here knows Envoy, gRPC or HTTP. `src/envoy/` translates both ways.
  */
+import type { KeyRing } from '../contract/keys.js';
 import type { ErrorCode } from '../errors.js';
 
 /** An OpenAI `/v1/completions` or `/v1/chat/completions` body, as far as routing needs it. */
@@ -186,4 +187,17 @@ export interface QueuedRequest {
   readonly pinned: boolean;
   readonly enqueuedAtMs: number;
   readonly deadlineAtMs: number;
+}
+
+/** What the caller lends one decision: the time, the keys, and its queue when it can hold requests. */
+export interface DecideContext {
+  /** Milliseconds since the epoch (floored); contracts and bindings are issued at this time. */
+  readonly nowMs: number;
+  readonly keys: KeyRing;
+  /** The caller's queues. Without it `queue` steps pass, so `decide` never answers `wait`. */
+  readonly queue?: QueueView;
+  /** The longest the caller can hold a request, in ms (see `waitCapMs`). */
+  readonly maxWaitMs?: number;
+  /** A queued request decided again: it stays in its group (or is refused), whatever the cohort says now. */
+  readonly bound?: QueuedRequest;
 }

@@ -5,10 +5,12 @@
  */
 import { canonicalJson } from '../compat/canonical-json.js';
 import type { CompiledRouteTable } from './compile.js';
-import type { DiffArea } from './diff.js';
 import type { FallbackStep, RevisionVerification } from './schema.js';
 
 /** Tenancy, session, fallback chain and settings changes, each under its area. */
+/** The part of a route table a change belongs to (the sections of `kvgate policy diff`). */
+export type DiffArea = 'revisions' | 'models' | 'pools' | 'tenancy' | 'fallback' | 'settings';
+
 export function diffSettings(before: CompiledRouteTable, after: CompiledRouteTable, add: (area: DiffArea) => (text: string) => void): void {
   const tenancy = add('tenancy');
   const [a, b] = [before.tenancy, after.tenancy];

@@ -6,10 +6,9 @@
 import { canonicalJson } from '../compat/canonical-json.js';
 import { describeFingerprintDiff } from '../compat/fingerprint.js';
 import type { CompiledModel, CompiledPool, CompiledRevision, CompiledRouteTable } from './compile.js';
-import { diffSettings, describeVerification, leafChanges } from './diff-settings.js';
+import { diffSettings, describeVerification, leafChanges, type DiffArea } from './diff-settings.js';
 import { rolloutStatus } from './rollout-status.js';
 
-export type DiffArea = 'revisions' | 'models' | 'pools' | 'tenancy' | 'fallback' | 'settings';
 
 export interface DiffLine {
   readonly area: DiffArea;
