@@ -3,7 +3,8 @@ import { createKeyRing } from './keys.js';
 import { mintContract, verifyContract, type TransferContract } from './contract.js';
 import { AttestationSchema, mintAttestation, promptTokenDigestOf, verifyAttestation, type AttestationExpectations } from './attestation.js';
 import { signToken } from './token.js';
-import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from './testing.js';
+import { exampleAttestationFields, exampleContractFields } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 
 const ring = createKeyRing({ keys: [{ id: 'p1', secret: Buffer.alloc(32, 4) }], currentId: 'p1', saltSecret: Buffer.alloc(32, 5) });
 const other = createKeyRing({ keys: [{ id: 'p1', secret: Buffer.alloc(32, 6) }], currentId: 'p1', saltSecret: Buffer.alloc(32, 5) });

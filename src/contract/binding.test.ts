@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { createKeyRing } from './keys.js';
 import { mintBinding, verifyBinding, type Binding } from './binding.js';
 import { mintContract } from './contract.js';
-import { exampleContractFields, TEST_NOW_MS } from './testing.js';
+import { exampleContractFields } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 
 const ring = createKeyRing({ keys: [{ id: 'b1', secret: Buffer.alloc(32, 7) }], currentId: 'b1', saltSecret: Buffer.alloc(32, 8) });
 const fields: Omit<Binding, 'kind'> = {

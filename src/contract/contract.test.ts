@@ -5,7 +5,8 @@ import { mintContract, verifyContract, type ContractFailure } from './contract.j
 import { mintAttestation } from './attestation.js';
 import { mintBinding } from './binding.js';
 import { CLOCK_SKEW_MS, signToken } from './token.js';
-import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from './testing.js';
+import { exampleAttestationFields, exampleContractFields } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 
 const s1 = Buffer.alloc(32, 1);
 const s2 = Buffer.alloc(32, 2);

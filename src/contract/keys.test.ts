@@ -5,7 +5,8 @@ import { inspect } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDevKeyRing, createKeyRing, isInsecureKeyRing, loadKeyRing, parseKeyRing, type KeyRing } from './keys.js';
 import { mintContract, verifyContract } from './contract.js';
-import { exampleContractFields, TEST_NOW_MS } from './testing.js';
+import { exampleContractFields } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 
 const secretA = Buffer.alloc(32, 0xa1);
 const secretB = Buffer.alloc(48, 0xb2);

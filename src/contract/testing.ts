@@ -7,9 +7,9 @@ import { deriveCacheSalt } from './cache-salt.js';
 import { mintContract, type TransferContract } from './contract.js';
 import type { KeyRing } from './keys.js';
 import type { Attestation } from './attestation.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 
 /** A fixed "now" for token tests (2026-01-01T00:00:00Z). */
-export const TEST_NOW_MS = Date.UTC(2026, 0, 1);
 
 /** Contract fields valid from `nowMs` for 60 s. A fresh object each call. */
 export function exampleContractFields(nowMs = TEST_NOW_MS): Omit<TransferContract, 'kind'> {

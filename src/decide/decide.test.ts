@@ -7,7 +7,8 @@ import type { CompiledRouteTable } from '../policy/compile.js';
 import { clone, compiledFixture, fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from '../policy/testing.js';
 import { decide } from './decide.js';
 import { decideRequest } from './decide-request.js';
-import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys, type TestFactsInput } from './testing.js';
+import { createTestWorkerView, testFacts, testKeys, type TestFactsInput } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 import type { CoreDecision, Refusal, RouteDecision } from './types.js';
 import type { WorkerView } from './worker-view.js';
 

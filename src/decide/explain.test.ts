@@ -4,7 +4,8 @@ import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.
 import { clientRefusal, explainRequest, type ExplainInput } from './explain.js';
 import { formatExplanation } from './explain-format.js';
 import { createExplainQueueView, createExplainWorkerView, parseWorkerFlag } from './explain-view.js';
-import { TEST_NOW_MS, testKeys } from './testing.js';
+import { testKeys } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 import type { Refusal } from './types.js';
 
 const table = tableFromValue(twoRevisionTableValue());

@@ -4,7 +4,8 @@ import type { CompiledRouteTable } from '../policy/compile.js';
 import { clone, tableFromValue, testDescriptorInput, twoRevisionTableValue } from '../policy/testing.js';
 import { decide } from './decide.js';
 import type { DecideContext } from './types.js';
-import { createTestQueueView, createTestWorkerView, TEST_NOW_MS, testFacts, testKeys, type TestFactsInput } from './testing.js';
+import { createTestQueueView, createTestWorkerView, testFacts, testKeys, type TestFactsInput } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 import type { CoreDecision, QueuedRequest, Refusal, RouteDecision, WaitDecision } from './types.js';
 import type { WorkerView } from './worker-view.js';
 

@@ -4,7 +4,8 @@ import { createDevKeyRing } from '../contract/keys.js';
 import { tableFromValue, twoRevisionTableValue, clone } from '../policy/testing.js';
 import { decide } from './decide.js';
 import { decideRequest } from './decide-request.js';
-import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys } from './testing.js';
+import { createTestWorkerView, testFacts, testKeys } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 import type { CoreDecision, HopFacts, RouteDecision } from './types.js';
 
 const keys = testKeys();

@@ -4,7 +4,8 @@ import type { CompiledRouteTable } from '../policy/compile.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { decide } from './decide.js';
 import { chooseRevision } from './revision.js';
-import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys, type TestFactsInput } from './testing.js';
+import { createTestWorkerView, testFacts, testKeys, type TestFactsInput } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 import type { CoreDecision, RouteDecision } from './types.js';
 
 const keys = testKeys();

@@ -8,9 +8,9 @@ import type { CompiledRouteTable } from '../policy/compile.js';
 import { parseOpenAiBody } from './request-facts.js';
 import type { HopFacts, QueueView, RequestFacts } from './types.js';
 import type { EndpointState, WorkerView } from './worker-view.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 
 /** A fixed instant for tests (2023-11-14T22:13:20Z). */
-export const TEST_NOW_MS = 1_700_000_000_000;
 
 /** The dev key ring tests share; INSECURE by design. */
 export function testKeys(seed = 'kvgate-test'): KeyRing {

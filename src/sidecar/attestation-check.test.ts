@@ -5,7 +5,8 @@ import { mintAttestation, promptTokenDigestOf, transferParamsDigestOf } from '..
 import type { TransferContract } from '../contract/contract.js';
 import { createDevKeyRing } from '../contract/keys.js';
 import { signToken } from '../contract/token.js';
-import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from '../contract/testing.js';
+import { exampleAttestationFields, exampleContractFields } from '../contract/testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 import { checkAttestedTransfer, type AttestationCheckInput } from './attestation-check.js';
 
 const keys = createDevKeyRing('sidecar-test');

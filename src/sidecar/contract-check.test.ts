@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { groupIdOf } from '../compat/fingerprint.js';
 import { mintContract } from '../contract/contract.js';
 import { createDevKeyRing } from '../contract/keys.js';
-import { exampleContractFields, TEST_NOW_MS } from '../contract/testing.js';
+import { exampleContractFields } from '../contract/testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 import { checkContract, type ContractCheckInput } from './contract-check.js';
 
 const keys = createDevKeyRing('sidecar-test');
