@@ -57,9 +57,14 @@ export const GateConfigSchema = z
       .strict()
       .default({ announceMs: 2000, graceMs: 30_000 }),
     log: z
-      .object({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') })
+      .object({
+        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        /** One info line per routed request and prefill hop (`"log":"decisions"`): request id, tenant, group,
+         * revision, endpoints, fallback steps, decision time. Off by default: a busy gate writes one per request. */
+        decisions: z.boolean().default(false),
+      })
       .strict()
-      .default({ level: 'info' }),
+      .default({ level: 'info', decisions: false }),
   })
   .strict();
 

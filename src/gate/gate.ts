@@ -11,6 +11,7 @@ import type { CompiledRouteTable } from '../policy/compile.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { startAdminServer, type AdminServer } from './admin-http.js';
 import type { GateConfig } from './config.js';
+import { DECISION_LOG_TAG } from './decision-log.js';
 import { createGateMetrics } from './metrics.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
 import { createAdmission, type RoutingState } from './admission.js';
@@ -87,6 +88,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     metrics: createGateMetrics(registry),
     listen: config.listen,
     gieHeaders: config.envoy.gieHeaders,
+    decisionLog: config.log.decisions ? log.child({ log: DECISION_LOG_TAG }) : undefined,
     drainAnnounceMs: config.drain.announceMs,
     drainGraceMs: config.drain.graceMs,
     now,

@@ -12,6 +12,8 @@ export interface GateMetrics {
   readonly messages: Counter<'type'>;
   readonly forgedHeaders: Counter;
   readonly streamErrors: Counter<'reason'>;
+  /** What came back for routed requests (routed-outcome.ts): served, refused behind the route, failed. */
+  readonly routedResponses: Counter<'revision' | 'outcome' | 'code'>;
 }
 
 export function createGateMetrics(registry: Registry): GateMetrics {
@@ -56,6 +58,12 @@ export function createGateMetrics(registry: Registry): GateMetrics {
       name: 'kvgate_ext_proc_stream_errors_total',
       help: 'ext_proc streams that ended abnormally, by reason.',
       labelNames: ['reason'] as const,
+      registers,
+    }),
+    routedResponses: new Counter({
+      name: 'kvgate_routed_responses_total',
+      help: 'Responses to routed requests, by bound revision and outcome: served (status < 400), refused (a sidecar refused; code = its x-kvgate-reject-reason), failed (code = http_4xx / http_5xx).',
+      labelNames: ['revision', 'outcome', 'code'] as const,
       registers,
     }),
   };

@@ -25,6 +25,8 @@ export interface GateServerOptions {
   /** `host:port`; port 0 picks a free port. */
   readonly listen: string;
   readonly gieHeaders?: boolean;
+  /** One info line per route and hop decision here (the gate config's `log.decisions`); undefined writes none. */
+  readonly decisionLog?: Logger | undefined;
   /** How long streams in flight may take to finish once draining starts. */
   readonly drainGraceMs?: number;
   /** How long to keep answering (as NOT_SERVING) before refusing new streams, so health checkers notice. */
@@ -59,6 +61,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     newRequestId: randomUUID,
     now: opts.now ?? Date.now,
     gieHeaders: opts.gieHeaders ?? false,
+    decisionLog: opts.decisionLog,
   };
 
   server.addService(extProcService(), {

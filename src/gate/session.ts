@@ -19,7 +19,9 @@ import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { type Listener, toRequestFacts } from '../envoy/inbound.js';
 import type { Admission, Admitted, WaitHooks } from './admission.js';
+import { decisionLine } from './decision-log.js';
 import type { GateMetrics } from './metrics.js';
+import { routedOutcome } from './routed-outcome.js';
 
 export interface SessionDeps {
   readonly admission: Admission;
@@ -28,6 +30,8 @@ export interface SessionDeps {
   readonly newRequestId: () => string;
   readonly now: () => number;
   readonly gieHeaders: boolean;
+  /** Where decision lines go (`log.decisions: true`), one per route and hop; undefined writes none. */
+  readonly decisionLog?: Logger | undefined;
 }
 
 /** Body modes under which the gate can route: the headers are held until the body response. */
@@ -54,6 +58,8 @@ export class ExtProcSession {
   #chunks: Uint8Array[] = [];
   /** What the response-headers answer stamps, kept instead of the whole decision once the request is bound. */
   #responseMutation: WireCommonResponse | undefined;
+  /** The revision and tenant a routed request was bound to, for counting what came back (routed-outcome.ts). */
+  #routed: { readonly revision: string; readonly tenant: string | null } | undefined;
   #release: (() => void) | undefined;
   #finished = false;
   /** A decision (or refusal) was answered: later body chunks and trailers have nothing left to decide. */
@@ -110,6 +116,8 @@ export class ExtProcSession {
         }
         return { request_trailers: {} };
       case 'response_headers': {
+        // Recorded while answering: from Envoy 1.37 the stream may close right after this message (routed-outcome.ts).
+        if (this.#routed !== undefined) this.#recordOutcome(readHeaderMap(msg.response_headers?.headers));
         return { response_headers: { response: this.#responseMutation ?? {} } };
       }
       case 'response_body':
@@ -189,6 +197,7 @@ export class ExtProcSession {
         if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
         // Keep only what the response phase needs, not the decision's trace, body and contract.
         this.#responseMutation = responseHeadersMutation(d);
+        this.#routed = { revision: d.group.revision, tenant: d.group.tenant };
         return out;
       }
     }
@@ -236,8 +245,24 @@ export class ExtProcSession {
         { audit: 'refusal', code: d.code, tenant: d.tenant ?? null, reason: d.message, listener: this.#listener },
         `refused: ${d.code}`,
       );
-    } else {
-      if (this.#deps.logger.isLevelEnabled('debug')) this.#log().debug({ outcome: d.kind, group: d.group.id, revision: d.group.revision }, 'bound');
+    } else if (this.#deps.decisionLog !== undefined) {
+      this.#deps.decisionLog.info(decisionLine(d, seconds), `${d.kind} ${d.group.revision}`);
+    } else if (this.#deps.logger.isLevelEnabled('debug')) {
+      this.#log().debug({ outcome: d.kind, group: d.group.id, revision: d.group.revision }, 'bound');
+    }
+  }
+
+  /** A routed request's response came back: count it per revision; a refusal behind the route gets its audit line. */
+  #recordOutcome(response: ReceivedHeaders): void {
+    const routed = this.#routed!;
+    this.#routed = undefined; // one count per request, whatever Envoy sends after
+    const o = routedOutcome(response.headers[':status'], response.gateOwned[H.rejectReason]);
+    this.#deps.metrics.routedResponses.inc({ revision: routed.revision, outcome: o.outcome, code: o.code });
+    if (o.outcome === 'refused') {
+      this.#log().warn(
+        { audit: 'upstream_refusal', code: o.code, status: response.headers[':status'] ?? null, revision: routed.revision, tenant: routed.tenant },
+        `refused behind the route: ${o.code}`,
+      );
     }
   }
 

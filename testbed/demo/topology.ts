@@ -49,6 +49,8 @@ export interface TopologyOptions {
   readonly workerViewIntervalMs?: number;
   /** Export process_* / nodejs_* on the gate and every sidecar, as `kvgate gate` and `kvgate sidecar` do (default off). */
   readonly processMetrics?: boolean;
+  /** The gate config's `log.decisions`: one info line per routed request (default off). */
+  readonly logDecisions?: boolean;
 }
 
 export interface Worker {
@@ -152,6 +154,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         policy: routeTablePath,
         keys: { devSeed: DEMO_KEY_SEED },
         drain: { announceMs: 0, graceMs: 5000 },
+        log: { level: 'info', decisions: opts.logDecisions ?? false },
         workerView: { mode: 'live', intervalMs: opts.workerViewIntervalMs ?? 1000, timeoutMs: 1000, staleAfterMs: 10_000 },
       }),
       path.join(dir, 'gate.yaml'),
