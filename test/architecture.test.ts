@@ -11,12 +11,12 @@ import { PACKAGE_ROOT } from '../src/package-root.js';
 
 const SRC = path.join(PACKAGE_ROOT, 'src');
 const PURE = ['compat', 'policy', 'decide', 'contract', 'envoy'];
-const SHELLS = ['gate', 'sidecar', 'cli', 'verify'];
+const SHELLS = ['gate', 'sidecar', 'cli', 'verify', 'discovery'];
 /** File I/O at the edge of a pure component, each one named: loading a table, a key file, the protos. */
 const EDGE_IO = new Set(['policy/load.ts', 'contract/keys.ts', 'envoy/protos.ts']);
 /** Pure functions from I/O modules, named per file: `isIP` parses a string and opens nothing. */
 const PURE_USES: Readonly<Record<string, readonly string[]>> = { 'policy/schema.ts': ['node:net'] };
-const IO_MODULES = ['@grpc/grpc-js', '@grpc/proto-loader', 'pino', 'prom-client', 'node:http', 'node:net', 'node:fs', 'node:fs/promises'];
+const IO_MODULES = ['@kubernetes/client-node', '@grpc/grpc-js', '@grpc/proto-loader', 'pino', 'prom-client', 'node:http', 'node:net', 'node:fs', 'node:fs/promises'];
 
 function files(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {

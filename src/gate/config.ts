@@ -37,6 +37,18 @@ export const GateConfigSchema = z
       })
       .strict()
       .default({ mode: 'live', intervalMs: 2000, timeoutMs: 1000, staleAfterMs: 10_000 }),
+    /** Pools with `discovery.kubernetes` (src/discovery): how the gate reaches the Kubernetes API. */
+    discovery: z
+      .object({
+        /** A kubeconfig file (relative to this file) for running outside a cluster; default: the in-cluster
+         * service account (token and CA mounted at /var/run/secrets/kubernetes.io/serviceaccount). */
+        kubeconfig: z.string().min(1).optional(),
+        /** How long a broken watch's last known endpoints keep taking traffic (marked stale) before the pool
+         * fails closed. */
+        staleAfterMs: z.number().int().min(1000).default(30_000),
+      })
+      .strict()
+      .default({ staleAfterMs: 30_000 }),
     envoy: z
       .object({
         /** Also write llm-d / GIE headers (x-gateway-destination-endpoint, x-prefiller-host-port) and envoy.lb metadata. */
@@ -88,7 +100,9 @@ export function parseGateConfig(text: string, file: string): Result<GateConfig, 
   const dir = path.dirname(path.resolve(file));
   const resolve = (p: string): string => (path.isAbsolute(p) ? p : path.join(dir, p));
   const keys = parsed.data.keys.file === undefined ? parsed.data.keys : { ...parsed.data.keys, file: resolve(parsed.data.keys.file) };
-  return ok(Object.freeze({ ...parsed.data, keys, policyPath: resolve(parsed.data.policy), file }));
+  const d = parsed.data.discovery;
+  const discovery = d.kubeconfig === undefined ? d : { ...d, kubeconfig: resolve(d.kubeconfig) };
+  return ok(Object.freeze({ ...parsed.data, keys, discovery, policyPath: resolve(parsed.data.policy), file }));
 }
 
 export async function loadGateConfig(file: string): Promise<Result<GateConfig, ConfigIssue[]>> {

@@ -3,11 +3,12 @@
  * and the admin HTTP port. Used by `kvgate gate`, the demo and the end-to-end tests, so they all run the same
  * wiring.
  */
+import { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { isInsecureKeyRing, type KeyRing } from '../contract/keys.js';
 import { createInFlightTracker, createStaticWorkerView, type WorkerView } from '../decide/worker-view.js';
-import type { CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledPool, CompiledRouteTable } from '../policy/compile.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { startAdminServer, type AdminServer } from './admin-http.js';
 import type { GateConfig } from './config.js';
@@ -19,6 +20,7 @@ import { createRolloutMetrics } from './rollout-metrics.js';
 import { rolloutStatus } from '../policy/rollout-status.js';
 import { startGateServer, type GateServer } from './server.js';
 import { createWorkerPoller } from './worker-poller.js';
+import { createDiscovery, type Discovery } from '../discovery/discovery.js';
 
 export interface RunningGate {
   readonly grpcPort: number;
@@ -41,6 +43,21 @@ export interface StartGateDeps {
   /** Replace the worker view built from the table (a test's view); by default the config's mode decides. */
   readonly viewFor?: (table: CompiledRouteTable) => WorkerView;
   readonly defaultMetrics?: boolean;
+  /** The Kubernetes client configuration for selector pools (tests); default from `discovery.kubeconfig` or in-cluster. */
+  readonly kubeConfig?: KubeConfig;
+  /** Pod-watch restart backoff (tests). */
+  readonly discoveryBackoff?: { readonly initialMs: number; readonly maxMs: number };
+}
+
+function hasSelectorPools(t: CompiledRouteTable): boolean {
+  return [...t.pools.values()].some((p) => p.discovery !== null);
+}
+
+function kubeConfigFor(config: GateConfig): KubeConfig {
+  const kc = new KubeConfig();
+  if (config.discovery.kubeconfig !== undefined) kc.loadFromFile(config.discovery.kubeconfig);
+  else kc.loadFromCluster();
+  return kc;
 }
 
 export async function startGate(config: GateConfig, deps: StartGateDeps): Promise<RunningGate> {
@@ -52,12 +69,35 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   if (!created.ok) throw new Error(`the route table cannot be used:\n${created.message}`);
   const policy = created.store;
   const inFlight = createInFlightTracker();
+  // Selector pools: created on first need (a reload may add one) and fed every table; a static-only gate never
+  // touches the Kubernetes API and needs no credentials.
+  let discovery: Discovery | undefined;
+  // Assigned once the poller and decider exist: new pods are polled at once, then queued requests re-decide.
+  let onDiscoveryChange = (): void => undefined;
+  const syncDiscovery = (t: CompiledRouteTable): void => {
+    if (discovery === undefined && !hasSelectorPools(t)) return;
+    if (discovery === undefined) {
+      if (config.workerView.mode !== 'live') log.error('pools found by selector need workerView.mode live: their endpoints stay empty until each sidecar is verified');
+      discovery = createDiscovery({
+        kubeConfig: deps.kubeConfig ?? kubeConfigFor(config),
+        staleAfterMs: config.discovery.staleAfterMs,
+        logger: log,
+        registry,
+        ...(deps.now ? { now: deps.now } : {}),
+        ...(deps.discoveryBackoff ? { backoff: deps.discoveryBackoff } : {}),
+      });
+      discovery.onChange(() => onDiscoveryChange());
+    }
+    discovery.sync(t.pools.values());
+  };
+  const endpointsOf = (p: CompiledPool) => (p.discovery === null || discovery === undefined ? p.endpoints : discovery.endpoints(p));
   const poller =
     config.workerView.mode === 'live' && deps.viewFor === undefined
-      ? createWorkerPoller(config.workerView, { inFlight, logger: log, registry, table: () => policy.current(), ...(deps.now ? { now: deps.now } : {}) })
+      ? createWorkerPoller(config.workerView, { inFlight, logger: log, registry, endpointsOf, table: () => policy.current(), ...(deps.now ? { now: deps.now } : {}) })
       : undefined;
   const viewFor =
     deps.viewFor ?? (poller ? (t: CompiledRouteTable) => poller.viewFor(t) : (t: CompiledRouteTable) => createStaticWorkerView(t, inFlight));
+  syncDiscovery(policy.current());
   if (poller) {
     // One poll before the first request, so a fresh gate does not refuse everything for a poll interval.
     await poller.pollOnce();
@@ -77,10 +117,12 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     metrics: rollout,
   });
   policy.onSwap((table) => {
+    syncDiscovery(table);
     state = { table, view: viewFor(table) };
     rollout.updateVerification(table);
     admission.notifyChanged(); // queued requests re-decide, inside their bound group, against the new table
   });
+  onDiscoveryChange = () => void (poller ? poller.pollOnce() : Promise.resolve()).then(() => admission.notifyChanged());
   policy.watch();
   const grpc: GateServer = await startGateServer({
     admission,
@@ -100,6 +142,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     streams: grpc.activeStreams(),
     inFlight: Object.fromEntries(inFlight.snapshot()),
     workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null },
+    discovery: discovery?.status(policy.current().pools.values()) ?? null,
     rollout: rolloutStatus(policy.current()),
     queues: admission.queueStatus(),
   });
@@ -109,6 +152,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
       : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining });
   const close = async () => {
     poller?.stop();
+    await discovery?.close();
     policy.close();
     admission.close();
     grpc.close();

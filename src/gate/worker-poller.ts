@@ -10,7 +10,7 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EndpointState, InFlightTracker, WorkerView } from '../decide/worker-view.js';
-import type { CompiledEndpoint, CompiledRouteTable } from '../policy/compile.js';
+import type { CompiledEndpoint, CompiledPool, CompiledRouteTable } from '../policy/compile.js';
 
 /** The states `kvgate_worker_endpoints` and `/status` name; a pool's endpoints are in exactly one each. */
 export const ENDPOINT_STATES = ['routable', 'unverified', 'draining', 'stale', 'unreached'] as const;
@@ -50,11 +50,22 @@ interface Deps {
   readonly table: () => CompiledRouteTable;
   readonly now?: () => number;
   readonly fetch?: typeof fetch;
+  /** A pool's endpoints now: its static list by default, discovered pods for a selector pool (src/discovery). */
+  readonly endpointsOf?: (pool: CompiledPool) => readonly CompiledEndpoint[];
+}
+
+/**
+ * Observations are kept per (address, pod UID): a pod IP reused by a new pod is a new endpoint, and nothing its
+ * predecessor's sidecar said carries over.
+ */
+function keyOf(e: CompiledEndpoint): string {
+  return e.podUid === undefined ? e.address : `${e.address}|${e.podUid}`;
 }
 
 export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): WorkerPoller {
   const now = deps.now ?? Date.now;
   const doFetch = deps.fetch ?? fetch;
+  const endpointsOf = deps.endpointsOf ?? ((p: CompiledPool) => p.endpoints);
   const seen = new Map<string, Observation & { status: string }>();
   const polls = new Counter({
     name: 'kvgate_worker_status_polls_total',
@@ -81,7 +92,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
       for (const p of deps.table().pools.values()) {
         const base = { pool: p.name, revision: p.revision, role: p.role };
         for (const state of ENDPOINT_STATES) this.set({ ...base, state }, 0);
-        for (const e of p.endpoints) this.inc({ ...base, state: endpointState(p.draining, e, seen.get(e.address)) });
+        for (const e of endpointsOf(p)) this.inc({ ...base, state: endpointState(p.draining, e, seen.get(keyOf(e))) });
       }
     },
   });
@@ -110,14 +121,14 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     return Number.isFinite(oldest) ? oldest : opts.staleAfterMs;
   }
 
-  async function pollEndpoint(address: string, status: string): Promise<void> {
-    const prev = seen.get(address);
+  async function pollEndpoint(key: string, address: string, status: string): Promise<void> {
+    const prev = seen.get(key);
     try {
       const res = await doFetch(`${status.replace(/\/+$/, '')}/kvgate/v1/status`, { signal: AbortSignal.timeout(opts.timeoutMs) });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const body = (await res.json()) as Record<string, unknown>;
       const fingerprint = typeof body['fingerprint'] === 'string' ? body['fingerprint'] : null;
-      seen.set(address, {
+      seen.set(key, {
         status,
         fingerprint,
         verified: body['verified'] === true,
@@ -129,7 +140,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     } catch (e) {
       polls.inc({ result: 'error' });
       const error = `sidecar status ${status} unreachable: ${(e as Error).message}`;
-      seen.set(address, prev ? { ...prev, status, error } : { status, fingerprint: null, verified: false, draining: false, reasons: [error], observedAtMs: 0, error });
+      seen.set(key, prev ? { ...prev, status, error } : { status, fingerprint: null, verified: false, draining: false, reasons: [error], observedAtMs: 0, error });
       if (!prev?.error) deps.logger.warn({ endpoint: address, error }, 'worker status poll failed');
     }
   }
@@ -142,12 +153,12 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         endpoints(pool: string): readonly EndpointState[] {
           const p = table.pools.get(pool);
           if (!p) return [];
-          return p.endpoints.map((e) => {
+          return endpointsOf(p).map((e) => {
             const inFlight = deps.inFlight.inFlight(e.address);
             if (e.status === null) {
               return { address: e.address, fingerprint: e.fingerprint, verified: true, draining: false, inFlight, observedAtMs: 0 };
             }
-            const o = seen.get(e.address);
+            const o = seen.get(keyOf(e));
             const fresh = o !== undefined && o.observedAtMs > 0 && now() - o.observedAtMs <= opts.staleAfterMs;
             return {
               address: e.address,
@@ -166,10 +177,12 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     },
     pollOnce() {
       running ??= (async () => {
-        const targets = new Map<string, string>();
-        for (const p of deps.table().pools.values()) for (const e of p.endpoints) if (e.status !== null) targets.set(e.address, e.status);
-        for (const address of [...seen.keys()]) if (!targets.has(address)) seen.delete(address);
-        await Promise.all([...targets].map(([address, status]) => pollEndpoint(address, status)));
+        const targets = new Map<string, { address: string; status: string }>();
+        for (const p of deps.table().pools.values()) {
+          for (const e of endpointsOf(p)) if (e.status !== null) targets.set(keyOf(e), { address: e.address, status: e.status });
+        }
+        for (const key of [...seen.keys()]) if (!targets.has(key)) seen.delete(key);
+        await Promise.all([...targets].map(([key, t]) => pollEndpoint(key, t.address, t.status)));
       })().finally(() => {
         running = undefined;
       });

@@ -8,13 +8,15 @@ import { deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
-import { isVerified, type ConnectorMode, type FallbackStep, type Limits, type PoolRole, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
+import { isVerified, type ConnectorMode, type FallbackStep, type Limits, type PoolDiscovery, type PoolRole, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
 
 /** An endpoint as declared; `fingerprint` is its own declared descriptor's, else its pool's. */
 export interface CompiledEndpoint {
   readonly address: string;
   readonly status: string | null;
   readonly fingerprint: string;
+  /** The Kubernetes pod behind a discovered endpoint (its UID): a reused IP is another endpoint. */
+  readonly podUid?: string;
 }
 
 export interface CompiledPool {
@@ -24,7 +26,9 @@ export interface CompiledPool {
   readonly revision: string;
   /** The group fingerprint every endpoint of this pool must run. */
   readonly fingerprint: string;
+  /** The static endpoints; empty for a pool found by `discovery` (its endpoints come from src/discovery). */
   readonly endpoints: readonly CompiledEndpoint[];
+  readonly discovery: PoolDiscovery | null;
   readonly tenants: TenantList;
   readonly maxInFlightPerEndpoint: number;
   readonly draining: boolean;
@@ -108,7 +112,8 @@ export function compileRouteTable(table: RouteTable, checked: CheckedRevisions):
       fingerprint: e.descriptor === undefined ? fingerprint : fingerprintOf(e.descriptor as CompatDescriptor),
     }));
     const { name, cluster, role, revision, tenants, maxInFlightPerEndpoint, draining } = p;
-    pools.set(name, { name, cluster, role, revision, fingerprint, endpoints, tenants, maxInFlightPerEndpoint, draining });
+    const discovery = p.discovery ?? null;
+    pools.set(name, { name, cluster, role, revision, fingerprint, endpoints, discovery, tenants, maxInFlightPerEndpoint, draining });
   }
   const revisions = new Map<string, CompiledRevision>();
   for (const [name, rev] of Object.entries(table.revisions)) {

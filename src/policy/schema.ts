@@ -68,18 +68,49 @@ export const EndpointSchema = z
 export const POOL_ROLES = ['prefill', 'decode', 'both'] as const;
 export type PoolRole = (typeof POOL_ROLES)[number];
 
+const LABEL_KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$/;
+
+/**
+ * Endpoints found in Kubernetes instead of listed: Ready pods in `namespace` matching `matchLabels`, addressed by
+ * pod IP and `targetPort` (what an InferencePool's `selector` and `targetPorts` say). `revisionLabel` names the pod
+ * label that must equal the pool's revision; a pod without it, or with another value, is never an endpoint of the
+ * pool. See src/discovery/README.md.
+ */
+export const PoolDiscoverySchema = z
+  .object({
+    kubernetes: z
+      .object({
+        namespace: z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a Kubernetes namespace name, e.g. kvgate'),
+        matchLabels: z
+          .record(z.string().regex(LABEL_KEY, 'must be a label key, e.g. app or kvgate.dev/revision'), z.string().regex(LABEL_VALUE, 'must be a label value'))
+          .refine((m) => Object.keys(m).length > 0, { message: 'must name at least one label: an empty selector matches every pod' }),
+        targetPort: z.number().int().min(1).max(65535),
+        /** The sidecar's status port on the same pod; the live worker view polls http://<podIP>:<statusPort>. */
+        statusPort: z.number().int().min(1).max(65535),
+        revisionLabel: z.string().regex(LABEL_KEY, 'must be a label key').default('kvgate.dev/revision'),
+      })
+      .strict(),
+  })
+  .strict();
+
 export const PoolSchema = z
   .object({
     name: nonEmpty,
     cluster: nonEmpty.describe('the Envoy cluster name'),
     role: z.enum(POOL_ROLES),
     revision: nonEmpty,
-    endpoints: z.array(EndpointSchema).min(1, 'must list at least one endpoint ({ address: ip:port })'),
+    endpoints: z.array(EndpointSchema).default([]),
+    discovery: PoolDiscoverySchema.optional(),
     tenants: TenantListSchema.default(['*']),
     maxInFlightPerEndpoint: z.number().int().positive().default(64),
     draining: z.boolean().default(false),
   })
-  .strict();
+  .strict()
+  .refine((p) => (p.endpoints.length > 0) !== (p.discovery !== undefined), {
+    message: 'needs either endpoints (a static list) or discovery (a Kubernetes selector), exactly one of them',
+    params: { fix: 'write endpoints: [{ address: ip:port }] or discovery: { kubernetes: { namespace, matchLabels, targetPort, statusPort } }' },
+  });
 
 /**
  * A revision's verification state, written into the route table by the policy author after `kvgate verify` compared
@@ -261,6 +292,7 @@ export type DeepReadonly<T> = T extends (...args: never[]) => unknown
 export type RouteTableDocument = DeepReadonly<z.output<typeof RouteTableSchema>>;
 export type Pool = RouteTableDocument['pools'][number];
 export type PoolEndpoint = Pool['endpoints'][number];
+export type PoolDiscovery = NonNullable<Pool['discovery']>;
 export type ServedModel = RouteTableDocument['models'][string];
 export type Rollout = ServedModel['rollout'];
 export type Tenancy = RouteTableDocument['tenancy'];

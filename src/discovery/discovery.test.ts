@@ -1,0 +1,166 @@
+/**
+ * Discovery through the REAL @kubernetes/client-node informer against the test API server
+ * (testbed/kube-apiserver): pods appearing, becoming Ready, deleted, an IP reused by a pod of another revision,
+ * watch reset, 410 Gone, the API server down (stale, then fail closed), and 403 for missing RBAC.
+ */
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { CompiledPool } from '../policy/compile.js';
+import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
+import { readyPod, startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
+import { createDiscovery, type Discovery } from './discovery.js';
+
+const NS = 'serving';
+const silent = pino({ level: 'silent' });
+
+/** The two-revision table with its decode pools found by selector. */
+function selectorPools(): { a: CompiledPool; b: CompiledPool } {
+  const v = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
+  for (const p of v.pools) {
+    if (p['role'] !== 'decode') continue;
+    p['endpoints'] = [];
+    p['discovery'] = { kubernetes: { namespace: NS, matchLabels: { app: 'llama', role: 'decode' }, targetPort: 8000, statusPort: 9090 } };
+  }
+  const t = tableFromValue(v);
+  return { a: t.pools.get('a-decode')!, b: t.pools.get('b-decode')! };
+}
+
+const labels = (rev: string) => ({ app: 'llama', role: 'decode', 'kvgate.dev/revision': rev });
+
+async function until(check: () => boolean, what: string, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+let api: KubeApiServer | undefined;
+let discovery: Discovery | undefined;
+afterEach(async () => {
+  await discovery?.close();
+  await api?.close();
+  discovery = undefined;
+  api = undefined;
+});
+
+function start(skew = { ms: 0 }, staleAfterMs = 5000): Discovery {
+  discovery = createDiscovery({
+    kubeConfig: api!.kubeConfig(),
+    staleAfterMs,
+    logger: silent,
+    registry: new Registry(),
+    now: () => Date.now() + skew.ms,
+    backoff: { initialMs: 20, maxMs: 100 },
+  });
+  return discovery;
+}
+
+const addrs = (d: Discovery, p: CompiledPool) => d.endpoints(p).map((e) => e.address);
+
+describe('pool discovery through @kubernetes/client-node against the test API server', () => {
+  it('takes Ready pods of the pool revision only, and drops them on NotReady and deletion', async () => {
+    api = await startKubeApiServer({ bookmarkIntervalMs: 50 });
+    const { a, b } = selectorPools();
+    const d = start();
+    d.sync([a, b]);
+    await until(() => d.ready(), 'both watches listed');
+    expect(d.endpoints(a)).toEqual([]);
+    const pending = readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0');
+    pending.status = { phase: 'Pending', conditions: [] };
+    api.store.create(pending);
+    api.store.create(readyPod('other', NS, '10.1.0.9', { app: 'other', 'kvgate.dev/revision': 'llama-a' }, 'uid-x'));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(d.endpoints(a)).toEqual([]); // pending, and the other pod does not match the selector
+    api.store.update(NS, 'a-0', (p) => {
+      p.status = { phase: 'Running', podIP: '10.1.0.5', conditions: [{ type: 'Ready', status: 'True' }] };
+    });
+    await until(() => addrs(d, a).length === 1, 'a-0 Ready');
+    expect(d.endpoints(a)[0]).toMatchObject({ address: '10.1.0.5:8000', status: 'http://10.1.0.5:9090', podUid: 'uid-a0', fingerprint: a.fingerprint });
+    expect(d.endpoints(b)).toEqual([]); // another revision's pool never sees it
+    api.store.update(NS, 'a-0', (p) => {
+      p.status.conditions = [{ type: 'Ready', status: 'False' }];
+    });
+    await until(() => addrs(d, a).length === 0, 'a-0 NotReady');
+    api.store.update(NS, 'a-0', (p) => {
+      p.status.conditions = [{ type: 'Ready', status: 'True' }];
+    });
+    await until(() => addrs(d, a).length === 1, 'a-0 Ready again');
+    api.store.delete(NS, 'a-0');
+    await until(() => addrs(d, a).length === 0, 'a-0 deleted');
+  });
+
+  it('an IP reused by a pod of another revision belongs to the new pod only, even while the old one is still cached', async () => {
+    api = await startKubeApiServer();
+    const { a, b } = selectorPools();
+    const d = start();
+    d.sync([a, b]);
+    await until(() => d.ready(), 'listed');
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    await until(() => addrs(d, a).length === 1, 'a-0 Ready');
+    // The old pod's deletion has not been seen yet (its DELETE is still to come) when the new pod takes the IP.
+    api.store.create(readyPod('b-0', NS, '10.1.0.5', labels('llama-b'), 'uid-b0'));
+    await until(() => addrs(d, b).length === 1, 'b-0 Ready');
+    expect(d.endpoints(a)).toEqual([]);
+    expect(d.endpoints(b)[0]).toMatchObject({ address: '10.1.0.5:8000', podUid: 'uid-b0', fingerprint: b.fingerprint });
+    expect(a.fingerprint).not.toBe(b.fingerprint);
+  });
+
+  it('a reset watch resumes from its resourceVersion; a 410 Gone makes it re-list and see what changed meanwhile', async () => {
+    api = await startKubeApiServer(); // no bookmarks: the client's resourceVersion falls behind
+    const { a } = selectorPools();
+    const d = start();
+    d.sync([a]);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    api.store.create(readyPod('a-1', NS, '10.1.0.6', labels('llama-a'), 'uid-a1'));
+    await until(() => addrs(d, a).length === 2, 'two pods');
+    const lists = api.counts()['list'] ?? 0;
+    api.endWatches(); // a clean end (the server's watch timeout): the library re-watches without a list
+    api.store.delete(NS, 'a-1');
+    await until(() => addrs(d, a).length === 1, 'deletion seen through the resumed watch');
+    expect(api.counts()['list']).toBe(lists);
+    api.store.create(readyPod('x-0', NS, '10.1.0.99', { app: 'other' }, 'uid-x0')); // moves the resourceVersion on, unseen
+    api.store.compact(); // history gone: the next watch from the client's resourceVersion is 410 Gone
+    api.endWatches();
+    api.store.delete(NS, 'a-0');
+    api.store.create(readyPod('a-2', NS, '10.1.0.7', labels('llama-a'), 'uid-a2'));
+    await until(() => addrs(d, a).join() === '10.1.0.7:8000', 're-listed after 410');
+    expect(api.counts()['expired']).toBeGreaterThanOrEqual(1);
+    expect(api.counts()['list']).toBeGreaterThan(lists);
+  });
+
+  it('the API server down: last known endpoints are kept as stale, then dropped after staleAfterMs; back up: recovers', async () => {
+    api = await startKubeApiServer();
+    const { a } = selectorPools();
+    const skew = { ms: 0 };
+    const d = start(skew, 5000);
+    d.sync([a]);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    await until(() => addrs(d, a).length === 1, 'a-0');
+    await api.stop();
+    await until(() => d.status([a])['a-decode']!.state === 'stale', 'watch broken');
+    expect(addrs(d, a)).toEqual(['10.1.0.5:8000']); // stale but kept
+    skew.ms = 6000; // past staleAfterMs
+    await until(() => d.status([a])['a-decode']!.state === 'failed', 'stale past staleAfterMs');
+    await new Promise((r) => setTimeout(r, 1100)); // past the one-second derivation cache
+    expect(d.endpoints(a)).toEqual([]);
+    await api.start();
+    await until(() => d.status([a])['a-decode']!.state === 'ok', 'watch restarted with a fresh list');
+    expect(addrs(d, a)).toEqual(['10.1.0.5:8000']);
+  });
+
+  it('403 for missing RBAC: never synced, no endpoints, an error that names the fix; fixed RBAC: syncs', async () => {
+    api = await startKubeApiServer({ allowedNamespaces: ['elsewhere'] });
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    const { a } = selectorPools();
+    const d = start();
+    d.sync([a]);
+    await until(() => (api!.counts()['forbidden'] ?? 0) >= 1 && d.status([a])['a-decode']!.lastError !== null, '403');
+    expect(d.ready()).toBe(false);
+    expect(d.endpoints(a)).toEqual([]);
+    expect(d.status([a])['a-decode']!.lastError).toMatch(/403 Forbidden.*get\/list\/watch on pods/);
+    api.setAllowedNamespaces([NS]);
+    await until(() => d.ready() && addrs(d, a).length === 1, 'synced after the RBAC fix');
+  });
+});

@@ -1,0 +1,145 @@
+/**
+ * The I/O adapter for one Kubernetes pod selector: list + watch through @kubernetes/client-node 1.4.0's informer
+ * (`makeInformer`, `ListWatch` in dist/cache.js), restarted by us whenever it stops.
+ *
+ * How the library behaves (read in node_modules/@kubernetes/client-node@1.4.0, dist/cache.js and dist/watch.js),
+ * and what this adapter does about it:
+ * - a watch that ends cleanly (the API server's watch timeout) is re-opened by the library from the last
+ *   resourceVersion; a `410 Gone` (HTTP status or an ERROR event with code 410) makes it re-list;
+ * - any other failure (connection refused, a failed list, 403) fires its `error` callback and the informer STOPS.
+ *   We then start a fresh informer after a backoff, which lists again (a full re-list; the pods it no longer
+ *   returns are gone). Until that list succeeds the last known pods are kept and reported as stale;
+ * - it does not ask for bookmarks; the watch path carries `allowWatchBookmarks=true` so that the server's
+ *   BOOKMARK events keep the resourceVersion fresh and a re-opened watch rarely falls out of the history window
+ *   (Kubernetes API concepts, "Watch bookmarks", kubernetes.io/docs/reference/using-api/api-concepts/).
+ */
+import { CoreV1Api, type KubeConfig, makeInformer, type V1Pod } from '@kubernetes/client-node';
+import type { PodLike } from './pods.js';
+
+export interface PodWatchState {
+  /** A list has succeeded at least once: the pods are known. */
+  readonly synced: boolean;
+  /** Since when the watch has been broken (ms since the epoch); null while it runs. */
+  readonly brokenSinceMs: number | null;
+  readonly lastError: string | null;
+  readonly restarts: number;
+}
+
+export interface PodWatch {
+  /** The last known pods: the running informer's once it has listed, else the previous one's. */
+  pods(): readonly PodLike[];
+  state(): PodWatchState;
+  stop(): Promise<void>;
+}
+
+export interface PodWatchOptions {
+  readonly kubeConfig: KubeConfig;
+  readonly namespace: string;
+  readonly labelSelector: string;
+  /** Called (on a later tick) after every change to `pods()` or `state()`. */
+  readonly onChange: () => void;
+  /** Called when the watch breaks, with a message that says what to do. */
+  readonly onError: (message: string, status: number | null) => void;
+  readonly now: () => number;
+  /** Restart backoff: initial delay, doubled per failed attempt up to `maxMs`. */
+  readonly backoff?: { readonly initialMs: number; readonly maxMs: number };
+}
+
+interface Informer {
+  list(namespace?: string): V1Pod[];
+  on(verb: 'add' | 'update' | 'delete' | 'error', cb: (o: unknown) => void): void;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function startPodWatch(opts: PodWatchOptions): PodWatch {
+  const api = opts.kubeConfig.makeApiClient(CoreV1Api);
+  const backoff = opts.backoff ?? { initialMs: 250, maxMs: 10_000 };
+  const path = `/api/v1/namespaces/${encodeURIComponent(opts.namespace)}/pods?allowWatchBookmarks=true`;
+  let current: Informer | undefined;
+  let currentListed = false;
+  let lastKnown: readonly PodLike[] = [];
+  let synced = false;
+  let brokenSinceMs: number | null = null;
+  let lastError: string | null = null;
+  let restarts = 0;
+  let attempt = 0;
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const changed = (): void => void setImmediate(() => !stopped && opts.onChange());
+
+  const start = (): void => {
+    const listed = { ok: false };
+    const informer = makeInformer(
+      opts.kubeConfig,
+      path,
+      async () => {
+        const list = await api.listNamespacedPod({ namespace: opts.namespace, labelSelector: opts.labelSelector });
+        if (informer === current) {
+          // The library fills its cache right after this promise resolves; from the next tick on, it is current.
+          setImmediate(() => {
+            if (informer !== current || stopped) return;
+            listed.ok = true;
+            currentListed = true;
+            synced = true;
+            brokenSinceMs = null;
+            lastError = null;
+            attempt = 0;
+            opts.onChange();
+          });
+        }
+        return list;
+      },
+      opts.labelSelector,
+    ) as unknown as Informer;
+    current = informer;
+    currentListed = false;
+    for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, () => listed.ok && changed());
+    informer.on('error', (e) => onFailure(informer, e));
+    informer.start().catch((e: unknown) => onFailure(informer, e));
+  };
+
+  const onFailure = (informer: Informer, e: unknown): void => {
+    if (informer !== current || stopped) return;
+    if (currentListed) lastKnown = informer.list(opts.namespace);
+    currentListed = false;
+    void informer.stop();
+    const status = statusOf(e);
+    lastError = describe(e, status, opts.namespace);
+    brokenSinceMs ??= opts.now();
+    opts.onError(lastError, status);
+    const delay = Math.min(backoff.maxMs, backoff.initialMs * 2 ** attempt++);
+    restarts++;
+    timer = setTimeout(() => !stopped && start(), delay);
+    timer.unref();
+    changed();
+  };
+
+  start();
+  return {
+    pods: () => (currentListed && current ? current.list(opts.namespace) : lastKnown),
+    state: () => ({ synced, brokenSinceMs, lastError, restarts }),
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      await current?.stop();
+    },
+  };
+}
+
+function statusOf(e: unknown): number | null {
+  const o = e as { code?: unknown; statusCode?: unknown } | null;
+  if (typeof o?.statusCode === 'number') return o.statusCode;
+  if (typeof o?.code === 'number') return o.code;
+  return null;
+}
+
+function describe(e: unknown, status: number | null, namespace: string): string {
+  if (status === 403) {
+    return `the API server refused to list or watch pods in namespace ${namespace} (403 Forbidden): grant the gate's ` +
+      'service account get/list/watch on pods there (deploy/kubernetes/rbac.yaml)';
+  }
+  if (status === 401) return 'the API server did not accept the gate\'s credentials (401): check the service-account token or kubeconfig';
+  const msg = e instanceof Error ? e.message : String(e);
+  return `the pod watch in namespace ${namespace} failed${status === null ? '' : ` (HTTP ${status})`}: ${msg}; retrying with a fresh list`;
+}

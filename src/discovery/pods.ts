@@ -1,0 +1,121 @@
+/**
+ * Pure: which pods are endpoints of a pool found by selector, and at which address.
+ *
+ * Followed: GIE's pool membership (kubernetes-sigs/gateway-api-inference-extension @84436a96,
+ * pkg/lwepp/util/pod/pod.go and pkg/lwepp/controller/pod_reconciler.go: a pod counts when it matches the pool's
+ * selector, has a pod IP and is Ready; an endpoint is podIP:targetPort) and Kubernetes' pod status semantics (the
+ * `Ready` condition, `deletionTimestamp` set on a terminating pod; k8s.io/api core/v1 types.go). A terminating pod
+ * is left out at once, as Kubernetes' EndpointSlice controller marks it not `serving`-for-new-traffic.
+ *
+ * kvgate adds the revision: the selector always carries `revisionLabel=<pool revision>`, so a pod of another
+ * revision is never listed for the pool, and every endpoint keeps its pod's UID so a reused IP is a new endpoint.
+ */
+import type { PoolDiscovery } from '../policy/schema.js';
+
+/** The parts of a Kubernetes Pod this module reads (structural: the client library's V1Pod fits). */
+export interface PodLike {
+  readonly metadata?: {
+    readonly name?: string;
+    readonly namespace?: string;
+    readonly uid?: string;
+    readonly labels?: Readonly<Record<string, string>>;
+    readonly deletionTimestamp?: unknown;
+    readonly creationTimestamp?: unknown;
+  };
+  readonly status?: {
+    readonly phase?: string;
+    readonly podIP?: string;
+    readonly conditions?: readonly { readonly type?: string; readonly status?: string }[];
+  };
+}
+
+/** One pod that takes traffic for a pool. */
+export interface DiscoveredEndpoint {
+  /** `podIP:targetPort` (IPv6 in brackets): what Envoy's ORIGINAL_DST / override_host routes to. */
+  readonly address: string;
+  /** The sidecar's status base URL on the same pod. */
+  readonly status: string;
+  readonly podUid: string;
+  readonly podName: string;
+  readonly podIP: string;
+  /** Pod creation time (ms since the epoch), to tell an older pod from its IP's newer owner. */
+  readonly createdAtMs: number;
+}
+
+/** Why a matching pod is not (yet) an endpoint; null when it is one. */
+export function notReadyReason(pod: PodLike): string | null {
+  if (pod.metadata?.deletionTimestamp !== undefined && pod.metadata.deletionTimestamp !== null) return 'terminating';
+  if (pod.status?.phase !== 'Running') return `phase ${pod.status?.phase ?? 'unknown'}`;
+  if (!pod.status.podIP) return 'no pod IP yet';
+  const ready = pod.status.conditions?.find((c) => c.type === 'Ready');
+  if (ready?.status !== 'True') return 'not Ready';
+  if (!pod.metadata?.uid) return 'no UID';
+  return null;
+}
+
+/** The label selector the watch uses: the pool's labels plus its revision label. */
+export function selectorLabels(d: PoolDiscovery, revision: string): Readonly<Record<string, string>> {
+  return { ...d.kubernetes.matchLabels, [d.kubernetes.revisionLabel]: revision };
+}
+
+/** `k=v,k2=v2`, sorted, as the API's `labelSelector` parameter takes equality selectors. */
+export function labelSelectorString(labels: Readonly<Record<string, string>>): string {
+  return Object.keys(labels)
+    .sort()
+    .map((k) => `${k}=${labels[k]}`)
+    .join(',');
+}
+
+/**
+ * A conflict the table itself has: `matchLabels` pins the revision label to another revision, so the pool could
+ * never have an endpoint. Null when consistent.
+ */
+export function selectorConflict(d: PoolDiscovery, revision: string): string | null {
+  const pinned = d.kubernetes.matchLabels[d.kubernetes.revisionLabel];
+  return pinned !== undefined && pinned !== revision
+    ? `matchLabels sets ${d.kubernetes.revisionLabel}=${pinned}, but the pool's revision is ${revision}`
+    : null;
+}
+
+/** True when every label of `labels` is on the pod with the same value. */
+export function matches(pod: PodLike, labels: Readonly<Record<string, string>>): boolean {
+  const have = pod.metadata?.labels ?? {};
+  return Object.entries(labels).every(([k, v]) => have[k] === v);
+}
+
+function hostPort(ip: string, port: number): string {
+  return ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`;
+}
+
+/**
+ * The endpoints among `pods` for a pool: matching, Ready, not terminating. When two of them share a pod IP (the
+ * cache still holds a deleted pod whose IP a new pod got), only the newest is kept: IPs are unique among live pods.
+ */
+export function podEndpoints(pods: readonly PodLike[], d: PoolDiscovery, revision: string): DiscoveredEndpoint[] {
+  const labels = selectorLabels(d, revision);
+  const byIp = new Map<string, DiscoveredEndpoint>();
+  for (const pod of pods) {
+    if (!matches(pod, labels) || notReadyReason(pod) !== null) continue;
+    const ip = pod.status!.podIP!;
+    const ep: DiscoveredEndpoint = {
+      address: hostPort(ip, d.kubernetes.targetPort),
+      status: `http://${hostPort(ip, d.kubernetes.statusPort)}`,
+      podUid: pod.metadata!.uid!,
+      podName: pod.metadata?.name ?? '',
+      podIP: ip,
+      createdAtMs: timeMs(pod.metadata?.creationTimestamp),
+    };
+    const other = byIp.get(ip);
+    if (other === undefined || other.createdAtMs < ep.createdAtMs) byIp.set(ip, ep);
+  }
+  return [...byIp.values()].sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+}
+
+function timeMs(t: unknown): number {
+  if (t instanceof Date) return t.getTime();
+  if (typeof t === 'string') {
+    const ms = Date.parse(t);
+    return Number.isNaN(ms) ? 0 : ms;
+  }
+  return 0;
+}

@@ -1,0 +1,228 @@
+/**
+ * A test Kubernetes API server for pods: what @kubernetes/client-node's informer needs, served the way
+ * kube-apiserver documents and implements it, so discovery runs through the REAL client library without a cluster.
+ *
+ * Followed (Kubernetes API concepts, kubernetes.io/docs/reference/using-api/api-concepts/, and kubernetes/kubernetes
+ * staging/src/k8s.io/apiserver at v1.33):
+ * - list: `GET /api/v1/namespaces/{ns}/pods?labelSelector=` answers a PodList whose `metadata.resourceVersion` is
+ *   the store's current one ("Resource versions");
+ * - watch: `?watch=true&resourceVersion=N` streams newline-delimited `{"type","object"}` events after N
+ *   ("Efficient detection of changes"); a selector watch turns an object that starts matching into ADDED and one
+ *   that stops matching into DELETED (pkg/storage/cacher/cache_watcher.go, convertToWatchEvent);
+ * - `allowWatchBookmarks=true`: BOOKMARK events carrying only `metadata.resourceVersion` ("Watch bookmarks");
+ * - a resourceVersion older than the retained history: HTTP 200, then one ERROR event whose object is a Status with
+ *   code 410 / reason Expired, then the stream ends (pkg/storage/cacher/cacher.go, newErrWatcher: "to match the
+ *   uncached watch implementation"); `expiredAs: 'status'` answers an HTTP 410 instead, which clients must handle too;
+ * - `timeoutSeconds` (or the server's own watch timeout) ends the stream cleanly
+ *   (pkg/endpoints/handlers/watch.go, the server picks a timeout when the client gives none);
+ * - RBAC: a namespace outside `allowedNamespaces` gets 403 with a Forbidden Status, a wrong bearer token 401.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { KubeConfig } from '@kubernetes/client-node';
+import { PodStore, type Change, type Pod } from './store.js';
+
+export interface KubeApiServerOptions {
+  /** Namespaces the gate's service account may get/list/watch pods in (others: 403). Default: all. */
+  readonly allowedNamespaces?: readonly string[];
+  /** Bearer token the client must present; default `test-token`. */
+  readonly token?: string;
+  /** Watch timeout when the client sends no `timeoutSeconds` (ms). */
+  readonly watchTimeoutMs?: number;
+  /** BOOKMARK period for watches that allow them (ms); 0 sends none on a timer. */
+  readonly bookmarkIntervalMs?: number;
+  /** How a too-old resourceVersion is answered on a watch (see the module comment). */
+  readonly expiredAs?: 'event' | 'status';
+}
+
+export interface KubeApiServer {
+  readonly url: string;
+  readonly store: PodStore;
+  /** A KubeConfig for the real client pointing here (token auth, plain HTTP). */
+  kubeConfig(): KubeConfig;
+  /** End every open watch cleanly (what a watch timeout or an apiserver rollout does). */
+  endWatches(): void;
+  /** Send a bookmark on every open watch that allows them. */
+  bookmark(): void;
+  /** Change who may list pods where (an RBAC edit). */
+  setAllowedNamespaces(namespaces: readonly string[] | undefined): void;
+  /** Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`). */
+  counts(): Readonly<Record<string, number>>;
+  /** The API server goes down: every connection is dropped and the port refuses connections. */
+  stop(): Promise<void>;
+  /** Up again on the same port. */
+  start(): Promise<void>;
+  close(): Promise<void>;
+}
+
+interface OpenWatch {
+  readonly res: ServerResponse;
+  readonly bookmarks: boolean;
+  end(): void;
+}
+
+export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promise<KubeApiServer> {
+  const store = new PodStore();
+  const token = opts.token ?? 'test-token';
+  let allowed = opts.allowedNamespaces;
+  const watches = new Set<OpenWatch>();
+  const sockets = new Set<Socket>();
+  const counts: Record<string, number> = {};
+  const count = (k: string): void => void (counts[k] = (counts[k] ?? 0) + 1);
+
+  const handler = (req: IncomingMessage, res: ServerResponse): void => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    const m = /^\/api\/v1\/namespaces\/([^/]+)\/pods$/.exec(url.pathname);
+    if (req.method !== 'GET' || m === null) return status(res, 404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`);
+    if (req.headers.authorization !== `Bearer ${token}`) return status(res, 401, 'Unauthorized', 'Unauthorized');
+    const namespace = decodeURIComponent(m[1]!);
+    const watch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
+    if (allowed !== undefined && !allowed.includes(namespace)) {
+      count('forbidden');
+      return status(res, 403, 'Forbidden', `pods is forbidden: User "system:serviceaccount:kvgate:kvgate-gate" cannot ${watch ? 'watch' : 'list'} resource "pods" in API group "" in the namespace "${namespace}"`);
+    }
+    let selector: Selector;
+    try {
+      selector = parseSelector(url.searchParams.get('labelSelector') ?? '');
+    } catch (e) {
+      return status(res, 400, 'BadRequest', (e as Error).message);
+    }
+    if (!watch) {
+      count('list');
+      const items = store.list(namespace).filter((p) => selector(p.metadata.labels));
+      return json(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) }, items });
+    }
+    count('watch');
+    serveWatch(req, res, namespace, selector, url.searchParams);
+  };
+
+  const serveWatch = (req: IncomingMessage, res: ServerResponse, namespace: string, selector: Selector, q: URLSearchParams): void => {
+    const rvParam = q.get('resourceVersion') ?? '';
+    const from = rvParam === '' || rvParam === '0' ? null : Number(rvParam);
+    const backlog = from === null ? null : store.since(from);
+    if (from !== null && backlog === null) {
+      count('expired');
+      const message = `too old resource version: ${from} (${store.compactedRv})`;
+      if (opts.expiredAs === 'status') return status(res, 410, 'Expired', message);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(`${JSON.stringify({ type: 'ERROR', object: statusBody(410, 'Expired', message) })}\n`);
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    const send = (type: string, object: unknown): void => void res.write(`${JSON.stringify({ type, object })}\n`);
+    const emit = (c: Change): void => {
+      if (c.pod.metadata.namespace !== namespace) return;
+      const now = selector(c.pod.metadata.labels);
+      const was = c.before !== undefined && selector(c.before.metadata.labels);
+      if (c.type === 'DELETED') {
+        if (was) send('DELETED', c.pod);
+      } else if (now && (c.type === 'ADDED' || !was)) send('ADDED', c.pod);
+      else if (now && was) send('MODIFIED', c.pod);
+      else if (!now && was) send('DELETED', { ...c.pod, metadata: { ...c.pod.metadata, labels: c.before!.metadata.labels } });
+    };
+    if (from === null) for (const p of store.list(namespace)) if (selector(p.metadata.labels)) send('ADDED', p);
+    for (const c of backlog ?? []) emit(c);
+    const unsubscribe = store.subscribe(emit);
+    const bookmarks = q.get('allowWatchBookmarks') === 'true';
+    const timeoutS = Number(q.get('timeoutSeconds') ?? '');
+    const timeoutMs = Number.isFinite(timeoutS) && timeoutS > 0 ? timeoutS * 1000 : (opts.watchTimeoutMs ?? 60_000);
+    const timer = setTimeout(() => w.end(), timeoutMs);
+    const tick = bookmarks && (opts.bookmarkIntervalMs ?? 0) > 0 ? setInterval(() => sendBookmark(w), opts.bookmarkIntervalMs) : undefined;
+    const w: OpenWatch = {
+      res,
+      bookmarks,
+      end() {
+        if (!watches.delete(w)) return;
+        clearTimeout(timer);
+        clearInterval(tick);
+        unsubscribe();
+        res.end();
+      },
+    };
+    watches.add(w);
+    req.on('close', () => w.end());
+  };
+
+  const sendBookmark = (w: OpenWatch): void => {
+    if (!w.bookmarks) return;
+    w.res.write(`${JSON.stringify({ type: 'BOOKMARK', object: { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) } } })}\n`);
+  };
+
+  let server: Server = createServer(handler);
+  const listen = (port: number): Promise<number> =>
+    new Promise((resolve, reject) => {
+      server = createServer(handler);
+      server.on('connection', (s: Socket) => {
+        sockets.add(s);
+        s.on('close', () => sockets.delete(s));
+      });
+      server.once('error', reject);
+      server.listen(port, '127.0.0.1', () => resolve((server.address() as { port: number }).port));
+    });
+  const port = await listen(0);
+  const url = `http://127.0.0.1:${port}`;
+  const down = async (): Promise<void> => {
+    for (const w of [...watches]) w.end();
+    for (const s of sockets) s.destroy();
+    await new Promise<void>((r) => server.close(() => r()));
+  };
+  return {
+    url,
+    store,
+    kubeConfig() {
+      const kc = new KubeConfig();
+      kc.loadFromOptions({
+        clusters: [{ name: 'test', server: url, skipTLSVerify: true }],
+        users: [{ name: 'gate', token }],
+        contexts: [{ name: 'test', cluster: 'test', user: 'gate' }],
+        currentContext: 'test',
+      });
+      return kc;
+    },
+    endWatches: () => [...watches].forEach((w) => w.end()),
+    bookmark: () => [...watches].forEach(sendBookmark),
+    setAllowedNamespaces: (ns) => void (allowed = ns),
+    counts: () => ({ ...counts }),
+    stop: down,
+    start: async () => void (await listen(port)),
+    close: down,
+  };
+}
+
+type Selector = (labels: Readonly<Record<string, string>>) => boolean;
+
+/** Equality-based selectors (`k=v`, `k==v`, `k!=v`, comma = and), as in the API's label selector syntax. */
+function parseSelector(text: string): Selector {
+  const terms = text
+    .split(',')
+    .map((t) => t.trim())
+    .filter((t) => t.length > 0)
+    .map((t) => {
+      const m = /^([^!=\s]+)\s*(==|=|!=)\s*([^!=\s]*)$/.exec(t);
+      if (m === null) throw new Error(`unable to parse requirement: ${t}`);
+      return { key: m[1]!, not: m[2] === '!=', value: m[3]! };
+    });
+  return (labels) => terms.every((t) => (labels[t.key] === t.value) !== t.not);
+}
+
+function statusBody(code: number, reason: string, message: string): object {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
+}
+
+function status(res: ServerResponse, code: number, reason: string, message: string): void {
+  json(res, code, statusBody(code, reason, message));
+}
+
+function json(res: ServerResponse, code: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(code, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/** A Ready, Running pod of `revision` at `ip` (what a test adds). */
+export function readyPod(name: string, namespace: string, ip: string, labels: Record<string, string>, uid: string): Omit<Pod, 'apiVersion' | 'kind' | 'metadata'> & { metadata: Omit<Pod['metadata'], 'resourceVersion' | 'creationTimestamp'> } {
+  return {
+    metadata: { name, namespace, uid, labels },
+    status: { phase: 'Running', podIP: ip, conditions: [{ type: 'Ready', status: 'True' }] },
+  };
+}
