@@ -95,7 +95,7 @@ describe('message_timeout', () => {
   };
 
   it('no reply within the default 200 ms: 504 ext_proc_error_per-message_timeout_exceeded', async () => {
-    scenario = await startScenario({ handler: silent });
+    scenario = await startScenario({ handler: silent, envoyDefaultMessageTimeout: true });
     const started = Date.now();
     const r = ok(await request(scenario.url, { headers: TO_A }));
     expect(r.status).toBe(504);

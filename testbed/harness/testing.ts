@@ -14,6 +14,11 @@ export interface ScenarioOptions {
   readonly handler: FakeHandler;
   /** ext_proc `typed_config` fields besides `@type` and `grpc_service` (e.g. processing_mode). */
   readonly filter?: Record<string, unknown>;
+  /**
+   * Keep Envoy's own 200 ms `message_timeout` when `filter` sets none. Scenarios otherwise give the fake processor
+   * 5 s, so a busy machine cannot turn a slow answer into a 504 in a test about something else.
+   */
+  readonly envoyDefaultMessageTimeout?: boolean;
   /** Route action; default `{ cluster_header: x-target-cluster, timeout: 0s }`. */
   readonly route?: Record<string, unknown>;
   /** The route's match prefix; default "/". */
@@ -97,6 +102,7 @@ export function scenarioYaml(o: Omit<ScenarioOptions, 'handler' | 'harness' | 'u
                         typed_config: {
                           '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
                           grpc_service: { envoy_grpc: { cluster_name: 'ext_proc' } },
+                          ...(o.envoyDefaultMessageTimeout === true ? {} : { message_timeout: '5s' }),
                           ...(o.filter ?? {}),
                         },
                       },
