@@ -2,10 +2,10 @@
  * One error type for every refusal and failure kvgate reports to a person.
  *
  * The code is a closed union so that every code has exactly one HTTP status and one `x-kvgate-reject-reason`
- * (DESIGN.md, "External contract"). The `cause` is kept for logs and never sent to clients.
+ * (README.md, "The external contract"). The `cause` is kept for logs and never sent to clients.
  */
 
-/** Codes a client can see (DESIGN.md refusal table) plus internal ones that map to 5xx. */
+/** Codes a client can see (README.md refusal table) plus internal ones that map to 5xx. */
 export const ERROR_STATUS = {
   bad_request: 400,
   kv_params_forbidden: 400,

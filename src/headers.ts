@@ -1,5 +1,5 @@
 /**
- * The external contract's header names (DESIGN.md). Stable: change only with a migration note in the README.
+ * The external contract's header names (README.md, "The external contract"). Stable: change only with a migration note in the README.
  */
 export const H = {
   group: 'x-kvgate-group',

@@ -1,5 +1,5 @@
 /**
- * Every bench prints where its figures came from (STYLE.md "Benchmarks"): Node version, CPU model, core count,
+ * Every bench prints where its figures came from (bench/README.md): Node version, CPU model, core count,
  * git commit and date. Figures without this context go stale unnoticed; with it a reader can tell whether a
  * regression is the code or the machine.
  */

@@ -5,7 +5,7 @@
  *
  * vLLM computes `hashlib.sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest()` (`hash_factors()` in
  * `vllm/config/utils.py`). `pythonJsonDumps` reproduces Python's default `json.dumps` byte for byte for the
- * values that occur in factors (see ../shared/reference/vllm-disagg.md §1.2 and the vectors in the tests).
+ * values that occur in factors (see docs/vllm-disaggregation.md §3 and the vectors in the tests).
  */
 import { createHash } from 'node:crypto';
 import type { CompatDescriptor } from './descriptor.js';

@@ -5,7 +5,7 @@ Regenerate with:
 
     python3 src/compat/nixl-hash.vectors.py > src/compat/nixl-hash.vectors.json
 
-The factor dicts are built the way vLLM builds them (shared/reference/vllm-disagg.md section 1.2), from stand-in
+The factor dicts are built the way vLLM builds them (docs/vllm-disaggregation.md section 3), from stand-in
 config objects shaped like vLLM's (no torch or vLLM needed):
 
 - v2 (single-file connector @ 002a1057): the base set.

@@ -1,6 +1,6 @@
 /**
  * google.protobuf.Struct <-> plain JSON. protobufjs predefines Struct/Value, so their fields stay camelCase
- * (`structValue`, `stringValue`) even with keepCase (../shared/reference/envoy-ext-proc.md §5).
+ * (`structValue`, `stringValue`) even with keepCase (docs/envoy-ext-proc.md §12).
  */
 import type { WireStruct, WireValue } from './wire.js';
 

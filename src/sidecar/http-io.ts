@@ -60,7 +60,7 @@ export function sendJson(res: http.ServerResponse, status: number, body: unknown
   res.end(text);
 }
 
-/** The kvgate refusal shape (DESIGN.md): JSON error body, status from the code, `x-kvgate-reject-reason`. */
+/** The kvgate refusal shape (README.md, "The external contract"): JSON error body, status from the code, `x-kvgate-reject-reason`. */
 export function sendError(res: http.ServerResponse, e: KvgateError, requestId: string, headers: Record<string, string> = {}): void {
   const extra: Record<string, string> = { ...headers, [H.rejectReason]: e.code, [H.requestId]: requestId };
   const retry = e.detail['retryAfterSeconds'];

@@ -1,6 +1,6 @@
 /**
  * Pure rewrites of OpenAI request bodies for the prefill and decode legs, matching what vLLM's own disaggregation
- * proxies send (reference/vllm-disagg.md §2.2-2.4), and the `/tokenize` request that counts a prompt the way the
+ * proxies send (docs/vllm-disaggregation.md §7.2-7.4), and the `/tokenize` request that counts a prompt the way the
  * worker's completion path will.
  */
 import { err, KvgateError, ok, type Result } from '../errors.js';

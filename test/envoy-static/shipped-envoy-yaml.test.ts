@@ -1,7 +1,7 @@
 /**
  * Every YAML file kvgate ships under envoy/ (found anew on each run, so a file added later is checked without
- * editing this test) must load in Envoy as far as the protos can tell: zero errors. The three reference configs
- * of shared/reference/envoy-yaml (copied into fixtures/reference) must too, except where they use an Envoy type
+ * editing this test) must load in Envoy as far as the protos can tell: zero errors. The three example bootstraps
+ * in fixtures/reference (one per routing pattern of docs/envoy-ext-proc.md §7) must too, except where they use an Envoy type
  * newer than the vendored protos.
  */
 import { readFileSync } from 'node:fs';
@@ -55,7 +55,7 @@ describe('shipped Envoy YAML (envoy/ and every other copy)', () => {
   }
 });
 
-describe('reference Envoy configs (shared/reference/envoy-yaml)', () => {
+describe('example Envoy bootstraps (fixtures/reference)', () => {
   const check = (name: string) => validateEnvoyYaml(root, readFileSync(path.join(REFERENCE_DIR, name), 'utf8'));
 
   it('envoy-cluster-header.yaml (variant A: cluster_header + clear_route_cache) is valid', () => {

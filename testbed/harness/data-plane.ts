@@ -121,7 +121,7 @@ function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
     if (cluster === undefined) throw new Error(`ext_proc cluster ${ep.clusterName} missing (config not validated?)`);
     const client = createExtProcClient(cluster, ep.authority, ep.initialMetadata, { gracefulClose: shared.config.runtime.extProcGracefulGrpcClose });
     shared.clients.push(client);
-    // Assumed naming (the reference is silent): http.<hcm stat_prefix>.ext_proc.<filter stat_prefix.>counter.
+    // Assumed naming (docs/envoy-ext-proc.md §9 gives only the HCM part): http.<hcm stat_prefix>.ext_proc.<filter stat_prefix.>counter.
     const filterPrefix = ep.statPrefix === '' ? '' : `${ep.statPrefix}.`;
     extProc = { client, stats: shared.store.scope(`${prefix}ext_proc.${filterPrefix}`, EXT_PROC_COUNTERS) };
   }

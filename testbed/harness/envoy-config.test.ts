@@ -1,5 +1,5 @@
 /**
- * The config loader: the shipped reference YAMLs load, everything unsupported is refused with its YAML path, and
+ * The config loader: the example bootstrap YAMLs load, everything unsupported is refused with its YAML path, and
  * the test-time overrides remap ports and endpoints.
  */
 import { readFileSync } from 'node:fs';
@@ -8,7 +8,8 @@ import { parseEnvoyDuration } from './duration.js';
 import { loadEnvoyConfig, type EnvoyConfig } from './envoy-config.js';
 import { scenarioYaml } from './testing.js';
 
-// Copies of ../shared/reference/envoy-yaml/*.yaml (the reference Envoy bootstraps), kept byte for byte.
+// Example bootstraps kept as fixtures, one per routing pattern of docs/envoy-ext-proc.md §7 (same files as
+// test/envoy-static/fixtures/reference), kept byte for byte.
 const REFERENCE = new URL('./fixtures', import.meta.url).pathname;
 const reference = (name: string): string => readFileSync(`${REFERENCE}/${name}.yaml`, 'utf8');
 

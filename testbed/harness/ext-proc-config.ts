@@ -1,6 +1,6 @@
 /**
  * Reads the `envoy.filters.http.ext_proc` filter config (`ExternalProcessor`) with Envoy's defaults
- * (reference/envoy-ext-proc.md section 2): headers SEND, bodies NONE, trailers SKIP, message_timeout 200 ms,
+ * (docs/envoy-ext-proc.md §4): headers SEND, bodies NONE, trailers SKIP, message_timeout 200 ms,
  * fail closed, status_on_error 500.
  */
 import { UNSUPPORTED, type ConfigReader } from './config-reader.js';

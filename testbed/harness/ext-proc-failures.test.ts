@@ -1,5 +1,5 @@
 /**
- * Failure behaviour (reference/envoy-ext-proc.md section 4) and the reply types that end or reshape processing:
+ * Failure behaviour (docs/envoy-ext-proc.md §9) and the reply types that end or reshape processing:
  * ImmediateResponse, message_timeout and override_message_timeout, spurious replies, errors after the response
  * started, dynamic metadata, mode_override.
  */

@@ -1,7 +1,7 @@
 /**
  * The ext_proc HTTP filter, one instance per HTTP request, following Envoy's `Filter`
  * (source/extensions/filters/http/ext_proc/ext_proc.cc, ~1.37): lazy bidi stream, per-message timer, message
- * dispatch by oneof and state, failure handling (section 4 of reference/envoy-ext-proc.md), ImmediateResponse,
+ * dispatch by oneof and state, failure handling (docs/envoy-ext-proc.md §9), ImmediateResponse,
  * dynamic metadata for receiving namespaces, mode_override, override_message_timeout, and the 1.37 habit of closing
  * the stream as soon as no further message can be needed.
  *

@@ -1,5 +1,5 @@
 /**
- * Stream lifecycle and message framing (reference/envoy-ext-proc.md sections 1 and 6): GetAndCloseStream,
+ * Stream lifecycle and message framing (docs/envoy-ext-proc.md §2, §9, §10, §13): GetAndCloseStream,
  * GetAndFailStream, connect refused, protocol_config on the first message only, raw_value headers with
  * pseudo-headers, message order per processing mode, stats.
  */

@@ -1,5 +1,5 @@
 /**
- * Routing (reference/envoy-ext-proc.md section 3): cluster_header with and without clear_route_cache, the route
+ * Routing (docs/envoy-ext-proc.md §7): cluster_header with and without clear_route_cache, the route
  * cache actions, unknown/missing cluster -> 503, ORIGINAL_DST by header and by metadata, override_host, plus the
  * router's own failures (connect refused, route timeout).
  */

@@ -1,6 +1,6 @@
 /**
  * Test helpers: a scenario = fake ext_proc server + fake upstreams + the harness, wired through a real Envoy
- * bootstrap YAML (built here from the same shape as reference/envoy-yaml/envoy-cluster-header.yaml, so every
+ * bootstrap YAML (built here from the same shape as fixtures/envoy-cluster-header.yaml, so every
  * scenario also goes through the config loader), and a small HTTP/1.1 client that reports resets as values.
  */
 import http from 'node:http';

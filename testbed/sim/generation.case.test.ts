@@ -1,6 +1,6 @@
 /**
  * One contract, two paths: streamed and non-streamed generation must give the same token ids, text, finish
- * reason and logprobs for the same request (STYLE.md: shared suite where two paths must agree).
+ * reason and logprobs for the same request (a shared suite: the two paths must agree).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SimServer } from './server.js';

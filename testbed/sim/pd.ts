@@ -1,6 +1,6 @@
 /**
  * Disaggregated prefill/decode exactly as vLLM's NixlConnector does it, at the level kvgate can observe
- * (reference: shared/reference/vllm-disagg.md §1-§4).
+ * (docs/vllm-disaggregation.md §2-§11).
  *
  * - P (request with `do_remote_decode: true`): runs prefill, keeps the request's blocks under a lease and answers
  *   `kv_transfer_params` {do_remote_prefill: true, remote_block_ids, remote_engine_id, remote_request_id,
