@@ -77,7 +77,7 @@ describe('kvgate explain: every refusal code, as the client sees it', () => {
 
   it('400 kv_params_forbidden', async () => {
     const r = await json(tenant, { request: { ...chat, kv_transfer_params: { do_remote_decode: true } } });
-    expect(r['refusal']).toMatchObject({ status: 400, code: 'kv_params_forbidden', body: { error: { code: 'kv_params_forbidden', message: "kv_transfer_params is set by kvgate's sidecars; remove it from the request" } } });
+    expect(r['refusal']).toMatchObject({ status: 400, code: 'kv_params_forbidden', body: { error: { code: 'kv_params_forbidden', message: "kv_transfer_params is set by kvgate's sidecars, never by a client (found at \"kv_transfer_params\"); remove it from the request" } } });
   });
 
   it('401 tenant_required, 403 tenant_scope_denied, 404 unknown_model', async () => {

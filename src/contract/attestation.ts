@@ -51,6 +51,7 @@ export type AttestationFailure = {
     | 'wrong_kind'
     | 'expired'
     | 'not_yet_valid'
+    | 'lifetime_exceeded'
     | 'request_mismatch'
     | 'group_mismatch'
     | 'fingerprint_mismatch'

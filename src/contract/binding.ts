@@ -29,6 +29,7 @@ export type BindingFailure = {
     | 'wrong_kind'
     | 'expired'
     | 'not_yet_valid'
+    | 'lifetime_exceeded'
     | 'model_mismatch'
     | 'tenant_mismatch'
     | 'session_mismatch';

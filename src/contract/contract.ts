@@ -38,6 +38,7 @@ export type ContractFailure = {
     | 'wrong_kind'
     | 'expired'
     | 'not_yet_valid'
+    | 'lifetime_exceeded'
     | 'request_mismatch'
     | 'group_mismatch'
     | 'fingerprint_mismatch'

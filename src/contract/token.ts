@@ -25,7 +25,19 @@ export const MAX_TOKEN_CHARS = 8_192;
 export type TokenKind = 'contract' | 'attestation' | 'binding';
 
 /** Failures every token kind shares. */
-export type EnvelopeFailureReason = 'malformed' | 'unknown_key' | 'bad_signature' | 'wrong_kind' | 'expired' | 'not_yet_valid';
+export type EnvelopeFailureReason = 'malformed' | 'unknown_key' | 'bad_signature' | 'wrong_kind' | 'expired' | 'not_yet_valid' | 'lifetime_exceeded';
+
+/**
+ * The longest validity window a verifier accepts per kind, whatever the signer wrote: a token valid for a century is
+ * a replay window for a century, even if a misconfigured or compromised issuer signed it. Contracts and attestations
+ * cover one request (the route table allows `contract.ttlMs` up to 10 minutes, the sidecar `attestationTtlMs` up to
+ * 10 minutes); bindings a session (`session.bindingTtlMs` up to 24 hours).
+ */
+export const MAX_LIFETIME_MS: Readonly<Record<TokenKind, number>> = Object.freeze({
+  contract: 600_000,
+  attestation: 600_000,
+  binding: 86_400_000,
+});
 
 export interface TokenFailure<R extends string> {
   readonly reason: R;
@@ -121,6 +133,10 @@ export function openToken<T extends Validity>(
   const value = parsed.data;
   if (nowMs >= value.expiresAtMs) {
     return fail('expired', `the ${kind} token expired ${nowMs - value.expiresAtMs} ms ago; send the request through the gate again for a fresh one`);
+  }
+  const lifetime = value.expiresAtMs - value.issuedAtMs;
+  if (lifetime > MAX_LIFETIME_MS[kind]) {
+    return fail('lifetime_exceeded', `the ${kind} token is valid for ${lifetime} ms, longer than the ${MAX_LIFETIME_MS[kind]} ms any ${kind} may live; its issuer is misconfigured or not kvgate`);
   }
   if (value.issuedAtMs > nowMs + CLOCK_SKEW_MS) {
     return fail('not_yet_valid', `the ${kind} token was issued ${value.issuedAtMs - nowMs} ms in the future; synchronise the clocks of the gate and the sidecars (NTP)`);

@@ -150,9 +150,18 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
     return refuse(id, 'bad_request', 'kvgate routes POST /v1/completions and /v1/chat/completions with a JSON body; this request has none', trace);
   }
   const tenancy = table.tenancy;
+  // Identity headers are read only from valid UTF-8: a lossy decoding maps different byte strings to one value.
+  const undecodable = [tenancy.source.header, tenancy.userHeader, table.session.header].find(
+    (h) => h !== undefined && facts.invalidHeaders?.includes(h) === true,
+  );
+  if (undecodable !== undefined) {
+    return refuse(id, 'bad_request', `header ${undecodable} is not valid UTF-8; identity headers must be UTF-8 text, fix the client or the layer that sets it`, trace);
+  }
   const found = tenantOf(facts, tenancy);
   let tenant: string | null;
-  if (found.kind === 'found') {
+  if (found.kind === 'invalid') {
+    return refuse(id, 'bad_request', `the tenant identity (${found.from}) is not valid UTF-8`, trace);
+  } else if (found.kind === 'found') {
     tenant = found.tenant;
     trace.push(`tenant: ${tenant} (from ${found.from})`);
   } else if (found.kind === 'ambiguous') {

@@ -29,7 +29,7 @@ describe('parseOpenAiBody', () => {
   it('refuses other paths', () => {
     const e = refusal('/v1/embeddings', bytes(chat));
     expect(e.code).toBe('bad_request');
-    expect(e.reason).toBe('kvgate routes only POST /v1/completions and /v1/chat/completions, not /v1/embeddings; send the request to one of those');
+    expect(e.reason).toBe('kvgate routes only POST /v1/completions and /v1/chat/completions, not "/v1/embeddings"; send the request to one of those');
   });
 
   it('refuses a body over the limit with body_too_large', () => {
@@ -70,11 +70,44 @@ describe('parseOpenAiBody', () => {
     }
   });
 
+  it('forbids kv_transfer_params wherever vLLM would read them: under vllm_xargs, nested, in any case or spelling', () => {
+    const bodies = [
+      { ...chat, vllm_xargs: { kv_transfer_params: '{"do_remote_prefill": true}' } },
+      { ...chat, extra: [{ deeper: { kv_transfer_params: {} } }] },
+      { ...chat, KV_Transfer_Params: { remote_host: '10.0.0.1' } },
+      { ...chat, 'kv-transfer-params': {} },
+      { ...chat, kvtransferparams: {} },
+    ];
+    for (const body of bodies) {
+      const e = refusal('/v1/chat/completions', bytes(body));
+      expect(e.code, JSON.stringify(body)).toBe('kv_params_forbidden');
+    }
+    expect(refusal('/v1/chat/completions', bytes(bodies[0])).reason).toContain('found at "vllm_xargs.kv_transfer_params"');
+    // The name inside a prompt's text is only text.
+    expect(parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, messages: [{ role: 'user', content: 'what is kv_transfer_params?' }] }), limits).ok).toBe(true);
+  });
+
+  it('refuses a body nested deeper than 64 levels with 400 before parsing it (20,000 levels: no stack overflow)', () => {
+    const deep = `{"model":"m","messages":[{"role":"user","content":"x"}],"x":${'['.repeat(20_000)}${']'.repeat(20_000)}}`;
+    const e = refusal('/v1/chat/completions', new TextEncoder().encode(deep), 100_000);
+    expect([e.code, e.reason]).toEqual(['bad_request', expect.stringContaining('more than 64 levels deep')]);
+    // Brackets inside strings are text, not nesting.
+    expect(parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, messages: [{ role: 'user', content: '['.repeat(500) }] }), limits).ok).toBe(true);
+  });
+
+  it('quotes client-supplied values in its messages at most 128 characters', () => {
+    const long = 'x'.repeat(3000);
+    for (const [path, body] of [[`/v1/${long}`, chat], ['/v1/chat/completions', { ...chat, stream: long }]] as const) {
+      const e = refusal(path, bytes(body), 100_000);
+      expect(e.reason.length, e.reason).toBeLessThan(400);
+    }
+  });
+
   it('forbids client-sent kv_transfer_params, even null', () => {
     for (const kv of [null, {}, { do_remote_prefill: true }]) {
       const e = refusal('/v1/chat/completions', bytes({ ...chat, kv_transfer_params: kv }));
       expect(e.code).toBe('kv_params_forbidden');
-      expect(e.reason).toBe("kv_transfer_params is set by kvgate's sidecars; remove it from the request");
+      expect(e.reason).toBe("kv_transfer_params is set by kvgate's sidecars, never by a client (found at \"kv_transfer_params\"); remove it from the request");
     }
   });
 });

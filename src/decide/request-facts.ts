@@ -3,6 +3,7 @@
  * route table's tenancy config says to trust. Pure: bytes and header maps in, values or refusal errors out.
  */
 import { err, KvgateError, ok, type Result } from '../errors.js';
+import { findKvTransferParams, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
 import type { OpenAiRequest, RequestFacts } from './types.js';
 
@@ -25,7 +26,7 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
   const route = path.split('?')[0]!.replace(/\/+$/, '');
   const endpoint = ENDPOINTS[route];
   if (endpoint === undefined) {
-    return bad(`kvgate routes only POST /v1/completions and /v1/chat/completions, not ${route || '/'}; send the request to one of those`);
+    return bad(`kvgate routes only POST /v1/completions and /v1/chat/completions, not ${quoteClientValue(route || '/')}; send the request to one of those`);
   }
   if (body.byteLength > limits.maxBodyBytes) {
     return err(
@@ -43,6 +44,10 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
     return bad('the request body is not valid UTF-8; send a UTF-8 encoded JSON object');
   }
   if (text.trim() === '') return bad('the request body is empty; send a JSON object with at least "model"');
+  // Before parsing: a body nested deeper than any OpenAI request would overflow every recursive walk after the parse.
+  if (jsonNestingExceeds(text)) {
+    return bad(`the request body nests objects or arrays more than ${MAX_JSON_DEPTH} levels deep; no OpenAI request needs that, flatten it`);
+  }
   let json: unknown;
   try {
     json = JSON.parse(text);
@@ -55,8 +60,9 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
     return bad('the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}');
   }
   const obj = json as Record<string, unknown>;
-  if (Object.hasOwn(obj, 'kv_transfer_params')) {
-    return err(new KvgateError('kv_params_forbidden', "kv_transfer_params is set by kvgate's sidecars; remove it from the request"));
+  const kvParams = findKvTransferParams(obj);
+  if (kvParams !== undefined) {
+    return err(new KvgateError('kv_params_forbidden', `kv_transfer_params is set by kvgate's sidecars, never by a client (found at ${quoteClientValue(kvParams)}); remove it from the request`));
   }
   const fieldError = checkFields(obj, endpoint);
   if (fieldError !== undefined) return bad(fieldError);
@@ -123,20 +129,23 @@ function checkPrompt(obj: Record<string, unknown>): string | undefined {
 function typeName(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'an array';
-  return typeof v === 'object' ? 'an object' : `${typeof v} ${JSON.stringify(v)}`;
+  return typeof v === 'object' ? 'an object' : `${typeof v} ${typeof v === 'string' ? quoteClientValue(v) : JSON.stringify(v)}`;
 }
 
 /** Where the tenant came from (for traces and the audit log), or why there is none. */
 export type TenantLookup =
   | { readonly kind: 'found'; readonly tenant: string; readonly from: string }
   | { readonly kind: 'missing'; readonly from: string }
-  | { readonly kind: 'ambiguous'; readonly from: string; readonly detail: string };
+  | { readonly kind: 'ambiguous'; readonly from: string; readonly detail: string }
+  | { readonly kind: 'invalid'; readonly from: string };
 
 /** Read the tenant from the one source the table trusts (a header set by auth, or Envoy dynamic metadata). */
-export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata'>, tenancy: Tenancy): TenantLookup {
+export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'invalidHeaders'>, tenancy: Tenancy): TenantLookup {
   const { header, metadata } = tenancy.source;
   if (header !== undefined) {
     const from = `header ${header}`;
+    // Decoded strictly: a lossy decoding would make `t-\xE9` and `t-\xFF` the same tenant, sharing a cache.
+    if (facts.invalidHeaders?.includes(header) === true) return { kind: 'invalid', from };
     const v = facts.headers[header]?.trim();
     if (v === undefined || v === '') return { kind: 'missing', from };
     if (v.includes(',')) return { kind: 'ambiguous', from, detail: 'it carries more than one value' };

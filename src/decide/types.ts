@@ -25,6 +25,8 @@ export interface RequestFacts {
   readonly path: string;
   /** Lower-cased request headers as received, gate-owned headers already removed. */
   readonly headers: Readonly<Record<string, string>>;
+  /** Names of headers whose value is not valid UTF-8 (`headers` holds a lossy decoding): never an identity. */
+  readonly invalidHeaders?: readonly string[];
   /** Envoy dynamic metadata forwarded to ext_proc (namespace -> plain JSON object), e.g. jwt_authn payloads. */
   readonly metadata: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /** Absent for requests without a body (GET). */

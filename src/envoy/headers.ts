@@ -13,20 +13,35 @@ export interface ReceivedHeaders {
   readonly forged: readonly string[];
   /** The gate-owned headers' values, for internal hops where a sidecar legitimately sets them. */
   readonly gateOwned: Record<string, string>;
+  /** Names of headers with a value that is not valid UTF-8. Their entry in `headers` is a lossy decoding (two
+   * different byte strings may read the same), so nothing may take an identity from them. */
+  readonly invalid: readonly string[];
 }
 
-const decoder = new TextDecoder('utf-8', { fatal: false });
+const strict = new TextDecoder('utf-8', { fatal: true });
+const lossy = new TextDecoder('utf-8', { fatal: false });
 
 /** Envoy's request headers message as names and values; gate-owned headers set apart. */
 export function readHeaderMap(map: WireHeaderMap | undefined): ReceivedHeaders {
+  const invalid: string[] = [];
   // Envoy sends raw_value; fall back to value for older Envoys (pre-1.27) that still send it.
-  return receiveHeaders(
-    (map?.headers ?? []).map((h) => [h.key, h.raw_value !== undefined && h.raw_value.length > 0 ? decoder.decode(h.raw_value) : (h.value ?? '')]),
-  );
+  const pairs = (map?.headers ?? []).map((h): [string, string] => {
+    if (h.raw_value === undefined || h.raw_value.length === 0) return [h.key, h.value ?? ''];
+    try {
+      return [h.key, strict.decode(h.raw_value)];
+    } catch {
+      invalid.push(h.key.toLowerCase());
+      return [h.key, lossy.decode(h.raw_value)];
+    }
+  });
+  return receiveHeaders(pairs, invalid);
 }
 
-/** Headers as name/value pairs (a dry run's, or a decoded header map), read exactly as the gate reads Envoy's. */
-export function receiveHeaders(pairs: Iterable<readonly [string, string]>): ReceivedHeaders {
+/**
+ * Headers as name/value pairs (a dry run's, or a decoded header map), read exactly as the gate reads Envoy's.
+ * `invalid`: names whose bytes were not valid UTF-8.
+ */
+export function receiveHeaders(pairs: Iterable<readonly [string, string]>, invalid: readonly string[] = []): ReceivedHeaders {
   // No prototype: a header named `constructor` or `__proto__` is just a header.
   const headers: Record<string, string> = Object.create(null) as Record<string, string>;
   const gateOwned: Record<string, string> = Object.create(null) as Record<string, string>;
@@ -37,7 +52,7 @@ export function receiveHeaders(pairs: Iterable<readonly [string, string]>): Rece
     if (target === gateOwned) forged.add(name);
     target[name] = target[name] === undefined ? value : `${target[name]},${value}`;
   }
-  return { headers, forged: [...forged], gateOwned };
+  return { headers, forged: [...forged], gateOwned, invalid: [...new Set(invalid)] };
 }
 
 const encoder = new TextEncoder();

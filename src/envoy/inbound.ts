@@ -37,6 +37,8 @@ export function toRequestFacts(r: ReceivedRequest): RawRequestFacts {
     method: headers[':method'] ?? 'GET',
     path: headers[':path'] ?? '/',
     headers,
+    // Values that were not valid UTF-8: never read as an identity (request-facts.ts, decide.ts).
+    ...(r.headers.invalid.length === 0 ? {} : { invalidHeaders: r.headers.invalid }),
     metadata: r.metadata,
     listener: r.listener,
     bodyTruncated: r.bodyTruncated,

@@ -118,7 +118,9 @@ describe('gate gRPC server', () => {
     expect(set['x-kvgate-decode-endpoint']).toBe('127.0.0.1:9101');
     expect(set['x-kvgate-prefill-cluster']).toBe('a_prefill');
     expect(set['x-kvgate-group']).toBe('g_test');
-    expect(set['x-request-id']).toBe('r1');
+    // On the public listener the gate mints the request id; the client's 'r1' is never the request's identity.
+    expect(set['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    expect(seen[0]!.requestId).toBe(set['x-request-id']);
     for (const s2 of common.header_mutation.set_headers) {
       expect(s2.header.value ?? '').toBe(''); // raw_value only
       expect(s2.append_action).toBe('OVERWRITE_IF_EXISTS_OR_ADD');
@@ -159,8 +161,10 @@ describe('gate gRPC server', () => {
       'content-type': 'application/json',
       'x-kvgate-reject-reason': 'kv_params_forbidden',
     });
+    const minted = setHeaders({ header_mutation: ir.headers })['x-request-id'];
+    expect(minted).not.toBe('r2');
     expect(JSON.parse(Buffer.from(ir.body).toString())).toEqual({
-      error: { type: 'kvgate_error', code: 'kv_params_forbidden', message: 'remove it', request_id: 'r2' },
+      error: { type: 'kvgate_error', code: 'kv_params_forbidden', message: 'remove it', request_id: minted },
     });
     s.call.end();
     s.client.close();

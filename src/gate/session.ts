@@ -11,6 +11,7 @@
  */
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
+import { AUDIT_REASON_MAX, auditCut, jsonNestingExceeds } from '../json-limits.js';
 import { H } from '../headers.js';
 import type { Decision, Refusal } from '../decide/types.js';
 import { readHeaderMap, type ReceivedHeaders } from '../envoy/headers.js';
@@ -53,6 +54,8 @@ export class ExtProcSession {
   #child: Logger | undefined;
   #received: ReceivedHeaders | undefined;
   #requestId = '';
+  /** The client's own `x-request-id` on the public listener, cut for logs; never the request's identity. */
+  #clientRequestId: string | undefined;
   #bodyMode: BodySendMode | undefined;
   #metadata: Record<string, Record<string, unknown>> = {};
   #chunks: Uint8Array[] = [];
@@ -76,7 +79,10 @@ export class ExtProcSession {
   }
 
   #log(): Logger {
-    this.#child ??= this.#deps.logger.child({ request_id: this.#requestId });
+    this.#child ??= this.#deps.logger.child({
+      request_id: this.#requestId,
+      ...(this.#clientRequestId === undefined ? {} : { client_request_id: this.#clientRequestId }),
+    });
     return this.#child;
   }
 
@@ -125,18 +131,23 @@ export class ExtProcSession {
       case 'response_trailers':
         return { response_trailers: {} };
       default:
-        throw new KvgateError('bad_request', `unexpected ext_proc message kind ${String(msg.request)}`);
+        throw new KvgateError('bad_request', `unexpected ext_proc message kind ${auditCut(String(msg.request))}`);
     }
   }
 
   async #onRequestHeaders(endOfStream: boolean, msg: WireProcessingRequest): Promise<WireProcessingResponse> {
     this.#received = readHeaderMap(msg.request_headers?.headers);
     const h = this.#received.headers;
-    this.#requestId = h[H.requestId] ?? this.#deps.newRequestId();
+    const sent = h[H.requestId];
+    // On the public listener the gate mints the id: a client's could repeat another tenant's, so two requests would
+    // share audit lines and the contract's request id. The client's is kept apart as client_request_id. On the
+    // internal listener the id is the decode sidecar's, which the hop's contract names.
+    this.#requestId = this.#listener === 'internal' && sent !== undefined && sent !== '' ? sent : this.#deps.newRequestId();
+    if (this.#listener === 'public' && sent !== undefined) this.#clientRequestId = auditCut(sent);
     const forged = this.#received.forged.filter((n) => n !== H.binding);
     if (this.#listener === 'public' && forged.length > 0) {
       this.#deps.metrics.forgedHeaders.inc();
-      this.#log().warn({ forged }, 'client sent gate-owned headers; removed');
+      this.#log().warn({ forged: forged.slice(0, 16).map((n) => auditCut(n)), count: forged.length }, 'client sent gate-owned headers; removed');
     }
     if (endOfStream) return this.#decideAndAnswer('request_headers', false);
     if (this.#bodyMode !== undefined && !ROUTABLE_BODY_MODES.has(this.#bodyMode)) {
@@ -154,7 +165,7 @@ export class ExtProcSession {
     const facts = toRequestFacts({
       requestId: this.#requestId || this.#deps.newRequestId(),
       listener: this.#listener,
-      headers: this.#received ?? { headers: {}, gateOwned: {}, forged: [] },
+      headers: this.#received ?? { headers: {}, gateOwned: {}, forged: [], invalid: [] },
       metadata: this.#metadata,
       bodyTruncated: truncated,
       ...(phase === 'request_body' ? { body: concat(this.#chunks) } : {}),
@@ -241,8 +252,16 @@ export class ExtProcSession {
     this.#deps.metrics.decisionSeconds.observe({ outcome: d.kind }, seconds);
     if (d.kind === 'refuse') {
       // The audit trail: one line per refusal; tenant, code and reason, never prompt text or secrets.
+      // Client-supplied values are quoted at most 128 characters where the reason is written; the fields are cut here
+      // as well, so no line carries more than a bounded amount of client text.
       this.#log().warn(
-        { audit: 'refusal', code: d.code, tenant: d.tenant ?? null, reason: d.message, listener: this.#listener },
+        {
+          audit: 'refusal',
+          code: d.code,
+          tenant: d.tenant === undefined || d.tenant === null ? null : auditCut(d.tenant),
+          reason: auditCut(d.message, AUDIT_REASON_MAX),
+          listener: this.#listener,
+        },
         `refused: ${d.code}`,
       );
     } else if (this.#deps.decisionLog !== undefined) {
@@ -277,7 +296,10 @@ export class ExtProcSession {
 
 function parsesAsJson(chunks: readonly Uint8Array[]): boolean {
   try {
-    JSON.parse(Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength))).toString('utf8'));
+    const text = Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength))).toString('utf8');
+    // Too deep to look at: not a cut body; the decision refuses it as too deep, with its own audit line.
+    if (jsonNestingExceeds(text)) return true;
+    JSON.parse(text);
     return true;
   } catch {
     return false;

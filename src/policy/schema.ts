@@ -188,7 +188,7 @@ export const SessionSchema = z
   .object({
     header: HeaderNameSchema.default('x-session-id'),
     /** Lifetime of the `x-kvgate-binding` sticky token (kvgate extension; default one hour). */
-    bindingTtlMs: z.number().int().positive().default(3_600_000),
+    bindingTtlMs: z.number().int().positive().max(86_400_000, 'must be at most 86400000 (24 hours): verifiers refuse longer-lived bindings').default(3_600_000),
   })
   .strict();
 

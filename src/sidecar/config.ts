@@ -80,7 +80,7 @@ export const SidecarConfigSchema = z
     workerTimeoutMs: z.number().int().min(100).default(600_000),
     maxInFlight: z.number().int().positive().default(256),
     maxBodyBytes: z.number().int().positive().default(8 * 1024 * 1024),
-    attestationTtlMs: z.number().int().min(1_000).default(60_000),
+    attestationTtlMs: z.number().int().min(1_000).max(600_000).default(60_000),
     /** How long SIGTERM waits for in-flight requests before the command exits anyway. */
     drainGraceMs: z.number().int().min(0).default(30_000),
     log: z

@@ -5,6 +5,7 @@
 import type http from 'node:http';
 import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
 import { H } from '../headers.js';
+import { jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
 
 /** The fetch the sidecar uses (global undici fetch unless a test injects one). */
 export type FetchFn = (input: string, init?: RequestInit) => Promise<Response>;
@@ -38,8 +39,11 @@ export function readBody(req: http.IncomingMessage, limit: number): Promise<Resu
 /** Parse a JSON object body (the OpenAI APIs take nothing else). */
 export function parseJsonObject(body: Buffer | string, what = 'the request body'): Result<Record<string, unknown>, KvgateError> {
   let value: unknown;
+  const text = typeof body === 'string' ? body : body.toString('utf8');
+  // Before parsing: deeper nesting would overflow every recursive walk after it (JSON.stringify included).
+  if (jsonNestingExceeds(text)) return err(new KvgateError('bad_request', `${what} nests objects or arrays more than ${MAX_JSON_DEPTH} levels deep`));
   try {
-    value = JSON.parse(typeof body === 'string' ? body : body.toString('utf8'));
+    value = JSON.parse(text);
   } catch {
     return err(new KvgateError('bad_request', `${what} is not valid JSON`));
   }

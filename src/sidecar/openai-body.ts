@@ -4,6 +4,7 @@
  * worker's completion path will.
  */
 import { err, KvgateError, ok, type Result } from '../errors.js';
+import { findKvTransferParams } from '../json-limits.js';
 
 export type Endpoint = 'completions' | 'chat';
 
@@ -52,6 +53,11 @@ export function isPrefillKvParams(value: unknown): boolean {
  */
 export function checkClientKvParams(body: Readonly<Record<string, unknown>>, role: 'prefill' | 'decode'): Result<void, KvgateError> {
   const params = body['kv_transfer_params'];
+  // Anywhere else vLLM would read them (under vllm_xargs, nested, another spelling) they are refused in either role.
+  const elsewhere = findKvTransferParams(body, true);
+  if (elsewhere !== undefined) {
+    return err(new KvgateError('kv_params_forbidden', `kv_transfer_params are set by kvgate at the top level only; found at ${JSON.stringify(elsewhere)}, remove it`));
+  }
   if (params === undefined || params === null) return ok(undefined);
   if (role === 'prefill' && isPrefillKvParams(params)) return ok(undefined);
   return err(

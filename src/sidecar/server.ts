@@ -12,6 +12,7 @@ import type { Registry } from 'prom-client';
 import { checkBodyBinding } from '../contract/body-binding.js';
 import type { KeyRing } from '../contract/keys.js';
 import { KvgateError } from '../errors.js';
+import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import { H } from '../headers.js';
 import { compareObservation } from './compare.js';
 import type { SidecarConfig } from './config.js';
@@ -217,14 +218,15 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
   const { config, metrics } = rt.ctx;
   const receivedAt = performance.now();
   const requestId = headerValue(req.headers, H.requestId);
-  const logger = rt.ctx.logger.child({ request_id: requestId, role: config.role });
+  const logger = rt.ctx.logger.child({ request_id: requestId === undefined ? undefined : auditCut(requestId), role: config.role });
   const who: { tenant: string | null } = { tenant: null }; // set once the contract verified
   const record = (o: Outcome): void => {
     metrics.requests.inc({ role: config.role, outcome: o.outcome, code: o.code ?? '' });
     logger.info({ event: 'request', outcome: o.outcome, code: o.code }, 'request done');
     if (o.outcome === 'refused') {
       // The audit trail, as the gate writes it: one line per refusal; code and reason, never prompt text or secrets.
-      logger.warn({ audit: 'refusal', code: o.code ?? null, reason: o.reason ?? null, tenant: who.tenant }, `refused: ${o.code ?? ''}`);
+      const reason = o.reason === undefined ? null : auditCut(o.reason, AUDIT_REASON_MAX);
+      logger.warn({ audit: 'refusal', code: o.code ?? null, reason, tenant: who.tenant === null ? null : auditCut(who.tenant) }, `refused: ${o.code ?? ''}`);
     }
   };
   const refusal = admissionRefusal(rt.state.status());

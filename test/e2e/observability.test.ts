@@ -4,7 +4,8 @@
  *
  * - the audit trail: exactly one `audit: "refusal"` line per refusal, with request id, tenant, code and reason, and no
  *   prompt text or key material anywhere in the logs;
- * - tracing: the client's `x-request-id` on the gate's lines and on both sidecars' lines for that request;
+ * - tracing: the request id the gate minted on the gate's lines and on both sidecars' lines for that request, and the
+ *   client's own `x-request-id` beside it on the gate's lines as `client_request_id`;
  * - metrics: decisions by outcome, code and revision, decision latency, policy reloads, worker-view age; sidecar
  *   contract and attestation failures by reason.
  */
@@ -71,12 +72,21 @@ function directLeg(requestId: string, contract: string | undefined): Promise<Htt
   return post(`${workerOf(t, 'prefill')}/v1/completions`, body, { 'x-request-id': requestId, ...(contract === undefined ? {} : { [H.contract]: contract }) });
 }
 
-describe('tracing: the client request id on every hop', () => {
-  it("the gate's lines (route and hop) and both sidecars' lines carry the id the client sent", async () => {
+/** The id the gate minted for the request a client sent with `x-request-id: rid` (its gate lines keep `rid` apart). */
+async function mintedFor(rid: string): Promise<string> {
+  expect(await eventually(() => lines.some((l) => l['component'] === 'gate' && l['client_request_id'] === rid))).toBe(true);
+  const minted = lines.find((l) => l['component'] === 'gate' && l['client_request_id'] === rid)!['request_id'] as string;
+  expect(minted).not.toBe(rid);
+  return minted;
+}
+
+describe('tracing: one request id on every hop', () => {
+  it("the gate's lines (route and hop) and both sidecars' lines carry the id the gate minted", async () => {
     const rid = `obs-trace-${randomUUID()}`;
     const r = await complete(t, secretPrompt('trace'), 6, client('acme', 'trace', { 'x-request-id': rid }));
     expect(r.status).toBe(200);
-    const mine = () => lines.filter((l) => idOf(l) === rid);
+    const minted = await mintedFor(rid);
+    const mine = () => lines.filter((l) => idOf(l) === minted);
     expect(await eventually(() => mine().some((l) => l['worker'] === 'llama-a/decode' && l['event'] === 'request'))).toBe(true);
     const gate = mine().filter((l) => l['component'] === 'gate');
     expect(gate.map((l) => l['outcome']).sort()).toEqual(['hop', 'route']);
@@ -91,8 +101,9 @@ describe('tracing: the client request id on every hop', () => {
   it('every component logs the request id under the same field, request_id', async () => {
     const rid = `obs-field-${randomUUID()}`;
     expect((await complete(t, secretPrompt('field'), 4, client('acme', 'field', { 'x-request-id': rid }))).status).toBe(200);
-    expect(await eventually(() => lines.some((l) => idOf(l) === rid && l['worker'] === 'llama-a/decode'))).toBe(true);
-    const byComponent = lines.filter((l) => idOf(l) === rid && ['gate', 'sidecar'].includes(l['component'])).map((l) => `${l['component']}/${l['worker'] ?? ''}: ${'request_id' in l ? 'request_id' : 'requestId'}`);
+    const minted = await mintedFor(rid);
+    expect(await eventually(() => lines.some((l) => idOf(l) === minted && l['worker'] === 'llama-a/decode'))).toBe(true);
+    const byComponent = lines.filter((l) => idOf(l) === minted && ['gate', 'sidecar'].includes(l['component'])).map((l) => `${l['component']}/${l['worker'] ?? ''}: ${'request_id' in l ? 'request_id' : 'requestId'}`);
     expect(new Set(byComponent)).toEqual(new Set(['gate/: request_id', 'sidecar/llama-a/prefill: request_id', 'sidecar/llama-a/decode: request_id']));
   });
 });
@@ -125,9 +136,12 @@ describe('the audit trail', () => {
     const refused = await refusals();
     for (const { rid, r, code, tenant } of refused) {
       expect([r.status > 399, r.json.error?.code], rid).toEqual([true, code]);
-      const audit = lines.slice(start).filter((l) => l['audit'] === 'refusal' && idOf(l) === rid);
+      // The id the client got back is the gate's; the client's own (public listener) is kept as client_request_id.
+      const id = r.json.error.request_id as string;
+      const audit = lines.slice(start).filter((l) => l['audit'] === 'refusal' && idOf(l) === id);
       expect(audit, `${code}: ${JSON.stringify(audit)}`).toHaveLength(1);
-      expect(audit[0]).toMatchObject({ component: 'gate', request_id: rid, code, tenant, reason: r.json.error.message });
+      expect(audit[0]).toMatchObject({ component: 'gate', request_id: id, code, tenant, reason: r.json.error.message });
+      if (code !== 'mixed_revision') expect(audit[0]!['client_request_id']).toBe(rid);
     }
     expect(lines.slice(start).filter((l) => l['audit'] === 'refusal')).toHaveLength(refused.length);
   });

@@ -85,7 +85,25 @@ describe('readHeaderMap', () => {
     );
   });
 
+  it('marks every value that is not valid UTF-8 as invalid, and only those', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 16 }), (bytes) => {
+        const r = readHeaderMap({ headers: [{ key: 'x-tenant-id', raw_value: bytes }] });
+        let valid = true;
+        try {
+          new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+        } catch {
+          valid = false;
+        }
+        expect(r.invalid).toEqual(valid || bytes.length === 0 ? [] : ['x-tenant-id']);
+      }),
+      { numRuns: 300 },
+    );
+    const [e9, ff] = [0xe9, 0xff].map((b) => readHeaderMap({ headers: [{ key: 'x-tenant-id', raw_value: new Uint8Array([0x74, 0x2d, b]) }] }));
+    expect([e9!.invalid, ff!.invalid]).toEqual([['x-tenant-id'], ['x-tenant-id']]);
+  });
+
   it('an absent or empty map reads as no headers', () => {
-    for (const map of [undefined, {}, { headers: [] }]) expect(readHeaderMap(map)).toEqual({ headers: {}, forged: [], gateOwned: {} });
+    for (const map of [undefined, {}, { headers: [] }]) expect(readHeaderMap(map)).toEqual({ headers: {}, forged: [], gateOwned: {}, invalid: [] });
   });
 });

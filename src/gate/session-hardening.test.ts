@@ -1,0 +1,112 @@
+/**
+ * What the gate's stream does with hostile client input, through the real route decider: identity headers decoded
+ * strictly, the request id minted on the public listener, bounded audit lines, and JSON nested too deep for any
+ * recursive walk refused with 400 before anything processes it. Each refusal: its JSON code and one audit line.
+ */
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { createDevKeyRing } from '../contract/keys.js';
+import { createInFlightTracker, createStaticWorkerView } from '../decide/worker-view.js';
+import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
+import { tableFromValue } from '../policy/testing.js';
+import { createGateMetrics } from './metrics.js';
+import { createAdmission } from './admission.js';
+import { ExtProcSession } from './session.js';
+import { queueTableValue } from './testing.js';
+
+function gate() {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _e, done) {
+      for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Record<string, unknown>);
+      done();
+    },
+  });
+  const inFlight = createInFlightTracker();
+  const table = tableFromValue(queueTableValue());
+  const admission = createAdmission({ state: () => ({ table, view: createStaticWorkerView(table, inFlight) }), keys: createDevKeyRing('hardening'), inFlight, now: Date.now });
+  const registry = new Registry();
+  let n = 0;
+  const deps = { admission, logger: pino({ level: 'info' }, sink), metrics: createGateMetrics(registry), newRequestId: () => `minted-${++n}`, now: Date.now, gieHeaders: false };
+  /** One request through a fresh public session: headers (name -> raw bytes), then the body. */
+  const send = async (h: Record<string, Buffer | string>, body: Buffer | string): Promise<WireProcessingResponse | null> => {
+    const s = new ExtProcSession(deps, 'public', () => undefined);
+    const all = { ':method': 'POST', ':path': '/v1/chat/completions', 'x-session-id': 's1', ...h };
+    await s.onMessage({
+      request: 'request_headers',
+      request_headers: { headers: { headers: Object.entries(all).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) }, end_of_stream: false },
+      protocol_config: { request_body_mode: 'BUFFERED' },
+    } satisfies WireProcessingRequest);
+    const r = await s.onMessage({ request: 'request_body', request_body: { body: Buffer.from(body), end_of_stream: true } });
+    s.finish();
+    return r;
+  };
+  return { send, lines, registry, audits: () => lines.filter((l) => l['audit'] === 'refusal') };
+}
+
+const chat = JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] });
+const refusal = (r: WireProcessingResponse | null) => {
+  const ir = r?.immediate_response;
+  return ir === undefined ? undefined : (JSON.parse(Buffer.from(ir.body ?? []).toString()) as { error: { code: string; message: string; request_id: string } }).error;
+};
+const stamped = (r: WireProcessingResponse | null, name: string) =>
+  Buffer.from(r?.request_body?.response?.header_mutation?.set_headers?.find((h) => h.header.key === name)?.header.raw_value ?? []).toString();
+
+describe('identity headers are decoded strictly', () => {
+  it("t-\\xE9 and t-\\xFF are not one tenant: both are refused 400, with an audit line each", async () => {
+    const g = gate();
+    for (const byte of [0xe9, 0xff]) {
+      const r = await g.send({ 'x-tenant-id': Buffer.from([0x74, 0x2d, byte]) }, chat);
+      expect(refusal(r)).toMatchObject({ code: 'bad_request', message: expect.stringContaining('x-tenant-id is not valid UTF-8') });
+    }
+    expect(g.audits().map((l) => [l['code'], l['tenant']])).toEqual([['bad_request', null], ['bad_request', null]]);
+    // Valid UTF-8 is read as the tenant it names (this table lists only acme, so t-é is then refused by scope).
+    expect(refusal(await g.send({ 'x-tenant-id': 't-é' }, chat))).toMatchObject({ code: 'tenant_scope_denied', message: expect.stringContaining('tenant t-é ') });
+  });
+
+  it('the session header is an identity too', async () => {
+    const g = gate();
+    const r = await g.send({ 'x-tenant-id': 'acme', 'x-session-id': Buffer.from([0xc3, 0x28]) }, chat);
+    expect(refusal(r)).toMatchObject({ code: 'bad_request', message: expect.stringContaining('x-session-id is not valid UTF-8') });
+  });
+});
+
+describe('the request id on the public listener', () => {
+  it("is minted by the gate; the client's id is kept apart as client_request_id", async () => {
+    const g = gate();
+    const [a, b] = [await g.send({ 'x-tenant-id': 'acme', 'x-request-id': 'same' }, chat), await g.send({ 'x-tenant-id': 'globex', 'x-request-id': 'same' }, '{')];
+    expect(stamped(a, 'x-request-id')).toBe('minted-1');
+    expect(refusal(b)?.request_id).toBe('minted-2');
+    // Two tenants sending one id never share an audit line's id.
+    expect(g.audits().map((l) => [l['request_id'], l['client_request_id']])).toEqual([['minted-2', 'same']]);
+  });
+});
+
+describe('audit lines carry bounded client text', () => {
+  it('a 3 KB path, ext_proc message kind or tenant becomes at most 128 characters of it', async () => {
+    const g = gate();
+    const long = 'p'.repeat(3000);
+    await g.send({ ':path': `/v1/${long}`, 'x-tenant-id': `t${long}`, 'x-request-id': `r${long}` }, chat);
+    const [line] = g.audits();
+    expect(line).toMatchObject({ code: 'bad_request' });
+    expect(String(line!['tenant']).length).toBeLessThanOrEqual(129);
+    expect(String(line!['client_request_id']).length).toBeLessThanOrEqual(129);
+    expect(String(line!['reason']).length).toBeLessThan(400);
+    expect(JSON.stringify(line).length).toBeLessThan(1200);
+  });
+});
+
+describe('JSON nested too deep', () => {
+  it('20,000 levels are refused 400 before any processing: one audit line, counted as a refusal, not a route', async () => {
+    const g = gate();
+    const deep = `{"model":"llama-3-8b","messages":[{"role":"user","content":"hi"}],"x":${'{"a":'.repeat(20_000)}1${'}'.repeat(20_000)}}`;
+    const r = await g.send({ 'x-tenant-id': 'acme' }, deep);
+    expect(refusal(r)).toMatchObject({ code: 'bad_request', message: expect.stringContaining('more than 64 levels deep') });
+    expect(g.audits()).toHaveLength(1);
+    const decisions = await g.registry.getSingleMetricAsString('kvgate_decisions_total');
+    expect(decisions).toContain('outcome="refuse",code="bad_request"');
+    expect(decisions).not.toContain('outcome="route"');
+  });
+});

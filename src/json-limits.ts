@@ -1,0 +1,73 @@
+/**
+ * Limits on client JSON that hold before anything parses or walks it. A body nested 20,000 levels deep parses
+ * (V8's JSON.parse is iterative) but overflows the stack of every recursive walk after it, `JSON.stringify`
+ * included; so the gate and the sidecars refuse it first, by scanning the text, with a 400 and an audit line.
+ * Pure.
+ */
+
+/** The deepest object/array nesting a request body may have. OpenAI bodies (messages, tools with JSON schemas)
+ * stay far below it. */
+export const MAX_JSON_DEPTH = 64;
+
+/** True when `text` opens more than `max` nested objects or arrays at some point (brackets inside strings do not
+ * count). Linear, no recursion; for text that is not JSON the answer is only a bound. */
+export function jsonNestingExceeds(text: string, max: number = MAX_JSON_DEPTH): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) {
+      if (++depth > max) return true;
+    } else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return false;
+}
+
+/**
+ * Where vLLM would read `kv_transfer_params`: `CompletionRequest`/`ChatCompletionRequest.kv_transfer_params`, and
+ * `vllm_xargs`, whose entries become `SamplingParams.extra_args`, from which the engine's `Request` takes
+ * `extra_args["kv_transfer_params"]` (vllm-project/vllm: vllm/entrypoints/openai/protocol.py `to_sampling_params`,
+ * `extra_args = self.vllm_xargs or {}` then `extra_args["kv_transfer_params"] = self.kv_transfer_params`;
+ * vllm/v1/request.py `sampling_params.extra_args.get("kv_transfer_params")`; v0.10 to main, 2026). Pydantic field
+ * names are case-sensitive, but a proxy or a future version may not be, so any key that spells the name in any case,
+ * with `_`, `-` or neither, at any depth, counts. Returns the JSON path of the first one, or undefined.
+ */
+export function findKvTransferParams(value: unknown, skipTopLevel = false): string | undefined {
+  const stack: { v: unknown; path: string; top: boolean }[] = [{ v: value, path: '', top: true }];
+  while (stack.length > 0) {
+    const { v, path, top } = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (Array.isArray(v)) {
+      v.forEach((x, i) => stack.push({ v: x, path: `${path}[${i}]`, top: false }));
+      continue;
+    }
+    for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+      const here = path === '' ? k : `${path}.${k}`;
+      if (isKvParamsKey(k) && !(top && skipTopLevel && k === 'kv_transfer_params')) return here.slice(0, 128);
+      stack.push({ v: x, path: here, top: false });
+    }
+  }
+  return undefined;
+}
+
+function isKvParamsKey(key: string): boolean {
+  return key.length <= 32 && key.toLowerCase().replace(/[-_]/g, '') === 'kvtransferparams';
+}
+
+/** A client-supplied value as it may appear in an error message or an audit line: JSON-quoted, at most 128
+ * characters of it. */
+export function quoteClientValue(value: string): string {
+  return JSON.stringify(value.length > 128 ? `${value.slice(0, 128)}…` : value);
+}
+
+/** The longest `reason` an audit line carries: kvgate's own sentence, quoting client values at most 128 characters. */
+export const AUDIT_REASON_MAX = 512;
+
+/** Cut a string for an audit line field. */
+export function auditCut(value: string, max = 128): string {
+  return value.length > max ? `${value.slice(0, max)}…` : value;
+}
