@@ -25,6 +25,8 @@ const parsed = parseSidecarConfig(
     probe: { intervalMs: 60_000, timeoutMs: 5_000 },
     prefill: { via: 'direct', maxAttempts: 1, timeoutMs: 30_000 },
     maxInFlight: 4096,
+    admin: '',
+    metrics: '',
   },
   `bench ${args.role} sidecar`,
 );

@@ -63,7 +63,26 @@ export const EndpointSchema = z
     /** Optional per-endpoint declaration (e.g. a heterogeneous pool); must fingerprint like the pool's revision. */
     descriptor: CompatDescriptorSchema.optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((e, ctx) => {
+    // The status URL vouches for this endpoint: on another host, one worker's verified sidecar would make a different
+    // (perhaps unverified) endpoint look verified, and the gate would route to it.
+    if (e.status === undefined) return;
+    const host = e.address.slice(0, e.address.lastIndexOf(':')).replace(/^\[|\]$/g, '');
+    let statusHost: string;
+    try {
+      statusHost = new URL(e.status).hostname.replace(/^\[|\]$/g, '');
+    } catch {
+      return; // StatusUrlSchema reports it
+    }
+    if (statusHost.toLowerCase() !== host.toLowerCase()) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['status'],
+        message: `is on host ${statusHost}, but the endpoint's address is ${e.address}; a status URL must be the sidecar of that endpoint (same host, e.g. http://${e.address.includes('[') ? `[${host}]` : host}:9090)`,
+      });
+    }
+  });
 
 export const POOL_ROLES = ['prefill', 'decode', 'both'] as const;
 export type PoolRole = (typeof POOL_ROLES)[number];

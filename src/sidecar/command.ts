@@ -19,6 +19,7 @@ import { createSidecar } from './server.js';
 
 export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
        kvgate sidecar --role prefill|decode --worker URL --descriptor FILE [--listen host:port]
+                      [--admin 127.0.0.1:port (drain/undrain, loopback only; '' disables)] [--metrics host:port ('' disables)]
                       (--keys FILE | --dev-keys SEED) [--prefill-via direct|URL] [--on-transfer-failure fail|recompute]
 
 Runs beside one vLLM worker: probes it against its declared descriptor, verifies transfer contracts, and
@@ -31,6 +32,8 @@ const OPTIONS = {
   worker: { type: 'string' },
   descriptor: { type: 'string' },
   listen: { type: 'string' },
+  admin: { type: 'string' },
+  metrics: { type: 'string' },
   keys: { type: 'string' },
   'dev-keys': { type: 'string' },
   'prefill-via': { type: 'string' },
@@ -80,6 +83,8 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     worker: values.worker,
     descriptor: descriptor.value,
     ...(values.listen === undefined ? {} : { listen: values.listen }),
+    ...(values.admin === undefined ? {} : { admin: values.admin }),
+    ...(values.metrics === undefined ? {} : { metrics: values.metrics }),
     ...(values.keys !== undefined ? { keys: { file: values.keys } } : values['dev-keys'] !== undefined ? { keys: { devSeed: values['dev-keys'] } } : {}),
     ...(via === undefined ? {} : { prefill: { via: via === 'direct' ? 'direct' : { envoy: via } } }),
     ...(values['on-transfer-failure'] === undefined ? {} : { onTransferFailure: values['on-transfer-failure'] }),

@@ -19,6 +19,11 @@ import { err, ok, type Result } from '../errors.js';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9090');
 
+/** A loopback host:port: reachable only from inside the pod (a preStop hook, an operator's kubectl exec). */
+const loopbackHostPort = hostPort.refine((s) => /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|\[::1\]):\d{1,5}$/.test(s), {
+  message: 'must be a loopback address (127.0.0.1:PORT or [::1]:PORT): drain and undrain take a worker in and out of service, so only the pod itself may call them',
+});
+
 const httpUrl = z.string().refine(
   (s) => {
     try {
@@ -42,6 +47,10 @@ export const SidecarConfigSchema = z
     /** The local vLLM worker this sidecar guards, e.g. http://127.0.0.1:8000. */
     worker: httpUrl,
     listen: hostPort.default('0.0.0.0:9090'),
+    /** POST /kvgate/v1/drain and /kvgate/v1/undrain, on loopback only ('' disables; SIGTERM still drains). */
+    admin: z.union([loopbackHostPort, z.literal('')]).default('127.0.0.1:9092'),
+    /** GET /metrics alone, for the monitoring namespace ('' disables; /metrics stays on `listen` as well). */
+    metrics: z.union([hostPort, z.literal('')]).default('0.0.0.0:9091'),
     /** This sidecar's ip:port as the route table lists it; sent back as `x-kvgate-served-by` so retries can exclude it. */
     advertise: hostPort.optional(),
     descriptor: CompatDescriptorSchema.optional(),

@@ -3,6 +3,7 @@
  * (the local worker, the prefill leg) with a timeout and a failure description a person can act on.
  */
 import type http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
 import { H } from '../headers.js';
 import { jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
@@ -147,4 +148,18 @@ export function upstreamMessage(text: string): string {
   }
   const t = text.trim();
   return t.length > 500 ? `${t.slice(0, 500)}…` : t || '(empty body)';
+}
+
+/** Listen on `host:port` (port 0: any free port); resolves to the bound host and port. */
+export async function listen(server: http.Server, hostPort: string): Promise<{ host: string; port: number }> {
+  const i = hostPort.lastIndexOf(':');
+  const host = hostPort.slice(0, i).replace(/^\[|\]$/g, '');
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(Number(hostPort.slice(i + 1)), host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return { host, port: (server.address() as AddressInfo).port };
 }

@@ -103,6 +103,30 @@ describe('admission and drain', () => {
     }
   });
 
+  it('undrain on the admin port admits work again; the metrics port serves /metrics and nothing else', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'));
+    try {
+      expect((await fetch(`${t.sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' })).status).toBe(202);
+      const refused = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'u1' }), { model: MODEL, prompt: 'x', max_tokens: 1 }));
+      expect([refused.status, refused.body.error.code]).toEqual([503, 'draining']);
+      expect((await fetch(`${t.sidecar.url}/kvgate/v1/undrain`, { method: 'POST' })).status).toBe(400);
+      const u = await fetch(`${t.sidecar.adminUrl}/kvgate/v1/undrain`, { method: 'POST' });
+      expect([u.status, await u.json()]).toEqual([200, { draining: false, inFlight: 0 }]);
+      const served = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'u2' }), { model: MODEL, prompt: 'x', max_tokens: 1 }));
+      expect(served.status).toBe(200);
+      expect(await (await fetch(`${t.sidecar.metricsUrl}/metrics`)).text()).toContain('kvgate_sidecar_draining 0');
+      for (const p of ['/v1/completions', '/kvgate/v1/status', '/kvgate/v1/drain']) {
+        expect((await fetch(`${t.sidecar.metricsUrl}${p}`, { method: p === '/kvgate/v1/status' ? 'GET' : 'POST' })).status).toBe(404);
+      }
+    } finally {
+      await t.sidecar.close();
+    }
+  });
+
+  it('refuses a non-loopback admin address in its config', () => {
+    expect(() => sidecarConfigFor(sim, 'decode', { admin: '0.0.0.0:9092' })).toThrow(/loopback/);
+  });
+
   it('POST /kvgate/v1/drain starts a drain; a full sidecar answers 429 with retry-after', async () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1 }));
     try {
@@ -111,7 +135,12 @@ describe('admission and drain', () => {
       await until(() => t.sidecar.status().inFlight === 1);
       const res = await fetch(`${t.sidecar.url}/v1/completions`, { method: 'POST', headers: gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'b' })), body: '{}' });
       expect([res.status, res.headers.get('retry-after'), res.headers.get('x-kvgate-reject-reason')]).toEqual([429, '1', 'queue_full']);
-      const d = await fetch(`${t.sidecar.url}/kvgate/v1/drain`, { method: 'POST' });
+      // Not on the request port: whoever reaches it must not take the worker out of service (400, audited).
+      const refused = await fetch(`${t.sidecar.url}/kvgate/v1/drain`, { method: 'POST' });
+      expect([refused.status, ((await refused.json()) as { error: { code: string } }).error.code]).toEqual([400, 'bad_request']);
+      expect(t.sidecar.status().draining).toBe(false);
+      expect(t.lines.filter((l) => l['audit'] === 'refusal' && String(l['reason']).includes('loopback admin port'))).toHaveLength(1);
+      const d = await fetch(`${t.sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' });
       expect([d.status, await d.json()]).toEqual([202, { draining: true, inFlight: 1 }]);
       expect((await first).status).toBe(200);
       expect(t.sidecar.status().draining).toBe(true);
@@ -137,7 +166,7 @@ describe('kvgate sidecar command', () => {
     let out = '';
     let ready: (url: string) => void = () => undefined;
     const url = new Promise<string>((r) => (ready = r));
-    const exit = sidecarCommand(['--role', 'prefill', '--worker', sim.url, '--descriptor', descriptor, '--listen', '127.0.0.1:0', '--dev-keys', 'cmd-test'], {
+    const exit = sidecarCommand(['--role', 'prefill', '--worker', sim.url, '--descriptor', descriptor, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--metrics', '', '--dev-keys', 'cmd-test'], {
       signals: signals as unknown as NodeJS.Process,
       stdout: (s) => (out += s),
       stderr: (s) => (out += s),

@@ -2,11 +2,11 @@
  * `createSidecar`: the sidecar's HTTP shell. State lives in `SidecarState`, decisions in the pure modules (compare,
  * contract-check, attestation-check, openai-body, status) and the role handlers; this file wires them to sockets.
  *
- * Routes on one port: `POST /v1/completions` and `/v1/chat/completions` (the role's work), `GET /kvgate/v1/status`,
- * `POST /kvgate/v1/drain`, `GET /healthz` (200 only while serving), `GET /metrics` (Prometheus).
+ * Routes on the main port: `POST /v1/completions` and `/v1/chat/completions` (the role's work), `GET /kvgate/v1/status`,
+ * `GET /healthz` (200 only while serving), `GET /metrics` (Prometheus). Drain and undrain are on the loopback admin
+ * port and metrics also on their own port (side-ports.ts); a drain sent to the main port is refused and audited.
  */
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { checkBodyBinding } from '../contract/body-binding.js';
@@ -21,13 +21,14 @@ import { createReplayGuard, type ReplayGuard } from './replay-guard.js';
 import { headerValue, type IncomingCall, type SidecarContext } from './context.js';
 import { serveDecode } from './decode-role.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
-import { parseJsonObject, readBody, sendError, sendJson, sendText, type FetchFn } from './http-io.js';
+import { listen, parseJsonObject, readBody, sendError, sendJson, sendText, type FetchFn } from './http-io.js';
 import { createSidecarMetrics } from './metrics.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import { servePrefill } from './prefill-role.js';
 import { observeWorker } from './probe.js';
 import { SidecarState } from './sidecar-state.js';
+import { DRAIN_PATH, startSidePorts, UNDRAIN_PATH } from './side-ports.js';
 import { admissionRefusal, type SidecarStatus } from './status.js';
 
 /** Injected so tests run many sidecars in one process, with their own logs, metrics, keys, clock and fetch. */
@@ -43,6 +44,10 @@ export interface SidecarDeps {
 export interface Sidecar {
   readonly url: string;
   readonly port: number;
+  /** The loopback admin port (drain, undrain), or null when `admin: ''`. */
+  readonly adminUrl: string | null;
+  /** The metrics-only port, or null when `metrics: ''`. */
+  readonly metricsUrl: string | null;
   status(): SidecarStatus;
   /** Probe the worker now (it also runs at start and every `probe.intervalMs`); resolves to the new status. */
   probe(): Promise<SidecarStatus>;
@@ -87,36 +92,27 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   });
   server.keepAliveTimeout = 5_000;
   const { port, host } = await listen(server, config.listen);
+  const side = await startSidePorts(config, state, deps.registry, deps.logger);
   await loop.probe();
   loop.start(closed.signal);
   return {
     url: `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host}:${port}`,
     port,
+    adminUrl: side.adminUrl,
+    metricsUrl: side.metricsUrl,
     status: () => state.status(),
     probe: loop.probe,
     drain: () => state.drain(),
     close: async () => {
       closed.abort();
       await loop.stop();
+      await side.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
       });
     },
   };
-}
-
-async function listen(server: http.Server, hostPort: string): Promise<{ host: string; port: number }> {
-  const i = hostPort.lastIndexOf(':');
-  const host = hostPort.slice(0, i).replace(/^\[|\]$/g, '');
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(Number(hostPort.slice(i + 1)), host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  return { host, port: (server.address() as AddressInfo).port };
 }
 
 interface ProbeLoop {
@@ -206,11 +202,14 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
     return sendText(res, 503, 'text/plain', `${refusal.code}\n`);
   }
   if (req.method === 'GET' && path === '/metrics') return sendText(res, 200, rt.registry.contentType, await rt.registry.metrics());
-  if (req.method === 'POST' && path === '/kvgate/v1/drain') {
-    void rt.state.drain();
-    return sendJson(res, 202, { draining: true, inFlight: rt.state.status().inFlight });
+  if (req.method === 'POST' && (path === DRAIN_PATH || path === UNDRAIN_PATH)) {
+    // Whoever reaches this port (Envoy, the gate, anything the network lets in) must not take the worker out of service.
+    req.resume();
+    const e = new KvgateError('bad_request', `${path} is served only on the sidecar's loopback admin port (admin: ${rt.ctx.config.admin || 'disabled'}); call it from inside the pod`);
+    rt.ctx.logger.warn({ audit: 'refusal', code: e.code, reason: e.reason, remote: req.socket.remoteAddress ?? null }, `refused: ${e.code}`);
+    return sendError(res, e, '');
   }
-  return sendText(res, 404, 'text/plain', 'not found: the sidecar serves POST /v1/completions, /v1/chat/completions, /kvgate/v1/drain and GET /kvgate/v1/status, /healthz, /metrics\n');
+  return sendText(res, 404, 'text/plain', 'not found: the sidecar serves POST /v1/completions, /v1/chat/completions and GET /kvgate/v1/status, /healthz, /metrics\n');
 }
 
 /** Admission (draining, unverified, full), then in-flight accounting around the work itself. */

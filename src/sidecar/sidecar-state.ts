@@ -70,6 +70,13 @@ export class SidecarState {
     if (this.#inFlight === 0) for (const w of this.#drainWaiters.splice(0)) w();
   }
 
+  /** Admit work again after a drain (an operator's undrain); requests refused meanwhile stay refused. */
+  undrain(): void {
+    if (this.#draining) this.#logger.info({ event: 'undrain' }, 'undrained: admitting new requests again');
+    this.#draining = false;
+    this.#metrics.draining.set(0);
+  }
+
   /** Stop admitting work; resolves once nothing is in flight. Idempotent. */
   drain(): Promise<void> {
     if (!this.#draining) this.#logger.info({ event: 'drain', inFlight: this.#inFlight }, 'draining: no new requests, waiting for in-flight ones');

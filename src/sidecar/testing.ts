@@ -81,6 +81,8 @@ export function sidecarConfigFor(
     role,
     worker: sim.url,
     listen: '127.0.0.1:0',
+    admin: '127.0.0.1:0',
+    metrics: '127.0.0.1:0',
     descriptor: sim.config.descriptor,
     keys: { devSeed: 'kvgate-sidecar-tests' },
     probe: { intervalMs: 60_000, timeoutMs: 2_000 },

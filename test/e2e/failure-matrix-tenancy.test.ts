@@ -65,6 +65,8 @@ async function extraSidecar(role: 'prefill' | 'decode', overrides: Partial<Sidec
       role,
       worker: t.worker('llama-a', role).sim.url,
       listen: '127.0.0.1:0',
+      admin: '',
+      metrics: '',
       descriptor: await loadExampleDescriptor('llama-a'),
       servedModelName: SERVED_MODEL,
       keys: { devSeed: DEMO_KEY_SEED },

@@ -122,7 +122,7 @@ describe('a decode drain in the middle of traffic', () => {
     const first = await reader.read(); // the stream has started
     expect(first.done).toBe(false);
     // Drain A's decode worker mid-stream.
-    const drain = await fetch(`http://${t.worker('llama-a', 'decode').address}/kvgate/v1/drain`, { method: 'POST' });
+    const drain = await fetch(`${t.worker('llama-a', 'decode').sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' });
     expect(drain.status).toBeLessThan(300);
     await t.gate.refreshWorkerView();
     const during = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[0], 4), { 'x-tenant-id': 'acme', 'x-session-id': session });

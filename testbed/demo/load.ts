@@ -134,7 +134,8 @@ function faultSchedule(t: Topology, n: number): Fault[] {
       fired: false,
       async run() {
         const w = t.worker('llama-a', 'decode', 1);
-        await fetch(`http://${w.address}/kvgate/v1/drain`, { method: 'POST' });
+        // The admin port is loopback-only; the load runner is in the pod's place here (everything on loopback).
+        await fetch(`${w.sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' });
         return `drained decode worker llama-a #1 (${w.address})`;
       },
     },

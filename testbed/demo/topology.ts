@@ -237,6 +237,8 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
       role: s.role,
       worker: sim.url,
       listen: address,
+      admin: '127.0.0.1:0',
+      metrics: '',
       advertise: address,
       descriptor: s.descriptor,
       servedModelName: SERVED_MODEL,
