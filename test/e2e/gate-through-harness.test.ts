@@ -153,7 +153,9 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
       expect(r.headers['content-type']).toBe('application/json');
       expect(r.headers['x-kvgate-reject-reason']).toBe(code);
       const json = JSON.parse(r.body.toString());
-      expect(json.error).toMatchObject({ type: 'kvgate_error', code, request_id: `rid-${code}` });
+      // The gate mints the id on the public listener; the client's own never names the request.
+      expect(json.error).toMatchObject({ type: 'kvgate_error', code, request_id: r.headers['x-request-id'] });
+      expect(json.error.request_id).not.toBe(`rid-${code}`);
       expect(json.error.message.length).toBeGreaterThan(20);
     }
     expect(rig.decode.requests).toHaveLength(0);
