@@ -3,7 +3,8 @@ import { verifyAttestation } from './attestation.js';
 import { verifyBinding } from './binding.js';
 import { verifyContract } from './contract.js';
 import { createKeyRing } from './keys.js';
-import { exampleAttestationFields, exampleContractFields, TEST_NOW_MS } from './testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
+import { exampleAttestationFields, exampleContractFields } from './testing.js';
 import { MAX_LIFETIME_MS, signToken } from './token.js';
 
 const ring = createKeyRing({ keys: [{ id: 'k1', secret: Buffer.alloc(32, 1) }], currentId: 'k1', saltSecret: Buffer.alloc(32, 3) });
