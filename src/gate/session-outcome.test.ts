@@ -72,7 +72,7 @@ describe('session: after the route', () => {
     expect(answer?.response_headers).toBeDefined(); // still answered: Envoy waits for it
     const audit = t.lines.filter((l) => l['audit'] === 'upstream_refusal');
     expect(audit).toHaveLength(1);
-    expect(audit[0]).toMatchObject({ request_id: 'r-refused', code: 'incompatible_transfer', status: '409', tenant: 'acme' });
+    expect(audit[0]).toMatchObject({ request_id: 'generated', client_request_id: 'r-refused', code: 'incompatible_transfer', status: '409', tenant: 'acme' });
     expect(await count(t.registry, { revision: audit[0]!['revision'], outcome: 'refused', code: 'incompatible_transfer' })).toBe(1);
     // A second response_headers (never sent by Envoy, but harmless) does not count twice.
     await s.onMessage(responseHeaders({ ':status': '409', 'x-kvgate-reject-reason': 'incompatible_transfer' }));
@@ -96,7 +96,7 @@ describe('session: after the route', () => {
     const lines = t.lines.filter((l) => l['event'] === 'decision');
     expect(lines).toHaveLength(1);
     const l = lines[0]!;
-    expect(l).toMatchObject({ level: 30, log: 'decisions', outcome: 'route', request_id: 'r-line', tenant: 'acme', model: 'llama-3-8b', fallback: [] });
+    expect(l).toMatchObject({ level: 30, log: 'decisions', outcome: 'route', request_id: 'generated', client_request_id: 'r-line', tenant: 'acme', model: 'llama-3-8b', fallback: [] });
     expect(l['group']).toMatch(/\S/);
     expect(l['revision']).toMatch(/\S/);
     expect(l['decode']).toMatchObject({ pool: expect.any(String), cluster: expect.any(String) });

@@ -265,7 +265,7 @@ export class ExtProcSession {
         `refused: ${d.code}`,
       );
     } else if (this.#deps.decisionLog !== undefined) {
-      this.#deps.decisionLog.info(decisionLine(d, seconds), `${d.kind} ${d.group.revision}`);
+      this.#deps.decisionLog.info({ ...decisionLine(d, seconds), ...(this.#clientRequestId === undefined ? {} : { client_request_id: this.#clientRequestId }) }, `${d.kind} ${d.group.revision}`);
     } else if (this.#deps.logger.isLevelEnabled('debug')) {
       this.#log().debug({ outcome: d.kind, group: d.group.id, revision: d.group.revision }, 'bound');
     }

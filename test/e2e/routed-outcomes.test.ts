@@ -32,8 +32,10 @@ describe('what came back for a routed request', () => {
   it('a served request: one decision line with the decode and prefill endpoints, counted served for its revision', async () => {
     const rid = `routed-ok-${randomUUID()}`;
     expect((await complete(t, 'routed outcome', 4, client('acme', 'ok', { 'x-request-id': rid }))).status).toBe(200);
-    const decision = lines.filter((l) => l['request_id'] === rid && l['event'] === 'decision' && l['outcome'] === 'route');
+    // The gate mints the request id; the client's is kept beside it as client_request_id.
+    const decision = lines.filter((l) => l['client_request_id'] === rid && l['event'] === 'decision' && l['outcome'] === 'route');
     expect(decision).toHaveLength(1);
+    const id = decision[0]!['request_id'];
     expect(decision[0]).toMatchObject({
       log: 'decisions',
       tenant: 'acme',
@@ -42,7 +44,7 @@ describe('what came back for a routed request', () => {
       prefill: { pool: 'a-prefill', cluster: 'a_prefill' },
     });
     // The prefill leg's hop has its own line.
-    expect(lines.some((l) => l['request_id'] === rid && l['event'] === 'decision' && l['outcome'] === 'hop')).toBe(true);
+    expect(lines.some((l) => l['request_id'] === id && l['event'] === 'decision' && l['outcome'] === 'hop')).toBe(true);
     expect(await counter(admin(), 'kvgate_routed_responses_total', { revision: 'llama-a', outcome: 'served' })).toBeGreaterThanOrEqual(1);
   });
 
@@ -54,8 +56,8 @@ describe('what came back for a routed request', () => {
     expect(await counter(admin(), 'kvgate_routed_responses_total', { revision: 'llama-a', outcome: 'refused', code: 'draining' })).toBe(1);
     // Still a route in the decision counts (the gate did route it); the outcome says what became of it.
     expect(await counter(admin(), 'kvgate_decisions_total', { outcome: 'route', revision: 'llama-a' })).toBeGreaterThanOrEqual(2);
-    expect(await eventually(() => lines.some((l) => l['request_id'] === rid && l['audit'] === 'upstream_refusal'))).toBe(true);
-    const audit = lines.filter((l) => l['request_id'] === rid && l['audit'] === 'upstream_refusal');
+    expect(await eventually(() => lines.some((l) => l['client_request_id'] === rid && l['audit'] === 'upstream_refusal'))).toBe(true);
+    const audit = lines.filter((l) => l['client_request_id'] === rid && l['audit'] === 'upstream_refusal');
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({ component: 'gate', code: 'draining', status: '503', revision: 'llama-a', tenant: 'acme' });
   });
