@@ -13,6 +13,8 @@ import { fromZodIssues } from '../config/from-zod.js';
 import { formatIssues } from '../config/issues.js';
 import { compareObservation } from '../sidecar/compare.js';
 import { measureCanaries, observeWorker } from '../sidecar/probe.js';
+import { workerApiKeyFlags } from '../sidecar/command.js';
+import { loadWorkerAuth, WorkerApiKeySchema } from '../sidecar/worker-auth.js';
 
 const HELP = `usage: kvgate fingerprint [--worker URL] [--descriptor FILE] [--model NAME] [--json]
 
@@ -21,6 +23,8 @@ const HELP = `usage: kvgate fingerprint [--worker URL] [--descriptor FILE] [--mo
   --descriptor FILE   a compatibility descriptor (YAML/JSON): prints its fingerprint and the predicted NIXL hash;
                       with --worker, also compares the live worker against it (exit 1 on any disagreement)
   --model NAME        the served model to probe (default: the worker's first base model)
+  --worker-api-key-file FILE | --worker-api-key-env NAME
+                      the worker's --api-key (sent as Authorization: Bearer on every probe; never printed)
   --json              machine-readable output
 `;
 
@@ -45,6 +49,8 @@ export async function fingerprintCommand(argv: readonly string[]): Promise<numbe
       worker: { type: 'string' },
       descriptor: { type: 'string' },
       model: { type: 'string' },
+      'worker-api-key-file': { type: 'string' },
+      'worker-api-key-env': { type: 'string' },
       json: { type: 'boolean' },
       help: { type: 'boolean' },
     },
@@ -74,11 +80,23 @@ export async function fingerprintCommand(argv: readonly string[]): Promise<numbe
   }
   if (values.worker !== undefined) {
     const model = values.model;
-    const canaries = await measureCanaries(values.worker, model === undefined ? {} : { model });
+    const key = workerApiKeyFlags(values['worker-api-key-file'], values['worker-api-key-env']).workerApiKey;
+    const parsedKey = key === undefined ? undefined : WorkerApiKeySchema.safeParse(key);
+    if (parsedKey !== undefined && !parsedKey.success) {
+      process.stderr.write('kvgate fingerprint: give one of --worker-api-key-file or --worker-api-key-env\n');
+      return 2;
+    }
+    const auth = await loadWorkerAuth(parsedKey?.data, process.env);
+    if (!auth.ok) {
+      process.stderr.write(`kvgate fingerprint: ${auth.error}\n`);
+      return 2;
+    }
+    const headers = auth.value;
+    const canaries = await measureCanaries(values.worker, { headers, ...(model === undefined ? {} : { model }) });
     out['worker'] = values.worker;
     out['canaries'] = { model: canaries.model, digests: canaries.digests, ...(Object.keys(canaries.errors).length ? { errors: canaries.errors } : {}) };
     if (declared !== undefined) {
-      const verdict = compareObservation(declared, await observeWorker(values.worker, declared, { generation: true, ...(model ? { servedModelName: model } : {}) }));
+      const verdict = compareObservation(declared, await observeWorker(values.worker, declared, { generation: true, headers, ...(model ? { servedModelName: model } : {}) }));
       out['verified'] = verdict.verified;
       out['reasons'] = verdict.reasons;
       out['measured'] = verdict.measured;

@@ -49,13 +49,22 @@ export const ArchitectureSchema = z
 export const KV_SCALE_SCHEMES = ['none', 'static-checkpoint', 'dynamic-per-block', 'packed'] as const;
 export type KvScaleScheme = (typeof KV_SCALE_SCHEMES)[number];
 
+/** Layout names a descriptor may use: the HND/NHD pair and current vLLM's names for the same two layouts. */
+export const KV_LAYOUTS = ['HND', 'NHD', 'LBHNC', 'LBNHC'] as const;
+export type KvLayout = (typeof KV_LAYOUTS)[number];
+
 export const KvCacheSchema = z
   .object({
     /** As passed to `--kv-cache-dtype` (`auto`, `fp8`, `fp8_e4m3`, `bfloat16`, ...). Kept raw: vLLM hashes it raw. */
     dtype: nonEmpty,
     scaleScheme: z.enum(KV_SCALE_SCHEMES),
     blockSize: z.number().int().positive(),
-    layout: z.enum(['HND', 'NHD']),
+    /**
+     * The physical KV layout. `HND`/`NHD` are the names vLLM used up to 0.13; current vLLM resolves them to
+     * `KVCacheLayout` members `LBHNC`/`LBNHC` and reports those (normalize.ts maps them back, so both spellings
+     * land in one group).
+     */
+    layout: z.enum(KV_LAYOUTS),
   })
   .strict();
 

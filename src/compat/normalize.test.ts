@@ -8,6 +8,7 @@ import {
   normalizeDescriptor,
   normalizeId,
   normalizeKvDtype,
+  normalizeKvLayout,
   normalizeModelDtype,
 } from './normalize.js';
 import { exampleDescriptor } from './testing.js';
@@ -200,5 +201,16 @@ describe('property: equivalent spellings give one fingerprint', () => {
       }),
       { numRuns: 150 },
     );
+  });
+});
+
+describe('KV cache layout', () => {
+  it("folds current vLLM's LBHNC/LBNHC onto HND/NHD (one group) and keeps the cross-layer layouts apart", () => {
+    expect(normalizeKvLayout('LBHNC')).toBe('HND');
+    expect(normalizeKvLayout('lbnhc')).toBe('NHD');
+    expect(normalizeKvLayout('BLHNC')).toBe('BLHNC');
+    expect(fpWith((d) => (d.kvCache.layout = 'LBHNC'))).toBe(fpWith((d) => (d.kvCache.layout = 'HND')));
+    expect(fpWith((d) => (d.kvCache.layout = 'LBNHC'))).toBe(fpWith((d) => (d.kvCache.layout = 'NHD')));
+    expect(fpWith((d) => (d.kvCache.layout = 'LBNHC'))).not.toBe(fpWith((d) => (d.kvCache.layout = 'HND')));
   });
 });

@@ -16,6 +16,7 @@
  * | `architecture.attentionBackend`     | trimmed, upper-cased, `-`/space→`_`, legacy `_VLLM_V1` suffix dropped, aliases below            |
  * | `model/adapter/tokenizer/chatTemplate .id`, `model.path` | trailing `/` trimmed; case kept (hub ids are case-sensitive)     |
  * | `architecture.position.ropeTheta`, `ropeScaling` | absent → `null` (absent and null both mean "the checkpoint's default")  |
+ * | `kvCache.layout`                    | `LBHNC`→`HND`, `LBNHC`→`NHD` (vLLM's own aliases; other `KVCacheLayout` names are kept)      |
  *
  * Attention backend aliases: `FLASHATTENTION`, `FLASH_ATTENTION` → `FLASH_ATTN`; `FLASH_INFER` → `FLASHINFER`;
  * `TRITON_ATTENTION` → `TRITON_ATTN`. `FLASH_ATTN` is deliberately *not* merged with `FLASHATTENTION2`/`3` style
@@ -63,6 +64,21 @@ const BACKEND_ALIASES: Readonly<Record<string, string>> = {
 
 /** vLLM's `--kv-cache-dtype fp8` on CUDA is e4m3 (ROCm would be e4m3fnuz; kvgate assumes CUDA workers). */
 export const FP8_DEFAULT_FORMAT = 'fp8_e4m3';
+
+/**
+ * Current vLLM names the per-layer KV layouts by their stride order: `CacheConfig.kv_cache_layout` holds a
+ * `KVCacheLayout` member name, and `HND`/`NHD` are accepted as compatibility aliases of `LBHNC`/`LBNHC`
+ * (`_LAYOUT_COMPAT_ALIASES` in vllm-project/vllm `vllm/config/cache.py` @002f10e0; the enum in
+ * `vllm/v1/kv_cache_layout.py` @14f7a27c: LBHNC = [L, B, H, N, C], LBNHC = [L, B, N, H, C]). The cross-layer layouts
+ * (`BLHNC`, `LHBNC`, ...) place the same per-layer bytes elsewhere and are never merged with these.
+ */
+export const KV_LAYOUT_ALIASES: Readonly<Record<string, string>> = { LBHNC: 'HND', LBNHC: 'NHD' };
+
+/** A KV layout name as kvgate compares it: vLLM's current alias folded onto HND/NHD, anything else as written. */
+export function normalizeKvLayout(layout: string): string {
+  const upper = layout.trim().toUpperCase();
+  return KV_LAYOUT_ALIASES[upper] ?? upper;
+}
 
 /** Normalise a model (weights) dtype spelling. Unknown spellings are lower-cased and otherwise kept. */
 export function normalizeModelDtype(dtype: string): string {
@@ -131,7 +147,7 @@ export function normalizeDescriptor(d: CompatDescriptor): Result<NormalizedDescr
       },
     },
     modelDtype,
-    kvCache: { ...d.kvCache, dtype: kvDtype },
+    kvCache: { ...d.kvCache, dtype: kvDtype, layout: normalizeKvLayout(d.kvCache.layout) as CompatDescriptor['kvCache']['layout'] },
   });
 }
 

@@ -8,6 +8,7 @@
  * layout or connector rule that does not fit is 409 `incompatible_transfer` (the KV would be read as something
  * else); a missing, forged, expired or misdirected attestation is 409 `attestation_invalid`.
  */
+import { normalizeKvLayout } from '../compat/normalize.js';
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { checkTransfer, type CompatMode } from '../compat/connector-rules.js';
 import { transferParamsDigestOf, verifyAttestation, type Attestation, type AttestationFailure } from '../contract/attestation.js';
@@ -61,7 +62,7 @@ export function checkAttestedTransfer(input: AttestationCheckInput): Result<{ at
     fingerprint: input.fingerprint,
     promptTokens: input.localPromptTokens,
     promptTokenDigest: input.localPromptTokenDigest,
-    layout: input.descriptor.kvCache.layout,
+    layout: normalizeKvLayout(input.descriptor.kvCache.layout) === 'NHD' ? 'NHD' : 'HND',
   });
   if (!verified.ok) {
     const f = verified.error;
@@ -74,8 +75,9 @@ export function checkAttestedTransfer(input: AttestationCheckInput): Result<{ at
   if (transferParamsDigestOf(params) !== a.transferDigest) {
     return refuse('params_mismatch', 'attestation_invalid', 'the kv_transfer_params that arrived are not the ones the prefill sidecar attested (block ids, engine or side channel changed in transit); no KV is read');
   }
-  const prefillSide: CompatDescriptor = { ...input.descriptor, kvCache: { ...input.descriptor.kvCache, blockSize: a.blockSize, layout: a.layout } };
-  const verdict = checkTransfer(prefillSide, input.descriptor, input.compatMode);
+  const mine = { ...input.descriptor, kvCache: { ...input.descriptor.kvCache, layout: normalizeKvLayout(input.descriptor.kvCache.layout) as CompatDescriptor['kvCache']['layout'] } };
+  const prefillSide: CompatDescriptor = { ...mine, kvCache: { ...mine.kvCache, blockSize: a.blockSize, layout: a.layout } };
+  const verdict = checkTransfer(prefillSide, mine, input.compatMode);
   if (verdict.verdict === 'refuse') {
     return refuse('transfer_rules', 'incompatible_transfer', `the attested transfer breaks the connector's rules: ${verdict.reasons.join('; ')}`);
   }

@@ -16,11 +16,13 @@ import { err, ok, type Result } from '../errors.js';
 import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { createSidecar } from './server.js';
+import { loadWorkerAuth } from './worker-auth.js';
 
 export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
        kvgate sidecar --role prefill|decode --worker URL --descriptor FILE [--listen host:port]
                       [--admin 127.0.0.1:port (drain/undrain, loopback only; '' disables)] [--metrics host:port ('' disables)]
                       (--keys FILE | --dev-keys SEED) [--prefill-via direct|URL] [--on-transfer-failure fail|recompute]
+                      [--worker-api-key-file FILE | --worker-api-key-env NAME]   (the worker's --api-key)
 
 Runs beside one vLLM worker: probes it against its declared descriptor, verifies transfer contracts, and
 (decode) coordinates the prefill leg and verifies its attestation before any KV is consumed.
@@ -38,6 +40,8 @@ const OPTIONS = {
   'dev-keys': { type: 'string' },
   'prefill-via': { type: 'string' },
   'on-transfer-failure': { type: 'string' },
+  'worker-api-key-file': { type: 'string' },
+  'worker-api-key-env': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -88,8 +92,15 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ...(values.keys !== undefined ? { keys: { file: values.keys } } : values['dev-keys'] !== undefined ? { keys: { devSeed: values['dev-keys'] } } : {}),
     ...(via === undefined ? {} : { prefill: { via: via === 'direct' ? 'direct' : { envoy: via } } }),
     ...(values['on-transfer-failure'] === undefined ? {} : { onTransferFailure: values['on-transfer-failure'] }),
+    ...workerApiKeyFlags(values['worker-api-key-file'], values['worker-api-key-env']),
   };
   return parseSidecarConfig(raw, 'command line');
+}
+
+/** `--worker-api-key-file` / `--worker-api-key-env` as a `workerApiKey` config entry (both given: the schema refuses). */
+export function workerApiKeyFlags(file: string | undefined, env: string | undefined): { workerApiKey?: Record<string, string> } {
+  if (file === undefined && env === undefined) return {};
+  return { workerApiKey: { ...(file === undefined ? {} : { file }), ...(env === undefined ? {} : { env }) } };
 }
 
 /** `kvgate sidecar ...`: resolves to the exit code once the sidecar has drained and closed (or failed to start). */
@@ -109,13 +120,18 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     io.stderr(`kvgate sidecar: ${keys.error}\n`);
     return 2;
   }
+  const workerAuth = await loadWorkerAuth(config.workerApiKey, io.env);
+  if (!workerAuth.ok) {
+    io.stderr(`kvgate sidecar: ${workerAuth.error}\n`);
+    return 2;
+  }
   const logger = pino({ level: config.log.level, base: { component: 'sidecar', role: config.role } });
   if (config.keys?.devSeed !== undefined) logger.warn({ event: 'insecure_keys' }, 'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;
   try {
     const registry = new Registry();
     registerProcessMetrics(registry);
-    sidecar = await createSidecar(config, { logger, registry, keys: keys.value });
+    sidecar = await createSidecar(config, { logger, registry, keys: keys.value, workerAuth: workerAuth.value });
   } catch (e) {
     io.stderr(`kvgate sidecar: cannot start on ${config.listen}: ${(e as Error).message}\n`);
     return 1;

@@ -21,6 +21,34 @@ const declared = exampleDescriptor((d) => {
 });
 
 describe('compareObservation', () => {
+  it("folds current vLLM's layout names onto HND/NHD, and still catches the other layout", () => {
+    const withLayout = (kv_cache_layout: string): Observation => ({ ...goodObservation(), cacheConfig: okv({ ...(goodObservation().cacheConfig as { value: Record<string, string> }).value, kv_cache_layout }) });
+    expect(compareObservation(declared, withLayout('LBHNC')).verified).toBe(true);
+    const nhd = compareObservation(declared, withLayout('LBNHC'));
+    expect(nhd.verified).toBe(false);
+    expect(nhd.reasons.join(' ')).toMatch(/kv_cache_layout="LBNHC"/);
+    expect(compareObservation(declared, withLayout('BLHNC')).verified).toBe(false);
+    const declaredNew = exampleDescriptor((d) => {
+      d.canaries = { tokenizer: TOK, chatTemplate: CHAT };
+      d.kvCache.layout = 'LBHNC';
+    });
+    expect(compareObservation(declaredNew, withLayout('HND')).verified).toBe(true);
+  });
+
+  it('takes sliding_window None as no evidence (mixed sliding-window models report it), and a number as a value', () => {
+    const gemma = exampleDescriptor((d) => {
+      d.canaries = { tokenizer: TOK, chatTemplate: CHAT };
+      d.architecture.slidingWindow = 4096;
+    });
+    const withWindow = (sliding_window: string): Observation => ({ ...goodObservation(), cacheConfig: okv({ ...(goodObservation().cacheConfig as { value: Record<string, string> }).value, sliding_window }) });
+    const none = compareObservation(gemma, withWindow('None'));
+    expect(none.verified).toBe(true);
+    expect(none.declaredOnly).toContain('architecture.slidingWindow');
+    expect(compareObservation(gemma, withWindow('4096')).declaredOnly).not.toContain('architecture.slidingWindow');
+    expect(compareObservation(gemma, withWindow('1024')).reasons.join(' ')).toMatch(/sliding window/);
+    expect(compareObservation(declared, withWindow('4096')).verified).toBe(false);
+  });
+
   it('verifies a worker whose every exposed field agrees, and lists the rest as declared-only', () => {
     const v = compareObservation(declared, goodObservation());
     expect(v.reasons).toEqual([]);

@@ -9,7 +9,7 @@
  */
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { FINGERPRINT_FIELDS } from '../compat/fingerprint.js';
-import { isQuantizedKvDtype, normalizeId, normalizeKvDtype, normalizeModelDtype } from '../compat/normalize.js';
+import { isQuantizedKvDtype, normalizeId, normalizeKvDtype, normalizeKvLayout, normalizeModelDtype } from '../compat/normalize.js';
 import type { CanaryDigests, CanaryKind } from './canaries.js';
 
 /** One probe step's outcome: its value, or why it could not be measured. */
@@ -189,21 +189,33 @@ function compareCacheConfig(d: CompatDescriptor, probed: Probed<Readonly<Record<
   const layout = labels['kv_cache_layout'];
   if (layout !== undefined && layout !== 'None') {
     acc.measured['kvCache.layout'] = layout;
-    if (layout !== d.kvCache.layout) mismatch('KV cache layout', 'kv_cache_layout', layout, d.kvCache.layout, 'HND and NHD order the same bytes differently');
+    // Current vLLM reports LBHNC/LBNHC for what older versions (and descriptors) call HND/NHD.
+    if (normalizeKvLayout(layout) !== normalizeKvLayout(d.kvCache.layout)) {
+      mismatch('KV cache layout', 'kv_cache_layout', layout, d.kvCache.layout, 'the two layouts order the same bytes differently');
+    }
     else acc.verified.add('kvCache.layout');
   }
   compareScales(d, labels['calculate_kv_scales'], acc, mismatch);
-  const window = pyOptionalInt(labels['sliding_window']);
-  if (window !== undefined) {
-    acc.measured['architecture.slidingWindow'] = window;
-    if (window !== d.architecture.slidingWindow) mismatch('sliding window', 'sliding_window', window, d.architecture.slidingWindow, 'it decides which cached tokens are kept and attended');
-    else acc.verified.add('architecture.slidingWindow');
-  }
+  compareSlidingWindow(d, pyOptionalInt(labels['sliding_window']), acc, mismatch);
   const prefix = labels['enable_prefix_caching'];
   if (prefix !== undefined) acc.measured['enablePrefixCaching'] = prefix === 'True';
 }
 
 type Mismatch = (label: string, key: string, seen: unknown, declared: unknown, why: string) => void;
+
+/**
+ * vLLM copies a sliding window into `CacheConfig.sliding_window` only when EVERY attention layer slides; a model that
+ * mixes sliding and full layers (Gemma 2/3 style) reports `None`, as does a model without any window
+ * (`ModelConfig.get_sliding_window` in vllm-project/vllm `vllm/config/model.py`, v0.11.0 to main). So `None` is no
+ * evidence either way (the window stays declared-only), and a number must equal the declared window.
+ */
+function compareSlidingWindow(d: CompatDescriptor, window: number | null | undefined, acc: Acc, mismatch: Mismatch): void {
+  if (window === undefined) return;
+  acc.measured['architecture.slidingWindow'] = window;
+  if (window === null) return;
+  if (window !== d.architecture.slidingWindow) mismatch('sliding window', 'sliding_window', window, d.architecture.slidingWindow, 'it decides which cached tokens are kept and attended');
+  else acc.verified.add('architecture.slidingWindow');
+}
 
 function compareCacheDtype(d: CompatDescriptor, raw: string | undefined, acc: Acc, mismatch: Mismatch): void {
   if (raw === undefined) return;

@@ -16,6 +16,7 @@ import { fromZodIssues } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
 import { KeySourceSchema } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
+import { WorkerApiKeySchema } from './worker-auth.js';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9090');
 
@@ -59,6 +60,8 @@ export const SidecarConfigSchema = z
     /** The worker's `--served-model-name`, when it differs from the model path. */
     servedModelName: z.string().min(1).optional(),
     keys: KeySourceSchema.optional(),
+    /** The worker's `--api-key` (a file or an environment variable), sent as `Authorization: Bearer` on every worker call. */
+    workerApiKey: WorkerApiKeySchema.optional(),
     /** Tenant prefix scopes this worker may serve (`tenant:acme`, `shared`...); `['*']` trusts the gate's choice. */
     tenantScopes: z.array(z.string().min(1)).min(1, "list at least one scope, or ['*']").default(['*']),
     probe: z
@@ -143,6 +146,7 @@ export async function loadSidecarConfig(file: string): Promise<Result<SidecarCon
   if (!text.ok) return text;
   const raw = parseText(text.value, file);
   if (!raw.ok) return raw;
+  resolveRelativeKeyFile(raw.value, file);
   const descriptorFile = (raw.value as Record<string, unknown> | null)?.['descriptorFile'];
   if (typeof descriptorFile !== 'string') return parseSidecarConfig(raw.value, file);
   const resolved = path.isAbsolute(descriptorFile) ? descriptorFile : path.join(path.dirname(path.resolve(file)), descriptorFile);
@@ -151,6 +155,13 @@ export async function loadSidecarConfig(file: string): Promise<Result<SidecarCon
   const draw = parseText(dtext.value, resolved);
   if (!draw.ok) return draw;
   return parseSidecarConfig(raw.value, file, draw.value);
+}
+
+/** A relative `workerApiKey.file` names a file next to the config file, like `descriptorFile`. */
+function resolveRelativeKeyFile(raw: unknown, file: string): void {
+  const k = (raw as Record<string, unknown> | null)?.['workerApiKey'] as Record<string, unknown> | undefined;
+  const f = k?.['file'];
+  if (typeof f === 'string' && !path.isAbsolute(f)) k!['file'] = path.join(path.dirname(path.resolve(file)), f);
 }
 
 /** Read and validate a descriptor file on its own (the `--descriptor FILE` flag). */

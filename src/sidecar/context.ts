@@ -8,6 +8,7 @@ import type { SidecarConfig } from './config.js';
 import type { FetchFn } from './http-io.js';
 import type { SidecarMetrics } from './metrics.js';
 import type { SidecarStatus } from './status.js';
+import type { WorkerAuth } from './worker-auth.js';
 
 
 export interface SidecarContext {
@@ -19,6 +20,8 @@ export interface SidecarContext {
   readonly metrics: SidecarMetrics;
   /** The worker's base URL without a trailing slash. */
   readonly workerUrl: string;
+  /** `Authorization: Bearer <worker API key>` when `workerApiKey` is configured (worker-auth.ts), else empty. */
+  readonly workerAuth: WorkerAuth;
   /** Fires when the sidecar closes: every upstream call listens to it. */
   readonly closed: AbortSignal;
   /** The sidecar's status now: the last verdict, the engine id and version it verified, drain and load. */
@@ -53,10 +56,18 @@ export function headerValue(headers: IncomingCall['headers'], name: string): str
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** Headers forwarded to every upstream: the request id, and the client's credentials for the worker's API key. */
+/**
+ * Headers forwarded on the prefill leg: the request id, and the client's `authorization` (unchanged for deployments
+ * that pass the client's own key through to vLLM). Never this sidecar's worker key: that stays on this pod.
+ */
 export function forwardHeaders(call: IncomingCall, requestId: string): Record<string, string> {
   const out: Record<string, string> = { 'x-request-id': requestId };
   const auth = headerValue(call.headers, 'authorization');
   if (auth !== undefined) out['authorization'] = auth;
   return out;
+}
+
+/** Headers for a call to this sidecar's own worker: the forwarded ones, with the configured worker key winning. */
+export function workerHeaders(ctx: Pick<SidecarContext, 'workerAuth'>, forwarded: Record<string, string>): Record<string, string> {
+  return { ...forwarded, ...ctx.workerAuth };
 }

@@ -13,17 +13,16 @@
  * (`afterPrefillRefusal`); a token count that disagrees never is, since it may be this worker that changed.
  */
 import type http from 'node:http';
-import { promptTokenDigestOf } from '../contract/attestation.js';
 import type { TransferContract } from '../contract/contract.js';
-import { err, KvgateError, ok, type Result } from '../errors.js';
+import { KvgateError, ok, type Result } from '../errors.js';
 import { checkAttestedTransfer } from './attestation-check.js';
-import { forwardHeaders, type IncomingCall, type SidecarContext } from './context.js';
-import { callUpstream, parseJsonObject, sendError, upstreamMessage } from './http-io.js';
+import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
+import { sendError } from './http-io.js';
 import { confirmDecodeWorker } from './launch-check.js';
-import { checkClientKvParams, kvParamsOf, toPrefillBody, toPromptCount } from './openai-body.js';
+import { checkClientKvParams, kvParamsOf, toPrefillBody } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import { runPrefillLeg, type PrefillLegInput } from './prefill-leg.js';
-import { tokenizeResult } from './prompt-ids.js';
+import { countPromptTokens } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 
 /** Handle one decode request whose contract already verified (server.ts). */
@@ -41,7 +40,8 @@ export async function serveDecode(
   };
   const forbidden = checkClientKvParams(call.body, 'decode');
   if (!forbidden.ok) return refuse(forbidden.error);
-  const headers = forwardHeaders(call, requestId);
+  const leg = forwardHeaders(call, requestId);
+  const headers = workerHeaders(ctx, leg);
   if (contract.prefill === null) {
     const launch = await confirmDecodeWorker(ctx, call.signal, call.logger);
     if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
@@ -50,7 +50,7 @@ export async function serveDecode(
 
   const [count, prefill, launch] = await Promise.all([
     countPromptTokens(ctx, call, headers),
-    timedPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers, signal: call.signal }),
+    timedPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers: leg, signal: call.signal }),
     confirmDecodeWorker(ctx, call.signal, call.logger),
   ]);
   // This worker first: if it is no longer what was verified, nothing may run on it, not even a local prefill.
@@ -183,29 +183,4 @@ async function timedPrefillLeg(ctx: SidecarContext, input: PrefillLegInput): Pro
 function withoutKvParams(body: Record<string, unknown>): Record<string, unknown> {
   const { kv_transfer_params: _dropped, ...rest } = body;
   return rest;
-}
-
-/**
- * This worker's prompt token count for the request, rendered exactly as its completion path renders it, and the
- * digest of the token ids when `/tokenize` lists them (vLLM does).
- */
-async function countPromptTokens(ctx: SidecarContext, call: IncomingCall, headers: Record<string, string>): Promise<Result<LocalPrompt, KvgateError>> {
-  const how = toPromptCount(call.endpoint, call.body);
-  if (!how.ok) return how;
-  if (how.value.kind === 'known') return ok({ count: how.value.ids.length, digest: promptTokenDigestOf(how.value.ids) });
-  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/tokenize`, { body: how.value.body, headers, timeoutMs: ctx.config.probe.timeoutMs, signal: call.signal });
-  if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker could not tokenize the prompt: ${reply.error.message}`));
-  if (reply.value.status !== 200) {
-    const code = reply.value.status < 500 ? 'bad_request' : 'worker_error';
-    return err(new KvgateError(code, `this decode worker could not tokenize the prompt (HTTP ${reply.value.status}): ${upstreamMessage(reply.value.text)}`));
-  }
-  const parsed = parseJsonObject(reply.value.text, 'the /tokenize answer');
-  if (!parsed.ok) return err(new KvgateError('worker_error', parsed.error.reason));
-  const local = tokenizeResult(parsed.value);
-  return local === undefined ? err(new KvgateError('worker_error', 'the /tokenize answer has neither count nor tokens')) : ok(local);
-}
-
-interface LocalPrompt {
-  readonly count: number;
-  readonly digest?: string | undefined;
 }

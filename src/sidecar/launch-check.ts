@@ -21,13 +21,28 @@ import type { SidecarStatus } from './status.js';
 
 type Role = 'prefill' | 'decode';
 
+/**
+ * The launch an engine id names. Under data parallelism vLLM's engine core renames every rank's engine id to
+ * `<engine_id>_dp<local rank>` (vllm-project/vllm `vllm/v1/engine/core.py`, `EngineCoreProc.run_engine_core` /
+ * `DPEngineCoreProc`, v0.11.0 to main), so one worker answers prefills under several ids that share a base: they are
+ * ranks of one launch, not restarts. A restart draws a new base (a fresh uuid4 unless the operator pins
+ * `kv_transfer_config.engine_id`; then only the periodic probe's canaries can tell a restart).
+ */
+export function engineLaunchId(engineId: string): string {
+  return engineId.replace(/_dp\d+$/, '');
+}
+
 const WHO: Readonly<Record<Role, string>> = { prefill: 'prefill worker', decode: 'decode worker' };
 
 /** The per-launch fact a role watches, as the status records it. */
 function probedFact(role: Role, status: SidecarStatus): string | null {
-  if (role === 'prefill') return status.engineId;
+  if (role === 'prefill') return status.engineId === null ? null : engineLaunchId(status.engineId);
   const v = status.measured['engine.version'];
   return typeof v === 'string' ? v : null;
+}
+
+function launchOf(role: Role, seen: string): string {
+  return role === 'prefill' ? engineLaunchId(seen) : seen;
 }
 
 function describeFact(role: Role, fact: string | null): string {
@@ -40,7 +55,7 @@ function describeFact(role: Role, fact: string | null): string {
  * launch the status is about; otherwise go on while verified, or refuse with the verdict's reasons.
  */
 export function judgeLaunch(role: Role, status: SidecarStatus, seen: string): { kind: 'ok' } | { kind: 'reprobe' } | { kind: 'refuse'; error: KvgateError } {
-  if (probedFact(role, status) !== seen) return { kind: 'reprobe' };
+  if (probedFact(role, status) !== launchOf(role, seen)) return { kind: 'reprobe' };
   if (status.verified) return { kind: 'ok' };
   return {
     kind: 'refuse',
@@ -55,7 +70,7 @@ export function restartRefusal(role: Role, after: SidecarStatus | undefined, see
     return new KvgateError('incompatible_transfer', `the ${who} restarted since it was verified (it now reports ${describeFact(role, seen)}), and a fresh probe did not finish within ${timeoutMs} ms; nothing from it is used until a probe verifies it`);
   }
   if (!after.verified) return new KvgateError('incompatible_transfer', `${who} restarted as something else since it was verified: ${after.reasons.join('; ')}`);
-  return new KvgateError('incompatible_transfer', `the ${who} restarted again while it was re-verified: this request saw ${describeFact(role, seen)}, the fresh probe checked ${describeFact(role, probedFact(role, after))}; retry the request`);
+  return new KvgateError('incompatible_transfer', `the ${who} restarted again while it was re-verified: this request saw ${describeFact(role, launchOf(role, seen))}, the fresh probe checked ${describeFact(role, probedFact(role, after))}; retry the request`);
 }
 
 /** Judge; on a new launch, re-probe once and judge that launch. Counts and logs every restart it notices. */
@@ -67,7 +82,7 @@ async function confirmLaunch(ctx: SidecarContext, role: Role, seen: string, logg
   logger.warn({ event: 'worker_restarted', role, seen, verifiedLaunch: was }, `the ${WHO[role]} reports ${describeFact(role, seen)}, the last probe verified ${describeFact(role, was)}: re-probing before anything it computed is used`);
   // Prefill: a round under way that read this very engine id checked this launch (the canary runs first). Decode:
   // /version is read alongside the other checks, so only a round started now is known to be about this launch.
-  const after = await ctx.reverify(role === 'prefill' ? (s) => s.engineId === seen : undefined);
+  const after = await ctx.reverify(role === 'prefill' ? (s) => s.engineId !== null && engineLaunchId(s.engineId) === engineLaunchId(seen) : undefined);
   if (after !== undefined && judgeLaunch(role, after, seen).kind === 'ok') {
     ctx.metrics.restarts.inc({ role, result: 'reverified' });
     logger.info({ event: 'worker_reverified', role, seen }, `the restarted ${WHO[role]} still matches its declared descriptor`);
@@ -86,7 +101,7 @@ export function confirmPrefillEngine(ctx: SidecarContext, engineId: string, logg
 
 /** Decode role, before any KV is consumed: is the local worker still the vLLM version the last probe verified? */
 export async function confirmDecodeWorker(ctx: SidecarContext, signal: AbortSignal, logger: Logger): Promise<Result<void, KvgateError>> {
-  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/version`, { timeoutMs: ctx.config.probe.timeoutMs, signal });
+  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/version`, { timeoutMs: ctx.config.probe.timeoutMs, signal, headers: { ...ctx.workerAuth } });
   if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker did not answer GET /version: ${reply.error.message}`));
   if (reply.value.status !== 200) {
     return err(new KvgateError('worker_error', `this decode worker answered GET /version with HTTP ${reply.value.status}: ${upstreamMessage(reply.value.text)}`));

@@ -70,20 +70,65 @@ export function checkClientKvParams(body: Readonly<Record<string, unknown>>, rol
   );
 }
 
-/** How to count a request's prompt tokens on a worker: already known (the client sent token ids), or a `/tokenize` body. */
-export type PromptCount = { readonly kind: 'known'; readonly ids: readonly number[] } | { readonly kind: 'tokenize'; readonly body: Record<string, unknown> };
+/**
+ * vLLM's `truncate_prompt_tokens`: keep only the last `tokens` prompt tokens (`-1`: at most `max_model_len`), or the
+ * first ones with `truncation_side: "right"` (a newer request field). vLLM's generate tokenizer truncates on the
+ * left (`truncation_side="left"` in vllm-project/vllm `vllm/transformers_utils/tokenizer.py` get_tokenizer, v0.11.0
+ * on; token-id prompts are cut as `prompt_ids[-k:]`). `/tokenize` takes no truncation field, so the decode side
+ * tokenizes the whole prompt and cuts the ids the same way (`truncateIds`).
+ */
+export interface Truncation {
+  /** Tokens to keep; -1 means `max_model_len`. */
+  readonly tokens: number;
+  readonly side: 'left' | 'right';
+}
 
-const CHAT_TOKENIZE_FIELDS = ['chat_template', 'chat_template_kwargs', 'tools', 'documents', 'mm_processor_kwargs'] as const;
+/** How to count a request's prompt tokens on a worker: already known (the client sent token ids), or a `/tokenize` body. */
+export type PromptCount =
+  | { readonly kind: 'known'; readonly ids: readonly number[]; readonly truncation?: Truncation }
+  | { readonly kind: 'tokenize'; readonly body: Record<string, unknown>; readonly truncation?: Truncation };
+
+/**
+ * Fields of vLLM's `TokenizeChatRequest` besides messages (vllm-project/vllm `vllm/entrypoints/openai/protocol.py`,
+ * v0.11.0 to main): sent as the client sent them so `/tokenize` renders exactly what the completion renders.
+ */
+const CHAT_TOKENIZE_FIELDS = ['chat_template', 'chat_template_kwargs', 'tools', 'mm_processor_kwargs'] as const;
+
+/** The request's truncation, or an error for a value vLLM would refuse; undefined when it asks for none. */
+export function truncationOf(body: Readonly<Record<string, unknown>>): Result<Truncation | undefined, KvgateError> {
+  const t = body['truncate_prompt_tokens'];
+  if (t === undefined || t === null) return ok(undefined);
+  if (!Number.isInteger(t) || ((t as number) < 1 && t !== -1)) {
+    return err(new KvgateError('bad_request', 'truncate_prompt_tokens must be a positive integer or -1 (truncate to the model\'s max_model_len)'));
+  }
+  const side = body['truncation_side'] ?? 'left';
+  if (side !== 'left' && side !== 'right') return err(new KvgateError('bad_request', 'truncation_side must be "left" or "right"'));
+  return ok({ tokens: t as number, side });
+}
+
+/** Cut token ids as vLLM does for `truncate_prompt_tokens` (`maxModelLen` resolves -1; unknown: no cut for -1). */
+export function truncateIds(ids: readonly number[], t: Truncation | undefined, maxModelLen: number | undefined): readonly number[] {
+  if (t === undefined) return ids;
+  const keep = t.tokens === -1 ? maxModelLen : t.tokens;
+  if (keep === undefined || ids.length <= keep) return ids;
+  return t.side === 'left' ? ids.slice(ids.length - keep) : ids.slice(0, keep);
+}
 
 /**
  * The `/tokenize` request that renders and tokenises this prompt exactly as the worker's completion path does:
  * chat uses the request's `add_generation_prompt` (default true), `continue_final_message` (default false) and
- * `add_special_tokens` (default false); completions use `add_special_tokens` (default true). A batch of prompts
+ * `add_special_tokens` (default false); completions use `add_special_tokens` (default true). Chat `documents`, which
+ * `/tokenize` does not take, travel in `chat_template_kwargs.documents`: vLLM's chat path puts them in the template
+ * kwargs and then lets `chat_template_kwargs` override them (`_chat_template_kwargs.update(chat_template_kwargs)` in
+ * `vllm/entrypoints/openai/serving_engine.py` `_preprocess_chat`), so the rendering is the same. A batch of prompts
  * cannot be disaggregated (one `kv_transfer_params` per request) and is refused.
  */
 export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): Result<PromptCount, KvgateError> {
   const model = body['model'];
   if (typeof model !== 'string' || model === '') return err(new KvgateError('bad_request', 'the request names no model'));
+  const truncation = truncationOf(body);
+  if (!truncation.ok) return truncation;
+  const cut = truncation.value === undefined ? {} : { truncation: truncation.value };
   if (endpoint === 'chat') {
     const messages = body['messages'];
     if (!Array.isArray(messages) || messages.length === 0) return err(new KvgateError('bad_request', 'a chat completion needs a non-empty messages array'));
@@ -95,12 +140,17 @@ export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, 
       add_special_tokens: body['add_special_tokens'] ?? false,
     };
     for (const k of CHAT_TOKENIZE_FIELDS) if (body[k] !== undefined) req[k] = body[k];
-    return ok({ kind: 'tokenize', body: req });
+    const documents = body['documents'];
+    if (documents !== undefined && documents !== null) {
+      const kwargs = (req['chat_template_kwargs'] ?? {}) as Record<string, unknown>;
+      req['chat_template_kwargs'] = { documents, ...kwargs };
+    }
+    return ok({ kind: 'tokenize', body: req, ...cut });
   }
   let prompt = body['prompt'];
   if (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) prompt = prompt[0];
-  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t))) return ok({ kind: 'known', ids: prompt as number[] });
-  if (typeof prompt === 'string') return ok({ kind: 'tokenize', body: { model, prompt, add_special_tokens: body['add_special_tokens'] ?? true } });
+  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t))) return ok({ kind: 'known', ids: prompt as number[], ...cut });
+  if (typeof prompt === 'string') return ok({ kind: 'tokenize', body: { model, prompt, add_special_tokens: body['add_special_tokens'] ?? true }, ...cut });
   return err(new KvgateError('bad_request', 'a disaggregated completion needs one prompt (a string or a list of token ids); send batches as separate requests'));
 }
 

@@ -11,8 +11,9 @@
 import type http from 'node:http';
 import type { TransferContract } from '../contract/contract.js';
 import { mintAttestation, transferParamsDigestOf } from '../contract/attestation.js';
+import { normalizeKvLayout } from '../compat/normalize.js';
 import { KvgateError } from '../errors.js';
-import { forwardHeaders, type IncomingCall, type SidecarContext } from './context.js';
+import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
 import { confirmPrefillEngine } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
@@ -43,7 +44,7 @@ export async function servePrefill(ctx: SidecarContext, call: IncomingCall, cont
   }
   const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}${call.path}`, {
     body: withTokenIdsRequested(toPrefillBody(call.body)),
-    headers: forwardHeaders(call, requestId),
+    headers: workerHeaders(ctx, forwardHeaders(call, requestId)),
     timeoutMs: ctx.config.prefill.timeoutMs,
     signal: call.signal,
   });
@@ -110,7 +111,7 @@ async function attest(
       promptTokenDigest: ids.digest,
       transferDigest: transferParamsDigestOf(withoutAttestation(params)),
       blockSize: ctx.config.descriptor.kvCache.blockSize,
-      layout: ctx.config.descriptor.kvCache.layout,
+      layout: normalizeKvLayout(ctx.config.descriptor.kvCache.layout) === 'NHD' ? 'NHD' : 'HND',
       engineId,
       issuedAtMs: now,
       expiresAtMs: now + ctx.config.attestationTtlMs,

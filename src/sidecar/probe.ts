@@ -30,16 +30,22 @@ export interface ProbeOptions {
    * id of the launch the rest of the probe then checks.
    */
   readonly engineCanary?: { readonly requestId: string };
+  /** Sent on every probe call: the worker's `Authorization: Bearer` when it runs with `--api-key` (worker-auth.ts). */
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 const DEFAULT_TIMEOUT_MS = 5_000;
 
+/** What a 401 from the worker means: vLLM's `--api-key` middleware refused the call. */
+export const API_KEY_HINT = "the worker runs with --api-key: set workerApiKey (file or env) to the worker's key";
+
 const fail = (error: string): Probed<never> => ({ ok: false, error });
 
 async function getJson(url: string, opts: ProbeOptions, body?: unknown, headers?: Record<string, string>): Promise<Probed<unknown> & { network?: boolean }> {
-  const call = { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, ...(body === undefined ? {} : { body }), ...(headers === undefined ? {} : { headers }) };
+  const call = { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, headers: { ...headers, ...opts.headers }, ...(body === undefined ? {} : { body }) };
   const reply = await callUpstream(opts.fetch ?? fetch, url, call);
   if (!reply.ok) return { ok: false, error: reply.error.message, network: true };
+  if (reply.value.status === 401) return fail(`HTTP 401: ${upstreamMessage(reply.value.text)} (${API_KEY_HINT})`);
   if (reply.value.status !== 200) return fail(`HTTP ${reply.value.status}: ${upstreamMessage(reply.value.text)}`);
   try {
     return { ok: true, value: JSON.parse(reply.value.text) as unknown };
@@ -74,9 +80,9 @@ export function toModelCards(v: unknown): Probed<ModelCard[]> {
 }
 
 async function probeCacheConfig(base: string, opts: ProbeOptions): Promise<Probed<Record<string, string> | null>> {
-  const reply = await callUpstream(opts.fetch ?? fetch, `${base}/metrics`, { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS });
+  const reply = await callUpstream(opts.fetch ?? fetch, `${base}/metrics`, { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, headers: { ...opts.headers } });
   if (!reply.ok) return fail(reply.error.message);
-  if (reply.value.status !== 200) return fail(`HTTP ${reply.value.status}`);
+  if (reply.value.status !== 200) return fail(`HTTP ${reply.value.status}${reply.value.status === 401 ? ` (${API_KEY_HINT})` : ''}`);
   const parsed = parsePrometheusText(reply.value.text);
   if (!parsed.ok) return fail(`the /metrics text is malformed at line ${parsed.error.line}: ${parsed.error.message}`);
   const info = samplesNamed(parsed.value, 'vllm:cache_config_info');

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { promptTokenDigestOf } from '../contract/attestation.js';
-import { attestableDigest, clientWantsTokenIds, promptTokenIdsOf, tokenizeResult, withoutTokenIds, withTokenIdsRequested } from './prompt-ids.js';
+import { attestableDigest, clientWantsTokenIds, promptTokenIdsOf, withoutTokenIds, withTokenIdsRequested } from './prompt-ids.js';
 
 const completion = {
   id: 'cmpl-1',
@@ -54,19 +54,5 @@ describe('asking for ids without changing the answer', () => {
     // Fields the worker did not write stay absent; the input is not modified.
     expect(withoutTokenIds({ choices: [{ text: 'x' }] })).toEqual({ choices: [{ text: 'x' }] });
     expect(completion.choices[0]!.prompt_token_ids).toEqual([50256, 464, 3139]);
-  });
-});
-
-describe('tokenizeResult', () => {
-  it('counts and digests the ids /tokenize lists', () => {
-    expect(tokenizeResult({ count: 3, max_model_len: 4096, tokens: [1, 2, 3], token_strs: null })).toEqual({ count: 3, digest: promptTokenDigestOf([1, 2, 3]) });
-    expect(tokenizeResult({ tokens: [4, 5] })).toEqual({ count: 2, digest: promptTokenDigestOf([4, 5]) });
-  });
-
-  it('falls back to the count alone when the ids are missing or contradict it', () => {
-    expect(tokenizeResult({ count: 7 })).toEqual({ count: 7 });
-    expect(tokenizeResult({ count: 7, tokens: [1, 2] })).toEqual({ count: 7 });
-    expect(tokenizeResult({ tokens: ['a', 'b'] })).toEqual({ count: 2 });
-    expect(tokenizeResult({ max_model_len: 1 })).toBeUndefined();
   });
 });

@@ -7,7 +7,7 @@
  *   `prompt_token_ids` at the top level, completions in `choices[0]`); vLLM versions without the option ignore it
  *   and return none, and the attestation then carries the count alone. When the client did not ask for token ids
  *   itself, they are taken out of the answer again (`withoutTokenIds`).
- * - Decode side: the worker's `/tokenize` answer already lists the ids (`tokens`).
+ * - Decode side: the worker's `/tokenize` answer already lists the ids (`tokens`; prompt-count.ts).
  */
 import { promptTokenDigestOf } from '../contract/attestation.js';
 
@@ -67,16 +67,4 @@ export function attestableDigest(response: Readonly<Record<string, unknown>>, pr
   if (ids === undefined) return {};
   if (ids.length !== promptTokens) return { inconsistent: ids.length };
   return { digest: promptTokenDigestOf(ids) };
-}
-
-/** A `/tokenize` answer's count and, when it lists the ids, their digest. */
-export function tokenizeResult(answer: Readonly<Record<string, unknown>>): { count: number; digest?: string } | undefined {
-  const count = answer['count'];
-  const ids = tokenIds(answer['tokens']);
-  if (typeof count === 'number' && Number.isInteger(count)) {
-    return ids !== undefined && ids.length === count ? { count, digest: promptTokenDigestOf(ids) } : { count };
-  }
-  if (ids !== undefined) return { count: ids.length, digest: promptTokenDigestOf(ids) };
-  const tokens = answer['tokens'];
-  return Array.isArray(tokens) ? { count: tokens.length } : undefined;
 }

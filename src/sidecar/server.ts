@@ -30,6 +30,7 @@ import { observeWorker } from './probe.js';
 import { SidecarState } from './sidecar-state.js';
 import { DRAIN_PATH, startSidePorts, UNDRAIN_PATH } from './side-ports.js';
 import { admissionRefusal, type SidecarStatus } from './status.js';
+import { loadWorkerAuth, type WorkerAuth } from './worker-auth.js';
 
 /** Injected so tests run many sidecars in one process, with their own logs, metrics, keys, clock and fetch. */
 export interface SidecarDeps {
@@ -38,6 +39,22 @@ export interface SidecarDeps {
   readonly keys: KeyRing;
   readonly fetch?: FetchFn;
   readonly now?: () => number;
+  /** The worker's auth headers, already loaded (the command does); otherwise `config.workerApiKey` is read from `env`. */
+  readonly workerAuth?: WorkerAuth;
+  /** Where `workerApiKey.env` is looked up (default: the process environment). */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+}
+
+/**
+ * The request id a sidecar checks against the contract. Node joins a repeated `x-request-id` as "a, b"; llm-d's P/D
+ * sidecar (llm-d-inference-scheduler `pkg/sidecar/proxy/connector_nixlv2.go` @520af478) clones the gate's request
+ * and `Header.Add`s its own uuid, so the relayed prefill carries "<gate id>, <uuid>". The first value is the one
+ * the gate stamped; the contract must name exactly that one, so a client cannot slip another id in front.
+ */
+export function contractRequestId(raw: string | undefined): string | undefined {
+  if (raw === undefined) return undefined;
+  const first = raw.split(',')[0]!.trim();
+  return first === '' ? undefined : first;
 }
 
 /** A running sidecar. `close` stops probing and drops connections; call `drain` first for a graceful stop. */
@@ -70,6 +87,8 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   const now = deps.now ?? Date.now;
   const closed = new AbortController();
   const state = new SidecarState(config, metrics, deps.logger, now);
+  const auth = deps.workerAuth === undefined ? await loadWorkerAuth(config.workerApiKey, deps.env ?? process.env) : { ok: true as const, value: deps.workerAuth };
+  if (!auth.ok) throw new Error(auth.error);
   const ctx: SidecarContext = {
     config,
     keys: deps.keys,
@@ -78,6 +97,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     logger: deps.logger,
     metrics,
     workerUrl: config.worker.replace(/\/+$/, ''),
+    workerAuth: auth.value,
     closed: closed.signal,
     status: () => state.status(),
     reverify: (accept) => loop.reverify(accept),
@@ -137,7 +157,14 @@ function createProbeLoop(rt: Runtime): ProbeLoop {
   const generation = config.probe.generation === 'always' || (config.probe.generation === 'declared' && config.descriptor.canaries?.generation !== undefined);
   const round = async (n: number): Promise<SidecarStatus> => {
     const engineCanary = config.role === 'prefill' ? { engineCanary: { requestId: `${ENGINE_CANARY_REQUEST_PREFIX}${rt.ctx.now()}-${n}` } } : {};
-    const observation = await observeWorker(rt.ctx.workerUrl, config.descriptor, { fetch: fetchFn, timeoutMs: config.probe.timeoutMs, generation, ...served, ...engineCanary });
+    const observation = await observeWorker(rt.ctx.workerUrl, config.descriptor, {
+      fetch: fetchFn,
+      timeoutMs: config.probe.timeoutMs,
+      generation,
+      headers: rt.ctx.workerAuth,
+      ...served,
+      ...engineCanary,
+    });
     rt.state.recordProbe(compareObservation(config.descriptor, observation, served), observation.down !== undefined);
     return rt.state.status();
   };
@@ -216,7 +243,7 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
 async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: http.ServerResponse, path: string, endpoint: IncomingCall['endpoint']): Promise<void> {
   const { config, metrics } = rt.ctx;
   const receivedAt = performance.now();
-  const requestId = headerValue(req.headers, H.requestId);
+  const requestId = contractRequestId(headerValue(req.headers, H.requestId));
   const logger = rt.ctx.logger.child({ request_id: requestId === undefined ? undefined : auditCut(requestId), role: config.role });
   const who: { tenant: string | null } = { tenant: null }; // set once the contract verified
   const record = (o: Outcome): void => {

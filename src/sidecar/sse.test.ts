@@ -22,6 +22,12 @@ describe('classifyEvent', () => {
     expect(classifyEvent('not json').kind).toBe('empty');
   });
 
+  it('counts a reasoning delta as output under either field name, so the relay never holds it back', () => {
+    expect(classifyEvent('{"choices":[{"index":0,"delta":{"reasoning":"Let me think"}}]}').kind).toBe('token');
+    expect(classifyEvent('{"choices":[{"index":0,"delta":{"reasoning_content":"Let me think"}}]}').kind).toBe('token');
+    expect(classifyEvent('{"choices":[{"index":0,"delta":{"reasoning":""}}]}').kind).toBe('empty');
+  });
+
   it('error frames end with [DONE]', () => {
     expect(sseErrorFrames({ error: { code: 'x' } })).toBe('data: {"error":{"code":"x"}}\n\ndata: [DONE]\n\n');
   });

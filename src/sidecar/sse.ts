@@ -66,10 +66,17 @@ function carriesOutput(choice: Record<string, unknown>): boolean {
   const d = delta as Record<string, unknown>;
   return (
     (typeof d['content'] === 'string' && d['content'] !== '') ||
-    (typeof d['reasoning_content'] === 'string' && d['reasoning_content'] !== '') ||
+    REASONING_FIELDS.some((k) => typeof d[k] === 'string' && d[k] !== '') ||
     (Array.isArray(d['tool_calls']) && d['tool_calls'].length > 0)
   );
 }
+
+/**
+ * A reasoning model's thinking is output like any other: vLLM streams it as `delta.reasoning` (PR #27752) and older
+ * versions as `delta.reasoning_content`, which later versions stopped emitting (PR #33402). Either one is a generated
+ * token, so the relay stops holding the stream at the first one and forwards every later chunk as it comes.
+ */
+const REASONING_FIELDS = ['reasoning', 'reasoning_content'] as const;
 
 function errorMessage(e: unknown): string {
   if (typeof e === 'string') return e;

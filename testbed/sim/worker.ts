@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import type { CompatDescriptor } from '../../src/compat/descriptor.js';
 import { predictNixlHash } from '../../src/compat/nixl-hash.js';
+import { normalizeKvLayout } from '../../src/compat/normalize.js';
 import { BlockPool } from './block-pool.js';
 import { resolveChatTemplate } from './chat-template.js';
 import type { SimConfig } from './config.js';
@@ -175,7 +176,7 @@ export function localAgent(config: SimConfig): LocalAgent {
   const d = config.behaviour;
   return {
     compatibilityHash: predictNixlHash(d).hash,
-    layout: d.kvCache.layout,
+    layout: simLayout(d),
     blockSize: d.kvCache.blockSize,
     blockLen: blockLen(d),
     numLayers: d.architecture.numLayers,
@@ -189,7 +190,7 @@ function handshakePayload(d: CompatDescriptor, engineId: string, local: LocalAge
     compatibility_hash: local.compatibilityHash,
     agent_metadata: {
       engine_id: engineId,
-      kv_cache_layout: d.kvCache.layout,
+      kv_cache_layout: simLayout(d),
       block_size: d.kvCache.blockSize,
       block_len: local.blockLen,
       num_layers: d.architecture.numLayers,
@@ -199,4 +200,9 @@ function handshakePayload(d: CompatDescriptor, engineId: string, local: LocalAge
       attn_backend_name: d.architecture.attentionBackend,
     },
   };
+}
+
+/** The per-layer layout the handshake compares: HND or NHD (current vLLM's LBHNC/LBNHC are the same two). */
+function simLayout(d: CompatDescriptor): 'HND' | 'NHD' {
+  return normalizeKvLayout(d.kvCache.layout) === 'NHD' ? 'NHD' : 'HND';
 }

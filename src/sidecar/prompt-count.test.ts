@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { promptTokenDigestOf } from '../contract/attestation.js';
+import { toPromptCount, truncateIds, truncationOf } from './openai-body.js';
+import { tokenizedPrompt } from './prompt-count.js';
+
+describe('tokenizedPrompt', () => {
+  it('counts and digests the ids /tokenize lists', () => {
+    expect(tokenizedPrompt({ count: 3, max_model_len: 4096, tokens: [1, 2, 3], token_strs: null }, undefined)).toEqual({ count: 3, digest: promptTokenDigestOf([1, 2, 3]) });
+    expect(tokenizedPrompt({ tokens: [4, 5] }, undefined)).toEqual({ count: 2, digest: promptTokenDigestOf([4, 5]) });
+  });
+
+  it('falls back to the count alone when the ids are missing or contradict it', () => {
+    expect(tokenizedPrompt({ count: 7 }, undefined)).toEqual({ count: 7 });
+    expect(tokenizedPrompt({ count: 7, tokens: [1, 2] }, undefined)).toEqual({ count: 7 });
+    expect(tokenizedPrompt({ tokens: ['a', 'b'] }, undefined)).toEqual({ count: 2 });
+    expect(tokenizedPrompt({ max_model_len: 1 }, undefined)).toBeUndefined();
+  });
+
+  it('cuts the ids as vLLM truncate_prompt_tokens does: the last k (left), the first k (right), -1 = max_model_len', () => {
+    const answer = { count: 6, max_model_len: 4, tokens: [1, 2, 3, 4, 5, 6] };
+    expect(tokenizedPrompt(answer, { tokens: 3, side: 'left' })).toEqual({ count: 3, digest: promptTokenDigestOf([4, 5, 6]) });
+    expect(tokenizedPrompt(answer, { tokens: 3, side: 'right' })).toEqual({ count: 3, digest: promptTokenDigestOf([1, 2, 3]) });
+    expect(tokenizedPrompt(answer, { tokens: -1, side: 'left' })).toEqual({ count: 4, digest: promptTokenDigestOf([3, 4, 5, 6]) });
+    expect(tokenizedPrompt(answer, { tokens: 10, side: 'left' })).toEqual({ count: 6, digest: promptTokenDigestOf([1, 2, 3, 4, 5, 6]) });
+    expect(tokenizedPrompt({ count: 6 }, { tokens: 2, side: 'left' })).toEqual({ count: 2 });
+    // A real tokenizer difference survives the cut: other ids, other digest.
+    expect(tokenizedPrompt({ tokens: [1, 2, 3, 9, 9, 9] }, { tokens: 3, side: 'left' })!.digest).not.toBe(promptTokenDigestOf([4, 5, 6]));
+  });
+});
+
+describe('truncation of the request', () => {
+  it('reads truncate_prompt_tokens and truncation_side, refusing values vLLM refuses', () => {
+    expect(truncationOf({})).toEqual({ ok: true, value: undefined });
+    expect(truncationOf({ truncate_prompt_tokens: null })).toEqual({ ok: true, value: undefined });
+    expect(truncationOf({ truncate_prompt_tokens: 8 })).toEqual({ ok: true, value: { tokens: 8, side: 'left' } });
+    expect(truncationOf({ truncate_prompt_tokens: -1, truncation_side: 'right' })).toEqual({ ok: true, value: { tokens: -1, side: 'right' } });
+    expect(truncationOf({ truncate_prompt_tokens: 0 }).ok).toBe(false);
+    expect(truncationOf({ truncate_prompt_tokens: 2.5 }).ok).toBe(false);
+    expect(truncationOf({ truncate_prompt_tokens: 4, truncation_side: 'middle' }).ok).toBe(false);
+    expect(truncateIds([1, 2, 3], { tokens: -1, side: 'left' }, undefined)).toEqual([1, 2, 3]);
+  });
+
+  it('carries the truncation with the /tokenize body and with token-id prompts', () => {
+    const text = toPromptCount('completions', { model: 'm', prompt: 'hello world', truncate_prompt_tokens: 2 });
+    expect(text).toEqual({ ok: true, value: { kind: 'tokenize', body: { model: 'm', prompt: 'hello world', add_special_tokens: true }, truncation: { tokens: 2, side: 'left' } } });
+    const ids = toPromptCount('completions', { model: 'm', prompt: [5, 6, 7], truncate_prompt_tokens: 2 });
+    expect(ids).toEqual({ ok: true, value: { kind: 'known', ids: [5, 6, 7], truncation: { tokens: 2, side: 'left' } } });
+    expect(toPromptCount('completions', { model: 'm', prompt: 'x', truncate_prompt_tokens: -7 }).ok).toBe(false);
+  });
+
+  it('renders chat documents through chat_template_kwargs, which /tokenize takes and lets override them', () => {
+    const docs = [{ title: 'a', text: 'b' }];
+    const r = toPromptCount('chat', { model: 'm', messages: [{ role: 'user', content: 'q' }], documents: docs });
+    expect(r.ok && r.value.kind === 'tokenize' && r.value.body).toMatchObject({ chat_template_kwargs: { documents: docs } });
+    expect(r.ok && r.value.kind === 'tokenize' && r.value.body['documents']).toBeUndefined();
+    const own = toPromptCount('chat', { model: 'm', messages: [{ role: 'user', content: 'q' }], documents: docs, chat_template_kwargs: { documents: [], x: 1 } });
+    expect(own.ok && own.value.kind === 'tokenize' && own.value.body['chat_template_kwargs']).toEqual({ documents: [], x: 1 });
+  });
+});

@@ -1,0 +1,57 @@
+/**
+ * The decode side's own count of a request's prompt tokens (and the digest of their ids), rendered and cut exactly as
+ * its worker's completion path will, so the attestation check compares like with like: a `/tokenize` call for a text
+ * or chat prompt (openai-body.ts `toPromptCount`), then vLLM's `truncate_prompt_tokens` applied to the ids, since
+ * `/tokenize` takes no truncation field. A real tokenizer difference still shows: the ids differ before the cut.
+ */
+import { promptTokenDigestOf } from '../contract/attestation.js';
+import { err, KvgateError, ok, type Result } from '../errors.js';
+import type { IncomingCall, SidecarContext } from './context.js';
+import { callUpstream, parseJsonObject, upstreamMessage } from './http-io.js';
+import { toPromptCount, truncateIds, type Truncation } from './openai-body.js';
+
+export interface LocalPrompt {
+  readonly count: number;
+  readonly digest?: string | undefined;
+}
+
+/** The prompt as this decode worker sees it; `headers` authenticate the `/tokenize` call. */
+export async function countPromptTokens(ctx: SidecarContext, call: IncomingCall, headers: Record<string, string>): Promise<Result<LocalPrompt, KvgateError>> {
+  const how = toPromptCount(call.endpoint, call.body);
+  if (!how.ok) return how;
+  if (how.value.kind === 'known') {
+    const ids = truncateIds(how.value.ids, how.value.truncation, probedMaxModelLen(ctx));
+    return ok({ count: ids.length, digest: promptTokenDigestOf(ids) });
+  }
+  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/tokenize`, { body: how.value.body, headers, timeoutMs: ctx.config.probe.timeoutMs, signal: call.signal });
+  if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker could not tokenize the prompt: ${reply.error.message}`));
+  if (reply.value.status !== 200) {
+    const code = reply.value.status < 500 ? 'bad_request' : 'worker_error';
+    return err(new KvgateError(code, `this decode worker could not tokenize the prompt (HTTP ${reply.value.status}): ${upstreamMessage(reply.value.text)}`));
+  }
+  const parsed = parseJsonObject(reply.value.text, 'the /tokenize answer');
+  if (!parsed.ok) return err(new KvgateError('worker_error', parsed.error.reason));
+  const local = tokenizedPrompt(parsed.value, how.value.truncation);
+  return local === undefined ? err(new KvgateError('worker_error', 'the /tokenize answer has neither count nor tokens')) : ok(local);
+}
+
+/** A `/tokenize` answer's count and digest after the request's truncation (`max_model_len` from the same answer). */
+export function tokenizedPrompt(answer: Readonly<Record<string, unknown>>, t: Truncation | undefined): LocalPrompt | undefined {
+  const tokens = answer['tokens'];
+  const ids = Array.isArray(tokens) && tokens.every((x) => Number.isInteger(x)) ? (tokens as number[]) : undefined;
+  const count = answer['count'];
+  const maxLen = typeof answer['max_model_len'] === 'number' ? answer['max_model_len'] : undefined;
+  if (ids !== undefined && (typeof count !== 'number' || count === ids.length)) {
+    const cut = truncateIds(ids, t, maxLen);
+    return { count: cut.length, digest: promptTokenDigestOf(cut) };
+  }
+  const n = typeof count === 'number' && Number.isInteger(count) ? count : Array.isArray(tokens) ? tokens.length : undefined;
+  if (n === undefined) return undefined;
+  const keep = t === undefined ? n : t.tokens === -1 ? (maxLen ?? n) : t.tokens;
+  return { count: Math.min(n, keep) };
+}
+
+function probedMaxModelLen(ctx: SidecarContext): number | undefined {
+  const v = ctx.status().measured['maxModelLen'];
+  return typeof v === 'number' ? v : undefined;
+}
