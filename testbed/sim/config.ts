@@ -13,6 +13,7 @@ import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../..
 import { fromZodIssues } from '../../src/config/from-zod.js';
 import { formatIssues as formatConfigIssues } from '../../src/config/issues.js';
 import { KvgateError, err, ok, type Result } from '../../src/errors.js';
+import { SIM_FLAVOURS, traitsOf } from './flavour.js';
 
 const port = z.number().int().min(0).max(65535);
 const nonNegative = z.number().min(0);
@@ -45,7 +46,18 @@ export const SimSettingsSchema = z
     enablePrefixCaching: z.boolean().default(true),
     prefixCachingHashAlgo: z.enum(['sha256', 'sha256_cbor', 'builtin']).default('sha256'),
     gpuMemoryUtilization: z.number().gt(0).max(1).default(0.9),
-    kvLoadFailurePolicy: z.enum(['fail', 'recompute']).default('fail'),
+    /** Which vLLM the worker is (flavour.ts); absent: the simulator's composite behaviour. */
+    flavour: z.enum(SIM_FLAVOURS).optional(),
+    /** `--api-key`: every `/v1` path needs `Authorization: Bearer <key>` (401 `{"error": "Unauthorized"}` otherwise). */
+    apiKey: z.string().min(1).optional(),
+    /** `--data-parallel-size`: engine ranks behind one API server, engine ids `<id>_dp<rank>`, one side channel each. */
+    dataParallelSize: z.number().int().min(1).max(16).default(1),
+    /** A reasoning model: the first N generated tokens of a chat completion are reasoning, not content. */
+    reasoningTokens: z.number().int().min(0).default(0),
+    /** `mixed`: not every attention layer slides (Gemma style), so vLLM reports `sliding_window: None`. */
+    slidingWindowLayers: z.enum(['all', 'mixed']).default('all'),
+    /** Default: the flavour's (`recompute` on 0.11 and 0.13, `fail` on main and without a flavour). */
+    kvLoadFailurePolicy: z.enum(['fail', 'recompute']).optional(),
     /** `kv_connector_extra_config.kv_lease_duration` (ms here): how long P holds blocks for D without a heartbeat. */
     leaseMs: z.number().int().positive().default(30_000),
     /** `--max-num-seqs`: requests beyond it wait (vllm:num_requests_waiting). */
@@ -69,7 +81,7 @@ export const SimConfigFileSchema = z
   })
   .strict();
 
-export type SimSettings = z.infer<typeof SimSettingsSchema>;
+export type SimSettings = Omit<z.infer<typeof SimSettingsSchema>, 'kvLoadFailurePolicy'> & { readonly kvLoadFailurePolicy: 'fail' | 'recompute' };
 export type SimSettingsInput = z.input<typeof SimSettingsSchema>;
 export type SimLatency = z.infer<typeof SimLatencySchema>;
 
@@ -117,7 +129,8 @@ export function parseSimConfig(input: unknown): Result<SimConfig> {
     );
   }
   const lies = JSON.stringify(declared.data) !== JSON.stringify(behaviour);
-  return ok(deepFreeze({ descriptor: declared.data, behaviour, sim, lies }));
+  const resolved = { ...sim, kvLoadFailurePolicy: sim.kvLoadFailurePolicy ?? traitsOf(sim.flavour).defaultKvLoadFailurePolicy };
+  return ok(deepFreeze({ descriptor: declared.data, behaviour, sim: resolved, lies }));
 }
 
 /** Read a YAML or JSON config file (JSON is YAML) and validate it; I/O failures are returned, not thrown. */

@@ -11,6 +11,7 @@ import type { SimConfig } from './config.js';
 import type { RequestFaults } from './faults.js';
 import { createGenerator, type GeneratedToken } from './generator.js';
 import { computeBlocks, kvDigest, numBlocks, prefixCacheKeys, tokenChain, type KvBlock, type KvSemantics } from './kv-model.js';
+import type { FlavourTraits } from './flavour.js';
 import type { LeaseTable } from './leases.js';
 import type { SimMetrics } from './metrics.js';
 import { producerKeepsBlocks, producerParams, pullRemoteKv, type KvTransferRole, type PullDeps, type RemotePrefill } from './pd.js';
@@ -71,6 +72,8 @@ export interface EngineDeps {
   /** Where this worker's side channel listens (P reports it as remote_host/remote_port). */
   readonly sideChannel: () => { host: string; port: number };
   readonly sleep: (ms: number) => Promise<void>;
+  /** What the simulated vLLM version answers and expects (flavour.ts). */
+  readonly traits: FlavourTraits;
 }
 
 interface Plan {
@@ -250,6 +253,8 @@ export class SimEngine {
     leases.grant(req.requestId, leased, computed.length, req.faults.leaseMs ?? config.sim.leaseMs);
     const side = this.#d.sideChannel();
     return producerParams({
+      traits: this.#d.traits,
+      expiresAtMs: this.#d.pull.now() + (req.faults.leaseMs ?? config.sim.leaseMs),
       blockIds: leased,
       engineId,
       requestId: req.requestId,

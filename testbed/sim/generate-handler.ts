@@ -8,6 +8,7 @@ import { renderChat, type ChatTemplateProfile } from './chat-template.js';
 import type { SimConfig } from './config.js';
 import type { SimEngine, EngineEvent } from './engine.js';
 import type { FaultState, RequestFaults } from './faults.js';
+import type { FlavourTraits } from './flavour.js';
 import type { GeneratedToken } from './generator.js';
 import { parseKvTransferParams } from './pd.js';
 import { ChatRequestSchema, CompletionRequestSchema, describeZodError, messageText, vllmError } from './protocol.js';
@@ -37,6 +38,8 @@ export interface WorkerContext {
   readonly randomHex: () => string;
   readonly logger: Logger;
   readonly sleep: (ms: number) => Promise<void>;
+  /** What this vLLM version answers (flavour.ts). */
+  readonly traits: FlavourTraits;
 }
 
 const MAX_LOGPROBS = 20;
@@ -72,8 +75,10 @@ export function prepareGeneration(
   if (!model) return { ok: false, status: 404, body: modelNotFound(String(r.model)) };
   if ((r.n ?? 1) !== 1) return fail(400, 'n > 1 is not supported by the kvgate simulator (it decodes greedily)', 'n');
   if (r.echo) return fail(400, 'echo is not supported by the kvgate simulator', 'echo');
-  const tokens = promptTokens(ctx, kind, r);
-  if (!tokens.ok) return fail(400, tokens.error);
+  const full = promptTokens(ctx, kind, r);
+  if (!full.ok) return fail(400, full.error);
+  const tokens = truncatePrompt(ctx, r, full.value);
+  if (!tokens.ok) return fail(400, tokens.error, 'truncate_prompt_tokens');
   const max = maxTokensFor(kind, r, tokens.value.length, ctx.config.sim.maxModelLen);
   if (typeof max !== 'number') return fail(400, max.message, max.param);
   const maxTokens = max;
@@ -103,8 +108,29 @@ export function prepareGeneration(
       returnTokenIds: r.return_token_ids === true,
       cacheSalt: r.cache_salt ?? null,
       kvTransferParams: r.kv_transfer_params,
+      reasoningTokens: kind === 'chat' ? ctx.config.sim.reasoningTokens : 0,
+      reasoningFields: ctx.traits.reasoningFields,
     },
   };
+}
+
+/**
+ * vLLM's `truncate_prompt_tokens`: keep the last k prompt tokens (`-1`: `max_model_len`); the generate tokenizer
+ * truncates on the left (`vllm/transformers_utils/tokenizer.py`), token-id prompts are cut `[-k:]`. Versions with the
+ * newer `truncation_side` field keep the first k for `"right"`. A k above `max_model_len` is a 400, as in vLLM.
+ */
+function truncatePrompt(ctx: WorkerContext, r: Record<string, unknown>, ids: number[]): { ok: true; value: number[] } | { ok: false; error: string } {
+  const t = r['truncate_prompt_tokens'];
+  if (t === undefined || t === null) return { ok: true, value: ids };
+  const maxLen = ctx.config.sim.maxModelLen;
+  if (!Number.isInteger(t) || (t as number) < -1) return { ok: false, error: 'truncate_prompt_tokens must be an integer >= -1' };
+  const k = t === -1 ? maxLen : (t as number);
+  if (k > maxLen) {
+    return { ok: false, error: `truncate_prompt_tokens value (${k}) is greater than max_model_len (${maxLen}). Please, select a smaller truncation size.` };
+  }
+  if (ids.length <= k) return { ok: true, value: ids };
+  const right = ctx.traits.truncationSide && r['truncation_side'] === 'right';
+  return { ok: true, value: right ? ids.slice(0, k) : ids.slice(ids.length - k) };
 }
 
 /** vLLM's length checks (`_validate_input`), then the effective max_tokens (default: what still fits). */
@@ -186,13 +212,16 @@ export async function handleGeneration(
   const prep = prepareGeneration(ctx, kind, body, headerRequestId ?? ctx.randomHex());
   if (!prep.ok) return sink.json(prep.status, prep.body);
   const p = prep.value;
+  // Before unique ids (0.11) P and D ran under the same internal id, which D then read by.
+  const internal = p.kind === 'completion' ? `${p.id}-0` : p.id;
+  const requestId = ctx.traits.uniqueRequestIds ? `${internal}-${ctx.randomHex().slice(0, 8)}` : internal;
   const events = ctx.engine.run({
-    requestId: `${p.kind === 'completion' ? `${p.id}-0` : p.id}-${ctx.randomHex().slice(0, 8)}`,
+    requestId,
     promptTokens: p.promptTokens,
     sampling: p.sampling,
     useAdapter: p.useAdapter,
     cacheSalt: p.cacheSalt,
-    kvTransfer: parseKvTransferParams(p.kvTransferParams),
+    kvTransfer: parseKvTransferParams(p.kvTransferParams, ctx.traits.remoteRequestId ? undefined : requestId),
     faults,
     signal,
     streaming: p.stream,
@@ -205,10 +234,12 @@ export async function handleGeneration(
 async function jsonResponse(ctx: WorkerContext, p: PreparedRequest, events: AsyncIterable<EngineEvent>, sink: ResponseSink, dropAfter: number | null): Promise<void> {
   const tokens: GeneratedToken[] = [];
   let text = '';
+  let reasoning = '';
   for await (const ev of events) {
     if (ev.type === 'error') return sink.json(500, vllmError(500, 'Internal server error'));
-    text += ev.text;
-    if (ev.type === 'finish') return sink.json(200, finalBody(p, Math.floor(ctx.now() / 1000), tokens, text, ev));
+    if (ev.type === 'token' && tokens.length < p.reasoningTokens) reasoning += ev.text;
+    else text += ev.text;
+    if (ev.type === 'finish') return sink.json(200, finalBody(p, Math.floor(ctx.now() / 1000), tokens, text, ev, reasoning));
     tokens.push(ev.token);
     if (dropAfter !== null && tokens.length >= dropAfter) return sink.drop();
   }

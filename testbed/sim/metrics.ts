@@ -8,6 +8,8 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { CompatDescriptor } from '../../src/compat/descriptor.js';
 import type { SimSettings } from './config.js';
+import { normalizeKvLayout } from '../../src/compat/normalize.js';
+import { traitsOf, type FlavourTraits } from './flavour.js';
 
 /** A counter, gauge or histogram already bound to this worker's `model_name` and `engine` labels. */
 export interface MetricInc {
@@ -47,8 +49,13 @@ export function pyStr(v: unknown): string {
   return String(v);
 }
 
-/** The CacheConfig-like fields vLLM publishes in `vllm:cache_config_info` (values as `str()`). */
-export function cacheConfigLabels(d: CompatDescriptor, s: SimSettings): Record<string, string> {
+/**
+ * The CacheConfig-like fields vLLM publishes in `vllm:cache_config_info` (values as `str()`; `metrics_info()` in
+ * vllm-project/vllm `vllm/config/cache.py`). `kv_cache_layout` is a CacheConfig field only in current vLLM, where it
+ * holds a `KVCacheLayout` name (`LBHNC`/`LBNHC` for HND/NHD; @002f10e0), next to the newer `kv_cache_size_tokens`
+ * and `kv_cache_max_concurrency`; 0.11 and 0.13 have neither. `sliding_window` is `None` unless every layer slides.
+ */
+export function cacheConfigLabels(d: CompatDescriptor, s: SimSettings, traits: FlavourTraits = traitsOf(undefined)): Record<string, string> {
   const fields: Record<string, unknown> = {
     block_size: d.kvCache.blockSize,
     gpu_memory_utilization: s.gpuMemoryUtilization,
@@ -56,7 +63,7 @@ export function cacheConfigLabels(d: CompatDescriptor, s: SimSettings): Record<s
     cache_dtype: d.kvCache.dtype,
     is_attention_free: false,
     num_gpu_blocks_override: null,
-    sliding_window: d.architecture.slidingWindow,
+    sliding_window: s.slidingWindowLayers === 'mixed' ? null : d.architecture.slidingWindow,
     enable_prefix_caching: s.enablePrefixCaching,
     prefix_caching_hash_algo: s.prefixCachingHashAlgo,
     cpu_offload_gb: 0,
@@ -67,10 +74,17 @@ export function cacheConfigLabels(d: CompatDescriptor, s: SimSettings): Record<s
     num_gpu_blocks: s.numGpuBlocks,
     num_cpu_blocks: null,
     kv_cache_memory_bytes: null,
-    kv_cache_layout: d.kvCache.layout,
+    ...layoutLabels(d, s, traits),
     engine: 0,
   };
   return Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, pyStr(v)]));
+}
+
+function layoutLabels(d: CompatDescriptor, s: SimSettings, traits: FlavourTraits): Record<string, unknown> {
+  if (traits.layoutLabel === 'absent') return {};
+  if (traits.layoutLabel === 'declared') return { kv_cache_layout: d.kvCache.layout };
+  const name = normalizeKvLayout(d.kvCache.layout) === 'NHD' ? 'LBNHC' : 'LBHNC';
+  return { kv_cache_layout: name, kv_cache_size_tokens: s.numGpuBlocks * d.kvCache.blockSize, kv_cache_max_concurrency: (s.numGpuBlocks * d.kvCache.blockSize) / s.maxModelLen };
 }
 
 export function createSimMetrics(
@@ -78,11 +92,12 @@ export function createSimMetrics(
   d: CompatDescriptor,
   s: SimSettings & { servedModelName: string },
   readUsage: () => number,
+  opts: { readonly traits?: FlavourTraits; readonly engine?: string } = {},
 ): SimMetrics {
-  const labels = { model_name: s.servedModelName, engine: '0' };
+  const labels = { model_name: s.servedModelName, engine: opts.engine ?? '0' };
   const labelNames = ['model_name', 'engine'] as const;
   const registers = [registry];
-  const info = cacheConfigLabels(d, s);
+  const info = { ...cacheConfigLabels(d, s, opts.traits), engine: opts.engine ?? '0' };
   new Gauge({
     name: 'vllm:cache_config_info',
     help: 'Information of the LLMEngine CacheConfig',

@@ -1,3 +1,4 @@
+import { traitsOf } from './flavour.js';
 import { describe, expect, it } from 'vitest';
 import { hashMismatchMessage, parseKvTransferParams, producerKeepsBlocks, producerParams, validateHandshake, type LocalAgent } from './pd.js';
 import type { HandshakePayload } from './side-channel.js';
@@ -26,7 +27,7 @@ describe('kv_transfer_params', () => {
   });
 
   it('builds P params field for field, growing with the connector version', () => {
-    const a = { blockIds: [1, 2], engineId: 'e', requestId: 'r', host: 'h', port: 1, tpSize: 2, numTokens: 20, transferMode: 'pull' as const };
+    const a = { blockIds: [1, 2], engineId: 'e', requestId: 'r', host: 'h', port: 1, tpSize: 2, numTokens: 20, transferMode: 'pull' as const, traits: traitsOf(undefined), expiresAtMs: 5000 };
     expect(producerParams({ ...a, connectorVersion: 2 })).toEqual({
       do_remote_prefill: true,
       do_remote_decode: false,
@@ -39,6 +40,16 @@ describe('kv_transfer_params', () => {
     });
     expect(producerParams({ ...a, connectorVersion: 5 })['remote_num_tokens']).toBe(20);
     expect(producerParams({ ...a, connectorVersion: 7 })['transfer_mode']).toBe('pull');
+    // vLLM 0.11: no remote_request_id (D reads under the id it shares with P); main: per-group ids and newer fields.
+    const old = producerParams({ ...a, connectorVersion: 1, traits: traitsOf('0.11') });
+    expect(old).not.toHaveProperty('remote_request_id');
+    expect(parseKvTransferParams(old).kind).toBe('invalid');
+    const shared = parseKvTransferParams(old, 'cmpl-x-0');
+    expect(shared.kind === 'consumer' && shared.remote.remoteRequestId).toBe('cmpl-x-0');
+    const main = producerParams({ ...a, connectorVersion: 12, traits: traitsOf('main') });
+    expect(main).toMatchObject({ remote_block_ids: [[1, 2]], remote_request_id: 'r', remote_num_tokens: 20, remote_blocks_expiry_time: 5, transfer_mode: 'pull', pp_size: 1, dcp_size: 1 });
+    const nested = parseKvTransferParams(main);
+    expect(nested.kind === 'consumer' && nested.remote.remoteBlockIds).toEqual([1, 2]);
     expect(producerKeepsBlocks('stop', 2)).toBe(false);
     expect(producerKeepsBlocks('length', 2)).toBe(true);
   });

@@ -15,11 +15,13 @@
 import type { Logger } from 'pino';
 import type { KvBlock } from './kv-model.js';
 import type { SimMetrics } from './metrics.js';
+import type { FlavourTraits } from './flavour.js';
 import type { HandshakePayload, SideChannelClient } from './side-channel.js';
 
 export interface RemotePrefill {
   readonly remoteBlockIds: readonly number[];
   readonly remoteEngineId: string;
+  /** P's request id to read by (versions without `remote_request_id`: D's own id, which P shared). */
   readonly remoteRequestId: string;
   readonly remoteHost: string;
   readonly remotePort: number;
@@ -33,23 +35,34 @@ export type KvTransferRole =
   | { readonly kind: 'invalid'; readonly raw: unknown };
 
 /**
- * What a request's `kv_transfer_params` asks for. A `do_remote_prefill` request missing any remote field is
- * `invalid`: vLLM logs "Got invalid KVTransferParams" and prefills locally.
+ * Block ids as vLLM sends them: one flat list (up to 0.13), or one list per KV cache group (`[[...]]`, current
+ * main's `remote_block_ids: list[list[int]]`). The simulator has one group, so a nested list is its first group.
  */
-export function parseKvTransferParams(raw: unknown): KvTransferRole {
+function blockIdsOf(v: unknown): number[] | undefined {
+  if (!Array.isArray(v)) return undefined;
+  if (v.every((x) => Number.isInteger(x))) return v as number[];
+  if (v.length >= 1 && v.every((g) => Array.isArray(g) && g.every((x: unknown) => Number.isInteger(x)))) return v[0] as number[];
+  return undefined;
+}
+
+/**
+ * What a request's `kv_transfer_params` asks for. A `do_remote_prefill` request missing any remote field is
+ * `invalid`: vLLM logs "Got invalid KVTransferParams" and prefills locally. `remote_request_id` is required unless
+ * `ownRequestId` is given (versions before connector v2, where P and D ran under the same request id).
+ */
+export function parseKvTransferParams(raw: unknown, ownRequestId?: string): KvTransferRole {
   if (raw === null || raw === undefined || typeof raw !== 'object' || Array.isArray(raw)) return { kind: 'none' };
   const p = raw as Record<string, unknown>;
   if (p['do_remote_prefill'] === true) {
-    const ids = p['remote_block_ids'];
+    const ids = blockIdsOf(p['remote_block_ids']);
     const engine = p['remote_engine_id'];
     const req = p['remote_request_id'];
     const host = p['remote_host'];
     const port = p['remote_port'];
     const valid =
-      Array.isArray(ids) &&
-      ids.every((x) => Number.isInteger(x)) &&
+      ids !== undefined &&
       typeof engine === 'string' &&
-      typeof req === 'string' &&
+      (typeof req === 'string' || (ownRequestId !== undefined && req === undefined)) &&
       typeof host === 'string' &&
       Number.isInteger(port);
     if (!valid) return { kind: 'invalid', raw };
@@ -57,9 +70,9 @@ export function parseKvTransferParams(raw: unknown): KvTransferRole {
     return {
       kind: 'consumer',
       remote: {
-        remoteBlockIds: ids as number[],
+        remoteBlockIds: ids,
         remoteEngineId: engine,
-        remoteRequestId: req,
+        remoteRequestId: typeof req === 'string' ? req : ownRequestId!,
         remoteHost: host,
         remotePort: port as number,
         tpSize: Number.isInteger(tp) ? (tp as number) : 1,
@@ -75,7 +88,11 @@ export function producerKeepsBlocks(finishReason: 'stop' | 'length', connectorVe
   return finishReason === 'length' || connectorVersion >= 7;
 }
 
-/** P's `kv_transfer_params` in the response, field for field as `request_finished()` builds it. */
+/**
+ * P's `kv_transfer_params` in the response, field for field as `request_finished()` builds it in the version the
+ * traits describe (flavour.ts): `remote_request_id` from connector v2, per-group block ids and the newer fields on
+ * main; without a flavour, `remote_num_tokens` (v5+) and `transfer_mode` (v7+) by connector version.
+ */
 export function producerParams(a: {
   blockIds: readonly number[];
   engineId: string;
@@ -86,17 +103,29 @@ export function producerParams(a: {
   numTokens: number;
   connectorVersion: number;
   transferMode: 'pull' | 'push';
+  traits: Pick<FlavourTraits, 'remoteRequestId' | 'perGroupBlockIds' | 'newParams'>;
+  /** Wall-clock ms when the lease ends (main's `remote_blocks_expiry_time`, seconds since the epoch). */
+  expiresAtMs: number;
 }): Record<string, unknown> {
+  const t = a.traits;
   const out: Record<string, unknown> = {
     do_remote_prefill: true,
     do_remote_decode: false,
-    remote_block_ids: [...a.blockIds],
+    remote_block_ids: t.perGroupBlockIds ? [[...a.blockIds]] : [...a.blockIds],
     remote_engine_id: a.engineId,
-    remote_request_id: a.requestId,
+    ...(t.remoteRequestId ? { remote_request_id: a.requestId } : {}),
     remote_host: a.host,
     remote_port: a.port,
     tp_size: a.tpSize,
   };
+  if (t.newParams) {
+    out['pp_size'] = 1;
+    out['dcp_size'] = 1;
+    out['remote_num_tokens'] = a.numTokens;
+    out['remote_blocks_expiry_time'] = a.expiresAtMs / 1000;
+    out['transfer_mode'] = a.transferMode;
+    return out;
+  }
   if (a.connectorVersion >= 5) out['remote_num_tokens'] = a.numTokens;
   if (a.connectorVersion >= 7) out['transfer_mode'] = a.transferMode;
   return out;

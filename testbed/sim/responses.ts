@@ -22,6 +22,10 @@ export interface PreparedRequest {
   readonly returnTokenIds: boolean;
   readonly cacheSalt: string | null;
   readonly kvTransferParams: unknown;
+  /** Chat with a reasoning model: how many leading generated tokens are reasoning, not content. */
+  readonly reasoningTokens: number;
+  /** The delta/message fields reasoning travels in, per vLLM version (flavour.ts). */
+  readonly reasoningFields: readonly ('reasoning' | 'reasoning_content')[];
 }
 
 export interface Finish {
@@ -31,7 +35,7 @@ export interface Finish {
 }
 
 /** The non-streamed answer. */
-export function finalBody(p: PreparedRequest, created: number, tokens: readonly GeneratedToken[], text: string, f: Finish): unknown {
+export function finalBody(p: PreparedRequest, created: number, tokens: readonly GeneratedToken[], text: string, f: Finish, reasoning = ''): unknown {
   const usage = usageOf(p.promptTokens.length, tokens.length);
   const ids = p.returnTokenIds ? { token_ids: tokens.map((t) => t.id) } : {};
   const end = { finish_reason: f.reason, stop_reason: f.stopReason };
@@ -50,7 +54,7 @@ export function finalBody(p: PreparedRequest, created: number, tokens: readonly 
     audio: null,
     function_call: null,
     tool_calls: [],
-    reasoning_content: null,
+    ...reasoningFieldsOf(p, reasoning === '' ? null : reasoning),
   };
   const logprobs = p.logprobs ? chatLogprobs(tokens, p.render, p.sampling.topN) : null;
   return {
@@ -64,6 +68,11 @@ export function finalBody(p: PreparedRequest, created: number, tokens: readonly 
     prompt_token_ids: p.returnTokenIds ? p.promptTokens : null,
     kv_transfer_params: f.kvTransferParams,
   };
+}
+
+/** `{reasoning: text}`, `{reasoning_content: text}` or both, as the version writes them (null: no reasoning). */
+function reasoningFieldsOf(p: PreparedRequest, text: string | null): Record<string, string | null> {
+  return Object.fromEntries(p.reasoningFields.map((f) => [f, text]));
 }
 
 /** Builds the stream chunks of one request, keeping the running counts chunks refer to. */
@@ -102,7 +111,10 @@ export class ChunkBuilder {
       return { ...this.#head, choices: [{ index: 0, text, logprobs, ...end, ...ids, ...first }], ...usage };
     }
     const logprobs = p.logprobs ? chatLogprobs(toks, p.render, p.sampling.topN) : null;
-    return { ...this.#head, ...first, choices: [{ index: 0, delta: { content: text }, logprobs, ...end, ...ids }], ...usage };
+    // A reasoning model's first tokens stream as reasoning deltas (`delta.reasoning` and/or `reasoning_content`).
+    const thinking = toks.length > 0 && this.#tokens - toks.length < p.reasoningTokens;
+    const delta = thinking ? reasoningFieldsOf(p, text) : { content: text };
+    return { ...this.#head, ...first, choices: [{ index: 0, delta, logprobs, ...end, ...ids }], ...usage };
   }
 
   /** `stream_options.include_usage`: the trailing chunk with no choices. */

@@ -2,6 +2,7 @@
  * `createSimServer`: one simulated vLLM worker on two ports, the OpenAI API (node:http, no framework) and the NIXL
  * side channel. A thin shell: the parts are wired in `worker.ts`, the logic lives in the modules they come from.
  */
+import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
@@ -28,7 +29,10 @@ export interface SimServer {
   readonly sideChannelUrl: string;
   readonly port: number;
   readonly sideChannelPort: number;
+  /** Rank 0's engine id (the only one without data parallelism). */
   readonly engineId: string;
+  /** Every rank's engine id (`<id>_dp<rank>` under data parallelism). */
+  readonly engineIds: readonly string[];
   /** vLLM's NIXL compatibility hash of what this worker really runs (what its handshake serves). */
   readonly compatibilityHash: string;
   readonly config: SimConfig;
@@ -43,19 +47,16 @@ export interface SimServer {
 
 export async function createSimServer(config: SimConfig, opts: SimServerOptions = {}): Promise<SimServer> {
   const s = config.sim;
-  let sidePort = 0;
-  const worker = await createWorker(config, {
-    logger: opts.logger ?? pino({ enabled: false }),
-    now: opts.now ?? Date.now,
-    random: opts.random ?? Math.random,
-    sideChannelClient: opts.sideChannelClient ?? createSideChannelClient(),
-    sideChannelPort: () => sidePort,
-  });
-  const side = await startSideChannel(worker.sideChannelDeps, s.host, s.sideChannelPort);
-  sidePort = side.port;
-  const admin: Admin = { registry: worker.registry, setFaults: worker.setFaults, getFaults: worker.getFaults };
+  const ranks = await startRanks(config, opts);
+  const workers = ranks.map((r) => r.worker);
+  const worker = workers[0]!;
+  const setFaults = (patch: FaultPatch): FaultState => workers.map((w) => w.setFaults(patch))[0]!;
+  const admin: Admin = { registry: worker.registry, setFaults, getFaults: worker.getFaults };
+  let next = 0;
+  // vLLM's API server balances requests over its DP engine ranks; the simulator takes them in turn.
+  const pick = (): WorkerContext => workers[next++ % workers.length]!.ctx;
   const http = createServer((req, res) => {
-    void route(worker.ctx, admin, req, res).catch((e: unknown) => {
+    void route(worker.ctx, pick, admin, req, res).catch((e: unknown) => {
       worker.ctx.logger.error({ err: e }, 'unhandled error in simulated worker');
       if (!res.headersSent) sendJson(res, 500, vllmError(500, 'Internal server error'));
       else res.destroy();
@@ -64,26 +65,32 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
   try {
     await listen(http, s.port, s.host);
   } catch (e) {
-    await side.close();
+    await Promise.all(ranks.map((r) => r.side.close()));
     throw e;
   }
   // vLLM sweeps every outstanding lease each step; the simulator sweeps on a timer and on every access.
-  const sweep = setInterval(() => worker.leases.sweep(), Math.max(10, Math.min(1000, Math.floor(s.leaseMs / 2))));
+  const sweep = setInterval(() => {
+    for (const w of workers) w.leases.sweep();
+  }, Math.max(10, Math.min(1000, Math.floor(s.leaseMs / 2))));
   sweep.unref();
   const port = (http.address() as AddressInfo).port;
-  worker.ctx.logger.info({ port, sideChannelPort: side.port, model: worker.ctx.servedModelName }, 'simulated vLLM worker listening');
+  const side = ranks[0]!.side;
+  worker.ctx.logger.info({ port, sideChannelPort: side.port, model: worker.ctx.servedModelName, ranks: ranks.length }, 'simulated vLLM worker listening');
   return {
     url: `http://${s.host}:${port}`,
     sideChannelUrl: `http://${s.host}:${side.port}`,
     port,
     sideChannelPort: side.port,
     engineId: worker.engineId,
+    engineIds: workers.map((w) => w.engineId),
     compatibilityHash: worker.compatibilityHash,
     config,
     registry: worker.registry,
-    setFaults: worker.setFaults,
+    setFaults,
     getFaults: worker.getFaults,
-    resetPrefixCache: () => worker.pool.resetCache(),
+    resetPrefixCache: () => {
+      for (const w of workers) w.pool.resetCache();
+    },
     close: async () => {
       clearInterval(sweep);
       await Promise.all([
@@ -91,10 +98,42 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
           http.close(() => resolve());
           http.closeAllConnections();
         }),
-        side.close(),
+        ...ranks.map((r) => r.side.close()),
       ]);
     },
   };
+}
+
+/**
+ * One engine per data-parallel rank, each with its own KV pool and NIXL side channel (vLLM listens on
+ * `VLLM_NIXL_SIDE_CHANNEL_PORT + dp rank`) and the engine id vLLM's engine core gives a rank, `<engine_id>_dp<rank>`
+ * (vllm-project/vllm `vllm/v1/engine/core.py`). Without DP, one engine under the plain id.
+ */
+async function startRanks(config: SimConfig, opts: SimServerOptions) {
+  const s = config.sim;
+  const base = s.engineId ?? randomUUID();
+  const out: Array<{ worker: Awaited<ReturnType<typeof createWorker>>; side: Awaited<ReturnType<typeof startSideChannel>> }> = [];
+  try {
+    for (let rank = 0; rank < s.dataParallelSize; rank++) {
+      let sidePort = 0;
+      const worker = await createWorker(config, {
+        logger: opts.logger ?? pino({ enabled: false }),
+        now: opts.now ?? Date.now,
+        random: opts.random ?? Math.random,
+        sideChannelClient: opts.sideChannelClient ?? createSideChannelClient(),
+        sideChannelPort: () => sidePort,
+        engineId: s.dataParallelSize > 1 ? `${base}_dp${rank}` : base,
+        rank,
+      });
+      const side = await startSideChannel(worker.sideChannelDeps, s.host, s.sideChannelPort === 0 ? 0 : s.sideChannelPort + rank);
+      sidePort = side.port;
+      out.push({ worker, side });
+    }
+  } catch (e) {
+    await Promise.all(out.map((r) => r.side.close()));
+    throw e;
+  }
+  return out;
 }
 
 function listen(server: ReturnType<typeof createServer>, port: number, host: string): Promise<void> {
@@ -113,9 +152,10 @@ interface Admin {
   readonly getFaults: () => FaultState;
 }
 
-async function route(ctx: WorkerContext, admin: Admin, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function route(ctx: WorkerContext, pick: () => WorkerContext, admin: Admin, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
   const method = req.method ?? 'GET';
+  if (!authorized(ctx.config.sim.apiKey, path, method, req)) return sendJson(res, 401, { error: 'Unauthorized' });
   const allow = (m: string): boolean => {
     if (method === m) return true;
     sendJson(res, 405, { detail: 'Method Not Allowed' });
@@ -158,12 +198,21 @@ async function route(ctx: WorkerContext, admin: Admin, req: IncomingMessage, res
         const ac = new AbortController();
         res.on('close', () => ac.abort(new Error('client disconnected')));
         const kind = path === '/v1/completions' ? 'completion' : 'chat';
-        await handleGeneration(ctx, kind, body, header(req, 'x-request-id'), f.value, sinkFor(res), ac.signal);
+        await handleGeneration(pick(), kind, body, header(req, 'x-request-id'), f.value, sinkFor(res), ac.signal);
       });
     }
     default:
       sendJson(res, 404, { detail: 'Not Found' });
   }
+}
+
+/**
+ * vLLM's `--api-key` middleware (vllm-project/vllm `vllm/entrypoints/openai/api_server.py`, v0.11.0 to main): every
+ * path starting with `/v1` except OPTIONS needs exactly `Authorization: Bearer <key>`; other paths are open.
+ */
+function authorized(key: string | undefined, path: string, method: string, req: IncomingMessage): boolean {
+  if (key === undefined || method === 'OPTIONS' || !path.startsWith('/v1')) return true;
+  return req.headers['authorization'] === `Bearer ${key}`;
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {

@@ -16,6 +16,7 @@ import { NO_FAULTS, parseFaultPatch, type FaultPatch, type FaultState } from './
 import type { WorkerContext } from './generate-handler.js';
 import { blockBytes, blockLen, createKvSemantics } from './kv-model.js';
 import { LeaseTable } from './leases.js';
+import { traitsOf, type FlavourTraits } from './flavour.js';
 import { createSimMetrics, type SimMetrics } from './metrics.js';
 import type { LocalAgent } from './pd.js';
 import { Scheduler } from './scheduler.js';
@@ -29,6 +30,10 @@ export interface WorkerOptions {
   readonly sideChannelClient: SideChannelClient;
   /** Where the side channel listens; known only once it is bound. */
   readonly sideChannelPort: () => number;
+  /** This engine's id (a data-parallel rank's is `<id>_dp<rank>`); default `sim.engineId` or a fresh uuid4. */
+  readonly engineId?: string;
+  /** Data-parallel rank: the `engine` label of its metrics. */
+  readonly rank?: number;
 }
 
 export interface Worker {
@@ -46,14 +51,15 @@ export interface Worker {
 export async function createWorker(config: SimConfig, opts: WorkerOptions): Promise<Worker> {
   const d = config.behaviour;
   const s = config.sim;
-  const engineId = s.engineId ?? randomUUID();
+  const engineId = opts.engineId ?? s.engineId ?? randomUUID();
+  const traits = traitsOf(s.flavour);
   const servedModelName = s.servedModelName ?? d.model.path ?? d.model.id;
   const logger = opts.logger.child({ component: 'sim', engineId });
   if (config.lies) logger.warn({ declared: config.descriptor, behaviour: d }, 'simulated worker does not run its declared descriptor (behaveAs)');
   const tokenizer = await loadSimTokenizer(d.tokenizer);
   const pool = new BlockPool(s.numGpuBlocks);
   const registry = new Registry();
-  const metrics = createSimMetrics(registry, d, { ...s, servedModelName }, () => pool.usage);
+  const metrics = createSimMetrics(registry, d, { ...s, servedModelName }, () => pool.usage, { traits, engine: String(opts.rank ?? 0) });
   const scheduler = new Scheduler(s.maxNumSeqs, (running, waiting) => {
     metrics.running.set(running);
     metrics.waiting.set(waiting);
@@ -62,7 +68,7 @@ export async function createWorker(config: SimConfig, opts: WorkerOptions): Prom
   const faults = createFaultState(leases);
   const sleep = (ms: number): Promise<void> => (ms > 0 ? new Promise((r) => setTimeout(r, ms)) : Promise.resolve());
   const local = localAgent(config);
-  const engine = createEngine(config, { engineId, tokenizer, pool, leases, scheduler, metrics, logger, local, sleep, opts });
+  const engine = createEngine(config, { engineId, tokenizer, pool, leases, scheduler, metrics, logger, local, sleep, opts, traits });
   const ctx: WorkerContext = {
     config,
     servedModelName,
@@ -75,6 +81,7 @@ export async function createWorker(config: SimConfig, opts: WorkerOptions): Prom
     randomHex: () => randomBytes(16).toString('hex'),
     logger,
     sleep,
+    traits,
   };
   const sideChannelDeps: SideChannelDeps = {
     payload: handshakePayload(d, engineId, local, s.numGpuBlocks),
@@ -99,6 +106,7 @@ interface EngineParts {
   readonly local: LocalAgent;
   readonly sleep: (ms: number) => Promise<void>;
   readonly opts: WorkerOptions;
+  readonly traits: FlavourTraits;
 }
 
 function createEngine(config: SimConfig, p: EngineParts): SimEngine {
@@ -134,6 +142,7 @@ function createEngine(config: SimConfig, p: EngineParts): SimEngine {
     },
     sideChannel: () => ({ host: s.host, port: p.opts.sideChannelPort() }),
     sleep: p.sleep,
+    traits: p.traits,
   });
 }
 
@@ -181,7 +190,8 @@ export function localAgent(config: SimConfig): LocalAgent {
     blockLen: blockLen(d),
     numLayers: d.architecture.numLayers,
     hma: d.hybridKvCacheManager,
-    enforceCompatHash: config.sim.enforceHandshakeCompat,
+    // vLLM 0.11/0.12 have no compatibility hash in the handshake (it shipped in 0.13, PR #29503).
+    enforceCompatHash: config.sim.enforceHandshakeCompat && traitsOf(config.sim.flavour).hashCheck,
   };
 }
 

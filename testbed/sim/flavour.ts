@@ -1,0 +1,83 @@
+/**
+ * vLLM versions the simulator can be, and what differs between them where kvgate can see it. Each trait names the
+ * vLLM source it follows (vllm-project/vllm; `testbed/sim/README.md` "Flavours" has the table).
+ *
+ * No flavour (the default) keeps the simulator's composite behaviour from before flavours existed (hash-checked
+ * handshake, flat block ids, `reasoning_content`, `kv_cache_layout` labelled as declared), which older tests rely on.
+ */
+export const SIM_FLAVOURS = ['0.11', '0.13', 'main'] as const;
+export type SimFlavour = (typeof SIM_FLAVOURS)[number];
+
+export interface FlavourTraits {
+  /** D compares P's NIXL compatibility hash in the handshake (PR #29503, first released in v0.13.0). */
+  readonly hashCheck: boolean;
+  /** P answers `remote_request_id` and D reads by it (connector v2); before, P and D shared the request id. */
+  readonly remoteRequestId: boolean;
+  /** Engine request ids get a random suffix (so P and D ids differ and `remote_request_id` is needed). */
+  readonly uniqueRequestIds: boolean;
+  /** `remote_block_ids` per KV cache group (`[[...]]`, main) instead of one flat list. */
+  readonly perGroupBlockIds: boolean;
+  /** P also answers `remote_num_tokens`, `remote_blocks_expiry_time`, `pp_size`, `dcp_size` and `transfer_mode` (main). */
+  readonly newParams: boolean;
+  /** `vllm:cache_config_info` carries `kv_cache_layout` as a `KVCacheLayout` name (main) or not at all (0.11, 0.13). */
+  readonly layoutLabel: 'declared' | 'absent' | 'kv-cache-layout';
+  /** Which delta/message fields carry reasoning text (PR #27752 added `reasoning`, PR #33402 removed `reasoning_content`). */
+  readonly reasoningFields: readonly ('reasoning' | 'reasoning_content')[];
+  /** `kv_load_failure_policy` default: `recompute` until PR #34896 (2026-02-19), then `fail`. */
+  readonly defaultKvLoadFailurePolicy: 'fail' | 'recompute';
+  /** The request's `truncation_side` is honoured (newer protocol field); older versions ignore it and cut on the left. */
+  readonly truncationSide: boolean;
+}
+
+const LEGACY: FlavourTraits = {
+  hashCheck: true,
+  remoteRequestId: true,
+  uniqueRequestIds: true,
+  perGroupBlockIds: false,
+  newParams: false,
+  layoutLabel: 'declared',
+  reasoningFields: ['reasoning_content'],
+  defaultKvLoadFailurePolicy: 'fail',
+  truncationSide: true,
+};
+
+const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
+  '0.11': {
+    hashCheck: false,
+    remoteRequestId: false,
+    uniqueRequestIds: false,
+    perGroupBlockIds: false,
+    newParams: false,
+    layoutLabel: 'absent',
+    reasoningFields: ['reasoning_content'],
+    defaultKvLoadFailurePolicy: 'recompute',
+    truncationSide: false,
+  },
+  '0.13': {
+    hashCheck: true,
+    remoteRequestId: true,
+    uniqueRequestIds: true,
+    perGroupBlockIds: false,
+    newParams: false,
+    layoutLabel: 'absent',
+    reasoningFields: ['reasoning', 'reasoning_content'],
+    defaultKvLoadFailurePolicy: 'recompute',
+    truncationSide: false,
+  },
+  main: {
+    hashCheck: true,
+    remoteRequestId: true,
+    uniqueRequestIds: true,
+    perGroupBlockIds: true,
+    newParams: true,
+    layoutLabel: 'kv-cache-layout',
+    reasoningFields: ['reasoning'],
+    defaultKvLoadFailurePolicy: 'fail',
+    truncationSide: true,
+  },
+};
+
+/** The traits of a flavour (undefined: the composite legacy behaviour). */
+export function traitsOf(flavour: SimFlavour | undefined): FlavourTraits {
+  return flavour === undefined ? LEGACY : TRAITS[flavour];
+}
