@@ -8,6 +8,7 @@ import type { SidecarConfig } from './config.js';
 import type { FetchFn } from './http-io.js';
 import type { SidecarMetrics } from './metrics.js';
 import type { SidecarStatus } from './status.js';
+import type { TransferWatch } from './transfer-watch.js';
 import type { WorkerAuth } from './worker-auth.js';
 
 
@@ -22,6 +23,8 @@ export interface SidecarContext {
   readonly workerUrl: string;
   /** `Authorization: Bearer <worker API key>` when `workerApiKey` is configured (worker-auth.ts), else empty. */
   readonly workerAuth: WorkerAuth;
+  /** Transfers in flight on this (decode) worker, to pin a failed-transfer counter rise on one (transfer-watch.ts). */
+  readonly transfers: TransferWatch;
   /** Fires when the sidecar closes: every upstream call listens to it. */
   readonly closed: AbortSignal;
   /** The sidecar's status now: the last verdict, the engine id and version it verified, drain and load. */

@@ -24,6 +24,7 @@ import type { Outcome } from './outcome.js';
 import { runPrefillLeg, type PrefillLegInput } from './prefill-leg.js';
 import { countPromptTokens } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
+import { judgeRise, readFailedTransfers, type TransferWindow } from './transfer-watch.js';
 
 /** Handle one decode request whose contract already verified (server.ts). */
 export async function serveDecode(
@@ -48,11 +49,38 @@ export async function serveDecode(
     return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
   }
 
-  const [count, prefill, launch] = await Promise.all([
-    countPromptTokens(ctx, call, headers),
-    timedPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers: leg, signal: call.signal }),
-    confirmDecodeWorker(ctx, call.signal, call.logger),
-  ]);
+  const window = ctx.transfers.begin();
+  try {
+    const [count, prefill, launch, failedBefore] = await Promise.all([
+      countPromptTokens(ctx, call, headers),
+      timedPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers: leg, signal: call.signal }),
+      confirmDecodeWorker(ctx, call.signal, call.logger),
+      readFailedTransfers(ctx, call.signal),
+    ]);
+    return await decodeAfterPrefill(ctx, call, res, { contract, requestId, headers, count, prefill, launch, window, failedBefore });
+  } finally {
+    window.end();
+  }
+}
+
+interface AfterPrefill {
+  readonly contract: TransferContract;
+  readonly requestId: string;
+  readonly headers: Record<string, string>;
+  readonly count: Awaited<ReturnType<typeof countPromptTokens>>;
+  readonly prefill: Awaited<ReturnType<typeof timedPrefillLeg>>;
+  readonly launch: Awaited<ReturnType<typeof confirmDecodeWorker>>;
+  readonly window: TransferWindow;
+  readonly failedBefore: number | undefined;
+}
+
+/** The prefill leg is back: check everything, then decode with the attested KV. */
+async function decodeAfterPrefill(ctx: SidecarContext, call: IncomingCall, res: http.ServerResponse, a: AfterPrefill): Promise<Outcome> {
+  const { contract, requestId, headers, count, prefill, launch } = a;
+  const refuse = (e: KvgateError, outcome: Outcome['outcome'] = 'refused'): Outcome => {
+    sendError(res, e, requestId);
+    return { outcome, code: e.code, reason: e.reason };
+  };
   // This worker first: if it is no longer what was verified, nothing may run on it, not even a local prefill.
   if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
   if (!prefill.ok) return afterPrefillRefusal(ctx, call, res, headers, requestId, prefill.error);
@@ -80,9 +108,31 @@ export async function serveDecode(
   }
   const body = { ...call.body, kv_transfer_params: checked.value.params };
   ctx.metrics.addedFirstTokenSeconds.observe({ path: 'transfer' }, Math.max(0, performance.now() - call.receivedAt - prefill.value.ms) / 1000);
-  const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true });
+  const silent = { seen: false };
+  const beforeCommit = async (): Promise<string | undefined> => {
+    const after = a.failedBefore === undefined ? undefined : await readFailedTransfers(ctx, call.signal);
+    const verdict = judgeRise(a.failedBefore, after, a.window.overlapped);
+    a.window.end(); // the KV load is over once output flows: later transfers do not blur this one
+    if (verdict === 'none') return undefined;
+    if (verdict === 'unattributed') {
+      ctx.metrics.silentRecomputes.inc({ result: 'unattributed' });
+      call.logger.warn({ event: 'silent_recompute_unattributed' }, 'the worker counted a failed KV transfer while other transfers ran too; it may have recomputed this request');
+      return undefined;
+    }
+    silent.seen = true;
+    const fail = ctx.config.onTransferFailure === 'fail';
+    ctx.metrics.silentRecomputes.inc({ result: fail ? 'refused' : 'served' });
+    call.logger.warn({ event: 'silent_recompute', action: ctx.config.onTransferFailure }, SILENT_RECOMPUTE);
+    return fail ? SILENT_RECOMPUTE : undefined;
+  };
+  const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true, beforeCommit });
+  if (silent.seen && relayed.kind === 'failed_before_tokens') return refuse(new KvgateError('worker_error', `${SILENT_RECOMPUTE}; onTransferFailure is "fail": retry the request, or set onTransferFailure: recompute to accept local prefills`), 'failed');
   return afterTransfer(ctx, call, res, headers, requestId, relayed);
 }
+
+const SILENT_RECOMPUTE =
+  'the decode worker failed to load the prefilled KV and recomputed the prompt itself (its vllm:nixl_num_failed_transfers rose; ' +
+  'vLLM kv_load_failure_policy "recompute", the default before vLLM PR #34896)';
 
 /**
  * The prefill leg failed. Only one failure may be answered with a local prefill: the prefill side refusing its own

@@ -21,6 +21,8 @@ export interface SidecarMetrics {
   readonly prefillLegSeconds: Histogram<'outcome'>;
   /** What the decode sidecar adds before its worker can start: arrival to the decode call, less the prefill leg. */
   readonly addedFirstTokenSeconds: Histogram<'path'>;
+  /** Transfers the worker failed and silently recomputed (transfer-watch.ts): `refused`, `served`, `unattributed`. */
+  readonly silentRecomputes: Counter<'result'>;
   readonly verified: Gauge;
   readonly inFlight: Gauge;
   readonly draining: Gauge;
@@ -61,6 +63,12 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       name: 'kvgate_sidecar_transfer_failures_total',
       help: 'KV transfers the decode worker reported as failed, by what the sidecar did (recompute, fail, after_tokens).',
       labelNames: ['action'] as const,
+      registers,
+    }),
+    silentRecomputes: new Counter({
+      name: 'kvgate_sidecar_silent_recomputes_total',
+      help: 'KV transfers the decode worker failed and recomputed on its own (vllm:nixl_num_failed_transfers rose), by what followed.',
+      labelNames: ['result'] as const,
       registers,
     }),
     probes: new Counter({

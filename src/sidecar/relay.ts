@@ -29,6 +29,11 @@ export interface RelayOptions {
   readonly headers: Record<string, string>;
   /** Hold the response until output is seen, and report failures before it instead of relaying them. */
   readonly holdUntilOutput: boolean;
+  /**
+   * With `holdUntilOutput`: asked once, when the first output is about to be sent; a message turns the answer into
+   * `failed_before_tokens` (the worker reported success, but something else says the transfer failed).
+   */
+  readonly beforeCommit?: () => Promise<string | undefined>;
 }
 
 /** Send `body` to the local worker and relay its answer to `res`. */
@@ -50,6 +55,8 @@ export async function relayCompletion(ctx: SidecarContext, call: IncomingCall, r
   if (opts.holdUntilOutput) {
     const failure = response.status >= 500 ? `HTTP ${response.status}: ${upstreamMessage(text)}` : response.status === 200 ? jsonFailure(text) : undefined;
     if (failure !== undefined) return { kind: 'failed_before_tokens', message: failure };
+    const vetoed = response.status === 200 ? await opts.beforeCommit?.() : undefined;
+    if (vetoed !== undefined) return { kind: 'failed_before_tokens', message: vetoed };
   }
   res.writeHead(response.status, { 'content-type': type, 'content-length': Buffer.byteLength(text), 'x-request-id': opts.requestId });
   res.end(text);
@@ -85,6 +92,13 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
           return { kind: 'failed_before_tokens', message: c.message ?? 'the worker reported an error' };
         }
         if (c.kind === 'token' || c.kind === 'done') committed = true;
+      }
+      if (committed && opts.beforeCommit !== undefined) {
+        const vetoed = await opts.beforeCommit();
+        if (vetoed !== undefined) {
+          void reader.cancel().catch(() => undefined);
+          return { kind: 'failed_before_tokens', message: vetoed };
+        }
       }
       if (committed) {
         writeStreamHead(res, opts.requestId);

@@ -30,6 +30,7 @@ import { observeWorker } from './probe.js';
 import { SidecarState } from './sidecar-state.js';
 import { DRAIN_PATH, startSidePorts, UNDRAIN_PATH } from './side-ports.js';
 import { admissionRefusal, type SidecarStatus } from './status.js';
+import { TransferWatch } from './transfer-watch.js';
 import { loadWorkerAuth, type WorkerAuth } from './worker-auth.js';
 
 /** Injected so tests run many sidecars in one process, with their own logs, metrics, keys, clock and fetch. */
@@ -98,6 +99,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     metrics,
     workerUrl: config.worker.replace(/\/+$/, ''),
     workerAuth: auth.value,
+    transfers: new TransferWatch(),
     closed: closed.signal,
     status: () => state.status(),
     reverify: (accept) => loop.reverify(accept),

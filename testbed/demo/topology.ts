@@ -20,7 +20,7 @@ import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { parseSidecarConfig } from '../../src/sidecar/config.js';
 import { createSidecar, type Sidecar } from '../../src/sidecar/server.js';
-import { parseSimConfig, type SimSettingsInput } from '../sim/config.js';
+import { deepMerge, parseSimConfig, type SimSettingsInput } from '../sim/config.js';
 import { createSimServer, type SimServer } from '../sim/server.js';
 import { mustLoadEnvoyConfig } from '../harness/envoy-config.js';
 import { startEnvoyHarness, type EnvoyHarness } from '../harness/data-plane.js';
@@ -51,6 +51,12 @@ export interface TopologyOptions {
   readonly processMetrics?: boolean;
   /** The gate config's `log.decisions`: one info line per routed request (default off). */
   readonly logDecisions?: boolean;
+  /** Merged over both revisions' example descriptors (route table, sims and sidecars all see the result). */
+  readonly descriptorOverrides?: Readonly<Record<string, unknown>>;
+  /** Extra sidecar config keys for every sidecar (e.g. `workerApiKey`). */
+  readonly sidecar?: Readonly<Record<string, unknown>>;
+  /** Environment the sidecars read (`workerApiKey.env`); default the process environment. */
+  readonly env?: Readonly<Record<string, string | undefined>>;
 }
 
 export interface Worker {
@@ -104,6 +110,12 @@ export async function loadExampleDescriptor(revision: RevisionName): Promise<Rec
   return parseYaml(await readFile(path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${revision}.yaml`), 'utf8')) as Record<string, unknown>;
 }
 
+/** A revision's example descriptor with the topology's overrides merged over it. */
+async function descriptorFor(revision: RevisionName, opts: TopologyOptions): Promise<Record<string, unknown>> {
+  const d = await loadExampleDescriptor(revision);
+  return opts.descriptorOverrides === undefined ? d : (deepMerge(d, opts.descriptorOverrides) as Record<string, unknown>);
+}
+
 export async function startTopology(opts: TopologyOptions): Promise<Topology> {
   // Ports are reserved before the servers bind them (the route table and Envoy config need them up front); another
   // process can take one in between. Start again on fresh ports rather than fail.
@@ -132,7 +144,8 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
     const workers: Worker[] = [];
     let i = 0;
     for (const revision of REVISIONS) {
-      const descriptor = await loadExampleDescriptor(revision);
+      const descriptor = await descriptorFor(revision, opts);
+      await writeFile(path.join(dir, `${revision}.yaml`), toYaml(descriptor));
       for (const role of ['prefill', 'decode'] as const) {
         for (let index = 0; index < replicas; index++) {
           const port = sidecarPorts[i++]!;
@@ -146,7 +159,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       }
     }
     const routeTablePath = path.join(dir, 'route-table.yaml');
-    await writeFile(routeTablePath, toYaml(routeTableFor(workers, opts)));
+    await writeFile(routeTablePath, toYaml(routeTableFor(workers, opts, dir)));
     const gateConfig = parseGateConfig(
       toYaml({
         listen: `127.0.0.1:${gatePort}`,
@@ -186,7 +199,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         const old = w.sim;
         await old.close();
         const cfg = parseSimConfig({
-          descriptor: await loadExampleDescriptor(revision),
+          descriptor: await descriptorFor(revision, opts),
           // A restart runs what `sim` says: earlier behaveAs overrides do not carry over unless repeated.
           sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, ...sim },
         });
@@ -247,6 +260,7 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
       prefill: { via: { envoy: s.internalUrl }, maxAttempts: 3, backoffMs: 20, maxBackoffMs: 200, timeoutMs: 30_000 },
       onTransferFailure: s.opts.onTransferFailure ?? 'fail',
       drainGraceMs: 5000,
+      ...s.opts.sidecar,
     },
     `${name} sidecar`,
   );
@@ -257,15 +271,14 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
     logger: s.opts.logger.child({ component: 'sidecar', worker: name }),
     registry,
     keys: s.keys,
+    ...(s.opts.env === undefined ? {} : { env: s.opts.env }),
   });
   return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address };
 }
 
-function routeTableFor(workers: readonly Worker[], opts: TopologyOptions): Record<string, unknown> {
+function routeTableFor(workers: readonly Worker[], opts: TopologyOptions, dir: string): Record<string, unknown> {
   const revisions: Record<string, unknown> = {};
-  for (const r of REVISIONS) {
-    revisions[r] = { descriptorFile: path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${r}.yaml`) };
-  }
+  for (const r of REVISIONS) revisions[r] = { descriptorFile: path.join(dir, `${r}.yaml`) };
   const pools = workers
     .filter((w) => w.index === 0)
     .map((w) => ({

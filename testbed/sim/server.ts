@@ -36,8 +36,10 @@ export interface SimServer {
   /** vLLM's NIXL compatibility hash of what this worker really runs (what its handshake serves). */
   readonly compatibilityHash: string;
   readonly config: SimConfig;
-  /** This worker's own metrics registry (also served on /metrics). */
+  /** This worker's own metrics registry (also served on /metrics); rank 0's under data parallelism. */
   readonly registry: Registry;
+  /** Every data-parallel rank's registry, by rank. */
+  readonly registries: readonly Registry[];
   setFaults(patch: FaultPatch): FaultState;
   getFaults(): FaultState;
   /** Test hook: drop the prefix cache (vLLM's /reset_prefix_cache). */
@@ -86,6 +88,7 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
     compatibilityHash: worker.compatibilityHash,
     config,
     registry: worker.registry,
+    registries: workers.map((w) => w.registry),
     setFaults,
     getFaults: worker.getFaults,
     resetPrefixCache: () => {

@@ -1,0 +1,33 @@
+import { describe, expect, it } from 'vitest';
+import { failedTransfersIn, judgeRise, TransferWatch } from './transfer-watch.js';
+
+describe('failedTransfersIn', () => {
+  it("sums vLLM's failed-transfer counter over engines, and is undefined where the worker has none", () => {
+    const text = [
+      '# TYPE vllm:nixl_num_failed_transfers_total counter',
+      'vllm:nixl_num_failed_transfers_total{engine="0",model_name="m"} 2',
+      'vllm:nixl_num_failed_transfers_total{engine="1",model_name="m"} 1',
+      '',
+    ].join('\n');
+    expect(failedTransfersIn(text)).toBe(3);
+    expect(failedTransfersIn('vllm:nixl_num_failed_transfers{engine="0"} 4\n')).toBe(4);
+    expect(failedTransfersIn('vllm:num_requests_running 0\n')).toBeUndefined();
+  });
+});
+
+describe('TransferWatch and judgeRise', () => {
+  it('pins a rise on a transfer only when no other transfer overlapped its window', () => {
+    const watch = new TransferWatch();
+    const a = watch.begin();
+    expect(a.overlapped).toBe(false);
+    expect(judgeRise(0, 1, a.overlapped)).toBe('mine');
+    const b = watch.begin();
+    expect([a.overlapped, b.overlapped]).toEqual([true, true]);
+    expect(judgeRise(0, 1, b.overlapped)).toBe('unattributed');
+    a.end();
+    b.end();
+    expect(watch.begin().overlapped).toBe(false);
+    expect(judgeRise(2, 2, false)).toBe('none');
+    expect(judgeRise(undefined, 5, false)).toBe('none');
+  });
+});
