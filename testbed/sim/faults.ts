@@ -24,6 +24,8 @@ export const FaultStateSchema = z
     dropAfterTokens: z.number().int().min(0).nullable().default(null),
     /** Delay before each completion request is handled. */
     slowMs: z.number().int().min(0).default(0),
+    /** Streams pause once this many tokens were sent, until the fault is cleared (a test looks at a stream mid-flight). */
+    holdStreamAfterTokens: z.number().int().min(1).nullable().default(null),
   })
   .strict();
 

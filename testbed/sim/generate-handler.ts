@@ -227,7 +227,7 @@ export async function handleGeneration(
     streaming: p.stream,
   });
   const dropAfter = faults.dropAfterTokens ?? global.dropAfterTokens ?? null;
-  if (p.stream) await streamResponse(ctx, p, events, sink, dropAfter);
+  if (p.stream) await streamResponse(ctx, p, events, sink, dropAfter, signal);
   else await jsonResponse(ctx, p, events, sink, dropAfter);
 }
 
@@ -250,7 +250,14 @@ async function jsonResponse(ctx: WorkerContext, p: PreparedRequest, events: Asyn
  * SSE like vLLM: one chunk per engine output, the last token sharing its chunk with the finish reason; an engine
  * error becomes an error event; always `data: [DONE]` last (unless a drop fault cuts the connection).
  */
-async function streamResponse(ctx: WorkerContext, p: PreparedRequest, events: AsyncIterable<EngineEvent>, sink: ResponseSink, dropAfter: number | null): Promise<void> {
+async function streamResponse(
+  ctx: WorkerContext,
+  p: PreparedRequest,
+  events: AsyncIterable<EngineEvent>,
+  sink: ResponseSink,
+  dropAfter: number | null,
+  signal: AbortSignal,
+): Promise<void> {
   const chunks = new ChunkBuilder(p, Math.floor(ctx.now() / 1000));
   sink.sse();
   if (dropAfter === 0) return sink.drop();
@@ -273,6 +280,7 @@ async function streamResponse(ctx: WorkerContext, p: PreparedRequest, events: As
       break;
     }
     if (!flush()) return;
+    await holdWhileAsked(ctx, chunks.tokensSent, signal);
     if (ev.type === 'error') {
       sink.event(vllmError(500, 'Internal server error'));
       break;
@@ -281,4 +289,13 @@ async function streamResponse(ctx: WorkerContext, p: PreparedRequest, events: As
     pending = { token: ev.token, text: ev.text };
   }
   sink.event('[DONE]');
+}
+
+/** The `holdStreamAfterTokens` fault: wait (polling, bounded by the client) while it asks to hold at `sent` tokens. */
+async function holdWhileAsked(ctx: WorkerContext, sent: number, signal: AbortSignal): Promise<void> {
+  for (;;) {
+    const hold = ctx.faults().holdStreamAfterTokens;
+    if (hold === null || sent < hold || signal.aborted) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
 }
