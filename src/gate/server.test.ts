@@ -305,6 +305,41 @@ describe('gate gRPC server', () => {
     s.client.close();
   });
 
+  it('drains without cutting a generation: settled streams end OK at once, decided ones OK at the grace, only unanswered ones cancelled', async () => {
+    const never = new Promise<Admitted>(() => undefined);
+    gate = await startGateServer({
+      admission: { admit: (req) => (req.path === '/hang' ? never : { decision: route(req) }) },
+      logger: pino({ level: 'silent' }),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      drainGraceMs: 300,
+    });
+    const g = gate;
+    // A: routed, and its response headers answered (a generation streaming on Envoy 1.36, whose stream stays open).
+    const a = await openStream(g.port);
+    a.send(hdrs({ ':method': 'GET', ':path': '/a' }, true));
+    await a.next();
+    a.send({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } });
+    expect(setHeaders((await a.next())['response_headers'].response)['x-kvgate-binding']).toBeDefined();
+    // B: routed, its response not started yet (a long prefill): it gets the response stamps if they come in time.
+    const b = await openStream(g.port);
+    b.send(hdrs({ ':method': 'GET', ':path': '/b' }, true));
+    await b.next();
+    // C: a message the gate has not answered.
+    const c = await openStream(g.port);
+    c.send(hdrs({ ':method': 'GET', ':path': '/hang' }, true));
+    await new Promise((r) => setTimeout(r, 50));
+    const started = Date.now();
+    const drained = g.drain();
+    expect((await a.status).code).toBe(grpc.status.OK);
+    expect(Date.now() - started).toBeLessThan(300); // at once, not at the end of the grace period
+    await drained;
+    expect((await b.status).code).toBe(grpc.status.OK);
+    expect((await c.status).code).not.toBe(grpc.status.OK);
+    expect(g.activeStreams()).toBe(0);
+    for (const s of [a, b, c]) s.client.close();
+  });
+
   it('drains: health NOT_SERVING, a stream in flight finishes, then the server stops', async () => {
     const g = await start({ admit: (req) => ({ decision: route(req) }) });
     const s = await openStream(g.port);

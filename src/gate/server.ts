@@ -1,8 +1,18 @@
 /**
  * The gate's gRPC server: `envoy.service.ext_proc.v3.ExternalProcessor/Process` plus `grpc.health.v1.Health`.
  * A thin adapter: it feeds each stream's messages, one at a time and in order, to an ExtProcSession and writes
- * back exactly one response per message. Draining: health goes NOT_SERVING, new streams are refused by grpc-js,
- * streams in flight get a grace period, then the server is forced down.
+ * back exactly one response per message.
+ *
+ * Draining never cuts a generation. Envoy treats a stream the processor ends with status OK as "carry on without
+ * the processor" and a stream that fails (cancelled, or any other status) as a processor error, which resets the
+ * client's request when its response has started (`Filter::onGrpcClose` / `Filter::onGrpcError` in
+ * envoyproxy/envoy source/extensions/filters/http/ext_proc/ext_proc.cc, the same in 1.36 and 1.37). On Envoy 1.36
+ * the stream lives as long as the HTTP request, so a streamed generation holds its stream open for its whole
+ * length. So on SIGTERM: health goes NOT_SERVING; after the announce period new streams are refused; every stream
+ * whose messages have all been answered and whose decision is stamped is ended with OK at once (and every other
+ * one as soon as it gets there); at the end of the grace period the streams that are decided are ended with OK
+ * too, and only a stream with an unanswered message or no decision yet is cancelled (Envoy then fails that
+ * request closed, before anything reached upstream).
  */
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
@@ -31,6 +41,11 @@ export interface GateServerOptions {
   readonly drainGraceMs?: number;
   /** How long to keep answering (as NOT_SERVING) before refusing new streams, so health checkers notice. */
   readonly drainAnnounceMs?: number;
+  /**
+   * The largest ext_proc message accepted (bytes). grpc-js refuses bigger messages (default 4 MiB) and Envoy turns
+   * that into a 500, so this must exceed the route table's `limits.maxBodyBytes` plus the headers (default: 4 MiB).
+   */
+  readonly maxReceiveMessageBytes?: number;
   readonly now?: () => number;
 }
 
@@ -50,10 +65,11 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     // Envoy keeps one HTTP/2 connection to the gate and multiplexes a stream per request over it.
     'grpc.max_concurrent_streams': 100_000,
     'grpc.keepalive_permit_without_calls': 1,
+    ...(opts.maxReceiveMessageBytes === undefined ? {} : { 'grpc.max_receive_message_length': opts.maxReceiveMessageBytes }),
   });
   const health = new HealthImplementation({ '': 'SERVING', [EXT_PROC_SERVICE]: 'SERVING' });
   health.addToServer(server);
-  const active = new Set<grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>>();
+  const active = new Set<ServedStream>();
   const deps = {
     admission: opts.admission,
     logger: opts.logger,
@@ -67,22 +83,23 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
   server.addService(extProcService(), {
     Process: (call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>) => {
       const listener = listenerOf(call.metadata);
-      active.add(call);
       opts.metrics.streamsActive.inc();
       opts.metrics.streamsTotal.inc({ listener });
-      serveStream(call, new ExtProcSession(deps, listener, (r) => call.write(r)), opts, () => {
-        if (active.delete(call)) opts.metrics.streamsActive.dec();
+      const served = serveStream(call, new ExtProcSession(deps, listener, (r) => call.write(r)), opts, () => {
+        if (active.delete(served)) opts.metrics.streamsActive.dec();
       });
+      active.add(served);
+      if (draining !== undefined) served.closeWhenSettled();
     },
   });
 
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync(opts.listen, grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))),
   );
+  let draining: Promise<void> | undefined;
   const host = opts.listen.slice(0, opts.listen.lastIndexOf(':'));
   opts.logger.info({ listen: `${host}:${port}` }, 'kvgate gate listening (ext_proc + grpc.health.v1)');
 
-  let draining: Promise<void> | undefined;
   return {
     port,
     address: `${host}:${port}`,
@@ -96,21 +113,42 @@ function listenerOf(md: grpc.Metadata): Listener {
   return md.get(LISTENER_METADATA_KEY)[0]?.toString() === 'internal' ? 'internal' : 'public';
 }
 
+/** One stream being served, as the drain sees it. */
+interface ServedStream {
+  /** From now on, end the stream with OK as soon as it is settled (and now, if it already is). */
+  closeWhenSettled(): void;
+  /** End with OK if the decision has been answered and no message is waiting; true when it did. */
+  closeIfDecided(): boolean;
+  /** Fail the stream (Envoy fails the request closed: nothing of it reached upstream yet). */
+  cancel(): void;
+}
+
 function serveStream(
   call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>,
   session: ExtProcSession,
   opts: GateServerOptions,
   onClosed: () => void,
-): void {
+): ServedStream {
   let chain: Promise<void> = Promise.resolve();
   let busy = 0; // messages received and not yet answered
   let closed = false;
+  let closeWhenSettled = false;
   const close = (reason?: string): void => {
     if (closed) return;
     closed = true;
     if (reason) opts.metrics.streamErrors.inc({ reason });
     session.finish();
     onClosed();
+  };
+  /** Status OK: Envoy carries on without the gate; the request keeps the routing it was given. */
+  const endOk = (): boolean => {
+    if (closed || busy > 0) return false;
+    call.end();
+    close();
+    return true;
+  };
+  const settle = (): void => {
+    if (closeWhenSettled && session.closableWithOk) endOk();
   };
   call.on('data', (msg: WireProcessingRequest) => {
     busy++;
@@ -128,6 +166,7 @@ function serveStream(
       } finally {
         busy--;
       }
+      settle();
     });
   });
   call.on('end', () => {
@@ -141,12 +180,24 @@ function serveStream(
   call.on('cancelled', () => close(busy > 0 ? 'cancelled_unanswered' : undefined));
   call.on('error', () => close('error'));
   call.on('close', () => close());
+  return {
+    closeWhenSettled() {
+      closeWhenSettled = true;
+      settle();
+    },
+    closeIfDecided: () => session.decisionAnswered && endOk(),
+    cancel() {
+      if (closed) return;
+      call.destroy(Object.assign(new Error('kvgate: the gate is shutting down'), { code: grpc.status.UNAVAILABLE }));
+      close('drain_cancelled');
+    },
+  };
 }
 
 async function drainServer(
   server: grpc.Server,
   health: HealthImplementation,
-  active: ReadonlySet<unknown>,
+  active: ReadonlySet<ServedStream>,
   opts: GateServerOptions,
 ): Promise<void> {
   health.setStatus('', 'NOT_SERVING');
@@ -156,15 +207,34 @@ async function drainServer(
   if (announce > 0) await new Promise((r) => setTimeout(r, announce));
   const grace = opts.drainGraceMs ?? 10_000;
   await new Promise<void>((resolve) => {
+    let last: NodeJS.Timeout | undefined;
     const timer = setTimeout(() => {
-      opts.logger.warn({ in_flight: active.size }, 'drain grace period over; cancelling streams in flight');
-      server.forceShutdown();
-      resolve();
+      let ended = 0;
+      let cancelled = 0;
+      for (const s of [...active]) {
+        if (s.closeIfDecided()) ended++;
+        else {
+          s.cancel();
+          cancelled++;
+        }
+      }
+      opts.logger.warn(
+        { ended_ok: ended, cancelled },
+        'drain grace period over; decided streams ended OK (their requests go on), undecided ones cancelled',
+      );
+      // Every stream has its final status queued; give the transport a moment to write them, then stop.
+      last = setTimeout(() => {
+        server.forceShutdown();
+        resolve();
+      }, 1000);
     }, grace);
     server.tryShutdown(() => {
       clearTimeout(timer);
+      clearTimeout(last);
       resolve();
     });
+    // After tryShutdown no new stream starts; every settled stream ends OK now, the others once they settle.
+    for (const s of [...active]) s.closeWhenSettled();
   });
   opts.logger.info('drained');
 }

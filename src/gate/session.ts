@@ -67,6 +67,8 @@ export class ExtProcSession {
   #finished = false;
   /** A decision (or refusal) was answered: later body chunks and trailers have nothing left to decide. */
   #decided = false;
+  /** The decision's answer has been produced (unlike `#decided`, which is set as soon as deciding starts). */
+  #decidedAnswered = false;
 
   /**
    * `send` writes to the gRPC stream directly; without it the session cannot extend Envoy's message timer, so
@@ -88,6 +90,22 @@ export class ExtProcSession {
 
   get requestId(): string {
     return this.#requestId;
+  }
+
+  /**
+   * Whether ending this stream with gRPC status OK now lets the request finish exactly as the gate decided it:
+   * the decision has been answered, and the response headers it stamps (group, revision, binding) were answered
+   * too or are not needed. Envoy treats an OK close as "carry on without the processor" (`Filter::onGrpcClose` in
+   * envoyproxy/envoy source/extensions/filters/http/ext_proc/ext_proc.cc), so the request is never cut; a stream
+   * still undecided must not close OK, or Envoy would send the request upstream unrouted.
+   */
+  get closableWithOk(): boolean {
+    return this.#decidedAnswered && this.#responseMutation === undefined;
+  }
+
+  /** Whether the decision has been answered (routed, hop or refused); then closing OK cannot leave it unrouted. */
+  get decisionAnswered(): boolean {
+    return this.#decidedAnswered;
   }
 
   /** The answer to one message, or null when Envoy runs the filter in observability mode (no reply allowed). */
@@ -124,7 +142,9 @@ export class ExtProcSession {
       case 'response_headers': {
         // Recorded while answering: from Envoy 1.37 the stream may close right after this message (routed-outcome.ts).
         if (this.#routed !== undefined) this.#recordOutcome(readHeaderMap(msg.response_headers?.headers));
-        return { response_headers: { response: this.#responseMutation ?? {} } };
+        const response = this.#responseMutation ?? {};
+        this.#responseMutation = undefined; // stamped: nothing is left for the gate to add to this request
+        return { response_headers: { response } };
       }
       case 'response_body':
         return { response_body: { response: {} } };
@@ -186,6 +206,7 @@ export class ExtProcSession {
       return wrap(phase, {});
     }
     this.#release = decided.release;
+    this.#decidedAnswered = true;
     const d = decided.decision;
     this.#record(d, Number(process.hrtime.bigint() - started) / 1e9);
     // Decided: hold neither the body (nor its buffer slab), nor the headers and metadata, for the life of the stream.
@@ -233,6 +254,7 @@ export class ExtProcSession {
 
   #refuse(phase: 'request_headers' | 'request_body' | 'request_trailers', e: KvgateError): WireProcessingResponse {
     this.#decided = true;
+    this.#decidedAnswered = true;
     const refusal: Refusal = {
       kind: 'refuse',
       requestId: this.#requestId || this.#deps.newRequestId(),
