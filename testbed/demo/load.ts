@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { H } from '../../src/headers.js';
 import { baseline, completion, firstDivergence, PROMPTS } from './scenarios.js';
+import type { EnvoyVersion } from '../harness/runtime-config.js';
 import { REVISIONS, startTopology, type RevisionName, type Topology } from './topology.js';
 
 export interface LoadOptions {
@@ -21,6 +22,8 @@ export interface LoadOptions {
   /** Per-request limit; a request still open after it counts as "no response". */
   readonly requestTimeoutMs?: number;
   readonly seed?: number;
+  /** The Envoy release line the harness plays (default 1.37). */
+  readonly envoyVersion?: EnvoyVersion;
 }
 
 export interface LoadReport {
@@ -61,7 +64,7 @@ function prng(seed: number): () => number {
 
 export async function runLoadWithFaults(opts: LoadOptions): Promise<LoadReport> {
   const print = opts.print ?? (() => undefined);
-  const t = await startTopology({ logger: opts.logger, replicas: 2, candidateWeight: 30, workerViewIntervalMs: 500, sidecarProbeIntervalMs: 1000 });
+  const t = await startTopology({ logger: opts.logger, replicas: 2, candidateWeight: 30, workerViewIntervalMs: 500, sidecarProbeIntervalMs: 1000, ...(opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion }) });
   try {
     const baselines = new Map<string, number[]>();
     for (const rev of REVISIONS) for (const p of PROMPTS) baselines.set(`${rev}|${p}`, await baseline(t, rev, p, MAX_TOKENS));

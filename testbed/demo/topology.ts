@@ -24,6 +24,7 @@ import { deepMerge, parseSimConfig, type SimSettingsInput } from '../sim/config.
 import { createSimServer, type SimServer } from '../sim/server.js';
 import { mustLoadEnvoyConfig } from '../harness/envoy-config.js';
 import { startEnvoyHarness, type EnvoyHarness } from '../harness/data-plane.js';
+import type { EnvoyVersion } from '../harness/runtime-config.js';
 
 export const SERVED_MODEL = 'llama-3-8b';
 export const DEMO_KEY_SEED = 'kvgate-local-demo';
@@ -57,6 +58,8 @@ export interface TopologyOptions {
   readonly sidecar?: Readonly<Record<string, unknown>>;
   /** Environment the sidecars read (`workerApiKey.env`); default the process environment. */
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /** The Envoy release line the harness plays (its ext_proc stream lifetime; default 1.37). */
+  readonly envoyVersion?: EnvoyVersion;
 }
 
 export interface Worker {
@@ -182,6 +185,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         listenerPorts: { public: publicPort!, internal: internalPort! },
         clusterEndpoints: { kvgate_gate: [`127.0.0.1:${gate.grpcPort}`] },
       }),
+      opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion },
     );
     stops.push(() => harness.close());
     const topology: Topology = {

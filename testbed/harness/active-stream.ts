@@ -28,7 +28,9 @@ export interface StreamDeps {
   readonly clusters: ClusterManager;
   readonly hcmStats: CounterScope<HcmCounter>;
   clusterStats(name: string): CounterScope<ClusterCounter>;
-  readonly extProc: { readonly client: ExtProcClient; readonly stats: CounterScope<ExtProcCounter> } | undefined;
+  readonly extProc:
+    | { readonly client: ExtProcClient; readonly stats: CounterScope<ExtProcCounter>; readonly closeAfterLastResponse: boolean }
+    | undefined;
   readonly semantics: AppendSemantics;
   readonly agent: http.Agent;
   log(entry: AccessLogEntry): void;
@@ -83,6 +85,7 @@ export class ActiveStream implements FilterCallbacks {
             stats: deps.extProc.stats,
             semantics: deps.semantics,
             callbacks: this,
+            closeAfterLastResponse: deps.extProc.closeAfterLastResponse,
           });
     this.done = new Promise((resolve) => res.once('close', () => resolve(this.#finish())));
   }

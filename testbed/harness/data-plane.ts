@@ -12,6 +12,7 @@ import type { EnvoyConfig, ListenerConfig } from './envoy-config-types.js';
 import { createExtProcClient, type ExtProcClient } from './ext-proc-client.js';
 import type { AppendSemantics } from './header-mutation.js';
 import { createRouteTable } from './router.js';
+import { closesAfterLastResponse, type EnvoyVersion } from './runtime-config.js';
 import { CLUSTER_COUNTERS, EXT_PROC_COUNTERS, HCM_COUNTERS, StatStore, type ClusterCounter, type CounterScope } from './stats.js';
 
 export type { AccessLogEntry } from './access-log.js';
@@ -23,6 +24,12 @@ export interface EnvoyHarnessOptions {
   readonly random?: () => number;
   /** How long `close()` waits for in-flight requests before cutting them (default 5 s). */
   readonly drainTimeoutMs?: number;
+  /**
+   * The Envoy release line to play (runtime-config.ts): '1.36' keeps each ext_proc stream until its HTTP request
+   * ends; '1.37' (default) closes it after the last response that will be processed, unless the YAML's
+   * `layered_runtime` turns `ext_proc_stream_close_optimization` off.
+   */
+  readonly envoyVersion?: EnvoyVersion;
 }
 
 export interface ListenerHandle {
@@ -123,7 +130,11 @@ function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
     shared.clients.push(client);
     // Assumed naming (docs/envoy-ext-proc.md §9 gives only the HCM part): http.<hcm stat_prefix>.ext_proc.<filter stat_prefix.>counter.
     const filterPrefix = ep.statPrefix === '' ? '' : `${ep.statPrefix}.`;
-    extProc = { client, stats: shared.store.scope(`${prefix}ext_proc.${filterPrefix}`, EXT_PROC_COUNTERS) };
+    extProc = {
+      client,
+      stats: shared.store.scope(`${prefix}ext_proc.${filterPrefix}`, EXT_PROC_COUNTERS),
+      closeAfterLastResponse: closesAfterLastResponse(shared.options.envoyVersion ?? '1.37', shared.config.runtime),
+    };
   }
   return {
     listener: l,

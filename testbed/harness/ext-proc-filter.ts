@@ -2,8 +2,9 @@
  * The ext_proc HTTP filter, one instance per HTTP request, following Envoy's `Filter`
  * (source/extensions/filters/http/ext_proc/ext_proc.cc, ~1.37): lazy bidi stream, per-message timer, message
  * dispatch by oneof and state, failure handling (docs/envoy-ext-proc.md §9), ImmediateResponse,
- * dynamic metadata for receiving namespaces, mode_override, override_message_timeout, and the 1.37 habit of closing
- * the stream as soon as no further message can be needed.
+ * dynamic metadata for receiving namespaces, mode_override, override_message_timeout, and the stream lifetime of
+ * the Envoy release line played (runtime-config.ts): 1.37+ closes the stream as soon as no further message can be
+ * needed, 1.36 keeps it until the request ends.
  *
  * The data plane drives it per direction with `decode` / `encode` (headers plus a body reader) and `processTrailers`;
  * the phases of one direction live in ext-proc-direction.ts.
@@ -66,6 +67,8 @@ export interface ExtProcFilterOptions {
   readonly stats: CounterScope<ExtProcCounter>;
   readonly semantics: AppendSemantics;
   readonly callbacks: FilterCallbacks;
+  /** Close the stream after the last response that will be processed (Envoy 1.37+; default true). */
+  readonly closeAfterLastResponse?: boolean;
 }
 
 type Dispatched = { kind: 'ok' } | { kind: 'spurious'; message: string } | { kind: 'error'; message: string };
@@ -90,6 +93,7 @@ export class ExtProcFilter {
   readonly enc: ProcessorState;
   readonly #client: ExtProcClient;
   readonly #ctx: HandlerContext;
+  readonly #closeAfterLastResponse: boolean;
   #stream: ExtProcStream | null = null;
   #complete = false;
   #protocolConfigSent = false;
@@ -99,6 +103,7 @@ export class ExtProcFilter {
     this.stats = opts.stats;
     this.callbacks = opts.callbacks;
     this.#client = opts.client;
+    this.#closeAfterLastResponse = opts.closeAfterLastResponse ?? true;
     this.dec = new ProcessorState('request', opts.config.processingMode);
     this.enc = new ProcessorState('response', opts.config.processingMode);
     this.#ctx = {
@@ -271,8 +276,12 @@ export class ExtProcFilter {
     this.stats.inc(restarted ? 'override_message_timeout_received' : 'override_message_timeout_ignored');
   }
 
-  /** Envoy 1.37 closes the stream once a reply leaves nothing more to send (outside buffered body modes). */
+  /**
+   * Envoy 1.37+ (`ext_proc_stream_close_optimization`) closes the stream once a reply leaves nothing more to send
+   * (outside buffered body modes); 1.36 keeps it until the request ends.
+   */
   #closeIfLastResponse(msg: WireProcessingResponse): void {
+    if (!this.#closeAfterLastResponse) return;
     if (this.#stream !== null && isLastResponse(msg.response, this.dec, this.enc)) {
       this.#complete = true;
       this.#closeStream();

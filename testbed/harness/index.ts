@@ -24,4 +24,5 @@ export {
 export { echoHandler, startFakeUpstream, type FakeUpstream, type RecordedRequest, type UpstreamHandler } from './fake-upstream.js';
 export { fromStruct, toStruct, type WireProcessingRequest, type WireProcessingResponse } from './ext-proc-messages.js';
 export type { AppendSemantics } from './header-mutation.js';
+export { ENVOY_VERSIONS, type EnvoyVersion } from './runtime-config.js';
 export { ok, request, scenarioYaml, startScenario, type HttpResult, type Scenario, type ScenarioOptions } from './testing.js';

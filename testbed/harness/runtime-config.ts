@@ -6,12 +6,29 @@
  *   envoyproxy/envoy source/common/runtime/runtime_features.cc at c9e9214): a finished ext_proc stream is
  *   half-closed and Envoy waits for the server's status (up to 1 s, then resets) instead of resetting it at once
  *   (source/extensions/filters/http/ext_proc/ext_proc.cc closeStreamMaybeGraceful at 2940127).
- * - `envoy.reloadable_features.ext_proc_stream_close_optimization` (RUNTIME_GUARD, on by default since 1.37): the
- *   harness models the 1.37 lifetime (the stream ends with the last answer); `false` (the 1.36 lifetime) is refused
- *   until the harness models it.
+ * - `envoy.reloadable_features.ext_proc_stream_close_optimization` (RUNTIME_GUARD, on by default since 1.37,
+ *   envoyproxy/envoy#41425): the stream is closed as soon as the last message that will be processed has been
+ *   answered (`Filter::closeGrpcStreamIfLastRespReceived` in ext_proc.cc), e.g. right after `response_headers` when
+ *   the response body mode is NONE and trailers are SKIP; buffered body modes are left out. `false` gives the
+ *   lifetime of Envoy 1.36 and earlier, where the guard does not exist: the stream stays open until the HTTP
+ *   request ends (`Filter::onDestroy`), so a streamed generation keeps it open for its whole length.
  * Later layers override earlier ones, as Envoy's do.
+ *
+ * Which release line the harness plays is `startEnvoyHarness(config, { envoyVersion })` (default 1.37); on 1.36
+ * the close-optimisation key has no effect, as the guard does not exist there.
  */
 import { type ConfigReader, isPlainObject } from './config-reader.js';
+
+/** The Envoy release line whose ext_proc stream lifetime the harness plays. */
+export type EnvoyVersion = '1.36' | '1.37';
+
+/** Every release line the harness plays, for tests that must hold on each (`describe.each(ENVOY_VERSIONS)`). */
+export const ENVOY_VERSIONS: readonly EnvoyVersion[] = ['1.36', '1.37'];
+
+/** Whether the filter closes its stream after the last processed response (1.37+ with the guard on). */
+export function closesAfterLastResponse(version: EnvoyVersion, runtime: RuntimeConfig): boolean {
+  return version === '1.37' && runtime.extProcStreamCloseOptimization;
+}
 
 export interface RuntimeConfig {
   readonly extProcGracefulGrpcClose: boolean;
@@ -47,7 +64,6 @@ export function readLayeredRuntime(r: ConfigReader, value: unknown): RuntimeConf
     }
   });
   const closeOpt = (values[CLOSE_OPT] as boolean | undefined) ?? DEFAULT_RUNTIME.extProcStreamCloseOptimization;
-  if (!closeOpt) r.issue('layered_runtime', `${CLOSE_OPT}: false (the Envoy 1.36 stream lifetime) is unsupported by the kvgate harness`);
   return {
     extProcGracefulGrpcClose: (values[GRACEFUL] as boolean | undefined) ?? DEFAULT_RUNTIME.extProcGracefulGrpcClose,
     extProcStreamCloseOptimization: closeOpt,
