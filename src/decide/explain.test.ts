@@ -86,7 +86,7 @@ describe('explain shows what the gate stamps', () => {
     const e = explainRequest(input({ gieHeaders: true, headers: { 'x-tenant-id': 'acme', 'x-session-id': 's-1', 'x-kvgate-foo': 'x' } }));
     const d = e.decision;
     if (d.kind !== 'route') throw new Error(d.kind);
-    const wire = routeMutation(d, chat, ['x-kvgate-foo'], { gieHeaders: true });
+    const wire = routeMutation(d, new TextEncoder().encode(JSON.stringify(chat)), ['x-kvgate-foo'], { gieHeaders: true });
     expect(e.upstreamHeaders).toEqual(wireHeaders(wire.common.header_mutation?.set_headers));
     expect(e.upstreamHeaders!['x-gateway-destination-endpoint']).toBe(d.decode.endpoint);
     expect(e.upstreamHeaders!['content-length']).toBe(String(wire.common.body_mutation!.body!.byteLength));

@@ -92,7 +92,7 @@ export function explainRequest(input: ExplainInput): Explanation {
     rollout: formatRolloutStatus(rolloutStatus(input.table)),
     removedHeaders: removed,
     forged: received.forged,
-    body: outcome.request?.json,
+    body: outcome.request === undefined ? undefined : input.body,
     gieHeaders: input.gieHeaders ?? false,
   };
   const explained = describe(outcome.decision, base);
@@ -123,7 +123,7 @@ function hopHeaders(hop: HopFacts): [string, string][] {
 interface Base extends Pick<Explanation, 'requestId' | 'rollout' | 'removedHeaders'> {
   /** Every gate-owned header the request carried (removed toward upstream unless a stamp overwrites it). */
   readonly forged: readonly string[];
-  readonly body: Readonly<Record<string, unknown>> | undefined;
+  readonly body: Uint8Array | undefined;
   readonly gieHeaders: boolean;
 }
 

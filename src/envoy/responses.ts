@@ -27,7 +27,7 @@ function upstreamMutation(s: UpstreamStamps): RequestMutation {
 /** The request-path mutation for a bound request (see `routeStamps`). */
 export function routeMutation(
   d: RouteDecision,
-  body: Readonly<Record<string, unknown>> | undefined,
+  body: Uint8Array | undefined,
   forged: readonly string[],
   opts: RouteOptions,
 ): RequestMutation {

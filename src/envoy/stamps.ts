@@ -4,8 +4,9 @@
  * them as they are, so a dry run and the live gate can never disagree about a header.
  */
 import type { HopDecision, Refusal, RouteDecision, Target } from '../decide/types.js';
-import { statusOf, toErrorBody, type ErrorBody, type ErrorCode } from '../errors.js';
+import { KvgateError, statusOf, toErrorBody, type ErrorBody, type ErrorCode } from '../errors.js';
 import { H } from '../headers.js';
+import { withCacheSalt } from './body-rewrite.js';
 
 /** One header to write, overwriting whatever the client sent. */
 export type HeaderStamp = readonly [name: string, value: string];
@@ -51,11 +52,11 @@ function targetStamps(leg: 'decode' | 'prefill', t: Target | null): HeaderStamp[
 
 /**
  * A bound request: the group, the targets and the contract, the GIE aliases when asked, the derived `cache_salt`
- * in the body with a matching `content-length`, and removal of every client-sent gate-owned header not overwritten.
+ * in the client's body bytes (only that member changes) with a matching `content-length`, and removal of every client-sent gate-owned header not overwritten.
  */
 export function routeStamps(
   d: RouteDecision,
-  body: Readonly<Record<string, unknown>> | undefined,
+  body: Uint8Array | undefined,
   forged: readonly string[],
   opts: StampOptions,
 ): UpstreamStamps {
@@ -75,7 +76,9 @@ export function routeStamps(
   }
   let rewritten: Uint8Array | undefined;
   if (body !== undefined) {
-    rewritten = encoder.encode(JSON.stringify({ ...body, cache_salt: d.cacheSalt }));
+    rewritten = withCacheSalt(body, d.cacheSalt);
+    // Unreachable for a body the decision core parsed as a JSON object; if it ever happens, fail closed.
+    if (rewritten === undefined) throw new KvgateError('internal', 'the request body could not be rewritten with its cache_salt');
     set.push(['content-length', String(rewritten.byteLength)]);
   }
   return {

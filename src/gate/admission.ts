@@ -47,8 +47,8 @@ export interface AdmissionDeps {
 
 export interface Admitted {
   readonly decision: Decision;
-  /** The parsed JSON body, when the decision rewrites it (cache_salt). */
-  readonly body?: Readonly<Record<string, unknown>>;
+  /** The client's body bytes, when the decision rewrites them (its `cache_salt`; src/envoy/body-rewrite.ts). */
+  readonly body?: Uint8Array;
   /** Called exactly once when the HTTP request ends (releases in-flight accounting). */
   readonly release?: () => void;
 }
@@ -110,7 +110,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
     });
   };
   /** Count the request on the endpoint it occupies for its whole life; its end frees capacity for the queue. */
-  const settle = (d: Decision, body?: Readonly<Record<string, unknown>>): Admitted => {
+  const settle = (d: Decision, body?: Uint8Array): Admitted => {
     const busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
     const fingerprint = d.kind === 'refuse' ? null : d.group.fingerprint;
     const leg = d.kind === 'hop' ? 'prefill' : 'decode';
@@ -136,8 +136,8 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
       const outcome = decideRequest(facts, table, view, ctx);
       const d = outcome.decision;
       for (const r of d.kind === 'hop' ? [] : (d.fallback ?? [])) metrics.fallback.inc({ step: r.step, outcome: r.outcome });
-      if (d.kind !== 'wait') return settle(d, outcome.request?.json);
-      return parkRequest(qctx, d, outcome.facts!, signal, hooks!, outcome.request?.json);
+      if (d.kind !== 'wait') return settle(d, outcome.request === undefined ? undefined : facts.body);
+      return parkRequest(qctx, d, outcome.facts!, signal, hooks!, outcome.request === undefined ? undefined : facts.body);
     },
     notifyChanged: () => queue.wake(),
     queueStatus: () => ({ waiting: queue.size(), groups: queue.groups() }),

@@ -18,7 +18,7 @@ import { createPolicyStore, type PolicyStore } from './policy-store.js';
 import { createAdmission, type RoutingState } from './admission.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
 import { rolloutStatus } from '../policy/rollout-status.js';
-import { startGateServer, type GateServer } from './server.js';
+import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
 import { createWorkerPoller } from './worker-poller.js';
 import { createDiscovery, type Discovery } from '../discovery/discovery.js';
 
@@ -116,8 +116,17 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     maxMessageTimeoutMs: config.envoy.maxMessageTimeoutMs,
     metrics: rollout,
   });
+  // grpc-js refuses messages over its receive limit (default 4 MiB) and Envoy turns that into a 500, so the limit
+  // follows the table's limits.maxBodyBytes; a server's limit is fixed when it starts.
+  const receiveLimit = receiveLimitFor(policy.current().limits.maxBodyBytes);
   policy.onSwap((table) => {
     syncDiscovery(table);
+    if (receiveLimitFor(table.limits.maxBodyBytes) > receiveLimit) {
+      log.warn(
+        { maxBodyBytes: table.limits.maxBodyBytes, receiveLimitBytes: receiveLimit },
+        'limits.maxBodyBytes grew past the ext_proc receive limit this gate started with; restart the gate to accept bodies that large',
+      );
+    }
     state = { table, view: viewFor(table) };
     rollout.updateVerification(table);
     admission.notifyChanged(); // queued requests re-decide, inside their bound group, against the new table
@@ -133,6 +142,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     decisionLog: config.log.decisions ? log.child({ log: DECISION_LOG_TAG }) : undefined,
     drainAnnounceMs: config.drain.announceMs,
     drainGraceMs: config.drain.graceMs,
+    maxReceiveMessageBytes: receiveLimit,
     now,
   });
   let draining = false;

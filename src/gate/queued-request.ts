@@ -20,7 +20,7 @@ export interface QueueContext {
   readonly metrics: RolloutMetrics;
   readonly maxMessageTimeoutMs: number;
   /** Turn a final decision into the stream's answer (in-flight accounting included). */
-  readonly settle: (d: Decision, body?: Readonly<Record<string, unknown>>) => Admitted;
+  readonly settle: (d: Decision, body?: Uint8Array) => Admitted;
 }
 
 /** How a queued request left the queue, for `kvgate_fallback_total{step="queue"}` and the wait histogram. */
@@ -36,7 +36,7 @@ export function parkRequest(
   facts: RequestFacts,
   signal: AbortSignal,
   hooks: WaitHooks,
-  body: Readonly<Record<string, unknown>> | undefined,
+  body: Uint8Array | undefined,
 ): Promise<Admitted> {
   return new Promise<Admitted>((resolve) => {
     const waiter = new Waiter(q, w, facts, body, signal, resolve);
@@ -64,7 +64,7 @@ class Waiter implements QueueEntry {
   readonly #q: QueueContext;
   readonly #w: WaitDecision;
   readonly #facts: RequestFacts;
-  readonly #body: Readonly<Record<string, unknown>> | undefined;
+  readonly #body: Uint8Array | undefined;
   readonly #signal: AbortSignal;
   readonly #resolve: (d: Admitted) => void;
   readonly #bound: QueuedRequest;
@@ -75,7 +75,7 @@ class Waiter implements QueueEntry {
     q: QueueContext,
     w: WaitDecision,
     facts: RequestFacts,
-    body: Readonly<Record<string, unknown>> | undefined,
+    body: Uint8Array | undefined,
     signal: AbortSignal,
     resolve: (d: Admitted) => void,
   ) {

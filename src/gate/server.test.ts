@@ -7,7 +7,7 @@ import type { RouteDecision } from '../decide/types.js';
 import type { RawRequestFacts } from '../decide/decide-request.js';
 import type { Admission, Admitted } from './admission.js';
 import { createGateMetrics } from './metrics.js';
-import { startGateServer, type GateServer } from './server.js';
+import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
 
 const route = (req: RawRequestFacts): RouteDecision => ({
   kind: 'route',
@@ -94,7 +94,7 @@ describe('gate gRPC server', () => {
     const g = await start({
       admit: (req): Admitted => {
         seen.push(req);
-        return { decision: route(req), body: JSON.parse(Buffer.from(req.body!).toString()) };
+        return { decision: route(req), ...(req.body === undefined ? {} : { body: req.body }) };
       },
     });
     const s = await openStream(g.port);
@@ -302,6 +302,27 @@ describe('gate gRPC server', () => {
     await new Promise((r) => setTimeout(r, 20));
     expect(released).toBe(1);
     expect(g.activeStreams()).toBe(0);
+    s.client.close();
+  });
+
+  it('accepts a body message up to its receive limit (limits.maxBodyBytes + headroom), past grpc-js\'s 4 MiB default', async () => {
+    const seen: number[] = [];
+    gate = await startGateServer({
+      admission: { admit: (req) => (seen.push(req.body?.byteLength ?? -1), { decision: route(req) }) },
+      logger: pino({ level: 'silent' }),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      maxReceiveMessageBytes: receiveLimitFor(6 * 1024 * 1024),
+    });
+    const s = await openStream(gate.port);
+    s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED' } });
+    await s.next();
+    const big = Buffer.alloc(5 * 1024 * 1024, 0x20);
+    s.send({ request_body: { body: big, end_of_stream: true } });
+    expect((await s.next())['response']).toBe('request_body');
+    expect(seen).toEqual([big.length]);
+    expect(receiveLimitFor(1024)).toBe(4 * 1024 * 1024);
+    s.call.end();
     s.client.close();
   });
 

@@ -109,6 +109,16 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
   };
 }
 
+/** grpc-js's default receive limit, which an ext_proc message carrying a body must not be held to. */
+const GRPC_DEFAULT_RECEIVE_BYTES = 4 * 1024 * 1024;
+/** Room for the headers, metadata and framing that travel with the largest body in one message. */
+const RECEIVE_HEADROOM_BYTES = 1024 * 1024;
+
+/** The receive limit for a route table's `limits.maxBodyBytes`: the body plus headroom, never below grpc-js's default. */
+export function receiveLimitFor(maxBodyBytes: number): number {
+  return Math.max(GRPC_DEFAULT_RECEIVE_BYTES, maxBodyBytes + RECEIVE_HEADROOM_BYTES);
+}
+
 function listenerOf(md: grpc.Metadata): Listener {
   return md.get(LISTENER_METADATA_KEY)[0]?.toString() === 'internal' ? 'internal' : 'public';
 }

@@ -107,6 +107,24 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     expect(String(r!.headers['x-kvgate-binding'])).toMatch(/^kvgate\.v1\./);
   });
 
+  it('the worker gets the client\'s body byte for byte but the cache_salt: a 9007199254740993 seed, key order, escapes', async () => {
+    rig = await startRig();
+    // Written by hand: the seed is beyond 2^53, so JSON.parse + JSON.stringify would forward 9007199254740992.
+    const body = '{"seed": 9007199254740993, "model":"llama-3-8b",  "prompt":"caf\\u00e9 \\"x\\"", "cache_salt":"mine", "max_tokens":4}';
+    const r = await request(rig.harness.listeners['public']!.url, {
+      path: '/v1/completions',
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': 's-seed' },
+      body,
+    });
+    expect(r.status, r.body).toBe(200);
+    const seen = rig.decode.requests.at(-1)!;
+    const group = String(seen.headers['x-kvgate-group']);
+    const salt = deriveCacheSalt(keys, group, 'tenant:acme', 'mine');
+    expect(seen.body.toString()).toBe(body.replace('"cache_salt":"mine"', `"cache_salt":"${salt}"`));
+    expect(Number(seen.headers['content-length'])).toBe(seen.body.length);
+  });
+
   it('a client-sent routing header cannot steer the request', async () => {
     rig = await startRig();
     const other = await startFakeUpstream('attacker');

@@ -1,0 +1,128 @@
+/**
+ * The request body as the worker receives it: the client's bytes with exactly one change, the top-level
+ * `cache_salt` set to the derived salt. Nothing is parsed and re-serialised, so what kvgate does not change stays
+ * byte for byte: integers beyond 2^53 (`"seed": 9007199254740993`), key order, whitespace, escapes and duplicate
+ * keys. JSON.parse + JSON.stringify would round such a seed to 9007199254740992 and re-escape strings.
+ *
+ * The body has already been parsed once (src/decide/request-facts.ts) and is a JSON object, so this scanner only
+ * has to find the top-level members; it still refuses (returns undefined) anything it cannot read, and the caller
+ * fails closed.
+ */
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+/** The body with every top-level `cache_salt` member's value replaced by `salt`, or one appended; undefined if not a JSON object. */
+export function withCacheSalt(body: Uint8Array, salt: string): Uint8Array | undefined {
+  let text: string;
+  try {
+    text = decoder.decode(body);
+  } catch {
+    return undefined;
+  }
+  const members = topLevelMembers(text);
+  if (members === undefined) return undefined;
+  const value = JSON.stringify(salt);
+  const targets = members.members.filter((m) => m.key === 'cache_salt');
+  let out: string;
+  if (targets.length > 0) {
+    // Every occurrence: JSON.parse (and Python's json) keep the last duplicate, and no copy may keep the client's salt.
+    out = '';
+    let at = 0;
+    for (const m of targets) {
+      out += text.slice(at, m.valueStart) + value;
+      at = m.valueEnd;
+    }
+    out += text.slice(at);
+  } else {
+    const member = `"cache_salt":${value}`;
+    const close = members.closeAt;
+    out = text.slice(0, close) + (members.members.length === 0 ? member : `,${member}`) + text.slice(close);
+  }
+  return encoder.encode(out);
+}
+
+interface Member {
+  readonly key: string;
+  readonly valueStart: number;
+  readonly valueEnd: number;
+}
+
+/** The top-level members of a JSON object text, and where its closing brace is. */
+function topLevelMembers(text: string): { members: Member[]; closeAt: number } | undefined {
+  let i = skipWs(text, 0);
+  if (text[i] !== '{') return undefined;
+  i = skipWs(text, i + 1);
+  const members: Member[] = [];
+  if (text[i] === '}') return trailingOnly(text, i) ? { members, closeAt: i } : undefined;
+  for (;;) {
+    const keyEnd = stringEnd(text, i);
+    if (keyEnd === undefined) return undefined;
+    let key: string;
+    try {
+      key = JSON.parse(text.slice(i, keyEnd)) as string; // escapes in keys count: "cache\u005fsalt" is cache_salt
+    } catch {
+      return undefined;
+    }
+    i = skipWs(text, keyEnd);
+    if (text[i] !== ':') return undefined;
+    const valueStart = skipWs(text, i + 1);
+    const valueEnd = valueEndAt(text, valueStart);
+    if (valueEnd === undefined) return undefined;
+    members.push({ key, valueStart, valueEnd });
+    i = skipWs(text, valueEnd);
+    if (text[i] === ',') {
+      i = skipWs(text, i + 1);
+      continue;
+    }
+    if (text[i] === '}') return trailingOnly(text, i) ? { members, closeAt: i } : undefined;
+    return undefined;
+  }
+}
+
+function trailingOnly(text: string, close: number): boolean {
+  return skipWs(text, close + 1) === text.length;
+}
+
+function skipWs(text: string, i: number): number {
+  while (i < text.length && (text[i] === ' ' || text[i] === '\t' || text[i] === '\n' || text[i] === '\r')) i++;
+  return i;
+}
+
+/** The index after the string token starting at `i` (which must be `"`). */
+function stringEnd(text: string, i: number): number | undefined {
+  if (text[i] !== '"') return undefined;
+  for (let j = i + 1; j < text.length; j++) {
+    const c = text[j];
+    if (c === '\\') j++;
+    else if (c === '"') return j + 1;
+  }
+  return undefined;
+}
+
+/** The index after the value starting at `i`: a string, or a nested value balanced by brackets outside strings. */
+function valueEndAt(text: string, i: number): number | undefined {
+  if (text[i] === '"') return stringEnd(text, i);
+  let depth = 0;
+  for (let j = i; j < text.length; j++) {
+    const c = text[j];
+    if (c === '"') {
+      const end = stringEnd(text, j);
+      if (end === undefined) return undefined;
+      j = end - 1;
+    } else if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') {
+      if (depth === 0) return trimEnd(text, i, j);
+      depth--;
+      if (depth === 0) return j + 1;
+    } else if (c === ',' && depth === 0) return trimEnd(text, i, j);
+  }
+  return undefined;
+}
+
+/** A scalar ends before the whitespace that precedes the delimiter at `j`. */
+function trimEnd(text: string, start: number, j: number): number | undefined {
+  let end = j;
+  while (end > start && /\s/.test(text[end - 1]!)) end--;
+  return end > start ? end : undefined;
+}
