@@ -5,6 +5,7 @@
 import { KvgateError } from '../errors.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { decide } from './decide.js';
+import { answerLocally } from './local-answer.js';
 import type { DecideContext } from './types.js';
 import { refusalFromError } from './refusal.js';
 import { parseOpenAiBody, tenantOf } from './request-facts.js';
@@ -58,7 +59,7 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
     );
     return { decision: refusalFromError(raw.requestId, error, trace, tenant()) };
   }
-  if (body === undefined) return { decision: decide(rest, table, view, ctx) };
+  if (body === undefined) return { decision: answerLocally(rest, table, ctx.nowMs) ?? decide(rest, table, view, ctx) };
   const parsed = parseOpenAiBody(raw.path, body, table.limits);
   if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace, tenant()) };
   const facts: RequestFacts = { ...rest, body: parsed.value };

@@ -40,6 +40,15 @@ function decisionLines(e: Explanation): string[] {
       ];
     case 'refuse':
       return ['decision: refuse', ...refusalLines(e.refusal!, '  ')];
+    case 'answer': {
+      const a = e.answer!;
+      return [
+        `decision: answered by the gateway itself (no worker): HTTP ${a.status}`,
+        '  headers:',
+        ...headerLines(a.headers, '    '),
+        `  body: ${JSON.stringify(a.body)}`,
+      ];
+    }
     case 'wait': {
       const w = e.wait!;
       const lines = [

@@ -7,7 +7,7 @@
 import type { KeyRing } from '../contract/keys.js';
 import { receiveHeaders } from '../envoy/headers.js';
 import { toRequestFacts } from '../envoy/inbound.js';
-import { hopStamps, type RefusalStamps, refusalStamps, responseStamps, routeStamps, type UpstreamStamps } from '../envoy/stamps.js';
+import { answerStamps, hopStamps, type RefusalStamps, refusalStamps, responseStamps, routeStamps, type UpstreamStamps } from '../envoy/stamps.js';
 import type { ErrorBody, ErrorCode } from '../errors.js';
 import { H } from '../headers.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
@@ -62,6 +62,8 @@ export interface Explanation {
   /** For a route: the headers added to the response to the client. */
   readonly responseHeaders?: Readonly<Record<string, string>>;
   readonly refusal?: ClientRefusal;
+  /** For the gateway's own answer (`GET /v1/models`, `GET /health`): what the client receives. */
+  readonly answer?: { readonly status: number; readonly headers: Readonly<Record<string, string>>; readonly body: unknown };
   /** For a wait: the queue step, Envoy's extended timer, and the answer if nothing frees in time. */
   readonly wait?: { readonly deadlineMs: number; readonly overrideMessageTimeoutMs: number; readonly ahead: number; readonly atDeadline: Explanation };
 }
@@ -143,6 +145,10 @@ function describe(d: CoreDecision, base: Base): Explanation {
     }
     case 'hop':
       return { ...common, upstreamHeaders: headerRecord(hopStamps(d, base.forged)) };
+    case 'answer': {
+      const s = answerStamps(d);
+      return { ...common, answer: { status: s.status, headers: Object.fromEntries(s.headers), body: d.json ?? '' } };
+    }
     case 'wait':
       return common;
   }

@@ -120,8 +120,22 @@ export interface Refusal {
   readonly fallback?: readonly FallbackRecord[];
 }
 
-/** A final answer for Envoy: route, hop, or refusal. The only kinds the gate's session ever sees. */
-export type Decision = RouteDecision | HopDecision | Refusal;
+/**
+ * A request the gateway answers itself, without any worker: `GET /v1/models` (the caller's tenant's models, in
+ * OpenAI's list shape) and `GET /health`.
+ */
+export interface AnswerDecision {
+  readonly kind: 'answer';
+  readonly requestId: string;
+  readonly status: number;
+  /** The JSON body; absent for an empty body. */
+  readonly json?: unknown;
+  readonly tenant?: string | null;
+  readonly trace: readonly string[];
+}
+
+/** A final answer for Envoy: route, hop, refusal, or the gateway's own answer. The only kinds the session sees. */
+export type Decision = RouteDecision | HopDecision | Refusal | AnswerDecision;
 
 /**
  * The bound group has no capacity and the fallback chain's `queue` step took the request: the caller (the gate) must

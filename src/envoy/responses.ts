@@ -4,9 +4,9 @@
  * `cluster_header` routing sees the new cluster), the rewritten body as a body mutation, dynamic metadata as a
  * Struct, and refusals as an ImmediateResponse.
  */
-import type { HopDecision, Refusal, RouteDecision } from '../decide/types.js';
+import type { AnswerDecision, HopDecision, Refusal, RouteDecision } from '../decide/types.js';
 import { setHeader } from './headers.js';
-import { hopStamps, refusalStamps, responseStamps, routeStamps, type StampOptions, type UpstreamStamps } from './stamps.js';
+import { answerStamps, hopStamps, refusalStamps, responseStamps, routeStamps, type StampOptions, type UpstreamStamps } from './stamps.js';
 import { toStruct } from './struct.js';
 import type { WireCommonResponse, WireImmediateResponse, WireStruct } from './wire.js';
 
@@ -47,6 +47,12 @@ export function stripForged(forged: readonly string[]): WireCommonResponse {
 /** Response headers to the client: the group, the revision and the sticky binding. */
 export function responseHeadersMutation(d: RouteDecision): WireCommonResponse {
   return { header_mutation: { set_headers: responseStamps(d).map(([k, v]) => setHeader(k, v)) } };
+}
+
+/** The gateway's own answer (model list, health) as Envoy's local reply. */
+export function answerResponse(d: AnswerDecision): WireImmediateResponse {
+  const s = answerStamps(d);
+  return { status: { code: s.status }, headers: { set_headers: s.headers.map(([k, v]) => setHeader(k, v)) }, body: s.bodyBytes, details: s.details };
 }
 
 /** A refusal as Envoy's local reply. */

@@ -3,7 +3,7 @@
  * as plain names and values. The gate turns stamps into ext_proc messages (`responses.ts`); `kvgate explain` shows
  * them as they are, so a dry run and the live gate can never disagree about a header.
  */
-import type { HopDecision, Refusal, RouteDecision, Target } from '../decide/types.js';
+import type { AnswerDecision, HopDecision, Refusal, RouteDecision, Target } from '../decide/types.js';
 import { KvgateError, statusOf, toErrorBody, type ErrorBody, type ErrorCode } from '../errors.js';
 import { H } from '../headers.js';
 import { withCacheSalt } from './body-rewrite.js';
@@ -120,6 +120,21 @@ export function refusalStamps(r: Refusal): RefusalStamps {
   if (r.retryAfterSeconds !== undefined) headers.push(['retry-after', retryAfterValue(r.retryAfterSeconds)]);
   const body = toErrorBody(r.code, r.message, r.requestId);
   return { status: statusOf(r.code), code: r.code, headers, body, bodyBytes: encoder.encode(JSON.stringify(body)), details: `kvgate_${r.code}` };
+}
+
+/** The gateway's own answer (`GET /v1/models`, `GET /health`), as Envoy's local reply. */
+export interface AnswerStamps {
+  readonly status: number;
+  readonly headers: readonly HeaderStamp[];
+  readonly bodyBytes: Uint8Array;
+  readonly details: string;
+}
+
+export function answerStamps(d: AnswerDecision): AnswerStamps {
+  const headers: HeaderStamp[] = [[H.requestId, d.requestId]];
+  if (d.json !== undefined) headers.unshift(['content-type', 'application/json']);
+  const bodyBytes = d.json === undefined ? new Uint8Array() : encoder.encode(JSON.stringify(d.json));
+  return { status: d.status, headers, bodyBytes, details: 'kvgate_answered' };
 }
 
 /** `retry-after` is whole seconds (RFC 9110 §10.2.3); a refusal never asks for less than one. */

@@ -112,7 +112,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
   /** Count the request on the endpoint it occupies for its whole life; its end frees capacity for the queue. */
   const settle = (d: Decision, body?: Uint8Array): Admitted => {
     const busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
-    const fingerprint = d.kind === 'refuse' ? null : d.group.fingerprint;
+    const fingerprint = d.kind === 'refuse' || d.kind === 'answer' ? null : d.group.fingerprint;
     const leg = d.kind === 'hop' ? 'prefill' : 'decode';
     const held = busy === null ? undefined : deps.inFlight.acquire(busy);
     const release =
@@ -135,7 +135,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
       const ctx = { nowMs: deps.now(), keys: deps.keys, ...(canWait ? { queue, maxWaitMs } : {}) };
       const outcome = decideRequest(facts, table, view, ctx);
       const d = outcome.decision;
-      for (const r of d.kind === 'hop' ? [] : (d.fallback ?? [])) metrics.fallback.inc({ step: r.step, outcome: r.outcome });
+      for (const r of d.kind === 'hop' || d.kind === 'answer' ? [] : (d.fallback ?? [])) metrics.fallback.inc({ step: r.step, outcome: r.outcome });
       if (d.kind !== 'wait') return settle(d, outcome.request === undefined ? undefined : facts.body);
       return parkRequest(qctx, d, outcome.facts!, signal, hooks!, outcome.request === undefined ? undefined : facts.body);
     },

@@ -21,7 +21,7 @@ export function createGateMetrics(registry: Registry): GateMetrics {
   return {
     decisions: new Counter({
       name: 'kvgate_decisions_total',
-      help: 'Routing decisions by outcome (route, hop, refuse), refusal code and bound revision.',
+      help: 'Routing decisions by outcome (route, hop, refuse, answer), refusal code and bound revision.',
       labelNames: ['outcome', 'code', 'revision'] as const,
       registers,
     }),

@@ -109,7 +109,7 @@ class Waiter implements QueueEntry {
     const maxWaitMs = waitCapMs(this.#q.maxMessageTimeoutMs);
     const d = decide(this.#facts, table, view, { nowMs, keys: deps.keys, queue: this.#q.queue, maxWaitMs, bound: this.#bound });
     if (d.kind === 'wait') return 'wait';
-    for (const r of d.kind === 'hop' ? [] : (d.fallback ?? [])) {
+    for (const r of d.kind === 'hop' || d.kind === 'answer' ? [] : (d.fallback ?? [])) {
       if (r.step !== 'queue' && r.outcome !== 'passed') metrics.fallback.inc({ step: r.step, outcome: r.outcome });
     }
     this.#answer(d);

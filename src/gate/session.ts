@@ -15,7 +15,7 @@ import { AUDIT_REASON_MAX, auditCut, jsonNestingExceeds } from '../json-limits.j
 import { H } from '../headers.js';
 import type { Decision, Refusal } from '../decide/types.js';
 import { readHeaderMap, type ReceivedHeaders } from '../envoy/headers.js';
-import { hopMutation, refusalResponse, responseHeadersMutation, routeMutation, stripForged } from '../envoy/responses.js';
+import { answerResponse, hopMutation, refusalResponse, responseHeadersMutation, routeMutation, stripForged } from '../envoy/responses.js';
 import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { type Listener, toRequestFacts } from '../envoy/inbound.js';
@@ -217,6 +217,8 @@ export class ExtProcSession {
     switch (d.kind) {
       case 'refuse':
         return { immediate_response: refusalResponse(d) };
+      case 'answer':
+        return { immediate_response: answerResponse(d) };
       case 'hop': {
         const m = hopMutation(d, forged);
         return wrap(phase, m.common);
@@ -268,10 +270,11 @@ export class ExtProcSession {
   }
 
   #record(d: Decision, seconds: number): void {
-    const revision = d.kind === 'refuse' ? '' : d.group.revision;
+    const revision = d.kind === 'refuse' || d.kind === 'answer' ? '' : d.group.revision;
     const code = d.kind === 'refuse' ? d.code : '';
     this.#deps.metrics.decisions.inc({ outcome: d.kind, code, revision });
     this.#deps.metrics.decisionSeconds.observe({ outcome: d.kind }, seconds);
+    if (d.kind === 'answer') return; // the gateway's own answer (model list, health): nothing bound, nothing refused
     if (d.kind === 'refuse') {
       // The audit trail: one line per refusal; tenant, code and reason, never prompt text or secrets.
       // Client-supplied values are quoted at most 128 characters where the reason is written; the fields are cut here

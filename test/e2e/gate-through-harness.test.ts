@@ -125,6 +125,21 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     expect(Number(seen.headers['content-length'])).toBe(seen.body.length);
   });
 
+  it('GET /v1/models lists the tenant\'s models in OpenAI\'s shape and GET /health is answered, with no worker involved', async () => {
+    rig = await startRig();
+    const url = rig.harness.listeners['public']!.url;
+    const models = await request(url, { path: '/v1/models', headers: { 'x-tenant-id': 'acme' } });
+    expect(models.status).toBe(200);
+    expect(models.headers['content-type']).toBe('application/json');
+    const list = JSON.parse(models.body);
+    expect(list).toMatchObject({ object: 'list', data: [{ id: firstModel(), object: 'model', owned_by: 'kvgate' }] });
+    expect(Number.isInteger(list.data[0].created)).toBe(true);
+    const anonymous = await request(url, { path: '/v1/models' });
+    expect(anonymous.status).toBe(401); // the table requires a tenant, for listing as for anything else
+    expect((await request(url, { path: '/health' })).status).toBe(200);
+    expect(rig.decode.requests).toHaveLength(0);
+  });
+
   it('a client-sent routing header cannot steer the request', async () => {
     rig = await startRig();
     const other = await startFakeUpstream('attacker');
