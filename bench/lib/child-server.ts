@@ -163,6 +163,7 @@ export function spawnGate(table: Record<string, unknown>, opts: SpawnOptions = {
   const config = {
     listen: '127.0.0.1:0',
     admin: '',
+    insecure: true, // the bench drives the gate with a plaintext ext_proc client on loopback
     policy: 'table.json',
     keys: { devSeed: 'kvgate-bench' },
     drain: { announceMs: 0, graceMs: 1000 },

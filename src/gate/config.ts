@@ -11,6 +11,9 @@ import { err, ok, type Result } from '../errors.js';
 import { fromZodIssues } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
 import { KeySourceSchema } from '../contract/key-source.js';
+import { IDENTITY_PATTERN } from './peer-identity.js';
+
+const IDENTITY_HINT = 'must be spiffe://..., uri:<URI>, dns:<name> or sha256:<64 hex digits>';
 
 const hostPort = z
   .string()
@@ -25,6 +28,29 @@ export const GateConfigSchema = z
     /** The route table file (YAML or JSON), relative to this config file. */
     policy: z.string().min(1, 'name the route table file, e.g. policy: route-table.yaml'),
     keys: KeySourceSchema,
+    /**
+     * TLS with client-certificate verification on the gRPC port, and the listener role of each stream derived from
+     * the verified peer (src/gate/transport.ts). Required unless `insecure: true`.
+     */
+    tls: z
+      .object({
+        /** The gate's certificate chain and key (PEM), relative to this file. */
+        cert: z.string().min(1),
+        key: z.string().min(1),
+        /** CA bundle (PEM) client certificates must chain to. */
+        clientCa: z.string().min(1),
+        /** Identities allowed per role: `spiffe://...`, `uri:...`, `dns:NAME` or `sha256:HEX` (certificate fingerprint). */
+        roles: z
+          .object({
+            public: z.array(z.string().regex(IDENTITY_PATTERN, IDENTITY_HINT)).default([]),
+            internal: z.array(z.string().regex(IDENTITY_PATTERN, IDENTITY_HINT)).default([]),
+          })
+          .strict(),
+      })
+      .strict()
+      .optional(),
+    /** Plaintext gRPC with the role taken from caller-sent metadata: for a local test only; logged loudly. */
+    insecure: z.boolean().default(false),
     workerView: z
       .object({
         /** `live` polls each endpoint's sidecar status URL (endpoints without one keep their declaration);
@@ -78,7 +104,22 @@ export const GateConfigSchema = z
       .strict()
       .default({ level: 'info', decisions: false }),
   })
-  .strict();
+  .strict()
+  .superRefine((c, ctx) => {
+    if (c.tls === undefined && !c.insecure) {
+      ctx.addIssue({ code: 'custom', path: ['tls'], message: "the gate's gRPC port needs TLS with client certificates: tls: { cert, key, clientCa, roles: { public: [...], internal: [...] } }; for a local test only, insecure: true" });
+    }
+    if (c.tls !== undefined && c.insecure) {
+      ctx.addIssue({ code: 'custom', path: ['insecure'], message: 'tls and insecure: true exclude each other; remove insecure' });
+    }
+    if (c.tls !== undefined) {
+      const both = c.tls.roles.public.filter((i) => c.tls!.roles.internal.includes(i));
+      if (both.length > 0) ctx.addIssue({ code: 'custom', path: ['tls', 'roles'], message: `${both.join(', ')} is listed for both roles; each Envoy listener needs its own identity` });
+      if (c.tls.roles.public.length + c.tls.roles.internal.length === 0) {
+        ctx.addIssue({ code: 'custom', path: ['tls', 'roles'], message: 'no identity is allowed for either role, so no stream could open; list your Envoys\' identities' });
+      }
+    }
+  });
 
 export type GateConfig = z.infer<typeof GateConfigSchema> & {
   /** Absolute path of the route table (resolved against the config file's folder). */
@@ -102,7 +143,9 @@ export function parseGateConfig(text: string, file: string): Result<GateConfig, 
   const keys = parsed.data.keys.file === undefined ? parsed.data.keys : { ...parsed.data.keys, file: resolve(parsed.data.keys.file) };
   const d = parsed.data.discovery;
   const discovery = d.kubeconfig === undefined ? d : { ...d, kubeconfig: resolve(d.kubeconfig) };
-  return ok(Object.freeze({ ...parsed.data, keys, discovery, policyPath: resolve(parsed.data.policy), file }));
+  const t = parsed.data.tls;
+  const tls = t === undefined ? {} : { tls: { ...t, cert: resolve(t.cert), key: resolve(t.key), clientCa: resolve(t.clientCa) } };
+  return ok(Object.freeze({ ...parsed.data, keys, discovery, ...tls, policyPath: resolve(parsed.data.policy), file }));
 }
 
 export async function loadGateConfig(file: string): Promise<Result<GateConfig, ConfigIssue[]>> {

@@ -3,6 +3,7 @@
  * and the admin HTTP port. Used by `kvgate gate`, the demo and the end-to-end tests, so they all run the same
  * wiring.
  */
+import { readFile } from 'node:fs/promises';
 import { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
@@ -19,6 +20,7 @@ import { createAdmission, type RoutingState } from './admission.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
 import { rolloutStatus } from '../policy/rollout-status.js';
 import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
+import { type GateTransport, transportStatus } from './transport.js';
 import { createWorkerPoller } from './worker-poller.js';
 import { createDiscovery, type Discovery } from '../discovery/discovery.js';
 
@@ -133,8 +135,10 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   });
   onDiscoveryChange = () => void (poller ? poller.pollOnce() : Promise.resolve()).then(() => admission.notifyChanged());
   policy.watch();
+  const transport = await loadTransport(config);
   const grpc: GateServer = await startGateServer({
     admission,
+    transport,
     logger: log,
     metrics: createGateMetrics(registry),
     listen: config.listen,
@@ -148,6 +152,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   let draining = false;
   const status = () => ({
     serving: !draining,
+    transport: transportStatus(transport),
     policy: { file: config.policyPath, version: policy.version(), lastReload: policy.lastReload() },
     streams: grpc.activeStreams(),
     inFlight: Object.fromEntries(inFlight.snapshot()),
@@ -182,4 +187,18 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     },
     close,
   };
+}
+
+/** The gRPC port's transport from the config: the PEM files are read once, at start, before any port opens. */
+async function loadTransport(config: GateConfig): Promise<GateTransport> {
+  if (config.tls === undefined) return { kind: 'insecure' };
+  const read = async (what: string, file: string): Promise<Buffer> => {
+    try {
+      return await readFile(file);
+    } catch (e) {
+      throw new Error(`${config.file}: tls.${what}: cannot read ${file}: ${(e as Error).message}`);
+    }
+  };
+  const [cert, key, clientCa] = await Promise.all([read('cert', config.tls.cert), read('key', config.tls.key), read('clientCa', config.tls.clientCa)]);
+  return { kind: 'mtls', cert, key, clientCa, roles: config.tls.roles };
 }

@@ -12,6 +12,10 @@ export interface GateMetrics {
   readonly messages: Counter<'type'>;
   readonly forgedHeaders: Counter;
   readonly streamErrors: Counter<'reason'>;
+  /** Streams refused before any message: the peer's certificate is in no role's allowlist. */
+  readonly streamsRefused: Counter<'reason'>;
+  /** 1 when the gRPC port runs with `insecure: true` (plaintext, caller-claimed roles). */
+  readonly insecureTransport: Gauge;
   /** What came back for routed requests (routed-outcome.ts): served, refused behind the route, failed. */
   readonly routedResponses: Counter<'revision' | 'outcome' | 'code'>;
 }
@@ -52,6 +56,17 @@ export function createGateMetrics(registry: Registry): GateMetrics {
     forgedHeaders: new Counter({
       name: 'kvgate_forged_headers_total',
       help: 'Requests on the public listener that carried gate-owned headers (x-kvgate-*, routing aliases); removed.',
+      registers,
+    }),
+    streamsRefused: new Counter({
+      name: 'kvgate_ext_proc_streams_refused_total',
+      help: 'ext_proc streams refused before any message because the peer is not an allowed identity, by reason.',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
+    insecureTransport: new Gauge({
+      name: 'kvgate_gate_insecure_transport',
+      help: '1 when the gRPC port is plaintext with caller-claimed listener roles (insecure: true); 0 with mTLS.',
       registers,
     }),
     streamErrors: new Counter({

@@ -84,6 +84,7 @@ describe('gate gRPC server', () => {
       logger: pino({ level: 'silent' }),
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
       drainGraceMs: 2000,
     });
     return gate;
@@ -312,6 +313,7 @@ describe('gate gRPC server', () => {
       logger: pino({ level: 'silent' }),
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
       maxReceiveMessageBytes: receiveLimitFor(6 * 1024 * 1024),
     });
     const s = await openStream(gate.port);
@@ -333,6 +335,7 @@ describe('gate gRPC server', () => {
       logger: pino({ level: 'silent' }),
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
       drainGraceMs: 300,
     });
     const g = gate;

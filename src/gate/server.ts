@@ -20,13 +20,13 @@ import { HealthImplementation } from 'grpc-health-check';
 import type { Logger } from 'pino';
 import { EXT_PROC_SERVICE, extProcService } from '../envoy/protos.js';
 import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
-import type { Listener } from '../envoy/inbound.js';
+import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import type { Admission } from './admission.js';
 import type { GateMetrics } from './metrics.js';
 import { ExtProcSession } from './session.js';
+import { type GateTransport, serverCredentials, streamRole } from './transport.js';
 
-/** gRPC initial metadata key an Envoy listener's ext_proc filter sets (`grpc_service.initial_metadata`). */
-export const LISTENER_METADATA_KEY = 'x-kvgate-listener';
+export { LISTENER_METADATA_KEY } from './transport.js';
 
 export interface GateServerOptions {
   readonly admission: Admission;
@@ -34,6 +34,8 @@ export interface GateServerOptions {
   readonly metrics: GateMetrics;
   /** `host:port`; port 0 picks a free port. */
   readonly listen: string;
+  /** mTLS with roles from the verified peer, or (tests, `insecure: true`) plaintext with caller-claimed roles. */
+  readonly transport: GateTransport;
   readonly gieHeaders?: boolean;
   /** One info line per route and hop decision here (the gate config's `log.decisions`); undefined writes none. */
   readonly decisionLog?: Logger | undefined;
@@ -82,7 +84,17 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
 
   server.addService(extProcService(), {
     Process: (call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>) => {
-      const listener = listenerOf(call.metadata);
+      const role = streamRole(opts.transport, call);
+      if (!role.ok) {
+        // Before any message is read: the peer is not one of the Envoys this gate serves.
+        opts.metrics.streamsRefused.inc({ reason: role.reason });
+        opts.logger.warn({ audit: 'refusal', code: 'permission_denied', reason: auditCut(role.message, AUDIT_REASON_MAX), peer: call.getPeer() }, 'refused an ext_proc stream');
+        // grpc-js turns an 'error' on a server stream into its status and ends the call (server-call.js
+        // ServerDuplexStreamImpl: the 'error' listener sets pendingStatus, _final sends it); destroy() would not.
+        call.emit('error', Object.assign(new Error(`kvgate: ${role.message}`), { code: grpc.status.PERMISSION_DENIED }));
+        return;
+      }
+      const listener = role.role;
       opts.metrics.streamsActive.inc();
       opts.metrics.streamsTotal.inc({ listener });
       const served = serveStream(call, new ExtProcSession(deps, listener, (r) => call.write(r)), opts, () => {
@@ -94,11 +106,18 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
   });
 
   const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(opts.listen, grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))),
+    server.bindAsync(opts.listen, serverCredentials(opts.transport), (e, p) => (e ? reject(e) : resolve(p))),
   );
   let draining: Promise<void> | undefined;
   const host = opts.listen.slice(0, opts.listen.lastIndexOf(':'));
-  opts.logger.info({ listen: `${host}:${port}` }, 'kvgate gate listening (ext_proc + grpc.health.v1)');
+  opts.metrics.insecureTransport.set(opts.transport.kind === 'insecure' ? 1 : 0);
+  if (opts.transport.kind === 'insecure') {
+    opts.logger.warn(
+      { listen: `${host}:${port}`, transport: 'insecure' },
+      'INSECURE gate port (insecure: true): plaintext gRPC, and any client that reaches it can claim the internal role with x-kvgate-listener; never do this outside a local test',
+    );
+  }
+  opts.logger.info({ listen: `${host}:${port}`, transport: opts.transport.kind }, 'kvgate gate listening (ext_proc + grpc.health.v1)');
 
   return {
     port,
@@ -117,10 +136,6 @@ const RECEIVE_HEADROOM_BYTES = 1024 * 1024;
 /** The receive limit for a route table's `limits.maxBodyBytes`: the body plus headroom, never below grpc-js's default. */
 export function receiveLimitFor(maxBodyBytes: number): number {
   return Math.max(GRPC_DEFAULT_RECEIVE_BYTES, maxBodyBytes + RECEIVE_HEADROOM_BYTES);
-}
-
-function listenerOf(md: grpc.Metadata): Listener {
-  return md.get(LISTENER_METADATA_KEY)[0]?.toString() === 'internal' ? 'internal' : 'public';
 }
 
 /** One stream being served, as the drain sees it. */

@@ -64,7 +64,7 @@ beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'kvgate-matrix-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(routeTable()));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({ listen: '127.0.0.1:0', admin: '', insecure: true, policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));

@@ -58,7 +58,7 @@ async function startRig(yaml = ENVOY_YAML): Promise<Rig> {
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-e2e-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({ listen: '127.0.0.1:0', admin: '', insecure: true, policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
@@ -208,6 +208,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
       logger: silent,
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
     });
     rig = { harness: await harnessFor(raw.port), decode, raw };
     const pending = request(rig.harness.listeners['public']!.url, {
@@ -231,6 +232,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
       logger: silent,
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
     });
     // Envoy's default per-message timeout.
     const yaml = ENVOY_YAML.replaceAll('message_timeout: 2s', 'message_timeout: 0.2s');

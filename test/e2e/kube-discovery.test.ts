@@ -109,6 +109,7 @@ async function startRig(): Promise<Rig> {
     toYaml({
       listen: '127.0.0.1:0',
       admin: '',
+      insecure: true, // plaintext gRPC: this test never opens an ext_proc stream
       policy: 'route-table.yaml',
       keys: { devSeed: SEED },
       workerView: { mode: 'live', intervalMs: 100, timeoutMs: 500, staleAfterMs: 2000 },

@@ -166,6 +166,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
     const gateConfig = parseGateConfig(
       toYaml({
         listen: `127.0.0.1:${gatePort}`,
+        insecure: true,
         admin: '127.0.0.1:0',
         policy: routeTablePath,
         keys: { devSeed: DEMO_KEY_SEED },

@@ -6,6 +6,7 @@
 import { isIP } from 'node:net';
 import { readCircuitBreakers } from './circuit-breakers.js';
 import { UNSUPPORTED, isPlainObject, type ConfigReader } from './config-reader.js';
+import { readTransportSocket } from './transport-socket.js';
 import type {
   ClusterConfig,
   ClusterType,
@@ -38,6 +39,7 @@ export function readCluster(r: ConfigReader, value: unknown, path: string): Clus
     'health_checks',
     'load_balancing_policy',
     'circuit_breakers',
+    'transport_socket',
   ]);
   const name = r.requiredStr(o['name'], `${path}.name`);
   if (name === undefined) return undefined;
@@ -74,6 +76,7 @@ export function readCluster(r: ConfigReader, value: unknown, path: string): Clus
     healthChecks: r.arr(o['health_checks'], `${path}.health_checks`).map((h, i) =>
       readHealthCheck(r, h, `${path}.health_checks[${i}]`),
     ),
+    tls: readTransportSocket(r, o['transport_socket'], `${path}.transport_socket`),
   };
 }
 

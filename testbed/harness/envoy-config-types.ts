@@ -4,6 +4,7 @@
  * arrives on the wire as `ProcessingResponse.mode_override`.
  */
 
+import type { UpstreamTlsConfig } from './transport-socket.js';
 import type { CircuitBreakers } from './circuit-breakers.js';
 import type { RuntimeConfig } from './runtime-config.js';
 
@@ -165,6 +166,8 @@ export interface ClusterConfig {
   readonly healthChecks: readonly HealthCheckConfig[];
   /** `circuit_breakers` (Envoy's defaults when absent); see circuit-breakers.ts for what is enforced. */
   readonly circuitBreakers: CircuitBreakers;
+  /** `transport_socket` (envoy.transport_sockets.tls): TLS with a client certificate to this cluster's hosts. */
+  readonly tls?: UpstreamTlsConfig | undefined;
 }
 
 export interface EnvoyConfig {

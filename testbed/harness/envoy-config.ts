@@ -6,6 +6,7 @@
  * Shipped YAML has fixed ports, so `overrides` remaps listener ports (usually to 0) and cluster endpoints (to the
  * ports the test's servers actually bound).
  */
+import { mapFile } from './transport-socket.js';
 import { parse as parseYaml } from 'yaml';
 import type { Result } from '../../src/errors.js';
 import { parseHostPort, readCluster, readSocketAddress } from './cluster-config.js';
@@ -38,6 +39,8 @@ export interface EnvoyConfigOverrides {
   readonly listenerPorts?: Readonly<Record<string, number>>;
   /** Cluster name -> replacement endpoints as "host:port" (not for ORIGINAL_DST clusters). */
   readonly clusterEndpoints?: Readonly<Record<string, readonly string[]>>;
+  /** Folder prefix -> local folder for files the config names (TLS certificates), e.g. a test's own PKI. */
+  readonly fileRoots?: Readonly<Record<string, string>>;
 }
 
 /** Every issue found, each prefixed with its YAML path. */
@@ -251,6 +254,13 @@ function applyOverrides(r: ConfigReader, config: EnvoyConfig, overrides: EnvoyCo
     }
     const endpoints = list.map((text, i) => parseHostPort(text) ?? r.issue(`${path}[${i}]`, `"${text}" is not host:port`));
     clusters[name] = { ...cluster, endpoints: endpoints.filter((e) => e !== undefined) };
+  }
+  const roots = overrides.fileRoots ?? {};
+  for (const [name, c] of Object.entries(clusters)) {
+    const t = c.tls;
+    if (t === undefined) continue;
+    const map = (f: string | undefined) => (f === undefined ? undefined : mapFile(f, roots));
+    clusters[name] = { ...c, tls: { ...t, certFile: map(t.certFile), keyFile: map(t.keyFile), caFile: map(t.caFile) } };
   }
   return { listeners, clusters, runtime: config.runtime };
 }

@@ -4,9 +4,29 @@
  * `close()` is Envoy's `ExternalProcessorStreamImpl::close()`: half-close, then reset.
  */
 import { requestLimit } from './circuit-breakers.js';
+import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import { extProcClientConstructor } from '../../src/envoy/protos.js';
 import type { ClusterConfig } from './envoy-config-types.js';
+import { sansOf, type UpstreamTlsConfig } from './transport-socket.js';
+
+/**
+ * The cluster's transport socket as grpc-js credentials (transport-socket.ts says what Envoy does): the client
+ * certificate Envoy presents, the server chain verified against `trusted_ca` only when there is a validation context,
+ * and the server's SANs checked only against `match_typed_subject_alt_names` (no hostname check otherwise).
+ */
+function channelCredentials(tls: UpstreamTlsConfig | undefined): grpc.ChannelCredentials {
+  if (tls === undefined) return grpc.credentials.createInsecure();
+  const read = (f: string | undefined) => (f === undefined ? null : readFileSync(f));
+  return grpc.credentials.createSsl(read(tls.caFile), read(tls.keyFile), read(tls.certFile), {
+    rejectUnauthorized: tls.caFile !== undefined,
+    checkServerIdentity: (_host, cert) => {
+      if (tls.sanMatchers.length === 0) return undefined;
+      const ok = tls.sanMatchers.some((m) => sansOf(cert.subjectaltname, m.type).includes(m.exact));
+      return ok ? undefined : new Error(`the server certificate matches none of ${tls.sanMatchers.map((m) => `${m.type}:${m.exact}`).join(', ')}`);
+    },
+  });
+}
 import type { WireProcessingRequest, WireProcessingResponse } from './ext-proc-messages.js';
 
 export interface ExtProcStreamHandlers {
@@ -45,8 +65,10 @@ export function createExtProcClient(
   options: ExtProcClientOptions = {},
 ): ExtProcClient {
   const Ctor = extProcClientConstructor();
+  const creds = channelCredentials(cluster.tls);
   const open = (ep: ClusterConfig['endpoints'][number]): grpc.Client =>
-    new Ctor(`${ep.address.includes(':') ? `[${ep.address}]` : ep.address}:${ep.port}`, grpc.credentials.createInsecure(), {
+    new Ctor(`${ep.address.includes(':') ? `[${ep.address}]` : ep.address}:${ep.port}`, creds, {
+      ...(cluster.tls?.sni === undefined ? {} : { 'grpc.ssl_target_name_override': cluster.tls.sni }),
       // Envoy's envoy_grpc uses the cluster name as :authority.
       'grpc.default_authority': authority,
       'grpc.initial_reconnect_backoff_ms': 100,
