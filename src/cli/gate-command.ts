@@ -4,6 +4,7 @@
  */
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
+import { createTracing } from '../tracing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { loadGateConfig } from '../gate/config.js';
@@ -38,9 +39,10 @@ export async function gateCommand(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const logger = pino({ level: config.log.level, base: { component: 'gate' } });
+  const tracing = createTracing(config.tracing, 'gate');
   let gate;
   try {
-    gate = await startGate(config, { logger, keys: keys.value });
+    gate = await startGate(config, { logger, keys: keys.value, tracer: tracing.tracer });
   } catch (e) {
     process.stderr.write(`kvgate gate: ${(e as Error).message}\n`);
     return 2;
@@ -53,7 +55,7 @@ export async function gateCommand(argv: readonly string[]): Promise<number> {
     const stop = (signal: string) => {
       logger.info({ signal }, 'shutting down');
       const done = signal === 'SIGTERM' ? running.drain() : running.close();
-      void done.then(() => resolve(0));
+      void done.then(() => tracing.shutdown().catch(() => undefined)).then(() => resolve(0));
     };
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));

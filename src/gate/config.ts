@@ -11,6 +11,7 @@ import { err, ok, type Result } from '../errors.js';
 import { fromZodIssues } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
 import { KeySourceSchema } from '../contract/key-source.js';
+import { TracingConfigSchema } from '../tracing.js';
 import { IDENTITY_PATTERN } from './peer-identity.js';
 
 const IDENTITY_HINT = 'must be spiffe://..., uri:<URI>, dns:<name> or sha256:<64 hex digits>';
@@ -94,6 +95,8 @@ export const GateConfigSchema = z
       })
       .strict()
       .default({ announceMs: 2000, graceMs: 30_000 }),
+    /** W3C trace context is always continued; spans are exported only when `tracing.otlpUrl` is set (src/tracing.ts). */
+    tracing: TracingConfigSchema,
     log: z
       .object({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

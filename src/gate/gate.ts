@@ -5,6 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { KubeConfig } from '@kubernetes/client-node';
+import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { isInsecureKeyRing, type KeyRing } from '../contract/keys.js';
@@ -45,6 +46,8 @@ export interface StartGateDeps {
   /** Replace the worker view built from the table (a test's view); by default the config's mode decides. */
   readonly viewFor?: (table: CompiledRouteTable) => WorkerView;
   readonly defaultMetrics?: boolean;
+  /** Where decision spans go (`createTracing(config.tracing)` in `kvgate gate`); default: no-op. */
+  readonly tracer?: Tracer;
   /** The Kubernetes client configuration for selector pools (tests); default from `discovery.kubeconfig` or in-cluster. */
   readonly kubeConfig?: KubeConfig;
   /** Pod-watch restart backoff (tests). */
@@ -144,6 +147,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     listen: config.listen,
     gieHeaders: config.envoy.gieHeaders,
     decisionLog: config.log.decisions ? log.child({ log: DECISION_LOG_TAG }) : undefined,
+    tracer: deps.tracer,
     drainAnnounceMs: config.drain.announceMs,
     drainGraceMs: config.drain.graceMs,
     maxReceiveMessageBytes: receiveLimit,

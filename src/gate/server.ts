@@ -17,6 +17,7 @@
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
+import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { EXT_PROC_SERVICE, extProcService } from '../envoy/protos.js';
 import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
@@ -39,6 +40,8 @@ export interface GateServerOptions {
   readonly gieHeaders?: boolean;
   /** One info line per route and hop decision here (the gate config's `log.decisions`); undefined writes none. */
   readonly decisionLog?: Logger | undefined;
+  /** Decision spans (src/tracing.ts); default: the API's no-op tracer. */
+  readonly tracer?: Tracer | undefined;
   /** How long streams in flight may take to finish once draining starts. */
   readonly drainGraceMs?: number;
   /** How long to keep answering (as NOT_SERVING) before refusing new streams, so health checkers notice. */
@@ -80,6 +83,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     now: opts.now ?? Date.now,
     gieHeaders: opts.gieHeaders ?? false,
     decisionLog: opts.decisionLog,
+    tracer: opts.tracer,
   };
 
   server.addService(extProcService(), {

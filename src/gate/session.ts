@@ -9,12 +9,14 @@
  * src/envoy/responses.ts, and the answer from the injected Admission. No sockets: the gRPC adapter in server.ts
  * feeds it messages.
  */
+import { type Span, SpanKind, SpanStatusCode, trace, type Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut, jsonNestingExceeds } from '../json-limits.js';
 import { H } from '../headers.js';
 import type { Decision, Refusal } from '../decide/types.js';
-import { readHeaderMap, type ReceivedHeaders } from '../envoy/headers.js';
+import { readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
+import { parentContext, traceHeaders } from '../trace-context.js';
 import { answerResponse, hopMutation, refusalResponse, responseHeadersMutation, routeMutation, stripForged } from '../envoy/responses.js';
 import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
@@ -33,6 +35,8 @@ export interface SessionDeps {
   readonly gieHeaders: boolean;
   /** Where decision lines go (`log.decisions: true`), one per route and hop; undefined writes none. */
   readonly decisionLog?: Logger | undefined;
+  /** Spans of decisions (src/tracing.ts); undefined: the API's no-op tracer (trace context is still continued). */
+  readonly tracer?: Tracer | undefined;
 }
 
 /** Body modes under which the gate can route: the headers are held until the body response. */
@@ -190,15 +194,18 @@ export class ExtProcSession {
       bodyTruncated: truncated,
       ...(phase === 'request_body' ? { body: concat(this.#chunks) } : {}),
     });
+    const span = this.#startSpan();
     let decided: Admitted;
     try {
       this.#abort = new AbortController();
       decided = await this.#deps.admission.admit(facts, this.#abort.signal, this.#hooks(phase));
     } catch (e) {
+      span.end();
       return this.#refuse(phase, KvgateError.from(e));
     } finally {
       this.#abort = undefined;
     }
+    endDecisionSpan(span, decided.decision);
     if (this.#finished) {
       // The stream ended while admission held the request (a queued client went away): nothing is sent, and
       // whatever the late decision occupied is given back at once.
@@ -221,13 +228,13 @@ export class ExtProcSession {
         return { immediate_response: answerResponse(d) };
       case 'hop': {
         const m = hopMutation(d, forged);
-        return wrap(phase, m.common);
+        return wrap(phase, withTraceHeaders(m.common, span));
       }
       case 'route': {
         const m = routeMutation(d, phase === 'request_body' ? decided.body : undefined, forged, {
           gieHeaders: this.#deps.gieHeaders,
         });
-        const out = wrap(phase, m.common);
+        const out = wrap(phase, withTraceHeaders(m.common, span));
         if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
         // Keep only what the response phase needs, not the decision's trace, body and contract.
         this.#responseMutation = responseHeadersMutation(d);
@@ -235,6 +242,13 @@ export class ExtProcSession {
         return out;
       }
     }
+  }
+
+  /** The decision's span: a child of the caller's `traceparent` (client, or a decode sidecar's prefill leg), else a root. */
+  #startSpan(): Span {
+    const tracer = this.#deps.tracer ?? NOOP_TRACER;
+    const attributes = { 'kvgate.request_id': this.#requestId, 'kvgate.listener': this.#listener };
+    return tracer.startSpan(this.#listener === 'internal' ? 'kvgate.gate hop' : 'kvgate.gate route', { kind: SpanKind.SERVER, attributes }, parentContext(this.#received?.headers ?? {}));
   }
 
   #hooks(phase: 'request_headers' | 'request_body'): WaitHooks {
@@ -337,6 +351,34 @@ function misconfigured(mode: string): KvgateError {
     `the Envoy ext_proc filter sends request bodies as ${mode}; kvgate needs request_body_mode BUFFERED ` +
       '(the routing headers must be set while Envoy still holds the request headers)',
   );
+}
+
+const NOOP_TRACER = trace.getTracer('kvgate-gate');
+
+/** Record what was decided on the span and end it (the span covers the decision, queue wait included). */
+function endDecisionSpan(span: Span, d: Decision): void {
+  if (span.isRecording()) {
+    span.setAttribute('kvgate.outcome', d.kind);
+    if (d.kind === 'refuse') {
+      span.setAttribute('kvgate.code', d.code);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: d.code });
+    } else if (d.kind === 'answer') {
+      span.setAttribute('kvgate.status', d.status);
+    } else {
+      span.setAttributes({ 'kvgate.group': d.group.id, 'kvgate.revision': d.group.revision });
+      if (d.kind === 'route') span.setAttribute('kvgate.decode_endpoint', d.decode.endpoint ?? '');
+      if (d.prefill !== null) span.setAttribute('kvgate.prefill_endpoint', d.prefill.endpoint ?? '');
+    }
+  }
+  span.end();
+}
+
+/** Stamp `traceparent` (the gate's span) on the routed request, so the sidecar's spans are its children. */
+function withTraceHeaders(common: WireCommonResponse, span: Span): WireCommonResponse {
+  const stamps = Object.entries(traceHeaders(span));
+  if (stamps.length === 0) return common;
+  const mutation = common.header_mutation ?? {};
+  return { ...common, header_mutation: { ...mutation, set_headers: [...(mutation.set_headers ?? []), ...stamps.map(([k, v]) => setHeader(k, v))] } };
 }
 
 function wrap(phase: 'request_headers' | 'request_body', common: object): WireProcessingResponse {

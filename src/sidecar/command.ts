@@ -15,6 +15,7 @@ import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
 import { registerProcessMetrics } from '../process-metrics.js';
+import { createTracing } from '../tracing.js';
 import { createSidecar } from './server.js';
 import { loadWorkerAuth } from './worker-auth.js';
 
@@ -127,11 +128,12 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
   }
   const logger = pino({ level: config.log.level, base: { component: 'sidecar', role: config.role } });
   if (config.keys?.devSeed !== undefined) logger.warn({ event: 'insecure_keys' }, 'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production');
+  const tracing = createTracing(config.tracing, 'sidecar');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;
   try {
     const registry = new Registry();
     registerProcessMetrics(registry);
-    sidecar = await createSidecar(config, { logger, registry, keys: keys.value, workerAuth: workerAuth.value });
+    sidecar = await createSidecar(config, { logger, registry, keys: keys.value, workerAuth: workerAuth.value, tracer: tracing.tracer });
   } catch (e) {
     io.stderr(`kvgate sidecar: cannot start on ${config.listen}: ${(e as Error).message}\n`);
     return 1;
@@ -153,6 +155,7 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     io.signals.once('SIGINT', onInt);
   });
   await sidecar.close();
+  await tracing.shutdown().catch(() => undefined);
   logger.info({ event: 'exit', inFlight: sidecar.status().inFlight }, 'sidecar stopped');
   return 0;
 }

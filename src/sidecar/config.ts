@@ -10,6 +10,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { TracingConfigSchema } from '../tracing.js';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
 import { fromZodIssues } from '../config/from-zod.js';
@@ -95,6 +96,8 @@ export const SidecarConfigSchema = z
     attestationTtlMs: z.number().int().min(1_000).max(600_000).default(60_000),
     /** How long SIGTERM waits for in-flight requests before the command exits anyway. */
     drainGraceMs: z.number().int().min(0).default(30_000),
+    /** W3C trace context is always passed on; spans are exported only when `tracing.otlpUrl` is set (src/tracing.ts). */
+    tracing: TracingConfigSchema,
     log: z
       .object({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') })
       .strict()

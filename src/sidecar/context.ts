@@ -2,6 +2,7 @@
  * What a role handler needs from the running sidecar, as one explicit object: config, keys, injected clock, fetch,
  * logger and metrics, and the abort signal that fires when the sidecar closes. Handlers never reach for globals.
  */
+import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { KeyRing } from '../contract/keys.js';
 import type { SidecarConfig } from './config.js';
@@ -19,6 +20,8 @@ export interface SidecarContext {
   readonly now: () => number;
   readonly logger: Logger;
   readonly metrics: SidecarMetrics;
+  /** Spans (src/sidecar/spans.ts); the API's no-op tracer unless the config's `tracing.otlpUrl` is set. */
+  readonly tracer: Tracer;
   /** The worker's base URL without a trailing slash. */
   readonly workerUrl: string;
   /** `Authorization: Bearer <worker API key>` when `workerApiKey` is configured (worker-auth.ts), else empty. */
@@ -51,6 +54,8 @@ export interface IncomingCall {
   readonly logger: Logger;
   /** `performance.now()` when the request arrived, for the latency histograms. */
   readonly receivedAt: number;
+  /** The trace context of this request's span: calls made for it are its children. */
+  readonly trace: Context;
 }
 
 /** A single-valued request header. */

@@ -25,6 +25,7 @@ import { runPrefillLeg, type PrefillLegInput } from './prefill-leg.js';
 import { countPromptTokens } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 import { judgeRise, readFailedTransfers, type TransferWindow } from './transfer-watch.js';
+import { inChildSpan } from './spans.js';
 
 /** Handle one decode request whose contract already verified (server.ts). */
 export async function serveDecode(
@@ -53,7 +54,7 @@ export async function serveDecode(
   try {
     const [count, prefill, launch, failedBefore] = await Promise.all([
       countPromptTokens(ctx, call, headers),
-      timedPrefillLeg(ctx, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers: leg, signal: call.signal }),
+      timedPrefillLeg(ctx, call, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers: leg, signal: call.signal }),
       confirmDecodeWorker(ctx, call.signal, call.logger),
       readFailedTransfers(ctx, call.signal),
     ]);
@@ -222,9 +223,10 @@ function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId:
 }
 
 /** The prefill leg, timed into `kvgate_sidecar_prefill_leg_seconds`; its duration comes back for the added-TTFT figure. */
-async function timedPrefillLeg(ctx: SidecarContext, input: PrefillLegInput): Promise<Result<{ body: Record<string, unknown>; ms: number }, KvgateError>> {
+async function timedPrefillLeg(ctx: SidecarContext, call: IncomingCall, input: PrefillLegInput): Promise<Result<{ body: Record<string, unknown>; ms: number }, KvgateError>> {
   const started = performance.now();
-  const leg = await runPrefillLeg(ctx, input);
+  // The leg's traceparent reaches the gate's hop check and, through it, the prefill sidecar.
+  const leg = await inChildSpan(ctx, call, 'kvgate.sidecar prefill leg', input.headers, (headers) => runPrefillLeg(ctx, { ...input, headers }), (r) => !r.ok);
   const ms = performance.now() - started;
   ctx.metrics.prefillLegSeconds.observe({ outcome: leg.ok ? 'ok' : 'failed' }, ms / 1000);
   return leg.ok ? ok({ body: leg.value, ms }) : leg;

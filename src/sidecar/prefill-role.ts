@@ -14,6 +14,7 @@ import { mintAttestation, transferParamsDigestOf } from '../contract/attestation
 import { normalizeKvLayout } from '../compat/normalize.js';
 import { KvgateError } from '../errors.js';
 import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
+import { inChildSpan } from './spans.js';
 import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
 import { confirmPrefillEngine } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
@@ -42,12 +43,15 @@ export async function servePrefill(ctx: SidecarContext, call: IncomingCall, cont
     sendError(res, forbidden.error, requestId, servedBy(ctx));
     return { outcome: 'refused', code: forbidden.error.code, reason: forbidden.error.reason };
   }
-  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}${call.path}`, {
-    body: withTokenIdsRequested(toPrefillBody(call.body)),
-    headers: workerHeaders(ctx, forwardHeaders(call, requestId)),
-    timeoutMs: ctx.config.prefill.timeoutMs,
-    signal: call.signal,
-  });
+  const reply = await inChildSpan(
+    ctx,
+    call,
+    'kvgate.sidecar worker prefill',
+    forwardHeaders(call, requestId),
+    (headers) =>
+      callUpstream(ctx.fetch, `${ctx.workerUrl}${call.path}`, { body: withTokenIdsRequested(toPrefillBody(call.body)), headers: workerHeaders(ctx, headers), timeoutMs: ctx.config.prefill.timeoutMs, signal: call.signal }),
+    (r) => !r.ok || r.value.status !== 200,
+  );
   if (!reply.ok) return fail(new KvgateError('worker_error', `the prefill worker did not answer: ${reply.error.message}`));
   if (reply.value.status !== 200) {
     // The worker's own error, verbatim (status and body), so the decode side can tell retryable from final.

@@ -9,6 +9,7 @@ import { err, KvgateError, ok, type Result } from '../errors.js';
 import type { IncomingCall, SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, upstreamMessage } from './http-io.js';
 import { toPromptCount, truncateIds, type Truncation } from './openai-body.js';
+import { inChildSpan } from './spans.js';
 
 export interface LocalPrompt {
   readonly count: number;
@@ -23,7 +24,15 @@ export async function countPromptTokens(ctx: SidecarContext, call: IncomingCall,
     const ids = truncateIds(how.value.ids, how.value.truncation, probedMaxModelLen(ctx));
     return ok({ count: ids.length, digest: promptTokenDigestOf(ids) });
   }
-  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/tokenize`, { body: how.value.body, headers, timeoutMs: ctx.config.probe.timeoutMs, signal: call.signal });
+  const tokenizeBody = how.value.body;
+  const reply = await inChildSpan(
+    ctx,
+    call,
+    'kvgate.sidecar worker tokenize',
+    headers,
+    (h) => callUpstream(ctx.fetch, `${ctx.workerUrl}/tokenize`, { body: tokenizeBody, headers: h, timeoutMs: ctx.config.probe.timeoutMs, signal: call.signal }),
+    (r) => !r.ok || r.value.status !== 200,
+  );
   if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker could not tokenize the prompt: ${reply.error.message}`));
   if (reply.value.status !== 200) {
     const code = reply.value.status < 500 ? 'bad_request' : 'worker_error';

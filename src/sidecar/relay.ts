@@ -13,6 +13,7 @@ import type http from 'node:http';
 import { toErrorBody } from '../errors.js';
 import type { IncomingCall, SidecarContext } from './context.js';
 import { describeFetchError, openUpstream, upstreamMessage } from './http-io.js';
+import { inChildSpan } from './spans.js';
 import { classifyEvent, SseSplitter, sseErrorFrames } from './sse.js';
 
 export type RelayResult =
@@ -37,7 +38,12 @@ export interface RelayOptions {
 }
 
 /** Send `body` to the local worker and relay its answer to `res`. */
-export async function relayCompletion(ctx: SidecarContext, call: IncomingCall, res: http.ServerResponse, opts: RelayOptions): Promise<RelayResult> {
+export function relayCompletion(ctx: SidecarContext, call: IncomingCall, res: http.ServerResponse, opts: RelayOptions): Promise<RelayResult> {
+  // One span per worker call, from the request to the end of the relayed answer; its traceparent goes to the worker.
+  return inChildSpan(ctx, call, 'kvgate.sidecar worker completion', opts.headers, (headers) => relay(ctx, call, res, { ...opts, headers }), (r) => r.kind !== 'sent');
+}
+
+async function relay(ctx: SidecarContext, call: IncomingCall, res: http.ServerResponse, opts: RelayOptions): Promise<RelayResult> {
   const url = `${ctx.workerUrl}${call.path}`;
   const upstream = await openUpstream(ctx.fetch, url, { body: opts.body, headers: opts.headers, timeoutMs: ctx.config.workerTimeoutMs, signal: call.signal });
   if (!upstream.ok) return call.signal.aborted ? { kind: 'client_gone' } : { kind: 'failed_before_tokens', message: upstream.error.message };

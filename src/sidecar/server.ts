@@ -7,6 +7,7 @@
  * port and metrics also on their own port (side-ports.ts); a drain sent to the main port is refused and audited.
  */
 import http from 'node:http';
+import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { checkBodyBinding } from '../contract/body-binding.js';
@@ -29,6 +30,7 @@ import { servePrefill } from './prefill-role.js';
 import { observeWorker } from './probe.js';
 import { SidecarState } from './sidecar-state.js';
 import { DRAIN_PATH, startSidePorts, UNDRAIN_PATH } from './side-ports.js';
+import { endRequestSpan, NOOP_TRACER, startRequestSpan } from './spans.js';
 import { admissionRefusal, type SidecarStatus } from './status.js';
 import { TransferWatch } from './transfer-watch.js';
 import { loadWorkerAuth, type WorkerAuth } from './worker-auth.js';
@@ -40,6 +42,8 @@ export interface SidecarDeps {
   readonly keys: KeyRing;
   readonly fetch?: FetchFn;
   readonly now?: () => number;
+  /** Spans (src/tracing.ts); default: the API's no-op tracer (trace context is still passed on). */
+  readonly tracer?: Tracer;
   /** The worker's auth headers, already loaded (the command does); otherwise `config.workerApiKey` is read from `env`. */
   readonly workerAuth?: WorkerAuth;
   /** Where `workerApiKey.env` is looked up (default: the process environment). */
@@ -97,6 +101,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     now,
     logger: deps.logger,
     metrics,
+    tracer: deps.tracer ?? NOOP_TRACER,
     workerUrl: config.worker.replace(/\/+$/, ''),
     workerAuth: auth.value,
     transfers: new TransferWatch(),
@@ -248,7 +253,9 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
   const requestId = contractRequestId(headerValue(req.headers, H.requestId));
   const logger = rt.ctx.logger.child({ request_id: requestId === undefined ? undefined : auditCut(requestId), role: config.role });
   const who: { tenant: string | null } = { tenant: null }; // set once the contract verified
+  const traced = startRequestSpan(rt.ctx.tracer, config.role, req.headers, requestId);
   const record = (o: Outcome): void => {
+    endRequestSpan(traced.span, o.outcome, o.code);
     metrics.requests.inc({ role: config.role, outcome: o.outcome, code: o.code ?? '' });
     logger.info({ event: 'request', outcome: o.outcome, code: o.code }, 'request done');
     if (o.outcome === 'refused') {
@@ -271,7 +278,7 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
     rt.state.leave();
   });
   const signal = AbortSignal.any([aborter.signal, rt.ctx.closed]);
-  record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger, who, receivedAt }));
+  record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger, who, receivedAt, trace: traced.context }));
 }
 
 /** Body, contract, then the role's handler. Every refusal here happens before any worker call. */
@@ -287,6 +294,7 @@ async function runCompletion(
     logger: Logger;
     who: { tenant: string | null };
     receivedAt: number;
+    trace: Context;
   },
 ): Promise<Outcome> {
   const { config, metrics } = rt.ctx;
@@ -340,7 +348,7 @@ async function runCompletion(
       new KvgateError('contract_invalid', `the transfer contract of request ${requestId} was already admitted by this worker; a contract covers exactly one request - send new requests through the gate`),
     );
   }
-  const call: IncomingCall = { endpoint: c.endpoint, path: c.path, body: body.value, headers: req.headers, requestId: c.requestId, signal: c.signal, logger: c.logger, receivedAt: c.receivedAt };
+  const call: IncomingCall = { endpoint: c.endpoint, path: c.path, body: body.value, headers: req.headers, requestId: c.requestId, signal: c.signal, logger: c.logger, receivedAt: c.receivedAt, trace: c.trace };
   const outcome = config.role === 'prefill' ? await servePrefill(rt.ctx, call, contract.value, res) : await serveDecode(rt.ctx, call, contract.value, token!, res);
   // A prefill attempt that did not run may be retried here (the decode side's retry names failed endpoints, but a
   // direct-mode retry can come back); a decode request is never admitted twice.

@@ -10,6 +10,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { stringify as toYaml, parse as parseYaml } from 'yaml';
@@ -60,6 +61,8 @@ export interface TopologyOptions {
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** The Envoy release line the harness plays (its ext_proc stream lifetime; default 1.37). */
   readonly envoyVersion?: EnvoyVersion;
+  /** One tracer for the gate and every sidecar (a test's in-memory exporter); default: no-op. */
+  readonly tracer?: Tracer;
 }
 
 export interface Worker {
@@ -177,7 +180,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       path.join(dir, 'gate.yaml'),
     );
     if (!gateConfig.ok) throw new Error(gateConfig.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
-    const launchGate = () => startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: opts.processMetrics ?? false });
+    const launchGate = () => startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: opts.processMetrics ?? false, ...(opts.tracer ? { tracer: opts.tracer } : {}) });
     let gate = await launchGate();
     stops.push(() => gate.close()); // `gate` follows restartGate
     const envoyYaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
@@ -277,6 +280,7 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
     registry,
     keys: s.keys,
     ...(s.opts.env === undefined ? {} : { env: s.opts.env }),
+    ...(s.opts.tracer ? { tracer: s.opts.tracer } : {}),
   });
   return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address };
 }
