@@ -247,7 +247,11 @@ export class ExtProcSession {
   /** The decision's span: a child of the caller's `traceparent` (client, or a decode sidecar's prefill leg), else a root. */
   #startSpan(): Span {
     const tracer = this.#deps.tracer ?? NOOP_TRACER;
-    const attributes = { 'kvgate.request_id': this.#requestId, 'kvgate.listener': this.#listener };
+    const attributes = {
+      'kvgate.request_id': this.#requestId,
+      'kvgate.listener': this.#listener,
+      ...(this.#clientRequestId === undefined ? {} : { 'kvgate.client_request_id': this.#clientRequestId }),
+    };
     return tracer.startSpan(this.#listener === 'internal' ? 'kvgate.gate hop' : 'kvgate.gate route', { kind: SpanKind.SERVER, attributes }, parentContext(this.#received?.headers ?? {}));
   }
 

@@ -50,14 +50,16 @@ describe('one trace across gate, sidecars, prefill leg and worker calls', () => 
     expect(parentOf(one('kvgate.sidecar worker prefill'))).toBe(prefill.spanContext().spanId);
     expect(parentOf(one('kvgate.sidecar worker tokenize'))).toBe(decode.spanContext().spanId);
     expect(parentOf(one('kvgate.sidecar worker completion'))).toBe(decode.spanContext().spanId);
-    expect(route.attributes).toMatchObject({ 'kvgate.request_id': rid, 'kvgate.outcome': 'route', 'kvgate.revision': 'llama-a' });
+    // The public listener's request id is the gate's own; the client's is kept beside it.
+    expect(route.attributes).toMatchObject({ 'kvgate.client_request_id': rid, 'kvgate.outcome': 'route', 'kvgate.revision': 'llama-a' });
+    expect(decode.attributes['kvgate.request_id']).toBe(route.attributes['kvgate.request_id']);
     expect(decode.attributes).toMatchObject({ 'kvgate.outcome': 'served' });
   });
 
   it('starts a trace when the client sent none, and the sidecars join it', async () => {
     const rid = `trace-root-${randomUUID()}`;
     expect((await complete(t, 'no trace header', 4, client('acme', 'trace-root', { 'x-request-id': rid }))).status).toBe(200);
-    const route = () => exporter.getFinishedSpans().find((s) => s.name === 'kvgate.gate route' && s.attributes['kvgate.request_id'] === rid);
+    const route = () => exporter.getFinishedSpans().find((s) => s.name === 'kvgate.gate route' && s.attributes['kvgate.client_request_id'] === rid);
     expect(await eventually(() => route() !== undefined)).toBe(true);
     expect(route()!.parentSpanContext).toBeUndefined();
     const traceId = route()!.spanContext().traceId;
