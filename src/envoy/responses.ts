@@ -8,7 +8,7 @@ import type { AnswerDecision, HopDecision, Refusal, RouteDecision } from '../dec
 import { setHeader } from './headers.js';
 import { answerStamps, hopStamps, refusalStamps, responseStamps, routeStamps, type StampOptions, type UpstreamStamps } from './stamps.js';
 import { toStruct } from './struct.js';
-import type { WireCommonResponse, WireImmediateResponse, WireStruct } from './wire.js';
+import type { WireCommonResponse, WireImmediateResponse, WireProcessingResponse, WireStruct } from './wire.js';
 
 export type RouteOptions = StampOptions;
 
@@ -37,6 +37,27 @@ export function routeMutation(
 /** The request-path mutation for a verified internal hop (a sidecar's prefill leg). */
 export function hopMutation(d: HopDecision, forged: readonly string[]): RequestMutation {
   return upstreamMutation(hopStamps(d, forged));
+}
+
+/**
+ * The two answers a decision becomes under `FULL_DUPLEX_STREAMED` request bodies. Envoy then streams the body to
+ * the processor while it still holds the headers, drains its own copy, and injects only what the processor sends
+ * back as `streamed_response` chunks (the last with `end_of_stream`); a plain body mutation is a spurious message
+ * there. So the headers answer carries the header mutation (and `clear_route_cache`), and the body answer carries
+ * the whole body, rewritten or not, in one final chunk. Envoy removes `content-length` for streamed bodies, so none
+ * is stamped. (envoyproxy/envoy source/extensions/filters/http/ext_proc/processor_state.cc
+ * `handleDuplexStreamedBodyResponse`, `handleBodyInStreamedState`; ext_proc.cc `handleDataFullDuplexStreamedMode`.)
+ */
+export function fullDuplexAnswers(m: RequestMutation, body: Uint8Array): { headers: WireProcessingResponse; body: WireProcessingResponse } {
+  const { body_mutation: _dropped, ...rest } = m.common;
+  const set = rest.header_mutation?.set_headers?.filter((h) => h.header.key !== 'content-length');
+  const common: WireCommonResponse = { ...rest, header_mutation: { ...rest.header_mutation, ...(set === undefined ? {} : { set_headers: set }) } };
+  const headers: WireProcessingResponse = { request_headers: { response: common } };
+  if (m.dynamicMetadata !== undefined) headers.dynamic_metadata = m.dynamicMetadata;
+  return {
+    headers,
+    body: { request_body: { response: { body_mutation: { streamed_response: { body, end_of_stream: true } } } } },
+  };
 }
 
 /** Only the gate-owned headers a client sent, removed (used before a decision exists). */

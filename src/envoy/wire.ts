@@ -79,7 +79,7 @@ export interface WireHeaderMutation {
 export interface WireCommonResponse {
   status?: 'CONTINUE' | 'CONTINUE_AND_REPLACE';
   header_mutation?: WireHeaderMutation;
-  body_mutation?: { body?: Uint8Array; clear_body?: boolean };
+  body_mutation?: { body?: Uint8Array; clear_body?: boolean; streamed_response?: { body?: Uint8Array; end_of_stream?: boolean } };
   clear_route_cache?: boolean;
 }
 

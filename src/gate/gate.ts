@@ -151,6 +151,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     drainAnnounceMs: config.drain.announceMs,
     drainGraceMs: config.drain.graceMs,
     maxReceiveMessageBytes: receiveLimit,
+    maxBodyBytes: () => state.table.limits.maxBodyBytes,
     now,
   });
   let draining = false;

@@ -328,6 +328,53 @@ describe('gate gRPC server', () => {
     s.client.close();
   });
 
+  it('FULL_DUPLEX_STREAMED: holds the headers, collects the chunks, then answers headers and the whole body as one streamed_response', async () => {
+    const seen: string[] = [];
+    gate = await startGateServer({
+      admission: {
+        admit: (req): Admitted => {
+          seen.push(Buffer.from(req.body ?? []).toString());
+          if (req.bodyTruncated === true) return { decision: { kind: 'refuse', requestId: req.requestId, code: 'body_too_large', message: 'too large', trace: [] } };
+          return { decision: route(req), ...(req.body === undefined ? {} : { body: req.body }) };
+        },
+      },
+      logger: pino({ level: 'silent' }),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
+      maxBodyBytes: () => 64,
+    });
+    const s = await openStream(gate.port);
+    s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions', 'content-length': '30', 'x-kvgate-foo': 'forged' }), protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED' } });
+    s.send({ request_body: { body: Buffer.from('{"seed": 9007199254740993,'), end_of_stream: false } });
+    s.send({ request_body: { body: Buffer.from(' "model":"m"}'), end_of_stream: true } });
+    const h = await s.next();
+    expect(h['response']).toBe('request_headers');
+    const stamped = setHeaders(h['request_headers'].response);
+    expect(stamped['x-kvgate-decode-cluster']).toBe('a_decode');
+    expect(stamped['content-length']).toBeUndefined(); // Envoy streams the body on without one
+    expect(h['request_headers'].response.clear_route_cache).toBe(true);
+    expect(h['request_headers'].response.header_mutation.remove_headers).toEqual(['x-kvgate-foo']);
+    expect(h['request_headers'].response.body_mutation).toBeUndefined();
+    const b = await s.next();
+    expect(b['response']).toBe('request_body');
+    const streamed = b['request_body'].response.body_mutation.streamed_response;
+    expect(streamed.end_of_stream).toBe(true);
+    expect(Buffer.from(streamed.body).toString()).toBe('{"seed": 9007199254740993, "model":"m","cache_salt":"salt123"}');
+    expect(seen).toEqual(['{"seed": 9007199254740993, "model":"m"}']);
+    s.call.end();
+    s.client.close();
+    // A body past limits.maxBodyBytes is refused as soon as it passes the limit: 413, nothing else collected.
+    const big = await openStream(gate.port);
+    big.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED' } });
+    big.send({ request_body: { body: Buffer.alloc(65, 0x20), end_of_stream: false } });
+    const refused = await big.next();
+    expect(refused['immediate_response'].status.code).toBe('PayloadTooLarge');
+    expect(seen).toHaveLength(2);
+    big.call.end();
+    big.client.close();
+  });
+
   it('drains without cutting a generation: settled streams end OK at once, decided ones OK at the grace, only unanswered ones cancelled', async () => {
     const never = new Promise<Admitted>(() => undefined);
     gate = await startGateServer({

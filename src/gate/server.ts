@@ -51,6 +51,8 @@ export interface GateServerOptions {
    * that into a 500, so this must exceed the route table's `limits.maxBodyBytes` plus the headers (default: 4 MiB).
    */
   readonly maxReceiveMessageBytes?: number;
+  /** The route table's current `limits.maxBodyBytes`, for FULL_DUPLEX_STREAMED bodies (SessionDeps.maxBodyBytes). */
+  readonly maxBodyBytes?: () => number;
   readonly now?: () => number;
 }
 
@@ -84,6 +86,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     gieHeaders: opts.gieHeaders ?? false,
     decisionLog: opts.decisionLog,
     tracer: opts.tracer,
+    ...(opts.maxBodyBytes === undefined ? {} : { maxBodyBytes: opts.maxBodyBytes }),
   };
 
   server.addService(extProcService(), {

@@ -17,7 +17,16 @@ import { H } from '../headers.js';
 import type { Decision, Refusal } from '../decide/types.js';
 import { readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
 import { parentContext, traceHeaders } from '../trace-context.js';
-import { answerResponse, hopMutation, refusalResponse, responseHeadersMutation, routeMutation, stripForged } from '../envoy/responses.js';
+import {
+  answerResponse,
+  fullDuplexAnswers,
+  hopMutation,
+  refusalResponse,
+  responseHeadersMutation,
+  routeMutation,
+  stripForged,
+  type RequestMutation,
+} from '../envoy/responses.js';
 import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { type Listener, toRequestFacts } from '../envoy/inbound.js';
@@ -37,10 +46,15 @@ export interface SessionDeps {
   readonly decisionLog?: Logger | undefined;
   /** Spans of decisions (src/tracing.ts); undefined: the API's no-op tracer (trace context is still continued). */
   readonly tracer?: Tracer | undefined;
+  /**
+   * The route table's `limits.maxBodyBytes`, read when a FULL_DUPLEX_STREAMED body grows: Envoy buffers nothing in
+   * that mode, so the gate stops collecting (and refuses 413) once a body passes it. Default: no early stop.
+   */
+  readonly maxBodyBytes?: () => number;
 }
 
 /** Body modes under which the gate can route: the headers are held until the body response. */
-const ROUTABLE_BODY_MODES: ReadonlySet<BodySendMode> = new Set(['BUFFERED', 'BUFFERED_PARTIAL']);
+const ROUTABLE_BODY_MODES: ReadonlySet<BodySendMode> = new Set(['BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED']);
 
 /** Writes a message to the stream outside the one-answer-per-message flow (only `override_message_timeout`). */
 export type SendEarly = (response: WireProcessingResponse) => void;
@@ -71,6 +85,8 @@ export class ExtProcSession {
   #finished = false;
   /** A decision (or refusal) was answered: later body chunks and trailers have nothing left to decide. */
   #decided = false;
+  /** Bytes of a FULL_DUPLEX_STREAMED body received so far. */
+  #duplexBytes = 0;
   /** The decision's answer has been produced (unlike `#decided`, which is set as soon as deciding starts). */
   #decidedAnswered = false;
 
@@ -112,7 +128,10 @@ export class ExtProcSession {
     return this.#decidedAnswered;
   }
 
-  /** The answer to one message, or null when Envoy runs the filter in observability mode (no reply allowed). */
+  /**
+   * The answer to one message, or null when none is due: Envoy runs the filter in observability mode (no reply
+   * allowed), or a FULL_DUPLEX_STREAMED request is still arriving (its headers and body are answered at its end).
+   */
   async onMessage(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
     this.#deps.metrics.messages.inc({ type: msg.request ?? 'unknown' });
     if (msg.protocol_config?.request_body_mode !== undefined) this.#bodyMode = msg.protocol_config.request_body_mode;
@@ -123,7 +142,7 @@ export class ExtProcSession {
     return msg.observability_mode === true ? null : response;
   }
 
-  async #answer(msg: WireProcessingRequest): Promise<WireProcessingResponse> {
+  async #answer(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
     switch (msg.request) {
       case 'request_headers':
         return this.#onRequestHeaders(msg.request_headers?.end_of_stream === true, msg);
@@ -132,6 +151,7 @@ export class ExtProcSession {
         if (this.#decided) return { request_body: { response: {} } }; // later STREAMED chunks: nothing left to decide
         if (chunk !== undefined && chunk.length > 0) this.#chunks.push(chunk);
         const eos = msg.request_body?.end_of_stream === true;
+        if (this.#bodyMode === 'FULL_DUPLEX_STREAMED') return this.#onDuplexChunk(chunk?.length ?? 0, eos);
         // BUFFERED sends the whole body in one message; end_of_stream is false when trailers follow. An Envoy that
         // does not announce its mode (before ~1.34) is taken to be BUFFERED, as envoy.yaml configures it. Only
         // BUFFERED_PARTIAL cuts a body at the buffer limit, and a cut JSON object never parses.
@@ -159,7 +179,18 @@ export class ExtProcSession {
     }
   }
 
-  async #onRequestHeaders(endOfStream: boolean, msg: WireProcessingRequest): Promise<WireProcessingResponse> {
+  /** A FULL_DUPLEX_STREAMED chunk: collect it; decide at the end of the body, or refuse once it is too large. */
+  async #onDuplexChunk(length: number, eos: boolean): Promise<WireProcessingResponse | null> {
+    this.#duplexBytes += length;
+    const tooLarge = this.#duplexBytes > (this.#deps.maxBodyBytes?.() ?? Number.POSITIVE_INFINITY);
+    if (!eos && !tooLarge) return null;
+    if (this.#send === undefined) {
+      return this.#refuse('request_body', new KvgateError('internal', 'this gate stream cannot answer FULL_DUPLEX_STREAMED bodies; configure request_body_mode BUFFERED'));
+    }
+    return this.#decideAndAnswer('request_body', tooLarge);
+  }
+
+  async #onRequestHeaders(endOfStream: boolean, msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
     this.#received = readHeaderMap(msg.request_headers?.headers);
     const h = this.#received.headers;
     const sent = h[H.requestId];
@@ -177,6 +208,8 @@ export class ExtProcSession {
     if (this.#bodyMode !== undefined && !ROUTABLE_BODY_MODES.has(this.#bodyMode)) {
       return this.#refuse('request_headers', misconfigured(this.#bodyMode));
     }
+    // FULL_DUPLEX_STREAMED: the headers stay held until the body has arrived and the request is decided.
+    if (this.#bodyMode === 'FULL_DUPLEX_STREAMED') return null;
     return { request_headers: { response: stripForged(this.#received.forged) } };
   }
 
@@ -218,6 +251,7 @@ export class ExtProcSession {
     this.#record(d, Number(process.hrtime.bigint() - started) / 1e9);
     // Decided: hold neither the body (nor its buffer slab), nor the headers and metadata, for the life of the stream.
     const forged = this.#received?.forged ?? [];
+    const body = concat(this.#chunks);
     this.#chunks = [];
     this.#received = undefined;
     this.#metadata = {};
@@ -228,17 +262,21 @@ export class ExtProcSession {
         return { immediate_response: answerResponse(d) };
       case 'hop': {
         const m = hopMutation(d, forged);
-        return wrap(phase, withTraceHeaders(m.common, span));
+        const common = withTraceHeaders(m.common, span);
+        if (this.#duplex(phase)) return this.#sendDuplex({ ...m, common }, decided.body ?? body);
+        return wrap(phase, common);
       }
       case 'route': {
         const m = routeMutation(d, phase === 'request_body' ? decided.body : undefined, forged, {
           gieHeaders: this.#deps.gieHeaders,
         });
-        const out = wrap(phase, withTraceHeaders(m.common, span));
-        if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
+        const common = withTraceHeaders(m.common, span);
         // Keep only what the response phase needs, not the decision's trace, body and contract.
         this.#responseMutation = responseHeadersMutation(d);
         this.#routed = { revision: d.group.revision, tenant: d.group.tenant };
+        if (this.#duplex(phase)) return this.#sendDuplex({ ...m, common }, m.common.body_mutation?.body ?? body);
+        const out = wrap(phase, common);
+        if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
         return out;
       }
     }
@@ -253,6 +291,17 @@ export class ExtProcSession {
       ...(this.#clientRequestId === undefined ? {} : { 'kvgate.client_request_id': this.#clientRequestId }),
     };
     return tracer.startSpan(this.#listener === 'internal' ? 'kvgate.gate hop' : 'kvgate.gate route', { kind: SpanKind.SERVER, attributes }, parentContext(this.#received?.headers ?? {}));
+  }
+
+  #duplex(phase: 'request_headers' | 'request_body'): boolean {
+    return phase === 'request_body' && this.#bodyMode === 'FULL_DUPLEX_STREAMED';
+  }
+
+  /** The held headers answer goes out first, then the body answer is returned (`fullDuplexAnswers`). */
+  #sendDuplex(m: RequestMutation, body: Uint8Array): WireProcessingResponse {
+    const answers = fullDuplexAnswers(m, body);
+    this.#send!(answers.headers);
+    return answers.body;
   }
 
   #hooks(phase: 'request_headers' | 'request_body'): WaitHooks {
@@ -353,7 +402,7 @@ function misconfigured(mode: string): KvgateError {
   return new KvgateError(
     'internal',
     `the Envoy ext_proc filter sends request bodies as ${mode}; kvgate needs request_body_mode BUFFERED ` +
-      '(the routing headers must be set while Envoy still holds the request headers)',
+      '(or FULL_DUPLEX_STREAMED): the routing headers must be set while Envoy still holds the request headers',
   );
 }
 
