@@ -56,7 +56,7 @@ async function start(envoyVersion: EnvoyVersion) {
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-drain-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: GRACE_MS } }),
+    toYaml({ listen: '127.0.0.1:0', admin: '', insecure: true, policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: GRACE_MS } }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
