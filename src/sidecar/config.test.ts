@@ -1,4 +1,4 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -66,6 +66,22 @@ describe('loading from files and flags', () => {
     expect(r.ok && r.value.descriptor.model.id).toBe('meta-llama/Llama-3.1-8B-Instruct');
     const missing = await loadSidecarConfig(path.join(dir, 'nope.yaml'));
     expect(missing.ok ? '' : formatIssues(missing.error)).toContain('cannot read the file');
+  });
+
+  it('resolves keys.file relative to the config file, not the working directory (as the gate does)', async () => {
+    const sub = path.join(dir, 'etc');
+    await mkdir(sub, { recursive: true });
+    const secret = Buffer.alloc(32, 7).toString('base64');
+    await writeFile(path.join(sub, 'keys.json'), JSON.stringify({ current: 'k1', keys: { k1: secret }, salt: secret }));
+    const { keys: _k, ...rest } = base();
+    await writeFile(path.join(sub, 'sidecar.yaml'), stringify({ ...rest, keys: { file: 'keys.json' } }));
+    const cwd = process.cwd();
+    expect(path.resolve('keys.json')).not.toBe(path.join(sub, 'keys.json')); // the working directory is elsewhere
+    const r = await loadSidecarConfig(path.relative(cwd, path.join(sub, 'sidecar.yaml')));
+    expect(r.ok && r.value.keys).toEqual({ file: path.join(sub, 'keys.json') });
+    if (!r.ok) return;
+    const ring = keyRingFrom(r.value.keys!, {});
+    expect(ring.ok).toBe(true);
   });
 
   it('builds the same config from flags', async () => {

@@ -160,11 +160,16 @@ export async function loadSidecarConfig(file: string): Promise<Result<SidecarCon
   return parseSidecarConfig(raw.value, file, draw.value);
 }
 
-/** A relative `workerApiKey.file` names a file next to the config file, like `descriptorFile`. */
+/**
+ * Relative `keys.file` and `workerApiKey.file` name files next to the config file, like `descriptorFile` (and like
+ * the gate's `keys.file`): a sidecar started from another working directory reads the same files.
+ */
 function resolveRelativeKeyFile(raw: unknown, file: string): void {
-  const k = (raw as Record<string, unknown> | null)?.['workerApiKey'] as Record<string, unknown> | undefined;
-  const f = k?.['file'];
-  if (typeof f === 'string' && !path.isAbsolute(f)) k!['file'] = path.join(path.dirname(path.resolve(file)), f);
+  for (const key of ['keys', 'workerApiKey']) {
+    const k = (raw as Record<string, unknown> | null)?.[key] as Record<string, unknown> | undefined;
+    const f = k?.['file'];
+    if (typeof f === 'string' && f !== '' && !path.isAbsolute(f)) k!['file'] = path.join(path.dirname(path.resolve(file)), f);
+  }
 }
 
 /** Read and validate a descriptor file on its own (the `--descriptor FILE` flag). */
