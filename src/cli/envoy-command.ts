@@ -27,6 +27,8 @@ TARGET: ${RENDER_TARGETS.join(', ')}
   --gate HOST:PORT           the gate's ext_proc address (default ${DEFAULT_SETTINGS.gateHost}:${String(DEFAULT_SETTINGS.gatePort)}); a DNS name gives a STRICT_DNS cluster
   --gate-tls-ca FILE --gate-tls-cert FILE --gate-tls-key FILE   mTLS to the gate port (all three, as Envoy sees them)
   --gate-tls-server-name N   SNI and the DNS name the gate's certificate must carry (default: the gate host)
+  --gate-tls-internal-cert FILE --gate-tls-internal-key FILE   the internal listener's own client certificate: the
+                             gate derives a stream's role from the certificate, so give each listener its own
   --listen ADDR              listener address (default ${DEFAULT_SETTINGS.listenAddress})
   --public-port N --internal-port N --admin-port N   (defaults ${String(DEFAULT_SETTINGS.publicPort)}, ${String(DEFAULT_SETTINGS.internalPort)}, ${String(DEFAULT_SETTINGS.adminPort)})
   --gie                      GIE / llm-d data plane: keep the gate's envoy.lb metadata (gate: envoy.gieHeaders true)
@@ -46,6 +48,8 @@ const OPTIONS = {
   'gate-tls-cert': { type: 'string' },
   'gate-tls-key': { type: 'string' },
   'gate-tls-server-name': { type: 'string' },
+  'gate-tls-internal-cert': { type: 'string' },
+  'gate-tls-internal-key': { type: 'string' },
   listen: { type: 'string' },
   'public-port': { type: 'string' },
   'internal-port': { type: 'string' },
@@ -123,6 +127,9 @@ function settingsOf(v: Values): RenderSettings | string {
   const tlsGiven = tlsFlags.filter((f) => f !== undefined).length;
   if (tlsGiven !== 0 && tlsGiven !== 3) return 'gate mTLS needs all three of --gate-tls-ca, --gate-tls-cert and --gate-tls-key';
   if (tlsGiven === 0 && v['gate-tls-server-name'] !== undefined) return '--gate-tls-server-name needs the --gate-tls-* files';
+  const internalGiven = [v['gate-tls-internal-cert'], v['gate-tls-internal-key']].filter((f) => f !== undefined).length;
+  if (internalGiven === 1) return 'the internal listener certificate needs both --gate-tls-internal-cert and --gate-tls-internal-key';
+  if (internalGiven === 2 && tlsGiven !== 3) return '--gate-tls-internal-cert/-key need the --gate-tls-ca, --gate-tls-cert and --gate-tls-key files';
   if (v['pool-service'] !== undefined && !v['pool-service'].includes('{pool}'))
     return '--pool-service must contain {pool} (replaced by each pool name)';
   return {
@@ -136,6 +143,7 @@ function settingsOf(v: Values): RenderSettings | string {
             caFile: v['gate-tls-ca']!,
             certFile: v['gate-tls-cert']!,
             keyFile: v['gate-tls-key']!,
+            ...(internalGiven === 2 ? { internalCertFile: v['gate-tls-internal-cert']!, internalKeyFile: v['gate-tls-internal-key']! } : {}),
             ...(v['gate-tls-server-name'] === undefined ? {} : { serverName: v['gate-tls-server-name'] }),
           },
         }

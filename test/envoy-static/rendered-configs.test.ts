@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { parseRenderArgs, type RenderRequest, renderRequest } from '../../src/cli/envoy-command.js';
 import { checkPolicyFile } from '../../src/policy/check-report.js';
@@ -121,6 +122,19 @@ describe('rendered variants pass the proto check', () => {
     expect(text).toContain('type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext');
     expect(text).toContain('exact: kvgate-gate-headless.kvgate.svc.cluster.local');
     expect(text).toContain('--gate-tls-ca /etc/kvgate/tls/ca.pem');
+  });
+
+  it("each listener its own client certificate: a second gate cluster for the internal listener, so the gate tells the roles apart", async () => {
+    const internal = ['--gate-tls-internal-cert', '/etc/kvgate/tls/envoy-internal.pem', '--gate-tls-internal-key', '/etc/kvgate/tls/envoy-internal-key.pem'];
+    const text = await render([...base, ...tls, ...internal]);
+    expect(errorsOf(text)).toEqual([]);
+    const clusters = parseYaml(text).static_resources.clusters as { name: string; transport_socket?: { typed_config: { common_tls_context: { tls_certificates: { certificate_chain: { filename: string } }[] } } } }[];
+    const cert = (name: string) => clusters.find((c) => c.name === name)?.transport_socket?.typed_config.common_tls_context.tls_certificates[0]?.certificate_chain.filename;
+    expect([cert('kvgate_gate'), cert('kvgate_gate_internal')]).toEqual(['/etc/kvgate/tls/envoy.pem', '/etc/kvgate/tls/envoy-internal.pem']);
+    const listeners = parseYaml(text).static_resources.listeners as { name: string }[];
+    const clusterOf = (l: string) => JSON.stringify(listeners.find((x) => x.name === l)).match(/"cluster_name":"(kvgate_gate[a-z_]*)"/)?.[1];
+    expect([clusterOf('public'), clusterOf('internal')]).toEqual(['kvgate_gate', 'kvgate_gate_internal']);
+    expect(text).toContain('--gate-tls-internal-cert /etc/kvgate/tls/envoy-internal.pem');
   });
 
   it("GIE mode keeps the gate's envoy.lb metadata (receiving_namespaces), on both Envoy versions", async () => {

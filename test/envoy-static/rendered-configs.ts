@@ -24,8 +24,11 @@ export function recordedArgs(text: string): string[] | null {
 
 const CLUSTER_HEADERS = new Set(['x-kvgate-decode-cluster', 'x-kvgate-prefill-cluster']);
 
-/** Cluster names a config routes to (the gate's own cluster excluded), with where each was found. */
-export function routedClusters(text: string, gateCluster = 'kvgate_gate'): { name: string; where: string }[] {
+/** The gate's own clusters: the public listener's, and the internal listener's when it has its own certificate. */
+const GATE_CLUSTERS = new Set(['kvgate_gate', 'kvgate_gate_internal']);
+
+/** Cluster names a config routes to (the gate's own clusters excluded), with where each was found. */
+export function routedClusters(text: string, gateClusters: ReadonlySet<string> = GATE_CLUSTERS): { name: string; where: string }[] {
   const out: { name: string; where: string }[] = [];
   for (const doc of parseAllDocuments(text)) {
     const v = doc.toJS() as Record<string, unknown> | null;
@@ -33,7 +36,7 @@ export function routedClusters(text: string, gateCluster = 'kvgate_gate'): { nam
     const kind = v['kind'];
     if (kind === undefined) {
       const clusters = ((v['static_resources'] as Record<string, unknown> | undefined)?.['clusters'] ?? []) as { name?: string }[];
-      for (const c of clusters) if (c.name !== undefined && c.name !== gateCluster) out.push({ name: c.name, where: 'bootstrap cluster' });
+      for (const c of clusters) if (c.name !== undefined && !gateClusters.has(c.name)) out.push({ name: c.name, where: 'bootstrap cluster' });
     } else if (kind === 'VirtualService') {
       const http = ((v['spec'] as Record<string, unknown>)['http'] ?? []) as {
         name?: string;

@@ -9,6 +9,13 @@ import { gateIsStatic, type RenderSettings, renderFlags } from './settings.js';
 import { header, indent, scalar } from './text.js';
 
 export const GATE_CLUSTER = 'kvgate_gate';
+/** The internal listener's gate cluster, rendered when the internal listener has its own client certificate. */
+export const GATE_INTERNAL_CLUSTER = 'kvgate_gate_internal';
+
+/** The cluster the internal listener's ext_proc filter uses. */
+function internalGateCluster(s: RenderSettings): string {
+  return s.gateTls?.internalCertFile !== undefined ? GATE_INTERNAL_CLUSTER : GATE_CLUSTER;
+}
 
 /**
  * Requests per gate connection before Envoy opens a new one. Node's HTTP/2 server (nghttp2's rapid-reset guard:
@@ -48,7 +55,8 @@ export function renderBootstrap(input: RenderInput, s: RenderSettings): string {
     ...indent(internalListener(input, s), 2),
     '',
     '  clusters:',
-    ...indent(gateCluster(input, s), 2),
+    ...indent(gateCluster(input, s, 'public'), 2),
+    ...(internalGateCluster(s) === GATE_INTERNAL_CLUSTER ? ['', ...indent(gateCluster(input, s, 'internal'), 2)] : []),
     '',
     '  # One cluster per route-table cluster. The gate picks the endpoint (only endpoints whose live fingerprint equals',
     "  # the group's), so the pools are ORIGINAL_DST clusters that connect to the IP:port the gate stamped. They have no",
@@ -122,7 +130,7 @@ function publicListener(input: RenderInput, s: RenderSettings): string[] {
 }
 
 function internalListener(input: RenderInput, s: RenderSettings): string[] {
-  const filter = extProcFilter('internal', GATE_CLUSTER, s);
+  const filter = extProcFilter('internal', internalGateCluster(s), s);
   return [
     '# ── internal: prefill legs sent by decode sidecars; the gate checks each against its signed contract ──',
     '- name: internal',
@@ -165,7 +173,8 @@ function breakerLines(b: Partial<Breakers>): string[] {
   return ['circuit_breakers:', `  thresholds: [{ priority: DEFAULT, ${fields.join(', ')} }]`];
 }
 
-function gateCluster(input: RenderInput, s: RenderSettings): string[] {
+function gateCluster(input: RenderInput, s: RenderSettings, role: 'public' | 'internal'): string[] {
+  const name = role === 'public' ? GATE_CLUSTER : GATE_INTERNAL_CLUSTER;
   const address = gateIsStatic(s)
     ? ['type: STATIC']
     : [
@@ -181,7 +190,8 @@ function gateCluster(input: RenderInput, s: RenderSettings): string[] {
     '# above) avoids the resets; the cap keeps any connection below the burst whatever still resets a stream.',
     '# circuit_breakers: one stream per request in flight (Envoy 1.36 holds it until the request ends) plus the',
     "# queue, twice over; never below Envoy's default 1,024.",
-    `- name: ${GATE_CLUSTER}`,
+    ...(role === 'internal' ? ['# The same gate, for the internal listener: its own client certificate, so the gate gives its streams the internal role.'] : []),
+    `- name: ${name}`,
     ...indent(address, 2),
     '  connect_timeout: 1s',
     '  typed_extension_protocol_options:',
@@ -190,7 +200,7 @@ function gateCluster(input: RenderInput, s: RenderSettings): string[] {
     '      explicit_http_config: { http2_protocol_options: {} }',
     `      common_http_protocol_options: { max_requests_per_connection: ${String(GATE_MAX_REQUESTS_PER_CONNECTION)} }`,
     ...indent(breakerLines(gateBreakers(input)), 2),
-    ...indent(gateTransportSocket(s), 2),
+    ...indent(gateTransportSocket(s, role), 2),
     '  health_checks:',
     '  - timeout: 1s',
     '    interval: 2s',
@@ -198,7 +208,7 @@ function gateCluster(input: RenderInput, s: RenderSettings): string[] {
     '    healthy_threshold: 1',
     '    grpc_health_check: { service_name: envoy.service.ext_proc.v3.ExternalProcessor }',
     '  load_assignment:',
-    `    cluster_name: ${GATE_CLUSTER}`,
+    `    cluster_name: ${name}`,
     '    endpoints:',
     '    - lb_endpoints:',
     `      - endpoint: { address: { socket_address: { address: ${s.gateHost}, port_value: ${String(s.gatePort)} } } }`,
@@ -206,10 +216,12 @@ function gateCluster(input: RenderInput, s: RenderSettings): string[] {
 }
 
 /** mTLS to the gate's port: Envoy presents its client certificate and checks the gate's against the CA and name. */
-function gateTransportSocket(s: RenderSettings): string[] {
+function gateTransportSocket(s: RenderSettings, role: 'public' | 'internal'): string[] {
   const tls = s.gateTls;
   if (tls === undefined) return [];
   const name = tls.serverName ?? s.gateHost;
+  const certFile = role === 'internal' && tls.internalCertFile !== undefined ? tls.internalCertFile : tls.certFile;
+  const keyFile = role === 'internal' && tls.internalKeyFile !== undefined ? tls.internalKeyFile : tls.keyFile;
   return [
     "transport_socket:                # mTLS to the gate port (the gate checks Envoy's client certificate)",
     '  name: envoy.transport_sockets.tls',
@@ -218,7 +230,7 @@ function gateTransportSocket(s: RenderSettings): string[] {
     `    sni: ${name}`,
     '    common_tls_context:',
     '      alpn_protocols: [h2]',
-    `      tls_certificates: [{ certificate_chain: { filename: ${scalar(tls.certFile)} }, private_key: { filename: ${scalar(tls.keyFile)} } }]`,
+    `      tls_certificates: [{ certificate_chain: { filename: ${scalar(certFile)} }, private_key: { filename: ${scalar(keyFile)} } }]`,
     '      validation_context:',
     `        trusted_ca: { filename: ${scalar(tls.caFile)} }`,
     `        match_typed_subject_alt_names: [{ san_type: DNS, matcher: { exact: ${name} } }]`,

@@ -41,8 +41,10 @@ spec:
   portLevelMtls:
     9003: { mode: PERMISSIVE }
 ---
-# The gate: ext_proc only from the two kvgate gateways. Anyone else who could open a stream with
-# \`x-kvgate-listener: internal\` would be asking the gate to check hops; keep that to the internal gateway.
+# The gate: ext_proc only from the two kvgate gateways, each for its own listener role. Behind Istio the gate runs
+# with insecure: true (its proxy terminates mTLS) and reads the role from the stream's x-kvgate-listener metadata,
+# an HTTP/2 header to this policy: so the public gateway's principal may send only "public", the internal
+# gateway's only "internal", and nobody else may open a stream (docs/security.md, "On Istio").
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata:
@@ -54,9 +56,21 @@ spec:
   action: ALLOW
   rules:
   - from:
+    - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-public] }
+    to:
+    - operation: { ports: ["9002"], paths: [/envoy.service.ext_proc.v3.ExternalProcessor/Process] }
+    when:
+    - { key: "request.headers[x-kvgate-listener]", values: [public] }
+  - from:
+    - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-internal] }
+    to:
+    - operation: { ports: ["9002"], paths: [/envoy.service.ext_proc.v3.ExternalProcessor/Process] }
+    when:
+    - { key: "request.headers[x-kvgate-listener]", values: [internal] }
+  - from:
     - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-public, cluster.local/ns/${ns}/sa/kvgate-internal] }
     to:
-    - operation: { ports: ["9002"] }
+    - operation: { ports: ["9002"], paths: [/grpc.health.v1.Health/Check, /grpc.health.v1.Health/Watch] }
   - to:
     - operation: { ports: ["9003"], methods: [GET] }
 ---
@@ -80,9 +94,10 @@ spec:
     - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-gate] }
     to:
     - operation: { ports: ["9090"], methods: [GET], paths: [/kvgate/v1/status] }
-  # Metrics for a Prometheus inside the mesh (under STRICT mTLS only mesh workloads can connect at all).
+  # Metrics for a Prometheus inside the mesh, on the sidecar's metrics-only port (under STRICT mTLS only mesh
+  # workloads can connect at all). Drain and undrain listen on loopback (9092) and never reach the proxy.
   - to:
-    - operation: { ports: ["9090"], methods: [GET], paths: [/metrics] }
+    - operation: { ports: ["9091"], methods: [GET], paths: [/metrics] }
 ---
 # The internal gateway's own listener is plain HTTP inside the cluster (the Gateway server above terminates no
 # Istio mTLS), so an AuthorizationPolicy there would see no caller identity. The network decides instead: only

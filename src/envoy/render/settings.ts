@@ -24,6 +24,13 @@ export interface GateTls {
   readonly caFile: string;
   readonly certFile: string;
   readonly keyFile: string;
+  /**
+   * The internal listener's own client certificate. The gate takes a stream's role (public or internal) from the
+   * certificate that opened it (src/gate/transport.ts), so the two listeners must present different ones: with these
+   * set, the internal listener gets its own gate cluster (`kvgate_gate_internal`) presenting them.
+   */
+  readonly internalCertFile?: string;
+  readonly internalKeyFile?: string;
   /** SNI and the DNS subject alt name the gate's certificate must carry; default: the gate host. */
   readonly serverName?: string;
 }
@@ -85,6 +92,9 @@ export function renderFlags(target: RenderTarget, s: RenderSettings): string {
   add('--gate', `${s.gateHost}:${String(s.gatePort)}`, `${d.gateHost}:${String(d.gatePort)}`);
   if (s.gateTls) {
     out.push('--gate-tls-ca', s.gateTls.caFile, '--gate-tls-cert', s.gateTls.certFile, '--gate-tls-key', s.gateTls.keyFile);
+    if (s.gateTls.internalCertFile !== undefined && s.gateTls.internalKeyFile !== undefined) {
+      out.push('--gate-tls-internal-cert', s.gateTls.internalCertFile, '--gate-tls-internal-key', s.gateTls.internalKeyFile);
+    }
     if (s.gateTls.serverName !== undefined) out.push('--gate-tls-server-name', s.gateTls.serverName);
   }
   add('--listen', s.listenAddress, d.listenAddress);
