@@ -26,7 +26,8 @@ export interface TransferContract {
   promptDigest: string;
   issuedAtMs: number;
   expiresAtMs: number;
-  decode: { cluster: string; endpoint: string | null };
+  /** `alternates`: the EPP fallback list (same cluster and group); a decode worker listed there may serve it. */
+  decode: { cluster: string; endpoint: string | null; alternates?: string[] | undefined };
   prefill: { cluster: string; endpoint: string | null } | null;
 }
 
@@ -71,7 +72,7 @@ export const TransferContractSchema = z
     promptDigest: sha256Hex,
     issuedAtMs: epochMs,
     expiresAtMs: epochMs,
-    decode: TargetSchema,
+    decode: TargetSchema.extend({ alternates: z.array(nonEmpty).max(8).optional() }).strict(),
     prefill: TargetSchema.nullable(),
   })
   .strict()

@@ -69,7 +69,7 @@ function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: Worke
   } else {
     trace.push(`connector rules: revision ${rev.name} may be disaggregated`);
   }
-  const targets = pickTargets(rev, group, view, id, trace);
+  const targets = pickTargets(rev, group, view, id, trace, { affinity: affinityKey(group.id, who.body.json) });
   if (targets.ok) return bindRoute(facts, table, ctx.keys, now, who, group, targets, trace);
   const input = { table, view, facts, body: who.body, nowMs: now, revision: rev, group, pinned: choice.pinned, shortage: targets.shortage };
   const walked = walkFallback(
@@ -208,11 +208,13 @@ function bindRoute(
   now: number,
   who: Identity,
   group: BoundGroup,
-  targets: { decode: Candidate; prefill: Candidate | null },
+  targets: { decode: Candidate; prefill: Candidate | null; alternates?: readonly Candidate[] },
   trace: string[],
   fallback?: readonly FallbackRecord[],
 ): RouteDecision {
-  const decode = targetOf(targets.decode);
+  const alternates = (targets.alternates ?? []).filter((c) => c.endpoint.fingerprint === group.fingerprint && c.pool.fingerprint === group.fingerprint);
+  const decode: Target =
+    alternates.length === 0 ? targetOf(targets.decode) : Object.freeze({ ...targetOf(targets.decode), alternates: Object.freeze(alternates.map((c) => c.endpoint.address)) });
   const prefill = targets.prefill === null ? null : targetOf(targets.prefill);
   for (const c of [targets.decode, targets.prefill]) {
     // The invariant every branch above maintains; a violation is a bug, never a route.
@@ -236,7 +238,7 @@ function bindRoute(
       promptDigest: promptDigestOf(who.body.json),
       issuedAtMs: now,
       expiresAtMs: now + table.contractTtlMs,
-      decode: { cluster: decode.cluster, endpoint: decode.endpoint },
+      decode: { cluster: decode.cluster, endpoint: decode.endpoint, ...(decode.alternates === undefined ? {} : { alternates: [...decode.alternates] }) },
       prefill: prefill === null ? null : { cluster: prefill.cluster, endpoint: prefill.endpoint },
     },
     keys,
@@ -259,3 +261,20 @@ function bindRoute(
     ...(fallback === undefined ? {} : { fallback }),
   });
 }
+
+/**
+ * The prefix-affinity key: the group's id (which carries the tenant's prefix scope, so two tenants never share a
+ * key) and the start of the prompt, where shared prefixes (system prompts, few-shot examples) live.
+ */
+function affinityKey(groupId: string, body: Readonly<Record<string, unknown>>): string | null {
+  const prompt = body['messages'] ?? body['prompt'];
+  if (prompt === undefined) return null;
+  const text = JSON.stringify(prompt);
+  // A short prompt fills few KV blocks: a cache hit saves little, and keeping it on one endpoint would cost balance.
+  if (text.length < AFFINITY_MIN_CHARS) return null;
+  return `${groupId}\n${text.slice(0, AFFINITY_PREFIX_CHARS)}`;
+}
+
+/** How much of the prompt (as JSON text) the affinity key covers, and the least worth keeping together. */
+const AFFINITY_PREFIX_CHARS = 512;
+const AFFINITY_MIN_CHARS = 256;

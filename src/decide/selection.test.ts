@@ -193,3 +193,33 @@ describe('the group invariant', () => {
     );
   });
 });
+
+describe('prefix affinity', () => {
+  const long = `You are a careful assistant. ${'Context paragraph. '.repeat(30)}`;
+  const fourDecode = () =>
+    compiled((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+      v['pools'][1]['endpoints'] = [1, 2, 3, 4].map((i) => ({ address: `10.0.2.${i}:8000` }));
+    });
+
+  it('keeps a long shared prefix of one tenant on one endpoint while loads are even', () => {
+    const t = fourDecode();
+    const picks = new Set(Array.from({ length: 20 }, (_, i) => route(t, { requestId: `r-${i}`, content: long }).decode.endpoint));
+    expect(picks.size).toBe(1);
+  });
+
+  it('never spans tenants: the key is the group, whose id carries the tenant scope', () => {
+    const t = fourDecode();
+    // Over many prefixes, the two tenants' preferred endpoints are independent (they would agree every time if the
+    // key ignored the tenant).
+    let same = 0;
+    for (let i = 0; i < 40; i++) {
+      const content = `${i} ${long}`;
+      const a = route(t, { requestId: `a-${i}`, content, tenant: 'acme' });
+      const g = route(t, { requestId: `g-${i}`, content, tenant: 'globex' });
+      expect(a.group.id).not.toBe(g.group.id);
+      if (a.decode.endpoint === g.decode.endpoint) same++;
+    }
+    expect(same).toBeLessThan(25);
+  });
+});

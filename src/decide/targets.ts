@@ -5,7 +5,8 @@
  * could help (some endpoint is merely busy), which is what the fallback chain needs to choose its step.
  */
 import type { CompiledRevision } from '../policy/compile.js';
-import { eligibleEndpoints, pickLeastLoaded, type Candidate } from './pick.js';
+import { eligibleEndpoints, type Candidate } from './pick.js';
+import { pickScored, rankAlternates } from './score.js';
 import type { BoundGroup } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
@@ -21,8 +22,20 @@ export interface Shortage {
 }
 
 export type Targets =
-  | { readonly ok: true; readonly decode: Candidate; readonly prefill: Candidate | null }
+  | { readonly ok: true; readonly decode: Candidate; readonly prefill: Candidate | null; readonly alternates: readonly Candidate[] }
   | { readonly ok: false; readonly shortage: Shortage };
+
+/** How the decode leg is picked beyond load: prefix affinity and the fallback list. */
+export interface PickOptions {
+  /** A key of (group id, prompt prefix): the group's id carries the tenant's prefix scope, so affinity never spans
+   * tenants. Null: no affinity. */
+  readonly affinity?: string | null;
+  /** How many more decode endpoints of the same cluster to rank after the pick (the EPP fallback list). */
+  readonly alternates?: number;
+}
+
+/** The most alternates any caller asks for (the envoy translation trims to its configured count). */
+export const MAX_ALTERNATES = 4;
 
 /** Decode first, then prefill, both from `rev`'s pools only; one trace line per leg chosen. */
 export function pickTargets(
@@ -31,34 +44,43 @@ export function pickTargets(
   view: WorkerView,
   requestId: string,
   trace: string[],
+  opts: PickOptions = {},
 ): Targets {
   const fp = group.fingerprint;
   const decodePools = rev.transfer.allowed ? [...rev.pools.decode, ...rev.pools.both] : rev.pools.both;
   const de = eligibleEndpoints(decodePools, view, fp, group.tenant);
-  const decode = pickLeastLoaded(de.candidates, requestId);
-  if (decode === undefined) {
+  const picked = pickScored(de.candidates, requestId, opts.affinity ?? null);
+  if (picked === undefined) {
     return { ok: false, shortage: { missing: 'decode', reasons: de.reasons, busy: de.busy, decode: null } };
   }
-  trace.push(`decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${decode.endpoint.inFlight} in flight, least of ${de.candidates.length})`);
+  const decode = picked.candidate;
+  const alternates = rankAlternates(de.candidates, decode, requestId, Math.min(MAX_ALTERNATES, opts.alternates ?? MAX_ALTERNATES));
+  trace.push(`decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${describeLoad(decode)}, ${picked.why} of ${de.candidates.length})`);
   if (!rev.transfer.allowed) {
     trace.push('prefill: none (served without disaggregation by a role: both pool)');
-    return { ok: true, decode, prefill: null };
+    return { ok: true, decode, prefill: null, alternates };
   }
   const pe = eligibleEndpoints(rev.pools.prefill, view, fp, group.tenant);
-  const prefill = pickLeastLoaded(pe.candidates, requestId);
+  const prefill = pickScored(pe.candidates, requestId, null)?.candidate;
   if (prefill !== undefined) {
-    trace.push(`prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${prefill.endpoint.inFlight} in flight, least of ${pe.candidates.length})`);
-    return { ok: true, decode, prefill };
+    trace.push(`prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${describeLoad(prefill)}, least cost of ${pe.candidates.length})`);
+    return { ok: true, decode, prefill, alternates };
   }
   if (decode.pool.role === 'both') {
     trace.push(`prefill: none (no separate prefill capacity${pe.reasons.length > 0 ? `: ${pe.reasons.join('; ')}` : ''}; ${decode.pool.name} serves it whole)`);
-    return { ok: true, decode, prefill: null };
+    return { ok: true, decode, prefill: null, alternates };
   }
   const be = eligibleEndpoints(rev.pools.both, view, fp, group.tenant, decode.endpoint.address);
-  const viaBoth = pickLeastLoaded(be.candidates, requestId);
+  const viaBoth = pickScored(be.candidates, requestId, null)?.candidate;
   if (viaBoth === undefined) {
     return { ok: false, shortage: { missing: 'prefill', reasons: [...pe.reasons, ...be.reasons], busy: pe.busy + be.busy, decode } };
   }
   trace.push(`prefill: ${viaBoth.endpoint.address} (role: both pool ${viaBoth.pool.name}; no prefill-role capacity)`);
-  return { ok: true, decode, prefill: viaBoth };
+  return { ok: true, decode, prefill: viaBoth, alternates };
+}
+
+function describeLoad(c: Candidate): string {
+  const l = c.endpoint.load;
+  const own = `${c.endpoint.inFlight} in flight`;
+  return l === undefined ? own : `${own}, worker reports ${l.running} running, ${l.waiting} waiting, KV ${Math.round(l.kvCacheUsage * 100)}%`;
 }

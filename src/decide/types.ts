@@ -76,6 +76,11 @@ export interface Target {
   readonly cluster: string;
   /** `ip:port`, for ORIGINAL_DST / override_host routing; null when Envoy load-balances inside the cluster. */
   readonly endpoint: string | null;
+  /**
+   * Decode only: further endpoints of the same cluster and group, best first: the ordered fallback list of the
+   * GIE endpoint-picker protocol (a data plane that walks it on retry never leaves the group).
+   */
+  readonly alternates?: readonly string[];
 }
 
 export interface RouteDecision {

@@ -20,6 +20,21 @@ export interface EndpointState {
   readonly inFlight: number;
   /** When this state was observed (ms since epoch); 0 for the static, declared view. */
   readonly observedAtMs: number;
+  /** The worker's own load as its sidecar last reported it (vLLM's gauges); absent when unknown. */
+  readonly load?: EndpointLoad;
+}
+
+/** vLLM's load gauges (`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`). */
+export interface EndpointLoad {
+  readonly running: number;
+  readonly waiting: number;
+  /** 0..1 */
+  readonly kvCacheUsage: number;
+  /**
+   * This gate's own in-flight count on the endpoint when the report was read: what this gate sent since then (or saw
+   * finish) is the difference to its count now, which bridges the report's age.
+   */
+  readonly ownInFlightAtReport?: number;
 }
 
 export interface WorkerView {

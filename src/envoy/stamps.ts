@@ -39,6 +39,11 @@ export interface StampOptions {
   /** Also write the decode endpoint as `x-gateway-destination-endpoint` (+ `envoy.lb` metadata) and the prefill
    * endpoint as `x-prefiller-host-port`, for llm-d / GIE data planes (gate config `envoy.gieHeaders`). */
   readonly gieHeaders: boolean;
+  /**
+   * With `gieHeaders`: how many of the decision's alternates follow the pick in the ordered endpoint list
+   * (`ip:port,ip:port,...`, GIE endpoint-picker protocol, "Destination Endpoint"); 0 = the pick alone.
+   */
+  readonly gieFallbackEndpoints?: number;
 }
 
 const encoder = new TextEncoder();
@@ -70,9 +75,12 @@ export function routeStamps(
   ];
   let dynamicMetadata: UpstreamStamps['dynamicMetadata'];
   if (opts.gieHeaders && d.decode.endpoint !== null) {
-    set.push([H.gieDestination, d.decode.endpoint]);
+    // The header and the envoy.lb metadata carry the same value, as the protocol requires: the pick, then the
+    // alternates (same cluster, same group) in order.
+    const list = [d.decode.endpoint, ...(d.decode.alternates ?? []).slice(0, opts.gieFallbackEndpoints ?? 0)].join(',');
+    set.push([H.gieDestination, list]);
     if (d.prefill?.endpoint) set.push([H.llmdPrefiller, d.prefill.endpoint]);
-    dynamicMetadata = { 'envoy.lb': { [H.gieDestination]: d.decode.endpoint } };
+    dynamicMetadata = { 'envoy.lb': { [H.gieDestination]: list } };
   }
   let rewritten: Uint8Array | undefined;
   if (body !== undefined) {

@@ -10,6 +10,7 @@
  * group, under whatever table and view are current then.
  */
 import { Registry } from 'prom-client';
+import { readSubsetHint, restrictToSubset, SUBSET_KEY, SUBSET_NAMESPACE } from '../decide/subset-hint.js';
 import type { KeyRing } from '../contract/keys.js';
 import { decideRequest, type RawRequestFacts } from '../decide/decide-request.js';
 import { waitCapMs } from '../decide/queue-step.js';
@@ -51,6 +52,11 @@ export interface Admitted {
   readonly body?: Uint8Array;
   /** Called exactly once when the HTTP request ends (releases in-flight accounting). */
   readonly release?: () => void;
+  /**
+   * The data plane reports the endpoint that served the request (`x-gateway-destination-endpoint-served`): moves
+   * the in-flight count there when it is one of the decision's listed endpoints; false when it is not.
+   */
+  readonly served?: (address: string) => boolean;
 }
 
 /**
@@ -111,27 +117,48 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
   };
   /** Count the request on the endpoint it occupies for its whole life; its end frees capacity for the queue. */
   const settle = (d: Decision, body?: Uint8Array): Admitted => {
-    const busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
+    let busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
     const fingerprint = d.kind === 'refuse' || d.kind === 'answer' ? null : d.group.fingerprint;
     const leg = d.kind === 'hop' ? 'prefill' : 'decode';
     const held = busy === null ? undefined : deps.inFlight.acquire(busy);
+    let holding = held;
     const release =
       held === undefined && fingerprint === null
         ? undefined
         : () => {
-            held?.();
+            holding?.();
+            holding = undefined;
             if (fingerprint !== null) queue.recordRelease(fingerprint, leg);
             if (queue.size() > 0) scheduleWake();
           };
-    return { decision: d, ...(body === undefined ? {} : { body }), ...(release === undefined ? {} : { release }) };
+    // The data plane may have walked the EPP fallback list: count the request where it was actually served, and
+    // only on an endpoint of the list (anything else is ignored: never trust the data plane past the group).
+    const listed = d.kind === 'route' && d.decode.endpoint !== null ? [d.decode.endpoint, ...(d.decode.alternates ?? [])] : [];
+    const served =
+      listed.length === 0
+        ? undefined
+        : (address: string): boolean => {
+            if (!listed.includes(address) || holding === undefined) return false;
+            if (address === busy) return true;
+            holding();
+            holding = deps.inFlight.acquire(address);
+            busy = address;
+            return true;
+          };
+    return { decision: d, ...(body === undefined ? {} : { body }), ...(release === undefined ? {} : { release }), ...(served === undefined ? {} : { served }) };
   };
   const qctx: QueueContext = { deps, queue, metrics, maxMessageTimeoutMs, settle };
 
   return {
     admit(facts: RawRequestFacts, signal: AbortSignal, hooks?: WaitHooks): Admitted | Promise<Admitted> {
-      const { table, view } = deps.state();
+      const { table, view: fullView } = deps.state();
+      // GIE endpoint-picker protocol: a subset hint restricts the serving pools to the listed endpoints, and the
+      // answer must come now (503 when none is eligible), so such a request never waits in the queue.
+      const hint = facts.listener === 'internal' ? null : readSubsetHint(facts.metadata);
+      if (hint !== null && hint.size === 0) return { decision: emptySubsetRefusal(facts.requestId) };
+      const view = hint === null ? fullView : restrictToSubset(fullView, table, hint);
       const maxWaitMs = waitCapMs(maxMessageTimeoutMs);
-      const canWait = hooks?.canExtendTimeout === true && maxWaitMs >= 1;
+      const canWait = hint === null && hooks?.canExtendTimeout === true && maxWaitMs >= 1;
       const ctx = { nowMs: deps.now(), keys: deps.keys, ...(canWait ? { queue, maxWaitMs } : {}) };
       const outcome = decideRequest(facts, table, view, ctx);
       const d = outcome.decision;
@@ -142,5 +169,17 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
     notifyChanged: () => queue.wake(),
     queueStatus: () => ({ waiting: queue.size(), groups: queue.groups() }),
     close: () => queue.close(),
+  };
+}
+
+/** The GIE protocol's answer to an explicitly empty subset hint: 503, nothing to pick from. */
+function emptySubsetRefusal(requestId: string): Decision {
+  return {
+    kind: 'refuse',
+    requestId,
+    code: 'no_compatible_capacity',
+    message: `request ${requestId}: the data plane's subset hint (${SUBSET_NAMESPACE} ${SUBSET_KEY}) lists no endpoints, so there is nothing kvgate may pick`,
+    trace: ['subset hint: empty list: refused (503)'],
+    retryAfterSeconds: 1,
   };
 }

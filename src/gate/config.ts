@@ -80,12 +80,15 @@ export const GateConfigSchema = z
       .object({
         /** Also write llm-d / GIE headers (x-gateway-destination-endpoint, x-prefiller-host-port) and envoy.lb metadata. */
         gieHeaders: z.boolean().default(false),
+        /** With gieHeaders (kvgate as an InferencePool's endpoint picker): endpoints of the same group listed after
+         * the pick in x-gateway-destination-endpoint, for a data plane that walks the list on retry. */
+        gieFallbackEndpoints: z.number().int().min(0).max(4).default(2),
         /** The ext_proc filter's `max_message_timeout` (envoy.yaml: 30s). Queue waits stay below it; 0 disables the
          * fallback queue, because Envoy then ignores `override_message_timeout`. */
         maxMessageTimeoutMs: z.number().int().min(0).default(30_000),
       })
       .strict()
-      .default({ gieHeaders: false, maxMessageTimeoutMs: 30_000 }),
+      .default({ gieHeaders: false, gieFallbackEndpoints: 2, maxMessageTimeoutMs: 30_000 }),
     drain: z
       .object({
         /** Keep answering, as NOT_SERVING, this long after SIGTERM so Envoy's health checks notice. */

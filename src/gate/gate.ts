@@ -136,7 +136,11 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     rollout.updateVerification(table);
     admission.notifyChanged(); // queued requests re-decide, inside their bound group, against the new table
   });
-  onDiscoveryChange = () => void (poller ? poller.pollOnce() : Promise.resolve()).then(() => admission.notifyChanged());
+  let setReady = (_ready: boolean): void => undefined;
+  onDiscoveryChange = () => {
+    setReady(discovery?.ready() ?? true);
+    void (poller ? poller.pollOnce() : Promise.resolve()).then(() => admission.notifyChanged());
+  };
   policy.watch();
   const transport = await loadTransport(config);
   const grpc: GateServer = await startGateServer({
@@ -148,12 +152,16 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     gieHeaders: config.envoy.gieHeaders,
     decisionLog: config.log.decisions ? log.child({ log: DECISION_LOG_TAG }) : undefined,
     tracer: deps.tracer,
+    gieFallbackEndpoints: config.envoy.gieFallbackEndpoints,
+    ready: () => discovery?.ready() ?? true,
     drainAnnounceMs: config.drain.announceMs,
     drainGraceMs: config.drain.graceMs,
     maxReceiveMessageBytes: receiveLimit,
     maxBodyBytes: () => state.table.limits.maxBodyBytes,
     now,
   });
+  setReady = (r) => grpc.setReady(r);
+  setReady(discovery?.ready() ?? true);
   let draining = false;
   const status = () => ({
     serving: !draining,

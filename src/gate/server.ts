@@ -37,11 +37,14 @@ export interface GateServerOptions {
   readonly listen: string;
   /** mTLS with roles from the verified peer, or (tests, `insecure: true`) plaintext with caller-claimed roles. */
   readonly transport: GateTransport;
+  /** Whether the gate can route yet (every pod watch listed once); default true. */
+  readonly ready?: () => boolean;
   readonly gieHeaders?: boolean;
   /** One info line per route and hop decision here (the gate config's `log.decisions`); undefined writes none. */
   readonly decisionLog?: Logger | undefined;
   /** Decision spans (src/tracing.ts); default: the API's no-op tracer. */
   readonly tracer?: Tracer | undefined;
+  readonly gieFallbackEndpoints?: number;
   /** How long streams in flight may take to finish once draining starts. */
   readonly drainGraceMs?: number;
   /** How long to keep answering (as NOT_SERVING) before refusing new streams, so health checkers notice. */
@@ -56,7 +59,13 @@ export interface GateServerOptions {
   readonly now?: () => number;
 }
 
+/** The gRPC health service names GIE's data planes and probes use (kept SERVING / following readiness). */
+export const LIVENESS_SERVICE = 'liveness';
+export const READINESS_SERVICE = 'readiness';
+
 export interface GateServer {
+  /** Readiness changed (pod discovery synced or not): '', the ext_proc service and `readiness` follow it. */
+  setReady(ready: boolean): void;
   readonly port: number;
   readonly address: string;
   /** Streams currently open. */
@@ -74,7 +83,12 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     'grpc.keepalive_permit_without_calls': 1,
     ...(opts.maxReceiveMessageBytes === undefined ? {} : { 'grpc.max_receive_message_length': opts.maxReceiveMessageBytes }),
   });
-  const health = new HealthImplementation({ '': 'SERVING', [EXT_PROC_SERVICE]: 'SERVING' });
+  // Besides '' and the ext_proc service, GIE's probes: `liveness` (the process answers) and `readiness` (pods
+  // discovered, i.e. the datastore synced). kubernetes-sigs/gateway-api-inference-extension @1748e829,
+  // cmd/epp/runner/health.go; docs/proposals/004-endpoint-picker-protocol, "Health Checking".
+  const ready = opts.ready?.() ?? true;
+  const status = ready ? 'SERVING' : 'NOT_SERVING';
+  const health = new HealthImplementation({ '': status, [EXT_PROC_SERVICE]: status, [READINESS_SERVICE]: status, [LIVENESS_SERVICE]: 'SERVING' });
   health.addToServer(server);
   const active = new Set<ServedStream>();
   const deps = {
@@ -87,6 +101,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     decisionLog: opts.decisionLog,
     tracer: opts.tracer,
     ...(opts.maxBodyBytes === undefined ? {} : { maxBodyBytes: opts.maxBodyBytes }),
+    gieFallbackEndpoints: opts.gieFallbackEndpoints ?? 0,
   };
 
   server.addService(extProcService(), {
@@ -131,6 +146,11 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     address: `${host}:${port}`,
     activeStreams: () => active.size,
     drain: () => (draining ??= drainServer(server, health, active, opts)),
+    setReady(ready) {
+      if (draining !== undefined) return;
+      const st = ready ? 'SERVING' : 'NOT_SERVING';
+      for (const svc of ['', EXT_PROC_SERVICE, READINESS_SERVICE]) health.setStatus(svc, st);
+    },
     close: () => server.forceShutdown(),
   };
 }
@@ -234,6 +254,7 @@ async function drainServer(
 ): Promise<void> {
   health.setStatus('', 'NOT_SERVING');
   health.setStatus(EXT_PROC_SERVICE, 'NOT_SERVING');
+  health.setStatus(READINESS_SERVICE, 'NOT_SERVING');
   opts.logger.info({ in_flight: active.size }, 'draining: health NOT_SERVING');
   const announce = opts.drainAnnounceMs ?? 0;
   if (announce > 0) await new Promise((r) => setTimeout(r, announce));

@@ -35,6 +35,9 @@ import { decisionLine } from './decision-log.js';
 import type { GateMetrics } from './metrics.js';
 import { routedOutcome } from './routed-outcome.js';
 
+/** GIE endpoint-picker protocol, "Destination Endpoint Served" (pkg/lwepp/metadata/consts.go @84436a96). */
+const GIE_SERVED_KEY = 'x-gateway-destination-endpoint-served';
+
 export interface SessionDeps {
   readonly admission: Admission;
   readonly logger: Logger;
@@ -51,6 +54,8 @@ export interface SessionDeps {
    * that mode, so the gate stops collecting (and refuses 413) once a body passes it. Default: no early stop.
    */
   readonly maxBodyBytes?: () => number;
+  /** GIE mode: alternates after the pick in x-gateway-destination-endpoint (gate config envoy.gieFallbackEndpoints). */
+  readonly gieFallbackEndpoints?: number;
 }
 
 /** Body modes under which the gate can route: the headers are held until the body response. */
@@ -82,6 +87,7 @@ export class ExtProcSession {
   /** The revision and tenant a routed request was bound to, for counting what came back (routed-outcome.ts). */
   #routed: { readonly revision: string; readonly tenant: string | null } | undefined;
   #release: (() => void) | undefined;
+  #served: ((address: string) => boolean) | undefined;
   #finished = false;
   /** A decision (or refusal) was answered: later body chunks and trailers have nothing left to decide. */
   #decided = false;
@@ -166,6 +172,7 @@ export class ExtProcSession {
       case 'response_headers': {
         // Recorded while answering: from Envoy 1.37 the stream may close right after this message (routed-outcome.ts).
         if (this.#routed !== undefined) this.#recordOutcome(readHeaderMap(msg.response_headers?.headers));
+        this.#noteServed();
         const response = this.#responseMutation ?? {};
         this.#responseMutation = undefined; // stamped: nothing is left for the gate to add to this request
         return { response_headers: { response } };
@@ -247,6 +254,7 @@ export class ExtProcSession {
     }
     this.#release = decided.release;
     this.#decidedAnswered = true;
+    this.#served = decided.served;
     const d = decided.decision;
     this.#record(d, Number(process.hrtime.bigint() - started) / 1e9);
     // Decided: hold neither the body (nor its buffer slab), nor the headers and metadata, for the life of the stream.
@@ -269,6 +277,7 @@ export class ExtProcSession {
       case 'route': {
         const m = routeMutation(d, phase === 'request_body' ? decided.body : undefined, forged, {
           gieHeaders: this.#deps.gieHeaders,
+          gieFallbackEndpoints: this.#deps.gieFallbackEndpoints ?? 0,
         });
         const common = withTraceHeaders(m.common, span);
         // Keep only what the response phase needs, not the decision's trace, body and contract.
@@ -375,6 +384,17 @@ export class ExtProcSession {
         `refused behind the route: ${o.code}`,
       );
     }
+  }
+
+  /**
+   * GIE: the data plane names the endpoint that served the request (`envoy.lb` / `x-gateway-destination-endpoint-
+   * served` in the response's metadata_context); the in-flight count moves there if it is one kvgate listed.
+   */
+  #noteServed(): void {
+    const served = this.#metadata['envoy.lb']?.[GIE_SERVED_KEY];
+    if (typeof served !== 'string' || this.#served === undefined) return;
+    if (!this.#served(served)) this.#log().warn({ served }, 'the data plane reports a served endpoint kvgate did not list; ignored');
+    this.#served = undefined;
   }
 
   /** The HTTP request is over (stream ended, cancelled or failed): release accounting once. */

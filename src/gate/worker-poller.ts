@@ -9,7 +9,7 @@
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { EndpointState, InFlightTracker, WorkerView } from '../decide/worker-view.js';
+import type { EndpointLoad, EndpointState, InFlightTracker, WorkerView } from '../decide/worker-view.js';
 import type { CompiledEndpoint, CompiledPool, CompiledRouteTable } from '../policy/compile.js';
 
 /** The states `kvgate_worker_endpoints` and `/status` name; a pool's endpoints are in exactly one each. */
@@ -28,6 +28,8 @@ export interface Observation {
   readonly draining: boolean;
   readonly reasons: readonly string[];
   readonly observedAtMs: number;
+  /** vLLM's load gauges as the sidecar read them, when it reports them. */
+  readonly load?: EndpointLoad;
   /** Why the last poll failed, when it did (the previous good observation is kept until it goes stale). */
   readonly error?: string;
 }
@@ -135,6 +137,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         draining: body['draining'] === true,
         reasons: Array.isArray(body['reasons']) ? (body['reasons'] as unknown[]).map(String) : [],
         observedAtMs: now(),
+        ...loadOf(body['load']),
       });
       polls.inc({ result: 'ok' });
     } catch (e) {
@@ -167,6 +170,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
               draining: o?.draining ?? false,
               inFlight,
               observedAtMs: o?.observedAtMs ?? 0,
+              ...(fresh && o.load !== undefined ? { load: o.load } : {}),
             };
           });
         },
@@ -200,4 +204,15 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     },
   };
   return poller;
+}
+
+/** The sidecar's `load` block, when it is well-formed (numbers, KV use in 0..1). */
+function loadOf(v: unknown): { load?: EndpointLoad } {
+  const o = v as Record<string, unknown> | null | undefined;
+  const n = (x: unknown): number | null => (typeof x === 'number' && Number.isFinite(x) && x >= 0 ? x : null);
+  const running = n(o?.['running']);
+  const waiting = n(o?.['waiting']);
+  const kv = n(o?.['kvCacheUsage']);
+  if (running === null || waiting === null || kv === null) return {};
+  return { load: { running, waiting, kvCacheUsage: Math.min(1, kv) } };
 }

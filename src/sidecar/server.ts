@@ -16,6 +16,7 @@ import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import { H } from '../headers.js';
 import { compareObservation } from './compare.js';
+import { createLoadReader, type WorkerLoad } from './worker-load.js';
 import type { SidecarConfig } from './config.js';
 import { checkContract } from './contract-check.js';
 import { createReplayGuard, type ReplayGuard } from './replay-guard.js';
@@ -80,6 +81,8 @@ export interface Sidecar {
 
 /** Everything the request handlers share. */
 interface Runtime {
+  /** vLLM's load gauges, read when the gate polls the status (worker-load.ts). */
+  readonly load: () => Promise<WorkerLoad | null>;
   readonly ctx: SidecarContext;
   readonly state: SidecarState;
   readonly registry: Registry;
@@ -109,7 +112,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     status: () => state.status(),
     reverify: (accept) => loop.reverify(accept),
   };
-  const rt: Runtime = { ctx, state, registry: deps.registry, replay: createReplayGuard() };
+  const rt: Runtime = { ctx, state, registry: deps.registry, replay: createReplayGuard(), load: createLoadReader(ctx.fetch, ctx.workerUrl, now) };
   const loop = createProbeLoop(rt);
   const server = http.createServer((req, res) => {
     void route(rt, req, res).catch((e: unknown) => {
@@ -229,7 +232,10 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
   const path = (req.url ?? '/').split('?')[0] ?? '/';
   const endpoint = ENDPOINT_PATHS[path];
   if (endpoint !== undefined && req.method === 'POST') return handleCompletion(rt, req, res, path, endpoint);
-  if (req.method === 'GET' && path === '/kvgate/v1/status') return sendJson(res, 200, rt.state.status());
+  if (req.method === 'GET' && path === '/kvgate/v1/status') {
+    const load = await rt.load();
+    return sendJson(res, 200, load === null ? rt.state.status() : { ...rt.state.status(), load });
+  }
   if (req.method === 'GET' && path === '/healthz') {
     const refusal = admissionRefusal(rt.state.status());
     if (refusal === undefined || refusal.code === 'queue_full') return sendText(res, 200, 'text/plain', 'ok\n');
@@ -331,8 +337,10 @@ async function runCompletion(
     return refuse(new KvgateError('contract_invalid', bound.error.message));
   }
   // The gate names the decode endpoint it routed to; another decode worker of the group must not take the request.
+  // In GIE mode the gate also names an ordered fallback list of the same group (the data plane walks it on retry).
   const target = contract.value.decode.endpoint;
-  if (config.role === 'decode' && config.advertise !== undefined && target !== null && target !== config.advertise) {
+  const allowed = target === null ? [] : [target, ...(contract.value.decode.alternates ?? [])];
+  if (config.role === 'decode' && config.advertise !== undefined && target !== null && !allowed.includes(config.advertise)) {
     metrics.contractFailures.inc({ reason: 'wrong_endpoint' });
     return refuse(
       new KvgateError('contract_invalid', `the contract of request ${requestId} routes its decode to ${target}, not to this worker (${config.advertise}); only the gate's choice may serve it`),

@@ -33,6 +33,8 @@ export interface StreamDeps {
     | undefined;
   readonly semantics: AppendSemantics;
   readonly agent: http.Agent;
+  /** Write the chosen host as envoy.lb / x-gateway-destination-endpoint-served (EnvoyHarnessOptions). */
+  readonly reportServedEndpoint?: boolean;
   log(entry: AccessLogEntry): void;
 }
 
@@ -140,6 +142,9 @@ export class ActiveStream implements FilterCallbacks {
       return this.#routerReply(503, 'no healthy upstream', 'no_healthy_upstream', 'UH');
     }
     this.#host = `${host.address}:${host.port}`;
+    if (this.#deps.reportServedEndpoint === true) {
+      this.dynamicMetadata.set('envoy.lb', { ...(this.dynamicMetadata.get('envoy.lb') ?? {}), 'x-gateway-destination-endpoint-served': this.#host });
+    }
     if (this.#deps.clusters.overflowed(cluster)) {
       // The connection pool refuses the stream (circuit-breakers.ts): Envoy's router answers 503, flag UO.
       cstats.inc('upstream_rq_pending_overflow');

@@ -4,6 +4,7 @@
  * for Envoy in tests and the local demo and never replaces Envoy in a deployment (README.md).
  */
 import http from 'node:http';
+import type { Json } from './ext-proc-messages.js';
 import type { AddressInfo, Socket } from 'node:net';
 import { AccessLog, type AccessLogEntry } from './access-log.js';
 import { ActiveStream, type StreamDeps } from './active-stream.js';
@@ -30,6 +31,17 @@ export interface EnvoyHarnessOptions {
    * `layered_runtime` turns `ext_proc_stream_close_optimization` off.
    */
   readonly envoyVersion?: EnvoyVersion;
+  /**
+   * Dynamic metadata an earlier filter would have set on each request (namespace -> values), from its headers: how a
+   * gateway hands an endpoint picker the GIE subset hint (`envoy.lb.subset_hint`). Forwarded to ext_proc only for the
+   * filter's `forwarding_namespaces`, as Envoy does.
+   */
+  readonly requestMetadata?: (headers: http.IncomingHttpHeaders) => Record<string, Record<string, Json>> | undefined;
+  /**
+   * Model a GIE data plane: once a host is chosen, write it as `envoy.lb` / `x-gateway-destination-endpoint-served`
+   * (GIE endpoint-picker protocol, "Destination Endpoint Served"), so the response-path ext_proc messages carry it.
+   */
+  readonly reportServedEndpoint?: boolean;
 }
 
 export interface ListenerHandle {
@@ -83,6 +95,7 @@ export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarne
     const deps = listenerDeps(shared, l);
     const server = http.createServer((req, res) => {
       const stream = new ActiveStream(deps, req, res);
+      for (const [ns, v] of Object.entries(options.requestMetadata?.(req.headers) ?? {})) stream.dynamicMetadata.set(ns, v);
       active.add(stream);
       void stream.done.then(() => active.delete(stream));
       void stream.run();
@@ -137,6 +150,7 @@ function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
     };
   }
   return {
+    reportServedEndpoint: shared.options.reportServedEndpoint === true,
     listener: l,
     routes: createRouteTable(l.hcm),
     clusters: shared.clusters,

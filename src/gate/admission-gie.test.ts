@@ -1,0 +1,70 @@
+/** Admission in GIE endpoint-picker mode: the subset hint, the ordered fallback list and the served endpoint. */
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { createDevKeyRing } from '../contract/keys.js';
+import { verifyContract } from '../contract/contract.js';
+import type { Decision } from '../decide/types.js';
+import { createInFlightTracker, createStaticWorkerView } from '../decide/worker-view.js';
+import { tableFromValue } from '../policy/testing.js';
+import { createAdmission, type Admitted } from './admission.js';
+import { createRolloutMetrics } from './rollout-metrics.js';
+import { chatFacts, queueTableValue, recordingHooks } from './testing.js';
+
+const keys = createDevKeyRing('admission-gie');
+const A = ['10.0.2.1:8000', '10.0.2.2:8000'];
+
+function rig() {
+  const inFlight = createInFlightTracker();
+  const table = tableFromValue(queueTableValue((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' })));
+  const admission = createAdmission({
+    state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
+    keys,
+    inFlight,
+    now: Date.now,
+    metrics: createRolloutMetrics(new Registry()),
+    recheckMs: 0,
+  });
+  return { admission, inFlight };
+}
+const hint = (list: string[]) => ({ 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': list } });
+const signal = () => new AbortController().signal;
+const decisionOf = async (p: Admitted | Promise<Admitted>): Promise<Decision> => (await p).decision;
+
+describe('admission as an endpoint picker', () => {
+  it('lists the other endpoints of the group after the pick, and the contract admits them', async () => {
+    const { admission } = rig();
+    const d = await decisionOf(admission.admit(chatFacts('r1'), signal()));
+    if (d.kind !== 'route') throw new Error(d.kind);
+    expect([d.decode.endpoint, ...(d.decode.alternates ?? [])].sort()).toEqual(A);
+    const c = verifyContract(d.contract, keys, Date.now(), { requestId: 'r1' });
+    expect(c.ok && c.value.decode.alternates).toEqual(d.decode.alternates);
+  });
+
+  it('moves the in-flight count to the endpoint that served, only if kvgate listed it', async () => {
+    const { admission, inFlight } = rig();
+    const a = await admission.admit(chatFacts('r2'), signal());
+    if (a.decision.kind !== 'route') throw new Error(a.decision.kind);
+    const [pick, alt] = [a.decision.decode.endpoint!, a.decision.decode.alternates![0]!];
+    expect(inFlight.inFlight(pick)).toBe(1);
+    expect(a.served!('10.9.9.9:8000')).toBe(false);
+    expect(inFlight.inFlight(pick)).toBe(1);
+    expect(a.served!(alt)).toBe(true);
+    expect([inFlight.inFlight(pick), inFlight.inFlight(alt)]).toEqual([0, 1]);
+    a.release!();
+    expect(inFlight.snapshot().size).toBe(0);
+  });
+
+  it('picks only inside the subset hint; none eligible or an empty list is an immediate 503, never a wait', async () => {
+    const { admission } = rig();
+    const only = await decisionOf(admission.admit({ ...chatFacts('r3'), metadata: hint([A[1]!]) }, signal()));
+    expect(only.kind === 'route' && [only.decode.endpoint, only.decode.alternates]).toEqual([A[1], undefined]);
+    const bare = await decisionOf(admission.admit({ ...chatFacts('r4'), metadata: hint(['10.0.2.1']) }, signal()));
+    expect(bare.kind === 'route' && bare.decode.endpoint).toBe(A[0]); // a bare IP allows any port (lwepp's rule)
+    const hooks = recordingHooks();
+    for (const list of [['10.9.9.9:8000'], []]) {
+      const d = await decisionOf(admission.admit({ ...chatFacts(`r5-${list.length}`), metadata: hint(list) }, signal(), hooks));
+      expect(d.kind === 'refuse' && d.code).toBe('no_compatible_capacity');
+    }
+    expect(hooks.extended).toEqual([]);
+  });
+});
