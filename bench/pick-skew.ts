@@ -1,6 +1,6 @@
 /**
  * Endpoint picking under skewed load (deterministic simulation, testbed/pick-sim): p50/p99/mean latency and the slow
- * endpoint's share for random, least-in-flight and kvgate's scorer, per seed. `npx tsx bench/pick-skew.ts`.
+ * endpoint's share for random, least-in-flight and kvgate's scorer, per seed. `node dist/bench/pick-skew.js` (after `npm run build`).
  */
 import { DEFAULT_SKEW, simulateSkew, type Policy } from '../testbed/pick-sim/simulate.js';
 

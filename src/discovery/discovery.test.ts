@@ -26,7 +26,7 @@ function selectorPools(): { a: CompiledPool; b: CompiledPool } {
   return { a: t.pools.get('a-decode')!, b: t.pools.get('b-decode')! };
 }
 
-const labels = (rev: string) => ({ app: 'llama', role: 'decode', 'kvgate.dev/revision': rev });
+const labels = (rev: string) => ({ app: 'llama', role: 'decode', 'kvgate.io/revision': rev });
 
 async function until(check: () => boolean, what: string, ms = 5000): Promise<void> {
   const end = Date.now() + ms;
@@ -70,7 +70,7 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     const pending = readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0');
     pending.status = { phase: 'Pending', conditions: [] };
     api.store.create(pending);
-    api.store.create(readyPod('other', NS, '10.1.0.9', { app: 'other', 'kvgate.dev/revision': 'llama-a' }, 'uid-x'));
+    api.store.create(readyPod('other', NS, '10.1.0.9', { app: 'other', 'kvgate.io/revision': 'llama-a' }, 'uid-x'));
     await new Promise((r) => setTimeout(r, 100));
     expect(d.endpoints(a)).toEqual([]); // pending, and the other pod does not match the selector
     api.store.update(NS, 'a-0', (p) => {

@@ -4,16 +4,16 @@ import { clone, twoRevisionTableValue } from '../policy/testing.js';
 import type { PoolDiscovery } from '../policy/schema.js';
 import { labelSelectorString, notReadyReason, podEndpoints, selectorConflict, selectorLabels, type PodLike } from './pods.js';
 
-const d: PoolDiscovery = { kubernetes: { namespace: 'ns', matchLabels: { app: 'x' }, targetPort: 8000, statusPort: 9090, revisionLabel: 'kvgate.dev/revision' } };
+const d: PoolDiscovery = { kubernetes: { namespace: 'ns', matchLabels: { app: 'x' }, targetPort: 8000, statusPort: 9090, revisionLabel: 'kvgate.io/revision', expectedEndpoints: 1 } };
 const pod = (name: string, ip: string, rev: string, created: string, extra: Partial<PodLike['status']> = {}): PodLike => ({
-  metadata: { name, uid: `uid-${name}`, labels: { app: 'x', 'kvgate.dev/revision': rev }, creationTimestamp: created },
+  metadata: { name, uid: `uid-${name}`, labels: { app: 'x', 'kvgate.io/revision': rev }, creationTimestamp: created },
   status: { phase: 'Running', podIP: ip, conditions: [{ type: 'Ready', status: 'True' }], ...extra },
 });
 
 describe('pods of a selector pool', () => {
   it('the selector always pins the revision label', () => {
-    expect(labelSelectorString(selectorLabels(d, 'rev-a'))).toBe('app=x,kvgate.dev/revision=rev-a');
-    expect(selectorConflict({ kubernetes: { ...d.kubernetes, matchLabels: { 'kvgate.dev/revision': 'rev-b' } } }, 'rev-a')).toMatch(/rev-b.*rev-a/);
+    expect(labelSelectorString(selectorLabels(d, 'rev-a'))).toBe('app=x,kvgate.io/revision=rev-a');
+    expect(selectorConflict({ kubernetes: { ...d.kubernetes, matchLabels: { 'kvgate.io/revision': 'rev-b' } } }, 'rev-a')).toMatch(/rev-b.*rev-a/);
     expect(selectorConflict(d, 'rev-a')).toBeNull();
   });
 

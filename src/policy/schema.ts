@@ -102,12 +102,15 @@ export const PoolDiscoverySchema = z
       .object({
         namespace: z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a Kubernetes namespace name, e.g. kvgate'),
         matchLabels: z
-          .record(z.string().regex(LABEL_KEY, 'must be a label key, e.g. app or kvgate.dev/revision'), z.string().regex(LABEL_VALUE, 'must be a label value'))
+          .record(z.string().regex(LABEL_KEY, 'must be a label key, e.g. app or kvgate.io/revision'), z.string().regex(LABEL_VALUE, 'must be a label value'))
           .refine((m) => Object.keys(m).length > 0, { message: 'must name at least one label: an empty selector matches every pod' }),
         targetPort: z.number().int().min(1).max(65535),
         /** The sidecar's status port on the same pod; the live worker view polls http://<podIP>:<statusPort>. */
         statusPort: z.number().int().min(1).max(65535),
-        revisionLabel: z.string().regex(LABEL_KEY, 'must be a label key').default('kvgate.dev/revision'),
+        revisionLabel: z.string().regex(LABEL_KEY, 'must be a label key').default('kvgate.io/revision'),
+        /** How many pods the pool is sized for (Envoy's circuit breakers in `kvgate envoy render`): the replica
+         * count, or the autoscaler's maximum. More Ready pods still take traffic. */
+        expectedEndpoints: z.number().int().min(1).default(1),
       })
       .strict(),
   })

@@ -146,7 +146,7 @@ async function send(rig: Rig, session: string) {
   );
 }
 
-const podLabels = (rev: string) => ({ app: 'llama', 'kvgate.dev/revision': rev });
+const podLabels = (rev: string) => ({ app: 'llama', 'kvgate.io/revision': rev });
 
 describe('a pool found by selector, through the harness', () => {
   it('receives traffic on pods as they become Ready and stops at deletion', async () => {

@@ -2,7 +2,7 @@
  * Picking under skewed load, deterministically simulated (testbed/pick-sim): 8 endpoints, one 5x slower, two gate
  * replicas, worker reports one poll old. kvgate's cost (worker-reported running + waiting, bridged by its own count
  * since the report, plus KV pressure) against least-in-flight (each replica's own count) and random. The numbers
- * per seed are printed by `npx tsx bench/pick-skew.ts`.
+ * per seed are printed by `node dist/bench/pick-skew.js` (after `npm run build`).
  */
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_SKEW, simulateSkew, type Policy } from '../../testbed/pick-sim/simulate.js';

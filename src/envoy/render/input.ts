@@ -36,7 +36,9 @@ export function renderInputOf(table: CompiledRouteTable): RenderInput {
     };
     c.pools.push(pool.name);
     c.prefillOnly &&= pool.role === 'prefill';
-    c.capacity += pool.endpoints.length * pool.maxInFlightPerEndpoint;
+    // A pool found by selector has no list to count: it declares the pod count it is sized for.
+    const endpoints = pool.discovery === undefined ? pool.endpoints.length : pool.discovery.kubernetes.expectedEndpoints;
+    c.capacity += endpoints * pool.maxInFlightPerEndpoint;
     byName.set(pool.cluster, c);
   }
   const clusters = [...byName].map(
