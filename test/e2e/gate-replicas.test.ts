@@ -32,7 +32,7 @@ afterEach(async () => {
 
 async function startReplica(dir: string, registry: Registry): Promise<RunningGate> {
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({ listen: '127.0.0.1:0', insecure: true, admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));

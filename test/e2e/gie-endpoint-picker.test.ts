@@ -132,7 +132,7 @@ async function startRig(members?: (pods: FakeUpstream[]) => string[]): Promise<R
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(v));
   const cfg = parseGateConfig(
     toYaml({
-      listen: '127.0.0.1:0',
+      listen: '127.0.0.1:0', insecure: true,
       admin: '',
       policy: 'route-table.yaml',
       keys: { devSeed: SEED },
