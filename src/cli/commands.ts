@@ -42,6 +42,11 @@ export const COMMANDS: readonly Command[] = [
     load: async () => (await import('./verify-command.js')).verifyCommand,
   },
   {
+    name: 'status',
+    summary: "a running deployment at a glance: kvgate status --gate http://GATE:9003 [--json]",
+    load: async () => (await import('./status-command.js')).statusCommand,
+  },
+  {
     name: 'fingerprint',
     summary: 'probe a worker and/or a descriptor: fingerprint, NIXL hash, canary digests',
     load: async () => (await import('./fingerprint-command.js')).fingerprintCommand,

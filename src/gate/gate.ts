@@ -169,7 +169,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     policy: { file: config.policyPath, version: policy.version(), lastReload: policy.lastReload() },
     streams: grpc.activeStreams(),
     inFlight: Object.fromEntries(inFlight.snapshot()),
-    workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null },
+    workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null, pools: poller?.poolStates() ?? null },
     discovery: discovery?.status(policy.current().pools.values()) ?? null,
     rollout: rolloutStatus(policy.current()),
     queues: admission.queueStatus(),

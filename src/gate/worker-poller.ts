@@ -16,6 +16,15 @@ import type { CompiledEndpoint, CompiledPool, CompiledRouteTable } from '../poli
 export const ENDPOINT_STATES = ['routable', 'unverified', 'draining', 'stale', 'unreached'] as const;
 export type EndpointStateName = (typeof ENDPOINT_STATES)[number];
 
+/** One pool as `/status` shows it: the state of each endpoint (the same states as `kvgate_worker_endpoints`). */
+export interface PoolState {
+  readonly pool: string;
+  readonly revision: string;
+  readonly role: string;
+  readonly cluster: string;
+  readonly endpoints: ReadonlyArray<{ readonly address: string; readonly status: string | null; readonly state: EndpointStateName; readonly reasons: readonly string[] }>;
+}
+
 export interface WorkerPollerOptions {
   readonly intervalMs: number;
   readonly timeoutMs: number;
@@ -41,6 +50,8 @@ export interface WorkerPoller {
   pollOnce(): Promise<void>;
   /** Per endpoint address, what was last seen: for the gate's /status. */
   snapshot(): Record<string, Observation & { status: string }>;
+  /** Every pool of the table in use with each endpoint's state and why (the gate's /status, `kvgate status`). */
+  poolStates(): PoolState[];
   start(): void;
   stop(): void;
 }
@@ -193,6 +204,19 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
       return running;
     },
     snapshot: () => Object.fromEntries(seen),
+    poolStates: () =>
+      [...deps.table().pools.values()].map((p) => ({
+        pool: p.name,
+        revision: p.revision,
+        role: p.role,
+        cluster: p.cluster,
+        endpoints: p.endpoints.map((e) => {
+          const o = seen.get(e.address);
+          const state = endpointState(p.draining, e, o);
+          const why = p.draining ? ['the route table drains this pool'] : e.status === null ? ['no status URL: routable by declaration'] : (o?.reasons ?? ['not polled yet']);
+          return { address: e.address, status: e.status, state, reasons: state === 'stale' ? [`last answer older than ${opts.staleAfterMs} ms`, ...why] : why };
+        }),
+      })),
     start() {
       if (timer) return;
       timer = setInterval(() => void poller.pollOnce(), opts.intervalMs);

@@ -1,0 +1,110 @@
+/**
+ * `kvgate status --gate URL [--json]`: one look at a running deployment. Reads the gate's admin `/status`, then the
+ * status of every sidecar the route table names (`GET <status>/kvgate/v1/status`), and prints the gate (serving,
+ * route table version and last reload, streams, queues) and one row per endpoint: pool, revision, role, the gate's
+ * state for it (routable, unverified, draining, stale, unreached) and why, and what its sidecar says (verified,
+ * draining, in flight / capacity). `--json` prints the same as one JSON document.
+ */
+import { parseArgs } from 'node:util';
+import type { PoolState } from '../gate/worker-poller.js';
+
+export const STATUS_USAGE = `usage: kvgate status --gate URL [--json] [--timeout-ms N]
+
+  --gate URL        the gate's admin address, e.g. http://127.0.0.1:9003
+  --json            print one JSON document instead of tables
+  --timeout-ms N    limit per HTTP call (default 2000)
+`;
+
+export interface StatusIo {
+  readonly stdout: (text: string) => void;
+  readonly stderr: (text: string) => void;
+  readonly fetch?: typeof fetch;
+}
+
+interface GateStatus {
+  readonly serving?: boolean;
+  readonly policy?: { readonly file?: string; readonly version?: string; readonly lastReload?: unknown };
+  readonly streams?: number;
+  readonly queues?: unknown;
+  readonly workerView?: { readonly mode?: string; readonly ageMs?: number | null; readonly pools?: PoolState[] | null };
+}
+
+interface SidecarView {
+  readonly verified?: boolean;
+  readonly draining?: boolean;
+  readonly inFlight?: number;
+  readonly capacity?: { readonly maxInFlight?: number };
+  readonly reasons?: readonly string[];
+  readonly error?: string;
+}
+
+/** `kvgate status ...`: 0 when the gate answered, 1 when it did not, 2 on bad flags. */
+export async function statusCommand(argv: readonly string[], io: StatusIo = { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t) }): Promise<number> {
+  let values;
+  try {
+    values = parseArgs({ args: [...argv], options: { gate: { type: 'string' }, json: { type: 'boolean' }, 'timeout-ms': { type: 'string' }, help: { type: 'boolean', short: 'h' } }, strict: true }).values;
+  } catch (e) {
+    io.stderr(`kvgate status: ${(e as Error).message}\n${STATUS_USAGE}`);
+    return 2;
+  }
+  if (values.help === true) {
+    io.stdout(STATUS_USAGE);
+    return 0;
+  }
+  const timeoutMs = Number(values['timeout-ms'] ?? 2000);
+  if (values.gate === undefined || !Number.isInteger(timeoutMs) || timeoutMs <= 0) {
+    io.stderr(`kvgate status: ${values.gate === undefined ? 'no --gate URL' : '--timeout-ms must be a positive integer'}\n${STATUS_USAGE}`);
+    return 2;
+  }
+  const doFetch = io.fetch ?? fetch;
+  const get = async (url: string): Promise<unknown> => {
+    const res = await doFetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    return res.json();
+  };
+  let gate: GateStatus;
+  try {
+    gate = (await get(`${values.gate.replace(/\/+$/, '')}/status`)) as GateStatus;
+  } catch (e) {
+    io.stderr(`kvgate status: the gate's admin port at ${values.gate} did not answer /status: ${(e as Error).message}; check --gate (the gate config's admin address)\n`);
+    return 1;
+  }
+  const pools = gate.workerView?.pools ?? [];
+  const urls = [...new Set(pools.flatMap((p) => p.endpoints.map((e) => e.status)).filter((s): s is string => s !== null))];
+  const sidecars = Object.fromEntries(
+    await Promise.all(
+      urls.map(async (u): Promise<[string, SidecarView]> => {
+        try {
+          return [u, (await get(`${u.replace(/\/+$/, '')}/kvgate/v1/status`)) as SidecarView];
+        } catch (e) {
+          return [u, { error: (e as Error).message }];
+        }
+      }),
+    ),
+  );
+  io.stdout(values.json === true ? `${JSON.stringify({ gate, sidecars }, null, 2)}\n` : renderStatus(gate, sidecars));
+  return 0;
+}
+
+/** The terminal view: the gate in a few lines, then one row per endpoint. */
+export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string, SidecarView>>): string {
+  const out: string[] = [];
+  const reload = gate.policy?.lastReload === undefined || gate.policy.lastReload === null ? 'none' : JSON.stringify(gate.policy.lastReload);
+  out.push(`gate: ${gate.serving === false ? 'DRAINING' : 'serving'}, ${gate.streams ?? 0} streams open, worker view ${gate.workerView?.mode ?? '?'} (age ${gate.workerView?.ageMs ?? '?'} ms)`);
+  out.push(`route table: ${gate.policy?.file ?? '?'} version ${gate.policy?.version ?? '?'}; last reload: ${reload}`);
+  out.push(`queues: ${JSON.stringify(gate.queues ?? {})}`);
+  const rows: string[][] = [['POOL', 'REVISION', 'ROLE', 'ENDPOINT', 'STATE', 'SIDECAR', 'IN FLIGHT', 'WHY']];
+  for (const p of gate.workerView?.pools ?? []) {
+    for (const e of p.endpoints) {
+      const s = e.status === null ? undefined : sidecars[e.status];
+      const sidecar = s === undefined ? '-' : s.error !== undefined ? 'unreachable' : `${s.verified ? 'verified' : 'UNVERIFIED'}${s.draining ? ', draining' : ''}`;
+      const load = s === undefined || s.error !== undefined ? '-' : `${s.inFlight ?? 0}/${s.capacity?.maxInFlight ?? '?'}`;
+      const why = [...e.reasons, ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? []))].filter((r, i, all) => all.indexOf(r) === i).join('; ');
+      rows.push([p.pool, p.revision, p.role, e.address, e.state, sidecar, load, why === '' ? '-' : why]);
+    }
+  }
+  if (gate.workerView?.pools == null) out.push('(static worker view: the gate does not poll sidecars, so no endpoint states)');
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (i === r.length - 1 ? 0 : r[i]!.length))));
+  out.push('', ...rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ')));
+  return `${out.join('\n')}\n`;
+}

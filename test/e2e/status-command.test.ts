@@ -1,0 +1,49 @@
+/**
+ * Issue 19: `kvgate status` against a running topology shows the gate and every sidecar: each endpoint with its
+ * pool, revision, role, state and why, in a table, and the same as JSON with `--json`.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { statusCommand } from '../../src/cli/status-command.js';
+import { startTopology, type Topology } from '../../testbed/demo/topology.js';
+import { silent } from './failure-matrix-support.js';
+
+let t: Topology;
+beforeAll(async () => {
+  t = await startTopology({ logger: silent, candidateWeight: 0, workerViewIntervalMs: 60_000, sidecarProbeIntervalMs: 60_000 });
+});
+afterAll(() => t.close());
+
+async function run(args: string[]) {
+  let out = '';
+  let err = '';
+  const code = await statusCommand(args, { stdout: (s) => (out += s), stderr: (s) => (err += s) });
+  return { code, out, err };
+}
+
+describe('kvgate status', () => {
+  it('prints the gate and one row per endpoint, with a drained sidecar shown as draining and why', async () => {
+    await t.worker('llama-b', 'decode').sidecar.drain();
+    await t.gate.refreshWorkerView();
+    const r = await run(['--gate', `http://127.0.0.1:${t.gate.adminPort}`]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^gate: serving/m);
+    expect(r.out).toMatch(/^route table: .*route-table\.yaml version /m);
+    const row = (pool: string) => r.out.split('\n').find((l) => l.startsWith(`${pool} `)) ?? '';
+    expect(row('a-decode')).toMatch(new RegExp(`a-decode\\s+llama-a\\s+decode\\s+${t.worker('llama-a', 'decode').address}\\s+routable\\s+verified\\s+0/\\d+`));
+    expect(row('b-decode')).toMatch(/b-decode\s+llama-b\s+decode\s+\S+\s+draining\s+verified, draining/);
+  });
+
+  it('--json: the gate status and every sidecar status, keyed by status URL', async () => {
+    const r = await run(['--gate', `http://127.0.0.1:${t.gate.adminPort}`, '--json']);
+    const doc = JSON.parse(r.out) as { gate: { workerView: { pools: Array<{ pool: string; endpoints: Array<{ state: string; status: string }> }> } }; sidecars: Record<string, { role: string }> };
+    expect(doc.gate.workerView.pools.map((p) => p.pool).sort()).toEqual(['a-decode', 'a-prefill', 'b-decode', 'b-prefill']);
+    const prefillA = doc.gate.workerView.pools.find((p) => p.pool === 'a-prefill')!.endpoints[0]!;
+    expect(doc.sidecars[prefillA.status]!.role).toBe('prefill');
+  });
+
+  it('a gate that does not answer: exit 1 with what to check', async () => {
+    const r = await run(['--gate', 'http://127.0.0.1:1', '--timeout-ms', '500']);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain('check --gate');
+  });
+});
