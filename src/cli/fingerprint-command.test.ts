@@ -1,6 +1,8 @@
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { parseSimConfig } from '../../testbed/sim/config.js';
 import { createSimServer, type SimServer } from '../../testbed/sim/server.js';
 import { fingerprintCommand } from './fingerprint-command.js';
@@ -56,5 +58,29 @@ describe('kvgate fingerprint', () => {
     expect(a.fingerprint).not.toBe(b.fingerprint);
     // Same geometry, same model path: vLLM's handshake cannot tell A from B. That is the gap kvgate closes.
     expect(a.nixlHash.hash).toBe(b.nixlHash.hash);
+  });
+
+  it('records an adapter revision under the adapter (what its sidecar probes), so the recorded worker verifies', async () => {
+    const { canaries: _c, ...base } = parseYaml(readFileSync(A, 'utf8'));
+    const declared = { ...base, adapter: { id: 'acme/support-lora', revision: 'lora-r1' } };
+    const cfg = parseSimConfig({ descriptor: declared, sim: { servedModelName: 'llama-3-8b' } });
+    if (!cfg.ok) throw cfg.error;
+    const lora = await createSimServer(cfg.value);
+    const dir = mkdtempSync(path.join(tmpdir(), 'kvgate-fp-'));
+    try {
+      const file = path.join(dir, 'lora.yaml');
+      writeFileSync(file, stringifyYaml(declared));
+      const first = JSON.parse((await run(['--worker', lora.url, '--descriptor', file, '--json'])).out);
+      expect(first.canaries.model).toBe('acme/support-lora');
+      const base = JSON.parse((await run(['--worker', lora.url, '--model', 'llama-3-8b', '--json'])).out);
+      expect(base.canaries.digests.generation).not.toBe(first.canaries.digests.generation); // the adapter changes generation
+      writeFileSync(file, stringifyYaml({ ...declared, canaries: first.canaries.digests }));
+      const again = await run(['--worker', lora.url, '--descriptor', file, '--json']);
+      expect(again.code).toBe(0);
+      expect(JSON.parse(again.out).verified).toBe(true);
+    } finally {
+      await lora.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -22,7 +22,8 @@ const HELP = `usage: kvgate fingerprint [--worker URL] [--descriptor FILE] [--mo
                       tokenizer, chat-template and generation canaries (records the digests to declare)
   --descriptor FILE   a compatibility descriptor (YAML/JSON): prints its fingerprint and the predicted NIXL hash;
                       with --worker, also compares the live worker against it (exit 1 on any disagreement)
-  --model NAME        the served model to probe (default: the worker's first base model)
+  --model NAME        the served model to probe (default: the descriptor's adapter card when it names an adapter,
+                      else the worker's first base model)
   --worker-api-key-file FILE | --worker-api-key-env NAME
                       the worker's --api-key (sent as Authorization: Bearer on every probe; never printed)
   --json              machine-readable output
@@ -92,7 +93,8 @@ export async function fingerprintCommand(argv: readonly string[]): Promise<numbe
       return 2;
     }
     const headers = auth.value;
-    const canaries = await measureCanaries(values.worker, { headers, ...(model === undefined ? {} : { model }) });
+    // The model the sidecar would probe: the adapter's card when the descriptor names an adapter (probe.ts).
+    const canaries = await measureCanaries(values.worker, { headers, ...(model === undefined ? {} : { model }), ...(declared === undefined ? {} : { descriptor: declared }) });
     out['worker'] = values.worker;
     out['canaries'] = { model: canaries.model, digests: canaries.digests, ...(Object.keys(canaries.errors).length ? { errors: canaries.errors } : {}) };
     if (declared !== undefined) {

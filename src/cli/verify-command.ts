@@ -13,7 +13,9 @@ import { formatIssues } from '../config/issues.js';
 import { loadPromptsFile } from '../verify/prompts.js';
 import { createProgress, type ProgressSink } from '../verify/progress.js';
 import { renderText, toJsonReport } from '../verify/report.js';
+import { canariesYaml, recordCanaries } from '../verify/record.js';
 import { discoverModel, runVerify } from '../verify/run.js';
+import { measureCanaries } from '../sidecar/probe.js';
 
 const HELP = `usage: kvgate verify --via URL --baseline URL --prompts FILE [options]
 
@@ -33,6 +35,10 @@ revision, and compares the generated token ids. Reports the first divergent posi
   --timeout-ms N         per request (default 60000)
   --baseline-salt S      cache_salt for baseline requests (default: a fresh one per run, so the baseline never
                          reads prefix-cache blocks a disaggregated request pulled in); "none" sends no salt
+  --record REVISION      on a pass, record REVISION's behaviour: measure the canary digests (tokenizer, chat
+                         template, generation) on the baseline, under --model (an adapter's name for an
+                         adapter revision), and write them into --policy, or print the YAML to paste
+  --policy FILE          the route table to write recorded canaries into (its descriptorFile, when it names one)
   --json                 machine-readable report on stdout
 
 exit: 0 every prompt matched; 1 divergence, mixed or unexpected revisions; 2 usage/config error; 3 endpoint failure
@@ -64,6 +70,8 @@ interface ParsedArgs {
   readonly timeoutMs: number;
   readonly salt: string | undefined | null;
   readonly json: boolean;
+  readonly record: string | undefined;
+  readonly policy: string | undefined;
 }
 
 export async function runVerifyCommand(argv: readonly string[], io: VerifyIo): Promise<number> {
@@ -110,7 +118,34 @@ export async function runVerifyCommand(argv: readonly string[], io: VerifyIo): P
   );
   progress.finish();
   io.stdout.write(args.json ? `${JSON.stringify(toJsonReport(report), null, 2)}\n` : renderText(report));
-  return report.verdict.exitCode;
+  if (args.record === undefined) return report.verdict.exitCode;
+  if (report.verdict.exitCode !== 0) {
+    io.stderr.write(`kvgate verify: the run did not pass, so nothing is recorded for revision ${args.record}\n`);
+    return report.verdict.exitCode;
+  }
+  return recordAfterPass(args, model, doFetch, io);
+}
+
+/** Measure the baseline's canaries and write them into the route table, or print the YAML to paste. */
+async function recordAfterPass(args: ParsedArgs, model: string, doFetch: typeof fetch, io: VerifyIo): Promise<number> {
+  const revision = args.record!;
+  const m = await measureCanaries(args.baseline, { model, fetch: doFetch, timeoutMs: args.timeoutMs });
+  const { tokenizer, chatTemplate, generation } = m.digests;
+  if (tokenizer === undefined || chatTemplate === undefined || generation === undefined) {
+    io.stderr.write(`kvgate verify: the baseline answered no canary digest for ${Object.entries(m.errors).map(([k, e]) => `${k} (${e})`).join(', ')}; nothing recorded\n`);
+    return 3;
+  }
+  const digests = { tokenizer, chatTemplate, generation };
+  if (args.policy !== undefined) {
+    const written = await recordCanaries(args.policy, revision, digests);
+    if (written.ok) {
+      io.stderr.write(`kvgate verify: recorded the canaries of revision ${revision} (model ${model}) in ${written.file}\n`);
+      return 0;
+    }
+    io.stderr.write(`kvgate verify: could not write the canaries (${written.error}); paste them yourself:\n`);
+  }
+  (args.json ? io.stderr : io.stdout).write(canariesYaml(revision, digests, model));
+  return 0;
 }
 
 /** argv -> options, `'help'`, or every usage problem at once. */
@@ -132,6 +167,8 @@ export function parseVerifyArgs(argv: readonly string[]): ParsedArgs | 'help' | 
         'timeout-ms': { type: 'string' },
         'baseline-salt': { type: 'string' },
         json: { type: 'boolean' },
+        record: { type: 'string' },
+        policy: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -156,7 +193,10 @@ export function parseVerifyArgs(argv: readonly string[]): ParsedArgs | 'help' | 
     timeoutMs: positiveInt('--timeout-ms', values['timeout-ms'], 60_000, errors),
     salt: values['baseline-salt'] === 'none' ? null : values['baseline-salt'],
     json: values.json === true,
+    record: values.record,
+    policy: values.policy,
   };
+  if (parsed.policy !== undefined && parsed.record === undefined) errors.push('--policy FILE is only used with --record REVISION');
   if (parsed.salt === '') errors.push('--baseline-salt must not be empty (use "none" to send no salt)');
   return errors.length > 0 ? errors : parsed;
 }

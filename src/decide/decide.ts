@@ -45,6 +45,9 @@ interface Identity {
   readonly session: string | null;
 }
 
+/** The bound revision and its trust, for a refusal's audit line. */
+const boundRevision = (rev: CompiledRevision): { revision: string; trust: CompiledRevision['trust'] } => ({ revision: rev.name, trust: rev.trust });
+
 const isRefusal = (x: unknown): x is Refusal => (x as { kind?: unknown }).kind === 'refuse';
 
 function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): CoreDecision {
@@ -59,11 +62,11 @@ function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: Worke
   const group = groupFor(rev, who);
   trace.push(`group: ${group.id} (fingerprint ${rev.fingerprint.slice(0, 12)}…, scope ${group.tenantScope})`);
   if (ctx.bound !== undefined && ctx.bound.group.id !== group.id) {
-    return refuse(id, 'no_compatible_capacity', requeueMessage(id, ctx.bound, `the tenant prefix scope is now ${group.tenantScope}`), trace, { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table) });
+    return refuse(id, 'no_compatible_capacity', requeueMessage(id, ctx.bound, `the tenant prefix scope is now ${group.tenantScope}`), trace, { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table), ...boundRevision(rev) });
   }
   if (!rev.transfer.allowed) {
     if (rev.pools.both.length === 0) {
-      return refuse(id, 'incompatible_transfer', `model ${group.model} (revision ${rev.name}) cannot be served with disaggregated prefill/decode: ${rev.transfer.reasons.join('; ')}. It needs a role: both pool; ask the operator to add one`, trace, { tenant: who.tenant });
+      return refuse(id, 'incompatible_transfer', `model ${group.model} (revision ${rev.name}) cannot be served with disaggregated prefill/decode: ${rev.transfer.reasons.join('; ')}. It needs a role: both pool; ask the operator to add one`, trace, { tenant: who.tenant, ...boundRevision(rev) });
     }
     trace.push(`connector rules: revision ${rev.name} is not transferable (${rev.transfer.reasons.join('; ')}); only role: both pools may serve it`);
   } else {
@@ -138,7 +141,13 @@ function fromFallback(
       trace.push('prefill: none (recomputed on the decode endpoint; the contract carries no prefill leg)');
       return bindRoute(facts, table, keys, now, who, bound.group, { decode: o.decode, prefill: null }, trace, records);
     case 'refuse':
-      return refuse(facts.requestId, o.code, o.message, trace, { tenant: who.tenant, ...(o.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: o.retryAfterSeconds }), fallback: records });
+      return refuse(facts.requestId, o.code, o.message, trace, {
+        tenant: who.tenant,
+        ...(o.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: o.retryAfterSeconds }),
+        fallback: records,
+        revision: bound.group.revision,
+        ...(table.revisions.get(bound.group.revision) === undefined ? {} : { trust: table.revisions.get(bound.group.revision)!.trust }),
+      });
   }
 }
 

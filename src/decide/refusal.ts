@@ -9,6 +9,10 @@ export interface RefusalExtra {
   readonly retryAfterSeconds?: number;
   readonly tenant?: string | null;
   readonly fallback?: readonly FallbackRecord[];
+  /** The revision the request was bound to when it was refused after binding, for the audit line. */
+  readonly revision?: string;
+  /** That revision's trust (`declared-only` is named on every audit line of the revision). */
+  readonly trust?: 'recorded' | 'declared-only';
 }
 
 /** A frozen refusal; the trace ends with the refusal code so `kvgate explain` output reads top to bottom. */
@@ -28,6 +32,8 @@ export function refuse(
     ...(extra.tenant === undefined ? {} : { tenant: extra.tenant }),
     trace: Object.freeze([...trace, `refused: ${code}`]),
     ...(extra.fallback === undefined ? {} : { fallback: extra.fallback }),
+    ...(extra.revision === undefined ? {} : { revision: extra.revision }),
+    ...(extra.trust === undefined ? {} : { trust: extra.trust }),
   });
 }
 

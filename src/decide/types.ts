@@ -123,6 +123,10 @@ export interface Refusal {
   readonly trace: readonly string[];
   /** Fallback steps walked before this refusal, for `kvgate_fallback_total`; absent when the chain did not run. */
   readonly fallback?: readonly FallbackRecord[];
+  /** The revision the request was bound to, when the refusal came after binding (for the audit line). */
+  readonly revision?: string;
+  /** That revision's trust; `declared-only` is named on every audit line of the revision. */
+  readonly trust?: 'recorded' | 'declared-only';
 }
 
 /**

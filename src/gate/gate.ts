@@ -19,7 +19,7 @@ import { createGateMetrics } from './metrics.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
 import { createAdmission, type RoutingState } from './admission.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
-import { rolloutStatus } from '../policy/rollout-status.js';
+import { rolloutStatus, trustStatus } from '../policy/rollout-status.js';
 import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
 import { type GateTransport, transportStatus } from './transport.js';
 import { createWorkerPoller } from './worker-poller.js';
@@ -172,6 +172,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null, pools: poller?.poolStates() ?? null },
     discovery: discovery?.status(policy.current().pools.values()) ?? null,
     rollout: rolloutStatus(policy.current()),
+    trust: trustStatus(policy.current()),
     queues: admission.queueStatus(),
   });
   const admin: AdminServer | null =

@@ -9,6 +9,8 @@
  * - `kvgate_queue_wait_seconds{outcome}`: time spent queued, by how the wait ended.
  * - `kvgate_revision_verified{model, revision}`: 1 when a rollout revision may take traffic (verification passed or
  *   not required), 0 when its verification is required and has not passed.
+ * - `kvgate_revision_trust{revision, trust}`: 1 per revision with pools; `trust="declared-only"` marks a revision
+ *   routed on its declaration alone (no recorded canaries), so an alert can fire on it.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { CompiledRouteTable } from '../policy/compile.js';
@@ -19,6 +21,7 @@ export interface RolloutMetrics {
   readonly queueDepth: Gauge<'group'>;
   readonly queueWait: Histogram<'outcome'>;
   readonly revisionVerified: Gauge<'model' | 'revision'>;
+  readonly revisionTrust: Gauge<'revision' | 'trust'>;
   /** Set `kvgate_revision_verified` from the table in use (call at start and after every swap). */
   updateVerification(table: CompiledRouteTable): void;
   /** Set or clear one group's `kvgate_queue_depth` series. */
@@ -31,6 +34,12 @@ export function createRolloutMetrics(registry: Registry): RolloutMetrics {
     name: 'kvgate_revision_verified',
     help: 'Whether a rollout revision may take traffic: 1 verified or not required, 0 verification required and not passed.',
     labelNames: ['model', 'revision'] as const,
+    registers,
+  });
+  const revisionTrust = new Gauge({
+    name: 'kvgate_revision_trust',
+    help: 'Revisions with pools by trust: recorded (workers checked against recorded canaries) or declared-only (not checked).',
+    labelNames: ['revision', 'trust'] as const,
     registers,
   });
   const queueDepth = new Gauge({
@@ -55,9 +64,14 @@ export function createRolloutMetrics(registry: Registry): RolloutMetrics {
       registers,
     }),
     revisionVerified,
+    revisionTrust,
     updateVerification(table) {
       revisionVerified.reset();
       for (const r of rolloutStatus(table)) revisionVerified.set({ model: r.model, revision: r.revision }, r.verified ? 1 : 0);
+      revisionTrust.reset();
+      for (const r of table.revisions.values()) {
+        if (r.pools.prefill.length + r.pools.decode.length + r.pools.both.length > 0) revisionTrust.set({ revision: r.name, trust: r.trust }, 1);
+      }
     },
     setQueueDepth(groupId, depth) {
       if (depth > 0) queueDepth.set({ group: groupId }, depth);

@@ -362,6 +362,8 @@ export class ExtProcSession {
           tenant: d.tenant === undefined || d.tenant === null ? null : auditCut(d.tenant),
           reason: auditCut(d.message, AUDIT_REASON_MAX),
           listener: this.#listener,
+          ...(d.revision === undefined ? {} : { revision: d.revision }),
+          ...(d.trust === undefined ? {} : { trust: d.trust }),
         },
         `refused: ${d.code}`,
       );

@@ -8,7 +8,7 @@ import { deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
-import { isVerified, type ConnectorMode, type FallbackStep, type Limits, type PoolDiscovery, type PoolRole, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
+import { isVerified, type ConnectorMode, type FallbackStep, type Limits, type PoolDiscovery, type PoolRole, type RevisionTrust, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
 
 /** An endpoint as declared; `fingerprint` is its own declared descriptor's, else its pool's. */
 export interface CompiledEndpoint {
@@ -49,6 +49,8 @@ export interface CompiledRevision {
   readonly verification: RevisionVerification;
   /** False when verification is required and has not passed: then it takes no cohort, fallback or bound traffic. */
   readonly verified: boolean;
+  /** `declared-only` when the table routes this revision on its declaration alone (no recorded canaries). */
+  readonly trust: RevisionTrust;
 }
 
 export interface CompiledModel {
@@ -133,6 +135,7 @@ export function compileRouteTable(table: RouteTable, checked: CheckedRevisions):
       },
       verification: rev.verification,
       verified: isVerified(rev.verification),
+      trust: rev.trust ?? 'recorded',
     });
   }
   const models = new Map<string, CompiledModel>();

@@ -82,12 +82,12 @@ function resolveRevisions(
     const verification: RevisionVerification =
       v === undefined ? NO_VERIFICATION : { required: v.required, verified: v.verified, evidence: v.evidence ?? null };
     if (rev.descriptor !== undefined) {
-      out[name] = { descriptor: rev.descriptor as CompatDescriptor, descriptorFile: null, verification };
+      out[name] = { descriptor: rev.descriptor as CompatDescriptor, descriptorFile: null, verification, trust: rev.trust };
       continue;
     }
     const ref = rev.descriptorFile!;
     const r = readDescriptorFile(ref, name, source);
-    if (r.ok) out[name] = { descriptor: r.value, descriptorFile: ref, verification };
+    if (r.ok) out[name] = { descriptor: r.value, descriptorFile: ref, verification, trust: rev.trust };
     else issues.push(...r.error);
   }
   return issues.length > 0 ? err(issues) : ok(out);

@@ -20,6 +20,8 @@ export interface RevisionRolloutState {
   readonly effectivePercent: number;
   /** Pools of this revision marked `draining: true` (they take no new bindings). */
   readonly drainingPools: readonly string[];
+  /** `declared-only` when the table routes this revision without recorded canaries (shown loudly on /status). */
+  readonly trust: 'recorded' | 'declared-only';
 }
 
 /** Every rollout revision of every served model, stable first, models sorted. */
@@ -56,6 +58,7 @@ function stateOf(
     configuredPercent,
     effectivePercent,
     drainingPools: pools.filter((p) => p.draining).map((p) => p.name),
+    trust: r?.trust ?? 'recorded',
   };
 }
 
@@ -66,6 +69,19 @@ export function formatRolloutStatus(states: readonly RevisionRolloutState[]): st
     const verification = !v.required ? 'verification not required' : v.verified ? `verified${v.evidence === null ? '' : ` (${v.evidence})`}` : 'verification required, not passed';
     const pct = s.configuredPercent === s.effectivePercent ? `${s.configuredPercent}%` : `${s.configuredPercent}% configured, ${s.effectivePercent}% effective`;
     const drain = s.drainingPools.length === 0 ? '' : `; draining pools: ${s.drainingPools.join(', ')}`;
-    return `${s.model}: ${s.role} ${s.revision} ${pct}; ${verification}${drain}`;
+    const trust = s.trust === 'declared-only' ? '; TRUST: DECLARED-ONLY (workers are not checked against recorded canaries)' : '';
+    return `${s.model}: ${s.role} ${s.revision} ${pct}; ${verification}${drain}${trust}`;
   });
+}
+
+/**
+ * Per revision with pools, how far the gate trusts its workers: `recorded` (sidecars check them against the recorded
+ * canaries) or `declared-only` (taken on the declaration; listed first-class on /status so nobody misses it).
+ */
+export function trustStatus(table: CompiledRouteTable): { revisions: Record<string, 'recorded' | 'declared-only'>; declaredOnly: string[] } {
+  const revisions: Record<string, 'recorded' | 'declared-only'> = {};
+  for (const r of table.revisions.values()) {
+    if (r.pools.prefill.length + r.pools.decode.length + r.pools.both.length > 0) revisions[r.name] = r.trust;
+  }
+  return { revisions, declaredOnly: Object.keys(revisions).filter((n) => revisions[n] === 'declared-only') };
 }

@@ -59,8 +59,8 @@ describe('rolloutStatus', () => {
     v['pools'][3]['draining'] = true;
     const states = rolloutStatus(tableFromValue(v));
     expect(states.map(({ fingerprint: _f, ...s }) => s)).toEqual([
-      { model: 'llama-3-8b', revision: 'llama-a', role: 'stable', verified: true, verification: { required: false, verified: false, evidence: null }, configuredPercent: 90, effectivePercent: 100, drainingPools: [] },
-      { model: 'llama-3-8b', revision: 'llama-b', role: 'candidate', verified: false, verification: { required: true, verified: false, evidence: null }, configuredPercent: 10, effectivePercent: 0, drainingPools: ['b-decode'] },
+      { model: 'llama-3-8b', revision: 'llama-a', role: 'stable', verified: true, verification: { required: false, verified: false, evidence: null }, configuredPercent: 90, effectivePercent: 100, drainingPools: [], trust: 'recorded' },
+      { model: 'llama-3-8b', revision: 'llama-b', role: 'candidate', verified: false, verification: { required: true, verified: false, evidence: null }, configuredPercent: 10, effectivePercent: 0, drainingPools: ['b-decode'], trust: 'recorded' },
     ]);
     expect(formatRolloutStatus(states)).toEqual([
       'llama-3-8b: stable llama-a 90% configured, 100% effective; verification not required',

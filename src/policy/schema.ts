@@ -150,11 +150,21 @@ export const VerificationSchema = z
   })
   .strict();
 
+/**
+ * How much of a revision's declaration the sidecars can check. `recorded` (the default): the descriptor carries the
+ * tokenizer, chat-template and generation canary digests of a known-good worker, so a worker serving other weights,
+ * adapter, tokenizer or template is refused before any of its KV is used. `declared-only`: the loud exception that
+ * routes on the declaration alone; `policy check`, `/status`, `kvgate_revision_trust` and every audit line say so.
+ */
+export const REVISION_TRUST = ['recorded', 'declared-only'] as const;
+export type RevisionTrust = (typeof REVISION_TRUST)[number];
+
 export const RevisionSchema = z
   .object({
     descriptor: CompatDescriptorSchema.optional(),
     descriptorFile: nonEmpty.describe('path relative to the route table').optional(),
     verification: VerificationSchema.optional(),
+    trust: z.enum(REVISION_TRUST).default('recorded'),
   })
   .strict()
   .refine((r) => (r.descriptor === undefined) !== (r.descriptorFile === undefined), {
@@ -344,6 +354,8 @@ export interface ResolvedRevision {
   /** The file it was read from (as written in the table), or null when declared inline. */
   readonly descriptorFile: string | null;
   readonly verification: RevisionVerification;
+  /** `recorded` unless the table opts this revision out of behavioural checks (`trust: declared-only`). */
+  readonly trust?: RevisionTrust;
 }
 
 /** A loaded, frozen route table: the document with every revision's descriptor resolved. */

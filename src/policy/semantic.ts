@@ -22,6 +22,7 @@ import {
 } from './semantic-groups.js';
 import { checkFallbackSteps, checkVerification } from './semantic-rollout.js';
 import type { Locate } from '../config/from-zod.js';
+import { checkRecordedBehaviour } from './semantic-trust.js';
 
 export interface CheckOptions {
   /** Source positions, so issues carry a line number. */
@@ -65,6 +66,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkFallback(ctx);
   checkFallbackSteps(ctx);
   checkVerification(ctx);
+  checkRecordedBehaviour(ctx);
   checkEndpointDescriptors(ctx);
   checkClusters(ctx);
   checkAddresses(ctx);

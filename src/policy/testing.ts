@@ -21,6 +21,23 @@ export const WEIGHTS = Object.freeze({
   b: 'e1945c40cd546c78e41f1151f4db032b271faeaa',
 });
 
+/**
+ * The canary digests a simulated worker of each test revision answers (computed by testbed/sim/recorded-canaries.ts
+ * and checked there by a test): a routable revision must carry them (src/policy/semantic-trust.ts).
+ */
+export const RECORDED_CANARIES = Object.freeze({
+  a: {
+    tokenizer: '5fae63391979c8c723d8efd55538020e07fb5692ac92e3adc7879f7a7c4176ab',
+    chatTemplate: '17b0d8d9784cc7cf122263164d8c93c2d06ef35664346b3526014b2496779e3a',
+    generation: 'e0f825c398e1567160b36d51d4636901f71ef4f15e41d409d9032bb3d0011822',
+  },
+  b: {
+    tokenizer: '5fae63391979c8c723d8efd55538020e07fb5692ac92e3adc7879f7a7c4176ab',
+    chatTemplate: '17b0d8d9784cc7cf122263164d8c93c2d06ef35664346b3526014b2496779e3a',
+    generation: '75c3a7ff4df976b0e1deabab8b812575b7dc0304124de6e76332abae6a300aab',
+  },
+});
+
 type DeepPartial<T> = T extends readonly unknown[] ? T : T extends object ? { [K in keyof T]?: DeepPartial<T[K]> | undefined } : T;
 
 export type DescriptorOverrides = DeepPartial<CompatDescriptorInput> & {
@@ -49,6 +66,7 @@ export function testDescriptorInput(overrides: DescriptorOverrides = {}): Compat
     kvCache: { dtype: 'auto', scaleScheme: 'none', blockSize: 16, layout: 'HND' },
     engine: { name: 'vllm', version: '0.11.0' },
     connector: { name: 'NixlConnector', version: 2, transferMode: 'pull' },
+    canaries: { ...RECORDED_CANARIES[weights] },
   };
   return merge(base, rest) as CompatDescriptorInput;
 }

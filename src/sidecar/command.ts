@@ -24,6 +24,10 @@ export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
                       [--admin 127.0.0.1:port (drain/undrain, loopback only; '' disables)] [--metrics host:port ('' disables)]
                       (--keys FILE | --dev-keys SEED) [--prefill-via direct|URL] [--on-transfer-failure fail|recompute]
                       [--worker-api-key-file FILE | --worker-api-key-env NAME]   (the worker's --api-key)
+                      [--trust recorded|declared-only]
+
+The descriptor must carry the canary digests recorded on a known-good worker (kvgate verify --record, or kvgate
+fingerprint --worker URL --descriptor FILE); --trust declared-only accepts a worker without them, and says so loudly.
 
 Runs beside one vLLM worker: probes it against its declared descriptor, verifies transfer contracts, and
 (decode) coordinates the prefill leg and verifies its attestation before any KV is consumed.
@@ -43,6 +47,7 @@ const OPTIONS = {
   'on-transfer-failure': { type: 'string' },
   'worker-api-key-file': { type: 'string' },
   'worker-api-key-env': { type: 'string' },
+  trust: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -94,6 +99,7 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ...(via === undefined ? {} : { prefill: { via: via === 'direct' ? 'direct' : { envoy: via } } }),
     ...(values['on-transfer-failure'] === undefined ? {} : { onTransferFailure: values['on-transfer-failure'] }),
     ...workerApiKeyFlags(values['worker-api-key-file'], values['worker-api-key-env']),
+    ...(values.trust === undefined ? {} : { trust: values.trust }),
   };
   return parseSidecarConfig(raw, 'command line');
 }

@@ -50,6 +50,11 @@ export interface ProbeVerdict {
 export interface CompareOptions {
   /** The `--served-model-name` the worker must serve, when the sidecar config names one. */
   readonly servedModelName?: string;
+  /**
+   * Safe by default (sidecar `trust: recorded`): a descriptor without a recorded canary digest cannot be verified,
+   * because the fields that digest stands for (weights, adapter, tokenizer, chat template) would be taken on trust.
+   */
+  readonly requireRecorded?: boolean;
 }
 
 /** Every descriptor path a probe could in principle confirm; the rest of the fingerprint is always declared-only. */
@@ -70,7 +75,7 @@ export function compareObservation(d: CompatDescriptor, o: Observation, opts: Co
     compareVersion(d, o.version, acc);
     compareModels(d, o.models, opts, acc);
     compareCacheConfig(d, o.cacheConfig, acc);
-    compareCanaries(d, o.canaries ?? {}, acc);
+    compareCanaries(d, o.canaries ?? {}, acc, opts.requireRecorded === true);
     compareEngineId(o.engineId, acc);
   }
   const declaredOnly = CHECKABLE_PATHS.filter((p) => !acc.verified.has(p) && isDeclared(d, p));
@@ -266,10 +271,18 @@ const CANARY_FIELDS: Readonly<Record<CanaryKind, { paths: string[]; what: (d: Co
 
 const CANARY_LABEL: Readonly<Record<CanaryKind, string>> = { tokenizer: 'tokenizer', chatTemplate: 'chat template', generation: 'generation' };
 
-function compareCanaries(d: CompatDescriptor, canaries: Partial<Record<CanaryKind, Probed<string>>>, acc: Acc): void {
+function compareCanaries(d: CompatDescriptor, canaries: Partial<Record<CanaryKind, Probed<string>>>, acc: Acc, requireRecorded: boolean): void {
   for (const kind of ['tokenizer', 'chatTemplate', 'generation'] as const) {
     const probed = canaries[kind];
     const declared = d.canaries?.[kind];
+    if (requireRecorded && declared === undefined) {
+      const seen = probed?.ok === true ? ` (this worker answers ${probed.value})` : '';
+      acc.reasons.push(
+        `${CANARY_LABEL[kind]} canary: no digest is recorded in the descriptor${seen}, so ${CANARY_FIELDS[kind].paths.join(' and ')} cannot be ` +
+          'checked; record it from a known-good worker (kvgate verify --record, or kvgate fingerprint --worker URL --descriptor FILE) ' +
+          "or set the sidecar's trust: declared-only",
+      );
+    }
     if (probed === undefined) continue;
     if (!probed.ok) {
       if (declared !== undefined) acc.reasons.push(`${CANARY_LABEL[kind]} canary: could not be measured (${probed.error}); the declared digest cannot be confirmed`);

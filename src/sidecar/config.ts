@@ -58,6 +58,12 @@ export const SidecarConfigSchema = z
     descriptor: CompatDescriptorSchema.optional(),
     /** A YAML/JSON descriptor file, relative to this config file. */
     descriptorFile: z.string().min(1).optional(),
+    /**
+     * `recorded` (default): the worker is verified only against recorded canary digests in the descriptor (tokenizer,
+     * chat template, generation); a descriptor without them leaves the worker unverified. `declared-only`: the loud
+     * exception that accepts the declaration for what no probe can see; it is named on /status and every audit line.
+     */
+    trust: z.enum(['recorded', 'declared-only']).default('recorded'),
     /** The worker's `--served-model-name`, when it differs from the model path. */
     servedModelName: z.string().min(1).optional(),
     keys: KeySourceSchema.optional(),

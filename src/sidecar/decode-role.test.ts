@@ -133,9 +133,10 @@ describe('decode role refusals before any KV is consumed', () => {
   });
 
   it("an attestation whose prompt token count this decode worker's tokenizer does not reproduce is 409 before decode", async () => {
-    // Same label, but the worker's tokenizer changed: no canary declared, so only the attestation can catch it.
+    // Same label, but the worker's tokenizer changed, and the operator opted out of canaries (trust: declared-only):
+    // only the attestation can catch it. (With the default, recorded trust, the tokenizer canary refuses it first.)
     const drifted = track(await startTestSim({}, { behaveAs: { tokenizer: { revision: 'tok-b' } } }));
-    const d2 = await startTestSidecar(sidecarConfigFor(drifted, 'decode'));
+    const d2 = await startTestSidecar(sidecarConfigFor(drifted, 'decode', { trust: 'declared-only' }));
     track(d2.sidecar);
     expect(d2.sidecar.status().verified).toBe(true);
     const c = contractFor(d2.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'drift-1' });

@@ -182,11 +182,13 @@ export interface CanaryMeasurement {
 
 /**
  * Measure all three canary digests on a known-good worker, for `kvgate fingerprint --worker URL` to record into the
- * descriptor's `canaries`. `model` defaults to the first base model the worker serves.
+ * descriptor's `canaries`. `model` defaults to the model the sidecar would probe for `descriptor` (the adapter's card
+ * when it names an adapter: a sidecar of an adapter revision checks the adapter, so that is what must be recorded),
+ * else to the first base model the worker serves.
  */
 export async function measureCanaries(
   workerUrl: string,
-  opts: Omit<ProbeOptions, 'generation'> & { readonly model?: string } = {},
+  opts: Omit<ProbeOptions, 'generation'> & { readonly model?: string; readonly descriptor?: CompatDescriptor } = {},
 ): Promise<CanaryMeasurement> {
   const base = workerUrl.replace(/\/+$/, '');
   let model = opts.model;
@@ -194,7 +196,11 @@ export async function measureCanaries(
     const r = await getJson(`${base}/v1/models`, opts);
     const cards = r.ok ? toModelCards(r.value) : r;
     if (!cards.ok) throw new Error(`cannot list the worker's models at ${base}/v1/models: ${cards.error}`);
-    model = cards.value.find((c) => c.parent === null)?.id ?? cards.value[0]?.id;
+    if (opts.descriptor?.adapter != null && findAdapterCard(opts.descriptor, cards.value) === undefined) {
+      throw new Error(`the worker at ${base} serves no LoRA card for adapter ${opts.descriptor.adapter.id}; load it, or pass --model`);
+    }
+    model = opts.descriptor === undefined ? undefined : canaryModel(opts.descriptor, cards.value, opts.servedModelName);
+    model ??= cards.value.find((c) => c.parent === null)?.id ?? cards.value[0]?.id;
     if (model === undefined) throw new Error(`the worker at ${base} serves no model`);
   }
   const results = await runCanaries(base, model, { ...opts, generation: true });

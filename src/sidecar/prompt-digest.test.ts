@@ -64,9 +64,10 @@ afterEach(async () => {
   rig = undefined;
 });
 
+/** `declared === undefined`: no canaries at all, which only the explicit `trust: declared-only` accepts. */
 async function startRig(declared: CompatDescriptorInput | undefined, decodeSim: Record<string, unknown> = {}): Promise<Rig> {
   const [pSim, dSim] = await Promise.all([startTestSim(), startTestSim({}, decodeSim)]);
-  const descriptor = declared === undefined ? {} : { descriptor: declared };
+  const descriptor = declared === undefined ? { trust: 'declared-only' as const } : { descriptor: declared };
   const P = await startTestSidecar(sidecarConfigFor(pSim, 'prefill', descriptor));
   const D = await startTestSidecar(sidecarConfigFor(dSim, 'decode', descriptor));
   rig = { pSim, dSim, P, D };

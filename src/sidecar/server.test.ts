@@ -10,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestSim, postJson } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { sidecarCommand } from './command.js';
-import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar , bound } from './testing.js';
+import type { CompatDescriptorInput } from '../compat/descriptor.js';
+import { bound, contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, withRecordedCanaries, type TestSidecar } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 let sim: SimServer;
@@ -161,7 +162,7 @@ describe('kvgate sidecar command', () => {
 
   it('starts from flags, serves, and on SIGTERM drains and exits 0', async () => {
     const descriptor = path.join(dir, 'd.json');
-    await writeFile(descriptor, JSON.stringify(sim.config.descriptor));
+    await writeFile(descriptor, JSON.stringify(await withRecordedCanaries(sim.config.descriptor as CompatDescriptorInput)));
     const signals = new EventEmitter();
     let out = '';
     let ready: (url: string) => void = () => undefined;
@@ -195,5 +196,39 @@ describe('kvgate sidecar command', () => {
     expect(await sidecarCommand(['--role', 'sideways', '--worker', 'ftp://x', '--descriptor', descriptor, '--dev-keys', 's'], io)).toBe(2);
     expect(out).toMatch(/command line: error: role: .*prefill/);
     expect(out).toContain('command line: error: worker:');
+  });
+});
+
+describe('safe by default: a descriptor without recorded canaries', () => {
+  it('leaves the worker unverified (recorded trust), naming each missing digest and how to record it', async () => {
+    const sim = await startTestSim();
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { descriptor: { ...(sim.config.descriptor as CompatDescriptorInput), canaries: {} } }));
+    try {
+      const s = t.sidecar.status();
+      expect(s.verified).toBe(false);
+      expect(s.trust).toBe('recorded');
+      expect(s.reasons.filter((r) => /canary: no digest is recorded/.test(r))).toHaveLength(3);
+      expect(s.reasons.join('\n')).toMatch(/generation canary: no digest is recorded in the descriptor \(this worker answers [0-9a-f]{64}\), so model.revision and adapter.revision cannot be checked; record it .*kvgate verify --record.*trust: declared-only/);
+    } finally {
+      await t.sidecar.close();
+      await sim.close();
+    }
+  });
+
+  it('trust: declared-only verifies on the declaration, and says so on /status and on every audit line', async () => {
+    const sim = await startTestSim();
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { trust: 'declared-only' }));
+    try {
+      const s = t.sidecar.status();
+      expect([s.verified, s.trust]).toEqual([true, 'declared-only']);
+      const r = await postJson(`${t.sidecar.url}/v1/completions`, { model: 'x', prompt: 'hi' }, { 'x-request-id': 'no-contract' });
+      expect(r.status).toBe(403);
+      const audit = t.lines.filter((l) => l['audit'] === 'refusal');
+      expect(audit).toHaveLength(1);
+      expect(audit[0]).toMatchObject({ trust: 'declared-only', code: 'contract_invalid' });
+    } finally {
+      await t.sidecar.close();
+      await sim.close();
+    }
   });
 });

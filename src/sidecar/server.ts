@@ -164,7 +164,11 @@ function createProbeLoop(rt: Runtime): ProbeLoop {
   let started = 0;
   let timer: NodeJS.Timeout | undefined;
   const served = config.servedModelName === undefined ? {} : { servedModelName: config.servedModelName };
-  const generation = config.probe.generation === 'always' || (config.probe.generation === 'declared' && config.descriptor.canaries?.generation !== undefined);
+  // Recorded trust needs the generation canary on every probe (it is what tells weights and adapters apart).
+  const generation =
+    config.probe.generation === 'always' ||
+    (config.probe.generation === 'declared' && (config.trust === 'recorded' || config.descriptor.canaries?.generation !== undefined));
+  const compareOpts = { ...served, requireRecorded: config.trust === 'recorded' };
   const round = async (n: number): Promise<SidecarStatus> => {
     const engineCanary = config.role === 'prefill' ? { engineCanary: { requestId: `${ENGINE_CANARY_REQUEST_PREFIX}${rt.ctx.now()}-${n}` } } : {};
     const observation = await observeWorker(rt.ctx.workerUrl, config.descriptor, {
@@ -175,7 +179,7 @@ function createProbeLoop(rt: Runtime): ProbeLoop {
       ...served,
       ...engineCanary,
     });
-    rt.state.recordProbe(compareObservation(config.descriptor, observation, served), observation.down !== undefined);
+    rt.state.recordProbe(compareObservation(config.descriptor, observation, compareOpts), observation.down !== undefined);
     return rt.state.status();
   };
   const probe = (): Promise<SidecarStatus> => {
@@ -267,7 +271,7 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
     if (o.outcome === 'refused') {
       // The audit trail, as the gate writes it: one line per refusal; code and reason, never prompt text or secrets.
       const reason = o.reason === undefined ? null : auditCut(o.reason, AUDIT_REASON_MAX);
-      logger.warn({ audit: 'refusal', code: o.code ?? null, reason, tenant: who.tenant === null ? null : auditCut(who.tenant) }, `refused: ${o.code ?? ''}`);
+      logger.warn({ audit: 'refusal', code: o.code ?? null, reason, tenant: who.tenant === null ? null : auditCut(who.tenant), trust: config.trust }, `refused: ${o.code ?? ''}`);
     }
   };
   const refusal = admissionRefusal(rt.state.status());

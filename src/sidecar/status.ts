@@ -11,6 +11,8 @@ import type { ProbeVerdict } from './compare.js';
 
 export interface SidecarStatus {
   readonly role: 'prefill' | 'decode';
+  /** `declared-only` when this sidecar verifies its worker without recorded canaries (named loudly). */
+  readonly trust: 'recorded' | 'declared-only';
   readonly descriptor: CompatDescriptor;
   readonly fingerprint: string;
   readonly verified: boolean;
@@ -63,6 +65,7 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
   const verdict = s.verdict ?? { verified: false, reasons: ['the worker has not been probed yet'], measured: {}, declaredOnly: [] };
   return {
     role: config.role,
+    trust: config.trust,
     descriptor: config.descriptor,
     fingerprint: config.fingerprint,
     verified: verdict.verified,

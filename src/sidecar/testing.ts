@@ -11,7 +11,9 @@ import { cacheSaltDigestOf, promptDigestOf } from '../contract/body-binding.js';
 import { mintContract, type TransferContract } from '../contract/contract.js';
 import { createDevKeyRing, type KeyRing } from '../contract/keys.js';
 import { parseSimConfig, type SimSettingsInput } from '../../testbed/sim/config.js';
+import { simCanaryDigests } from '../../testbed/sim/recorded-canaries.js';
 import { createSimServer, type SimServer } from '../../testbed/sim/server.js';
+import { CHAT_TEMPLATE_CANARY_MESSAGES, GENERATION_CANARY_PROMPT, TOKENIZER_CANARY_TEXT } from './canaries.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { parseSidecarConfig, type SidecarConfig, type SidecarConfigInput } from './config.js';
 import type { FetchFn } from './http-io.js';
@@ -32,6 +34,13 @@ export interface FetchSpy {
 
 const PROBE_PATHS = ['/version', '/v1/models', '/metrics'];
 
+/** A probe's canary call (tokenizer, chat template, generation): part of verification, not of serving a request. */
+function isCanaryProbe(body: unknown): boolean {
+  const b = (body ?? {}) as Record<string, unknown>;
+  return b['prompt'] === GENERATION_CANARY_PROMPT || b['prompt'] === TOKENIZER_CANARY_TEXT ||
+    JSON.stringify(b['messages']) === JSON.stringify(CHAT_TEMPLATE_CANARY_MESSAGES);
+}
+
 export function createFetchSpy(): FetchSpy {
   const calls: FetchSpy['calls'] = [];
   const edits: { match: (url: string) => boolean; edit: (h: Record<string, string>) => void }[] = [];
@@ -47,7 +56,11 @@ export function createFetchSpy(): FetchSpy {
     },
     workCalls: (prefix) =>
       calls.filter(
-        (c) => c.url.startsWith(prefix) && !PROBE_PATHS.some((p) => c.url === `${prefix}${p}`) && !(c.headers['x-request-id'] ?? '').startsWith(ENGINE_CANARY_REQUEST_PREFIX),
+        (c) =>
+          c.url.startsWith(prefix) &&
+          !PROBE_PATHS.some((p) => c.url === `${prefix}${p}`) &&
+          !(c.headers['x-request-id'] ?? '').startsWith(ENGINE_CANARY_REQUEST_PREFIX) &&
+          !isCanaryProbe(c.body),
       ),
     onNext: (match, edit) => {
       edits.push({ match, edit });
@@ -71,23 +84,41 @@ export function createMemoryLogger(): { logger: Logger; lines: Record<string, un
   return { logger: pino({ level: 'debug' }, sink), lines };
 }
 
-/** A config for a sidecar in front of `sim`, declaring `descriptor` (default: what the sim declares). */
-export function sidecarConfigFor(
+const recorded = new Map<string, Promise<Awaited<ReturnType<typeof simCanaryDigests>>>>();
+
+/**
+ * The declaration with its canary digests recorded, as an operator records them: from an honest simulator of exactly
+ * that declaration (never from the worker under test, which may lie). Cached per declaration.
+ */
+export async function withRecordedCanaries(descriptor: CompatDescriptorInput): Promise<CompatDescriptorInput> {
+  if (descriptor.canaries !== undefined) return descriptor;
+  const key = JSON.stringify(descriptor);
+  if (!recorded.has(key)) recorded.set(key, simCanaryDigests(descriptor));
+  return { ...descriptor, canaries: await recorded.get(key)! };
+}
+
+/**
+ * A config for a sidecar in front of `sim`, declaring `descriptor` (default: what the sim declares) with its canaries
+ * recorded from an honest simulator of that declaration (the default `trust: recorded` needs them).
+ */
+export async function sidecarConfigFor(
   sim: SimServer,
   role: 'prefill' | 'decode',
   overrides: Partial<SidecarConfigInput> & { descriptor?: CompatDescriptorInput } = {},
-): SidecarConfig {
+): Promise<SidecarConfig> {
+  const declared = (overrides.descriptor ?? sim.config.descriptor) as CompatDescriptorInput;
+  const descriptor = overrides.trust === 'declared-only' ? declared : await withRecordedCanaries(declared);
   const raw = {
     role,
     worker: sim.url,
     listen: '127.0.0.1:0',
     admin: '127.0.0.1:0',
     metrics: '127.0.0.1:0',
-    descriptor: sim.config.descriptor,
     keys: { devSeed: 'kvgate-sidecar-tests' },
     probe: { intervalMs: 60_000, timeoutMs: 2_000 },
     prefill: { via: 'direct', maxAttempts: 3, backoffMs: 1, maxBackoffMs: 5, timeoutMs: 10_000 },
     ...overrides,
+    descriptor,
   };
   const r = parseSidecarConfig(raw, 'test');
   if (!r.ok) throw new Error(JSON.stringify(r.error));
@@ -102,7 +133,8 @@ export interface TestSidecar {
   readonly config: SidecarConfig;
 }
 
-export async function startTestSidecar(config: SidecarConfig, now?: () => number): Promise<TestSidecar> {
+export async function startTestSidecar(configOrPromise: SidecarConfig | Promise<SidecarConfig>, now?: () => number): Promise<TestSidecar> {
+  const config = await configOrPromise;
   const spy = createFetchSpy();
   const registry = new Registry();
   const { logger, lines } = createMemoryLogger();

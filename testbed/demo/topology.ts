@@ -22,6 +22,7 @@ import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { parseSidecarConfig } from '../../src/sidecar/config.js';
 import { createSidecar, type Sidecar } from '../../src/sidecar/server.js';
 import { deepMerge, parseSimConfig, type SimSettingsInput } from '../sim/config.js';
+import { simCanaryDigests } from '../sim/recorded-canaries.js';
 import { createSimServer, type SimServer } from '../sim/server.js';
 import { mustLoadEnvoyConfig } from '../harness/envoy-config.js';
 import { startEnvoyHarness, type EnvoyHarness } from '../harness/data-plane.js';
@@ -63,6 +64,12 @@ export interface TopologyOptions {
   readonly envoyVersion?: EnvoyVersion;
   /** One tracer for the gate and every sidecar (a test's in-memory exporter); default: no-op. */
   readonly tracer?: Tracer;
+  /**
+   * Per revision, fields merged over its descriptor after `descriptorOverrides` (e.g. an adapter for one revision).
+   * A revision with any override gets its canaries recorded at start from an honest simulator of the result, as an
+   * operator records them.
+   */
+  readonly revisionOverrides?: Partial<Readonly<Record<RevisionName, Readonly<Record<string, unknown>>>>>;
 }
 
 export interface Worker {
@@ -116,10 +123,16 @@ export async function loadExampleDescriptor(revision: RevisionName): Promise<Rec
   return parseYaml(await readFile(path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${revision}.yaml`), 'utf8')) as Record<string, unknown>;
 }
 
-/** A revision's example descriptor with the topology's overrides merged over it. */
+/**
+ * A revision's example descriptor with the topology's overrides merged over it; when anything was overridden, its
+ * canaries are recorded again from an honest simulator of the result (what an operator does for a new revision).
+ */
 async function descriptorFor(revision: RevisionName, opts: TopologyOptions): Promise<Record<string, unknown>> {
   const d = await loadExampleDescriptor(revision);
-  return opts.descriptorOverrides === undefined ? d : (deepMerge(d, opts.descriptorOverrides) as Record<string, unknown>);
+  const own = opts.revisionOverrides?.[revision];
+  if (opts.descriptorOverrides === undefined && own === undefined) return d;
+  const { canaries: _stale, ...merged } = deepMerge(deepMerge(d, opts.descriptorOverrides ?? {}), own ?? {}) as Record<string, unknown>;
+  return { ...merged, canaries: await simCanaryDigests(merged as never) };
 }
 
 export async function startTopology(opts: TopologyOptions): Promise<Topology> {
@@ -149,8 +162,10 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
     const internalUrl = `http://127.0.0.1:${internalPort}`;
     const workers: Worker[] = [];
     let i = 0;
+    const descriptors = new Map<RevisionName, Record<string, unknown>>();
+    for (const revision of REVISIONS) descriptors.set(revision, await descriptorFor(revision, opts));
     for (const revision of REVISIONS) {
-      const descriptor = await descriptorFor(revision, opts);
+      const descriptor = descriptors.get(revision)!;
       await writeFile(path.join(dir, `${revision}.yaml`), toYaml(descriptor));
       for (const role of ['prefill', 'decode'] as const) {
         for (let index = 0; index < replicas; index++) {
@@ -207,7 +222,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         const old = w.sim;
         await old.close();
         const cfg = parseSimConfig({
-          descriptor: await descriptorFor(revision, opts),
+          descriptor: descriptors.get(revision)!,
           // A restart runs what `sim` says: earlier behaveAs overrides do not carry over unless repeated.
           sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, ...sim },
         });
