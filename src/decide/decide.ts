@@ -268,6 +268,8 @@ function bindRoute(
     binding,
     trace: Object.freeze([...trace]),
     ...(fallback === undefined ? {} : { fallback }),
+    // Named on every log line of the request (decision, refusal behind the route): this revision is not checked.
+    ...(table.revisions.get(group.revision)?.trust === 'declared-only' ? { trust: 'declared-only' as const } : {}),
   });
 }
 

@@ -100,6 +100,8 @@ export interface RouteDecision {
   readonly trace: readonly string[];
   /** Fallback steps walked before this route (routeVia, recompute), for `kvgate_fallback_total`; absent when none ran. */
   readonly fallback?: readonly FallbackRecord[];
+  /** Set when the bound revision is routed on its declaration alone (`trust: declared-only`): every log line says so. */
+  readonly trust?: 'declared-only';
 }
 
 /** An internal hop (prefill leg) that presented a valid contract and a prefill target inside its group. */

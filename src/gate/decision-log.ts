@@ -24,6 +24,8 @@ export interface DecisionLine {
   /** Fallback steps walked, `step:outcome`, in order; empty when the bound group had capacity. */
   readonly fallback: readonly string[];
   readonly decision_ms: number;
+  /** Present, as `declared-only`, when the revision is routed without recorded canaries. */
+  readonly trust?: 'declared-only';
 }
 
 interface TargetFields {
@@ -48,5 +50,6 @@ export function decisionLine(d: RouteDecision | HopDecision, seconds: number): D
     prefill: d.prefill === null ? null : target(d.prefill),
     fallback: d.kind === 'route' ? (d.fallback ?? []).map((f) => `${f.step}:${f.outcome}`) : [],
     decision_ms: Math.round(seconds * 1e6) / 1e3,
+    ...(d.kind === 'route' && d.trust !== undefined ? { trust: d.trust } : {}),
   };
 }

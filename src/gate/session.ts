@@ -85,7 +85,7 @@ export class ExtProcSession {
   /** What the response-headers answer stamps, kept instead of the whole decision once the request is bound. */
   #responseMutation: WireCommonResponse | undefined;
   /** The revision and tenant a routed request was bound to, for counting what came back (routed-outcome.ts). */
-  #routed: { readonly revision: string; readonly tenant: string | null } | undefined;
+  #routed: { readonly revision: string; readonly tenant: string | null; readonly trust?: 'declared-only' } | undefined;
   #release: (() => void) | undefined;
   #served: ((address: string) => boolean) | undefined;
   #finished = false;
@@ -282,7 +282,7 @@ export class ExtProcSession {
         const common = withTraceHeaders(m.common, span);
         // Keep only what the response phase needs, not the decision's trace, body and contract.
         this.#responseMutation = responseHeadersMutation(d);
-        this.#routed = { revision: d.group.revision, tenant: d.group.tenant };
+        this.#routed = { revision: d.group.revision, tenant: d.group.tenant, ...(d.trust === undefined ? {} : { trust: d.trust }) };
         if (this.#duplex(phase)) return this.#sendDuplex({ ...m, common }, m.common.body_mutation?.body ?? body);
         const out = wrap(phase, common);
         if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
@@ -382,7 +382,14 @@ export class ExtProcSession {
     this.#deps.metrics.routedResponses.inc({ revision: routed.revision, outcome: o.outcome, code: o.code });
     if (o.outcome === 'refused') {
       this.#log().warn(
-        { audit: 'upstream_refusal', code: o.code, status: response.headers[':status'] ?? null, revision: routed.revision, tenant: routed.tenant },
+        {
+          audit: 'upstream_refusal',
+          code: o.code,
+          status: response.headers[':status'] ?? null,
+          revision: routed.revision,
+          tenant: routed.tenant,
+          ...(routed.trust === undefined ? {} : { trust: routed.trust }),
+        },
         `refused behind the route: ${o.code}`,
       );
     }

@@ -6,7 +6,8 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createDevKeyRing } from '../contract/keys.js';
 import { decide } from '../decide/decide.js';
-import { createTestWorkerView, TEST_NOW_MS, testFacts, testKeys } from '../decide/testing.js';
+import { createTestWorkerView, testFacts, testKeys } from '../decide/testing.js';
+import { TEST_NOW_MS } from '../../test/support/clock.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { parseGateConfig } from './config.js';
 import { startGate, type RunningGate } from './gate.js';
@@ -36,6 +37,15 @@ describe('trust: declared-only is loud', () => {
     const view = createTestWorkerView(table, { '10.0.4.1:8000': { verified: false } });
     const d = decide(testFacts({ tenant: 'acme' }), table, view, { nowMs: TEST_NOW_MS, keys: testKeys() });
     expect(d).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', revision: 'llama-b', trust: 'declared-only' });
+  });
+
+  it('a route to a declared-only revision carries its trust (decision lines and refusals behind the route name it)', () => {
+    const table = tableFromValue(declaredOnlyB());
+    const d = decide(testFacts({ tenant: 'acme' }), table, createTestWorkerView(table), { nowMs: TEST_NOW_MS, keys: testKeys() });
+    expect(d).toMatchObject({ kind: 'route', group: { revision: 'llama-b' }, trust: 'declared-only' });
+    const recorded = tableFromValue(twoRevisionTableValue());
+    const r = decide(testFacts({ tenant: 'acme' }), recorded, createTestWorkerView(recorded), { nowMs: TEST_NOW_MS, keys: testKeys() });
+    expect(r).not.toHaveProperty('trust');
   });
 
   it('/status lists it and kvgate_revision_trust labels it', async () => {
