@@ -19,7 +19,7 @@ import { checkAttestedTransfer } from './attestation-check.js';
 import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { sendError } from './http-io.js';
 import { confirmDecodeWorker } from './launch-check.js';
-import { checkClientKvParams, kvParamsOf, toPrefillBody } from './openai-body.js';
+import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import { runPrefillLeg, type PrefillLegInput } from './prefill-leg.js';
 import { countPromptTokens } from './prompt-count.js';
@@ -40,10 +40,16 @@ export async function serveDecode(
     sendError(res, e, requestId);
     return { outcome, code: e.code, reason: e.reason };
   };
-  const forbidden = checkClientKvParams(call.body, 'decode');
+  // A P/D coordinator in front of this sidecar (llm-d's routing sidecar) ran the prefill itself and hands over the
+  // prefill sidecar's attested kv_transfer_params; they are checked exactly like this sidecar's own prefill leg.
+  const coordinated = coordinatedParams(call.body);
+  const forbidden = checkClientKvParams(coordinated === undefined ? call.body : withoutKvParams(call.body), 'decode');
   if (!forbidden.ok) return refuse(forbidden.error);
   const leg = forwardHeaders(call, requestId);
   const headers = workerHeaders(ctx, leg);
+  if (contract.prefill === null && coordinated !== undefined) {
+    return refuse(new KvgateError('contract_invalid', 'the request carries prefilled kv_transfer_params, but its contract has no prefill leg; only a prefill the gate routed may feed this worker'));
+  }
   if (contract.prefill === null) {
     const launch = await confirmDecodeWorker(ctx, call.signal, call.logger);
     if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
@@ -54,7 +60,9 @@ export async function serveDecode(
   try {
     const [count, prefill, launch, failedBefore] = await Promise.all([
       countPromptTokens(ctx, call, headers),
-      timedPrefillLeg(ctx, call, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers: leg, signal: call.signal }),
+      coordinated !== undefined
+        ? Promise.resolve(ok({ body: { kv_transfer_params: coordinated }, ms: 0 }))
+        : timedPrefillLeg(ctx, call, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers: leg, signal: call.signal }),
       confirmDecodeWorker(ctx, call.signal, call.logger),
       readFailedTransfers(ctx, call.signal),
     ]);
@@ -230,6 +238,17 @@ async function timedPrefillLeg(ctx: SidecarContext, call: IncomingCall, input: P
   const ms = performance.now() - started;
   ctx.metrics.prefillLegSeconds.observe({ outcome: leg.ok ? 'ok' : 'failed' }, ms / 1000);
   return leg.ok ? ok({ body: leg.value, ms }) : leg;
+}
+
+/**
+ * `kv_transfer_params` a coordinator placed in the decode request after running the prefill through a kvgate
+ * prefill sidecar: recognised by the attestation that sidecar added (`kvgate`); anything else stays forbidden.
+ */
+export function coordinatedParams(body: Readonly<Record<string, unknown>>): Record<string, unknown> | undefined {
+  const p = body['kv_transfer_params'];
+  if (p === null || typeof p !== 'object' || Array.isArray(p)) return undefined;
+  const params = p as Record<string, unknown>;
+  return typeof params[ATTESTATION_KEY] === 'string' && params['do_remote_prefill'] === true ? params : undefined;
 }
 
 function withoutKvParams(body: Record<string, unknown>): Record<string, unknown> {

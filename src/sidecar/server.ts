@@ -236,6 +236,12 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
   const path = (req.url ?? '/').split('?')[0] ?? '/';
   const endpoint = ENDPOINT_PATHS[path];
   if (endpoint !== undefined && req.method === 'POST') return handleCompletion(rt, req, res, path, endpoint);
+  if (req.method === 'POST' && path === '/v1/responses') {
+    // llm-d's sidecar also serves the Responses API; kvgate binds only the two OpenAI paths it can check.
+    req.resume();
+    const e = new KvgateError('bad_request', 'kvgate does not route the Responses API (POST /v1/responses): its prompt and KV cannot be bound to a compatibility group; send the request as POST /v1/chat/completions');
+    return sendError(res, e, contractRequestId(headerValue(req.headers, H.requestId)) ?? '');
+  }
   if (req.method === 'GET' && path === '/kvgate/v1/status') {
     const load = await rt.load();
     return sendJson(res, 200, load === null ? rt.state.status() : { ...rt.state.status(), load });

@@ -27,6 +27,7 @@ import { createSimServer, type SimServer } from '../sim/server.js';
 import { mustLoadEnvoyConfig } from '../harness/envoy-config.js';
 import { startEnvoyHarness, type EnvoyHarness } from '../harness/data-plane.js';
 import type { EnvoyVersion } from '../harness/runtime-config.js';
+import { startLlmdSidecar, type LlmdSidecar } from '../llmd/pd-sidecar.js';
 
 export const SERVED_MODEL = 'llama-3-8b';
 export const DEMO_KEY_SEED = 'kvgate-local-demo';
@@ -70,6 +71,12 @@ export interface TopologyOptions {
    * operator records them.
    */
   readonly revisionOverrides?: Partial<Readonly<Record<RevisionName, Readonly<Record<string, unknown>>>>>;
+  /**
+   * llm-d's P/D sidecar in front of every decode sidecar (testbed/llmd): the route table lists it as the decode
+   * endpoint, the gate writes llm-d's headers (`envoy.gieHeaders`), and llm-d runs the prefill against the prefill
+   * sidecar the gate chose (`x-prefiller-host-port`), then hands the attested parameters to kvgate's decode sidecar.
+   */
+  readonly llmd?: boolean;
 }
 
 export interface Worker {
@@ -82,6 +89,8 @@ export interface Worker {
   readonly sidecar: Sidecar;
   /** `ip:port` of the sidecar: the endpoint the route table lists and Envoy's ORIGINAL_DST connects to. */
   readonly address: string;
+  /** With `llmd`, a decode worker's llm-d-style P/D sidecar in front of kvgate's: the endpoint the route table lists. */
+  readonly llmd?: LlmdSidecar;
 }
 
 export interface Topology {
@@ -158,7 +167,9 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
   };
   try {
     const replicas = opts.replicas ?? 1;
-    const [publicPort, internalPort, gatePort, ...sidecarPorts] = await reservePorts(3 + REVISIONS.length * 2 * replicas);
+    const perRole = REVISIONS.length * replicas;
+    const [publicPort, internalPort, gatePort, ...sidecarPorts] = await reservePorts(3 + perRole * 2 + (opts.llmd === true ? perRole : 0));
+    const llmdPorts = sidecarPorts.splice(perRole * 2);
     const internalUrl = `http://127.0.0.1:${internalPort}`;
     const workers: Worker[] = [];
     let i = 0;
@@ -170,8 +181,10 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       for (const role of ['prefill', 'decode'] as const) {
         for (let index = 0; index < replicas; index++) {
           const port = sidecarPorts[i++]!;
-          const w = await startWorker({ revision, role, index, descriptor, port, internalUrl, keys, opts });
+          const llmdPort = role === 'decode' && opts.llmd === true ? llmdPorts.pop() : undefined;
+          const w = await startWorker({ revision, role, index, descriptor, port, internalUrl, keys, opts, ...(llmdPort === undefined ? {} : { llmdPort }) });
           stops.push(async () => {
+            await w.llmd?.close();
             await w.sidecar.close();
             await w.sim.close(); // the current sim, after any restart
           });
@@ -190,6 +203,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         keys: { devSeed: DEMO_KEY_SEED },
         drain: { announceMs: 0, graceMs: 5000 },
         log: { level: 'info', decisions: opts.logDecisions ?? false },
+        ...(opts.llmd === true ? { envoy: { gieHeaders: true } } : {}),
         workerView: { mode: 'live', intervalMs: opts.workerViewIntervalMs ?? 1000, timeoutMs: 1000, staleAfterMs: 10_000 },
       }),
       path.join(dir, 'gate.yaml'),
@@ -254,6 +268,8 @@ interface WorkerSpec {
   readonly index: number;
   readonly descriptor: Record<string, unknown>;
   readonly port: number;
+  /** llm-d's sidecar port in front of this decode sidecar (`TopologyOptions.llmd`). */
+  readonly llmdPort?: number;
   readonly internalUrl: string;
   readonly keys: KeyRing;
   readonly opts: TopologyOptions;
@@ -268,6 +284,8 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
   if (!simCfg.ok) throw simCfg.error;
   const sim = await createSimServer(simCfg.value, { logger: s.opts.logger.child({ component: 'sim', worker: name }) });
   const address = `127.0.0.1:${s.port}`;
+  // Behind llm-d's sidecar, the pod's endpoint (what the gate names in the contract) is llm-d's port.
+  const endpoint = s.llmdPort === undefined ? address : `127.0.0.1:${s.llmdPort}`;
   const sidecarCfg = parseSidecarConfig(
     {
       role: s.role,
@@ -275,7 +293,7 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
       listen: address,
       admin: '127.0.0.1:0',
       metrics: '',
-      advertise: address,
+      advertise: endpoint,
       descriptor: s.descriptor,
       servedModelName: SERVED_MODEL,
       keys: { devSeed: DEMO_KEY_SEED },
@@ -297,7 +315,9 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
     ...(s.opts.env === undefined ? {} : { env: s.opts.env }),
     ...(s.opts.tracer ? { tracer: s.opts.tracer } : {}),
   });
-  return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address };
+  if (s.llmdPort === undefined) return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address };
+  const llmd = await startLlmdSidecar({ decoderUrl: `http://${address}`, port: s.llmdPort });
+  return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address, llmd };
 }
 
 function routeTableFor(workers: readonly Worker[], opts: TopologyOptions, dir: string): Record<string, unknown> {
@@ -312,7 +332,7 @@ function routeTableFor(workers: readonly Worker[], opts: TopologyOptions, dir: s
       revision: w.revision,
       endpoints: workers
         .filter((x) => x.revision === w.revision && x.role === w.role)
-        .map((x) => ({ address: x.address, status: `http://${x.address}` })),
+        .map((x) => ({ address: x.llmd === undefined ? x.address : `127.0.0.1:${x.llmd.port}`, status: `http://${x.address}` })),
     }));
   return {
     version: 1,

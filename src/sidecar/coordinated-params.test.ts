@@ -1,0 +1,13 @@
+import { describe, expect, it } from 'vitest';
+import { coordinatedParams } from './decode-role.js';
+
+describe('coordinatedParams', () => {
+  it('takes kv_transfer_params only when a kvgate prefill sidecar attested them', () => {
+    const attested = { do_remote_prefill: true, remote_engine_id: 'e', remote_block_ids: [1], kvgate: 'a.b.c' };
+    expect(coordinatedParams({ kv_transfer_params: attested })).toBe(attested);
+    expect(coordinatedParams({ kv_transfer_params: { ...attested, kvgate: undefined } })).toBeUndefined();
+    expect(coordinatedParams({ kv_transfer_params: { ...attested, do_remote_prefill: false } })).toBeUndefined();
+    expect(coordinatedParams({ kv_transfer_params: [attested] })).toBeUndefined();
+    expect(coordinatedParams({})).toBeUndefined();
+  });
+});
