@@ -122,6 +122,29 @@ export function predictNixlHash(d: CompatDescriptor): NixlHashPrediction {
   return { hash, factors, status: 'known' };
 }
 
+/**
+ * Which declared runtime flags would explain a hash the live worker serves: the prediction is recomputed with each
+ * flag vLLM hashes flipped (hybrid KV cache manager, transfer mode, speculative config off), and every variant that
+ * reproduces `observed` is named. Empty when none does (then the difference is elsewhere: version, model string...).
+ */
+export function explainNixlHash(d: CompatDescriptor, observed: string): string[] {
+  const { factors } = nixlFactors(d);
+  const out: string[] = [];
+  const variants: [string, CompatDescriptor][] = [
+    ['is_hma_enabled', { ...d, hybridKvCacheManager: !d.hybridKvCacheManager }],
+    ['transfer_mode', { ...d, connector: { ...d.connector, transferMode: d.connector.transferMode === 'pull' ? 'push' : 'pull' } }],
+  ];
+  if (d.speculative !== null) variants.push(['speculative_config', { ...d, speculative: null }]);
+  for (const [factor, variant] of variants) {
+    if (!(factor in factors)) continue;
+    const v = nixlFactors(variant).factors[factor];
+    if (predictNixlHash(variant).hash === observed) {
+      out.push(`${factor}: the worker hashes ${JSON.stringify(v)}, the descriptor declares ${JSON.stringify(factors[factor])}`);
+    }
+  }
+  return out;
+}
+
 export function sha256Hex(text: string): string {
   return createHash('sha256').update(text, 'utf8').digest('hex');
 }

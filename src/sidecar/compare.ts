@@ -10,6 +10,7 @@
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { FINGERPRINT_FIELDS } from '../compat/fingerprint.js';
 import { isQuantizedKvDtype, normalizeId, normalizeKvDtype, normalizeKvLayout, normalizeModelDtype } from '../compat/normalize.js';
+import { explainNixlHash, predictNixlHash } from '../compat/nixl-hash.js';
 import type { CanaryDigests, CanaryKind } from './canaries.js';
 
 /** One probe step's outcome: its value, or why it could not be measured. */
@@ -34,6 +35,8 @@ export interface Observation {
   readonly canaries?: Partial<Record<CanaryKind, Probed<string>>>;
   /** The NIXL engine id the engine canary read (prefill role; engine-canary.ts); undefined when not attempted. */
   readonly engineId?: Probed<string>;
+  /** The compatibility hash the worker's NIXL side channel serves (nixl-side-channel.ts); undefined when not read. */
+  readonly nixlHash?: { readonly sideChannel: string; readonly observed: Probed<string> };
 }
 
 export interface ProbeVerdict {
@@ -77,6 +80,7 @@ export function compareObservation(d: CompatDescriptor, o: Observation, opts: Co
     compareCacheConfig(d, o.cacheConfig, acc);
     compareCanaries(d, o.canaries ?? {}, acc, opts.requireRecorded === true);
     compareEngineId(o.engineId, acc);
+    compareNixlHash(d, o.nixlHash, acc);
   }
   const declaredOnly = CHECKABLE_PATHS.filter((p) => !acc.verified.has(p) && isDeclared(d, p));
   return { verified: acc.reasons.length === 0, reasons: acc.reasons, measured: acc.measured, declaredOnly };
@@ -307,6 +311,33 @@ function compareEngineId(engineId: Probed<string> | undefined, acc: Acc): void {
   if (engineId === undefined) return;
   if (engineId.ok) acc.measured['engineId'] = engineId.value;
   else acc.reasons.push(`engine id: ${engineId.error}; without it no prefill answer can be tied to this verification, so none is attested`);
+}
+
+/**
+ * The live handshake hash against the revision's prediction: a worker whose vLLM hashes other factors (a runtime flag
+ * such as the hybrid KV cache manager) would fail every handshake with workers that match the prediction, or - with
+ * enforce_handshake_compat off - pair with them anyway. Both hashes are named, and the flags that explain the
+ * difference where one does.
+ */
+function compareNixlHash(d: CompatDescriptor, live: Observation['nixlHash'], acc: Acc): void {
+  if (live === undefined) return;
+  if (!live.observed.ok) {
+    acc.reasons.push(`NIXL compatibility hash: ${live.observed.error}; the worker's handshake hash cannot be confirmed`);
+    return;
+  }
+  const observed = live.observed.value;
+  acc.measured['nixlHash'] = observed;
+  const predicted = predictNixlHash(d).hash;
+  if (observed === predicted) {
+    acc.verified.add('nixlHash');
+    return;
+  }
+  const why = explainNixlHash(d, observed);
+  acc.reasons.push(
+    `NIXL compatibility hash: the worker's side channel ${live.sideChannel} serves ${observed}, the revision's prediction is ${predicted}` +
+      (why.length > 0 ? ` (${why.join('; ')})` : ' (no single declared runtime flag explains it: compare vLLM version, model string, dtypes and attention backend)') +
+      '; its handshakes with workers that match the revision would fail',
+  );
 }
 
 /** The canary digests measured in a verdict, e.g. to print from `kvgate fingerprint`. */

@@ -64,6 +64,11 @@ export const SidecarConfigSchema = z
      * exception that accepts the declaration for what no probe can see; it is named on /status and every audit line.
      */
     trust: z.enum(['recorded', 'declared-only']).default('recorded'),
+    /**
+     * The worker's NIXL side channel (`VLLM_NIXL_SIDE_CHANNEL_HOST:PORT`, default port 5600): every probe reads the
+     * live compatibility hash there and compares it with the revision's prediction (vLLM 0.13 and later).
+     */
+    nixlSideChannel: hostPort.optional(),
     /** The worker's `--served-model-name`, when it differs from the model path. */
     servedModelName: z.string().min(1).optional(),
     keys: KeySourceSchema.optional(),

@@ -16,6 +16,7 @@ import {
 } from './canaries.js';
 import { findAdapterCard, findBaseCard, type ModelCard, type Observation, type Probed } from './compare.js';
 import { engineCanaryRequest, engineIdOf } from './engine-canary.js';
+import { liveHashSupport, readLiveNixlHash } from './nixl-side-channel.js';
 import { callUpstream, upstreamMessage, type FetchFn } from './http-io.js';
 import { parsePrometheusText, samplesNamed } from './prometheus-text.js';
 
@@ -32,6 +33,8 @@ export interface ProbeOptions {
   readonly engineCanary?: { readonly requestId: string };
   /** Sent on every probe call: the worker's `Authorization: Bearer` when it runs with `--api-key` (worker-auth.ts). */
   readonly headers?: Readonly<Record<string, string>>;
+  /** `host:port` of the worker's NIXL side channel: read its live compatibility hash (nixl-side-channel.ts). */
+  readonly nixlSideChannel?: string;
 }
 
 const DEFAULT_TIMEOUT_MS = 5_000;
@@ -164,13 +167,24 @@ export async function observeWorker(workerUrl: string, d: CompatDescriptor, opts
   const models = modelsRaw.ok ? toModelCards(modelsRaw.value) : modelsRaw;
   const model = models.ok ? canaryModel(d, models.value, opts.servedModelName) : opts.servedModelName;
   const canaries = model === undefined ? undefined : await runCanaries(base, model, opts);
+  const nixlHash = await readHash(d, opts);
   return {
     version: versionProbed,
     models: models.ok ? models : { ok: false, error: models.error },
     cacheConfig,
     ...(canaries === undefined ? {} : { canaries }),
     ...(engineId === undefined ? {} : { engineId }),
+    ...(nixlHash === undefined ? {} : { nixlHash }),
   };
+}
+
+/** The live handshake hash, when a side channel is configured and the declared vLLM has a readable one. */
+async function readHash(d: CompatDescriptor, opts: ProbeOptions): Promise<Observation['nixlHash']> {
+  if (opts.nixlSideChannel === undefined) return undefined;
+  const support = liveHashSupport(d);
+  if (support.kind !== 'read') return undefined;
+  const r = await readLiveNixlHash(opts.nixlSideChannel, support.ranks, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+  return { sideChannel: opts.nixlSideChannel, observed: r.ok ? { ok: true, value: r.hash } : { ok: false, error: r.error } };
 }
 
 /** What `measureCanaries` found: the digests, the model they were measured on, and any step that failed. */

@@ -169,6 +169,7 @@ function createProbeLoop(rt: Runtime): ProbeLoop {
     config.probe.generation === 'always' ||
     (config.probe.generation === 'declared' && (config.trust === 'recorded' || config.descriptor.canaries?.generation !== undefined));
   const compareOpts = { ...served, requireRecorded: config.trust === 'recorded' };
+  const side = config.nixlSideChannel === undefined ? {} : { nixlSideChannel: config.nixlSideChannel };
   const round = async (n: number): Promise<SidecarStatus> => {
     const engineCanary = config.role === 'prefill' ? { engineCanary: { requestId: `${ENGINE_CANARY_REQUEST_PREFIX}${rt.ctx.now()}-${n}` } } : {};
     const observation = await observeWorker(rt.ctx.workerUrl, config.descriptor, {
@@ -178,6 +179,7 @@ function createProbeLoop(rt: Runtime): ProbeLoop {
       headers: rt.ctx.workerAuth,
       ...served,
       ...engineCanary,
+      ...side,
     });
     rt.state.recordProbe(compareObservation(config.descriptor, observation, compareOpts), observation.down !== undefined);
     return rt.state.status();

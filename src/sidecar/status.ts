@@ -8,6 +8,7 @@ import type { CompatDescriptor } from '../compat/descriptor.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import type { SidecarConfig } from './config.js';
 import type { ProbeVerdict } from './compare.js';
+import { liveHashSupport } from './nixl-side-channel.js';
 
 export interface SidecarStatus {
   readonly role: 'prefill' | 'decode';
@@ -24,7 +25,13 @@ export interface SidecarStatus {
   readonly inFlight: number;
   readonly capacity: { readonly maxInFlight: number; readonly available: number };
   /** vLLM's NIXL handshake hash as predicted from the descriptor, with how sure the prediction is. */
-  readonly nixlHash: { readonly hash: string; readonly status: 'known' | 'interpolated' | 'recheck'; readonly reason?: string };
+  readonly nixlHash: {
+    readonly hash: string;
+    readonly status: 'known' | 'interpolated' | 'recheck';
+    readonly reason?: string;
+    /** What the worker's side channel serves: `match`/`mismatch` with the observed hash, or why it is not read. */
+    readonly live: { readonly state: 'match' | 'mismatch' | 'unread' | 'none'; readonly observed: string | null; readonly note: string | null };
+  };
   /** Whether this revision can be disaggregated with its connector at all. */
   readonly connector: CompatVerdict;
   /**
@@ -47,7 +54,7 @@ export interface StatusSnapshot {
 
 /** Facts about the declaration that never change while the sidecar runs; computed once. */
 export interface StaticStatus {
-  readonly nixlHash: SidecarStatus['nixlHash'];
+  readonly nixlHash: Omit<SidecarStatus['nixlHash'], 'live'>;
   readonly connector: CompatVerdict;
 }
 
@@ -75,12 +82,21 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
     draining: s.draining,
     inFlight: s.inFlight,
     capacity: { maxInFlight: config.maxInFlight, available: Math.max(0, config.maxInFlight - s.inFlight) },
-    nixlHash: fixed.nixlHash,
+    nixlHash: { ...fixed.nixlHash, live: liveHashOf(config, fixed.nixlHash.hash, verdict.measured['nixlHash']) },
     connector: fixed.connector,
     engineId: s.engineId,
     tenantScopes: config.tenantScopes,
     checkedAtMs: s.checkedAtMs,
   };
+}
+
+function liveHashOf(config: SidecarConfig, predicted: string, measured: unknown): SidecarStatus['nixlHash']['live'] {
+  const support = liveHashSupport(config.descriptor);
+  if (support.kind === 'none') return { state: 'none', observed: null, note: support.reason };
+  if (support.kind === 'unread-format') return { state: 'unread', observed: null, note: support.reason };
+  if (config.nixlSideChannel === undefined) return { state: 'unread', observed: null, note: 'no nixlSideChannel configured: set it to the worker\'s VLLM_NIXL_SIDE_CHANNEL_HOST:PORT' };
+  if (typeof measured !== 'string') return { state: 'unread', observed: null, note: `the side channel ${config.nixlSideChannel} has not answered yet` };
+  return { state: measured === predicted ? 'match' : 'mismatch', observed: measured, note: null };
 }
 
 /** Why this sidecar takes no new work right now, or undefined when it does. Ordered: draining, unverified, full. */

@@ -210,7 +210,7 @@ export async function restartSimInPlace(old: SimServer, sim: SimSettingsInput = 
   await old.close();
   const cfg = parseSimConfig({
     descriptor: old.config.descriptor,
-    sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, ...sim },
+    sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, nixlSideChannelPort: old.nixlSideChannelPort, ...sim },
   });
   if (!cfg.ok) throw cfg.error;
   const started = await createSimServer(cfg.value);

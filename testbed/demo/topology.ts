@@ -238,7 +238,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         const cfg = parseSimConfig({
           descriptor: descriptors.get(revision)!,
           // A restart runs what `sim` says: earlier behaveAs overrides do not carry over unless repeated.
-          sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, ...sim },
+          sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, nixlSideChannelPort: old.nixlSideChannelPort, ...sim },
         });
         if (!cfg.ok) throw cfg.error;
         w.sim = await createSimServer(cfg.value, { logger: opts.logger.child({ component: 'sim', worker: `${revision}/${role}` }) });
@@ -295,6 +295,7 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
       metrics: '',
       advertise: endpoint,
       descriptor: s.descriptor,
+      nixlSideChannel: `127.0.0.1:${sim.nixlSideChannelPort}`,
       servedModelName: SERVED_MODEL,
       keys: { devSeed: DEMO_KEY_SEED },
       probe: { intervalMs: s.opts.sidecarProbeIntervalMs ?? 2000, timeoutMs: 2000, generation: 'declared' },

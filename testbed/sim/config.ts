@@ -35,8 +35,12 @@ export const SimSettingsSchema = z
   .object({
     host: z.string().min(1).default('127.0.0.1'),
     port: port.default(0),
-    /** The NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_PORT); 0 picks a free port. */
+    /** The NIXL data stand-in (block reads, notifications, heartbeats over HTTP); 0 picks a free port. */
     sideChannelPort: port.default(0),
+    /** The ZMQ handshake side channel (VLLM_NIXL_SIDE_CHANNEL_PORT), served as vLLM serves it; 0 picks a free port. */
+    nixlSideChannelPort: port.default(0),
+    /** `kv_connector_extra_config.enable_cross_layers_blocks`: a runtime flag NIXL v3..v6 hash. */
+    crossLayersBlocks: z.boolean().default(false),
     /** `--served-model-name`; vLLM defaults it to the model argument, and so does the simulator. */
     servedModelName: z.string().min(1).optional(),
     /** `kv_transfer_config.engine_id`; a fresh uuid4 per launch when absent, like vLLM. */

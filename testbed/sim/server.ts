@@ -13,6 +13,8 @@ import { handleGeneration, type ResponseSink, type WorkerContext } from './gener
 import { handleDetokenize, handleModels, handleTokenize } from './info-handlers.js';
 import { vllmError } from './protocol.js';
 import { createSideChannelClient, startSideChannel, type SideChannelClient } from './side-channel.js';
+import { simCompatHash } from './nixl-compat-hash.js';
+import { startZmqSideChannel } from './zmq-side-channel.js';
 import { createWorker } from './worker.js';
 
 export interface SimServerOptions {
@@ -29,6 +31,8 @@ export interface SimServer {
   readonly sideChannelUrl: string;
   readonly port: number;
   readonly sideChannelPort: number;
+  /** The ZMQ ROUTER side channel vLLM serves its handshake payload on (zmq-side-channel.ts; rank 0). */
+  readonly nixlSideChannelPort: number;
   /** Rank 0's engine id (the only one without data parallelism). */
   readonly engineId: string;
   /** Every rank's engine id (`<id>_dp<rank>` under data parallelism). */
@@ -52,6 +56,17 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
   const ranks = await startRanks(config, opts);
   const workers = ranks.map((r) => r.worker);
   const worker = workers[0]!;
+  const zmq = await startZmqSideChannel({
+    host: s.host,
+    port: s.nixlSideChannelPort,
+    connectorVersion: config.behaviour.connector.version,
+    compatibilityHash: simCompatHash(config.behaviour, { crossLayersBlocks: s.crossLayersBlocks }),
+    agentMetadata: worker.sideChannelDeps.payload.agent_metadata as unknown as Record<string, unknown>,
+    logger: worker.ctx.logger,
+  }).catch(async (e: unknown) => {
+    await Promise.all(ranks.map((r) => r.side.close()));
+    throw e;
+  });
   const setFaults = (patch: FaultPatch): FaultState => workers.map((w) => w.setFaults(patch))[0]!;
   const admin: Admin = { registry: worker.registry, setFaults, getFaults: worker.getFaults };
   let next = 0;
@@ -67,7 +82,7 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
   try {
     await listen(http, s.port, s.host);
   } catch (e) {
-    await Promise.all(ranks.map((r) => r.side.close()));
+    await Promise.all([...ranks.map((r) => r.side.close()), zmq.close()]);
     throw e;
   }
   // vLLM sweeps every outstanding lease each step; the simulator sweeps on a timer and on every access.
@@ -83,6 +98,7 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
     sideChannelUrl: `http://${s.host}:${side.port}`,
     port,
     sideChannelPort: side.port,
+    nixlSideChannelPort: zmq.port,
     engineId: worker.engineId,
     engineIds: workers.map((w) => w.engineId),
     compatibilityHash: worker.compatibilityHash,
@@ -102,6 +118,7 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
           http.closeAllConnections();
         }),
         ...ranks.map((r) => r.side.close()),
+        zmq.close(),
       ]);
     },
   };

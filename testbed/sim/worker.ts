@@ -6,7 +6,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import type { CompatDescriptor } from '../../src/compat/descriptor.js';
-import { predictNixlHash } from '../../src/compat/nixl-hash.js';
+import { simCompatHash } from './nixl-compat-hash.js';
 import { normalizeKvLayout } from '../../src/compat/normalize.js';
 import { BlockPool } from './block-pool.js';
 import { resolveChatTemplate } from './chat-template.js';
@@ -184,7 +184,9 @@ function createLeases(config: SimConfig, now: () => number, pool: BlockPool, met
 export function localAgent(config: SimConfig): LocalAgent {
   const d = config.behaviour;
   return {
-    compatibilityHash: predictNixlHash(d).hash,
+    // The simulator's own factor table (never kvgate's prediction). The HTTP stand-in pull hashes every version,
+    // including those before 0.13 that have no hash: a simplification the ZMQ side channel does not make.
+    compatibilityHash: simCompatHash(d, { crossLayersBlocks: config.sim.crossLayersBlocks }, true)!,
     layout: simLayout(d),
     blockSize: d.kvCache.blockSize,
     blockLen: blockLen(d),

@@ -1,0 +1,63 @@
+/**
+ * Reading a live vLLM worker's real NIXL compatibility hash from its side channel, the way a decode worker does: a
+ * ZMQ REQ socket to `VLLM_NIXL_SIDE_CHANNEL_HOST:PORT`, request `msgpack((b"get_meta_msg", [pp_rank,] tp_rank))`,
+ * answer `msgpack(NixlHandshakePayload{compatibility_hash, agent_metadata_bytes})` (plus, from connector v5, a
+ * msgpack timestamp frame). Followed from vLLM's sources (vllm-project/vllm):
+ * - v1/v2, the 0.13 line: v1/nixl_connector.py @ 002a1057e9ae674d7bdc9c4be95bc29d65d2e808 (`_nixl_handshake`
+ *   sends `(GET_META_MSG, remote_rank)`; the listener unpacks `msg, target_tp_rank`).
+ * - v12, main: v1/nixl/base_scheduler.py @ 0050936b22adda2ef0197fa3bb2551fe6c5437dc (the listener unpacks
+ *   `msg, target_pp_rank, target_tp_rank` and answers `(identity, b"", payload, ts)`).
+ * - No hash before vLLM 0.13 (PR #29503 added it): there is nothing to read, and the canaries carry the check.
+ * A request of the wrong shape kills vLLM's listener thread (the unpacking raises inside it), so the hash is read
+ * only for connector versions whose request shape was read in vLLM's source; for the others the status says so.
+ */
+import { decode, encode } from '@msgpack/msgpack';
+import { Request } from 'zeromq';
+import type { CompatDescriptor } from '../compat/descriptor.js';
+
+const GET_META_MSG = new TextEncoder().encode('get_meta_msg');
+
+/** Connector versions whose side-channel request shape was read in vLLM's source, with their rank count. */
+const READ_WIRE: Readonly<Record<number, 1 | 2>> = { 1: 1, 2: 1, 12: 2 };
+
+export type LiveHashSupport =
+  | { readonly kind: 'read'; readonly ranks: 1 | 2 }
+  | { readonly kind: 'none' | 'unread-format'; readonly reason: string };
+
+/** Whether (and how) the live hash of a worker running `d` can be read. */
+export function liveHashSupport(d: CompatDescriptor): LiveHashSupport {
+  const m = /^(\d+)\.(\d+)/.exec(d.engine.version);
+  if (m !== null && Number(m[1]) === 0 && Number(m[2]) < 13) {
+    return { kind: 'none', reason: `vLLM ${d.engine.version} has no NIXL compatibility hash (it first shipped in 0.13, PR #29503); the canaries carry the check` };
+  }
+  const ranks = READ_WIRE[d.connector.version];
+  if (ranks === undefined) {
+    return {
+      kind: 'unread-format',
+      reason: `the side-channel request of NIXL connector v${d.connector.version} was not read in vLLM's source (read: v1, v2, v12); kvgate does not send a request of a guessed shape, which would stop vLLM's handshake listener`,
+    };
+  }
+  return { kind: 'read', ranks };
+}
+
+export type HashRead = { readonly ok: true; readonly hash: string } | { readonly ok: false; readonly error: string };
+
+/** One handshake query; failures are returned, never thrown. `address` is `host:port`. */
+export async function readLiveNixlHash(address: string, ranks: 1 | 2, timeoutMs: number): Promise<HashRead> {
+  const sock = new Request({ linger: 0, receiveTimeout: timeoutMs, sendTimeout: timeoutMs });
+  try {
+    sock.connect(`tcp://${address}`);
+    await sock.send(encode(ranks === 2 ? [GET_META_MSG, 0, 0] : [GET_META_MSG, 0]));
+    const [first] = await sock.receive();
+    if (first === undefined) return { ok: false, error: `the side channel ${address} answered an empty message` };
+    const payload = decode(first) as Record<string, unknown> | null;
+    const hash = payload !== null && typeof payload === 'object' ? payload['compatibility_hash'] : undefined;
+    if (typeof hash !== 'string') return { ok: false, error: `the side channel ${address} answered no NixlHandshakePayload (no compatibility_hash)` };
+    return { ok: true, hash };
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    return { ok: false, error: `the side channel ${address} did not answer (${code === 'EAGAIN' ? `no reply within ${timeoutMs} ms` : (e as Error).message})` };
+  } finally {
+    sock.close();
+  }
+}

@@ -1,0 +1,80 @@
+/**
+ * The simulated worker's NIXL side channel as vLLM serves it: a ZMQ ROUTER socket on the side-channel address whose
+ * answer to `msgpack((b"get_meta_msg", [pp_rank,] tp_rank))` is `msgpack(NixlHandshakePayload{compatibility_hash,
+ * agent_metadata_bytes})`, where `agent_metadata_bytes` is the msgpack of the agent metadata. Anyone can read the
+ * live worker's real hash here, exactly as a decode worker does (kvgate's sidecars do, on every probe).
+ *
+ * Wire format per NIXL connector version, from vLLM's sources (vllm-project/vllm):
+ * - v1/v2 (`NixlConnectorScheduler._nixl_handshake_listener` in v1/nixl_connector.py @ 002a1057, the 0.13 line):
+ *   ROUTER `recv_multipart() -> (identity, b"", msg)`, `msg, tp_rank = msgspec.msgpack.decode(msg)`, reply
+ *   `send_multipart((identity, b"", encoded_payload))`.
+ * - v12 (`NixlBaseConnectorScheduler._nixl_handshake_listener` in v1/nixl/base_scheduler.py @ 0050936b, main):
+ *   `msg, pp_rank, tp_rank = msgspec.msgpack.decode(msg)`, reply `(identity, b"", encoded_payload, ts)` with
+ *   `ts = msgspec.msgpack.encode(time.perf_counter())` (the clock-sync stamp of connector v5).
+ * - v3/v4: as v2 (not read; the request changed with pipeline-parallel handshakes). v5..v11: two-element request, the
+ *   timestamp frame from v5 (the version history says v5 added a clock-sync timestamp to the handshake); interpolated.
+ * A request of the wrong shape makes vLLM's unpacking raise inside the listener thread, which then serves nobody
+ * again; the simulator does the same (logs, then stops answering), so a client that sends the wrong shape is caught.
+ */
+import { decode, encode } from '@msgpack/msgpack';
+import type { Logger } from 'pino';
+import { Router } from 'zeromq';
+
+export const GET_META_MSG = Buffer.from('get_meta_msg');
+
+/** How a connector version frames the side channel (see the file comment for provenance). */
+export function sideChannelWire(connectorVersion: number): { readonly requestRanks: 1 | 2; readonly timestampFrame: boolean } {
+  return { requestRanks: connectorVersion >= 12 ? 2 : 1, timestampFrame: connectorVersion >= 5 };
+}
+
+export interface ZmqSideChannelOptions {
+  readonly host: string;
+  readonly port: number;
+  readonly connectorVersion: number;
+  /** The hash this worker's vLLM computes, or null for a vLLM without one (then the payload carries ""). */
+  readonly compatibilityHash: string | null;
+  readonly agentMetadata: Readonly<Record<string, unknown>>;
+  readonly logger: Logger;
+}
+
+export interface RunningZmqSideChannel {
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+export async function startZmqSideChannel(o: ZmqSideChannelOptions): Promise<RunningZmqSideChannel> {
+  const sock = new Router({ linger: 0 });
+  await sock.bind(`tcp://${o.host}:${o.port}`);
+  const port = Number(/:(\d+)$/.exec(sock.lastEndpoint ?? '')?.[1] ?? o.port);
+  const wire = sideChannelWire(o.connectorVersion);
+  // msgspec encodes a dataclass as a map of its fields in declaration order, bytes as msgpack bin.
+  const payload = encode({ compatibility_hash: o.compatibilityHash ?? '', agent_metadata_bytes: encode(o.agentMetadata) });
+  const serving = (async () => {
+    try {
+      for await (const frames of sock) {
+        const [identity, , msg] = frames;
+        if (identity === undefined || msg === undefined) continue;
+        const req = decode(msg) as unknown;
+        if (!Array.isArray(req) || req.length !== 1 + wire.requestRanks) {
+          o.logger.error({ request: req }, `nixl_handshake_listener: cannot unpack ${JSON.stringify(req)} into (msg, ${wire.requestRanks === 2 ? 'pp_rank, ' : ''}tp_rank); the listener thread died`);
+          return;
+        }
+        if (!Buffer.from(req[0] as Uint8Array).equals(GET_META_MSG)) o.logger.warn({ msg: String(req[0]) }, 'Connection listener got unexpected message');
+        const out: (Buffer | Uint8Array)[] = [identity, Buffer.alloc(0), payload];
+        if (wire.timestampFrame) out.push(encode(performance.now() / 1000, { forceFloat32: false }));
+        await sock.send(out);
+      }
+    } catch {
+      // closed
+    }
+  })();
+  return {
+    port,
+    async close() {
+      // Unbind first: a restart binds the same port again at once (zmq's close releases it asynchronously).
+      if (sock.lastEndpoint !== null) await sock.unbind(sock.lastEndpoint).catch(() => undefined);
+      sock.close();
+      await serving;
+    },
+  };
+}
