@@ -71,9 +71,11 @@ export async function startZmqSideChannel(o: ZmqSideChannelOptions): Promise<Run
   return {
     port,
     async close() {
+      if (sock.closed) return; // idempotent: a test may close a restarted server twice
       // Unbind first: a restart binds the same port again at once (zmq's close releases it asynchronously).
-      if (sock.lastEndpoint !== null) await sock.unbind(sock.lastEndpoint).catch(() => undefined);
-      sock.close();
+      const endpoint = sock.lastEndpoint;
+      if (endpoint !== null) await sock.unbind(endpoint).catch(() => undefined);
+      if (!sock.closed) sock.close();
       await serving;
     },
   };
