@@ -21,6 +21,7 @@ import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { fp8DynamicDescriptorInput, testDescriptorInput } from '../../src/policy/testing.js';
 import { mustLoadEnvoyConfig, request, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream, type HttpResult } from '../../testbed/harness/index.js';
 import { silent } from './failure-matrix-support.js';
+import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
 
 const SEED = 'failure-matrix-requests';
 const keys = createDevKeyRing(SEED);
@@ -63,15 +64,16 @@ beforeAll(async () => {
   up.fp8Both = await startFakeUpstream('fp8-both');
   dir = await mkdtemp(path.join(tmpdir(), 'kvgate-matrix-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(routeTable()));
+  const pki = await createDevPki(path.join(dir, 'tls'));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', insecure: true, policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({ listen: '127.0.0.1:0', admin: '', tls: devGateTls(pki), policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
   gate = await startGate(cfg.value, { logger: silent, keys, registry: new Registry(), defaultMetrics: false });
   const envoyYaml = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
   harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(envoyYaml, { listenerPorts: { public: 0, internal: 0 }, clusterEndpoints: { kvgate_gate: [`127.0.0.1:${gate.grpcPort}`] } }),
+    mustLoadEnvoyConfig(envoyYaml, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
   );
 });
 afterAll(async () => {

@@ -28,6 +28,7 @@ import {
   type EnvoyVersion,
   type FakeUpstream,
 } from '../../testbed/harness/index.js';
+import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
 
 const SEED = 'e2e-drain';
 const GRACE_MS = 300;
@@ -55,15 +56,16 @@ async function start(envoyVersion: EnvoyVersion) {
   for (const p of table.pools) if (p.name === 'a-decode') p.endpoints = [{ address: decode.address }];
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-drain-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
+  const pki = await createDevPki(path.join(dir, 'tls'));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', insecure: true, policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: GRACE_MS } }),
+    toYaml({ listen: '127.0.0.1:0', admin: '', tls: devGateTls(pki), policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: GRACE_MS } }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
   const gate = await startGate(cfg.value, { logger: pino({ level: 'silent' }), keys: createDevKeyRing(SEED), registry: new Registry(), defaultMetrics: false });
   const yaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
   const harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, clusterEndpoints: { kvgate_gate: [`127.0.0.1:${gate.grpcPort}`] } }),
+    mustLoadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
     { envoyVersion },
   );
   open = { harness, gate, decode };

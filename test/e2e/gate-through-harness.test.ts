@@ -20,6 +20,7 @@ import { startGateServer, type GateServer } from '../../src/gate/server.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { twoRevisionTableValue } from '../../src/policy/testing.js';
 import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream } from '../../testbed/harness/index.js';
+import { createDevPki, devGateTls, devGateTransport, shippedEnvoyTls, type DevPki } from '../../testbed/tls/dev-pki.js';
 
 const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
 const SEED = 'e2e-gate';
@@ -42,9 +43,16 @@ afterEach(async () => {
   rig = undefined;
 });
 
+/** One throwaway PKI for every gate here: envoy.yaml speaks mTLS to the gate port, as shipped. */
+let pki: DevPki | undefined;
+async function devPki(): Promise<DevPki> {
+  pki ??= await createDevPki(await mkdtemp(path.join(tmpdir(), 'kvgate-e2e-tls-')));
+  return pki;
+}
+
 async function harnessFor(gatePort: number, yaml = ENVOY_YAML): Promise<EnvoyHarness> {
   return startEnvoyHarness(
-    mustLoadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, clusterEndpoints: { kvgate_gate: [`127.0.0.1:${gatePort}`] } }),
+    mustLoadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(await devPki(), `127.0.0.1:${gatePort}`) }),
   );
 }
 
@@ -58,7 +66,7 @@ async function startRig(yaml = ENVOY_YAML): Promise<Rig> {
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-e2e-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', insecure: true, policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({ listen: '127.0.0.1:0', admin: '', tls: devGateTls(await devPki()), policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
@@ -208,7 +216,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
       logger: silent,
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
-      transport: { kind: 'insecure' },
+      transport: await devGateTransport(await devPki()),
     });
     rig = { harness: await harnessFor(raw.port), decode, raw };
     const pending = request(rig.harness.listeners['public']!.url, {
@@ -232,7 +240,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
       logger: silent,
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
-      transport: { kind: 'insecure' },
+      transport: await devGateTransport(await devPki()),
     });
     // Envoy's default per-message timeout.
     const yaml = ENVOY_YAML.replaceAll('message_timeout: 2s', 'message_timeout: 0.2s');

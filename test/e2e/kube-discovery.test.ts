@@ -20,6 +20,7 @@ import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../../src/policy/testing.js';
 import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, type EnvoyHarness } from '../../testbed/harness/index.js';
 import { readyPod, startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
+import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
 
 const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
 const SEED = 'e2e-kube';
@@ -105,11 +106,12 @@ async function startRig(): Promise<Rig> {
   const fp = { a: compiled.revisions.get('llama-a')!.fingerprint, b: compiled.revisions.get('llama-b')!.fingerprint };
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-kube-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(value));
+  const pki = await createDevPki(path.join(dir, 'tls'));
   const cfg = parseGateConfig(
     toYaml({
       listen: '127.0.0.1:0',
       admin: '',
-      insecure: true, // plaintext gRPC: this test never opens an ext_proc stream
+      tls: devGateTls(pki), // the shipped envoy.yaml speaks mTLS to the gate port
       policy: 'route-table.yaml',
       keys: { devSeed: SEED },
       workerView: { mode: 'live', intervalMs: 100, timeoutMs: 500, staleAfterMs: 2000 },
@@ -129,7 +131,7 @@ async function startRig(): Promise<Rig> {
   });
   cleanup.push(() => gate.close());
   const harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(ENVOY_YAML, { listenerPorts: { public: 0, internal: 0 }, clusterEndpoints: { kvgate_gate: [`127.0.0.1:${gate.grpcPort}`] } }),
+    mustLoadEnvoyConfig(ENVOY_YAML, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
   );
   cleanup.push(() => harness.close());
   return { api, gate, harness, port, fp };

@@ -3,6 +3,11 @@
  * sidecar in front of each, the gate, and the Envoy-faithful harness running the shipped `envoy/envoy.yaml`.
  * `kvgate demo` and the end-to-end tests start exactly this, so the demo shows what the tests prove.
  *
+ * The gate's gRPC port runs mTLS as in a deployment: at start the topology mints a throwaway CA and certificates in
+ * its run folder (testbed/tls/dev-pki.ts), starts the gate with `tls` (one allowed identity per listener role), and
+ * renders envoy.yaml again with the shipped file's own recorded flags but the TLS file paths pointed at those
+ * certificates (`<dir>/envoy.yaml`), so the harness runs the same config with the demo's files.
+ *
  * The harness stands in for Envoy because no Envoy binary runs where this project is built; a deployment runs
  * Envoy with the same envoy.yaml (see README).
  */
@@ -25,6 +30,8 @@ import { deepMerge, parseSimConfig, type SimSettingsInput } from '../sim/config.
 import { simCanaryDigests } from '../sim/recorded-canaries.js';
 import { createSimServer, type SimServer } from '../sim/server.js';
 import { mustLoadEnvoyConfig } from '../harness/envoy-config.js';
+import { createDevPki, DEV_IDENTITIES, devGateTls, type DevPki } from '../tls/dev-pki.js';
+import { parseRenderArgs, renderRequest } from '../../src/cli/envoy-command.js';
 import { startEnvoyHarness, type EnvoyHarness } from '../harness/data-plane.js';
 import type { EnvoyVersion } from '../harness/runtime-config.js';
 import { startLlmdSidecar, type LlmdSidecar } from '../llmd/pd-sidecar.js';
@@ -103,6 +110,10 @@ export interface Topology {
   readonly keys: KeyRing;
   readonly routeTablePath: string;
   readonly dir: string;
+  /** The throwaway PKI in `<dir>/tls`: the gate's server certificate and one client certificate per listener. */
+  readonly pki: DevPki;
+  /** The envoy.yaml the harness runs: the shipped one rendered again with the PKI's file paths. */
+  readonly envoyYamlPath: string;
   worker(revision: RevisionName, role: Role, index?: number): Worker;
   /**
    * Stop a worker's vLLM and start another on the same ports with `sim` overrides (e.g. `behaveAs`): an in-place
@@ -194,10 +205,11 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
     }
     const routeTablePath = path.join(dir, 'route-table.yaml');
     await writeFile(routeTablePath, toYaml(routeTableFor(workers, opts, dir)));
+    const pki = await createDevPki(path.join(dir, 'tls'));
     const gateConfig = parseGateConfig(
       toYaml({
         listen: `127.0.0.1:${gatePort}`,
-        insecure: true,
+        tls: devGateTls(pki),
         admin: '127.0.0.1:0',
         policy: routeTablePath,
         keys: { devSeed: DEMO_KEY_SEED },
@@ -212,11 +224,13 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
     const launchGate = () => startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: opts.processMetrics ?? false, ...(opts.tracer ? { tracer: opts.tracer } : {}) });
     let gate = await launchGate();
     stops.push(() => gate.close()); // `gate` follows restartGate
-    const envoyYaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
+    const envoyYamlPath = path.join(dir, 'envoy.yaml');
+    const envoyYaml = await renderDemoEnvoyYaml(pki);
+    await writeFile(envoyYamlPath, envoyYaml);
     const harness = await startEnvoyHarness(
       mustLoadEnvoyConfig(envoyYaml, {
         listenerPorts: { public: publicPort!, internal: internalPort! },
-        clusterEndpoints: { kvgate_gate: [`127.0.0.1:${gate.grpcPort}`] },
+        clusterEndpoints: Object.fromEntries(gateClusters(envoyYaml).map((c) => [c, [`127.0.0.1:${gate.grpcPort}`]])),
       }),
       opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion },
     );
@@ -230,6 +244,8 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       keys,
       routeTablePath,
       dir,
+      pki,
+      envoyYamlPath,
       worker: (revision, role, index = 0) => workers.find((w) => w.revision === revision && w.role === role && w.index === index)!,
       restartWorker: async (revision, role, sim = {}, index = 0) => {
         const w = workers.find((x) => x.revision === revision && x.role === role && x.index === index)!;
@@ -260,6 +276,40 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
     await closeAll();
     throw e;
   }
+}
+
+/**
+ * The shipped envoy/envoy.yaml rendered again from the flags its header records, with gate mTLS pointed at the
+ * demo's PKI: the public listener presents envoy-public.crt, the internal one envoy-internal.crt, and the gate's
+ * certificate must carry the DNS name the dev PKI gives it. Everything else (route table, Envoy release) as shipped.
+ */
+export async function renderDemoEnvoyYaml(pki: DevPki): Promise<string> {
+  const shipped = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
+  const m = /^# GENERATED by `kvgate envoy (render [^`]+)`/.exec(shipped);
+  if (!m) throw new Error('envoy/envoy.yaml has no "# GENERATED by `kvgate envoy render ...`" header; render it again');
+  const req = parseRenderArgs(m[1]!.split(' '));
+  if (typeof req === 'string') throw new Error(`envoy/envoy.yaml records flags that no longer parse: ${req}`);
+  const f = pki.files;
+  const settings = {
+    ...req.settings,
+    gateTls: {
+      caFile: f.ca,
+      certFile: f.publicCert,
+      keyFile: f.publicKey,
+      internalCertFile: f.internalCert,
+      internalKeyFile: f.internalKey,
+      serverName: DEV_IDENTITIES.gate.dns,
+    },
+  };
+  const rendered = await renderRequest({ target: 'bootstrap', settings }, PACKAGE_ROOT);
+  if (!rendered.ok) throw new Error(rendered.error);
+  return rendered.text;
+}
+
+/** The gate's clusters in a bootstrap (the public listener's and, with its own certificate, the internal one's). */
+function gateClusters(yamlText: string): string[] {
+  const doc = parseYaml(yamlText) as { static_resources?: { clusters?: { name?: string }[] } };
+  return (doc.static_resources?.clusters ?? []).map((c) => c.name ?? '').filter((n) => n === 'kvgate_gate' || n === 'kvgate_gate_internal');
 }
 
 interface WorkerSpec {

@@ -45,7 +45,8 @@ export interface FakeExtProc {
   close(): Promise<void>;
 }
 
-export async function startFakeExtProc(handler: FakeHandler): Promise<FakeExtProc> {
+/** `credentials`: the server's TLS (e.g. the dev PKI's gate certificate, for a config with a TLS transport socket). */
+export async function startFakeExtProc(handler: FakeHandler, credentials = grpc.ServerCredentials.createInsecure()): Promise<FakeExtProc> {
   let current = handler;
   const streams: FakeExtProcStream[] = [];
   const all: WireProcessingRequest[] = [];
@@ -60,7 +61,7 @@ export async function startFakeExtProc(handler: FakeHandler): Promise<FakeExtPro
     },
   });
   const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))),
+    server.bindAsync('127.0.0.1:0', credentials, (e, p) => (e ? reject(e) : resolve(p))),
   );
   return {
     port,

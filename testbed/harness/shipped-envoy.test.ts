@@ -3,12 +3,17 @@
  * ORIGINAL_DST decode pool the gate names in its BUFFERED body reply, and the gate sees response_headers.
  */
 import { readFileSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startEnvoyHarness, type EnvoyHarness } from './data-plane.js';
 import { mustLoadEnvoyConfig } from './envoy-config.js';
 import { reply, setHeader, startFakeExtProc, type FakeExtProc } from './fake-ext-proc.js';
 import { startFakeUpstream, type FakeUpstream } from './fake-upstream.js';
 import { ok, request } from './testing.js';
+import { createDevPki, shippedEnvoyTls } from '../tls/dev-pki.js';
 
 const shipped = new URL('../../envoy/envoy.yaml', import.meta.url).pathname;
 const closers: Array<() => Promise<void>> = [];
@@ -20,6 +25,15 @@ describe('shipped envoy/envoy.yaml', () => {
   it('routes the public listener by the gate body reply to the ORIGINAL_DST decode endpoint', async () => {
     const decode: FakeUpstream = await startFakeUpstream('decode-a-0');
     closers.push(() => decode.close());
+    // The shipped file speaks mTLS to the gate: the scripted gate serves the dev PKI's gate certificate.
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-shipped-'));
+    closers.push(() => rm(dir, { recursive: true, force: true }));
+    const pki = await createDevPki(dir);
+    const creds = grpc.ServerCredentials.createSsl(
+      await readFile(pki.files.ca),
+      [{ cert_chain: await readFile(pki.files.gateCert), private_key: await readFile(pki.files.gateKey) }],
+      true,
+    );
     const gate: FakeExtProc = await startFakeExtProc(async (s) => {
       for (let m = await s.recv(); m !== null; m = await s.recv()) {
         if (m.request === 'request_body') {
@@ -37,12 +51,9 @@ describe('shipped envoy/envoy.yaml', () => {
           s.send(reply(m));
         }
       }
-    });
+    }, creds);
     closers.push(() => gate.close());
-    const config = mustLoadEnvoyConfig(readFileSync(shipped, 'utf8'), {
-      listenerPorts: { public: 0, internal: 0 },
-      clusterEndpoints: { kvgate_gate: [gate.address] },
-    });
+    const config = mustLoadEnvoyConfig(readFileSync(shipped, 'utf8'), { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, gate.address) });
     const envoy: EnvoyHarness = await startEnvoyHarness(config);
     closers.push(() => envoy.close());
     const r = ok(await request(envoy.listeners['public']?.url ?? '', { path: '/v1/chat/completions', body: '{"model":"m"}' }));

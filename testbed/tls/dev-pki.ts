@@ -5,7 +5,7 @@
  * /etc/kvgate/tls, so the shipped envoy.yaml and gate config resolve against it. Never for production.
  */
 import { webcrypto } from 'node:crypto';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import './reflect-shim.js';
 import * as x509 from '@peculiar/x509';
@@ -138,4 +138,19 @@ export function devGateTls(pki: DevPki): { cert: string; key: string; clientCa: 
     clientCa: pki.files.ca,
     roles: { public: [DEV_IDENTITIES.public.spiffe], internal: [DEV_IDENTITIES.internal.spiffe] },
   };
+}
+
+/**
+ * Harness overrides for the shipped envoy/envoy.yaml against a gate at `gateAddress` using this PKI: its
+ * /etc/kvgate/tls files resolve to the PKI's folder, and both gate clusters (the public listener's and the
+ * internal listener's, each presenting its own client certificate) point at the gate.
+ */
+export function shippedEnvoyTls(pki: DevPki, gateAddress: string): { fileRoots: Record<string, string>; clusterEndpoints: Record<string, string[]> } {
+  return { fileRoots: { [TLS_DIR]: pki.dir }, clusterEndpoints: { kvgate_gate: [gateAddress], kvgate_gate_internal: [gateAddress] } };
+}
+
+/** The gate server's `transport` (src/gate/server.ts) for this PKI, for tests that start the gRPC server alone. */
+export async function devGateTransport(pki: DevPki): Promise<{ kind: 'mtls'; cert: Buffer; key: Buffer; clientCa: Buffer; roles: { public: string[]; internal: string[] } }> {
+  const t = devGateTls(pki);
+  return { kind: 'mtls', cert: await readFile(t.cert), key: await readFile(t.key), clientCa: await readFile(t.clientCa), roles: t.roles };
 }
