@@ -18,6 +18,7 @@ import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { clone, twoRevisionTableValue } from '../../src/policy/testing.js';
 import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, startFakeUpstream } from '../../testbed/harness/index.js';
+import { createDevPki, devGateTls, shippedEnvoyTls, type DevPki } from '../../testbed/tls/dev-pki.js';
 
 const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
 const SEED = 'e2e-replicas';
@@ -30,9 +31,9 @@ afterEach(async () => {
   cleanup = [];
 });
 
-async function startReplica(dir: string, registry: Registry): Promise<RunningGate> {
+async function startReplica(dir: string, registry: Registry, pki: DevPki): Promise<RunningGate> {
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', insecure: true, admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({ listen: '127.0.0.1:0', tls: devGateTls(pki), admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
@@ -57,9 +58,10 @@ describe('two gate replicas behind one Envoy', () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-replicas-'));
     await writeFile(path.join(dir, 'route-table.yaml'), toYaml(v));
     const regs = [new Registry(), new Registry()];
-    const gates = [await startReplica(dir, regs[0]!), await startReplica(dir, regs[1]!)];
+    const pki = await createDevPki(path.join(dir, 'tls')); // both replicas serve one certificate, as a Secret gives them
+    const gates = [await startReplica(dir, regs[0]!, pki), await startReplica(dir, regs[1]!, pki)];
     const harness = await startEnvoyHarness(
-      mustLoadEnvoyConfig(ENVOY_YAML, { listenerPorts: { public: 0, internal: 0 }, clusterEndpoints: { kvgate_gate: gates.map((g) => `127.0.0.1:${g.grpcPort}`) } }),
+      mustLoadEnvoyConfig(ENVOY_YAML, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, gates.map((g) => `127.0.0.1:${g.grpcPort}`)) }),
     );
     cleanup.push(() => harness.close());
     const send = async (session: string, requestId: string, binding?: string) => {

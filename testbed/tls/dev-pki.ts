@@ -141,12 +141,16 @@ export function devGateTls(pki: DevPki): { cert: string; key: string; clientCa: 
 }
 
 /**
- * Harness overrides for the shipped envoy/envoy.yaml against a gate at `gateAddress` using this PKI: its
+ * Harness overrides for the shipped envoy/envoy.yaml against the gate(s) at `gateAddress` using this PKI: its
  * /etc/kvgate/tls files resolve to the PKI's folder, and both gate clusters (the public listener's and the
  * internal listener's, each presenting its own client certificate) point at the gate.
  */
-export function shippedEnvoyTls(pki: DevPki, gateAddress: string): { fileRoots: Record<string, string>; clusterEndpoints: Record<string, string[]> } {
-  return { fileRoots: { [TLS_DIR]: pki.dir }, clusterEndpoints: { kvgate_gate: [gateAddress], kvgate_gate_internal: [gateAddress] } };
+export function shippedEnvoyTls(
+  pki: DevPki,
+  gateAddress: string | readonly string[],
+): { fileRoots: Record<string, string>; clusterEndpoints: Record<string, string[]> } {
+  const gates = typeof gateAddress === 'string' ? [gateAddress] : [...gateAddress];
+  return { fileRoots: { [TLS_DIR]: pki.dir }, clusterEndpoints: { kvgate_gate: gates, kvgate_gate_internal: gates } };
 }
 
 /** The gate server's `transport` (src/gate/server.ts) for this PKI, for tests that start the gRPC server alone. */
