@@ -43,10 +43,23 @@ export interface WorkerView {
   readonly ageMs?: number;
 }
 
-/** Counts requests in flight per endpoint; the gate acquires before routing and releases when the request ends. */
+/**
+ * What a sidecar's status says about the requests it serves (`requests` in src/sidecar/status.ts): the ids in
+ * flight now and the ids it received recently (admitted or refused), newest last.
+ */
+export interface RequestReport {
+  readonly inFlight: readonly string[];
+  readonly received: readonly string[];
+}
+
+/**
+ * Counts requests in flight per endpoint. The gate acquires when it routes; the release marks the end of the
+ * request's ext_proc stream, which is the request's end only on some Envoy versions: the gate's live tracker
+ * (src/gate/endpoint-load.ts) keeps counting until the endpoint's sidecar says the request is over.
+ */
 export interface InFlightTracker {
   /** Count one request on `address`; the returned function releases it (calling it again does nothing). */
-  acquire(address: string): () => void;
+  acquire(address: string, requestId?: string): () => void;
   inFlight(address: string): number;
   /** Every endpoint with requests in flight, for status pages. */
   snapshot(): ReadonlyMap<string, number>;

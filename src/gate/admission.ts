@@ -120,7 +120,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
     let busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
     const fingerprint = d.kind === 'refuse' || d.kind === 'answer' ? null : d.group.fingerprint;
     const leg = d.kind === 'hop' ? 'prefill' : 'decode';
-    const held = busy === null ? undefined : deps.inFlight.acquire(busy);
+    const held = busy === null ? undefined : deps.inFlight.acquire(busy, d.requestId);
     let holding = held;
     const release =
       held === undefined && fingerprint === null

@@ -9,8 +9,9 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { isInsecureKeyRing, type KeyRing } from '../contract/keys.js';
-import { createInFlightTracker, createStaticWorkerView, type WorkerView } from '../decide/worker-view.js';
+import { createStaticWorkerView, type WorkerView } from '../decide/worker-view.js';
 import type { CompiledPool, CompiledRouteTable } from '../policy/compile.js';
+import { createEndpointLoad } from './endpoint-load.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { startAdminServer, type AdminServer } from './admin-http.js';
 import type { GateConfig } from './config.js';
@@ -24,6 +25,9 @@ import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
 import { type GateTransport, transportStatus } from './transport.js';
 import { createWorkerPoller } from './worker-poller.js';
 import { createDiscovery, type Discovery } from '../discovery/discovery.js';
+
+/** Poll period while requests wait in the fallback queue (their slots free when a sidecar reports the end). */
+const QUEUED_POLL_MS = 250;
 
 export interface RunningGate {
   readonly grpcPort: number;
@@ -73,7 +77,15 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   const created = await createPolicyStore({ file: config.policyPath, logger: log, registry, ...(deps.now ? { now: deps.now } : {}) });
   if (!created.ok) throw new Error(`the route table cannot be used:\n${created.message}`);
   const policy = created.store;
-  const inFlight = createInFlightTracker();
+  const now = deps.now ?? Date.now;
+  const staleAfterMs = config.workerView.mode === 'live' ? config.workerView.staleAfterMs : 0;
+  let onPolled = (): void => undefined;
+  // In flight = what each sidecar reports + the gate's requests it has not reported yet (src/gate/endpoint-load.ts).
+  const inFlight = createEndpointLoad({
+    now,
+    bridgeTtlMs: () => policy.current().contractTtlMs + staleAfterMs,
+    onStreamEnd: (address) => poller?.refresh(address),
+  });
   // Selector pools: created on first need (a reload may add one) and fed every table; a static-only gate never
   // touches the Kubernetes API and needs no credentials.
   let discovery: Discovery | undefined;
@@ -98,7 +110,15 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   const endpointsOf = (p: CompiledPool) => (p.discovery === null || discovery === undefined ? p.endpoints : discovery.endpoints(p));
   const poller =
     config.workerView.mode === 'live' && deps.viewFor === undefined
-      ? createWorkerPoller(config.workerView, { inFlight, logger: log, registry, endpointsOf, table: () => policy.current(), ...(deps.now ? { now: deps.now } : {}) })
+      ? createWorkerPoller(config.workerView, {
+          inFlight,
+          logger: log,
+          registry,
+          endpointsOf,
+          table: () => policy.current(),
+          onPolled: () => onPolled(),
+          ...(deps.now ? { now: deps.now } : {}),
+        })
       : undefined;
   const viewFor =
     deps.viewFor ?? (poller ? (t: CompiledRouteTable) => poller.viewFor(t) : (t: CompiledRouteTable) => createStaticWorkerView(t, inFlight));
@@ -112,7 +132,6 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   let state: RoutingState = { table: policy.current(), view: viewFor(policy.current()) };
   const rollout = createRolloutMetrics(registry);
   rollout.updateVerification(policy.current());
-  const now = deps.now ?? Date.now;
   const admission = createAdmission({
     state: () => state,
     keys: deps.keys,
@@ -124,6 +143,14 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   // grpc-js refuses messages over its receive limit (default 4 MiB) and Envoy turns that into a 500, so the limit
   // follows the table's limits.maxBodyBytes; a server's limit is fixed when it starts.
   const receiveLimit = receiveLimitFor(policy.current().limits.maxBodyBytes);
+  onPolled = () => admission.notifyChanged();
+  // While requests wait in the queue, poll faster: a request ends (and frees its slot) when its sidecar says so.
+  const queuedPoll = poller
+    ? setInterval(() => {
+        if (admission.queueStatus().waiting > 0) void poller.pollOnce();
+      }, QUEUED_POLL_MS)
+    : undefined;
+  queuedPoll?.unref();
   policy.onSwap((table) => {
     syncDiscovery(table);
     if (receiveLimitFor(table.limits.maxBodyBytes) > receiveLimit) {
@@ -169,6 +196,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     policy: { file: config.policyPath, version: policy.version(), lastReload: policy.lastReload() },
     streams: grpc.activeStreams(),
     inFlight: Object.fromEntries(inFlight.snapshot()),
+    inFlightUnreported: Object.fromEntries(inFlight.bridged()),
     workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null, pools: poller?.poolStates() ?? null },
     discovery: discovery?.status(policy.current().pools.values()) ?? null,
     rollout: rolloutStatus(policy.current()),
@@ -180,6 +208,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
       ? null
       : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining });
   const close = async () => {
+    clearInterval(queuedPoll);
     poller?.stop();
     await discovery?.close();
     policy.close();

@@ -3,13 +3,19 @@
  * decision core, per endpoint, the fingerprint the worker runs now, whether its sidecar verified the live worker
  * against that declaration, and whether it drains.
  *
+ * Each answer also carries the request ids the sidecar serves and received (`requests`); they go to the in-flight
+ * tracker (`observe`, src/gate/endpoint-load.ts), which counts a request from the gate's decision until its sidecar
+ * says it is over, whatever the ext_proc stream's lifetime. `refresh(address)` polls one endpoint now: the gate
+ * calls it when a request's ext_proc stream ends, so the end of a request shows within a round trip where the
+ * stream lives as long as the request (Envoy 1.36), and at the next poll otherwise.
+ *
  * Fail closed: an endpoint whose sidecar was never reached, or whose last answer is older than `staleAfterMs`,
  * counts as unverified and takes no new requests. An endpoint with no status URL in the route table keeps its
  * declared fingerprint (the static view's behaviour), and `/status` says so.
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { EndpointLoad, EndpointState, InFlightTracker, WorkerView } from '../decide/worker-view.js';
+import type { EndpointLoad, EndpointState, InFlightTracker, RequestReport, WorkerView } from '../decide/worker-view.js';
 import type { CompiledEndpoint, CompiledPool, CompiledRouteTable } from '../policy/compile.js';
 
 /** The states `kvgate_worker_endpoints` and `/status` name; a pool's endpoints are in exactly one each. */
@@ -48,6 +54,8 @@ export interface WorkerPoller {
   viewFor(table: CompiledRouteTable): WorkerView;
   /** Poll every status URL of the table now (also what the timer does). */
   pollOnce(): Promise<void>;
+  /** Poll one endpoint now (coalesced with a poll of it already under way: that one is followed by one more). */
+  refresh(address: string): void;
   /** Per endpoint address, what was last seen: for the gate's /status. */
   snapshot(): Record<string, Observation & { status: string }>;
   /** Every pool of the table in use with each endpoint's state and why (the gate's /status, `kvgate status`). */
@@ -57,7 +65,10 @@ export interface WorkerPoller {
 }
 
 interface Deps {
-  readonly inFlight: InFlightTracker;
+  /** The in-flight counts the view reports; `observe` (when present) receives each sidecar's request ids. */
+  readonly inFlight: InFlightTracker & { observe?(address: string, requests: RequestReport | undefined, startedAtMs: number): void };
+  /** Called after every completed poll round or refresh (capacity may have freed: wake the queue). */
+  readonly onPolled?: () => void;
   readonly logger: Logger;
   readonly registry: Registry;
   readonly table: () => CompiledRouteTable;
@@ -136,6 +147,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
 
   async function pollEndpoint(key: string, address: string, status: string): Promise<void> {
     const prev = seen.get(key);
+    const startedAtMs = now();
     try {
       const res = await doFetch(`${status.replace(/\/+$/, '')}/kvgate/v1/status`, { signal: AbortSignal.timeout(opts.timeoutMs) });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
@@ -150,6 +162,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         observedAtMs: now(),
         ...loadOf(body['load']),
       });
+      deps.inFlight.observe?.(address, requestReportOf(body['requests']), startedAtMs);
       polls.inc({ result: 'ok' });
     } catch (e) {
       polls.inc({ result: 'error' });
@@ -161,6 +174,23 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
 
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
+  const refreshing = new Map<string, { again: boolean }>();
+  function refresh(address: string): void {
+    const r = refreshing.get(address);
+    if (r !== undefined) {
+      r.again = true;
+      return;
+    }
+    const e = [...deps.table().pools.values()].flatMap((p) => endpointsOf(p)).find((x) => x.address === address && x.status !== null);
+    if (e === undefined) return;
+    const state = { again: false };
+    refreshing.set(address, state);
+    void pollEndpoint(keyOf(e), address, e.status!).finally(() => {
+      refreshing.delete(address);
+      deps.onPolled?.();
+      if (state.again) refresh(address);
+    });
+  }
   const poller: WorkerPoller = {
     viewFor(table) {
       return {
@@ -200,9 +230,11 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         await Promise.all([...targets].map(([key, t]) => pollEndpoint(key, t.address, t.status)));
       })().finally(() => {
         running = undefined;
+        deps.onPolled?.();
       });
       return running;
     },
+    refresh,
     snapshot: () => Object.fromEntries(seen),
     poolStates: () =>
       [...deps.table().pools.values()].map((p) => ({
@@ -239,4 +271,14 @@ function loadOf(v: unknown): { load?: EndpointLoad } {
   const kv = n(o?.['kvCacheUsage']);
   if (running === null || waiting === null || kv === null) return {};
   return { load: { running, waiting, kvCacheUsage: Math.min(1, kv) } };
+}
+
+/** The sidecar's `requests` member, or undefined when absent or malformed (an older sidecar: count by stream). */
+function requestReportOf(v: unknown): RequestReport | undefined {
+  if (typeof v !== 'object' || v === null) return undefined;
+  const o = v as Record<string, unknown>;
+  const ids = (x: unknown): string[] | undefined => (Array.isArray(x) && x.every((i) => typeof i === 'string') ? x : undefined);
+  const inFlight = ids(o['inFlight']);
+  const received = ids(o['received']);
+  return inFlight === undefined || received === undefined ? undefined : { inFlight, received };
 }

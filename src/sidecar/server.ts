@@ -282,6 +282,7 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
       logger.warn({ audit: 'refusal', code: o.code ?? null, reason, tenant: who.tenant === null ? null : auditCut(who.tenant), trust: config.trust }, `refused: ${o.code ?? ''}`);
     }
   };
+  rt.state.receive(requestId);
   const refusal = admissionRefusal(rt.state.status());
   if (refusal !== undefined) {
     req.resume();
@@ -289,11 +290,11 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
     sendError(res, new KvgateError(refusal.code, refusal.message, detail), requestId ?? '');
     return record({ outcome: 'refused', code: refusal.code, reason: refusal.message });
   }
-  rt.state.enter();
+  rt.state.enter(requestId);
   const aborter = new AbortController();
   res.once('close', () => {
     if (!res.writableFinished) aborter.abort();
-    rt.state.leave();
+    rt.state.leave(requestId);
   });
   const signal = AbortSignal.any([aborter.signal, rt.ctx.closed]);
   record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger, who, receivedAt, trace: traced.context }));

@@ -8,6 +8,13 @@ import type { ProbeVerdict } from './compare.js';
 import type { SidecarMetrics } from './metrics.js';
 import { staticStatusOf, toStatus, type SidecarStatus, type StaticStatus } from './status.js';
 
+/**
+ * How many received request ids the status keeps. The gate polls every workerView.intervalMs (2 s by default) and
+ * drops a reported id from its own count; ids that scroll out before a poll stay counted by the gate until their
+ * ext_proc stream ends or their contract lifetime passes, so this only needs to outlast one poll at full load.
+ */
+export const RECEIVED_KEPT = 1024;
+
 /** Probe verdict, drain and in-flight accounting for one sidecar; `#private` so only its methods change it. */
 export class SidecarState {
   readonly #config: SidecarConfig;
@@ -19,6 +26,10 @@ export class SidecarState {
   #checkedAtMs: number | null = null;
   #draining = false;
   #inFlight = 0;
+  /** Request ids in flight (a count per id: a retried leg may bring the same id twice). */
+  readonly #active = new Map<string, number>();
+  /** Request ids received most recently, admitted or refused, oldest first (at most RECEIVED_KEPT). */
+  readonly #received: string[] = [];
   #engineId: string | null = null;
   readonly #drainWaiters: (() => void)[] = [];
 
@@ -37,6 +48,7 @@ export class SidecarState {
       draining: this.#draining,
       inFlight: this.#inFlight,
       engineId: this.#engineId,
+      requests: { inFlight: [...this.#active.keys()], received: [...this.#received] },
     });
   }
 
@@ -57,15 +69,31 @@ export class SidecarState {
     else this.#logger.error({ event: 'worker_unverified', reasons: verdict.reasons }, 'the worker does not match its declared descriptor; refusing traffic');
   }
 
+  /**
+   * A request arrived (before admission: a refused one counts too). The gate stops counting a request it routed here
+   * once this sidecar lists its id (src/gate/endpoint-load.ts).
+   */
+  receive(requestId: string | undefined): void {
+    if (requestId === undefined || requestId === '') return;
+    this.#received.push(requestId);
+    if (this.#received.length > RECEIVED_KEPT) this.#received.splice(0, this.#received.length - RECEIVED_KEPT);
+  }
+
   /** A request was admitted. */
-  enter(): void {
+  enter(requestId?: string): void {
     this.#inFlight++;
+    if (requestId !== undefined && requestId !== '') this.#active.set(requestId, (this.#active.get(requestId) ?? 0) + 1);
     this.#metrics.inFlight.set(this.#inFlight);
   }
 
   /** An admitted request finished (answered, failed or abandoned by its client). */
-  leave(): void {
+  leave(requestId?: string): void {
     this.#inFlight--;
+    if (requestId !== undefined && requestId !== '') {
+      const n = (this.#active.get(requestId) ?? 1) - 1;
+      if (n <= 0) this.#active.delete(requestId);
+      else this.#active.set(requestId, n);
+    }
     this.#metrics.inFlight.set(this.#inFlight);
     if (this.#inFlight === 0) for (const w of this.#drainWaiters.splice(0)) w();
   }

@@ -42,6 +42,11 @@ export interface SidecarStatus {
   readonly tenantScopes: readonly string[];
   /** When the last probe finished (ms since the epoch); null before the first. */
   readonly checkedAtMs: number | null;
+  /**
+   * The request ids (x-request-id) in flight here now, and the ids received most recently (admitted or refused,
+   * oldest first): the gate counts a request against this endpoint from its decision until this list says it is over.
+   */
+  readonly requests: { readonly inFlight: readonly string[]; readonly received: readonly string[] };
 }
 
 export interface StatusSnapshot {
@@ -50,6 +55,7 @@ export interface StatusSnapshot {
   readonly draining: boolean;
   readonly inFlight: number;
   readonly engineId: string | null;
+  readonly requests?: SidecarStatus['requests'];
 }
 
 /** Facts about the declaration that never change while the sidecar runs; computed once. */
@@ -87,6 +93,7 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
     engineId: s.engineId,
     tenantScopes: config.tenantScopes,
     checkedAtMs: s.checkedAtMs,
+    requests: s.requests ?? { inFlight: [], received: [] },
   };
 }
 

@@ -56,6 +56,8 @@ export interface TopologyOptions {
   readonly sidecarProbeIntervalMs?: number;
   /** Workers per revision and role (default 1); each gets its own sim and sidecar, listed in one pool. */
   readonly replicas?: number;
+  /** `maxInFlightPerEndpoint` of every pool (default: the route table's, 64). */
+  readonly maxInFlightPerEndpoint?: number;
   /** How often the gate polls sidecar status (default 1000 ms). */
   readonly workerViewIntervalMs?: number;
   /** Export process_* / nodejs_* on the gate and every sidecar, as `kvgate gate` and `kvgate sidecar` do (default off). */
@@ -384,6 +386,7 @@ function routeTableFor(workers: readonly Worker[], opts: TopologyOptions, dir: s
       endpoints: workers
         .filter((x) => x.revision === w.revision && x.role === w.role)
         .map((x) => ({ address: x.llmd === undefined ? x.address : `127.0.0.1:${x.llmd.port}`, status: `http://${x.address}` })),
+      ...(opts.maxInFlightPerEndpoint === undefined ? {} : { maxInFlightPerEndpoint: opts.maxInFlightPerEndpoint }),
     }));
   return {
     version: 1,
