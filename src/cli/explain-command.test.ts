@@ -144,9 +144,15 @@ describe('kvgate explain: each fallback branch', () => {
 
   it('recompute: decode of the same group, no prefill leg', async () => {
     const t = tableValue((v) => (v['fallback'] = [{ recompute: { prefillMsPerToken: 1, maxPromptTokens: 2000 } }, { queue: { deadlineMs: 2000, maxDepth: 2 } }]));
-    const r = await explain([...tenant, '--worker', '10.0.3.1:8000=busy', '--expected-wait-ms', '500'], { table: t });
-    expect(r.out).toMatch(/fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 \(pool b-decode\) without a prefill leg: about 7 tokens x 1 ms = 7 ms, cheaper than the expected wait of 500 ms/);
+    const r = await explain([...tenant, '--worker', '10.0.3.1:8000=busy'], { table: t });
+    expect(r.out).toMatch(/fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 \(pool b-decode\) without a prefill leg: about 7 tokens x 1 ms = 7 ms, cheaper than the expected wait of 2000 ms/);
     expect(r.out).toMatch(/revision llama-b[\s\S]*prefill: none \(served without disaggregation\)/);
+  });
+
+  it('--expected-wait-ms is refused with why: waits no longer depend on traffic history', async () => {
+    const r = await explain([...tenant, '--expected-wait-ms', '500']);
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(/--expected-wait-ms is gone: the queue no longer estimates waits from traffic history/);
   });
 
   it('refuse: the chain ends in 503', async () => {

@@ -34,7 +34,6 @@ Decides one request as the gate would (static worker view, no network) and print
   --keys FILE | --dev-keys SEED   the gate's key ring (bindings and contracts verify only with the same keys)
   --worker ADDR=STATE        describe an endpoint (repeatable); STATE: ${WORKER_STATES.join(', ')}, comma-separated
   --queue-depth N            requests already waiting in the group's queue (default 0)
-  --expected-wait-ms N       the queue's expected wait (default: not yet observed)
   --max-message-timeout-ms N Envoy's max_message_timeout (default 30000)
   --gie-headers              as the gate with envoy.gieHeaders: also show the llm-d / GIE headers and envoy.lb metadata
   --contract TOKEN           explain an internal hop (a sidecar's prefill leg) presenting this contract
@@ -87,6 +86,9 @@ export async function explainCommand(argv: readonly string[], io: CommandIo = de
     io.err(`kvgate explain: --policy and --request are required\n\n${HELP}`);
     return 2;
   }
+  if (values['expected-wait-ms'] !== undefined) {
+    return usage(io, '--expected-wait-ms is gone: the queue no longer estimates waits from traffic history, so whether a request waits depends only on --worker states, --queue-depth and the deadlines; drop the flag');
+  }
   const numbers = numberFlags(values);
   if (typeof numbers === 'string') return usage(io, numbers);
   const keys = keysOf(values);
@@ -122,7 +124,7 @@ export async function explainCommand(argv: readonly string[], io: CommandIo = de
     body,
     ...(values.contract === undefined ? {} : { hop: hopOf(values) }),
     view: createExplainWorkerView(table, patches),
-    queue: createExplainQueueView(numbers.queueDepth ?? 0, numbers.expectedWaitMs ?? null),
+    queue: createExplainQueueView(numbers.queueDepth ?? 0),
     maxMessageTimeoutMs: numbers.maxMessageTimeoutMs ?? 30_000,
     gieHeaders: values['gie-headers'] === true,
   });
@@ -135,9 +137,9 @@ function usage(io: CommandIo, message: string): number {
   return 2;
 }
 
-function numberFlags(v: Values): { now?: number; queueDepth?: number; expectedWaitMs?: number; maxMessageTimeoutMs?: number } | string {
+function numberFlags(v: Values): { now?: number; queueDepth?: number; maxMessageTimeoutMs?: number } | string {
   const out: Record<string, number> = {};
-  const flags = [['now', 'now'], ['queue-depth', 'queueDepth'], ['expected-wait-ms', 'expectedWaitMs'], ['max-message-timeout-ms', 'maxMessageTimeoutMs']] as const;
+  const flags = [['now', 'now'], ['queue-depth', 'queueDepth'], ['max-message-timeout-ms', 'maxMessageTimeoutMs']] as const;
   for (const [flag, key] of flags) {
     const raw = v[flag];
     if (raw === undefined) continue;

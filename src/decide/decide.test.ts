@@ -100,8 +100,8 @@ describe('decide: routes inside one group', () => {
     });
     const r = refusal(run(t));
     expect(r).toMatchObject({ code: 'no_compatible_capacity', retryAfterSeconds: 7, tenant: 'acme' });
-    expect(r.message).toMatch(/^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) is available: pool b-decode is draining; retry after 7 s or ask the operator to add capacity$/);
-    expect(r.trace).toContain('fallback step 1 (queue): passed: this caller cannot hold requests');
+    expect(r.message).toMatch(/^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) is available: pool b-decode is draining; the fallback queue was skipped \(nothing_to_wait_for\): no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing \(pool b-decode is draining\); retry after 7 s or ask the operator to add capacity$/);
+    expect(r.trace).toContain('fallback step 1 (queue): passed: no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing (pool b-decode is draining)');
     expect(r.trace).toContain('fallback step 2 (refuse): refuse with retry-after 7 s');
   });
 

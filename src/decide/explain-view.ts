@@ -66,7 +66,7 @@ export function createExplainWorkerView(table: CompiledRouteTable, patches: Read
   };
 }
 
-/** Every group's queue holds `depth` requests; the expected wait is the given figure, or unobserved. */
-export function createExplainQueueView(depth: number, expectedWaitMs: number | null): QueueView {
-  return { depth: () => depth, expectedWaitMs: () => expectedWaitMs };
+/** Every group's queue holds `depth` requests: all the live gate's queue step reads too. */
+export function createExplainQueueView(depth: number): QueueView {
+  return { depth: () => depth };
 }

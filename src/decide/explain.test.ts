@@ -20,7 +20,7 @@ function input(extra: Partial<ExplainInput> = {}): ExplainInput {
     headers: { 'x-tenant-id': 'acme', 'x-session-id': 's-1' },
     body: new TextEncoder().encode(JSON.stringify(chat)),
     view: createExplainWorkerView(table, new Map()),
-    queue: createExplainQueueView(0, null),
+    queue: createExplainQueueView(0),
     maxMessageTimeoutMs: 30_000,
     ...extra,
   };

@@ -48,7 +48,7 @@ describe('fallback: queue', () => {
     expect(w).toMatchObject({ missing: 'decode', order: 'fifo', maxDepth: 2, enqueuedAtMs: TEST_NOW_MS, deadlineAtMs: TEST_NOW_MS + 2000, step: 1, pinned: false });
     expect(w.group.revision).toBe('llama-b');
     expect(w.fallback).toEqual([{ step: 'queue', outcome: 'waiting' }]);
-    expect(w.trace.at(-1)).toMatch(/^fallback step 1 \(queue\): wait up to 2000 ms \(the queue step's deadlineMs\) in the fifo queue of group g_[0-9a-f]+ for decode capacity; 0 ahead, expected wait not yet observed$/);
+    expect(w.trace.at(-1)).toMatch(/^fallback step 1 \(queue\): wait up to 2000 ms \(the queue step's deadlineMs\) in the fifo queue of group g_[0-9a-f]+ for decode capacity; 0 ahead$/);
   });
 
   it("a client's x-request-deadline-ms only tightens the deadline; a malformed one is ignored and traced", () => {
@@ -73,18 +73,30 @@ describe('fallback: queue', () => {
     const drained = table([QUEUE, REFUSE], (v) => (v['pools'][3]['draining'] = true));
     const r = refusalOf(run(drained, createTestWorkerView(drained)));
     expect(r).toMatchObject({ code: 'no_compatible_capacity', retryAfterSeconds: 7 });
-    expect(r.fallback).toEqual([{ step: 'queue', outcome: 'passed' }, { step: 'refuse', outcome: 'refused' }]);
-    expect(r.trace).toContain('fallback step 1 (queue): passed: no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing (pool b-decode is draining)');
+    const why = 'no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing (pool b-decode is draining)';
+    expect(r.fallback).toEqual([
+      { step: 'queue', outcome: 'passed', skipped: { reason: 'nothing_to_wait_for', why } },
+      { step: 'refuse', outcome: 'refused' },
+    ]);
+    expect(r.trace).toContain(`fallback step 1 (queue): passed: ${why}`);
+    // The refusal says the queue was skipped and why, not only that capacity is missing.
+    expect(r.message).toContain(`the fallback queue was skipped (nothing_to_wait_for): ${why}`);
   });
 
-  it('passes when the observed expected wait exceeds the deadline', () => {
-    const r = refusalOf(run(t, busy(t, B_DECODE), {}, ctx({ queue: createTestQueueView({}, 5000) })));
-    expect(r.trace).toContain("fallback step 1 (queue): passed: the expected wait of about 5000 ms exceeds the 2000 ms deadline (the queue step's deadlineMs)");
+  it('passes, saying so, when no time is left to wait', () => {
+    const r = refusalOf(run(t, busy(t, B_DECODE), {}, ctx({ maxWaitMs: 0 })));
+    expect(r.fallback?.[0]).toEqual({
+      step: 'queue',
+      outcome: 'passed',
+      skipped: { reason: 'no_time_left', why: "no time is left to wait (the gate's limit under Envoy's max_message_timeout)" },
+    });
+    expect(r.message).toContain('the fallback queue was skipped (no_time_left)');
   });
 
   it('a caller without a queue never gets a wait', () => {
     const r = refusalOf(run(t, busy(t, B_DECODE), {}, { nowMs: TEST_NOW_MS, keys }));
-    expect(r.trace).toContain('fallback step 1 (queue): passed: this caller cannot hold requests');
+    expect(r.trace).toContain("fallback step 1 (queue): passed: this caller cannot hold requests (an internal hop, or Envoy's max_message_timeout is 0)");
+    expect(r.fallback?.[0]?.skipped?.reason).toBe('cannot_hold');
   });
 
   it('edf is recorded on the wait', () => {
@@ -184,22 +196,22 @@ describe('fallback: recompute', () => {
 
   it('serves on the decode endpoint of the same group without a prefill leg when that is cheaper than waiting', () => {
     const t = table([recompute, QUEUE, REFUSE]);
-    const d = routeOf(run(t, busy(t, B_PREFILL), {}, ctx({ queue: createTestQueueView({}, 1500) })));
+    const d = routeOf(run(t, busy(t, B_PREFILL), {}, ctx()));
     expect(d.group.revision).toBe('llama-b');
     expect(d.decode).toEqual({ pool: 'b-decode', cluster: 'b_decode', endpoint: B_DECODE });
     expect(d.prefill).toBeNull();
     const c = verifyContract(d.contract, keys, TEST_NOW_MS);
     expect(c.ok && c.value.prefill).toBeNull();
     expect(d.fallback).toEqual([{ step: 'recompute', outcome: 'recomputed' }]);
-    expect(d.trace.join('\n')).toMatch(/fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 .* about 7 tokens x 0\.5 ms = 4 ms, cheaper than the expected wait of 1500 ms \(queue step 2, observed service rate\)/);
+    expect(d.trace.join('\n')).toMatch(/fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 .* about 7 tokens x 0\.5 ms = 4 ms, cheaper than the expected wait of 2000 ms \(queue step 2's longest wait\)/);
   });
 
-  it('waits instead when recomputing costs more than the expected wait, or the prompt is too long', () => {
-    const t = table([recompute, QUEUE, REFUSE]);
-    const long = 'x'.repeat(8000); // about 2000 tokens: 1000 ms of recompute
-    const w = waitOf(run(t, busy(t, B_PREFILL), { content: long }, ctx({ queue: createTestQueueView({}, 200) })));
+  it('waits instead when recomputing costs more than the longest wait, or the prompt is too long', () => {
+    const t = table([{ recompute: { prefillMsPerToken: 1, maxPromptTokens: 4000 } }, QUEUE, REFUSE]);
+    const long = 'x'.repeat(8000); // about 2000 tokens: 2004 ms of recompute
+    const w = waitOf(run(t, busy(t, B_PREFILL), { content: long }, ctx()));
     expect(w.missing).toBe('prefill');
-    expect(w.trace.join('\n')).toMatch(/fallback step 1 \(recompute\): passed: recomputing about 2004 tokens costs about 1002 ms, not less than the expected wait of 200 ms/);
+    expect(w.trace.join('\n')).toMatch(/fallback step 1 \(recompute\): passed: recomputing about 2004 tokens costs about 2004 ms, not less than the expected wait of 2000 ms/);
     const tooLong = refusalOf(run(t, busy(t, B_PREFILL), { content: 'y'.repeat(20_000) }, { nowMs: TEST_NOW_MS, keys }));
     expect(tooLong.trace.join('\n')).toMatch(/passed: the prompt is about 5004 tokens, over maxPromptTokens 4000/);
   });

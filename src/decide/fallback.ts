@@ -42,7 +42,7 @@ export function walkFallback(input: FallbackInput, trace: string[]): FallbackRes
   const retry = DEFAULT_RETRY_AFTER_SECONDS;
   trace.push(`fallback chain exhausted: refuse with retry-after ${retry} s`);
   records.push({ step: 'end', outcome: 'refused' });
-  return { outcome: { kind: 'refuse', code: 'no_compatible_capacity', message: noCapacityMessage(input, retry), retryAfterSeconds: retry }, records };
+  return { outcome: { kind: 'refuse', code: 'no_compatible_capacity', message: noCapacityMessage(s, retry), retryAfterSeconds: retry }, records };
 }
 
 function runStep(step: FallbackStep, i: number, s: StepInput): FallbackOutcome | undefined {
@@ -61,12 +61,15 @@ function runStep(step: FallbackStep, i: number, s: StepInput): FallbackOutcome |
   }
 }
 
-/** The 503 message: which leg, which group, every reason, and what to do. */
-export function noCapacityMessage(input: Pick<FallbackInput, 'group' | 'shortage'>, retryAfterSeconds: number): string {
+/** The 503 message: which leg, which group, every reason, a skipped queue step and why, and what to do. */
+export function noCapacityMessage(input: Pick<FallbackInput, 'group' | 'shortage'> & { readonly records?: readonly FallbackRecord[] }, retryAfterSeconds: number): string {
   const { group, shortage } = input;
+  const skipped = input.records?.find((r) => r.skipped !== undefined)?.skipped;
   return (
     `no ${shortage.missing} endpoint of group ${group.id} (model ${group.model}, revision ${group.revision}) is available: ` +
-    `${shortage.reasons.join('; ') || 'no pools'}; retry after ${retryAfterSeconds} s or ask the operator to add capacity`
+    `${shortage.reasons.join('; ') || 'no pools'}` +
+    (skipped === undefined ? '' : `; the fallback queue was skipped (${skipped.reason}): ${skipped.why}`) +
+    `; retry after ${retryAfterSeconds} s or ask the operator to add capacity`
   );
 }
 
@@ -101,7 +104,6 @@ function expectedWaitAfter(i: number, s: StepInput): { ms: number; why: string }
   const q = s.table.fallback[j];
   if (q?.kind !== 'queue') return { ms: Infinity, why: 'no queue step follows' };
   if (s.queue === undefined || s.shortage.busy === 0) return { ms: Infinity, why: `queue step ${j + 1} would not hold this request` };
-  const observed = s.queue.expectedWaitMs(s.group.id, s.group.fingerprint, s.shortage.missing);
-  if (observed !== null) return { ms: observed, why: `queue step ${j + 1}, observed service rate` };
-  return { ms: Math.min(q.deadlineMs, s.maxWaitMs ?? Infinity), why: `queue step ${j + 1}'s deadline; no service rate observed yet` };
+  // The longest that step may hold the request: known from the table and the caller alone, never from traffic.
+  return { ms: Math.min(q.deadlineMs, s.maxWaitMs ?? Infinity), why: `queue step ${j + 1}'s longest wait` };
 }

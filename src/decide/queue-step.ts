@@ -3,6 +3,10 @@
  * how long, or refuse it (429 when the queue is full, 504 when a queued request's deadline passed). The waiting
  * itself (timers, wake-ups, Envoy's message timeout) is the gate's (`src/gate/wait-queue.ts`).
  *
+ * Whether a request waits depends only on the worker view (is some endpoint of the missing leg merely busy), the
+ * group's queue depth and the deadlines: never on traffic history, so `kvgate explain` decides as the live gate does.
+ * A step that cannot hold the request says why (`FallbackRecord.skipped`), and the refusal that follows repeats it.
+ *
  * A request's wait is bounded three ways, the tightest winning: the step's `deadlineMs`; the client's
  * `x-request-deadline-ms` header (relative milliseconds; it can only shorten the wait, never extend it; a malformed
  * value is ignored and traced); and the caller's own limit (the gate's: Envoy's `max_message_timeout` less a margin,
@@ -10,6 +14,7 @@
  */
 import type { FallbackStep } from '../policy/schema.js';
 import type { FallbackOutcome, StepInput } from './fallback-step.js';
+import type { QueueSkipReason } from './types.js';
 import { finalRetryAfter } from './retry-after.js';
 
 /** The client header that tightens a request's queue deadline (relative milliseconds). */
@@ -42,16 +47,19 @@ type QueueStep = Extract<FallbackStep, { kind: 'queue' }>;
 /** Take the request into the group's queue, keep it there, refuse it, or pass (undefined). */
 export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOutcome | undefined {
   const label = `fallback step ${n} (queue)`;
-  const pass = (why: string): undefined => {
+  const pass = (reason: QueueSkipReason, why: string): undefined => {
     s.trace.push(`${label}: passed: ${why}`);
-    s.records.push({ step: 'queue', outcome: 'passed' });
+    s.records.push({ step: 'queue', outcome: 'passed', skipped: { reason, why } });
     return undefined;
   };
   const { queue, shortage, group, bound, nowMs } = s;
-  if (queue === undefined) return pass('this caller cannot hold requests');
   if (shortage.busy === 0) {
-    return pass(`no ${shortage.missing} endpoint of the group is merely at its in-flight limit, so waiting frees nothing (${shortage.reasons.join('; ') || 'no pools'})`);
+    return pass(
+      'nothing_to_wait_for',
+      `no ${shortage.missing} endpoint of the group is merely at its in-flight limit, so waiting frees nothing (${shortage.reasons.join('; ') || 'no pools'})`,
+    );
   }
+  if (queue === undefined) return pass('cannot_hold', 'this caller cannot hold requests (an internal hop, or Envoy\'s max_message_timeout is 0)');
   const wait = { kind: 'wait' as const, step: n, order: step.order, maxDepth: step.maxDepth };
   if (bound !== undefined) {
     const waited = nowMs - bound.enqueuedAtMs;
@@ -72,11 +80,7 @@ export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOut
     return { ...wait, enqueuedAtMs: bound.enqueuedAtMs, deadlineAtMs: bound.deadlineAtMs };
   }
   const budget = waitBudget(step, s);
-  if (budget.ms < 1) return pass(`no time is left to wait (${budget.why})`);
-  const expected = queue.expectedWaitMs(group.id, group.fingerprint, shortage.missing);
-  if (expected !== null && expected > budget.ms) {
-    return pass(`the expected wait of about ${Math.round(expected)} ms exceeds the ${budget.ms} ms deadline (${budget.why})`);
-  }
+  if (budget.ms < 1) return pass('no_time_left', `no time is left to wait (${budget.why})`);
   const depth = queue.depth(group.id);
   if (depth >= step.maxDepth) {
     const retryAfterSeconds = finalRetryAfter(s.table);
@@ -93,7 +97,7 @@ export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOut
   }
   s.trace.push(
     `${label}: wait up to ${budget.ms} ms (${budget.why}) in the ${step.order} queue of group ${group.id} for ${shortage.missing} capacity; ` +
-      `${depth} ahead, expected wait ${expected === null ? 'not yet observed' : `about ${Math.round(expected)} ms`}`,
+      `${depth} ahead`,
   );
   s.records.push({ step: 'queue', outcome: 'waiting' });
   return { ...wait, enqueuedAtMs: nowMs, deadlineAtMs: nowMs + budget.ms };

@@ -97,6 +97,6 @@ export function createTestWorkerView(
 }
 
 /** A queue view with fixed answers, for tests of the `queue` and `recompute` steps. */
-export function createTestQueueView(depth: Readonly<Record<string, number>> = {}, expectedWaitMs: number | null = null): QueueView {
-  return { depth: (g) => depth[g] ?? 0, expectedWaitMs: () => expectedWaitMs };
+export function createTestQueueView(depth: Readonly<Record<string, number>> = {}): QueueView {
+  return { depth: (g) => depth[g] ?? 0 };
 }

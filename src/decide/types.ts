@@ -185,7 +185,17 @@ export type Leg = 'decode' | 'prefill';
 export interface FallbackRecord {
   readonly step: 'queue' | 'routeVia' | 'recompute' | 'refuse' | 'end';
   readonly outcome: FallbackStepOutcome;
+  /** A `queue` step that passed: why it could not hold the request (the refusal, the audit line and a metric say so). */
+  readonly skipped?: { readonly reason: QueueSkipReason; readonly why: string };
 }
+
+/**
+ * Why a `queue` step passed: `cannot_hold` (the caller cannot hold requests: an internal hop, or Envoy's
+ * max_message_timeout is 0), `nothing_to_wait_for` (no endpoint of the missing leg is merely at its in-flight limit:
+ * they are down, unverified or draining, and a release frees nothing), `no_time_left` (the client's deadline or
+ * Envoy's limit leaves less than 1 ms).
+ */
+export type QueueSkipReason = 'cannot_hold' | 'nothing_to_wait_for' | 'no_time_left';
 
 /**
  * `passed`: the step did not apply and the walk went on; `waiting`: queued; `queue_full`: refused 429;
@@ -199,13 +209,12 @@ export type FallbackStepOutcome = 'passed' | 'waiting' | 'queue_full' | 'deadlin
  * `kvgate explain` answers from its flags.
  */
 export interface QueueView {
-  /** Requests waiting in this group's queue now. */
-  depth(groupId: string): number;
   /**
-   * The expected wait (ms) of a request joining the back of this group's queue for `leg` capacity, from the observed
-   * rate at which that leg's capacity of its fingerprint frees; null until observed.
+   * Requests waiting in this group's queue now. The queue step reads nothing else from the queue: whether a request
+   * waits depends on the worker view, this depth and the deadlines, never on traffic history, so `kvgate explain`
+   * given the same states decides as the live gate does.
    */
-  expectedWaitMs(groupId: string, fingerprint: string, leg: Leg): number | null;
+  depth(groupId: string): number;
 }
 
 /** A queued request being decided again: it stays in `group` (or is refused), whatever the table says now. */

@@ -118,17 +118,14 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
   /** Count the request on the endpoint it occupies for its whole life; its end frees capacity for the queue. */
   const settle = (d: Decision, body?: Uint8Array): Admitted => {
     let busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
-    const fingerprint = d.kind === 'refuse' || d.kind === 'answer' ? null : d.group.fingerprint;
-    const leg = d.kind === 'hop' ? 'prefill' : 'decode';
     const held = busy === null ? undefined : deps.inFlight.acquire(busy, d.requestId);
     let holding = held;
     const release =
-      held === undefined && fingerprint === null
+      held === undefined
         ? undefined
         : () => {
             holding?.();
             holding = undefined;
-            if (fingerprint !== null) queue.recordRelease(fingerprint, leg);
             if (queue.size() > 0) scheduleWake();
           };
     // The data plane may have walked the EPP fallback list: count the request where it was actually served, and
@@ -141,7 +138,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
             if (!listed.includes(address) || holding === undefined) return false;
             if (address === busy) return true;
             holding();
-            holding = deps.inFlight.acquire(address);
+            holding = deps.inFlight.acquire(address, d.requestId);
             busy = address;
             return true;
           };
@@ -162,7 +159,10 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
       const ctx = { nowMs: deps.now(), keys: deps.keys, ...(canWait ? { queue, maxWaitMs } : {}) };
       const outcome = decideRequest(facts, table, view, ctx);
       const d = outcome.decision;
-      for (const r of d.kind === 'hop' || d.kind === 'answer' ? [] : (d.fallback ?? [])) metrics.fallback.inc({ step: r.step, outcome: r.outcome });
+      for (const r of d.kind === 'hop' || d.kind === 'answer' ? [] : (d.fallback ?? [])) {
+        metrics.fallback.inc({ step: r.step, outcome: r.outcome });
+        if (r.skipped !== undefined) metrics.queueSkipped.inc({ reason: r.skipped.reason });
+      }
       if (d.kind !== 'wait') return settle(d, outcome.request === undefined ? undefined : facts.body);
       return parkRequest(qctx, d, outcome.facts!, signal, hooks!, outcome.request === undefined ? undefined : facts.body);
     },

@@ -4,6 +4,7 @@
  * - `kvgate_fallback_total{step, outcome}`: every fallback step walked and what it did (`passed`, `waiting`,
  *   `queue_full`, `routed`, `recomputed`, `refused`), plus how queued requests left the queue (`step="queue"`,
  *   outcome `served`, `deadline_exceeded`, `cancelled`, `dropped`).
+ * - `kvgate_queue_skipped_total{reason}`: queue steps that passed without holding the request, and why.
  * - `kvgate_queue_depth{group}`: requests waiting per group. A group's series is removed when its queue empties,
  *   so the label set is bounded by the groups waiting at once, not by every group ever seen.
  * - `kvgate_queue_wait_seconds{outcome}`: time spent queued, by how the wait ended.
@@ -18,6 +19,8 @@ import { rolloutStatus } from '../policy/rollout-status.js';
 
 export interface RolloutMetrics {
   readonly fallback: Counter<'step' | 'outcome'>;
+  /** `kvgate_queue_skipped_total{reason}`: a queue step passed, and why (FallbackRecord.skipped). */
+  readonly queueSkipped: Counter<'reason'>;
   readonly queueDepth: Gauge<'group'>;
   readonly queueWait: Histogram<'outcome'>;
   readonly revisionVerified: Gauge<'model' | 'revision'>;
@@ -53,6 +56,12 @@ export function createRolloutMetrics(registry: Registry): RolloutMetrics {
       name: 'kvgate_fallback_total',
       help: 'Fallback chain steps walked when a bound group had no capacity, by step and outcome.',
       labelNames: ['step', 'outcome'] as const,
+      registers,
+    }),
+    queueSkipped: new Counter({
+      name: 'kvgate_queue_skipped_total',
+      help: 'Fallback queue steps that could not hold a request, by reason (cannot_hold, nothing_to_wait_for, no_time_left).',
+      labelNames: ['reason'] as const,
       registers,
     }),
     queueDepth,

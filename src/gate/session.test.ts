@@ -16,12 +16,12 @@ const B_DECODE = '10.0.4.1:8000';
 const NOW = 1_700_000_000_000;
 const now = (): number => NOW;
 
-function harness(value: TableValue = queueTableValue()) {
+function harness(value: TableValue = queueTableValue(), logger = pino({ level: 'silent' })) {
   const inFlight = createInFlightTracker();
   const table = tableFromValue(value);
   let state: RoutingState = { table, view: createStaticWorkerView(table, inFlight) };
   const admission = createAdmission({ state: () => state, keys: createDevKeyRing('session-test'), inFlight, now, recheckMs: 0 });
-  const deps = { admission, logger: pino({ level: 'silent' }), metrics: createGateMetrics(new Registry()), newRequestId: () => 'generated', now, gieHeaders: false };
+  const deps = { admission, logger, metrics: createGateMetrics(new Registry()), newRequestId: () => 'generated', now, gieHeaders: false };
   return {
     admission,
     inFlight,
@@ -88,14 +88,17 @@ describe('session: a queued request', () => {
     expect(h.inFlight.inFlight(B_DECODE)).toBe(0);
   });
 
-  it('without a way to send early messages it never queues (Envoy would time the request out)', async () => {
-    const h = harness();
+  it('without a way to send early messages it never queues (Envoy would time the request out), and its audit line says why', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const h = harness(queueTableValue(), pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) }));
     admission = h.admission;
     await (await started(h, 'r1')).s.onMessage(body());
     const x = h.session(false);
     await x.s.onMessage(headers('r2'));
     const r = await x.s.onMessage(body());
     expect(r?.immediate_response?.status.code).toBe(503);
+    expect(Buffer.from(r?.immediate_response?.body ?? []).toString()).toContain('the fallback queue was skipped (cannot_hold)');
+    expect(lines.filter((l) => l['audit'] === 'refusal')).toEqual([expect.objectContaining({ code: 'no_compatible_capacity', queueSkipped: 'cannot_hold' })]);
   });
 
   it('a cancelled stream leaves the queue, answers nothing, and holds no capacity', async () => {

@@ -364,6 +364,7 @@ export class ExtProcSession {
           listener: this.#listener,
           ...(d.revision === undefined ? {} : { revision: d.revision }),
           ...(d.trust === undefined ? {} : { trust: d.trust }),
+          ...queueSkippedOf(d),
         },
         `refused: ${d.code}`,
       );
@@ -470,4 +471,10 @@ function wrap(phase: 'request_headers' | 'request_body', common: object): WirePr
 function concat(chunks: readonly Uint8Array[]): Uint8Array {
   if (chunks.length === 1) return chunks[0]!;
   return Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength)));
+}
+
+/** A refusal's skipped queue step, for its audit line: `{ queueSkipped: reason }`, or nothing. */
+function queueSkippedOf(d: Extract<Decision, { kind: 'refuse' }>): { queueSkipped?: string } {
+  const skipped = d.fallback?.find((r) => r.skipped !== undefined)?.skipped;
+  return skipped === undefined ? {} : { queueSkipped: skipped.reason };
 }

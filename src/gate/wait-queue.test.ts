@@ -97,23 +97,6 @@ describe('wait queue', () => {
     expect(q.size()).toBe(0);
   });
 
-  it('estimates the wait from the rate at which capacity of a fingerprint frees', () => {
-    let now = 1000;
-    q = createWaitQueue({ now: () => now, recheckMs: 0, rateAlpha: 0.5 });
-    expect(q.expectedWaitMs('g1', 'fp', 'decode')).toBeNull();
-    q.recordRelease('fp', 'decode');
-    now += 100;
-    q.recordRelease('fp', 'decode');
-    expect(q.expectedWaitMs('g1', 'fp', 'decode')).toBe(100);
-    now += 300;
-    q.recordRelease('fp', 'decode');
-    expect(q.expectedWaitMs('g1', 'fp', 'decode')).toBe(200);
-    q.park(entry('a'), 10);
-    expect(q.expectedWaitMs('g1', 'fp', 'decode')).toBe(400);
-    expect(q.expectedWaitMs('g1', 'other-fp', 'decode')).toBeNull();
-    expect(q.expectedWaitMs('g1', 'fp', 'prefill')).toBeNull();
-  });
-
   it('close abandons every waiting entry and clears the depth series', () => {
     const depths: [string, number][] = [];
     q = createWaitQueue({ now: Date.now, onDepth: (g, d) => depths.push([g, d]) });

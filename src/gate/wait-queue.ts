@@ -4,10 +4,9 @@
  * them back when capacity may have freed (a request ended, the table or the worker view changed, a periodic
  * recheck) or when their deadline arrives. Timers are I/O, so they live here and not in src/decide.
  *
- * It also measures the service rate the pure core's expected-wait estimate uses: per fingerprint and leg, an
- * exponentially weighted mean of the interval between requests ending (a routed request ending frees a decode
- * slot, a prefill leg ending frees a prefill slot).
- * The estimate for a newcomer is (its group's depth + 1) x that interval; null until two endings were seen.
+ * It keeps no traffic history: the pure core reads only each group's depth, so whether a request waits never
+ * depends on how sparse or busy traffic was (an estimate from the gaps between endings once refused requests that
+ * `kvgate explain` said would wait).
  */
 import type { Leg, QueueOrder, QueueView } from '../decide/types.js';
 
@@ -36,8 +35,6 @@ export interface GroupQueueState {
   readonly groupId: string;
   readonly depth: number;
   readonly oldestWaitMs: number;
-  /** The estimate a newcomer to this group would get (null until the service rate was observed). */
-  readonly expectedWaitMs: number | null;
 }
 
 export interface WaitQueue extends QueueView {
@@ -45,8 +42,6 @@ export interface WaitQueue extends QueueView {
   park(entry: QueueEntry, maxDepth: number): Parked | undefined;
   /** Capacity may have freed: let the head of every group try again, in deadline or arrival order. */
   wake(): void;
-  /** A request holding `leg` capacity of `fingerprint` ended: one sample of that service rate. */
-  recordRelease(fingerprint: string, leg: Leg): void;
   size(): number;
   groups(): GroupQueueState[];
   /** Stop every timer and abandon every entry still waiting (each answers itself). */
@@ -59,8 +54,6 @@ export interface WaitQueueOptions {
   readonly recheckMs?: number;
   /** Called whenever a group's depth changes (for `kvgate_queue_depth`). */
   readonly onDepth?: (groupId: string, depth: number) => void;
-  /** Weight of the newest interval in the service-rate mean (0..1]. */
-  readonly rateAlpha?: number;
 }
 
 interface Slot {
@@ -75,8 +68,6 @@ const before = (a: Slot, b: Slot): boolean => keyOf(a) < keyOf(b) || (keyOf(a) =
 /** Queues keyed by group id; one instance per gate. */
 export function createWaitQueue(opts: WaitQueueOptions): WaitQueue {
   const groups = new Map<string, Slot[]>();
-  const rate = new Map<string, { last: number; interval: number | null }>();
-  const alpha = opts.rateAlpha ?? 0.3;
   let seq = 0;
   let recheck: NodeJS.Timeout | undefined;
   let waking = false;
@@ -141,14 +132,8 @@ export function createWaitQueue(opts: WaitQueueOptions): WaitQueue {
     }
   }
 
-  const expectedWaitMs = (groupId: string, fingerprint: string, leg: Leg): number | null => {
-    const r = rate.get(`${leg}:${fingerprint}`);
-    return r?.interval == null ? null : (depth(groupId) + 1) * r.interval;
-  };
-
   return {
     depth,
-    expectedWaitMs,
     park(entry, maxDepth) {
       const g = groups.get(entry.groupId) ?? [];
       if (g.length >= maxDepth) return undefined;
@@ -161,17 +146,6 @@ export function createWaitQueue(opts: WaitQueueOptions): WaitQueue {
       return { leave: () => remove(slot) };
     },
     wake,
-    recordRelease(fingerprint, leg) {
-      const now = opts.now();
-      const key = `${leg}:${fingerprint}`;
-      const r = rate.get(key);
-      if (r === undefined) {
-        rate.set(key, { last: now, interval: null });
-        return;
-      }
-      const sample = Math.max(0, now - r.last);
-      rate.set(key, { last: now, interval: r.interval === null ? sample : alpha * sample + (1 - alpha) * r.interval });
-    },
     size: () => [...groups.values()].reduce((n, g) => n + g.length, 0),
     groups() {
       const now = opts.now();
@@ -179,7 +153,6 @@ export function createWaitQueue(opts: WaitQueueOptions): WaitQueue {
         groupId,
         depth: g.length,
         oldestWaitMs: Math.max(0, now - Math.min(...g.map((s) => s.entry.enqueuedAtMs))),
-        expectedWaitMs: expectedWaitMs(groupId, g[0]!.entry.fingerprint, g[0]!.entry.leg),
       }));
     },
     close() {
