@@ -3,7 +3,7 @@
  * takes the request or passes it on, with one trace line and one `FallbackRecord` either way:
  *
  * - `queue`: takes the request when waiting can help (some endpoint of the missing leg is merely at its in-flight
- *   limit) and the expected wait fits its deadline: 429 `queue_full` when the group's queue is full, else `wait`.
+ *   limit) and time is left before its deadline: 429 `queue_full` when the group's queue is full, else `wait`.
  *   A queued request decided again keeps waiting here until its deadline, then gets 504 `queue_deadline_exceeded`.
  * - `routeVia`: binds an eligible request (not pinned by a binding, no adapter only the bound revision has) to a
  *   listed revision of the same base model instead, prefill and decode both of that revision: a new group, chosen
