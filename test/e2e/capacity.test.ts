@@ -1,8 +1,8 @@
 /**
  * Issue 14, item 1: a request counts against its endpoint from the gate's decision until the worker has finished
- * it, whatever the ext_proc stream's lifetime. The harness closes the ext_proc stream right after the
- * response_headers answer, as Envoy 1.37 does, so a streamed generation's stream is gone at its first token; the
- * gate must keep counting it from what the decode sidecar reports.
+ * it, whatever the ext_proc stream's lifetime. Run on both lifetimes the harness plays: Envoy 1.37 closes the ext_proc
+ * stream right after the response_headers answer, so a streamed generation's stream is gone at its first token and
+ * the gate must keep counting it from what the decode sidecar reports; Envoy 1.36 keeps it until the request ends.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTopology, type Topology } from '../../testbed/demo/topology.js';
@@ -13,11 +13,12 @@ function inFlight(t: Topology): Record<string, number> {
   return (t.gate.status() as { inFlight: Record<string, number> }).inFlight;
 }
 
-describe('maxInFlightPerEndpoint 1 holds for a streamed generation (ext_proc stream closed at its first token)', () => {
+describe.each(['1.36', '1.37'] as const)('Envoy %s: maxInFlightPerEndpoint 1 holds for a streamed generation', (envoyVersion) => {
   let t: Topology;
   beforeAll(async () => {
     t = await startTopology({
       logger: silent,
+      envoyVersion,
       candidateWeight: 0,
       sidecarProbeIntervalMs: 60_000,
       maxInFlightPerEndpoint: 1,
@@ -32,7 +33,7 @@ describe('maxInFlightPerEndpoint 1 holds for a streamed generation (ext_proc str
     const first = await stream(t, 'a long streamed generation', 60, client('acme', 'cap-1'));
     expect(first.status).toBe(200);
     const reader = first.body!.getReader();
-    const firstChunk = await reader.read(); // the first token: the ext_proc stream has closed by now
+    const firstChunk = await reader.read(); // the first token: on 1.37 the ext_proc stream has closed by now
     expect(firstChunk.done).toBe(false);
     await t.gate.refreshWorkerView();
     expect(inFlight(t)[decode]).toBe(1);
