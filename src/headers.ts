@@ -26,6 +26,11 @@ export const KVGATE_HEADER_PREFIX = 'x-kvgate-';
 
 /** Headers a client must never be able to set, because Envoy or a sidecar routes by them. */
 export function isGateOwnedHeader(name: string): boolean {
-  const n = name.toLowerCase();
+  return isGateOwnedLowerCase(name.toLowerCase());
+}
+
+/** `isGateOwnedHeader` for a name already in lower case (every name the gate reads is lower-cased first). */
+export function isGateOwnedLowerCase(n: string): boolean {
+  if (n.charCodeAt(0) !== 0x78) return false; // every gate-owned name starts with "x-": most headers stop here
   return n.startsWith(KVGATE_HEADER_PREFIX) || n === H.gieDestination || n === H.llmdPrefiller;
 }

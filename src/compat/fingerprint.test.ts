@@ -166,6 +166,14 @@ describe('groupIdOf', () => {
     const other = fingerprintOf(edited(undefined, (d) => void (d.model.revision = 'def')));
     expect(groupIdOf(other, 'tenant:acme')).not.toBe(groupIdOf(fp, 'tenant:acme'));
   });
+
+  it('gives the same id for a pair asked again after many other scopes (the kept ids are bounded)', async () => {
+    const { createHash } = await import('node:crypto');
+    const expected = `g_${createHash('sha256').update(`${fp}\ntenant:again`).digest('hex').slice(0, 24)}`;
+    expect(groupIdOf(fp, 'tenant:again')).toBe(expected);
+    for (let i = 0; i < 5000; i++) groupIdOf(fp, `tenant-user:acme/u${i}`);
+    expect(groupIdOf(fp, 'tenant:again')).toBe(expected);
+  });
 });
 
 function reverseKeys(value: unknown): unknown {

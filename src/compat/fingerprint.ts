@@ -19,6 +19,7 @@ import type { CompatDescriptor } from './descriptor.js';
 import { canonicalJson } from './canonical-json.js';
 import { formatNormalizeIssues, normalizeDescriptor, type NormalizedDescriptor } from './normalize.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
+import { BoundedCache } from '../bounded-cache.js';
 
 /** One fingerprinted field: where it lives in the normalised descriptor, its name for people, and why it is in. */
 export interface FingerprintField {
@@ -152,6 +153,12 @@ export const GROUP_ID_PREFIX = 'g_';
  * short while making an accidental collision between groups negligible; it is an identifier, not a secret.
  */
 export function groupIdOf(fingerprint: string, tenantScope: string): string {
-  const digest = createHash('sha256').update(`${fingerprint}\n${tenantScope}`, 'utf8').digest('hex');
-  return `${GROUP_ID_PREFIX}${digest.slice(0, 24)}`;
+  // Every decision asks for its group id; the (fingerprint, scope) pairs repeat, so the hash is kept per pair.
+  return groupIds.get(`${fingerprint}\n${tenantScope}`, computeGroupId);
+}
+
+const groupIds = new BoundedCache<string>(4096);
+
+function computeGroupId(input: string): string {
+  return `${GROUP_ID_PREFIX}${createHash('sha256').update(input, 'utf8').digest('hex').slice(0, 24)}`;
 }

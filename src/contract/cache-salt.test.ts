@@ -44,3 +44,19 @@ describe('deriveCacheSalt', () => {
     );
   });
 });
+
+describe('deriveCacheSalt, repeated', () => {
+  it('answers a repeated (group, scope) with the same salt as a fresh derivation, per ring', () => {
+    const expected = createHmac('sha256', saltSecret).update(`${g}\ntenant:repeat`).digest('base64url');
+    for (let i = 0; i < 3; i++) expect(deriveCacheSalt(ring, g, 'tenant:repeat')).toBe(expected);
+    const other = createKeyRing({ keys: [{ id: 'k1', secret: Buffer.alloc(32, 1) }], currentId: 'k1', saltSecret: Buffer.alloc(32, 0x55) });
+    const otherExpected = createHmac('sha256', Buffer.alloc(32, 0x55)).update(`${g}\ntenant:repeat`).digest('base64url');
+    expect(deriveCacheSalt(other, g, 'tenant:repeat')).toBe(otherExpected);
+    expect(deriveCacheSalt(ring, g, 'tenant:repeat')).toBe(expected);
+  });
+
+  it('still refuses a newline in the scope after the same pair was derived without one', () => {
+    deriveCacheSalt(ring, g, 'tenant:nl');
+    expect(() => deriveCacheSalt(ring, g, 'tenant:nl\n')).toThrow(/newline/);
+  });
+});

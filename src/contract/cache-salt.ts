@@ -17,11 +17,26 @@
 import { createHmac } from 'node:crypto';
 import type { KeyRing } from './keys.js';
 import { KvgateError } from '../errors.js';
+import { BoundedCache } from '../bounded-cache.js';
 
 export function deriveCacheSalt(keys: KeyRing, groupId: string, tenantScope: string, clientSalt?: string): string {
   if (groupId.includes('\n') || tenantScope.includes('\n')) {
     throw new KvgateError('internal', 'deriveCacheSalt: group id and tenant scope must not contain a newline');
   }
-  const message = clientSalt === undefined ? `${groupId}\n${tenantScope}` : `${groupId}\n${tenantScope}\n${clientSalt}`;
-  return createHmac('sha256', keys.saltSecret).update(message, 'utf8').digest('base64url');
+  if (clientSalt !== undefined) return hmac(keys.saltSecret, `${groupId}\n${tenantScope}\n${clientSalt}`);
+  // Without a client salt the salt is a function of (ring's salt secret, group, scope), and those repeat across
+  // requests: kept per key ring (its salt secret is fixed for its life), so another ring never sees these. Salts
+  // with a client part are not kept: the client picks them.
+  let cache = saltsByRing.get(keys);
+  if (cache === undefined) {
+    cache = new BoundedCache<string>(4096);
+    saltsByRing.set(keys, cache);
+  }
+  return cache.get(`${groupId}\n${tenantScope}`, (message) => hmac(keys.saltSecret, message));
+}
+
+const saltsByRing = new WeakMap<KeyRing, BoundedCache<string>>();
+
+function hmac(secret: Buffer, message: string): string {
+  return createHmac('sha256', secret).update(message, 'utf8').digest('base64url');
 }

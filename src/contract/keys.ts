@@ -17,7 +17,8 @@ export interface KeyRing {
   readonly currentId: string;
   /** The secret for a key id, or undefined when the id is unknown (a rotated-out or forged key id). */
   secret(id: string): Buffer | undefined;
-  /** The secret cache salts are derived from (`cache-salt.ts`); separate from the signing keys. */
+  /** The secret cache salts are derived from (`cache-salt.ts`); separate from the signing keys. Fixed for the ring's life
+   * (derived salts are kept per ring). */
   readonly saltSecret: Buffer;
 }
 

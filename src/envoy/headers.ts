@@ -3,7 +3,7 @@
  * `send_header_raw_value` guard, on by default since ~1.27; setting `value` alone yields an empty header and
  * setting both is a 500: envoyproxy/envoy source/extensions/filters/http/ext_proc/mutation_utils.cc).
  */
-import { isGateOwnedHeader } from '../headers.js';
+import { isGateOwnedLowerCase } from '../headers.js';
 import type { AppendAction, WireHeaderMap, WireHeaderValueOption } from './wire.js';
 
 export interface ReceivedHeaders {
@@ -23,18 +23,24 @@ const lossy = new TextDecoder('utf-8', { fatal: false });
 
 /** Envoy's request headers message as names and values; gate-owned headers set apart. */
 export function readHeaderMap(map: WireHeaderMap | undefined): ReceivedHeaders {
-  const invalid: string[] = [];
-  // Envoy sends raw_value; fall back to value for older Envoys (pre-1.27) that still send it.
-  const pairs = (map?.headers ?? []).map((h): [string, string] => {
-    if (h.raw_value === undefined || h.raw_value.length === 0) return [h.key, h.value ?? ''];
-    try {
-      return [h.key, strict.decode(h.raw_value)];
-    } catch {
-      invalid.push(h.key.toLowerCase());
-      return [h.key, lossy.decode(h.raw_value)];
+  const into = new HeaderCollector();
+  // Envoy sends raw_value; fall back to value for older Envoys (pre-1.27) that still send it. No pair array in
+  // between: this runs for every request and every response.
+  for (const h of map?.headers ?? []) {
+    if (h.raw_value === undefined || h.raw_value.length === 0) {
+      into.add(h.key, h.value ?? '');
+      continue;
     }
-  });
-  return receiveHeaders(pairs, invalid);
+    let value: string;
+    try {
+      value = strict.decode(h.raw_value);
+    } catch {
+      into.invalid(h.key.toLowerCase());
+      value = lossy.decode(h.raw_value);
+    }
+    into.add(h.key, value);
+  }
+  return into.done();
 }
 
 /**
@@ -42,17 +48,43 @@ export function readHeaderMap(map: WireHeaderMap | undefined): ReceivedHeaders {
  * `invalid`: names whose bytes were not valid UTF-8.
  */
 export function receiveHeaders(pairs: Iterable<readonly [string, string]>, invalid: readonly string[] = []): ReceivedHeaders {
+  const into = new HeaderCollector();
+  for (const [key, value] of pairs) into.add(key, value);
+  for (const name of invalid) into.invalid(name);
+  return into.done();
+}
+
+const NONE: readonly string[] = Object.freeze([]);
+
+/** Collects one header map; the forged and invalid lists are allocated only when a header needs them. */
+class HeaderCollector {
   // No prototype: a header named `constructor` or `__proto__` is just a header.
-  const headers: Record<string, string> = Object.create(null) as Record<string, string>;
-  const gateOwned: Record<string, string> = Object.create(null) as Record<string, string>;
-  const forged = new Set<string>();
-  for (const [key, value] of pairs) {
+  readonly headers: Record<string, string> = Object.create(null) as Record<string, string>;
+  readonly gateOwned: Record<string, string> = Object.create(null) as Record<string, string>;
+  #forged: string[] | undefined;
+  #invalid: Set<string> | undefined;
+
+  add(key: string, value: string): void {
     const name = key.toLowerCase();
-    const target = isGateOwnedHeader(name) ? gateOwned : headers;
-    if (target === gateOwned) forged.add(name);
+    let target = this.headers;
+    if (isGateOwnedLowerCase(name)) {
+      target = this.gateOwned;
+      if (target[name] === undefined) {
+        this.#forged ??= [];
+        this.#forged.push(name);
+      }
+    }
     target[name] = target[name] === undefined ? value : `${target[name]},${value}`;
   }
-  return { headers, forged: [...forged], gateOwned, invalid: [...new Set(invalid)] };
+
+  invalid(name: string): void {
+    this.#invalid ??= new Set();
+    this.#invalid.add(name);
+  }
+
+  done(): ReceivedHeaders {
+    return { headers: this.headers, forged: this.#forged ?? NONE, gateOwned: this.gateOwned, invalid: this.#invalid === undefined ? NONE : [...this.#invalid] };
+  }
 }
 
 const encoder = new TextEncoder();

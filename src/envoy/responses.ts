@@ -4,11 +4,13 @@
  * `cluster_header` routing sees the new cluster), the rewritten body as a body mutation, dynamic metadata as a
  * Struct, and refusals as an ImmediateResponse.
  */
+import { BoundedCache } from '../bounded-cache.js';
 import type { AnswerDecision, HopDecision, Refusal, RouteDecision } from '../decide/types.js';
+import { H } from '../headers.js';
 import { setHeader } from './headers.js';
 import { answerStamps, hopStamps, refusalStamps, responseStamps, routeStamps, type StampOptions, type UpstreamStamps } from './stamps.js';
 import { toStruct } from './struct.js';
-import type { WireCommonResponse, WireImmediateResponse, WireProcessingResponse, WireStruct } from './wire.js';
+import type { WireCommonResponse, WireHeaderValueOption, WireImmediateResponse, WireProcessingResponse, WireStruct } from './wire.js';
 
 export type RouteOptions = StampOptions;
 
@@ -17,10 +19,33 @@ export interface RequestMutation {
   readonly dynamicMetadata?: WireStruct;
 }
 
+/**
+ * Header values that are constants of the compiled table (group, revision, clusters, endpoints): their bytes are
+ * encoded once and shared by every response that carries them. The bytes are only ever read (protobuf encoding).
+ */
+const TABLE_CONSTANT_HEADERS: ReadonlySet<string> = new Set([
+  H.group,
+  H.revision,
+  H.decodeCluster,
+  H.decodeEndpoint,
+  H.prefillCluster,
+  H.prefillEndpoint,
+  H.gieDestination,
+  H.llmdPrefiller,
+]);
+
+const encoder = new TextEncoder();
+const encodedConstants = new BoundedCache<Uint8Array>(4096);
+
+function stampHeader(key: string, value: string): WireHeaderValueOption {
+  if (!TABLE_CONSTANT_HEADERS.has(key)) return setHeader(key, value);
+  return { header: { key, raw_value: encodedConstants.get(value, (v) => encoder.encode(v)) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' };
+}
+
 function upstreamMutation(s: UpstreamStamps): RequestMutation {
   const common: WireCommonResponse = { clear_route_cache: true };
   if (s.body !== undefined) common.body_mutation = { body: s.body };
-  common.header_mutation = { set_headers: s.set.map(([k, v]) => setHeader(k, v)), remove_headers: [...s.remove] };
+  common.header_mutation = { set_headers: s.set.map(([k, v]) => stampHeader(k, v)), remove_headers: s.remove.length === 0 ? [] : [...s.remove] };
   return s.dynamicMetadata === undefined ? { common } : { common, dynamicMetadata: toStruct(s.dynamicMetadata) };
 }
 
@@ -67,7 +92,7 @@ export function stripForged(forged: readonly string[]): WireCommonResponse {
 
 /** Response headers to the client: the group, the revision and the sticky binding. */
 export function responseHeadersMutation(d: RouteDecision): WireCommonResponse {
-  return { header_mutation: { set_headers: responseStamps(d).map(([k, v]) => setHeader(k, v)) } };
+  return { header_mutation: { set_headers: responseStamps(d).map(([k, v]) => stampHeader(k, v)) } };
 }
 
 /** The gateway's own answer (model list, health) as Envoy's local reply. */

@@ -1,0 +1,54 @@
+import { describe, expect, it } from 'vitest';
+import { isGateOwnedHeader, isGateOwnedLowerCase } from '../headers.js';
+import { readHeaderMap, receiveHeaders } from './headers.js';
+
+const raw = (key: string, value: string) => ({ key, raw_value: new TextEncoder().encode(value) });
+
+describe('readHeaderMap', () => {
+  it('reads raw_value, falls back to value, joins repeats, and sets gate-owned headers apart once each', () => {
+    const r = readHeaderMap({
+      headers: [
+        raw(':path', '/v1/completions'),
+        { key: 'X-Legacy', value: 'old-envoy' },
+        raw('accept', 'a'),
+        raw('Accept', 'b'),
+        raw('X-KVGATE-Group', 'g1'),
+        raw('x-prefiller-host-port', '10.0.0.1:1'),
+        raw('x-kvgate-group', 'g2'),
+        raw('__proto__', 'p'),
+      ],
+    });
+    expect({ ...r.headers }).toEqual({ ':path': '/v1/completions', 'x-legacy': 'old-envoy', accept: 'a,b', ['__proto__']: 'p' });
+    expect({ ...r.gateOwned }).toEqual({ 'x-kvgate-group': 'g1,g2', 'x-prefiller-host-port': '10.0.0.1:1' });
+    expect(r.forged).toEqual(['x-kvgate-group', 'x-prefiller-host-port']);
+  });
+
+  it('names headers whose bytes are not UTF-8, once each, and still reads them (lossily)', () => {
+    const bad = { key: 'X-Tenant', raw_value: new Uint8Array([0x61, 0xff]) };
+    const r = readHeaderMap({ headers: [bad, { ...bad }, raw('accept', 'ok')] });
+    expect(r.invalid).toEqual(['x-tenant']);
+    expect(r.headers['x-tenant']).toBe('a\uFFFD,a\uFFFD');
+    expect(readHeaderMap({ headers: [raw('accept', 'ok')] }).invalid).toEqual([]);
+  });
+
+  it('an empty or absent map gives no headers and nothing forged', () => {
+    expect(readHeaderMap(undefined).forged).toEqual([]);
+    expect(Object.keys(readHeaderMap({ headers: [] }).headers)).toEqual([]);
+  });
+
+  it('reads a dry run the same way', () => {
+    const r = receiveHeaders([['X-Gateway-Destination-Endpoint', '1.2.3.4:5'], ['x-request-id', 'r']]);
+    expect(r.forged).toEqual(['x-gateway-destination-endpoint']);
+    expect(r.headers['x-request-id']).toBe('r');
+  });
+});
+
+describe('gate-owned header names', () => {
+  it('own x-kvgate-* and the two routing aliases, in any case, and nothing else', () => {
+    for (const n of ['x-kvgate-anything', 'X-KvGate-Contract', 'x-gateway-destination-endpoint', 'X-Prefiller-Host-Port']) {
+      expect(isGateOwnedHeader(n)).toBe(true);
+    }
+    for (const n of ['x-request-id', 'kvgate-x', 'content-type', '', 'x-kvgate', 'xx-kvgate-group']) expect(isGateOwnedHeader(n)).toBe(false);
+    expect(isGateOwnedLowerCase('x-kvgate-group')).toBe(true);
+  });
+});
