@@ -28,6 +28,7 @@ import { createSidecarMetrics } from './metrics.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import { servePrefill } from './prefill-role.js';
+import { createKeepAliveFetch } from './keep-alive-fetch.js';
 import { observeWorker } from './probe.js';
 import { SidecarState } from './sidecar-state.js';
 import { DRAIN_PATH, startSidePorts, UNDRAIN_PATH } from './side-ports.js';
@@ -97,10 +98,12 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   const state = new SidecarState(config, metrics, deps.logger, now);
   const auth = deps.workerAuth === undefined ? await loadWorkerAuth(config.workerApiKey, deps.env ?? process.env) : { ok: true as const, value: deps.workerAuth };
   if (!auth.ok) throw new Error(auth.error);
+  // Pooled keep-alive connections to the worker and the prefill leg's target (keep-alive-fetch.ts).
+  const pool = createKeepAliveFetch();
   const ctx: SidecarContext = {
     config,
     keys: deps.keys,
-    fetch: deps.fetch ?? ((input, init) => fetch(input, init)),
+    fetch: deps.fetch ?? pool.fetch,
     now,
     logger: deps.logger,
     metrics,
@@ -141,6 +144,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
         server.close(() => resolve());
         server.closeAllConnections();
       });
+      pool.close();
     },
   };
 }

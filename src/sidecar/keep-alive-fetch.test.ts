@@ -1,0 +1,111 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { describeFetchError } from './http-io.js';
+import { createKeepAliveFetch, type KeepAliveFetch } from './keep-alive-fetch.js';
+
+const cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanups.splice(0)) c();
+});
+
+async function serve(handler: http.RequestListener): Promise<{ url: string; ports: number[] }> {
+  const ports: number[] = [];
+  const server = http.createServer((req, res) => {
+    ports.push(req.socket.remotePort ?? -1);
+    handler(req, res);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, ports };
+}
+
+function client(): KeepAliveFetch {
+  const c = createKeepAliveFetch();
+  cleanups.push(() => c.close());
+  return c;
+}
+
+describe('createKeepAliveFetch', () => {
+  it('sends method, headers and body, and reuses one connection for calls in sequence', async () => {
+    const seen: { method: string | undefined; type: string | undefined; auth: string | undefined; body: string }[] = [];
+    const up = await serve((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        seen.push({ method: req.method, type: req.headers['content-type'], auth: req.headers['authorization'], body });
+        res.writeHead(201, { 'content-type': 'application/json', 'x-served-by': 'w1' });
+        res.end(JSON.stringify({ echo: body.length }));
+      });
+    });
+    const { fetch } = client();
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${up.url}/v1/x`, { method: 'POST', headers: { 'Content-Type': 'application/json', authorization: 'Bearer k' }, body: '{"a":1}' });
+      expect(r.status).toBe(201);
+      expect(r.headers.get('x-served-by')).toBe('w1');
+      expect(await r.json()).toEqual({ echo: 7 });
+    }
+    expect(seen).toEqual(Array.from({ length: 3 }, () => ({ method: 'POST', type: 'application/json', auth: 'Bearer k', body: '{"a":1}' })));
+    expect(new Set(up.ports).size).toBe(1);
+  });
+
+  it('hands the body over as it arrives (a stream is not buffered until its end)', async () => {
+    let finish: (() => void) | undefined;
+    const up = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: first\n\n');
+      finish = () => res.end('data: [DONE]\n\n');
+    });
+    const r = await client().fetch(`${up.url}/s`);
+    const reader = r.body!.getReader();
+    const first = await reader.read();
+    expect(Buffer.from(first.value!).toString()).toBe('data: first\n\n');
+    finish!();
+    let rest = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      rest += Buffer.from(value).toString();
+    }
+    expect(rest).toBe('data: [DONE]\n\n');
+  });
+
+  it('an abort fails the call, and the body of an answer already under way', async () => {
+    const up = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: x\n\n');
+    });
+    const before = new AbortController();
+    before.abort();
+    await expect(client().fetch(`${up.url}/s`, { signal: before.signal })).rejects.toBeDefined();
+    const during = new AbortController();
+    const r = await client().fetch(`${up.url}/s`, { signal: during.signal });
+    const reader = r.body!.getReader();
+    await reader.read();
+    during.abort();
+    await expect(reader.read()).rejects.toBeDefined();
+  });
+
+  it('a refused connection is a fetch failure whose cause names the system error, as with undici', async () => {
+    const up = await serve((_req, res) => res.end());
+    for (const c of cleanups.splice(0)) c(); // the port is free again
+    const e = await client().fetch(`${up.url}/x`).then(() => undefined, (x: unknown) => x);
+    expect(e).toBeInstanceOf(TypeError);
+    expect(describeFetchError(e, `${up.url}/x`)).toMatch(/ECONNREFUSED/);
+  });
+
+  it('a 204 answer has no body, and the connection goes back to the pool', async () => {
+    const up = await serve((_req, res) => {
+      res.writeHead(204);
+      res.end();
+    });
+    const { fetch } = client();
+    expect((await fetch(`${up.url}/a`)).status).toBe(204);
+    const second = await fetch(`${up.url}/b`);
+    expect(second.body).toBeNull();
+    expect(new Set(up.ports).size).toBe(1);
+  });
+});

@@ -1,0 +1,92 @@
+/**
+ * The sidecar's default upstream client: `http.request` over one keep-alive `http.Agent` per sidecar, answered as a
+ * WHATWG `Response` so every caller (and every test that injects its own fetch) keeps the `FetchFn` shape.
+ *
+ * Why not the global fetch: every decode request makes three to four upstream calls (the prefill leg, `/tokenize`
+ * and `GET /version` on its worker, the completion it relays), and undici's fetch spends several times the CPU of
+ * `http.request` per call on the same pooled connection (measured side by side in one process while writing this;
+ * see bench/README.md). Both pool connections; this one keeps the pool explicit and closes it with the sidecar.
+ *
+ * Semantics kept from fetch: the body is streamed, not buffered (`Response.body` reads the socket as data arrives);
+ * `signal` aborts the request and the body; a network failure rejects with `TypeError('fetch failed')` whose `cause`
+ * carries the system error (`ECONNREFUSED` ...), as undici does, so `describeFetchError` reads both alike. Free
+ * sockets close after `FREE_SOCKET_MS`, below uvicorn's default 5 s keep-alive (vLLM's server), so a request is not
+ * written onto a connection the worker is closing; a server's `Keep-Alive: timeout=N` hint shortens it further
+ * (Node's `Agent.keepSocketAlive`). URLs other than `http:` (TLS) go to the global fetch unchanged.
+ */
+import http from 'node:http';
+import { Readable } from 'node:stream';
+import type { FetchFn } from './http-io.js';
+
+/** Idle time after which a pooled connection is closed (uvicorn's `timeout_keep_alive` default is 5 s). */
+export const FREE_SOCKET_MS = 4_000;
+
+/** Statuses whose Response must not have a body (the Fetch standard's null body statuses). */
+const NULL_BODY = new Set([101, 103, 204, 205, 304]);
+
+export interface KeepAliveFetch {
+  readonly fetch: FetchFn;
+  /** Close every pooled connection (the sidecar is closing). */
+  close(): void;
+}
+
+/** A fetch over a keep-alive agent of its own; `fallback` serves what it does not (https). */
+export function createKeepAliveFetch(fallback: FetchFn = (input, init) => fetch(input, init)): KeepAliveFetch {
+  const agent = new http.Agent({ keepAlive: true, timeout: FREE_SOCKET_MS, scheduling: 'lifo' });
+  return {
+    fetch: (input, init) => (input.startsWith('http:') ? request(agent, input, init ?? {}) : fallback(input, init)),
+    close: () => agent.destroy(),
+  };
+}
+
+function request(agent: http.Agent, url: string, init: RequestInit): Promise<Response> {
+  return new Promise((resolve, reject) => {
+    const signal = init.signal ?? undefined;
+    if (signal?.aborted) return reject(signal.reason);
+    const body = bodyOf(init.body);
+    const headers = headersOf(init.headers);
+    if (body !== undefined) headers['content-length'] = String(Buffer.byteLength(body));
+    const req = http.request(url, { method: init.method ?? 'GET', agent, headers, ...(signal ? { signal } : {}) }, (res) => {
+      try {
+        resolve(toResponse(res));
+      } catch (e) {
+        res.destroy();
+        reject(new TypeError('fetch failed', { cause: e }));
+      }
+    });
+    req.on('error', (e) => reject(signal?.aborted ? signal.reason : new TypeError('fetch failed', { cause: e })));
+    req.end(body);
+  });
+}
+
+function toResponse(res: http.IncomingMessage): Response {
+  const headers = new Headers();
+  const raw = res.rawHeaders;
+  for (let i = 0; i + 1 < raw.length; i += 2) headers.append(raw[i]!, raw[i + 1]!);
+  const status = res.statusCode ?? 0;
+  if (NULL_BODY.has(status)) {
+    res.resume();
+    return new Response(null, { status, statusText: res.statusMessage ?? '', headers });
+  }
+  return new Response(Readable.toWeb(res) as ReadableStream<Uint8Array>, { status, statusText: res.statusMessage ?? '', headers });
+}
+
+function bodyOf(body: RequestInit['body']): string | Uint8Array | undefined {
+  if (body === undefined || body === null) return undefined;
+  if (typeof body === 'string' || body instanceof Uint8Array) return body;
+  throw new TypeError('the sidecar sends only string or byte bodies upstream');
+}
+
+function headersOf(h: RequestInit['headers']): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (h === undefined) return out;
+  if (!(h instanceof Headers) && !Array.isArray(h)) {
+    // The sidecar's own calls pass a plain record (http-io.ts): copied as it is, http.request validates it.
+    for (const [name, value] of Object.entries(h as Record<string, string>)) out[name.toLowerCase()] = value;
+    return out;
+  }
+  new Headers(h).forEach((value, name) => {
+    out[name] = value;
+  });
+  return out;
+}
