@@ -73,6 +73,36 @@ describe('createKeepAliveFetch', () => {
     expect(rest).toBe('data: [DONE]\n\n');
   });
 
+  it('a connection dropped mid-body delivers every chunk that arrived before the drop, then fails the read', async () => {
+    let dropped: (() => void) | undefined;
+    const gone = new Promise<void>((r) => (dropped = r));
+    const up = await serve((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (const t of ['a', 'b', 'c']) res.write(`data: ${t}\n\n`);
+      setTimeout(() => {
+        req.socket.destroy();
+        dropped?.();
+      }, 50);
+    });
+    const r = await client().fetch(`${up.url}/s`);
+    await gone;
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the break has reached the client before anything is read
+    const reader = r.body!.getReader();
+    let text = '';
+    let failed = false;
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        text += Buffer.from(value).toString();
+      }
+    } catch {
+      failed = true;
+    }
+    expect(text).toBe('data: a\n\ndata: b\n\ndata: c\n\n');
+    expect(failed).toBe(true);
+  });
+
   it('an abort fails the call, and the body of an answer already under way', async () => {
     const up = await serve((_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });

@@ -15,7 +15,6 @@
  * (Node's `Agent.keepSocketAlive`). URLs other than `http:` (TLS) go to the global fetch unchanged.
  */
 import http from 'node:http';
-import { Readable } from 'node:stream';
 import type { FetchFn } from './http-io.js';
 
 /** Idle time after which a pooled connection is closed (uvicorn's `timeout_keep_alive` default is 5 s). */
@@ -68,7 +67,61 @@ function toResponse(res: http.IncomingMessage): Response {
     res.resume();
     return new Response(null, { status, statusText: res.statusMessage ?? '', headers });
   }
-  return new Response(Readable.toWeb(res) as ReadableStream<Uint8Array>, { status, statusText: res.statusMessage ?? '', headers });
+  return new Response(bodyStream(res), { status, statusText: res.statusMessage ?? '', headers });
+}
+
+/** Chunks a body may queue before the socket is paused (backpressure toward the upstream). */
+const MAX_QUEUED = 16;
+
+/**
+ * The response body as a pull stream. Unlike `Readable.toWeb`, a connection that breaks mid-body first delivers every
+ * chunk that arrived before the break and only then fails the read (as undici does), so a relay passes on all the
+ * output the worker produced before it ends the stream with an error event.
+ */
+function bodyStream(res: http.IncomingMessage): ReadableStream<Uint8Array> {
+  const queue: Uint8Array[] = [];
+  let ended = false;
+  let failure: unknown;
+  let wake: (() => void) | undefined;
+  const notify = (): void => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  res.on('data', (chunk: Buffer) => {
+    queue.push(chunk);
+    if (queue.length >= MAX_QUEUED) res.pause();
+    notify();
+  });
+  res.on('end', () => {
+    ended = true;
+    notify();
+  });
+  res.on('error', (e) => {
+    failure ??= e;
+    notify();
+  });
+  res.on('close', () => {
+    if (!ended) failure ??= new Error('the connection closed before the response body ended');
+    notify();
+  });
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        while (queue.length === 0 && !ended && failure === undefined) await new Promise<void>((r) => (wake = r));
+        const chunk = queue.shift();
+        if (chunk !== undefined) {
+          controller.enqueue(chunk);
+          if (queue.length < MAX_QUEUED / 2 && res.isPaused()) res.resume();
+        } else if (ended) controller.close();
+        else controller.error(failure);
+      },
+      cancel() {
+        res.destroy();
+      },
+    },
+    { highWaterMark: 0 },
+  );
 }
 
 function bodyOf(body: RequestInit['body']): string | Uint8Array | undefined {
