@@ -8,7 +8,7 @@ import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
 import { H } from '../headers.js';
 import { jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
 
-/** The fetch the sidecar uses (global undici fetch unless a test injects one). */
+/** The fetch the sidecar uses (keep-alive-fetch.ts over a pooled http.Agent, unless a test injects one). */
 export type FetchFn = (input: string, init?: RequestInit) => Promise<Response>;
 
 /** Read a request body up to `limit` bytes; a larger body is refused without buffering the rest. */
