@@ -14,7 +14,7 @@
  */
 import { pathToFileURL } from 'node:url';
 import { createDevKeyRing } from '../src/contract/keys.js';
-import { contractFor, gateHeaders } from '../src/sidecar/testing.js';
+import { bound, contractFor } from '../src/sidecar/testing.js';
 import { intFlag, intListFlag, parseBenchArgs, writeSummary, type TargetResult } from './lib/args.js';
 import { describeEnvironment, formatEnvironment } from './lib/bench-env.js';
 import { postCompletion, type CompletionTiming } from './lib/completion-client.js';
@@ -64,7 +64,9 @@ const keys = createDevKeyRing(PD_KEY_SEED);
 /** One request to the decode sidecar with the headers the gate stamps (contract minted now, as the gate does). */
 function viaKvgate(stack: Stack, id: string, body: Record<string, unknown>): Promise<CompletionTiming> {
   const contract = contractFor(stack.decodeSidecar.info.fingerprint, stack.prefillSidecar.info.endpoint, { requestId: id, model: PD_MODEL }, Date.now());
-  return postCompletion(`${stack.decodeSidecar.info.url}/v1/completions`, body, gateHeaders(contract, keys));
+  // As the gate forwards it: cache_salt written into the body, and the contract bound to that body.
+  const [salted, headers] = bound(contract, body, keys);
+  return postCompletion(`${stack.decodeSidecar.info.url}/v1/completions`, salted, headers);
 }
 
 /**
@@ -82,7 +84,7 @@ async function prefillLegAlone(stack: Stack, n: number, ids: { n: number }): Pro
     const viaSidecar = k % 2 === 1;
     const contract = contractFor(stack.decodeSidecar.info.fingerprint, stack.prefillSidecar.info.endpoint, { requestId: id, model: PD_MODEL }, Date.now());
     const r = viaSidecar
-      ? await postCompletion(`${stack.prefillSidecar.info.url}/v1/completions`, body, gateHeaders(contract, keys))
+      ? await postCompletion(`${stack.prefillSidecar.info.url}/v1/completions`, ...bound(contract, body, keys))
       : await postCompletion(`${stack.prefillSim.info.url}/v1/completions`, body, { 'x-request-id': id });
     if (r.error !== undefined) errors += 1;
     else times[viaSidecar ? 'sidecar' : 'direct'].push(r.totalMs);
