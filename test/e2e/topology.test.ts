@@ -2,6 +2,7 @@
  * The full local topology (harness running envoy/envoy.yaml, gate, sidecars, simulated vLLM workers of two
  * revisions): what a client sees, asserted on status codes, error codes and token ids against baselines.
  */
+import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
@@ -10,6 +11,7 @@ import { H } from '../../src/headers.js';
 import { runDemo } from '../../testbed/demo/run-demo.js';
 import { baseline, completion, firstDivergence, post, PROMPTS, sessionOn, tokenIds } from '../../testbed/demo/scenarios.js';
 import { startTopology, type Topology } from '../../testbed/demo/topology.js';
+import { mustLoadEnvoyConfig } from '../../testbed/harness/envoy-config.js';
 
 const silent = pino({ level: 'silent' });
 
@@ -40,6 +42,15 @@ describe('a worker that lies about its revision', () => {
     await t.gate.refreshWorkerView();
   });
   afterAll(() => t.close());
+
+  it('runs the gate port with mTLS: its own PKI in the run folder, one client certificate per listener', async () => {
+    const status = (await (await fetch(`http://127.0.0.1:${String(t.gate.adminPort)}/status`)).json()) as { transport: unknown };
+    expect(status.transport).toEqual({ mode: 'mtls', roles: { public: 1, internal: 1 } });
+    const { kvgate_gate: pub, kvgate_gate_internal: int } = mustLoadEnvoyConfig(await readFile(t.envoyYamlPath, 'utf8')).clusters;
+    expect(t.pki.dir.startsWith(t.dir)).toBe(true);
+    expect(pub?.tls).toMatchObject({ caFile: t.pki.files.ca, certFile: t.pki.files.publicCert, keyFile: t.pki.files.publicKey });
+    expect(int?.tls).toMatchObject({ caFile: t.pki.files.ca, certFile: t.pki.files.internalCert, keyFile: t.pki.files.internalKey });
+  });
 
   it('is found out by its sidecar and never routed to; its revision refuses with 503 and retry-after', async () => {
     const status = t.worker('llama-b', 'decode').sidecar.status();
