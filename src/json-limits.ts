@@ -42,7 +42,9 @@ export function findKvTransferParams(value: unknown, skipTopLevel = false): stri
     const { v, path, top } = stack.pop()!;
     if (v === null || typeof v !== 'object') continue;
     if (Array.isArray(v)) {
-      v.forEach((x, i) => stack.push({ v: x, path: `${path}[${i}]`, top: false }));
+      v.forEach((x, i) => {
+        stack.push({ v: x, path: `${path}[${i}]`, top: false });
+      });
       continue;
     }
     for (const [k, x] of Object.entries(v as Record<string, unknown>)) {

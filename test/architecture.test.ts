@@ -63,3 +63,53 @@ describe('architecture: arrows point inward', () => {
     expect(offenders).toEqual([]);
   });
 });
+
+/** Every relative import, type-only ones included: a cycle of types still ties two modules' meanings together. */
+function allImports(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  return [...text.matchAll(/^\s*(?:import|export)\s[^'"]*?from\s+'(\.[^']+)'/gm)].map((m) => path.resolve(path.dirname(file), m[1]!.replace(/\.js$/, '.ts')));
+}
+
+function cyclesIn(roots: readonly string[]): string[][] {
+  const graph = new Map<string, string[]>();
+  for (const root of roots) for (const f of files(root)) graph.set(f, allImports(f).filter((t) => t.endsWith('.ts')));
+  const cycles: string[][] = [];
+  const state = new Map<string, 'active' | 'done'>();
+  const stack: string[] = [];
+  const visit = (f: string): void => {
+    state.set(f, 'active');
+    stack.push(f);
+    for (const t of graph.get(f) ?? []) {
+      if (state.get(t) === 'active') cycles.push([...stack.slice(stack.indexOf(t)), t].map((p) => path.relative(PACKAGE_ROOT, p)));
+      else if (!state.has(t) && graph.has(t)) visit(t);
+    }
+    stack.pop();
+    state.set(f, 'done');
+  };
+  for (const f of [...graph.keys()].sort()) if (!state.has(f)) visit(f);
+  return cycles;
+}
+
+describe('architecture: no import cycles', () => {
+  it('src/ and testbed/ import each other in one direction only, type imports included', () => {
+    expect(cyclesIn([SRC, path.join(PACKAGE_ROOT, 'testbed')])).toEqual([]);
+  });
+});
+
+describe('architecture: the repository explains itself', () => {
+  it('no code, test or doc cites a document outside the repository', () => {
+    // Project notes kept beside the repository are not part of it; cite docs/ or an upstream source instead.
+    const outside = /\.\.\/shared\/|\b(?:DESIGN|STYLE)\.md\b|shared\/reference|seed\/design-note/;
+    const roots = ['src', 'testbed', 'test', 'bench', 'docs', 'deploy', 'envoy', 'examples', 'protos'].map((d) => path.join(PACKAGE_ROOT, d));
+    const texts = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+        const p = path.join(dir, e.name);
+        if (e.isDirectory()) return e.name === 'node_modules' ? [] : texts(p);
+        return /\.(ts|md|ya?ml|json|py|mjs)$/.test(e.name) && !p.endsWith('architecture.test.ts') ? [p] : [];
+      });
+    const offenders = [...roots, path.join(PACKAGE_ROOT, 'README.md')].flatMap((r) => (r.endsWith('.md') ? [r] : texts(r)))
+      .filter((f) => outside.test(readFileSync(f, 'utf8')))
+      .map((f) => path.relative(PACKAGE_ROOT, f));
+    expect(offenders).toEqual([]);
+  });
+});

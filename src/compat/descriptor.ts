@@ -51,8 +51,6 @@ export type KvScaleScheme = (typeof KV_SCALE_SCHEMES)[number];
 
 /** Layout names a descriptor may use: the HND/NHD pair and current vLLM's names for the same two layouts. */
 export const KV_LAYOUTS = ['HND', 'NHD', 'LBHNC', 'LBNHC'] as const;
-export type KvLayout = (typeof KV_LAYOUTS)[number];
-
 export const KvCacheSchema = z
   .object({
     /** As passed to `--kv-cache-dtype` (`auto`, `fp8`, `fp8_e4m3`, `bfloat16`, ...). Kept raw: vLLM hashes it raw. */

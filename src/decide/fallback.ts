@@ -23,7 +23,7 @@ import { DEFAULT_RETRY_AFTER_SECONDS } from './retry-after.js';
 import { routeViaStep } from './route-via.js';
 import type { FallbackRecord } from './types.js';
 
-export { DEFAULT_RETRY_AFTER_SECONDS, finalRetryAfter } from './retry-after.js';
+export { finalRetryAfter } from './retry-after.js';
 
 export interface FallbackResult {
   readonly outcome: FallbackOutcome;

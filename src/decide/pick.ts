@@ -40,7 +40,7 @@ export function eligibleEndpoints(
   exclude?: string | ReadonlySet<string>,
 ): Eligibility {
   const excluded = (address: string): boolean =>
-    typeof exclude === 'string' ? address === exclude : exclude !== undefined && exclude.has(address);
+    typeof exclude === 'string' ? address === exclude : exclude?.has(address) === true;
   const candidates: Candidate[] = [];
   const reasons: string[] = [];
   let busy = 0;

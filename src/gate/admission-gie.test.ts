@@ -6,7 +6,8 @@ import { verifyContract } from '../contract/contract.js';
 import type { Decision } from '../decide/types.js';
 import { createInFlightTracker, createStaticWorkerView } from '../decide/worker-view.js';
 import { tableFromValue } from '../policy/testing.js';
-import { createAdmission, type Admitted } from './admission.js';
+import { createAdmission } from './admission.js';
+import type { Admitted } from './admission-types.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
 import { chatFacts, queueTableValue, recordingHooks } from './testing.js';
 

@@ -8,7 +8,8 @@ import type { CompiledRouteTable } from '../policy/compile.js';
 import { tableFromValue } from '../policy/testing.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
-import { type AdmissionControl, type Admitted, createAdmission, type RoutingState } from './admission.js';
+import { type AdmissionControl, createAdmission } from './admission.js';
+import type { Admitted, RoutingState } from './admission-types.js';
 import { createTableFile, queueTableValue, chatFacts, recordingHooks, tick, type TableFile, type TableValue } from './testing.js';
 
 const keys = createDevKeyRing('admission-test');

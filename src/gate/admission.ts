@@ -11,68 +11,18 @@
  */
 import { Registry } from 'prom-client';
 import { readSubsetHint, restrictToSubset, SUBSET_KEY, SUBSET_NAMESPACE } from '../decide/subset-hint.js';
-import type { KeyRing } from '../contract/keys.js';
 import { decideRequest, type RawRequestFacts } from '../decide/decide-request.js';
 import { waitCapMs } from '../decide/queue-step.js';
 import type { Decision } from '../decide/types.js';
-import type { InFlightTracker, WorkerView } from '../decide/worker-view.js';
-import type { CompiledRouteTable } from '../policy/compile.js';
+import type { AdmissionDeps, Admitted, WaitHooks } from './admission-types.js';
 import { parkRequest, type QueueContext } from './queued-request.js';
-import { createRolloutMetrics, type RolloutMetrics } from './rollout-metrics.js';
+import { createRolloutMetrics } from './rollout-metrics.js';
 import { createWaitQueue, type GroupQueueState } from './wait-queue.js';
 
 /** What admission reads for each request; swapped atomically by reloads and worker-view updates. */
-export interface RoutingState {
-  readonly table: CompiledRouteTable;
-  readonly view: WorkerView;
-}
-
 /** Envoy's default in envoy/envoy.yaml (`max_message_timeout: 30s`), the gate setting `envoy.maxMessageTimeoutMs`. */
 export const DEFAULT_MAX_MESSAGE_TIMEOUT_MS = 30_000;
 
-export interface AdmissionDeps {
-  readonly state: () => RoutingState;
-  readonly keys: KeyRing;
-  readonly inFlight: InFlightTracker;
-  readonly now: () => number;
-  /**
-   * The `max_message_timeout` of the ext_proc filter in front of the gate (gate config `envoy.maxMessageTimeoutMs`).
-   * Waits are capped below it; 0 disables queueing (Envoy then ignores `override_message_timeout`).
-   */
-  readonly maxMessageTimeoutMs?: number;
-  /** Rollout and fallback metrics; pass ones built on the gate's registry (default: a private registry). */
-  readonly metrics?: RolloutMetrics;
-  /** How often queued requests re-check capacity when nothing announced a change (ms; default 250). */
-  readonly recheckMs?: number;
-}
-
-export interface Admitted {
-  readonly decision: Decision;
-  /** The client's body bytes, when the decision rewrites them (its `cache_salt`; src/envoy/body-rewrite.ts). */
-  readonly body?: Uint8Array;
-  /** Called exactly once when the HTTP request ends (releases in-flight accounting). */
-  readonly release?: () => void;
-  /**
-   * The data plane reports the endpoint that served the request (`x-gateway-destination-endpoint-served`): moves
-   * the in-flight count there when it is one of the decision's listed endpoints; false when it is not.
-   */
-  readonly served?: (address: string) => boolean;
-}
-
-/**
- * What the session offers admission when a request must be held longer than Envoy's `message_timeout` (a request
- * waiting in the fallback queue): Envoy's `override_message_timeout`, which restarts its timer for the message
- * being answered.
- */
-export interface WaitHooks {
-  /** Whether `extendTimeout` can still be used for this message (Envoy honours it once per state). */
-  readonly canExtendTimeout: boolean;
-  /**
-   * Send `override_message_timeout` of `ms` (clamped to at least 1 ms) before the answer. Returns false when it
-   * could not be sent; the request must then be answered within Envoy's `message_timeout`.
-   */
-  extendTimeout(ms: number): boolean;
-}
 
 /** What the session needs: one answer per request. Tests supply fakes; the gate supplies `createAdmission`. */
 export interface Admission {

@@ -9,7 +9,7 @@ import { decide } from '../decide/decide.js';
 import { overrideTimeoutMs, waitCapMs } from '../decide/queue-step.js';
 import { refuse } from '../decide/refusal.js';
 import type { Decision, QueuedRequest, RequestFacts, WaitDecision } from '../decide/types.js';
-import type { AdmissionDeps, Admitted, WaitHooks } from './admission.js';
+import type { AdmissionDeps, Admitted, WaitHooks } from './admission-types.js';
 import type { RolloutMetrics } from './rollout-metrics.js';
 import type { Parked, QueueEntry, WaitQueue } from './wait-queue.js';
 

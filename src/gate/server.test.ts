@@ -5,7 +5,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { extProcClientConstructor } from '../envoy/protos.js';
 import type { RouteDecision } from '../decide/types.js';
 import type { RawRequestFacts } from '../decide/decide-request.js';
-import type { Admission, Admitted } from './admission.js';
+import type { Admission } from './admission.js';
+import type { Admitted } from './admission-types.js';
 import { createGateMetrics } from './metrics.js';
 import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
 

@@ -27,7 +27,6 @@ import type { GateMetrics } from './metrics.js';
 import { ExtProcSession } from './session.js';
 import { type GateTransport, serverCredentials, streamRole } from './transport.js';
 
-export { LISTENER_METADATA_KEY } from './transport.js';
 
 export interface GateServerOptions {
   readonly admission: Admission;
@@ -60,7 +59,7 @@ export interface GateServerOptions {
 }
 
 /** The gRPC health service names GIE's data planes and probes use (kept SERVING / following readiness). */
-export const LIVENESS_SERVICE = 'liveness';
+const LIVENESS_SERVICE = 'liveness';
 export const READINESS_SERVICE = 'readiness';
 
 export interface GateServer {

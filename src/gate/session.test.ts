@@ -6,7 +6,8 @@ import { createInFlightTracker, createStaticWorkerView } from '../decide/worker-
 import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { tableFromValue } from '../policy/testing.js';
 import { createGateMetrics } from './metrics.js';
-import { type AdmissionControl, createAdmission, type RoutingState } from './admission.js';
+import { type AdmissionControl, createAdmission } from './admission.js';
+import type { RoutingState } from './admission-types.js';
 import { ExtProcSession } from './session.js';
 import { queueTableValue, tick, type TableValue } from './testing.js';
 

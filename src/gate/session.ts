@@ -30,7 +30,8 @@ import {
 import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { type Listener, toRequestFacts } from '../envoy/inbound.js';
-import type { Admission, Admitted, WaitHooks } from './admission.js';
+import type { Admission } from './admission.js';
+import type { Admitted, WaitHooks } from './admission-types.js';
 import { decisionLine } from './decision-log.js';
 import type { GateMetrics } from './metrics.js';
 import { routedOutcome } from './routed-outcome.js';

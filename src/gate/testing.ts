@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { clone, twoRevisionTableValue } from '../policy/testing.js';
 import type { RawRequestFacts } from '../decide/decide-request.js';
-import type { WaitHooks } from './admission.js';
+import type { WaitHooks } from './admission-types.js';
 
 export type TableValue = Record<string, any>;
 

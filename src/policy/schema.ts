@@ -257,8 +257,6 @@ const RecomputeStepSchema = z
 const RefuseStepSchema = z.object({ retryAfterSeconds: z.number().int().min(0) }).strict();
 
 const FALLBACK_KINDS = ['queue', 'routeVia', 'recompute', 'refuse'] as const;
-export type FallbackKind = (typeof FALLBACK_KINDS)[number];
-
 /** One step of the fallback chain, written `{ queue: {...} }` etc. and read as a tagged union. */
 export const FallbackStepSchema = z
   .object({
@@ -323,10 +321,7 @@ export type DeepReadonly<T> = T extends (...args: never[]) => unknown
 /** The table as written, after schema defaults (descriptor files not yet read). */
 export type RouteTableDocument = DeepReadonly<z.output<typeof RouteTableSchema>>;
 export type Pool = RouteTableDocument['pools'][number];
-export type PoolEndpoint = Pool['endpoints'][number];
 export type PoolDiscovery = NonNullable<Pool['discovery']>;
-export type ServedModel = RouteTableDocument['models'][string];
-export type Rollout = ServedModel['rollout'];
 export type Tenancy = RouteTableDocument['tenancy'];
 export type TenantList = readonly string[];
 export type SessionConfig = RouteTableDocument['session'];

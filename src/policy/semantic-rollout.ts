@@ -15,7 +15,7 @@ export function checkVerification(ctx: CheckContext): void {
   const { table } = ctx;
   for (const [model, m] of Object.entries(table.models)) {
     const stable = table.revisions[m.rollout.stable];
-    if (stable !== undefined && stable.verification.required && !stable.verification.verified) {
+    if (stable?.verification.required && !stable.verification.verified) {
       ctx.add(
         ['revisions', m.rollout.stable, 'verification', 'verified'],
         `revision "${m.rollout.stable}" is model "${model}"'s stable revision, but its verification is required and has not passed; ` +
@@ -25,7 +25,7 @@ export function checkVerification(ctx: CheckContext): void {
     }
     const name = m.rollout.candidate;
     const candidate = name === undefined ? undefined : table.revisions[name];
-    if (name !== undefined && candidate !== undefined && candidate.verification.required && !candidate.verification.verified) {
+    if (name && candidate?.verification.required && !candidate.verification.verified) {
       ctx.add(
         ['revisions', name, 'verification', 'verified'],
         `model "${model}"'s candidate "${name}" is not verified, so it takes no cohort traffic: its ${m.rollout.weight ?? 0}% goes to stable "${m.rollout.stable}"`,

@@ -98,7 +98,9 @@ function unknownRevision(ctx: CheckContext, path: readonly PathSegment[], what: 
 
 function checkRevisionReferences(ctx: CheckContext): void {
   const { table } = ctx;
-  table.pools.forEach((pool, i) => unknownRevision(ctx, ['pools', i, 'revision'], `pool "${pool.name}"`, pool.revision));
+  table.pools.forEach((pool, i) => {
+    unknownRevision(ctx, ['pools', i, 'revision'], `pool "${pool.name}"`, pool.revision);
+  });
   for (const [model, m] of Object.entries(table.models)) {
     unknownRevision(ctx, ['models', model, 'rollout', 'stable'], `model "${model}" (rollout.stable)`, m.rollout.stable);
     if (m.rollout.candidate !== undefined) {
@@ -107,7 +109,9 @@ function checkRevisionReferences(ctx: CheckContext): void {
   }
   table.fallback.forEach((step, i) => {
     if (step.kind !== 'routeVia') return;
-    step.revisions.forEach((r, j) => unknownRevision(ctx, ['fallback', i, 'routeVia', 'revisions', j], `fallback step ${i + 1} (routeVia)`, r));
+    step.revisions.forEach((r, j) => {
+      unknownRevision(ctx, ['fallback', i, 'routeVia', 'revisions', j], `fallback step ${i + 1} (routeVia)`, r);
+    });
   });
 }
 

@@ -11,7 +11,7 @@ import type { CompatDescriptor } from '../compat/descriptor.js';
 import { FINGERPRINT_FIELDS } from '../compat/fingerprint.js';
 import { isQuantizedKvDtype, normalizeId, normalizeKvDtype, normalizeKvLayout, normalizeModelDtype } from '../compat/normalize.js';
 import { explainNixlHash, predictNixlHash } from '../compat/nixl-hash.js';
-import type { CanaryDigests, CanaryKind } from './canaries.js';
+import type { CanaryKind } from './canaries.js';
 
 /** One probe step's outcome: its value, or why it could not be measured. */
 export type Probed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: string };
@@ -340,12 +340,3 @@ function compareNixlHash(d: CompatDescriptor, live: Observation['nixlHash'], acc
   );
 }
 
-/** The canary digests measured in a verdict, e.g. to print from `kvgate fingerprint`. */
-export function measuredDigests(v: ProbeVerdict): CanaryDigests {
-  const out: CanaryDigests = {};
-  for (const kind of ['tokenizer', 'chatTemplate', 'generation'] as const) {
-    const value = v.measured[`canaries.${kind}`];
-    if (typeof value === 'string') out[kind] = value;
-  }
-  return out;
-}

@@ -11,15 +11,22 @@
  * `onTransferFailure: fail` (before any output) and served under `recompute`; unattributable rises are only counted.
  * A worker without the counter (vLLM before its NIXL metrics) gives no evidence: nothing is refused.
  */
-import type { SidecarContext } from './context.js';
-import { callUpstream } from './http-io.js';
+import { callUpstream, type FetchFn } from './http-io.js';
 import { parsePrometheusText, samplesNamed } from './prometheus-text.js';
 
 /** The counter's exposition names: prometheus_client's `_total`, and the bare name some exporters keep. */
 const FAILED_TRANSFERS = ['vllm:nixl_num_failed_transfers_total', 'vllm:nixl_num_failed_transfers'] as const;
 
 /** Sum of the worker's failed-transfer counter over its engines; undefined when unreadable or absent. */
-export async function readFailedTransfers(ctx: SidecarContext, signal: AbortSignal): Promise<number | undefined> {
+/** What reading the counter needs of the sidecar's context (structural, so this module does not import it back). */
+export interface WorkerMetricsAccess {
+  readonly fetch: FetchFn;
+  readonly workerUrl: string;
+  readonly workerAuth: Readonly<Record<string, string>>;
+  readonly config: { readonly probe: { readonly timeoutMs: number } };
+}
+
+export async function readFailedTransfers(ctx: WorkerMetricsAccess, signal: AbortSignal): Promise<number | undefined> {
   const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/metrics`, { timeoutMs: ctx.config.probe.timeoutMs, signal, headers: { ...ctx.workerAuth } });
   if (!reply.ok || reply.value.status !== 200) return undefined;
   return failedTransfersIn(reply.value.text);

@@ -42,11 +42,6 @@ const INT_RANGES: Readonly<Record<string, readonly [bigint, bigint]>> = {
   fixed64: [0n, 2n ** 64n - 1n],
 };
 
-/** Whether `type` is a protobuf scalar type name (as protobufjs spells field types). */
-export function isScalarType(type: string): boolean {
-  return type in INT_RANGES || ['double', 'float', 'bool', 'string', 'bytes'].includes(type);
-}
-
 /** Whether `type` is one of the integer scalar types. */
 export function isIntegerType(type: string): boolean {
   return type in INT_RANGES;

@@ -15,9 +15,7 @@ import { walkMessage } from './walk-message.js';
 import { lineOf, parseYamlDocuments } from './yaml-source.js';
 import type { PathSegment, YamlDocument } from './yaml-source.js';
 
-export { BOOTSTRAP_TYPE, loadEnvoyRoot } from './proto-root.js';
 export type { EnvoyIssue, EnvoyValidationReport } from './report.js';
-export { TYPE_URL_PREFIX } from './walk-message.js';
 export type { PathSegment } from './yaml-source.js';
 
 export interface ValidateOptions {

@@ -10,9 +10,16 @@
  * - trailers are sent only in trailer mode SEND and only if there are trailers.
  */
 import { BodyCollector, type BodyReader } from './body-reader.js';
-import type { ExtProcFilter } from './ext-proc-filter.js';
+import type { Payload } from './ext-proc-request.js';
 import type { HeaderMap } from './header-map.js';
-import type { CallOutcome, ProcessorState } from './processor-state.js';
+import type { CallbackState, CallOutcome, Direction, ProcessorState } from './processor-state.js';
+
+/** What a direction needs of its filter (structural, because the filter imports this module). */
+interface ExtProcFilter {
+  readonly callbacks: { readonly bufferLimit: number; sendPayloadTooLarge(direction: Direction): void };
+  readonly processingComplete: boolean;
+  call(st: ProcessorState, next: CallbackState, payload: Payload): Promise<CallOutcome>;
+}
 
 export type DirectionResult =
   | { readonly kind: 'stop' }

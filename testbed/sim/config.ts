@@ -87,8 +87,6 @@ export const SimConfigFileSchema = z
 
 export type SimSettings = Omit<z.infer<typeof SimSettingsSchema>, 'kvLoadFailurePolicy'> & { readonly kvLoadFailurePolicy: 'fail' | 'recompute' };
 export type SimSettingsInput = z.input<typeof SimSettingsSchema>;
-export type SimLatency = z.infer<typeof SimLatencySchema>;
-
 /** A validated, frozen simulator configuration. */
 export interface SimConfig {
   /** What operators wrote down for this worker. */
@@ -98,11 +96,6 @@ export interface SimConfig {
   readonly sim: Readonly<SimSettings>;
   /** True when `behaviour` differs from `descriptor` (the worker lies). */
   readonly lies: boolean;
-}
-
-export interface SimConfigInput {
-  descriptor: unknown;
-  sim: SimSettingsInput;
 }
 
 /**

@@ -67,8 +67,6 @@ export const CompletionRequestSchema = z.looseObject({
   logprobs: z.number().int().min(0).nullish(),
   add_special_tokens: z.boolean().nullish(),
 });
-export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
-
 const content = z.union([
   z.string(),
   z.array(z.looseObject({ type: z.literal('text'), text: z.string() })),
@@ -85,8 +83,6 @@ export const ChatRequestSchema = z.looseObject({
   add_generation_prompt: z.boolean().nullish(),
   add_special_tokens: z.boolean().nullish(),
 });
-export type ChatRequest = z.infer<typeof ChatRequestSchema>;
-
 export const TokenizeCompletionSchema = z.looseObject({
   model: z.string().nullish(),
   prompt: z.string(),

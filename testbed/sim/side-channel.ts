@@ -149,7 +149,7 @@ export async function startSideChannel(deps: SideChannelDeps, host: string, port
 }
 
 async function serve(deps: SideChannelDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  let body: unknown = undefined;
+  let body: unknown ;
   try {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);

@@ -16,7 +16,6 @@ export {
   RENDER_TARGETS,
   type RenderSettings,
   type RenderTarget,
-  renderFlags,
 } from './settings.js';
 
 /** The config for `target`, as the text of a YAML file. */

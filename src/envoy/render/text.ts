@@ -11,11 +11,6 @@ export function scalar(v: string): string {
   return /^[A-Za-z0-9_./-]+$/.test(v) && !/^(?:true|false|null|yes|no|on|off|~|[-+]?\d[\d._]*)$/i.test(v) ? v : JSON.stringify(v);
 }
 
-/** `seconds` as Envoy's Duration JSON form ("2s", "0.5s"). */
-export function seconds(ms: number): string {
-  return `${String(ms / 1000)}s`;
-}
-
 /** The generated-file header: what produced it and how to produce it again. */
 export function header(flags: string, what: readonly string[]): string[] {
   return [
