@@ -101,14 +101,24 @@ interface Level {
   readonly noop: Side;
 }
 
-async function measuredRun(server: ChildServer, target: ExtProcLoadTarget, side: Side, concurrency: number, roundMs: number): Promise<void> {
+async function measuredRun(
+  server: ChildServer,
+  target: ExtProcLoadTarget,
+  side: Side,
+  concurrency: number,
+  roundMs: number,
+): Promise<void> {
   const cpu0 = server.cpuMs();
   side.runs.push(await target.run({ concurrency, durationMs: roundMs }));
   side.cpuMs += server.cpuMs() - cpu0;
 }
 
 /** Interleave: round r runs gate then no-op when r is even, no-op then gate when odd. */
-async function runLevels(s: Settings, servers: { gate: ChildServer; noop: ChildServer }, targets: { gate: ExtProcLoadTarget; noop: ExtProcLoadTarget }): Promise<Level[]> {
+async function runLevels(
+  s: Settings,
+  servers: { gate: ChildServer; noop: ChildServer },
+  targets: { gate: ExtProcLoadTarget; noop: ExtProcLoadTarget },
+): Promise<Level[]> {
   const levels: Level[] = [];
   for (const concurrency of s.levels) {
     const level: Level = { concurrency, gate: { runs: [], cpuMs: 0 }, noop: { runs: [], cpuMs: 0 } };
@@ -154,8 +164,26 @@ function figuresOf(side: Side): SideFigures {
 function levelTable(levels: readonly Level[]): { text: string; figures: { c: number; gate: SideFigures; noop: SideFigures }[] } {
   const figures = levels.map((l) => ({ c: l.concurrency, gate: figuresOf(l.gate), noop: figuresOf(l.noop) }));
   const rows = figures.flatMap(({ c, gate, noop }) => [
-    [`c=${c} kvgate`, fmtInt(gate.requests), fmtInt(gate.perSecond), fmt(gate.p50, 3), fmt(gate.p99, 3), fmt(gate.cpuUsPerRequest, 0), fmt(gate.p99 / noop.p99), fmtInt(gate.refused + gate.errors)],
-    [`c=${c} no-op`, fmtInt(noop.requests), fmtInt(noop.perSecond), fmt(noop.p50, 3), fmt(noop.p99, 3), fmt(noop.cpuUsPerRequest, 0), '1.00', fmtInt(noop.refused + noop.errors)],
+    [
+      `c=${c} kvgate`,
+      fmtInt(gate.requests),
+      fmtInt(gate.perSecond),
+      fmt(gate.p50, 3),
+      fmt(gate.p99, 3),
+      fmt(gate.cpuUsPerRequest, 0),
+      fmt(gate.p99 / noop.p99),
+      fmtInt(gate.refused + gate.errors),
+    ],
+    [
+      `c=${c} no-op`,
+      fmtInt(noop.requests),
+      fmtInt(noop.perSecond),
+      fmt(noop.p50, 3),
+      fmt(noop.p99, 3),
+      fmt(noop.cpuUsPerRequest, 0),
+      '1.00',
+      fmtInt(noop.refused + noop.errors),
+    ],
   ]);
   const text = formatTable(['server', 'requests', 'req/s', 'p50 ms', 'p99 ms', 'srv CPU us/req', 'p99 ratio', 'refused+err'], rows);
   return { text, figures };
@@ -165,9 +193,19 @@ function verdicts(pure: PureRun, figures: ReturnType<typeof levelTable>['figures
   const out: TargetResult[] = [];
   for (const f of figures) {
     const ratio = f.gate.p99 / f.noop.p99;
-    out.push({ name: `gate p99 / no-op p99 at c=${f.c}`, target: `<= ${TARGET_P99_RATIO}x`, measured: `${fmt(ratio)}x (${fmt(f.gate.p99, 3)} vs ${fmt(f.noop.p99, 3)} ms)`, ok: ratio <= TARGET_P99_RATIO });
+    out.push({
+      name: `gate p99 / no-op p99 at c=${f.c}`,
+      target: `<= ${TARGET_P99_RATIO}x`,
+      measured: `${fmt(ratio)}x (${fmt(f.gate.p99, 3)} vs ${fmt(f.noop.p99, 3)} ms)`,
+      ok: ratio <= TARGET_P99_RATIO,
+    });
   }
-  out.push({ name: 'decision core, one thread (in-process)', target: `>= ${fmtInt(TARGET_DECISIONS_PER_S)}/s`, measured: `${fmtInt(pure.decisionsPerSecond)}/s (${fmt(pure.nsPerDecision / 1000, 1)} us each)`, ok: pure.decisionsPerSecond >= TARGET_DECISIONS_PER_S });
+  out.push({
+    name: 'decision core, one thread (in-process)',
+    target: `>= ${fmtInt(TARGET_DECISIONS_PER_S)}/s`,
+    measured: `${fmtInt(pure.decisionsPerSecond)}/s (${fmt(pure.nsPerDecision / 1000, 1)} us each)`,
+    ok: pure.decisionsPerSecond >= TARGET_DECISIONS_PER_S,
+  });
   const best = figures.reduce((a, f) => (f.gate.perSecond > a.gate.perSecond ? f : a));
   out.push({
     name: `whole gate over gRPC, ${pinned ? 'pinned to one CPU' : 'unpinned'} (best level c=${best.c})`,
@@ -194,27 +232,51 @@ export async function main(argv: readonly string[]): Promise<void> {
   const pin = s.pin && env.taskset && env.cores >= 2;
   process.stdout.write(formatEnvironment(env, 'gate-decisions: kvgate gate vs no-op ext_proc server'));
   if (pin && !(await pinSelf(0))) throw new Error('taskset could not pin the load generator; rerun with --unpinned');
-  process.stdout.write(pin ? 'placement: servers pinned to CPU 1 (taskset -c 1), load generator to CPU 0\n' : `placement: unpinned (${env.cores} cores shared by servers and load generator)\n`);
+  process.stdout.write(
+    pin
+      ? 'placement: servers pinned to CPU 1 (taskset -c 1), load generator to CPU 0\n'
+      : `placement: unpinned (${env.cores} cores shared by servers and load generator)\n`,
+  );
 
   const pure = runPureCore(s.pureMs);
-  process.stdout.write(`\ndecision core in-process (decideRequest, 1 thread): ${fmtInt(pure.decisionsPerSecond)} decisions/s, ${fmt(pure.nsPerDecision / 1000, 2)} us/decision over ${fmtInt(pure.decisions)} (${JSON.stringify(pure.outcomes)})\n`);
+  process.stdout.write(
+    `\ndecision core in-process (decideRequest, 1 thread): ${fmtInt(pure.decisionsPerSecond)} decisions/s, ${fmt(pure.nsPerDecision / 1000, 2)} us/decision over ${fmtInt(pure.decisions)} (${JSON.stringify(pure.outcomes)})\n`,
+  );
 
   const profile = s.profile ? createProfileDir() : undefined;
   const servers = await startServers(pin, profile);
   const targets = {
-    gate: createExtProcLoadTarget({ address: `127.0.0.1:${servers.gate.port}`, channels: s.channels, request: (i) => benchRequest(i, 1, 'g') }),
-    noop: createExtProcLoadTarget({ address: `127.0.0.1:${servers.noop.port}`, channels: s.channels, request: (i) => benchRequest(i, 1, 'n') }),
+    gate: createExtProcLoadTarget({
+      address: `127.0.0.1:${servers.gate.port}`,
+      channels: s.channels,
+      request: (i) => benchRequest(i, 1, 'g'),
+    }),
+    noop: createExtProcLoadTarget({
+      address: `127.0.0.1:${servers.noop.port}`,
+      channels: s.channels,
+      request: (i) => benchRequest(i, 1, 'n'),
+    }),
   };
   try {
     for (const k of ['gate', 'noop'] as const) await targets[k].run({ concurrency: 8, durationMs: s.quick ? 300 : 1000 }); // warm-up
     process.stderr.write(`measuring ${s.levels.length} levels x ${s.rounds} rounds x ${s.roundMs} ms per server...\n`);
     const levels = await runLevels(s, servers, targets);
     const { text, figures } = levelTable(levels);
-    process.stdout.write(`\nclosed loop: each request = request_headers + buffered request_body (${benchRequest(0).body.length} B completions JSON) + response_headers on its own stream; ${s.channels} HTTP/2 connections; ${s.rounds} interleaved rounds x ${s.roundMs} ms per level and server\n${text}\n`);
+    process.stdout.write(
+      `\nclosed loop: each request = request_headers + buffered request_body (${benchRequest(0).body.length} B completions JSON) + response_headers on its own stream; ${s.channels} HTTP/2 connections; ${s.rounds} interleaved rounds x ${s.roundMs} ms per level and server\n${text}\n`,
+    );
     const problems = figures.filter((f) => f.gate.refused + f.gate.errors + f.noop.errors > 0);
-    for (const f of problems) process.stdout.write(`WARNING c=${f.c}: gate refused ${f.gate.refused}, gate errors ${f.gate.errors}, no-op errors ${f.noop.errors} (${f.gate.firstError ?? f.noop.firstError ?? ''})\n`);
+    for (const f of problems)
+      process.stdout.write(
+        `WARNING c=${f.c}: gate refused ${f.gate.refused}, gate errors ${f.gate.errors}, no-op errors ${f.noop.errors} (${f.gate.firstError ?? f.noop.firstError ?? ''})\n`,
+      );
     const targetsMet = verdicts(pure, figures, pin);
-    process.stdout.write(`\n${formatTable(['target', 'wanted', 'measured', 'verdict'], targetsMet.map((t) => [t.name, t.target, t.measured, verdict(t.ok)]))}\n`);
+    process.stdout.write(
+      `\n${formatTable(
+        ['target', 'wanted', 'measured', 'verdict'],
+        targetsMet.map((t) => [t.name, t.target, t.measured, verdict(t.ok)]),
+      )}\n`,
+    );
     const notes = [
       pin ? 'gate and no-op pinned to one CPU; the load generator (grpc-js, one thread) on the other' : `unpinned on ${env.cores} cores`,
       'if no-op req/s is close to gate req/s, the load generator, not the server, limits throughput; use server CPU us/req for capacity',
@@ -225,7 +287,8 @@ export async function main(argv: readonly string[]): Promise<void> {
     targets.noop.close();
     await Promise.all([servers.gate.stop(), servers.noop.stop()]);
   }
-  if (profile !== undefined) process.stdout.write(`\nprofile of the gate process over the whole run (node --cpu-prof):\n${profile.summarize(25)}\n`);
+  if (profile !== undefined)
+    process.stdout.write(`\nprofile of the gate process over the whole run (node --cpu-prof):\n${profile.summarize(25)}\n`);
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

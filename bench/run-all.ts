@@ -73,7 +73,13 @@ function closingTable(outcomes: readonly Outcome[]): { text: string; missed: num
   let missed = 0;
   for (const o of outcomes) {
     if (o.summary === undefined) {
-      rows.push([o.name, '-', '-', o.status === 'failed' ? 'FAILED (see its output)' : 'not available', o.status === 'failed' ? 'FAILED' : 'n/a']);
+      rows.push([
+        o.name,
+        '-',
+        '-',
+        o.status === 'failed' ? 'FAILED (see its output)' : 'not available',
+        o.status === 'failed' ? 'FAILED' : 'n/a',
+      ]);
       continue;
     }
     for (const t of o.summary.targets) {
@@ -86,14 +92,23 @@ function closingTable(outcomes: readonly Outcome[]): { text: string; missed: num
 
 async function main(argv: readonly string[]): Promise<number> {
   const v = parseBenchArgs(argv, { only: { type: 'string' }, 'fail-on-miss': { type: 'boolean', default: false } }, HELP);
-  const only = v.only === undefined ? undefined : new Set(String(v.only).split(',').map((s) => s.trim()));
+  const only =
+    v.only === undefined
+      ? undefined
+      : new Set(
+          String(v.only)
+            .split(',')
+            .map((s) => s.trim()),
+        );
   const unknown = [...(only ?? [])].filter((n) => !BENCHES.some((b) => b.name === n));
   if (unknown.length > 0) {
     process.stderr.write(`unknown bench ${unknown.join(', ')}\n\n${HELP}`);
     return 2;
   }
   const quick = v.quick === true;
-  process.stdout.write(formatEnvironment(describeEnvironment(), `kvgate benchmarks${quick ? ' (--quick: smoke pass, figures are noisy)' : ''}`));
+  process.stdout.write(
+    formatEnvironment(describeEnvironment(), `kvgate benchmarks${quick ? ' (--quick: smoke pass, figures are noisy)' : ''}`),
+  );
   const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-bench-all-'));
   const outcomes: Outcome[] = [];
   try {

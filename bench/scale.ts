@@ -70,15 +70,26 @@ function buildCase(label: string, endpoints: number, models: number): Case {
 function runCases(cases: readonly Case[], roundMs: number, rounds: number): void {
   for (const c of cases) {
     const r = measureDecisions({ ...c.options, durationMs: Math.min(300, roundMs) }); // JIT warm-up
-    if ((r.outcomes['route'] ?? 0) !== r.decisions) throw new Error(`case ${c.label} did not route every request: ${JSON.stringify(r.outcomes)}`);
+    if ((r.outcomes['route'] ?? 0) !== r.decisions)
+      throw new Error(`case ${c.label} did not route every request: ${JSON.stringify(r.outcomes)}`);
   }
-  for (let i = 0; i < rounds; i++) for (const c of cases) c.rounds.push(measureDecisions({ ...c.options, durationMs: roundMs }).nsPerDecision);
+  for (let i = 0; i < rounds; i++)
+    for (const c of cases) c.rounds.push(measureDecisions({ ...c.options, durationMs: roundMs }).nsPerDecision);
 }
 
 function costTable(cases: readonly Case[], base: Case): string {
   const rows = cases.map((c) => {
     const ns = median(c.rounds);
-    return [c.label, fmtInt(c.models), fmtInt(c.endpoints), fmtInt(c.models * 4 * c.endpoints), fmt(c.compileMs, 1), fmtInt(ns), fmtInt(1e9 / ns), fmt(ns / median(base.rounds))];
+    return [
+      c.label,
+      fmtInt(c.models),
+      fmtInt(c.endpoints),
+      fmtInt(c.models * 4 * c.endpoints),
+      fmt(c.compileMs, 1),
+      fmtInt(ns),
+      fmtInt(1e9 / ns),
+      fmt(ns / median(base.rounds)),
+    ];
   });
   return formatTable(['case', 'models', 'endpoints/pool', 'endpoints', 'compile ms', 'ns/decision', 'decisions/s', 'vs base'], rows);
 }
@@ -88,7 +99,9 @@ async function profileCase(endpoints: number, roundMs: number): Promise<string> 
   const profile = createProfileDir();
   const self = fileURLToPath(import.meta.url);
   await new Promise<void>((resolve, reject) => {
-    const p = spawn(process.execPath, [...profile.nodeFlags, self, '--profile-case', String(endpoints), '--round-ms', String(roundMs)], { stdio: 'inherit' });
+    const p = spawn(process.execPath, [...profile.nodeFlags, self, '--profile-case', String(endpoints), '--round-ms', String(roundMs)], {
+      stdio: 'inherit',
+    });
     p.once('error', reject);
     p.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`profiling run exited with ${code}`))));
   });
@@ -115,7 +128,12 @@ async function memoryOf(name: string, start: () => Promise<ChildServer>, streams
     await new Promise((r) => setTimeout(r, 500));
     const idle = server.rssBytes();
     const idleGc = await server.memoryAfterGc();
-    const held = await holdStreams({ address: `127.0.0.1:${server.port}`, streams, withBody, request: (i) => benchRequest(i, 1, `mem-${name}`) });
+    const held = await holdStreams({
+      address: `127.0.0.1:${server.port}`,
+      streams,
+      withBody,
+      request: (i) => benchRequest(i, 1, `mem-${name}`),
+    });
     await new Promise((r) => setTimeout(r, 1000)); // let allocation settle; RSS is what the kernel charges now
     const rss = server.rssBytes();
     const gc = await server.memoryAfterGc();
@@ -146,7 +164,17 @@ async function memorySection(streams: number): Promise<{ text: string; gateWorst
   const per = (bytes: number, r: MemoryRow) => `${fmtInt(bytes / Math.max(1, r.open))} B`;
   const text = formatTable(
     ['server', 'held after', 'open', 'idle RSS', `RSS at ${fmtInt(streams)}`, 'RSS after GC', 'RSS/stream', 'live heap/stream', 'failed'],
-    rows.map((r) => [r.server, r.mode, fmtInt(r.open), fmtMiB(r.idle), fmtMiB(r.held), fmtMiB(r.heldAfterGc), per(r.held - r.idle, r), per(r.heapGrowth, r), r.failed === 0 ? '0' : `${r.failed} (${r.firstError ?? ''})`]),
+    rows.map((r) => [
+      r.server,
+      r.mode,
+      fmtInt(r.open),
+      fmtMiB(r.idle),
+      fmtMiB(r.held),
+      fmtMiB(r.heldAfterGc),
+      per(r.held - r.idle, r),
+      per(r.heapGrowth, r),
+      r.failed === 0 ? '0' : `${r.failed} (${r.firstError ?? ''})`,
+    ]),
   );
   const gateRows = rows.filter((r) => r.server === 'kvgate gate');
   return { text, gateWorst: gateRows.reduce((a, r) => (r.held > a.held ? r : a)) };
@@ -202,17 +230,31 @@ async function costSection(s: Settings, targets: TargetResult[], notes: string[]
   runCases([...byEndpoints, small, large], s.roundMs, s.rounds);
   const first = byEndpoints[0]!;
   const last = byEndpoints[byEndpoints.length - 1]!;
-  process.stdout.write(`\ndecision cost vs endpoints per pool (pure core, 1 thread, median of ${s.rounds} interleaved rounds x ${s.roundMs} ms)\n${costTable(byEndpoints, first)}\n`);
+  process.stdout.write(
+    `\ndecision cost vs endpoints per pool (pure core, 1 thread, median of ${s.rounds} interleaved rounds x ${s.roundMs} ms)\n${costTable(byEndpoints, first)}\n`,
+  );
   process.stdout.write(`\ndecision cost vs route-table size\n${costTable([small, large], small)}\n`);
   const growth = median(last.rounds) / median(first.rounds);
   const perEndpointNs = (median(last.rounds) - median(first.rounds)) / (last.endpoints - first.endpoints);
   const logOk = growth <= maxLogGrowth(first.endpoints, last.endpoints);
-  targets.push({ name: `decision cost ${first.endpoints} -> ${last.endpoints} endpoints/pool`, target: `flat or log (<= ${fmt(maxLogGrowth(first.endpoints, last.endpoints))}x)`, measured: `${fmt(growth)}x (+${fmt(perEndpointNs, 1)} ns per endpoint)`, ok: logOk });
+  targets.push({
+    name: `decision cost ${first.endpoints} -> ${last.endpoints} endpoints/pool`,
+    target: `flat or log (<= ${fmt(maxLogGrowth(first.endpoints, last.endpoints))}x)`,
+    measured: `${fmt(growth)}x (+${fmt(perEndpointNs, 1)} ns per endpoint)`,
+    ok: logOk,
+  });
   const tableGrowth = median(large.rounds) / median(small.rounds);
-  targets.push({ name: `decision cost 1 -> ${s.models} models`, target: 'flat (<= 1.5x)', measured: `${fmt(tableGrowth)}x (compile ${fmt(large.compileMs, 0)} ms)`, ok: tableGrowth <= 1.5 });
+  targets.push({
+    name: `decision cost 1 -> ${s.models} models`,
+    target: 'flat (<= 1.5x)',
+    measured: `${fmt(tableGrowth)}x (compile ${fmt(large.compileMs, 0)} ms)`,
+    ok: tableGrowth <= 1.5,
+  });
   if (!logOk || s.profile) {
     notes.push(`decision cost grows ${fmt(growth)}x from ${first.endpoints} to ${last.endpoints} endpoints per pool; see the profile`);
-    process.stdout.write(`\nprofile of the ${last.endpoints}-endpoint case (node --cpu-prof):\n${await profileCase(last.endpoints, Math.max(2000, s.roundMs))}\n`);
+    process.stdout.write(
+      `\nprofile of the ${last.endpoints}-endpoint case (node --cpu-prof):\n${await profileCase(last.endpoints, Math.max(2000, s.roundMs))}\n`,
+    );
   }
 }
 
@@ -231,12 +273,24 @@ export async function main(argv: readonly string[]): Promise<void> {
   if (s.memory) {
     process.stderr.write(`holding ${fmtInt(s.streams)} ext_proc streams on each server (4 runs)...\n`);
     const mem = await memorySection(s.streams);
-    process.stdout.write(`\nRSS with ${fmtInt(s.streams)} ext_proc streams held open (fresh child process per row; client on its own process)\n${mem.text}\n`);
+    process.stdout.write(
+      `\nRSS with ${fmtInt(s.streams)} ext_proc streams held open (fresh child process per row; client on its own process)\n${mem.text}\n`,
+    );
     const w = mem.gateWorst;
-    targets.push({ name: `gate RSS at ${fmtInt(s.streams)} open streams (${w.mode})`, target: '<= 200 MB', measured: `${fmt(w.held / 1e6, 0)} MB (${fmt(w.heldAfterGc / 1e6, 0)} MB after a forced GC)`, ok: w.failed === 0 ? w.held <= TARGET_RSS_BYTES : undefined });
+    targets.push({
+      name: `gate RSS at ${fmtInt(s.streams)} open streams (${w.mode})`,
+      target: '<= 200 MB',
+      measured: `${fmt(w.held / 1e6, 0)} MB (${fmt(w.heldAfterGc / 1e6, 0)} MB after a forced GC)`,
+      ok: w.failed === 0 ? w.held <= TARGET_RSS_BYTES : undefined,
+    });
     if (w.failed > 0) notes.push(`memory: ${w.failed} streams failed to open on the gate (${w.firstError ?? ''})`);
   }
-  process.stdout.write(`\n${formatTable(['target', 'wanted', 'measured', 'verdict'], targets.map((t) => [t.name, t.target, t.measured, verdict(t.ok)]))}\n`);
+  process.stdout.write(
+    `\n${formatTable(
+      ['target', 'wanted', 'measured', 'verdict'],
+      targets.map((t) => [t.name, t.target, t.measured, verdict(t.ok)]),
+    )}\n`,
+  );
   writeSummary(s.summary, { bench: 'scale', quick: s.quick, targets, notes });
 }
 

@@ -41,11 +41,26 @@ type PathName = 'direct' | 'kvgate';
 
 function requestBody(i: number, tokens: number, stream: boolean): Record<string, unknown> {
   // A distinct prompt per request: no prefix-cache hits, so every request really prefills and pulls its KV.
-  return { model: PD_MODEL, prompt: `Request ${i}. ${PROMPT}`, max_tokens: tokens, ignore_eos: true, temperature: 0, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) };
+  return {
+    model: PD_MODEL,
+    prompt: `Request ${i}. ${PROMPT}`,
+    max_tokens: tokens,
+    ignore_eos: true,
+    temperature: 0,
+    stream,
+    ...(stream ? { stream_options: { include_usage: true } } : {}),
+  };
 }
 
 /** What vLLM's proxies send P: keep the KV for a remote decode. */
-const PREFILL_KV = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
+const PREFILL_KV = {
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+};
 
 /** vLLM's toy proxy: P (max_tokens 1, do_remote_decode, not streamed), then D with P's kv_transfer_params. */
 async function viaDirect(stack: Stack, id: string, body: Record<string, unknown>): Promise<CompletionTiming> {
@@ -55,7 +70,11 @@ async function viaDirect(stack: Stack, id: string, body: Record<string, unknown>
   const p = await postCompletion(`${stack.prefillSim.info.url}/v1/completions`, pBody, { 'x-request-id': id });
   if (p.error !== undefined) return p;
   const dStart = performance.now();
-  const d = await postCompletion(`${stack.decodeSim.info.url}/v1/completions`, { ...body, kv_transfer_params: p.json?.['kv_transfer_params'] ?? null }, { 'x-request-id': id });
+  const d = await postCompletion(
+    `${stack.decodeSim.info.url}/v1/completions`,
+    { ...body, kv_transfer_params: p.json?.['kv_transfer_params'] ?? null },
+    { 'x-request-id': id },
+  );
   return { ...d, totalMs: performance.now() - t0, ...(d.ttftMs === undefined ? {} : { ttftMs: dStart - t0 + d.ttftMs }) };
 }
 
@@ -63,7 +82,12 @@ const keys = createDevKeyRing(PD_KEY_SEED);
 
 /** One request to the decode sidecar with the headers the gate stamps (contract minted now, as the gate does). */
 function viaKvgate(stack: Stack, id: string, body: Record<string, unknown>): Promise<CompletionTiming> {
-  const contract = contractFor(stack.decodeSidecar.info.fingerprint, stack.prefillSidecar.info.endpoint, { requestId: id, model: PD_MODEL }, Date.now());
+  const contract = contractFor(
+    stack.decodeSidecar.info.fingerprint,
+    stack.prefillSidecar.info.endpoint,
+    { requestId: id, model: PD_MODEL },
+    Date.now(),
+  );
   // As the gate forwards it: cache_salt written into the body, and the contract bound to that body.
   const [salted, headers] = bound(contract, body, keys);
   return postCompletion(`${stack.decodeSidecar.info.url}/v1/completions`, salted, headers);
@@ -82,7 +106,12 @@ async function prefillLegAlone(stack: Stack, n: number, ids: { n: number }): Pro
     const id = `bench-prefill-${i}`;
     const body = { ...requestBody(i, 1, false), kv_transfer_params: PREFILL_KV };
     const viaSidecar = k % 2 === 1;
-    const contract = contractFor(stack.decodeSidecar.info.fingerprint, stack.prefillSidecar.info.endpoint, { requestId: id, model: PD_MODEL }, Date.now());
+    const contract = contractFor(
+      stack.decodeSidecar.info.fingerprint,
+      stack.prefillSidecar.info.endpoint,
+      { requestId: id, model: PD_MODEL },
+      Date.now(),
+    );
     const r = viaSidecar
       ? await postCompletion(`${stack.prefillSidecar.info.url}/v1/completions`, ...bound(contract, body, keys))
       : await postCompletion(`${stack.prefillSim.info.url}/v1/completions`, body, { 'x-request-id': id });
@@ -96,7 +125,15 @@ interface Sample extends CompletionTiming {
   readonly path: PathName;
 }
 
-async function runRound(stack: Stack, pathName: PathName, count: number, concurrency: number, tokens: number, stream: boolean, ids: { n: number }): Promise<Sample[]> {
+async function runRound(
+  stack: Stack,
+  pathName: PathName,
+  count: number,
+  concurrency: number,
+  tokens: number,
+  stream: boolean,
+  ids: { n: number },
+): Promise<Sample[]> {
   const out: Sample[] = [];
   let started = 0;
   const worker = async () => {
@@ -141,7 +178,8 @@ interface Figures {
 
 function figuresOf(samples: readonly Sample[], tokens: number, blocks: number, sidecarCpuMs: number): Figures {
   const good = samples.filter((s) => s.error === undefined);
-  const rate = (s: Sample) => (s.decodeMs !== undefined && s.decodeMs > 0 ? ((s.tokens - 1) * 1000) / s.decodeMs : (s.tokens * 1000) / s.totalMs);
+  const rate = (s: Sample) =>
+    s.decodeMs !== undefined && s.decodeMs > 0 ? ((s.tokens - 1) * 1000) / s.decodeMs : (s.tokens * 1000) / s.totalMs;
   const ttft = summarize(good.flatMap((s) => (s.ttftMs === undefined ? [] : [s.ttftMs])));
   const total = summarize(good.map((s) => s.totalMs));
   return {
@@ -191,7 +229,12 @@ async function measureCell(stack: Stack, s: Settings, stream: boolean, c: number
       blocks[p] += (await blocksPulled(stack)) - before;
     }
   }
-  return { stream, c, direct: figuresOf(samples.direct, s.tokens, blocks.direct, cpu.direct), kvgate: figuresOf(samples.kvgate, s.tokens, blocks.kvgate, cpu.kvgate) };
+  return {
+    stream,
+    c,
+    direct: figuresOf(samples.direct, s.tokens, blocks.direct, cpu.direct),
+    kvgate: figuresOf(samples.kvgate, s.tokens, blocks.kvgate, cpu.kvgate),
+  };
 }
 
 function cellRows(cells: readonly Cell[]): string[][] {
@@ -220,17 +263,37 @@ function targetsOf(cells: readonly Cell[]): TargetResult[] {
     const clean = cell.direct.errors + cell.kvgate.errors + cell.direct.wrongTokens + cell.kvgate.wrongTokens === 0;
     const label = `${cell.stream ? 'streaming' : 'non-streaming'} c=${cell.c}`;
     const pct = (100 * (cell.direct.tokensPerS - cell.kvgate.tokensPerS)) / cell.direct.tokensPerS;
-    out.push({ name: `tokens/s overhead, ${label}`, target: `<= ${TARGET_TOKENS_PCT}%`, measured: `${fmt(pct, 1)}% (${fmt(cell.kvgate.tokensPerS, 1)} vs ${fmt(cell.direct.tokensPerS, 1)} tok/s)`, ok: clean ? pct <= TARGET_TOKENS_PCT : undefined });
+    out.push({
+      name: `tokens/s overhead, ${label}`,
+      target: `<= ${TARGET_TOKENS_PCT}%`,
+      measured: `${fmt(pct, 1)}% (${fmt(cell.kvgate.tokensPerS, 1)} vs ${fmt(cell.direct.tokensPerS, 1)} tok/s)`,
+      ok: clean ? pct <= TARGET_TOKENS_PCT : undefined,
+    });
     if (cell.stream) {
       const ms = cell.kvgate.ttftP50 - cell.direct.ttftP50;
-      out.push({ name: `TTFT overhead (p50), ${label}`, target: `<= ${TARGET_TTFT_MS} ms`, measured: `${fmt(ms, 2)} ms (${fmt(cell.kvgate.ttftP50, 2)} vs ${fmt(cell.direct.ttftP50, 2)} ms)`, ok: clean ? ms <= TARGET_TTFT_MS : undefined });
+      out.push({
+        name: `TTFT overhead (p50), ${label}`,
+        target: `<= ${TARGET_TTFT_MS} ms`,
+        measured: `${fmt(ms, 2)} ms (${fmt(cell.kvgate.ttftP50, 2)} vs ${fmt(cell.direct.ttftP50, 2)} ms)`,
+        ok: clean ? ms <= TARGET_TTFT_MS : undefined,
+      });
     }
   }
   return out;
 }
 
 function settingsFrom(argv: readonly string[]): Settings {
-  const v = parseBenchArgs(argv, { concurrency: { type: 'string' }, rounds: { type: 'string' }, tokens: { type: 'string' }, 'decode-ms': { type: 'string' }, profile: { type: 'boolean', default: false } }, HELP);
+  const v = parseBenchArgs(
+    argv,
+    {
+      concurrency: { type: 'string' },
+      rounds: { type: 'string' },
+      tokens: { type: 'string' },
+      'decode-ms': { type: 'string' },
+      profile: { type: 'boolean', default: false },
+    },
+    HELP,
+  );
   const quick = v.quick === true;
   return {
     quick,
@@ -248,8 +311,12 @@ export async function main(argv: readonly string[]): Promise<void> {
   const env = describeEnvironment();
   process.stdout.write(formatEnvironment(env, 'sidecar: P/D through kvgate sidecars vs P/D straight to the simulated workers'));
   const lat = { ...DEFAULT_PD_LATENCY, decodeMsPerToken: s.decodeMs };
-  process.stdout.write(`sim latency: decode ${lat.decodeMsPerToken} ms/token, prefill ${lat.prefillMsPerToken} ms/prompt token, KV pull ${lat.transferMsPerBlock} ms/block, handshake ${lat.handshakeMs} ms; ${s.tokens} tokens per request (ignore_eos)\n`);
-  process.stdout.write(`placement: unpinned; load generator, two simulated workers and two sidecars, each its own process, sharing ${env.cores} cores\n`);
+  process.stdout.write(
+    `sim latency: decode ${lat.decodeMsPerToken} ms/token, prefill ${lat.prefillMsPerToken} ms/prompt token, KV pull ${lat.transferMsPerBlock} ms/block, handshake ${lat.handshakeMs} ms; ${s.tokens} tokens per request (ignore_eos)\n`,
+  );
+  process.stdout.write(
+    `placement: unpinned; load generator, two simulated workers and two sidecars, each its own process, sharing ${env.cores} cores\n`,
+  );
   const profiles = s.profile ? { prefill: createProfileDir(), decode: createProfileDir() } : undefined;
   const stack = await startStack(s.decodeMs, profiles);
   try {
@@ -262,25 +329,43 @@ export async function main(argv: readonly string[]): Promise<void> {
         process.stderr.write(`  ${stream ? 'stream' : 'non-stream'} c=${c} done\n`);
       }
     }
-    process.stdout.write(`\n${s.rounds} interleaved rounds per cell; tok/s = median per request (streamed: between first and last token; else tokens / total)\n`);
-    process.stdout.write(`${formatTable(['mode / path', 'requests', 'TTFT p50', 'TTFT p99', 'total p50', 'total p99', 'tok/s', 'KV blocks/req', 'sidecar CPU ms/req', 'bad'], cellRows(cells))}\n`);
+    process.stdout.write(
+      `\n${s.rounds} interleaved rounds per cell; tok/s = median per request (streamed: between first and last token; else tokens / total)\n`,
+    );
+    process.stdout.write(
+      `${formatTable(['mode / path', 'requests', 'TTFT p50', 'TTFT p99', 'total p50', 'total p99', 'tok/s', 'KV blocks/req', 'sidecar CPU ms/req', 'bad'], cellRows(cells))}\n`,
+    );
     for (const cell of cells) {
       for (const p of ['direct', 'kvgate'] as const) {
         const f = cell[p];
-        if (f.errors + f.wrongTokens > 0) process.stdout.write(`WARNING ${cell.stream ? 'stream' : 'non-stream'} c=${cell.c} ${p}: ${f.errors} errors, ${f.wrongTokens} wrong token counts (${f.firstError ?? ''})\n`);
-        if (f.ok > 0 && !(f.blocksPerRequest > 0)) process.stdout.write(`WARNING ${cell.stream ? 'stream' : 'non-stream'} c=${cell.c} ${p}: D pulled no KV blocks; the request was not disaggregated\n`);
+        if (f.errors + f.wrongTokens > 0)
+          process.stdout.write(
+            `WARNING ${cell.stream ? 'stream' : 'non-stream'} c=${cell.c} ${p}: ${f.errors} errors, ${f.wrongTokens} wrong token counts (${f.firstError ?? ''})\n`,
+          );
+        if (f.ok > 0 && !(f.blocksPerRequest > 0))
+          process.stdout.write(
+            `WARNING ${cell.stream ? 'stream' : 'non-stream'} c=${cell.c} ${p}: D pulled no KV blocks; the request was not disaggregated\n`,
+          );
       }
     }
     const leg = await prefillLegAlone(stack, s.quick ? 3 : 12, ids);
-    process.stdout.write(`\nprefill leg alone (c=1, alternating): P direct p50 ${fmt(leg.direct, 2)} ms, via the prefill sidecar p50 ${fmt(leg.sidecar, 2)} ms: the prefill sidecar adds ${fmt(leg.sidecar - leg.direct, 2)} ms of the TTFT overhead; the decode sidecar the rest${leg.errors > 0 ? ` (${leg.errors} errors)` : ''}\n`);
+    process.stdout.write(
+      `\nprefill leg alone (c=1, alternating): P direct p50 ${fmt(leg.direct, 2)} ms, via the prefill sidecar p50 ${fmt(leg.sidecar, 2)} ms: the prefill sidecar adds ${fmt(leg.sidecar - leg.direct, 2)} ms of the TTFT overhead; the decode sidecar the rest${leg.errors > 0 ? ` (${leg.errors} errors)` : ''}\n`,
+    );
     const targets = targetsOf(cells);
-    process.stdout.write(`\n${formatTable(['target', 'wanted', 'measured', 'verdict'], targets.map((t) => [t.name, t.target, t.measured, verdict(t.ok)]))}\n`);
+    process.stdout.write(
+      `\n${formatTable(
+        ['target', 'wanted', 'measured', 'verdict'],
+        targets.map((t) => [t.name, t.target, t.measured, verdict(t.ok)]),
+      )}\n`,
+    );
     writeSummary(s.summary, { bench: 'sidecar', quick: s.quick, targets, notes: [`simulated decode ${lat.decodeMsPerToken} ms/token`] });
   } finally {
     await stopStack(stack);
   }
   for (const role of ['decode', 'prefill'] as const) {
-    if (profiles !== undefined) process.stdout.write(`\nprofile of the ${role} sidecar over the whole run (node --cpu-prof):\n${profiles[role].summarize(15)}\n`);
+    if (profiles !== undefined)
+      process.stdout.write(`\nprofile of the ${role} sidecar over the whole run (node --cpu-prof):\n${profiles[role].summarize(15)}\n`);
   }
 }
 

@@ -52,6 +52,7 @@ function checkGrpc() {
   });
 }
 
-if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) done(2, `KVGATE_HEALTH_TIMEOUT_MS must be a positive number of milliseconds, got ${JSON.stringify(env.KVGATE_HEALTH_TIMEOUT_MS)}`);
+if (!Number.isFinite(timeoutMs) || timeoutMs <= 0)
+  done(2, `KVGATE_HEALTH_TIMEOUT_MS must be a positive number of milliseconds, got ${JSON.stringify(env.KVGATE_HEALTH_TIMEOUT_MS)}`);
 if (url !== '') await checkHttp();
 else checkGrpc();

@@ -29,7 +29,6 @@ export const ERROR_STATUS = {
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
 
-
 export function isErrorCode(value: unknown): value is ErrorCode {
   return typeof value === 'string' && Object.hasOwn(ERROR_STATUS, value);
 }
@@ -44,11 +43,7 @@ export class KvgateError extends Error {
   /** Extra, client-safe detail (e.g. `retryAfterSeconds`). */
   readonly detail: Readonly<Record<string, string | number | boolean>>;
 
-  constructor(
-    code: ErrorCode,
-    message: string,
-    options: { cause?: unknown; detail?: Record<string, string | number | boolean> } = {},
-  ) {
+  constructor(code: ErrorCode, message: string, options: { cause?: unknown; detail?: Record<string, string | number | boolean> } = {}) {
     super(`[${code}] ${message}`, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.detail = Object.freeze({ ...(options.detail ?? {}) });

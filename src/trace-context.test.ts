@@ -12,7 +12,15 @@ describe('W3C traceparent', () => {
     expect(sc!.traceState!.get('congo')).toBe('t61rcWkgMzE');
   });
   it('refuses what the spec calls invalid: version ff, zero ids, wrong lengths or case, extra fields on 00', () => {
-    for (const bad of [`ff-${TID}-${SID}-01`, `00-${'0'.repeat(32)}-${SID}-01`, `00-${TID}-${'0'.repeat(16)}-01`, `00-${TID.slice(1)}-${SID}-01`, `00-${TID.toUpperCase()}-${SID}-01`, `00-${TID}-${SID}-01-extra`, 'garbage']) {
+    for (const bad of [
+      `ff-${TID}-${SID}-01`,
+      `00-${'0'.repeat(32)}-${SID}-01`,
+      `00-${TID}-${'0'.repeat(16)}-01`,
+      `00-${TID.slice(1)}-${SID}-01`,
+      `00-${TID.toUpperCase()}-${SID}-01`,
+      `00-${TID}-${SID}-01-extra`,
+      'garbage',
+    ]) {
       expect(parseTraceparent(bad), bad).toBeUndefined();
     }
   });

@@ -16,7 +16,17 @@ const SHELLS = ['gate', 'sidecar', 'cli', 'verify', 'discovery'];
 const EDGE_IO = new Set(['policy/load.ts', 'contract/keys.ts', 'envoy/protos.ts']);
 /** Pure functions from I/O modules, named per file: `isIP` parses a string and opens nothing. */
 const PURE_USES: Readonly<Record<string, readonly string[]>> = { 'policy/schema.ts': ['node:net'] };
-const IO_MODULES = ['@kubernetes/client-node', '@grpc/grpc-js', '@grpc/proto-loader', 'pino', 'prom-client', 'node:http', 'node:net', 'node:fs', 'node:fs/promises'];
+const IO_MODULES = [
+  '@kubernetes/client-node',
+  '@grpc/grpc-js',
+  '@grpc/proto-loader',
+  'pino',
+  'prom-client',
+  'node:http',
+  'node:net',
+  'node:fs',
+  'node:fs/promises',
+];
 
 function files(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
@@ -67,12 +77,19 @@ describe('architecture: arrows point inward', () => {
 /** Every relative import, type-only ones included: a cycle of types still ties two modules' meanings together. */
 function allImports(file: string): string[] {
   const text = readFileSync(file, 'utf8');
-  return [...text.matchAll(/^\s*(?:import|export)\s[^'"]*?from\s+'(\.[^']+)'/gm)].map((m) => path.resolve(path.dirname(file), m[1]!.replace(/\.js$/, '.ts')));
+  return [...text.matchAll(/^\s*(?:import|export)\s[^'"]*?from\s+'(\.[^']+)'/gm)].map((m) =>
+    path.resolve(path.dirname(file), m[1]!.replace(/\.js$/, '.ts')),
+  );
 }
 
 function cyclesIn(roots: readonly string[]): string[][] {
   const graph = new Map<string, string[]>();
-  for (const root of roots) for (const f of files(root)) graph.set(f, allImports(f).filter((t) => t.endsWith('.ts')));
+  for (const root of roots)
+    for (const f of files(root))
+      graph.set(
+        f,
+        allImports(f).filter((t) => t.endsWith('.ts')),
+      );
   const cycles: string[][] = [];
   const state = new Map<string, 'active' | 'done'>();
   const stack: string[] = [];
@@ -100,14 +117,17 @@ describe('architecture: the repository explains itself', () => {
   it('no code, test or doc cites a document outside the repository', () => {
     // Project notes kept beside the repository are not part of it; cite docs/ or an upstream source instead.
     const outside = /\.\.\/shared\/|\b(?:DESIGN|STYLE)\.md\b|shared\/reference|seed\/design-note/;
-    const roots = ['src', 'testbed', 'test', 'bench', 'docs', 'deploy', 'envoy', 'examples', 'protos'].map((d) => path.join(PACKAGE_ROOT, d));
+    const roots = ['src', 'testbed', 'test', 'bench', 'docs', 'deploy', 'envoy', 'examples', 'protos'].map((d) =>
+      path.join(PACKAGE_ROOT, d),
+    );
     const texts = (dir: string): string[] =>
       readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
         const p = path.join(dir, e.name);
         if (e.isDirectory()) return e.name === 'node_modules' ? [] : texts(p);
         return /\.(ts|md|ya?ml|json|py|mjs)$/.test(e.name) && !p.endsWith('architecture.test.ts') ? [p] : [];
       });
-    const offenders = [...roots, path.join(PACKAGE_ROOT, 'README.md')].flatMap((r) => (r.endsWith('.md') ? [r] : texts(r)))
+    const offenders = [...roots, path.join(PACKAGE_ROOT, 'README.md')]
+      .flatMap((r) => (r.endsWith('.md') ? [r] : texts(r)))
       .filter((f) => outside.test(readFileSync(f, 'utf8')))
       .map((f) => path.relative(PACKAGE_ROOT, f));
     expect(offenders).toEqual([]);

@@ -60,7 +60,9 @@ export function intFlag(value: unknown, name: string, fallback: number): number 
 /** A comma-separated list of positive integers (e.g. `--concurrency 1,8,64`). */
 export function intListFlag(value: unknown, name: string, fallback: readonly number[]): number[] {
   if (value === undefined) return [...fallback];
-  const parts = String(value).split(',').map((s) => Number(s.trim()));
+  const parts = String(value)
+    .split(',')
+    .map((s) => Number(s.trim()));
   if (parts.length === 0 || parts.some((n) => !Number.isInteger(n) || n <= 0)) {
     process.stderr.write(`--${name} must be a comma-separated list of positive integers, got ${String(value)}\n`);
     process.exit(2);

@@ -77,7 +77,13 @@ function procStats(pid: number) {
  * Start `node ...args` (optionally pinned, optionally with the GC probe) and wait for the first stdout line that
  * `ready` accepts; that value (with a `port`) is the child's `info`.
  */
-export async function spawnNodeServer<Info extends { port: number }>(name: string, args: readonly string[], opts: SpawnOptions, ready: (line: string) => Info | undefined, cleanup?: () => void): Promise<ChildServer<Info>> {
+export async function spawnNodeServer<Info extends { port: number }>(
+  name: string,
+  args: readonly string[],
+  opts: SpawnOptions,
+  ready: (line: string) => Info | undefined,
+  cleanup?: () => void,
+): Promise<ChildServer<Info>> {
   const probe = opts.gcProbe === true ? ['--expose-gc', '--import', pathToFileURL(GC_PROBE).href] : [];
   const nodeArgs = [...probe, ...(opts.nodeFlags ?? []), ...args];
   const child: ChildProcess =
@@ -92,7 +98,10 @@ export async function spawnNodeServer<Info extends { port: number }>(name: strin
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const info = await new Promise<Info>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name} did not report its port within ${opts.startTimeoutMs ?? 20_000} ms\n${stderr}`)), opts.startTimeoutMs ?? 20_000);
+    const timer = setTimeout(
+      () => reject(new Error(`${name} did not report its port within ${opts.startTimeoutMs ?? 20_000} ms\n${stderr}`)),
+      opts.startTimeoutMs ?? 20_000,
+    );
     const lines = createInterface({ input: child.stdout! });
     lines.on('line', (line) => {
       const p = ready(line);
@@ -153,7 +162,12 @@ export function jsonLine<Info>(pick: (v: Record<string, unknown>) => Info | unde
 
 /** Start the no-op ext_proc server (the floor) in a child process. */
 export function spawnNoopServer(opts: SpawnOptions = {}): Promise<ChildServer> {
-  return spawnNodeServer('no-op ext_proc', [NOOP_MAIN, '127.0.0.1:0'], opts, jsonLine((v) => (typeof v['port'] === 'number' ? { port: v['port'] } : undefined)));
+  return spawnNodeServer(
+    'no-op ext_proc',
+    [NOOP_MAIN, '127.0.0.1:0'],
+    opts,
+    jsonLine((v) => (typeof v['port'] === 'number' ? { port: v['port'] } : undefined)),
+  );
 }
 
 /** Start `kvgate gate` in a child process with `table` as its route table (temp files, removed on stop). */

@@ -60,13 +60,22 @@ function onStreamData(state: StreamState, chunk: string, at: number): void {
 }
 
 /** POST `body` as JSON to `url`; streamed when `body.stream` is true. */
-export function postCompletion(url: string, body: Record<string, unknown>, headers: Record<string, string>, timeoutMs = 60_000): Promise<CompletionTiming> {
+export function postCompletion(
+  url: string,
+  body: Record<string, unknown>,
+  headers: Record<string, string>,
+  timeoutMs = 60_000,
+): Promise<CompletionTiming> {
   const payload = Buffer.from(JSON.stringify(body));
   const streamed = body['stream'] === true;
   return new Promise((resolve) => {
     const t0 = performance.now();
     const fail = (status: number, error: string) => resolve({ status, totalMs: performance.now() - t0, tokens: 0, error });
-    const req = http.request(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json', 'content-length': String(payload.length) }, timeout: timeoutMs });
+    const req = http.request(url, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json', 'content-length': String(payload.length) },
+      timeout: timeoutMs,
+    });
     req.on('response', (res) => {
       const status = res.statusCode ?? 0;
       const state: StreamState = { pending: '' };
@@ -88,7 +97,14 @@ export function postCompletion(url: string, body: Record<string, unknown>, heade
         }
         onStreamData(state, '\n\n', performance.now());
         if (state.error !== undefined || state.first === undefined) return fail(status, state.error ?? 'no token was streamed');
-        resolve({ status, totalMs, ttftMs: state.first - t0, decodeMs: (state.last ?? state.first) - state.first, tokens: Number(state.usage?.['usage']?.completion_tokens ?? 0), ...(state.usage ? { json: state.usage } : {}) });
+        resolve({
+          status,
+          totalMs,
+          ttftMs: state.first - t0,
+          decodeMs: (state.last ?? state.first) - state.first,
+          tokens: Number(state.usage?.['usage']?.completion_tokens ?? 0),
+          ...(state.usage ? { json: state.usage } : {}),
+        });
       });
     });
     req.on('timeout', () => req.destroy(new Error(`no response within ${timeoutMs} ms`)));

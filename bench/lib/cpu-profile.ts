@@ -35,7 +35,11 @@ function labelOf(f: CallFrame): string {
   const name = f.functionName === '' ? '(anonymous)' : f.functionName;
   if (f.url === '') return name;
   const url = f.url.replace(/^file:\/\//, '');
-  const short = url.includes('/dist/') ? url.slice(url.lastIndexOf('/dist/') + 6) : url.includes('node_modules/') ? url.slice(url.lastIndexOf('node_modules/') + 13) : url;
+  const short = url.includes('/dist/')
+    ? url.slice(url.lastIndexOf('/dist/') + 6)
+    : url.includes('node_modules/')
+      ? url.slice(url.lastIndexOf('node_modules/') + 13)
+      : url;
   return `${name} (${short}:${f.lineNumber + 1})`;
 }
 
@@ -87,7 +91,12 @@ export function formatProfileSummary(profile: CpuProfile, top = 15): string {
   const { rows, totalMs } = hotFunctions(profile, top);
   const pct = (v: number) => `${v.toFixed(1)}%`;
   const selfRows = rows.map((r) => [r.fn, `${r.selfMs.toFixed(0)} ms`, pct(r.selfPct), pct(r.totalPct)]);
-  const ours = inclusiveHot(profile, (l) => /\((src|bench)\//.test(l), top).map((r) => [r.fn, `${r.totalMs.toFixed(0)} ms`, pct(r.totalPct), pct(r.selfPct)]);
+  const ours = inclusiveHot(profile, (l) => /\((src|bench)\//.test(l), top).map((r) => [
+    r.fn,
+    `${r.totalMs.toFixed(0)} ms`,
+    pct(r.totalPct),
+    pct(r.selfPct),
+  ]);
   const table = (headers: string[], body: string[][]) => {
     const w = headers.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
     return [headers, ...body].map((cells) => cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join('  ')).join('\n');

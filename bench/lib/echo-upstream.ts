@@ -25,7 +25,11 @@ const COMPLETION = JSON.stringify({
 function handler(req: http.IncomingMessage, res: http.ServerResponse): void {
   req.resume();
   req.on('end', () => {
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(COMPLETION), 'x-upstream': req.socket.localAddress ?? '' });
+    res.writeHead(200, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(COMPLETION),
+      'x-upstream': req.socket.localAddress ?? '',
+    });
     res.end(COMPLETION);
   });
 }

@@ -90,7 +90,10 @@ function oneRequest(client: any, req: BenchRequest, timeoutMs: number): Promise<
       else finish(outcome);
     });
     call.on('error', () => undefined); // reported through 'status'
-    call.write({ request_headers: { headers: headerMap(req.headers), end_of_stream: false }, protocol_config: { request_body_mode: 'BUFFERED' } });
+    call.write({
+      request_headers: { headers: headerMap(req.headers), end_of_stream: false },
+      protocol_config: { request_body_mode: 'BUFFERED' },
+    });
   });
 }
 
@@ -128,7 +131,13 @@ export function createExtProcLoadTarget(opts: LoadTargetOptions): ExtProcLoadTar
         }
       };
       await Promise.all(Array.from({ length: concurrency }, (_, w) => worker(w)));
-      return { concurrency, elapsedMs: performance.now() - t0, latenciesMs: Float64Array.from(latencies), outcomes, ...(firstError === undefined ? {} : { firstError }) };
+      return {
+        concurrency,
+        elapsedMs: performance.now() - t0,
+        latenciesMs: Float64Array.from(latencies),
+        outcomes,
+        ...(firstError === undefined ? {} : { firstError }),
+      };
     },
     close() {
       for (const c of clients) c.close();

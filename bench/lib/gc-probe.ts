@@ -13,5 +13,7 @@ process.on('SIGUSR2', () => {
     gc(); // a second pass collects what the first one's finalizers released
   }
   const m = process.memoryUsage();
-  process.stderr.write(`${GC_PROBE_MARKER}${JSON.stringify({ gc: gc !== undefined, rss: m.rss, heapUsed: m.heapUsed, external: m.external, arrayBuffers: m.arrayBuffers })}\n`);
+  process.stderr.write(
+    `${GC_PROBE_MARKER}${JSON.stringify({ gc: gc !== undefined, rss: m.rss, heapUsed: m.heapUsed, external: m.external, arrayBuffers: m.arrayBuffers })}\n`,
+  );
 });

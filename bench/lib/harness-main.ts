@@ -18,7 +18,10 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 
 async function harnessFor(extProcPort: number): Promise<EnvoyHarness> {
   const yaml = readFileSync(path.join(ROOT, 'envoy', 'envoy.yaml'), 'utf8');
-  const loaded = loadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, clusterEndpoints: { kvgate_gate: [`127.0.0.1:${extProcPort}`] } });
+  const loaded = loadEnvoyConfig(yaml, {
+    listenerPorts: { public: 0, internal: 0 },
+    clusterEndpoints: { kvgate_gate: [`127.0.0.1:${extProcPort}`] },
+  });
   if (!loaded.ok) throw new Error(`envoy/envoy.yaml does not load in the harness:\n${loaded.error.message}`);
   return startEnvoyHarness(loaded.value);
 }
@@ -26,7 +29,9 @@ async function harnessFor(extProcPort: number): Promise<EnvoyHarness> {
 const args = JSON.parse(process.argv[2] ?? '{}') as { gatePort: number; noopPort: number };
 const gate = await harnessFor(args.gatePort);
 const noop = await harnessFor(args.noopPort);
-process.stdout.write(`${JSON.stringify({ port: gate.listeners['public']?.port, gate: gate.listeners['public']?.url, noop: noop.listeners['public']?.url })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ port: gate.listeners['public']?.port, gate: gate.listeners['public']?.url, noop: noop.listeners['public']?.url })}\n`,
+);
 const stop = () => {
   void Promise.all([gate.close(), noop.close()]).finally(() => process.exit(0));
 };

@@ -66,15 +66,19 @@ function openOne(client: any, req: BenchRequest, withBody: boolean, timeoutMs: n
       resolve({ call, closed, error: `${grpc.status[s.code]}: ${s.details}` });
     });
     call.on('error', () => undefined);
-    call.write({ request_headers: { headers: headerMap(req.headers), end_of_stream: false }, protocol_config: { request_body_mode: 'BUFFERED' } });
+    call.write({
+      request_headers: { headers: headerMap(req.headers), end_of_stream: false },
+      protocol_config: { request_body_mode: 'BUFFERED' },
+    });
   });
 }
 
 export async function holdStreams(opts: HoldOptions): Promise<HeldStreams> {
   const Client = extProcClientConstructor();
   const perChannel = opts.perChannel ?? 1000;
-  const clients = Array.from({ length: Math.ceil(opts.streams / perChannel) }, () =>
-    new Client(opts.address, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }),
+  const clients = Array.from(
+    { length: Math.ceil(opts.streams / perChannel) },
+    () => new Client(opts.address, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }),
   );
   const calls: Opened[] = [];
   let failed = 0;

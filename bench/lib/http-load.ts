@@ -34,7 +34,12 @@ export interface HttpLoadTarget {
 
 function send(agent: http.Agent, url: URL, req: HttpBenchRequest, timeoutMs: number): Promise<HttpResponseSeen | { error: string }> {
   return new Promise((resolve) => {
-    const r = http.request(url, { method: 'POST', agent, headers: { ...req.headers, 'content-length': String(req.body.length) }, timeout: timeoutMs });
+    const r = http.request(url, {
+      method: 'POST',
+      agent,
+      headers: { ...req.headers, 'content-length': String(req.body.length) },
+      timeout: timeoutMs,
+    });
     r.on('response', (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
@@ -77,7 +82,13 @@ export function createHttpLoadTarget(opts: {
         }
       };
       await Promise.all(Array.from({ length: concurrency }, worker));
-      const run = { concurrency, elapsedMs: performance.now() - t0, latenciesMs: Float64Array.from(latencies), good: latencies.length, bad };
+      const run = {
+        concurrency,
+        elapsedMs: performance.now() - t0,
+        latenciesMs: Float64Array.from(latencies),
+        good: latencies.length,
+        bad,
+      };
       return firstBad === undefined ? run : { ...run, firstBad };
     },
     close: () => agent.destroy(),

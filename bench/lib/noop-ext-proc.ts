@@ -31,7 +31,8 @@ export async function startNoopExtProcServer(listen = '127.0.0.1:0'): Promise<No
       call.on('data', (msg: Msg) => {
         const kind = typeof msg['request'] === 'string' ? msg['request'] : '';
         const answer = EMPTY[kind];
-        if (answer === undefined) call.destroy(Object.assign(new Error(`unexpected message ${kind}`), { code: grpc.status.INVALID_ARGUMENT }));
+        if (answer === undefined)
+          call.destroy(Object.assign(new Error(`unexpected message ${kind}`), { code: grpc.status.INVALID_ARGUMENT }));
         else call.write(answer);
       });
       call.on('end', () => call.end());

@@ -20,7 +20,9 @@ export interface Stack {
   readonly decodeSidecar: SidecarChild;
 }
 
-const simReady = jsonLine((v) => (typeof v['port'] === 'number' && typeof v['url'] === 'string' ? { port: v['port'], url: v['url'] } : undefined));
+const simReady = jsonLine((v) =>
+  typeof v['port'] === 'number' && typeof v['url'] === 'string' ? { port: v['port'], url: v['url'] } : undefined,
+);
 const sidecarReady = jsonLine((v) =>
   typeof v['port'] === 'number' && typeof v['url'] === 'string' && typeof v['endpoint'] === 'string' && typeof v['fingerprint'] === 'string'
     ? { port: v['port'], url: v['url'], endpoint: v['endpoint'], fingerprint: v['fingerprint'] }
@@ -38,7 +40,12 @@ export async function startStack(decodeMs: number, profiles?: { prefill: Profile
     const prefillSim = track(await spawnNodeServer('prefill worker (sim)', [path.join(LIB, 'pd-sim-main.js'), latency], {}, simReady));
     const decodeSim = track(await spawnNodeServer('decode worker (sim)', [path.join(LIB, 'pd-sim-main.js'), latency], {}, simReady));
     const sidecar = (role: 'prefill' | 'decode', worker: string) =>
-      spawnNodeServer(`${role} sidecar`, [path.join(LIB, 'pd-sidecar-main.js'), JSON.stringify({ role, worker })], profiles === undefined ? {} : { nodeFlags: profiles[role].nodeFlags }, sidecarReady);
+      spawnNodeServer(
+        `${role} sidecar`,
+        [path.join(LIB, 'pd-sidecar-main.js'), JSON.stringify({ role, worker })],
+        profiles === undefined ? {} : { nodeFlags: profiles[role].nodeFlags },
+        sidecarReady,
+      );
     const prefillSidecar = track(await sidecar('prefill', prefillSim.info.url));
     const decodeSidecar = track(await sidecar('decode', decodeSim.info.url));
     return { prefillSim, decodeSim, prefillSidecar, decodeSidecar };

@@ -32,10 +32,16 @@ const parsed = parseSidecarConfig(
 );
 if (!parsed.ok) throw new Error(`bench sidecar config is invalid: ${JSON.stringify(parsed.error)}`);
 const config = parsed.value;
-const sidecar = await createSidecar(config, { logger: pino({ level: 'warn' }, pino.destination(2)), registry: new Registry(), keys: createDevKeyRing(PD_KEY_SEED) });
+const sidecar = await createSidecar(config, {
+  logger: pino({ level: 'warn' }, pino.destination(2)),
+  registry: new Registry(),
+  keys: createDevKeyRing(PD_KEY_SEED),
+});
 const status = sidecar.status();
 if (!status.verified) throw new Error(`the ${args.role} sidecar did not verify its worker: ${JSON.stringify(status.reasons)}`);
-process.stdout.write(`${JSON.stringify({ port: sidecar.port, url: sidecar.url, endpoint: new URL(sidecar.url).host, fingerprint: config.fingerprint })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ port: sidecar.port, url: sidecar.url, endpoint: new URL(sidecar.url).host, fingerprint: config.fingerprint })}\n`,
+);
 const stop = () => {
   void sidecar.close().finally(() => process.exit(0));
 };

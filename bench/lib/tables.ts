@@ -51,10 +51,20 @@ export function benchTableValue(spec: BenchTableSpec = {}): Record<string, unkno
       revisions[rev] = { descriptor: { ...base, model: { ...base.model, id } } };
       for (const role of ['prefill', 'decode'] as const) {
         const endpoints = Array.from({ length: perPool }, () => ({ address: benchAddress(address++) }));
-        pools.push({ name: `${rev}-${role}`, cluster: `${rev}_${role}`.replaceAll('-', '_'), role, revision: rev, endpoints, maxInFlightPerEndpoint: maxInFlight });
+        pools.push({
+          name: `${rev}-${role}`,
+          cluster: `${rev}_${role}`.replaceAll('-', '_'),
+          role,
+          revision: rev,
+          endpoints,
+          maxInFlightPerEndpoint: maxInFlight,
+        });
       }
     }
-    served[model] = { tenants: [...BENCH_TENANTS], rollout: { stable: `${model}-a`, candidate: `${model}-b`, weight: spec.candidateWeight ?? 10 } };
+    served[model] = {
+      tenants: [...BENCH_TENANTS],
+      rollout: { stable: `${model}-a`, candidate: `${model}-b`, weight: spec.candidateWeight ?? 10 },
+    };
   }
   return {
     version: 1,

@@ -38,12 +38,13 @@ export const COMMANDS: readonly Command[] = [
   },
   {
     name: 'verify',
-    summary: 'compare token ids through the P/D path against a non-disaggregated baseline: kvgate verify --via URL --baseline URL --prompts FILE',
+    summary:
+      'compare token ids through the P/D path against a non-disaggregated baseline: kvgate verify --via URL --baseline URL --prompts FILE',
     load: async () => (await import('./verify-command.js')).verifyCommand,
   },
   {
     name: 'status',
-    summary: "a running deployment at a glance: kvgate status --gate http://GATE:9003 [--json]",
+    summary: 'a running deployment at a glance: kvgate status --gate http://GATE:9003 [--json]',
     load: async () => (await import('./status-command.js')).statusCommand,
   },
   {

@@ -129,7 +129,8 @@ function settingsOf(v: Values): RenderSettings | string {
   if (tlsGiven === 0 && v['gate-tls-server-name'] !== undefined) return '--gate-tls-server-name needs the --gate-tls-* files';
   const internalGiven = [v['gate-tls-internal-cert'], v['gate-tls-internal-key']].filter((f) => f !== undefined).length;
   if (internalGiven === 1) return 'the internal listener certificate needs both --gate-tls-internal-cert and --gate-tls-internal-key';
-  if (internalGiven === 2 && tlsGiven !== 3) return '--gate-tls-internal-cert/-key need the --gate-tls-ca, --gate-tls-cert and --gate-tls-key files';
+  if (internalGiven === 2 && tlsGiven !== 3)
+    return '--gate-tls-internal-cert/-key need the --gate-tls-ca, --gate-tls-cert and --gate-tls-key files';
   if (v['pool-service'] !== undefined && !v['pool-service'].includes('{pool}'))
     return '--pool-service must contain {pool} (replaced by each pool name)';
   return {
@@ -143,7 +144,9 @@ function settingsOf(v: Values): RenderSettings | string {
             caFile: v['gate-tls-ca']!,
             certFile: v['gate-tls-cert']!,
             keyFile: v['gate-tls-key']!,
-            ...(internalGiven === 2 ? { internalCertFile: v['gate-tls-internal-cert']!, internalKeyFile: v['gate-tls-internal-key']! } : {}),
+            ...(internalGiven === 2
+              ? { internalCertFile: v['gate-tls-internal-cert']!, internalKeyFile: v['gate-tls-internal-key']! }
+              : {}),
             ...(v['gate-tls-server-name'] === undefined ? {} : { serverName: v['gate-tls-server-name'] }),
           },
         }

@@ -52,9 +52,15 @@ describe('kvgate explain: a route', () => {
   it('prints the rollout, each step, and the headers stamped toward upstream and back to the client', async () => {
     const r = await explain(tenant);
     expect(r.code).toBe(0);
-    expect(r.out).toMatch(/^kvgate explain: request explain-request\nrollout:\n {2}llama-3-8b: stable llama-a 0%; verification not required\n {2}llama-3-8b: candidate llama-b 100%; verification not required\nsteps:\n {2}1\. request explain-request: POST \/v1\/chat\/completions\n {2}2\. tenant: acme \(from header x-tenant-id\)/);
-    expect(r.out).toMatch(/decision: route to group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b, tenant acme, scope tenant:acme\)\n {2}decode: b_decode 10\.0\.4\.1:8000 \(pool b-decode\)\n {2}prefill: b_prefill 10\.0\.3\.1:8000 \(pool b-prefill\)\n {2}body: cache_salt set to [A-Za-z0-9_-]+ \(derived from the group and tenant scope\)\n {2}headers stamped toward upstream:\n {4}x-request-id: explain-request\n {4}x-kvgate-group: g_/);
-    expect(r.out).toMatch(/headers added to the response to the client:\n {4}x-kvgate-group: g_[0-9a-f]+\n {4}x-kvgate-revision: llama-b\n {4}x-kvgate-binding: kvgate\.v1\.dev-insecure\./);
+    expect(r.out).toMatch(
+      /^kvgate explain: request explain-request\nrollout:\n {2}llama-3-8b: stable llama-a 0%; verification not required\n {2}llama-3-8b: candidate llama-b 100%; verification not required\nsteps:\n {2}1\. request explain-request: POST \/v1\/chat\/completions\n {2}2\. tenant: acme \(from header x-tenant-id\)/,
+    );
+    expect(r.out).toMatch(
+      /decision: route to group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b, tenant acme, scope tenant:acme\)\n {2}decode: b_decode 10\.0\.4\.1:8000 \(pool b-decode\)\n {2}prefill: b_prefill 10\.0\.3\.1:8000 \(pool b-prefill\)\n {2}body: cache_salt set to [A-Za-z0-9_-]+ \(derived from the group and tenant scope\)\n {2}headers stamped toward upstream:\n {4}x-request-id: explain-request\n {4}x-kvgate-group: g_/,
+    );
+    expect(r.out).toMatch(
+      /headers added to the response to the client:\n {4}x-kvgate-group: g_[0-9a-f]+\n {4}x-kvgate-revision: llama-b\n {4}x-kvgate-binding: kvgate\.v1\.dev-insecure\./,
+    );
   });
 
   it('a binding keeps its session on its revision across a weight change (stickiness)', async () => {
@@ -72,26 +78,44 @@ describe('kvgate explain: every refusal code, as the client sees it', () => {
   it('400 bad_request: the body is not JSON', async () => {
     const r = await explain(tenant, { request: '{"model": ' });
     expect(r.out).toMatch(/decision: refuse\n {2}HTTP 400 bad_request\n {2}message: the request body is not valid JSON/);
-    expect(r.out).toMatch(/ {4}content-type: application\/json\n {4}x-kvgate-reject-reason: bad_request\n {4}x-request-id: explain-request\n {2}body: \{"error":\{"type":"kvgate_error","code":"bad_request","message":"the request body is not valid JSON/);
+    expect(r.out).toMatch(
+      / {4}content-type: application\/json\n {4}x-kvgate-reject-reason: bad_request\n {4}x-request-id: explain-request\n {2}body: \{"error":\{"type":"kvgate_error","code":"bad_request","message":"the request body is not valid JSON/,
+    );
   });
 
   it('400 kv_params_forbidden', async () => {
     const r = await json(tenant, { request: { ...chat, kv_transfer_params: { do_remote_decode: true } } });
-    expect(r['refusal']).toMatchObject({ status: 400, code: 'kv_params_forbidden', body: { error: { code: 'kv_params_forbidden', message: "kv_transfer_params is set by kvgate's sidecars, never by a client (found at \"kv_transfer_params\"); remove it from the request" } } });
+    expect(r['refusal']).toMatchObject({
+      status: 400,
+      code: 'kv_params_forbidden',
+      body: {
+        error: {
+          code: 'kv_params_forbidden',
+          message:
+            'kv_transfer_params is set by kvgate\'s sidecars, never by a client (found at "kv_transfer_params"); remove it from the request',
+        },
+      },
+    });
   });
 
   it('401 tenant_required, 403 tenant_scope_denied, 404 unknown_model', async () => {
     expect((await json([]))['refusal']).toMatchObject({ status: 401, code: 'tenant_required' });
-    expect((await json(['--tenant', 'initech']))['refusal']).toMatchObject({ status: 403, code: 'tenant_scope_denied', message: 'tenant initech may not use model llama-3-8b; ask the gateway operator for access' });
+    expect((await json(['--tenant', 'initech']))['refusal']).toMatchObject({
+      status: 403,
+      code: 'tenant_scope_denied',
+      message: 'tenant initech may not use model llama-3-8b; ask the gateway operator for access',
+    });
     expect((await json(tenant, { request: { ...chat, model: 'gpt-5' } }))['refusal']).toMatchObject({ status: 404, code: 'unknown_model' });
   });
 
-  it('409 mixed_revision: a prefill leg aimed outside its contract\'s group', async () => {
+  it("409 mixed_revision: a prefill leg aimed outside its contract's group", async () => {
     const routed = await json(tenant);
     const contract = routed['upstreamHeaders']['x-kvgate-contract'];
     const r = await json(['--contract', contract, '--prefill-cluster', 'a_prefill', '--header', 'x-request-id=explain-request']);
     expect(r['refusal']).toMatchObject({ status: 409, code: 'mixed_revision' });
-    expect(r['refusal']['message']).toMatch(/^prefill cluster a_prefill serves revision llama-a, another compatibility group, but request explain-request is bound to group g_/);
+    expect(r['refusal']['message']).toMatch(
+      /^prefill cluster a_prefill serves revision llama-a, another compatibility group, but request explain-request is bound to group g_/,
+    );
     const ok = await json(['--contract', contract, '--header', 'x-request-id=explain-request']);
     expect(ok['kind']).toBe('hop');
   });
@@ -100,15 +124,22 @@ describe('kvgate explain: every refusal code, as the client sees it', () => {
     const fp8 = tableValue((v) => (v['revisions']['llama-b'] = { descriptor: fp8DynamicDescriptorInput('b') }));
     const refused = await explain(tenant, { table: fp8 });
     expect(refused.code).toBe(1);
-    expect(refused.err).toMatch(/the route table cannot be used:[\s\S]*error: revisions\.llama-b\.descriptor: revision "llama-b" cannot be disaggregated/);
+    expect(refused.err).toMatch(
+      /the route table cannot be used:[\s\S]*error: revisions\.llama-b\.descriptor: revision "llama-b" cannot be disaggregated/,
+    );
     const r = await explain([...tenant, '--allow-invalid'], { table: fp8 });
     expect(r.code).toBe(0);
     expect(r.err).toMatch(/WARNING: the gate would refuse to load this table/);
-    expect(r.out).toMatch(/HTTP 409 incompatible_transfer\n {2}message: model llama-3-8b \(revision llama-b\) cannot be served with disaggregated prefill\/decode: .*dynamic per-block fp8 scales/);
+    expect(r.out).toMatch(
+      /HTTP 409 incompatible_transfer\n {2}message: model llama-3-8b \(revision llama-b\) cannot be served with disaggregated prefill\/decode: .*dynamic per-block fp8 scales/,
+    );
   });
 
   it('413 body_too_large', async () => {
-    const r = await json(tenant, { table: tableValue((v) => (v['limits'] = { maxBodyBytes: 64 })), request: { ...chat, messages: [{ role: 'user', content: 'x'.repeat(200) }] } });
+    const r = await json(tenant, {
+      table: tableValue((v) => (v['limits'] = { maxBodyBytes: 64 })),
+      request: { ...chat, messages: [{ role: 'user', content: 'x'.repeat(200) }] },
+    });
     expect(r['refusal']).toMatchObject({ status: 413, code: 'body_too_large' });
   });
 
@@ -121,14 +152,20 @@ describe('kvgate explain: every refusal code, as the client sees it', () => {
   it('503 no_compatible_capacity with retry-after: a drained pool frees nothing by waiting', async () => {
     const r = await json(tenant, { table: tableValue((v) => (v['pools'][3]['draining'] = true)) });
     expect(r['refusal']).toMatchObject({ status: 503, code: 'no_compatible_capacity', headers: { 'retry-after': '7' } });
-    expect(r['trace']).toContain('fallback step 1 (queue): passed: no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing (pool b-decode is draining)');
+    expect(r['trace']).toContain(
+      'fallback step 1 (queue): passed: no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing (pool b-decode is draining)',
+    );
   });
 
   it('504 queue_deadline_exceeded: the wait it takes, and the answer at its deadline', async () => {
     const r = await explain([...tenant, ...B_BUSY]);
-    expect(r.out).toMatch(/decision: wait in the fifo queue of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) for decode capacity \(fallback step 1\)/);
+    expect(r.out).toMatch(
+      /decision: wait in the fifo queue of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) for decode capacity \(fallback step 1\)/,
+    );
     expect(r.out).toMatch(/Envoy: the gate first sends override_message_timeout 2250 ms/);
-    expect(r.out).toMatch(/if not, at the deadline \(decided again with nothing freed\): refuse\n {4}HTTP 504 queue_deadline_exceeded\n {4}message: request waited 2000 ms for decode capacity/);
+    expect(r.out).toMatch(
+      /if not, at the deadline \(decided again with nothing freed\): refuse\n {4}HTTP 504 queue_deadline_exceeded\n {4}message: request waited 2000 ms for decode capacity/,
+    );
     const tight = await json([...tenant, ...B_BUSY, '--header', 'x-request-deadline-ms=300', '--max-message-timeout-ms', '1000']);
     expect(tight['wait']).toMatchObject({ deadlineMs: 300, overrideMessageTimeoutMs: 550 });
   });
@@ -139,13 +176,20 @@ describe('kvgate explain: each fallback branch', () => {
     const t = tableValue((v) => (v['fallback'] = [{ routeVia: { revisions: ['llama-a'] } }, { refuse: { retryAfterSeconds: 7 } }]));
     const r = await explain([...tenant, ...B_BUSY], { table: t });
     expect(r.out).toMatch(/fallback step 1 \(routeVia\): route entirely through revision llama-a instead of llama-b/);
-    expect(r.out).toMatch(/decision: route to group g_[0-9a-f]+ \(model llama-3-8b, revision llama-a[\s\S]*decode: a_decode [\s\S]*prefill: a_prefill/);
+    expect(r.out).toMatch(
+      /decision: route to group g_[0-9a-f]+ \(model llama-3-8b, revision llama-a[\s\S]*decode: a_decode [\s\S]*prefill: a_prefill/,
+    );
   });
 
   it('recompute: decode of the same group, no prefill leg', async () => {
-    const t = tableValue((v) => (v['fallback'] = [{ recompute: { prefillMsPerToken: 1, maxPromptTokens: 2000 } }, { queue: { deadlineMs: 2000, maxDepth: 2 } }]));
+    const t = tableValue(
+      (v) =>
+        (v['fallback'] = [{ recompute: { prefillMsPerToken: 1, maxPromptTokens: 2000 } }, { queue: { deadlineMs: 2000, maxDepth: 2 } }]),
+    );
     const r = await explain([...tenant, '--worker', '10.0.3.1:8000=busy'], { table: t });
-    expect(r.out).toMatch(/fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 \(pool b-decode\) without a prefill leg: about 7 tokens x 1 ms = 7 ms, cheaper than the expected wait of 2000 ms/);
+    expect(r.out).toMatch(
+      /fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 \(pool b-decode\) without a prefill leg: about 7 tokens x 1 ms = 7 ms, cheaper than the expected wait of 2000 ms/,
+    );
     expect(r.out).toMatch(/revision llama-b[\s\S]*prefill: none \(served without disaggregation\)/);
   });
 
@@ -169,7 +213,9 @@ describe('kvgate explain: each fallback branch', () => {
       });
     const pinned = await json([...tenant, '--binding', binding], { table: drained(true) });
     expect(pinned['refusal']).toMatchObject({ code: 'no_compatible_capacity' });
-    expect(pinned['trace']).toContain("fallback step 1 (routeVia): passed: the request is pinned to revision llama-b by its session's binding (eligible.notPinned)");
+    expect(pinned['trace']).toContain(
+      "fallback step 1 (routeVia): passed: the request is pinned to revision llama-b by its session's binding (eligible.notPinned)",
+    );
     const moved = await json([...tenant, '--binding', binding], { table: drained(false) });
     expect(moved['decision']['group']['revision']).toBe('llama-a');
   });
@@ -181,7 +227,9 @@ describe('kvgate explain: usage', () => {
     const errs: string[] = [];
     expect(await explainCommand([], io)).toBe(2);
     expect(errs.join('')).toMatch(/--policy and --request are required/);
-    expect((await explain(['--worker', '10.9.9.9:1=busy'])).err).toMatch(/--worker 10\.9\.9\.9:1: no pool of the route table lists this endpoint/);
+    expect((await explain(['--worker', '10.9.9.9:1=busy'])).err).toMatch(
+      /--worker 10\.9\.9\.9:1: no pool of the route table lists this endpoint/,
+    );
     expect((await explain(['--queue-depth', 'many'])).code).toBe(2);
     expect((await explain(['--keys', join(dir, 'missing.json')])).code).toBe(2);
   });

@@ -10,7 +10,14 @@ import { parseArgs } from 'node:util';
 import { createDevKeyRing, loadKeyRing, type KeyRing } from '../contract/keys.js';
 import { explainRequest } from '../decide/explain.js';
 import { formatExplanation } from '../decide/explain-format.js';
-import { createExplainQueueView, createExplainWorkerView, declaredAddresses, parseWorkerFlag, WORKER_STATES, type EndpointPatch } from '../decide/explain-view.js';
+import {
+  createExplainQueueView,
+  createExplainWorkerView,
+  declaredAddresses,
+  parseWorkerFlag,
+  WORKER_STATES,
+  type EndpointPatch,
+} from '../decide/explain-view.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { checkPolicyFile, formatCheckReport } from '../policy/check-report.js';
 
@@ -87,7 +94,10 @@ export async function explainCommand(argv: readonly string[], io: CommandIo = de
     return 2;
   }
   if (values['expected-wait-ms'] !== undefined) {
-    return usage(io, '--expected-wait-ms is gone: the queue no longer estimates waits from traffic history, so whether a request waits depends only on --worker states, --queue-depth and the deadlines; drop the flag');
+    return usage(
+      io,
+      '--expected-wait-ms is gone: the queue no longer estimates waits from traffic history, so whether a request waits depends only on --worker states, --queue-depth and the deadlines; drop the flag',
+    );
   }
   const numbers = numberFlags(values);
   if (typeof numbers === 'string') return usage(io, numbers);
@@ -99,7 +109,9 @@ export async function explainCommand(argv: readonly string[], io: CommandIo = de
     return 1;
   }
   if (!loaded.report.ok) {
-    io.err(`kvgate explain: WARNING: the gate would refuse to load this table; explaining it anyway (--allow-invalid):\n${formatCheckReport(loaded.report)}`);
+    io.err(
+      `kvgate explain: WARNING: the gate would refuse to load this table; explaining it anyway (--allow-invalid):\n${formatCheckReport(loaded.report)}`,
+    );
   }
   const table = loaded.table;
   const patches = workerPatches(values.worker ?? [], table);
@@ -139,7 +151,11 @@ function usage(io: CommandIo, message: string): number {
 
 function numberFlags(v: Values): { now?: number; queueDepth?: number; maxMessageTimeoutMs?: number } | string {
   const out: Record<string, number> = {};
-  const flags = [['now', 'now'], ['queue-depth', 'queueDepth'], ['max-message-timeout-ms', 'maxMessageTimeoutMs']] as const;
+  const flags = [
+    ['now', 'now'],
+    ['queue-depth', 'queueDepth'],
+    ['max-message-timeout-ms', 'maxMessageTimeoutMs'],
+  ] as const;
   for (const [flag, key] of flags) {
     const raw = v[flag];
     if (raw === undefined) continue;
@@ -171,7 +187,10 @@ function workerPatches(flags: readonly string[], table: CompiledRouteTable): Map
   return out;
 }
 
-function requestHeaders(v: Values, table: CompiledRouteTable): { headers: Record<string, string>; metadata: Record<string, Record<string, unknown>> } | string {
+function requestHeaders(
+  v: Values,
+  table: CompiledRouteTable,
+): { headers: Record<string, string>; metadata: Record<string, Record<string, unknown>> } | string {
   const headers: Record<string, string> = {};
   for (const h of v.header ?? []) {
     const i = h.indexOf('=');

@@ -94,11 +94,22 @@ export async function fingerprintCommand(argv: readonly string[]): Promise<numbe
     }
     const headers = auth.value;
     // The model the sidecar would probe: the adapter's card when the descriptor names an adapter (probe.ts).
-    const canaries = await measureCanaries(values.worker, { headers, ...(model === undefined ? {} : { model }), ...(declared === undefined ? {} : { descriptor: declared }) });
+    const canaries = await measureCanaries(values.worker, {
+      headers,
+      ...(model === undefined ? {} : { model }),
+      ...(declared === undefined ? {} : { descriptor: declared }),
+    });
     out['worker'] = values.worker;
-    out['canaries'] = { model: canaries.model, digests: canaries.digests, ...(Object.keys(canaries.errors).length ? { errors: canaries.errors } : {}) };
+    out['canaries'] = {
+      model: canaries.model,
+      digests: canaries.digests,
+      ...(Object.keys(canaries.errors).length ? { errors: canaries.errors } : {}),
+    };
     if (declared !== undefined) {
-      const verdict = compareObservation(declared, await observeWorker(values.worker, declared, { generation: true, headers, ...(model ? { servedModelName: model } : {}) }));
+      const verdict = compareObservation(
+        declared,
+        await observeWorker(values.worker, declared, { generation: true, headers, ...(model ? { servedModelName: model } : {}) }),
+      );
       out['verified'] = verdict.verified;
       out['reasons'] = verdict.reasons;
       out['measured'] = verdict.measured;

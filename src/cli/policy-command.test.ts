@@ -43,7 +43,9 @@ describe('kvgate policy check', () => {
     const file = await table((v) => (v['revisions']['llama-b']['verification'] = { required: true }));
     const r = await run('check', file);
     expect(r.code).toBe(0);
-    expect(r.out).toMatch(/t\d+\.json:1:\d+: warning: revisions\.llama-b\.verification\.verified: model "llama-3-8b"'s candidate "llama-b" is not verified, so it takes no cohort traffic: its 10% goes to stable "llama-a"\. Fix: run kvgate verify against "llama-b", then set revisions\.llama-b\.verification\.verified: true and record the evidence\n/);
+    expect(r.out).toMatch(
+      /t\d+\.json:1:\d+: warning: revisions\.llama-b\.verification\.verified: model "llama-3-8b"'s candidate "llama-b" is not verified, so it takes no cohort traffic: its 10% goes to stable "llama-a"\. Fix: run kvgate verify against "llama-b", then set revisions\.llama-b\.verification\.verified: true and record the evidence\n/,
+    );
     expect(r.out).toContain(`${file}: OK with 1 warning: 2 revisions, 4 pools, 1 served model`);
     expect(r.out).toContain('rollout: llama-3-8b: candidate llama-b 10% configured, 0% effective; verification required, not passed');
   });
@@ -63,7 +65,14 @@ describe('kvgate policy check', () => {
     expect(bad.code).toBe(1);
     const report = JSON.parse(bad.out);
     expect(report.ok).toBe(false);
-    expect(report.errors).toContainEqual(expect.objectContaining({ path: 'pools[3].revision', severity: 'error', line: 1, fix: 'did you mean "llama-b"? Declared revisions: llama-a, llama-b' }));
+    expect(report.errors).toContainEqual(
+      expect.objectContaining({
+        path: 'pools[3].revision',
+        severity: 'error',
+        line: 1,
+        fix: 'did you mean "llama-b"? Declared revisions: llama-a, llama-b',
+      }),
+    );
     const good = JSON.parse((await run('check', await table(), '--json')).out);
     expect(good).toMatchObject({ ok: true, errors: [], warnings: [], summary: { revisions: 2, pools: 4, models: 1 } });
   });
@@ -91,7 +100,10 @@ describe('kvgate policy diff', () => {
     const same = await run('diff', before, before);
     expect(same.out).toMatch(/\nno routing changes\n$/);
     const j = JSON.parse((await run('diff', '--json', before, after)).out);
-    expect(j.changes).toContainEqual({ area: 'pools', text: 'pool b-decode now draining: it takes no new requests; requests in flight there finish' });
+    expect(j.changes).toContainEqual({
+      area: 'pools',
+      text: 'pool b-decode now draining: it takes no new requests; requests in flight there finish',
+    });
   });
 
   it('exit 1 when either file is invalid, with its issues', async () => {

@@ -28,7 +28,12 @@ const HELP = `usage: kvgate policy check FILE [--json]
 export async function policyCommand(argv: readonly string[], io: CommandIo = defaultIo()): Promise<number> {
   let parsed;
   try {
-    parsed = parseArgs({ args: [...argv], options: { json: { type: 'boolean' }, help: { type: 'boolean' } }, allowPositionals: true, strict: true });
+    parsed = parseArgs({
+      args: [...argv],
+      options: { json: { type: 'boolean' }, help: { type: 'boolean' } },
+      allowPositionals: true,
+      strict: true,
+    });
   } catch (e) {
     io.err(`kvgate policy: ${(e as Error).message}\n\n${HELP}`);
     return 2;
@@ -59,7 +64,11 @@ async function diff(oldFile: string, newFile: string, json: boolean, io: Command
     return 1;
   }
   const lines = diffRouteTables(a.table, b.table);
-  io.out(json ? `${JSON.stringify({ old: oldFile, new: newFile, changes: lines }, null, 2)}\n` : `${header(oldFile, newFile, a.table, b.table)}${formatRouteTableDiff(lines)}`);
+  io.out(
+    json
+      ? `${JSON.stringify({ old: oldFile, new: newFile, changes: lines }, null, 2)}\n`
+      : `${header(oldFile, newFile, a.table, b.table)}${formatRouteTableDiff(lines)}`,
+  );
   return 0;
 }
 
@@ -69,7 +78,8 @@ function invalidText(r: PolicyCheckReport): string {
 
 function header(oldFile: string, newFile: string, a: CompiledRouteTable, b: CompiledRouteTable): string {
   const count = (k: number, word: string) => `${k} ${word}${k === 1 ? '' : 's'}`;
-  const n = (t: CompiledRouteTable) => `${count(t.revisions.size, 'revision')}, ${count(t.pools.size, 'pool')}, ${count(t.models.size, 'served model')}`;
+  const n = (t: CompiledRouteTable) =>
+    `${count(t.revisions.size, 'revision')}, ${count(t.pools.size, 'pool')}, ${count(t.models.size, 'served model')}`;
   return `kvgate policy diff ${oldFile} (${n(a)}) -> ${newFile} (${n(b)})\n`;
 }
 

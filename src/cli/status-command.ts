@@ -39,10 +39,22 @@ interface SidecarView {
 }
 
 /** `kvgate status ...`: 0 when the gate answered, 1 when it did not, 2 on bad flags. */
-export async function statusCommand(argv: readonly string[], io: StatusIo = { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t) }): Promise<number> {
+export async function statusCommand(
+  argv: readonly string[],
+  io: StatusIo = { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t) },
+): Promise<number> {
   let values;
   try {
-    values = parseArgs({ args: [...argv], options: { gate: { type: 'string' }, json: { type: 'boolean' }, 'timeout-ms': { type: 'string' }, help: { type: 'boolean', short: 'h' } }, strict: true }).values;
+    values = parseArgs({
+      args: [...argv],
+      options: {
+        gate: { type: 'string' },
+        json: { type: 'boolean' },
+        'timeout-ms': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+    }).values;
   } catch (e) {
     io.stderr(`kvgate status: ${(e as Error).message}\n${STATUS_USAGE}`);
     return 2;
@@ -66,7 +78,9 @@ export async function statusCommand(argv: readonly string[], io: StatusIo = { st
   try {
     gate = (await get(`${values.gate.replace(/\/+$/, '')}/status`)) as GateStatus;
   } catch (e) {
-    io.stderr(`kvgate status: the gate's admin port at ${values.gate} did not answer /status: ${(e as Error).message}; check --gate (the gate config's admin address)\n`);
+    io.stderr(
+      `kvgate status: the gate's admin port at ${values.gate} did not answer /status: ${(e as Error).message}; check --gate (the gate config's admin address)\n`,
+    );
     return 1;
   }
   const pools = gate.workerView?.pools ?? [];
@@ -90,16 +104,25 @@ export async function statusCommand(argv: readonly string[], io: StatusIo = { st
 export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string, SidecarView>>): string {
   const out: string[] = [];
   const reload = gate.policy?.lastReload === undefined || gate.policy.lastReload === null ? 'none' : JSON.stringify(gate.policy.lastReload);
-  out.push(`gate: ${gate.serving === false ? 'DRAINING' : 'serving'}, ${gate.streams ?? 0} streams open, worker view ${gate.workerView?.mode ?? '?'} (age ${gate.workerView?.ageMs ?? '?'} ms)`);
+  out.push(
+    `gate: ${gate.serving === false ? 'DRAINING' : 'serving'}, ${gate.streams ?? 0} streams open, worker view ${gate.workerView?.mode ?? '?'} (age ${gate.workerView?.ageMs ?? '?'} ms)`,
+  );
   out.push(`route table: ${gate.policy?.file ?? '?'} version ${gate.policy?.version ?? '?'}; last reload: ${reload}`);
   out.push(`queues: ${JSON.stringify(gate.queues ?? {})}`);
   const rows: string[][] = [['POOL', 'REVISION', 'ROLE', 'ENDPOINT', 'STATE', 'SIDECAR', 'IN FLIGHT', 'WHY']];
   for (const p of gate.workerView?.pools ?? []) {
     for (const e of p.endpoints) {
       const s = e.status === null ? undefined : sidecars[e.status];
-      const sidecar = s === undefined ? '-' : s.error !== undefined ? 'unreachable' : `${s.verified ? 'verified' : 'UNVERIFIED'}${s.draining ? ', draining' : ''}`;
+      const sidecar =
+        s === undefined
+          ? '-'
+          : s.error !== undefined
+            ? 'unreachable'
+            : `${s.verified ? 'verified' : 'UNVERIFIED'}${s.draining ? ', draining' : ''}`;
       const load = s === undefined || s.error !== undefined ? '-' : `${s.inFlight ?? 0}/${s.capacity?.maxInFlight ?? '?'}`;
-      const why = [...e.reasons, ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? []))].filter((r, i, all) => all.indexOf(r) === i).join('; ');
+      const why = [...e.reasons, ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? []))]
+        .filter((r, i, all) => all.indexOf(r) === i)
+        .join('; ');
       rows.push([p.pool, p.revision, p.role, e.address, e.state, sidecar, load, why === '' ? '-' : why]);
     }
   }

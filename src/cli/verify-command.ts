@@ -132,7 +132,11 @@ async function recordAfterPass(args: ParsedArgs, model: string, doFetch: typeof 
   const m = await measureCanaries(args.baseline, { model, fetch: doFetch, timeoutMs: args.timeoutMs });
   const { tokenizer, chatTemplate, generation } = m.digests;
   if (tokenizer === undefined || chatTemplate === undefined || generation === undefined) {
-    io.stderr.write(`kvgate verify: the baseline answered no canary digest for ${Object.entries(m.errors).map(([k, e]) => `${k} (${e})`).join(', ')}; nothing recorded\n`);
+    io.stderr.write(
+      `kvgate verify: the baseline answered no canary digest for ${Object.entries(m.errors)
+        .map(([k, e]) => `${k} (${e})`)
+        .join(', ')}; nothing recorded\n`,
+    );
     return 3;
   }
   const digests = { tokenizer, chatTemplate, generation };

@@ -18,14 +18,22 @@ describe('checkTransfer: NixlConnector', () => {
   });
 
   it('refuses different fingerprints, naming the differing field with both sides', () => {
-    const r = checkTransfer(base, d((x) => void (x.model.revision = 'def')), 'strict');
+    const r = checkTransfer(
+      base,
+      d((x) => void (x.model.revision = 'def')),
+      'strict',
+    );
     expect(r.verdict).toBe('refuse');
     expect(r.reasons[0]).toMatch(/fingerprints differ/);
     expect(r.reasons).toContain(`weights revision: prefill runs "${base.model.revision}", decode runs "def"`);
   });
 
   it('refuses different KV dtypes with the NIXL reason', () => {
-    const r = checkTransfer(d(fp8('static-checkpoint')), d((x) => void (x.kvCache.dtype = 'bfloat16')), 'lenient');
+    const r = checkTransfer(
+      d(fp8('static-checkpoint')),
+      d((x) => void (x.kvCache.dtype = 'bfloat16')),
+      'lenient',
+    );
     expect(r.verdict).toBe('refuse');
     expect(r.reasons.join('\n')).toMatch(/KV cache dtype: prefill fp8_e4m3, decode bfloat16; NixlConnector requires the same cache_dtype/);
   });
@@ -49,27 +57,40 @@ describe('checkTransfer: NixlConnector', () => {
   });
 
   it('refuses push with pull', () => {
-    const r = checkTransfer(base, d((x) => void (x.connector.transferMode = 'push')), 'strict');
+    const r = checkTransfer(
+      base,
+      d((x) => void (x.connector.transferMode = 'push')),
+      'strict',
+    );
     expect(r.verdict).toBe('refuse');
     expect(r.reasons.join('\n')).toMatch(/transfer mode: prefill pull, decode push; a push connector and a pull connector never pair/);
   });
 
   it('allows a smaller prefill block size only without HMA', () => {
-    const noHma = (bs: number) => d((x) => {
-      x.hybridKvCacheManager = false;
-      x.kvCache.blockSize = bs;
-    });
+    const noHma = (bs: number) =>
+      d((x) => {
+        x.hybridKvCacheManager = false;
+        x.kvCache.blockSize = bs;
+      });
     expect(checkTransfer(noHma(16), noHma(32), 'strict').verdict).toBe('ok');
     const bigger = checkTransfer(noHma(32), noHma(16), 'strict');
     expect(bigger.verdict).toBe('refuse');
     expect(bigger.reasons.join('\n')).toMatch(/prefill 32 > decode 16/);
-    const hma = checkTransfer(base, d((x) => void (x.kvCache.blockSize = 32)), 'strict');
+    const hma = checkTransfer(
+      base,
+      d((x) => void (x.kvCache.blockSize = 32)),
+      'strict',
+    );
     expect(hma.verdict).toBe('refuse');
     expect(hma.reasons.join('\n')).toMatch(/hybrid KV cache manager off/);
   });
 
   it("refuses a pair vLLM's own handshake would reject even when the fingerprints agree", () => {
-    const r = checkTransfer(base, d((x) => void (x.model.path = '/mnt/models/llama')), 'strict');
+    const r = checkTransfer(
+      base,
+      d((x) => void (x.model.path = '/mnt/models/llama')),
+      'strict',
+    );
     expect(r.verdict).toBe('refuse');
     expect(r.reasons).toHaveLength(1);
     expect(r.reasons[0]).toMatch(/NIXL handshake would reject.*model "meta-llama\/Llama-3.1-8B-Instruct" vs "\/mnt\/models\/llama"/);
@@ -83,7 +104,11 @@ describe('checkTransfer: NixlConnector', () => {
   });
 
   it('refuses descriptors that cannot be normalised', () => {
-    const r = checkTransfer(base, d((x) => void (x.modelDtype = 'auto')), 'lenient');
+    const r = checkTransfer(
+      base,
+      d((x) => void (x.modelDtype = 'auto')),
+      'lenient',
+    );
     expect(r.verdict).toBe('refuse');
     expect(r.reasons[0]).toMatch(/^decode: modelDtype/);
   });
@@ -160,7 +185,10 @@ describe('checkDescriptor', () => {
   });
 
   it('refuses a contradictory descriptor with the normalisation issue', () => {
-    const r = checkDescriptor(d((x) => void (x.kvCache.scaleScheme = 'packed')), 'strict');
+    const r = checkDescriptor(
+      d((x) => void (x.kvCache.scaleScheme = 'packed')),
+      'strict',
+    );
     expect(r.verdict).toBe('refuse');
     expect(r.reasons[0]).toMatch(/^kvCache\.scaleScheme:/);
   });

@@ -68,13 +68,19 @@ function nixlCheckOne(d: NormalizedDescriptor, raw: CompatDescriptor, side: stri
 function nixlCheckPair(p: NormalizedDescriptor, d: NormalizedDescriptor, raw: RawPair): Findings {
   const reasons: string[] = [];
   if (p.kvCache.dtype !== d.kvCache.dtype) {
-    reasons.push(`KV cache dtype: prefill ${p.kvCache.dtype}, decode ${d.kvCache.dtype}; NixlConnector requires the same cache_dtype on both sides`);
+    reasons.push(
+      `KV cache dtype: prefill ${p.kvCache.dtype}, decode ${d.kvCache.dtype}; NixlConnector requires the same cache_dtype on both sides`,
+    );
   }
   if (p.kvCache.scaleScheme !== d.kvCache.scaleScheme) {
-    reasons.push(`KV scale scheme: prefill ${p.kvCache.scaleScheme}, decode ${d.kvCache.scaleScheme}; both sides must quantise KV the same way`);
+    reasons.push(
+      `KV scale scheme: prefill ${p.kvCache.scaleScheme}, decode ${d.kvCache.scaleScheme}; both sides must quantise KV the same way`,
+    );
   }
   if (p.connector.transferMode !== d.connector.transferMode) {
-    reasons.push(`transfer mode: prefill ${p.connector.transferMode}, decode ${d.connector.transferMode}; a push connector and a pull connector never pair`);
+    reasons.push(
+      `transfer mode: prefill ${p.connector.transferMode}, decode ${d.connector.transferMode}; a push connector and a pull connector never pair`,
+    );
   }
   reasons.push(...blockSizeReasons(p, d));
   reasons.push(...nixlHashReasons(raw));
@@ -88,7 +94,9 @@ function blockSizeReasons(p: NormalizedDescriptor, d: NormalizedDescriptor): str
     return [`block size: prefill ${pb} > decode ${db}; NixlConnector supports only a prefill block size smaller than or equal to decode's`];
   }
   if (pb < db && (p.hybridKvCacheManager || d.hybridKvCacheManager)) {
-    return [`block size: prefill ${pb}, decode ${db}; different block sizes need the hybrid KV cache manager off on both sides (vLLM: "HMA does not support different remote block size yet")`];
+    return [
+      `block size: prefill ${pb}, decode ${db}; different block sizes need the hybrid KV cache manager off on both sides (vLLM: "HMA does not support different remote block size yet")`,
+    ];
   }
   return [];
 }
@@ -130,7 +138,7 @@ function recheckMessage(d: CompatDescriptor): string | undefined {
   const why =
     'This is an implementation-specific limit to recheck when the engine version changes: ' +
     `recheck the connector's limits (FP8 scale transfer, handshake factors, block sizes) for vLLM ${d.engine.version} / ${name} v${version} ` +
-    'and extend kvgate\'s connector rules, or run in lenient mode to accept the risk';
+    "and extend kvgate's connector rules, or run in lenient mode to accept the risk";
   if (rule === undefined) return `kvgate has no capability rules for connector ${name}. ${why}`;
   if (version < rule.minVersion || version > rule.maxVersion) {
     return `${name} v${version} is outside the versions kvgate's rules were checked against (v${rule.minVersion}-v${rule.maxVersion}). ${why}`;
@@ -174,7 +182,9 @@ export function checkTransfer(prefill: CompatDescriptor, decode: CompatDescripto
   const fp = fingerprintOfNormalized(np.value);
   const fd = fingerprintOfNormalized(nd.value);
   if (fp !== fd) {
-    reasons.push(`prefill and decode fingerprints differ (${fp.slice(0, 12)}… vs ${fd.slice(0, 12)}…): KV from this prefill would mean something else to this decode`);
+    reasons.push(
+      `prefill and decode fingerprints differ (${fp.slice(0, 12)}… vs ${fd.slice(0, 12)}…): KV from this prefill would mean something else to this decode`,
+    );
     reasons.push(...describeFingerprintDiff(prefill, decode, { a: 'prefill', b: 'decode' }));
   }
   const recheck = [...new Set([recheckMessage(prefill), recheckMessage(decode)].filter((m) => m !== undefined))];

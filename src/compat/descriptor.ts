@@ -110,9 +110,18 @@ export const CompatDescriptorSchema = z
      */
     canaries: z
       .object({
-        tokenizer: z.string().regex(/^[0-9a-f]{64}$/).optional(),
-        chatTemplate: z.string().regex(/^[0-9a-f]{64}$/).optional(),
-        generation: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+        tokenizer: z
+          .string()
+          .regex(/^[0-9a-f]{64}$/)
+          .optional(),
+        chatTemplate: z
+          .string()
+          .regex(/^[0-9a-f]{64}$/)
+          .optional(),
+        generation: z
+          .string()
+          .regex(/^[0-9a-f]{64}$/)
+          .optional(),
       })
       .strict()
       .optional(),

@@ -1,13 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import type { CompatDescriptor } from './descriptor.js';
-import {
-  describeFingerprintDiff,
-  FINGERPRINT_FIELDS,
-  fingerprintOf,
-  groupIdOf,
-  tryFingerprintOf,
-} from './fingerprint.js';
+import { describeFingerprintDiff, FINGERPRINT_FIELDS, fingerprintOf, groupIdOf, tryFingerprintOf } from './fingerprint.js';
 import { exampleDescriptor, shuffleKeys } from './testing.js';
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] extends object ? Mutable<T[K]> : T[K] };
@@ -179,7 +173,11 @@ describe('groupIdOf', () => {
 function reverseKeys(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(reverseKeys);
   if (value === null || typeof value !== 'object') return value;
-  return Object.fromEntries(Object.keys(value).reverse().map((k) => [k, reverseKeys((value as Record<string, unknown>)[k])]));
+  return Object.fromEntries(
+    Object.keys(value)
+      .reverse()
+      .map((k) => [k, reverseKeys((value as Record<string, unknown>)[k])]),
+  );
 }
 
 describe('README', () => {

@@ -39,8 +39,16 @@ const f = (path: string, label: string, why: string): FingerprintField => Object
 /** Everything the fingerprint covers. Adding a field changes every fingerprint (a deliberate, visible migration). */
 export const FINGERPRINT_FIELDS: readonly FingerprintField[] = Object.freeze([
   f('model.id', 'model id', 'names the weights repository; the same revision string in two repositories is two sets of weights'),
-  f('model.revision', 'weights revision', 'K/V are projections of hidden states by these weights; another revision computes another cache for the same prefix'),
-  f('adapter.id', 'adapter id', 'a LoRA adapter changes hidden states (and K/V projections when it targets them) from the first adapted layer on'),
+  f(
+    'model.revision',
+    'weights revision',
+    'K/V are projections of hidden states by these weights; another revision computes another cache for the same prefix',
+  ),
+  f(
+    'adapter.id',
+    'adapter id',
+    'a LoRA adapter changes hidden states (and K/V projections when it targets them) from the first adapted layer on',
+  ),
   f('adapter.revision', 'adapter revision', 'a retrained adapter is a different adapter with the same name'),
   f('tokenizer.id', 'tokenizer', 'the cache is keyed by token ids; another tokenizer turns the same text into another sequence'),
   f('tokenizer.revision', 'tokenizer revision', 'a tokenizer update can split the same text into different ids'),
@@ -51,7 +59,11 @@ export const FINGERPRINT_FIELDS: readonly FingerprintField[] = Object.freeze([
   f('architecture.numKvHeads', 'number of KV heads', 'the K/V tensor geometry per token'),
   f('architecture.headSize', 'head size', 'the K/V tensor geometry per head'),
   f('architecture.attentionBackend', 'attention backend', 'the backend owns the in-memory cache layout and the attention numerics'),
-  f('architecture.position.type', 'position encoding', 'RoPE is applied to K before it is cached; ALiBi/learned positions change hidden states'),
+  f(
+    'architecture.position.type',
+    'position encoding',
+    'RoPE is applied to K before it is cached; ALiBi/learned positions change hidden states',
+  ),
   f('architecture.position.ropeTheta', 'RoPE theta', 'the rotary base frequency is baked into every cached K'),
   f('architecture.position.ropeScaling', 'RoPE scaling', 'scaled rotary positions are baked into every cached K'),
   f('architecture.slidingWindow', 'sliding window', 'decides which cached tokens are kept and attended'),
@@ -87,7 +99,9 @@ export function fingerprintSubset(n: NormalizedDescriptor): Record<string, unkno
 
 /** SHA-256 hex of the canonical JSON of an already-normalised descriptor's fingerprinted subset. */
 export function fingerprintOfNormalized(n: NormalizedDescriptor): string {
-  return createHash('sha256').update(canonicalJson(fingerprintSubset(n)), 'utf8').digest('hex');
+  return createHash('sha256')
+    .update(canonicalJson(fingerprintSubset(n)), 'utf8')
+    .digest('hex');
 }
 
 /**

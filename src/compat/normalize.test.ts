@@ -55,10 +55,12 @@ describe('KV cache dtype', () => {
       d.modelDtype = 'half';
       d.kvCache.dtype = 'auto';
     });
-    expect(autoHalf).toBe(fpWith((d) => {
-      d.modelDtype = 'float16';
-      d.kvCache.dtype = 'float16';
-    }));
+    expect(autoHalf).toBe(
+      fpWith((d) => {
+        d.modelDtype = 'float16';
+        d.kvCache.dtype = 'float16';
+      }),
+    );
   });
 
   it("'fp8' is fp8_e4m3 (vLLM's CUDA default) and never fp8_e5m2", () => {

@@ -82,13 +82,19 @@ export function normalizeKvLayout(layout: string): string {
 
 /** Normalise a model (weights) dtype spelling. Unknown spellings are lower-cased and otherwise kept. */
 export function normalizeModelDtype(dtype: string): string {
-  const lower = dtype.trim().toLowerCase().replace(/^torch\./, '');
+  const lower = dtype
+    .trim()
+    .toLowerCase()
+    .replace(/^torch\./, '');
   return FLOAT_DTYPE_ALIASES[lower] ?? lower;
 }
 
 /** Normalise a KV cache dtype given the already-normalised model dtype (`auto` means "same as the model"). */
 export function normalizeKvDtype(kvDtype: string, normalizedModelDtype: string): string {
-  const lower = kvDtype.trim().toLowerCase().replace(/^torch\./, '');
+  const lower = kvDtype
+    .trim()
+    .toLowerCase()
+    .replace(/^torch\./, '');
   if (lower === 'auto') return normalizedModelDtype;
   if (lower === 'fp8') return FP8_DEFAULT_FORMAT;
   return FLOAT_DTYPE_ALIASES[lower] ?? lower;
@@ -101,7 +107,11 @@ export function isQuantizedKvDtype(normalizedKvDtype: string): boolean {
 
 /** Normalise an attention backend name to vLLM's enum spelling. */
 export function normalizeAttentionBackend(name: string): string {
-  const upper = name.trim().toUpperCase().replace(/[-\s]+/g, '_').replace(/_VLLM_V1$/, '');
+  const upper = name
+    .trim()
+    .toUpperCase()
+    .replace(/[-\s]+/g, '_')
+    .replace(/_VLLM_V1$/, '');
   return BACKEND_ALIASES[upper] ?? upper;
 }
 

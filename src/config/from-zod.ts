@@ -103,12 +103,7 @@ function at(locate: Locate | undefined, path: readonly PathSegment[], key: boole
   return pos ? { line: pos.line, column: pos.column } : {};
 }
 
-function describe(
-  zi: ZodIssue,
-  path: readonly PathSegment[],
-  root: unknown,
-  value: unknown,
-): { message: string; fix: string } {
+function describe(zi: ZodIssue, path: readonly PathSegment[], root: unknown, value: unknown): { message: string; fix: string } {
   const last = path[path.length - 1];
   const name = typeof last === 'string' ? last : 'this value';
   switch (zi.code) {

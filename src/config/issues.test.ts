@@ -29,7 +29,10 @@ describe('config issues (one type for every file kvgate reads)', () => {
     expect(closestMatch('zzzzzz', ['revision', 'role'])).toBeUndefined();
     const warning = issue('f', ['a'], 'looks odd', 'check it', { severity: 'warning' });
     const error = issue('f', ['b'], 'is wrong', 'fix it');
-    expect(formatIssues([warning, error]).split('\n')).toEqual(['f: error: b: is wrong. Fix: fix it', 'f: warning: a: looks odd. Fix: check it']);
+    expect(formatIssues([warning, error]).split('\n')).toEqual([
+      'f: error: b: is wrong. Fix: fix it',
+      'f: warning: a: looks odd. Fix: check it',
+    ]);
     expect(hasErrors([warning])).toBe(false);
     expect(hasErrors([warning, error])).toBe(true);
   });

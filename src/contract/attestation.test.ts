@@ -28,7 +28,14 @@ describe('attestation', () => {
   it('envelope failures', () => {
     expect(reasonOf('kvgate.v1.p1.e30')).toBe('malformed');
     expect(reasonOf(token, expectations, now, other)).toBe('bad_signature');
-    expect(reasonOf(mintAttestation(fields, createKeyRing({ keys: [{ id: 'p2', secret: Buffer.alloc(32, 4) }], currentId: 'p2', saltSecret: Buffer.alloc(32) })))).toBe('unknown_key');
+    expect(
+      reasonOf(
+        mintAttestation(
+          fields,
+          createKeyRing({ keys: [{ id: 'p2', secret: Buffer.alloc(32, 4) }], currentId: 'p2', saltSecret: Buffer.alloc(32) }),
+        ),
+      ),
+    ).toBe('unknown_key');
     expect(reasonOf(token, expectations, fields.expiresAtMs)).toBe('expired');
     expect(reasonOf(token, expectations, fields.issuedAtMs - 5_001)).toBe('not_yet_valid');
   });
@@ -60,7 +67,9 @@ describe('attestation', () => {
 
   it('explains prompt token and layout mismatches in actionable terms', () => {
     const r = verifyAttestation(token, ring, now, { ...expectations, promptTokens: 900, layout: 'HND' });
-    expect(r.ok ? '' : r.error.message).toMatch(/^prefill tokenized 812 tokens, this decode worker's tokenizer gives 900: tokenizer or chat template differ/);
+    expect(r.ok ? '' : r.error.message).toMatch(
+      /^prefill tokenized 812 tokens, this decode worker's tokenizer gives 900: tokenizer or chat template differ/,
+    );
   });
 
   it('refuses to mint an invalid attestation', () => {
@@ -82,7 +91,10 @@ describe('prompt token digest', () => {
     expect(promptTokenDigestOf([1, 2, 3])).toBe('8a6ae15122001229edb8866f56e342af12ae8187203c3e3b33931743e7c0c48d');
     expect(promptTokenDigestOf([])).toBe('e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
     // Order and grouping matter: [12, 3] and [1, 23] must not collide with [1, 2, 3].
-    expect(new Set([promptTokenDigestOf([1, 2, 3]), promptTokenDigestOf([3, 2, 1]), promptTokenDigestOf([12, 3]), promptTokenDigestOf([1, 23])]).size).toBe(4);
+    expect(
+      new Set([promptTokenDigestOf([1, 2, 3]), promptTokenDigestOf([3, 2, 1]), promptTokenDigestOf([12, 3]), promptTokenDigestOf([1, 23])])
+        .size,
+    ).toBe(4);
   });
 
   it('verifies when the decode worker got the same ids', () => {
@@ -100,25 +112,38 @@ describe('prompt token digest', () => {
   });
 
   it('reports a count mismatch as such, even when the digests differ too', () => {
-    const r = verifyAttestation(withDigest, ring, now, { ...sameCount, promptTokens: 6, promptTokenDigest: promptTokenDigestOf([...ids, 1]) });
+    const r = verifyAttestation(withDigest, ring, now, {
+      ...sameCount,
+      promptTokens: 6,
+      promptTokenDigest: promptTokenDigestOf([...ids, 1]),
+    });
     expect(r.ok ? '' : r.error.message).toMatch(/^prefill tokenized 5 tokens, this decode worker's tokenizer gives 6/);
   });
 
   it('checks the digest even without a count to compare, and says the count is only the prefill one', () => {
-    const r = verifyAttestation(withDigest, ring, now, { contract, fingerprint: contract.fingerprint, promptTokenDigest: promptTokenDigestOf([9]) });
+    const r = verifyAttestation(withDigest, ring, now, {
+      contract,
+      fingerprint: contract.fingerprint,
+      promptTokenDigest: promptTokenDigestOf([9]),
+    });
     expect(r.ok ? '' : r.error.message).toMatch(/different token ids \(prefill count 5\)/);
   });
 
   it('an attestation without a digest (older prefill sidecar, worker without token ids) is checked on its count alone', () => {
     expect(verifyAttestation(token, ring, now, { ...expectations, promptTokenDigest: promptTokenDigestOf([9]) }).ok).toBe(true);
-    expect(reasonOf(token, { ...expectations, promptTokens: 811, promptTokenDigest: promptTokenDigestOf([9]) })).toBe('prompt_tokens_mismatch');
+    expect(reasonOf(token, { ...expectations, promptTokens: 811, promptTokenDigest: promptTokenDigestOf([9]) })).toBe(
+      'prompt_tokens_mismatch',
+    );
     // A decode side that could not compute a digest accepts a digest-carrying attestation on its count.
     expect(verifyAttestation(withDigest, ring, now, sameCount).ok).toBe(true);
   });
 
   it('a token signed before the field existed (no promptTokenDigest key at all) still verifies', () => {
     const legacy = signToken({ kind: 'attestation', ...fields }, ring);
-    expect(verifyAttestation(legacy, ring, now, { ...expectations, promptTokenDigest: digest })).toEqual({ ok: true, value: { kind: 'attestation', ...fields } });
+    expect(verifyAttestation(legacy, ring, now, { ...expectations, promptTokenDigest: digest })).toEqual({
+      ok: true,
+      value: { kind: 'attestation', ...fields },
+    });
     expect(AttestationSchema.safeParse({ kind: 'attestation', ...fields, promptTokenDigest: digest }).success).toBe(true);
   });
 });

@@ -138,13 +138,22 @@ export function verifyAttestation(
 function attestationMismatch(a: Attestation, expect: AttestationExpectations): AttestationFailure | undefined {
   const c = expect.contract;
   if (a.requestId !== c.requestId) {
-    return { reason: 'request_mismatch', message: `the attestation is for request ${a.requestId}, the contract for ${c.requestId}; discard this KV and retry the prefill leg` };
+    return {
+      reason: 'request_mismatch',
+      message: `the attestation is for request ${a.requestId}, the contract for ${c.requestId}; discard this KV and retry the prefill leg`,
+    };
   }
   if (a.tenantScope !== c.tenantScope) {
-    return { reason: 'tenant_mismatch', message: `the attestation is scoped to ${a.tenantScope}, the contract to ${c.tenantScope}; a prefix is never shared across tenant scopes, discard this KV` };
+    return {
+      reason: 'tenant_mismatch',
+      message: `the attestation is scoped to ${a.tenantScope}, the contract to ${c.tenantScope}; a prefix is never shared across tenant scopes, discard this KV`,
+    };
   }
   if (a.groupId !== c.groupId) {
-    return { reason: 'group_mismatch', message: `the prefill ran in group ${a.groupId}, the contract binds ${c.groupId}; discard this KV, the prefill leg left its group` };
+    return {
+      reason: 'group_mismatch',
+      message: `the prefill ran in group ${a.groupId}, the contract binds ${c.groupId}; discard this KV, the prefill leg left its group`,
+    };
   }
   if (a.fingerprint !== c.fingerprint || a.fingerprint !== expect.fingerprint) {
     return {
@@ -155,7 +164,10 @@ function attestationMismatch(a: Attestation, expect: AttestationExpectations): A
   const prompt = promptMismatch(a, expect);
   if (prompt !== undefined) return prompt;
   if (expect.layout !== undefined && a.layout !== expect.layout) {
-    return { reason: 'layout_mismatch', message: `the prefill worker wrote ${a.layout} blocks, this worker reads ${expect.layout}; configure the same kv_cache_layout on both pools` };
+    return {
+      reason: 'layout_mismatch',
+      message: `the prefill worker wrote ${a.layout} blocks, this worker reads ${expect.layout}; configure the same kv_cache_layout on both pools`,
+    };
   }
   return undefined;
 }

@@ -66,12 +66,7 @@ export function mintBinding(fields: Omit<Binding, 'kind'>, keys: KeyRing): strin
  * Verify a binding a client presented. A failure is not necessarily a refusal: the gate may ignore a stale or
  * foreign binding and route afresh; that choice belongs to the decision core. Never throws.
  */
-export function verifyBinding(
-  token: string,
-  keys: KeyRing,
-  nowMs: number,
-  expect?: BindingExpectations,
-): Result<Binding, BindingFailure> {
+export function verifyBinding(token: string, keys: KeyRing, nowMs: number, expect?: BindingExpectations): Result<Binding, BindingFailure> {
   const opened = openToken(token, keys, nowMs, 'binding', BindingSchema);
   if (!opened.ok) return opened;
   const b = opened.value;

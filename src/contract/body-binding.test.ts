@@ -2,7 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { cacheSaltDigestOf, checkBodyBinding, promptDigestOf } from './body-binding.js';
 
 const body = { model: 'llama', messages: [{ role: 'user', content: 'hi' }], cache_salt: 'salt-acme', max_tokens: 8 };
-const contract = { requestId: 'r1', model: 'llama', adapter: null, cacheSaltDigest: cacheSaltDigestOf('salt-acme'), promptDigest: promptDigestOf(body) };
+const contract = {
+  requestId: 'r1',
+  model: 'llama',
+  adapter: null,
+  cacheSaltDigest: cacheSaltDigestOf('salt-acme'),
+  promptDigest: promptDigestOf(body),
+};
 const reason = (b: Record<string, unknown>, adapter: string | null = null) => {
   const r = checkBodyBinding(contract, b, adapter);
   return r.ok ? 'ok' : r.error.reason;
@@ -10,7 +16,9 @@ const reason = (b: Record<string, unknown>, adapter: string | null = null) => {
 
 describe('checkBodyBinding', () => {
   it('accepts the body the contract was minted for, whatever the key order and the non-prompt fields', () => {
-    expect(reason({ max_tokens: 1, stream: false, cache_salt: 'salt-acme', messages: [{ content: 'hi', role: 'user' }], model: 'llama' })).toBe('ok');
+    expect(
+      reason({ max_tokens: 1, stream: false, cache_salt: 'salt-acme', messages: [{ content: 'hi', role: 'user' }], model: 'llama' }),
+    ).toBe('ok');
   });
 
   it("refuses another tenant's salt, no salt, another model, adapter or prompt", () => {

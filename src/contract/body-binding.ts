@@ -72,20 +72,35 @@ export function checkBodyBinding(
   const id = contract.requestId;
   const salt = body['cache_salt'];
   if (typeof salt !== 'string' || salt === '') {
-    return err({ reason: 'salt_missing', message: `the body of request ${id} has no cache_salt; the gate writes the tenant's salt into every request, so send it through the gate` });
+    return err({
+      reason: 'salt_missing',
+      message: `the body of request ${id} has no cache_salt; the gate writes the tenant's salt into every request, so send it through the gate`,
+    });
   }
   if (cacheSaltDigestOf(salt) !== contract.cacheSaltDigest) {
-    return err({ reason: 'salt_mismatch', message: `the body's cache_salt is not the one the contract of request ${id} authorises; a contract covers one tenant's cache scope only` });
+    return err({
+      reason: 'salt_mismatch',
+      message: `the body's cache_salt is not the one the contract of request ${id} authorises; a contract covers one tenant's cache scope only`,
+    });
   }
   if (body['model'] !== contract.model) {
     const got = typeof body['model'] === 'string' ? JSON.stringify(body['model'].slice(0, 128)) : 'no model';
-    return err({ reason: 'model_mismatch', message: `the body names ${got}, the contract of request ${id} authorises model ${JSON.stringify(contract.model)}` });
+    return err({
+      reason: 'model_mismatch',
+      message: `the body names ${got}, the contract of request ${id} authorises model ${JSON.stringify(contract.model)}`,
+    });
   }
   if (contract.adapter !== workerAdapter) {
-    return err({ reason: 'adapter_mismatch', message: `the contract of request ${id} authorises adapter ${contract.adapter ?? 'none'}, this worker serves ${workerAdapter ?? 'base weights'}` });
+    return err({
+      reason: 'adapter_mismatch',
+      message: `the contract of request ${id} authorises adapter ${contract.adapter ?? 'none'}, this worker serves ${workerAdapter ?? 'base weights'}`,
+    });
   }
   if (promptDigestOf(body) !== contract.promptDigest) {
-    return err({ reason: 'prompt_mismatch', message: `the body's prompt is not the one the gate saw for request ${id}; a contract authorises one prompt, send new prompts through the gate` });
+    return err({
+      reason: 'prompt_mismatch',
+      message: `the body's prompt is not the one the gate saw for request ${id}; a contract authorises one prompt, send new prompts through the gate`,
+    });
   }
   return ok(undefined);
 }

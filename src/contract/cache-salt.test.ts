@@ -23,7 +23,11 @@ describe('deriveCacheSalt', () => {
     expect(deriveCacheSalt(ring, 'g_ffffffffffffffffffffffff', 'tenant:acme')).not.toBe(base);
     expect(deriveCacheSalt(ring, g, 'tenant:acme', '')).not.toBe(base);
     expect(deriveCacheSalt(ring, g, 'tenant:acme', 'x')).not.toBe(base);
-    const otherRing = createKeyRing({ keys: [{ id: 'k1', secret: Buffer.alloc(32, 1) }], currentId: 'k1', saltSecret: Buffer.alloc(32, 0x44) });
+    const otherRing = createKeyRing({
+      keys: [{ id: 'k1', secret: Buffer.alloc(32, 1) }],
+      currentId: 'k1',
+      saltSecret: Buffer.alloc(32, 0x44),
+    });
     expect(deriveCacheSalt(otherRing, g, 'tenant:acme')).not.toBe(base);
   });
 

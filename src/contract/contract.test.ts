@@ -12,7 +12,14 @@ const s1 = Buffer.alloc(32, 1);
 const s2 = Buffer.alloc(32, 2);
 const salt = Buffer.alloc(32, 3);
 const ring1 = createKeyRing({ keys: [{ id: 'k1', secret: s1 }], currentId: 'k1', saltSecret: salt });
-const ring12 = createKeyRing({ keys: [{ id: 'k1', secret: s1 }, { id: 'k2', secret: s2 }], currentId: 'k2', saltSecret: salt });
+const ring12 = createKeyRing({
+  keys: [
+    { id: 'k1', secret: s1 },
+    { id: 'k2', secret: s2 },
+  ],
+  currentId: 'k2',
+  saltSecret: salt,
+});
 const forged = createKeyRing({ keys: [{ id: 'k1', secret: Buffer.alloc(32, 9) }], currentId: 'k1', saltSecret: salt });
 
 const fields = exampleContractFields();
@@ -80,7 +87,15 @@ describe('each failure reason', () => {
     expect(failure(att).reason).toBe('wrong_kind');
     expect(failure(att).message).toMatch(/expected a contract token but got a token of kind "attestation"/);
     const binding = mintBinding(
-      { model: 'm', revision: 'r', fingerprint: 'f', tenantScope: 's', session: null, issuedAtMs: TEST_NOW_MS, expiresAtMs: TEST_NOW_MS + 1 },
+      {
+        model: 'm',
+        revision: 'r',
+        fingerprint: 'f',
+        tenantScope: 's',
+        session: null,
+        issuedAtMs: TEST_NOW_MS,
+        expiresAtMs: TEST_NOW_MS + 1,
+      },
       ring1,
     );
     expect(failure(binding).reason).toBe('wrong_kind');
@@ -169,7 +184,11 @@ describe('tampering', () => {
 
   it('property: random edits of a valid token never verify', () => {
     const edit = fc.oneof(
-      fc.record({ op: fc.constant('replace' as const), at: fc.nat(), ch: fc.string({ minLength: 1, maxLength: 1, unit: 'grapheme-ascii' }) }),
+      fc.record({
+        op: fc.constant('replace' as const),
+        at: fc.nat(),
+        ch: fc.string({ minLength: 1, maxLength: 1, unit: 'grapheme-ascii' }),
+      }),
       fc.record({ op: fc.constant('insert' as const), at: fc.nat(), ch: fc.string({ minLength: 1, maxLength: 3 }) }),
       fc.record({ op: fc.constant('delete' as const), at: fc.nat(), ch: fc.constant('') }),
     );

@@ -22,10 +22,22 @@ function expectNoLeak(text: string, ...secrets: Buffer[]): void {
 }
 
 const keyFile = (over: Record<string, unknown> = {}) =>
-  JSON.stringify({ current: 'k2', keys: { k1: secretA.toString('base64'), k2: secretB.toString('base64') }, salt: salt.toString('base64'), ...over });
+  JSON.stringify({
+    current: 'k2',
+    keys: { k1: secretA.toString('base64'), k2: secretB.toString('base64') },
+    salt: salt.toString('base64'),
+    ...over,
+  });
 
 describe('createKeyRing', () => {
-  const ring = createKeyRing({ keys: [{ id: 'k1', secret: secretA }, { id: 'k2', secret: secretB }], currentId: 'k2', saltSecret: salt });
+  const ring = createKeyRing({
+    keys: [
+      { id: 'k1', secret: secretA },
+      { id: 'k2', secret: secretB },
+    ],
+    currentId: 'k2',
+    saltSecret: salt,
+  });
 
   it('looks secrets up by id and keeps the salt secret separate', () => {
     expect(ring.currentId).toBe('k2');
@@ -53,10 +65,23 @@ describe('createKeyRing', () => {
 
   it.each([
     [{ keys: [{ id: 'k1', secret: Buffer.alloc(16, 7) }], currentId: 'k1', saltSecret: salt }, /keys\.k1: secret is 16 bytes, at least 32/],
-    [{ keys: [{ id: 'k1', secret: secretA }], currentId: 'k9', saltSecret: salt }, /current: key id "k9" is not among the keys; set it to one of \[k1\]/],
+    [
+      { keys: [{ id: 'k1', secret: secretA }], currentId: 'k9', saltSecret: salt },
+      /current: key id "k9" is not among the keys; set it to one of \[k1\]/,
+    ],
     [{ keys: [{ id: 'k1', secret: secretA }], currentId: 'k1', saltSecret: Buffer.alloc(8) }, /salt: cache-salt secret is 8 bytes/],
     [{ keys: [{ id: 'k.1', secret: secretA }], currentId: 'k.1', saltSecret: salt }, /must be 1-64 characters/],
-    [{ keys: [{ id: 'k1', secret: secretA }, { id: 'k1', secret: secretB }], currentId: 'k1', saltSecret: salt }, /duplicate key id/],
+    [
+      {
+        keys: [
+          { id: 'k1', secret: secretA },
+          { id: 'k1', secret: secretB },
+        ],
+        currentId: 'k1',
+        saltSecret: salt,
+      },
+      /duplicate key id/,
+    ],
     [{ keys: [], currentId: 'k1', saltSecret: salt }, /at least one signing key/],
   ])('rejects invalid input with a fix and no secret (%#)', (opts, message) => {
     let thrown: unknown;
@@ -120,7 +145,11 @@ describe('parseKeyRing and loadKeyRing', () => {
     ['not JSON or YAML', '{ current: [', /not valid JSON or YAML/],
     ['not an object', '"just a string"', /\(root\): must be an object/],
     ['unknown field', keyFile({ extra: 1 }), /unknown field\(s\) extra; allowed: current, keys, salt/],
-    ['missing current', JSON.stringify({ keys: { k1: secretA.toString('base64') }, salt: salt.toString('base64') }), /current: must be the id/],
+    [
+      'missing current',
+      JSON.stringify({ keys: { k1: secretA.toString('base64') }, salt: salt.toString('base64') }),
+      /current: must be the id/,
+    ],
     ['short secret', keyFile({ keys: { k2: Buffer.alloc(31, 3).toString('base64') } }), /keys\.k2: secret is 31 bytes/],
     ['not base64', keyFile({ keys: { k2: 'not base64!!' } }), /keys\.k2: is not valid base64/],
     ['short salt', keyFile({ salt: Buffer.alloc(4, 9).toString('base64') }), /salt: cache-salt secret is 4 bytes/],

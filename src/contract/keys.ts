@@ -93,7 +93,9 @@ function keyRingIssues(opts: KeyRingOptions): string[] {
     }
   }
   if (!seen.has(opts.currentId)) {
-    issues.push(`current: key id ${JSON.stringify(opts.currentId.slice(0, 64))} is not among the keys; set it to one of [${[...seen].join(', ')}]`);
+    issues.push(
+      `current: key id ${JSON.stringify(opts.currentId.slice(0, 64))} is not among the keys; set it to one of [${[...seen].join(', ')}]`,
+    );
   }
   if (opts.saltSecret.length < MIN_SECRET_BYTES) {
     issues.push(
@@ -131,13 +133,16 @@ export function createDevKeyRing(seed: string): KeyRing {
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2,3})?$|^[A-Za-z0-9_-]+$/;
 
 const KeyFileSchema = z
-  .object({
-    current: z.string({ error: 'must be the id of the key that signs new tokens, e.g. "k2"' }),
-    keys: z.record(z.string(), z.string({ error: 'must be a base64 string of at least 32 random bytes' }), {
-      error: 'must map key ids to base64 secrets, e.g. { "k1": "<base64>" }',
-    }),
-    salt: z.string({ error: 'must be a base64 string of at least 32 random bytes (the cache-salt secret)' }),
-  }, { error: 'must be an object { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }' })
+  .object(
+    {
+      current: z.string({ error: 'must be the id of the key that signs new tokens, e.g. "k2"' }),
+      keys: z.record(z.string(), z.string({ error: 'must be a base64 string of at least 32 random bytes' }), {
+        error: 'must map key ids to base64 secrets, e.g. { "k1": "<base64>" }',
+      }),
+      salt: z.string({ error: 'must be a base64 string of at least 32 random bytes (the cache-salt secret)' }),
+    },
+    { error: 'must be an object { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }' },
+  )
   .strict();
 
 function decodeSecret(value: string, path: string, issues: string[]): Buffer {
@@ -158,7 +163,12 @@ export function parseKeyRing(text: string, source: string): Result<KeyRing, Kvga
   try {
     raw = parseYaml(text);
   } catch {
-    return err(new KvgateError('internal', `${source}: not valid JSON or YAML; expected { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }`));
+    return err(
+      new KvgateError(
+        'internal',
+        `${source}: not valid JSON or YAML; expected { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }`,
+      ),
+    );
   }
   const parsed = KeyFileSchema.safeParse(raw);
   if (!parsed.success) {

@@ -10,7 +10,14 @@ import { MAX_LIFETIME_MS, signToken } from './token.js';
 const ring = createKeyRing({ keys: [{ id: 'k1', secret: Buffer.alloc(32, 1) }], currentId: 'k1', saltSecret: Buffer.alloc(32, 3) });
 const now = TEST_NOW_MS + 1_000;
 const CENTURY = 100 * 365 * 86_400_000;
-const binding = { model: 'm', revision: 'r', fingerprint: 'a'.repeat(64), tenantScope: 'tenant:acme', session: null, issuedAtMs: TEST_NOW_MS };
+const binding = {
+  model: 'm',
+  revision: 'r',
+  fingerprint: 'a'.repeat(64),
+  tenantScope: 'tenant:acme',
+  session: null,
+  issuedAtMs: TEST_NOW_MS,
+};
 /** Sign any payload, as a misconfigured or compromised issuer would. */
 const sign = (payload: Record<string, unknown> & { kind: 'contract' | 'attestation' | 'binding' }) => signToken(payload, ring);
 const reasonOf = (r: { ok: boolean; error?: { reason: string } }) => (r.ok ? 'ok' : r.error!.reason);
@@ -25,7 +32,15 @@ describe('maximum token lifetimes, enforced at verification', () => {
     expect(reasonOf(c)).toBe('lifetime_exceeded');
     expect(!c.ok && c.error.message).toMatch(/longer than the 600000 ms any contract may live/);
     const fields = exampleContractFields();
-    expect(reasonOf(verifyAttestation(attestation, ring, now, { contract: { kind: 'contract', ...fields }, fingerprint: fields.fingerprint, promptTokens: 812 }))).toBe('lifetime_exceeded');
+    expect(
+      reasonOf(
+        verifyAttestation(attestation, ring, now, {
+          contract: { kind: 'contract', ...fields },
+          fingerprint: fields.fingerprint,
+          promptTokens: 812,
+        }),
+      ),
+    ).toBe('lifetime_exceeded');
     expect(reasonOf(verifyBinding(bindingToken, ring, now))).toBe('lifetime_exceeded');
   });
 

@@ -25,7 +25,14 @@ export const MAX_TOKEN_CHARS = 8_192;
 export type TokenKind = 'contract' | 'attestation' | 'binding';
 
 /** Failures every token kind shares. */
-export type EnvelopeFailureReason = 'malformed' | 'unknown_key' | 'bad_signature' | 'wrong_kind' | 'expired' | 'not_yet_valid' | 'lifetime_exceeded';
+export type EnvelopeFailureReason =
+  | 'malformed'
+  | 'unknown_key'
+  | 'bad_signature'
+  | 'wrong_kind'
+  | 'expired'
+  | 'not_yet_valid'
+  | 'lifetime_exceeded';
 
 /**
  * The longest validity window a verifier accepts per kind, whatever the signer wrote: a token valid for a century is
@@ -67,8 +74,7 @@ export function signToken(payload: { readonly kind: TokenKind }, keys: KeyRing):
   return `${signed}.${mac(secret, signed).toString('base64url')}`;
 }
 
-const fail = <R extends string>(reason: R, message: string): { ok: false; error: TokenFailure<R> } =>
-  err({ reason, message });
+const fail = <R extends string>(reason: R, message: string): { ok: false; error: TokenFailure<R> } => err({ reason, message });
 
 /** Check the envelope and signature; return the decoded, still unvalidated JSON payload. */
 function openEnvelope(token: unknown, keys: KeyRing, what: string): Result<unknown, TokenFailure<EnvelopeFailureReason>> {
@@ -87,7 +93,10 @@ function openEnvelope(token: unknown, keys: KeyRing, what: string): Result<unkno
   }
   const secret = keys.secret(kid);
   if (secret === undefined) {
-    return fail('unknown_key', `${what} was signed with key id ${kid}, which this host does not have; distribute the current key ring to every gate and sidecar`);
+    return fail(
+      'unknown_key',
+      `${what} was signed with key id ${kid}, which this host does not have; distribute the current key ring to every gate and sidecar`,
+    );
   }
   const expected = mac(secret, `${TOKEN_PREFIX}.${kid}.${body}`);
   if (sigBytes.length !== expected.length || !timingSafeEqual(sigBytes, expected)) {
@@ -128,18 +137,30 @@ export function openToken<T extends Validity>(
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
     const where = parsed.error.issues.map((i) => i.path.join('.') || '(root)').join(', ');
-    return fail('malformed', `the ${kind} token payload is invalid at ${where}; the issuer and verifier disagree on the token format, check their versions`);
+    return fail(
+      'malformed',
+      `the ${kind} token payload is invalid at ${where}; the issuer and verifier disagree on the token format, check their versions`,
+    );
   }
   const value = parsed.data;
   if (nowMs >= value.expiresAtMs) {
-    return fail('expired', `the ${kind} token expired ${nowMs - value.expiresAtMs} ms ago; send the request through the gate again for a fresh one`);
+    return fail(
+      'expired',
+      `the ${kind} token expired ${nowMs - value.expiresAtMs} ms ago; send the request through the gate again for a fresh one`,
+    );
   }
   const lifetime = value.expiresAtMs - value.issuedAtMs;
   if (lifetime > MAX_LIFETIME_MS[kind]) {
-    return fail('lifetime_exceeded', `the ${kind} token is valid for ${lifetime} ms, longer than the ${MAX_LIFETIME_MS[kind]} ms any ${kind} may live; its issuer is misconfigured or not kvgate`);
+    return fail(
+      'lifetime_exceeded',
+      `the ${kind} token is valid for ${lifetime} ms, longer than the ${MAX_LIFETIME_MS[kind]} ms any ${kind} may live; its issuer is misconfigured or not kvgate`,
+    );
   }
   if (value.issuedAtMs > nowMs + CLOCK_SKEW_MS) {
-    return fail('not_yet_valid', `the ${kind} token was issued ${value.issuedAtMs - nowMs} ms in the future; synchronise the clocks of the gate and the sidecars (NTP)`);
+    return fail(
+      'not_yet_valid',
+      `the ${kind} token was issued ${value.issuedAtMs - nowMs} ms in the future; synchronise the clocks of the gate and the sidecars (NTP)`,
+    );
   }
   return ok(value);
 }

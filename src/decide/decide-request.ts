@@ -43,7 +43,15 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
     // The internal listener exists for prefill legs; anything else there is a misconfigured or hostile caller.
     const message =
       "the internal listener carries only prefill legs, and this request has no x-kvgate-contract; send client requests to Envoy's public listener";
-    return { decision: { kind: 'refuse', requestId: raw.requestId, code: 'contract_invalid', message, trace: ['internal listener without a transfer contract: refused'] } };
+    return {
+      decision: {
+        kind: 'refuse',
+        requestId: raw.requestId,
+        code: 'contract_invalid',
+        message,
+        trace: ['internal listener without a transfer contract: refused'],
+      },
+    };
   }
   if (rest.hop !== undefined) return { decision: decide(rest, table, view, ctx) };
   const trace = [`request ${raw.requestId}: ${raw.method} ${raw.path}`];

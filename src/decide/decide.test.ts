@@ -4,7 +4,14 @@ import { deriveCacheSalt } from '../contract/cache-salt.js';
 import { verifyContract } from '../contract/contract.js';
 import { groupIdOf } from '../compat/fingerprint.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
-import { clone, compiledFixture, fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from '../policy/testing.js';
+import {
+  clone,
+  compiledFixture,
+  fp8DynamicDescriptorInput,
+  tableFromValue,
+  testDescriptorInput,
+  twoRevisionTableValue,
+} from '../policy/testing.js';
 import { decide } from './decide.js';
 import { decideRequest } from './decide-request.js';
 import { createTestWorkerView, testFacts, testKeys, type TestFactsInput } from './testing.js';
@@ -41,17 +48,32 @@ describe('decide: routes inside one group', () => {
   it('A only: binds to llama-a and picks A prefill and decode, with a verifiable contract and binding', () => {
     const d = route(run(onlyA, { requestId: 'r-a', cacheSalt: 'mine' }));
     const fp = fpOf(onlyA, 'llama-a');
-    expect(d.group).toEqual({ id: groupIdOf(fp, 'tenant:acme'), fingerprint: fp, tenantScope: 'tenant:acme', tenant: 'acme', model: 'llama-3-8b', revision: 'llama-a', adapter: null });
+    expect(d.group).toEqual({
+      id: groupIdOf(fp, 'tenant:acme'),
+      fingerprint: fp,
+      tenantScope: 'tenant:acme',
+      tenant: 'acme',
+      model: 'llama-3-8b',
+      revision: 'llama-a',
+      adapter: null,
+    });
     expect(d.decode.cluster).toBe('a_decode');
     expect(d.prefill?.cluster).toBe('a_prefill');
     expect(['10.0.2.1:8000', '10.0.2.2:8000']).toContain(d.decode.endpoint);
     const c = verifyContract(d.contract, keys, TEST_NOW_MS, { requestId: 'r-a', groupId: d.group.id });
-    expect(c.ok && c.value).toMatchObject({ revision: 'llama-a', decode: { cluster: 'a_decode', endpoint: d.decode.endpoint }, prefill: { cluster: 'a_prefill', endpoint: d.prefill!.endpoint }, expiresAtMs: TEST_NOW_MS + 30000 });
+    expect(c.ok && c.value).toMatchObject({
+      revision: 'llama-a',
+      decode: { cluster: 'a_decode', endpoint: d.decode.endpoint },
+      prefill: { cluster: 'a_prefill', endpoint: d.prefill!.endpoint },
+      expiresAtMs: TEST_NOW_MS + 30000,
+    });
     const b = verifyBinding(d.binding, keys, TEST_NOW_MS, { model: 'llama-3-8b', tenantScope: 'tenant:acme' });
     expect(b.ok && b.value.revision).toBe('llama-a');
     expect(d.cacheSalt).toBe(deriveCacheSalt(keys, d.group.id, 'tenant:acme', 'mine'));
     expect(d.cacheSalt).not.toBe(deriveCacheSalt(keys, d.group.id, 'tenant:acme'));
-    expect(d.trace.join('\n')).toMatch(/tenant: acme \(from header x-tenant-id\)[\s\S]*revision: llama-a[\s\S]*group: g_[\s\S]*decode: [\s\S]*prefill: /);
+    expect(d.trace.join('\n')).toMatch(
+      /tenant: acme \(from header x-tenant-id\)[\s\S]*revision: llama-a[\s\S]*group: g_[\s\S]*decode: [\s\S]*prefill: /,
+    );
   });
 
   it('B only: binds to llama-b and never leaves it', () => {
@@ -71,19 +93,26 @@ describe('decide: routes inside one group', () => {
   });
 
   it('mixed pool: an endpoint whose live fingerprint differs is never used, even when it is the least loaded', () => {
-    const view = createTestWorkerView(onlyA, { '10.0.2.1:8000': { fingerprint: fpOf(onlyA, 'llama-b') }, '10.0.2.2:8000': { inFlight: 40 } });
+    const view = createTestWorkerView(onlyA, {
+      '10.0.2.1:8000': { fingerprint: fpOf(onlyA, 'llama-b') },
+      '10.0.2.2:8000': { inFlight: 40 },
+    });
     for (let i = 0; i < 50; i++) expect(route(run(onlyA, { requestId: `r-${i}` }, view)).decode.endpoint).toBe('10.0.2.2:8000');
     view.set('10.0.2.2:8000', { fingerprint: fpOf(onlyA, 'llama-b') });
     const r = refusal(run(onlyA, {}, view));
     expect(r.code).toBe('no_compatible_capacity');
-    expect(r.message).toMatch(/^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-a\) is available: pool a-decode: 2 endpoints \(10\.0\.2\.1:8000, 10\.0\.2\.2:8000\) are running another fingerprint \([0-9a-f]{12}…\), never used for this group; retry after 5 s or ask the operator to add capacity$/);
+    expect(r.message).toMatch(
+      /^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-a\) is available: pool a-decode: 2 endpoints \(10\.0\.2\.1:8000, 10\.0\.2\.2:8000\) are running another fingerprint \([0-9a-f]{12}…\), never used for this group; retry after 5 s or ask the operator to add capacity$/,
+    );
   });
 
   it('skips unverified, unobserved and draining endpoints, and endpoints at their in-flight limit', () => {
     const t = compiled((v) => (v['pools'][1]['maxInFlightPerEndpoint'] = 4));
     const view = createTestWorkerView(t, { '10.0.2.1:8000': { verified: false }, '10.0.2.2:8000': { inFlight: 4 } });
     const r = refusal(run(t, {}, view));
-    expect(r.message).toMatch(/pool a-decode: endpoint 10\.0\.2\.1:8000 is not verified; pool a-decode: endpoint 10\.0\.2\.2:8000 is at its in-flight limit of 4/);
+    expect(r.message).toMatch(
+      /pool a-decode: endpoint 10\.0\.2\.1:8000 is not verified; pool a-decode: endpoint 10\.0\.2\.2:8000 is at its in-flight limit of 4/,
+    );
     view.set('10.0.2.1:8000', { verified: true, fingerprint: null });
     expect(refusal(run(t, {}, view)).message).toMatch(/endpoint 10\.0\.2\.1:8000 is not yet observed/);
     view.set('10.0.2.1:8000', { fingerprint: fpOf(t, 'llama-a'), draining: true });
@@ -100,20 +129,32 @@ describe('decide: routes inside one group', () => {
     });
     const r = refusal(run(t));
     expect(r).toMatchObject({ code: 'no_compatible_capacity', retryAfterSeconds: 7, tenant: 'acme' });
-    expect(r.message).toMatch(/^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) is available: pool b-decode is draining; the fallback queue was skipped \(nothing_to_wait_for\): no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing \(pool b-decode is draining\); retry after 7 s or ask the operator to add capacity$/);
-    expect(r.trace).toContain('fallback step 1 (queue): passed: no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing (pool b-decode is draining)');
+    expect(r.message).toMatch(
+      /^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) is available: pool b-decode is draining; the fallback queue was skipped \(nothing_to_wait_for\): no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing \(pool b-decode is draining\); retry after 7 s or ask the operator to add capacity$/,
+    );
+    expect(r.trace).toContain(
+      'fallback step 1 (queue): passed: no decode endpoint of the group is merely at its in-flight limit, so waiting frees nothing (pool b-decode is draining)',
+    );
     expect(r.trace).toContain('fallback step 2 (refuse): refuse with retry-after 7 s');
   });
 
   it('a drained prefill pool is refused too: the decode worker is never handed a request without its prefill', () => {
-    const r = refusal(run(compiled((v) => ((v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }), (v['pools'][0]['draining'] = true)))));
+    const r = refusal(
+      run(compiled((v) => ((v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }), (v['pools'][0]['draining'] = true)))),
+    );
     expect(r.message).toMatch(/^no prefill endpoint of group .* revision llama-a\) is available: pool a-prefill is draining;/);
   });
 
   it('a both pool serves without disaggregation when no separate prefill capacity exists', () => {
     const t = compiled((v) => {
       v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' };
-      v['pools'].splice(2, 2, { name: 'b-both', cluster: 'b_both', role: 'both', revision: 'llama-b', endpoints: [{ address: '10.0.6.1:8000' }] });
+      v['pools'].splice(2, 2, {
+        name: 'b-both',
+        cluster: 'b_both',
+        role: 'both',
+        revision: 'llama-b',
+        endpoints: [{ address: '10.0.6.1:8000' }],
+      });
     });
     const d = route(run(t));
     expect(d.decode).toEqual({ pool: 'b-both', cluster: 'b_both', endpoint: '10.0.6.1:8000' });
@@ -140,7 +181,13 @@ describe('decide: LoRA adapters', () => {
       v['revisions']['sql-lora-r1'] = { descriptor: testDescriptorInput({ adapter: { id: 'acme/sql-lora', revision: 'r1' } }) };
       v['models']['llama-3-8b-sql'] = { tenants: ['acme'], rollout: { stable: 'sql-lora-r1' } };
       v['pools'].push(
-        { name: 'sql-prefill', cluster: 'sql_prefill', role: 'prefill', revision: 'sql-lora-r1', endpoints: [{ address: '10.0.7.1:8000' }] },
+        {
+          name: 'sql-prefill',
+          cluster: 'sql_prefill',
+          role: 'prefill',
+          revision: 'sql-lora-r1',
+          endpoints: [{ address: '10.0.7.1:8000' }],
+        },
         { name: 'sql-decode', cluster: 'sql_decode', role: 'decode', revision: 'sql-lora-r1', endpoints: [{ address: '10.0.8.1:8000' }] },
       );
     });
@@ -160,7 +207,9 @@ describe('decide: refusals before any target is chosen', () => {
   it('missing tenant -> 401 tenant_required', () => {
     const r = refusal(decide(testFacts(), table, createTestWorkerView(table), ctx));
     expect(r.code).toBe('tenant_required');
-    expect(r.message).toBe('this gateway requires a tenant identity (header x-tenant-id) and the request has none; authenticate through the gateway so it is set');
+    expect(r.message).toBe(
+      'this gateway requires a tenant identity (header x-tenant-id) and the request has none; authenticate through the gateway so it is set',
+    );
   });
 
   it('ambiguous tenant header -> 401 tenant_required', () => {
@@ -169,7 +218,11 @@ describe('decide: refusals before any target is chosen', () => {
 
   it('tenant not allowed for the model -> 403 tenant_scope_denied', () => {
     const r = refusal(run(table, { tenant: 'initech' }));
-    expect(r).toMatchObject({ code: 'tenant_scope_denied', tenant: 'initech', message: 'tenant initech may not use model llama-3-8b; ask the gateway operator for access' });
+    expect(r).toMatchObject({
+      code: 'tenant_scope_denied',
+      tenant: 'initech',
+      message: 'tenant initech may not use model llama-3-8b; ask the gateway operator for access',
+    });
   });
 
   it('tenant allowed on the model but on none of its pools -> 403', () => {
@@ -178,14 +231,19 @@ describe('decide: refusals before any target is chosen', () => {
       for (const p of v['pools']) p['tenants'] = ['acme'];
       v['models']['llama-3-8b']['tenants'] = ['acme', 'globex'];
     }, false);
-    expect(refusal(run(t, { tenant: 'globex' }))).toMatchObject({ code: 'tenant_scope_denied', message: 'no pool serving model llama-3-8b is open to tenant globex; ask the gateway operator for access' });
+    expect(refusal(run(t, { tenant: 'globex' }))).toMatchObject({
+      code: 'tenant_scope_denied',
+      message: 'no pool serving model llama-3-8b is open to tenant globex; ask the gateway operator for access',
+    });
   });
 
   it('unknown model -> 404 without listing tenant-restricted models, but says how to find them', () => {
     const r = refusal(run(table, { model: 'gpt-5' }));
     expect(r.code).toBe('unknown_model');
     expect(r.message).not.toContain('llama-3-8b');
-    expect(r.message).toBe('model "gpt-5" is not served by this gateway. Check the name; models are not listed here because access is per tenant: ask the gateway operator which models tenant acme may use');
+    expect(r.message).toBe(
+      'model "gpt-5" is not served by this gateway. Check the name; models are not listed here because access is per tenant: ask the gateway operator which models tenant acme may use',
+    );
   });
 
   it('unknown model on an open table lists the served models', () => {
@@ -217,7 +275,9 @@ describe('decide: FP8 dynamic per-block scales', () => {
     }, false);
     const r = refusal(run(t));
     expect(r.code).toBe('incompatible_transfer');
-    expect(r.message).toMatch(/^model llama-3-8b \(revision llama-b\) cannot be served with disaggregated prefill\/decode: descriptor: KV uses dynamic per-block fp8 scales.*It needs a role: both pool; ask the operator to add one$/);
+    expect(r.message).toMatch(
+      /^model llama-3-8b \(revision llama-b\) cannot be served with disaggregated prefill\/decode: descriptor: KV uses dynamic per-block fp8 scales.*It needs a role: both pool; ask the operator to add one$/,
+    );
   });
 });
 
@@ -245,7 +305,9 @@ describe('decideRequest: body checks run before any decision', () => {
     expect(refusal(decideRequest(raw({ ...chat, kv_transfer_params: null }), table, view, ctx).decision).code).toBe('kv_params_forbidden');
     expect(refusal(decideRequest(raw('{"model":'), table, view, ctx).decision).code).toBe('bad_request');
     const big = compiled((v) => ((v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }), (v['limits'] = { maxBodyBytes: 64 })));
-    expect(refusal(decideRequest(raw({ ...chat, pad: 'x'.repeat(100) }), big, view, ctx).decision)).toMatchObject({ code: 'body_too_large' });
+    expect(refusal(decideRequest(raw({ ...chat, pad: 'x'.repeat(100) }), big, view, ctx).decision)).toMatchObject({
+      code: 'body_too_large',
+    });
     expect(refusal(decideRequest(raw(chat, { bodyTruncated: true }), table, view, ctx).decision).code).toBe('body_too_large');
   });
 });

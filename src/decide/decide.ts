@@ -22,7 +22,18 @@ import { refuse } from './refusal.js';
 import { sessionOf, tenantOf, tenantScopeOf, userOf } from './request-facts.js';
 import { chooseRevision, keepQueuedRevision, servingRevisions, type NoRevision, type RevisionChoice } from './revision.js';
 import { pickTargets } from './targets.js';
-import type { BoundGroup, CoreDecision, DecideContext, FallbackRecord, OpenAiRequest, QueuedRequest, Refusal, RequestFacts, RouteDecision, Target } from './types.js';
+import type {
+  BoundGroup,
+  CoreDecision,
+  DecideContext,
+  FallbackRecord,
+  OpenAiRequest,
+  QueuedRequest,
+  Refusal,
+  RequestFacts,
+  RouteDecision,
+  Target,
+} from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 /**
@@ -46,7 +57,10 @@ interface Identity {
 }
 
 /** The bound revision and its trust, for a refusal's audit line. */
-const boundRevision = (rev: CompiledRevision): { revision: string; trust: CompiledRevision['trust'] } => ({ revision: rev.name, trust: rev.trust });
+const boundRevision = (rev: CompiledRevision): { revision: string; trust: CompiledRevision['trust'] } => ({
+  revision: rev.name,
+  trust: rev.trust,
+});
 
 const isRefusal = (x: unknown): x is Refusal => (x as { kind?: unknown }).kind === 'refuse';
 
@@ -57,18 +71,33 @@ function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: Worke
   const who = identify(facts, table, trace);
   if (isRefusal(who)) return who;
   const choice = pickRevision(facts, table, who, ctx, now, trace);
-  if ('refuse' in choice) return refuse(id, 'no_compatible_capacity', choice.refuse, trace, { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table) });
+  if ('refuse' in choice)
+    return refuse(id, 'no_compatible_capacity', choice.refuse, trace, { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table) });
   const rev = choice.revision;
   const group = groupFor(rev, who);
   trace.push(`group: ${group.id} (fingerprint ${rev.fingerprint.slice(0, 12)}…, scope ${group.tenantScope})`);
   if (ctx.bound !== undefined && ctx.bound.group.id !== group.id) {
-    return refuse(id, 'no_compatible_capacity', requeueMessage(id, ctx.bound, `the tenant prefix scope is now ${group.tenantScope}`), trace, { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table), ...boundRevision(rev) });
+    return refuse(
+      id,
+      'no_compatible_capacity',
+      requeueMessage(id, ctx.bound, `the tenant prefix scope is now ${group.tenantScope}`),
+      trace,
+      { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table), ...boundRevision(rev) },
+    );
   }
   if (!rev.transfer.allowed) {
     if (rev.pools.both.length === 0) {
-      return refuse(id, 'incompatible_transfer', `model ${group.model} (revision ${rev.name}) cannot be served with disaggregated prefill/decode: ${rev.transfer.reasons.join('; ')}. It needs a role: both pool; ask the operator to add one`, trace, { tenant: who.tenant, ...boundRevision(rev) });
+      return refuse(
+        id,
+        'incompatible_transfer',
+        `model ${group.model} (revision ${rev.name}) cannot be served with disaggregated prefill/decode: ${rev.transfer.reasons.join('; ')}. It needs a role: both pool; ask the operator to add one`,
+        trace,
+        { tenant: who.tenant, ...boundRevision(rev) },
+      );
     }
-    trace.push(`connector rules: revision ${rev.name} is not transferable (${rev.transfer.reasons.join('; ')}); only role: both pools may serve it`);
+    trace.push(
+      `connector rules: revision ${rev.name} is not transferable (${rev.transfer.reasons.join('; ')}); only role: both pools may serve it`,
+    );
   } else {
     trace.push(`connector rules: revision ${rev.name} may be disaggregated`);
   }
@@ -76,14 +105,26 @@ function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: Worke
   if (targets.ok) return bindRoute(facts, table, ctx.keys, now, who, group, targets, trace);
   const input = { table, view, facts, body: who.body, nowMs: now, revision: rev, group, pinned: choice.pinned, shortage: targets.shortage };
   const walked = walkFallback(
-    { ...input, ...(ctx.queue ? { queue: ctx.queue } : {}), ...(ctx.maxWaitMs === undefined ? {} : { maxWaitMs: ctx.maxWaitMs }), ...(ctx.bound ? { bound: ctx.bound } : {}) },
+    {
+      ...input,
+      ...(ctx.queue ? { queue: ctx.queue } : {}),
+      ...(ctx.maxWaitMs === undefined ? {} : { maxWaitMs: ctx.maxWaitMs }),
+      ...(ctx.bound ? { bound: ctx.bound } : {}),
+    },
     trace,
   );
   return fromFallback(facts, table, ctx.keys, now, who, { group, pinned: choice.pinned, missing: targets.shortage.missing }, walked, trace);
 }
 
 /** A queued request keeps its bound revision; any other request gets its binding's, or its cohort's. */
-function pickRevision(facts: RequestFacts, table: CompiledRouteTable, who: Identity, ctx: DecideContext, now: number, trace: string[]): RevisionChoice | NoRevision {
+function pickRevision(
+  facts: RequestFacts,
+  table: CompiledRouteTable,
+  who: Identity,
+  ctx: DecideContext,
+  now: number,
+  trace: string[],
+): RevisionChoice | NoRevision {
   const bound = ctx.bound;
   if (bound !== undefined) {
     const kept = keepQueuedRevision(bound, who.serving);
@@ -92,7 +133,17 @@ function pickRevision(facts: RequestFacts, table: CompiledRouteTable, who: Ident
     return { revision: kept, pinned: bound.pinned };
   }
   return chooseRevision(
-    { table, model: who.model, serving: who.serving, tenantScope: who.tenantScope, session: who.session, requestId: facts.requestId, keys: ctx.keys, nowMs: now, ...(facts.binding === undefined ? {} : { binding: facts.binding }) },
+    {
+      table,
+      model: who.model,
+      serving: who.serving,
+      tenantScope: who.tenantScope,
+      session: who.session,
+      requestId: facts.requestId,
+      keys: ctx.keys,
+      nowMs: now,
+      ...(facts.binding === undefined ? {} : { binding: facts.binding }),
+    },
     trace,
   );
 }
@@ -133,7 +184,16 @@ function fromFallback(
   switch (o.kind) {
     case 'wait': {
       const { kind: _k, ...w } = o;
-      return Object.freeze({ kind: 'wait' as const, requestId: facts.requestId, group: bound.group, missing: bound.missing, pinned: bound.pinned, ...w, trace: Object.freeze([...trace]), fallback: records });
+      return Object.freeze({
+        kind: 'wait' as const,
+        requestId: facts.requestId,
+        group: bound.group,
+        missing: bound.missing,
+        pinned: bound.pinned,
+        ...w,
+        trace: Object.freeze([...trace]),
+        fallback: records,
+      });
     }
     case 'routeVia':
       return bindRoute(facts, table, keys, now, who, o.group, { decode: o.decode, prefill: o.prefill }, trace, records);
@@ -156,7 +216,12 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
   const id = facts.requestId;
   const body = facts.body;
   if (body === undefined) {
-    return refuse(id, 'bad_request', 'kvgate routes POST /v1/completions and /v1/chat/completions with a JSON body; this request has none', trace);
+    return refuse(
+      id,
+      'bad_request',
+      'kvgate routes POST /v1/completions and /v1/chat/completions with a JSON body; this request has none',
+      trace,
+    );
   }
   const tenancy = table.tenancy;
   // Identity headers are read only from valid UTF-8: a lossy decoding maps different byte strings to one value.
@@ -164,7 +229,12 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
     (h) => h !== undefined && facts.invalidHeaders?.includes(h) === true,
   );
   if (undecodable !== undefined) {
-    return refuse(id, 'bad_request', `header ${undecodable} is not valid UTF-8; identity headers must be UTF-8 text, fix the client or the layer that sets it`, trace);
+    return refuse(
+      id,
+      'bad_request',
+      `header ${undecodable} is not valid UTF-8; identity headers must be UTF-8 text, fix the client or the layer that sets it`,
+      trace,
+    );
   }
   const found = tenantOf(facts, tenancy);
   let tenant: string | null;
@@ -174,9 +244,19 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
     tenant = found.tenant;
     trace.push(`tenant: ${tenant} (from ${found.from})`);
   } else if (found.kind === 'ambiguous') {
-    return refuse(id, 'tenant_required', `the tenant identity (${found.from}) is unusable: ${found.detail}; exactly one tenant id is required`, trace);
+    return refuse(
+      id,
+      'tenant_required',
+      `the tenant identity (${found.from}) is unusable: ${found.detail}; exactly one tenant id is required`,
+      trace,
+    );
   } else if (tenancy.required) {
-    return refuse(id, 'tenant_required', `this gateway requires a tenant identity (${found.from}) and the request has none; authenticate through the gateway so it is set`, trace);
+    return refuse(
+      id,
+      'tenant_required',
+      `this gateway requires a tenant identity (${found.from}) and the request has none; authenticate through the gateway so it is set`,
+      trace,
+    );
   } else {
     tenant = tenancy.default ?? null;
     trace.push(tenant === null ? `tenant: none (${found.from} absent; anonymous)` : `tenant: ${tenant} (default; ${found.from} absent)`);
@@ -185,16 +265,32 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
   if (model === undefined) return refuse(id, 'unknown_model', unknownModelMessage(body.model, table, tenant), trace, { tenant });
   if (!tenantAllowed(model.tenants, tenant)) {
     return tenant === null
-      ? refuse(id, 'tenant_required', `model ${model.name} is restricted to named tenants and the request has no tenant identity; authenticate through the gateway`, trace, { tenant })
-      : refuse(id, 'tenant_scope_denied', `tenant ${tenant} may not use model ${model.name}; ask the gateway operator for access`, trace, { tenant });
+      ? refuse(
+          id,
+          'tenant_required',
+          `model ${model.name} is restricted to named tenants and the request has no tenant identity; authenticate through the gateway`,
+          trace,
+          { tenant },
+        )
+      : refuse(id, 'tenant_scope_denied', `tenant ${tenant} may not use model ${model.name}; ask the gateway operator for access`, trace, {
+          tenant,
+        });
   }
   const serving = servingRevisions(table, model, tenant);
   if (serving.length === 0) {
-    return refuse(id, 'tenant_scope_denied', `no pool serving model ${model.name} is open to ${tenant === null ? 'anonymous requests' : `tenant ${tenant}`}; ask the gateway operator for access`, trace, { tenant });
+    return refuse(
+      id,
+      'tenant_scope_denied',
+      `no pool serving model ${model.name} is open to ${tenant === null ? 'anonymous requests' : `tenant ${tenant}`}; ask the gateway operator for access`,
+      trace,
+      { tenant },
+    );
   }
   const tenantScope = tenantScopeOf(tenancy.prefixScope, tenant, userOf(facts, tenancy));
   const session = sessionOf(facts, table.session);
-  trace.push(`model: ${model.name} (rollout: stable ${model.stable}${model.candidate === null ? '' : `, candidate ${model.candidate} at ${model.weight}%`})`);
+  trace.push(
+    `model: ${model.name} (rollout: stable ${model.stable}${model.candidate === null ? '' : `, candidate ${model.candidate} at ${model.weight}%`})`,
+  );
   return { body, tenant, model, serving, tenantScope, session };
 }
 
@@ -221,9 +317,13 @@ function bindRoute(
   trace: string[],
   fallback?: readonly FallbackRecord[],
 ): RouteDecision {
-  const alternates = (targets.alternates ?? []).filter((c) => c.endpoint.fingerprint === group.fingerprint && c.pool.fingerprint === group.fingerprint);
+  const alternates = (targets.alternates ?? []).filter(
+    (c) => c.endpoint.fingerprint === group.fingerprint && c.pool.fingerprint === group.fingerprint,
+  );
   const decode: Target =
-    alternates.length === 0 ? targetOf(targets.decode) : Object.freeze({ ...targetOf(targets.decode), alternates: Object.freeze(alternates.map((c) => c.endpoint.address)) });
+    alternates.length === 0
+      ? targetOf(targets.decode)
+      : Object.freeze({ ...targetOf(targets.decode), alternates: Object.freeze(alternates.map((c) => c.endpoint.address)) });
   const prefill = targets.prefill === null ? null : targetOf(targets.prefill);
   for (const c of [targets.decode, targets.prefill]) {
     // The invariant every branch above maintains; a violation is a bug, never a route.
@@ -247,16 +347,30 @@ function bindRoute(
       promptDigest: promptDigestOf(who.body.json),
       issuedAtMs: now,
       expiresAtMs: now + table.contractTtlMs,
-      decode: { cluster: decode.cluster, endpoint: decode.endpoint, ...(decode.alternates === undefined ? {} : { alternates: [...decode.alternates] }) },
+      decode: {
+        cluster: decode.cluster,
+        endpoint: decode.endpoint,
+        ...(decode.alternates === undefined ? {} : { alternates: [...decode.alternates] }),
+      },
       prefill: prefill === null ? null : { cluster: prefill.cluster, endpoint: prefill.endpoint },
     },
     keys,
   );
   const binding = mintBinding(
-    { model: group.model, revision: group.revision, fingerprint: group.fingerprint, tenantScope: group.tenantScope, session: who.session, issuedAtMs: now, expiresAtMs: now + table.session.bindingTtlMs },
+    {
+      model: group.model,
+      revision: group.revision,
+      fingerprint: group.fingerprint,
+      tenantScope: group.tenantScope,
+      session: who.session,
+      issuedAtMs: now,
+      expiresAtMs: now + table.session.bindingTtlMs,
+    },
     keys,
   );
-  trace.push(`contract minted (expires in ${table.contractTtlMs} ms); cache_salt derived${who.body.cacheSalt === undefined ? '' : " (client's salt folded in)"}`);
+  trace.push(
+    `contract minted (expires in ${table.contractTtlMs} ms); cache_salt derived${who.body.cacheSalt === undefined ? '' : " (client's salt folded in)"}`,
+  );
   return Object.freeze({
     kind: 'route' as const,
     requestId: facts.requestId,

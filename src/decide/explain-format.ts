@@ -18,7 +18,10 @@ function decisionLines(e: Explanation): string[] {
   const d = e.decision;
   switch (d.kind) {
     case 'route': {
-      const prefill = d.prefill === null ? 'none (served without disaggregation)' : `${d.prefill.cluster} ${d.prefill.endpoint ?? ''} (pool ${d.prefill.pool})`.trim();
+      const prefill =
+        d.prefill === null
+          ? 'none (served without disaggregation)'
+          : `${d.prefill.cluster} ${d.prefill.endpoint ?? ''} (pool ${d.prefill.pool})`.trim();
       return [
         `decision: route to group ${d.group.id} (model ${d.group.model}, revision ${d.group.revision}, tenant ${d.group.tenant ?? 'none'}, scope ${d.group.tenantScope})`,
         `  decode: ${d.decode.cluster} ${d.decode.endpoint ?? ''} (pool ${d.decode.pool})`,

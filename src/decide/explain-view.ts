@@ -24,7 +24,8 @@ export const WORKER_STATES = ['busy', 'inflight=N', 'draining', 'unverified', 'u
 /** Parse `ADDR=STATE[,STATE...]`, e.g. `10.0.4.1:8000=busy` or `10.0.2.1:8000=inflight=3,draining`. */
 export function parseWorkerFlag(flag: string): Result<{ address: string; patch: EndpointPatch }, string> {
   const i = flag.indexOf('=');
-  if (i <= 0) return err(`--worker ${JSON.stringify(flag)}: write ADDR=STATE, e.g. 10.0.4.1:8000=busy (states: ${WORKER_STATES.join(', ')})`);
+  if (i <= 0)
+    return err(`--worker ${JSON.stringify(flag)}: write ADDR=STATE, e.g. 10.0.4.1:8000=busy (states: ${WORKER_STATES.join(', ')})`);
   const address = flag.slice(0, i);
   const patch: { -readonly [K in keyof EndpointPatch]: EndpointPatch[K] } = {};
   for (const state of flag.slice(i + 1).split(',')) {
@@ -52,7 +53,8 @@ export function createExplainWorkerView(table: CompiledRouteTable, patches: Read
       if (pool === undefined) return [];
       return pool.endpoints.map((e): EndpointState => {
         const p = patches.get(e.address) ?? {};
-        const fingerprint = p.fingerprint === 'unobserved' ? null : p.fingerprint === 'foreign' ? `foreign-${e.fingerprint}` : e.fingerprint;
+        const fingerprint =
+          p.fingerprint === 'unobserved' ? null : p.fingerprint === 'foreign' ? `foreign-${e.fingerprint}` : e.fingerprint;
         return {
           address: e.address,
           fingerprint,

@@ -28,9 +28,18 @@ function input(extra: Partial<ExplainInput> = {}): ExplainInput {
 
 describe('explainRequest', () => {
   it('a refusal is shown exactly as the gate sends it', () => {
-    const r: Refusal = { kind: 'refuse', requestId: 'r1', code: 'no_compatible_capacity', message: 'no room', retryAfterSeconds: 2.5, trace: [] };
+    const r: Refusal = {
+      kind: 'refuse',
+      requestId: 'r1',
+      code: 'no_compatible_capacity',
+      message: 'no room',
+      retryAfterSeconds: 2.5,
+      trace: [],
+    };
     const wire = refusalResponse(r);
-    const headers = Object.fromEntries((wire.headers?.set_headers ?? []).map((h) => [h.header.key, Buffer.from(h.header.raw_value ?? []).toString()]));
+    const headers = Object.fromEntries(
+      (wire.headers?.set_headers ?? []).map((h) => [h.header.key, Buffer.from(h.header.raw_value ?? []).toString()]),
+    );
     const c = clientRefusal(r);
     expect(c.status).toBe(wire.status.code);
     expect(c.headers).toEqual(headers);
@@ -40,14 +49,23 @@ describe('explainRequest', () => {
   it('removes client-sent gate-owned headers as the gate does, and reads x-kvgate-binding as the binding', () => {
     const first = explainRequest(input());
     const binding = first.responseHeaders!['x-kvgate-binding']!;
-    const e = explainRequest(input({ headers: { 'x-tenant-id': 'acme', 'x-session-id': 's-1', 'x-kvgate-decode-cluster': 'evil', 'x-kvgate-binding': binding } }));
+    const e = explainRequest(
+      input({ headers: { 'x-tenant-id': 'acme', 'x-session-id': 's-1', 'x-kvgate-decode-cluster': 'evil', 'x-kvgate-binding': binding } }),
+    );
     expect(e.removedHeaders).toEqual(['x-kvgate-decode-cluster']);
     expect(e.trace.some((l) => l.includes("kept by the session's binding"))).toBe(true);
     expect(e.upstreamHeaders!['x-kvgate-decode-cluster']).not.toBe('evil');
   });
 
   it('a wait shows the override Envoy gets and the 504 at the deadline', () => {
-    const view = createExplainWorkerView(table, new Map([['10.0.4.1:8000', { busy: true }], ['10.0.2.1:8000', { busy: true }], ['10.0.2.2:8000', { busy: true }]]));
+    const view = createExplainWorkerView(
+      table,
+      new Map([
+        ['10.0.4.1:8000', { busy: true }],
+        ['10.0.2.1:8000', { busy: true }],
+        ['10.0.2.2:8000', { busy: true }],
+      ]),
+    );
     const v = clone(twoRevisionTableValue()) as Record<string, any>;
     v['fallback'] = [{ queue: { deadlineMs: 1500, maxDepth: 4 } }, { refuse: { retryAfterSeconds: 3 } }];
     const t = tableFromValue(v);
@@ -55,7 +73,9 @@ describe('explainRequest', () => {
     expect(e.kind).toBe('wait');
     expect(e.wait).toMatchObject({ deadlineMs: 1500, overrideMessageTimeoutMs: 1750, ahead: 0 });
     expect(e.wait!.atDeadline.refusal).toMatchObject({ status: 504, code: 'queue_deadline_exceeded' });
-    expect(formatExplanation(e)).toMatch(/decision: wait in the fifo queue of group g_[0-9a-f]+ .* for decode capacity \(fallback step 1\)\n {2}deadline: 1500 ms; 0 request\(s\) ahead; queue maxDepth 4\n {2}Envoy: the gate first sends override_message_timeout 1750 ms/);
+    expect(formatExplanation(e)).toMatch(
+      /decision: wait in the fifo queue of group g_[0-9a-f]+ .* for decode capacity \(fallback step 1\)\n {2}deadline: 1500 ms; 0 request\(s\) ahead; queue maxDepth 4\n {2}Envoy: the gate first sends override_message_timeout 1750 ms/,
+    );
   });
 });
 
@@ -67,12 +87,20 @@ describe('explain worker flags', () => {
       value: { address: '10.0.4.1:8000', patch: { inFlight: 3, draining: true, verified: false, fingerprint: 'foreign' } },
     });
     const bad = parseWorkerFlag('10.0.4.1:8000=sleepy');
-    expect(!bad.ok && bad.error).toBe('--worker "10.0.4.1:8000=sleepy": unknown state "sleepy"; use busy, inflight=N, draining, unverified, unobserved, foreign');
+    expect(!bad.ok && bad.error).toBe(
+      '--worker "10.0.4.1:8000=sleepy": unknown state "sleepy"; use busy, inflight=N, draining, unverified, unobserved, foreign',
+    );
     expect(parseWorkerFlag('busy').ok).toBe(false);
   });
 
   it('a busy endpoint sits at its pool limit; a foreign one runs another fingerprint', () => {
-    const view = createExplainWorkerView(table, new Map([['10.0.4.1:8000', { busy: true }], ['10.0.3.1:8000', { fingerprint: 'foreign' }]]));
+    const view = createExplainWorkerView(
+      table,
+      new Map([
+        ['10.0.4.1:8000', { busy: true }],
+        ['10.0.3.1:8000', { fingerprint: 'foreign' }],
+      ]),
+    );
     expect(view.endpoints('b-decode')[0]).toMatchObject({ inFlight: 64, verified: true, draining: false });
     expect(view.endpoints('b-prefill')[0]!.fingerprint).not.toBe(table.pools.get('b-prefill')!.fingerprint);
   });

@@ -7,7 +7,15 @@
 import type { KeyRing } from '../contract/keys.js';
 import { receiveHeaders } from '../envoy/headers.js';
 import { toRequestFacts } from '../envoy/inbound.js';
-import { answerStamps, hopStamps, type RefusalStamps, refusalStamps, responseStamps, routeStamps, type UpstreamStamps } from '../envoy/stamps.js';
+import {
+  answerStamps,
+  hopStamps,
+  type RefusalStamps,
+  refusalStamps,
+  responseStamps,
+  routeStamps,
+  type UpstreamStamps,
+} from '../envoy/stamps.js';
 import type { ErrorBody, ErrorCode } from '../errors.js';
 import { H } from '../headers.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
@@ -65,7 +73,12 @@ export interface Explanation {
   /** For the gateway's own answer (`GET /v1/models`, `GET /health`): what the client receives. */
   readonly answer?: { readonly status: number; readonly headers: Readonly<Record<string, string>>; readonly body: unknown };
   /** For a wait: the queue step, Envoy's extended timer, and the answer if nothing frees in time. */
-  readonly wait?: { readonly deadlineMs: number; readonly overrideMessageTimeoutMs: number; readonly ahead: number; readonly atDeadline: Explanation };
+  readonly wait?: {
+    readonly deadlineMs: number;
+    readonly overrideMessageTimeoutMs: number;
+    readonly ahead: number;
+    readonly atDeadline: Explanation;
+  };
 }
 
 /** Decide one request as the gate would, and describe everything a person needs to see. */
@@ -101,7 +114,10 @@ export function explainRequest(input: ExplainInput): Explanation {
   const d = outcome.decision;
   if (d.kind !== 'wait' || outcome.facts === undefined) return explained;
   const bound: QueuedRequest = { group: d.group, pinned: d.pinned, enqueuedAtMs: d.enqueuedAtMs, deadlineAtMs: d.deadlineAtMs };
-  const atDeadline = describe(decide(outcome.facts, input.table, input.view, { nowMs: d.deadlineAtMs, keys: input.keys, queue: input.queue, bound }), base);
+  const atDeadline = describe(
+    decide(outcome.facts, input.table, input.view, { nowMs: d.deadlineAtMs, keys: input.keys, queue: input.queue, bound }),
+    base,
+  );
   return {
     ...explained,
     wait: {
@@ -130,7 +146,14 @@ interface Base extends Pick<Explanation, 'requestId' | 'rollout' | 'removedHeade
 }
 
 function describe(d: CoreDecision, base: Base): Explanation {
-  const common = { requestId: base.requestId, rollout: base.rollout, removedHeaders: base.removedHeaders, kind: d.kind, trace: d.trace, decision: d };
+  const common = {
+    requestId: base.requestId,
+    rollout: base.rollout,
+    removedHeaders: base.removedHeaders,
+    kind: d.kind,
+    trace: d.trace,
+    decision: d,
+  };
   switch (d.kind) {
     case 'refuse':
       return { ...common, refusal: clientRefusal(d) };

@@ -27,8 +27,21 @@ export interface FallbackInput {
 }
 
 export type FallbackOutcome =
-  | { readonly kind: 'wait'; readonly step: number; readonly order: QueueOrder; readonly maxDepth: number; readonly enqueuedAtMs: number; readonly deadlineAtMs: number }
-  | { readonly kind: 'routeVia'; readonly revision: CompiledRevision; readonly group: BoundGroup; readonly decode: Candidate; readonly prefill: Candidate | null }
+  | {
+      readonly kind: 'wait';
+      readonly step: number;
+      readonly order: QueueOrder;
+      readonly maxDepth: number;
+      readonly enqueuedAtMs: number;
+      readonly deadlineAtMs: number;
+    }
+  | {
+      readonly kind: 'routeVia';
+      readonly revision: CompiledRevision;
+      readonly group: BoundGroup;
+      readonly decode: Candidate;
+      readonly prefill: Candidate | null;
+    }
   | { readonly kind: 'recompute'; readonly decode: Candidate }
   | {
       readonly kind: 'refuse';

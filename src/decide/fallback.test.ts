@@ -26,8 +26,15 @@ function table(fallback: unknown[], mutate: (v: Value) => void = () => {}): Comp
   mutate(v);
   return tableFromValue(v);
 }
-const busy = (t: CompiledRouteTable, ...addresses: string[]) => createTestWorkerView(t, Object.fromEntries(addresses.map((a) => [a, { inFlight: 64 }])));
-const ctx = (extra: Partial<DecideContext> = {}): DecideContext => ({ nowMs: TEST_NOW_MS, keys, queue: createTestQueueView(), maxWaitMs: 29_750, ...extra });
+const busy = (t: CompiledRouteTable, ...addresses: string[]) =>
+  createTestWorkerView(t, Object.fromEntries(addresses.map((a) => [a, { inFlight: 64 }])));
+const ctx = (extra: Partial<DecideContext> = {}): DecideContext => ({
+  nowMs: TEST_NOW_MS,
+  keys,
+  queue: createTestQueueView(),
+  maxWaitMs: 29_750,
+  ...extra,
+});
 const run = (t: CompiledRouteTable, view: WorkerView, input: TestFactsInput = {}, c = ctx()): CoreDecision =>
   decide(testFacts({ tenant: 'acme', session: 's-1', ...input }), t, view, c);
 
@@ -38,17 +45,32 @@ function expectKind<K extends CoreDecision['kind']>(d: CoreDecision, kind: K): E
 const waitOf = (d: CoreDecision): WaitDecision => expectKind(d, 'wait');
 const routeOf = (d: CoreDecision): RouteDecision => expectKind(d, 'route');
 const refusalOf = (d: CoreDecision): Refusal => expectKind(d, 'refuse');
-const boundOf = (w: WaitDecision): QueuedRequest => ({ group: w.group, pinned: w.pinned, enqueuedAtMs: w.enqueuedAtMs, deadlineAtMs: w.deadlineAtMs });
+const boundOf = (w: WaitDecision): QueuedRequest => ({
+  group: w.group,
+  pinned: w.pinned,
+  enqueuedAtMs: w.enqueuedAtMs,
+  deadlineAtMs: w.deadlineAtMs,
+});
 
 describe('fallback: queue', () => {
   const t = table([QUEUE, REFUSE]);
 
   it('waits in the bound group when an endpoint is merely busy, bounded by the step deadline', () => {
     const w = waitOf(run(t, busy(t, B_DECODE)));
-    expect(w).toMatchObject({ missing: 'decode', order: 'fifo', maxDepth: 2, enqueuedAtMs: TEST_NOW_MS, deadlineAtMs: TEST_NOW_MS + 2000, step: 1, pinned: false });
+    expect(w).toMatchObject({
+      missing: 'decode',
+      order: 'fifo',
+      maxDepth: 2,
+      enqueuedAtMs: TEST_NOW_MS,
+      deadlineAtMs: TEST_NOW_MS + 2000,
+      step: 1,
+      pinned: false,
+    });
     expect(w.group.revision).toBe('llama-b');
     expect(w.fallback).toEqual([{ step: 'queue', outcome: 'waiting' }]);
-    expect(w.trace.at(-1)).toMatch(/^fallback step 1 \(queue\): wait up to 2000 ms \(the queue step's deadlineMs\) in the fifo queue of group g_[0-9a-f]+ for decode capacity; 0 ahead$/);
+    expect(w.trace.at(-1)).toMatch(
+      /^fallback step 1 \(queue\): wait up to 2000 ms \(the queue step's deadlineMs\) in the fifo queue of group g_[0-9a-f]+ for decode capacity; 0 ahead$/,
+    );
   });
 
   it("a client's x-request-deadline-ms only tightens the deadline; a malformed one is ignored and traced", () => {
@@ -66,7 +88,9 @@ describe('fallback: queue', () => {
     const w = waitOf(run(t, busy(t, B_DECODE)));
     const r = refusalOf(run(t, busy(t, B_DECODE), {}, ctx({ queue: createTestQueueView({ [w.group.id]: 2 }) })));
     expect(r).toMatchObject({ code: 'queue_full', retryAfterSeconds: 7, fallback: [{ step: 'queue', outcome: 'queue_full' }] });
-    expect(r.message).toMatch(/^no decode capacity of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) is free and its queue is full \(2 requests waiting, maxDepth 2\); retry after 7 s$/);
+    expect(r.message).toMatch(
+      /^no decode capacity of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) is free and its queue is full \(2 requests waiting, maxDepth 2\); retry after 7 s$/,
+    );
   });
 
   it('passes when nothing is merely busy (a drained pool frees nothing by waiting), and the chain refuses', () => {
@@ -95,7 +119,9 @@ describe('fallback: queue', () => {
 
   it('a caller without a queue never gets a wait', () => {
     const r = refusalOf(run(t, busy(t, B_DECODE), {}, { nowMs: TEST_NOW_MS, keys }));
-    expect(r.trace).toContain("fallback step 1 (queue): passed: this caller cannot hold requests (an internal hop, or Envoy's max_message_timeout is 0)");
+    expect(r.trace).toContain(
+      "fallback step 1 (queue): passed: this caller cannot hold requests (an internal hop, or Envoy's max_message_timeout is 0)",
+    );
     expect(r.fallback?.[0]?.skipped?.reason).toBe('cannot_hold');
   });
 
@@ -117,7 +143,9 @@ describe('fallback: a queued request decided again', () => {
     expect(again.trace).toContain('fallback step 1 (queue): keep waiting (waited 500 ms, 1500 ms left)');
     const late = refusalOf(run(t, view, {}, ctx({ nowMs: TEST_NOW_MS + 2000, bound })));
     expect(late).toMatchObject({ code: 'queue_deadline_exceeded', fallback: [{ step: 'queue', outcome: 'deadline_exceeded' }] });
-    expect(late.message).toMatch(/^request waited 2000 ms for decode capacity of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) and its queue deadline of 2000 ms passed: pool b-decode: endpoint 10\.0\.4\.1:8000 is at its in-flight limit of 2; retry later/);
+    expect(late.message).toMatch(
+      /^request waited 2000 ms for decode capacity of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) and its queue deadline of 2000 ms passed: pool b-decode: endpoint 10\.0\.4\.1:8000 is at its in-flight limit of 2; retry later/,
+    );
     expect(late.retryAfterSeconds).toBeUndefined();
   });
 
@@ -137,17 +165,26 @@ describe('fallback: a queued request decided again', () => {
       `request req-1 waited in the queue of group ${first.group.id} (model llama-3-8b, revision llama-b) and the route table changed: ` +
         'revision llama-b no longer serves model llama-3-8b for this tenant. A queued request is never moved to another group; retry, and the new request is bound afresh',
     );
-    const redeclared = table([QUEUE, REFUSE], (v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', chatTemplate: { revision: 'tmpl-2' } }) }));
-    expect(refusalOf(run(redeclared, createTestWorkerView(redeclared), {}, ctx({ bound }))).message).toMatch(/revision llama-b was redeclared with another fingerprint/);
+    const redeclared = table(
+      [QUEUE, REFUSE],
+      (v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', chatTemplate: { revision: 'tmpl-2' } }) }),
+    );
+    expect(refusalOf(run(redeclared, createTestWorkerView(redeclared), {}, ctx({ bound }))).message).toMatch(
+      /revision llama-b was redeclared with another fingerprint/,
+    );
     const rescoped = table([QUEUE, REFUSE], (v) => (v['tenancy']['prefixScope'] = 'shared'));
-    expect(refusalOf(run(rescoped, createTestWorkerView(rescoped), {}, ctx({ bound }))).message).toMatch(/the tenant prefix scope is now shared/);
+    expect(refusalOf(run(rescoped, createTestWorkerView(rescoped), {}, ctx({ bound }))).message).toMatch(
+      /the tenant prefix scope is now shared/,
+    );
   });
 
   it('never takes routeVia: a queued request stays in its group', () => {
     const via = table([{ routeVia: { revisions: ['llama-a'] } }, QUEUE, REFUSE]);
     const w = waitOf(run(via, busy(via, B_DECODE), {}, ctx({ bound })));
     expect(w.group).toEqual(first.group);
-    expect(w.trace).toContain(`fallback step 1 (routeVia): passed: the request is queued in group ${w.group.id}, and a queued request stays in its group`);
+    expect(w.trace).toContain(
+      `fallback step 1 (routeVia): passed: the request is queued in group ${w.group.id}, and a queued request stays in its group`,
+    );
   });
 });
 
@@ -162,32 +199,48 @@ describe('fallback: routeVia', () => {
     expect(d.fallback).toEqual([{ step: 'routeVia', outcome: 'routed' }]);
     const c = verifyContract(d.contract, keys, TEST_NOW_MS, { groupId: d.group.id, fingerprint: d.group.fingerprint });
     expect(c.ok && c.value.revision).toBe('llama-a');
-    expect(d.trace.join('\n')).toMatch(/fallback step 1 \(routeVia\): route entirely through revision llama-a instead of llama-b: new group g_[0-9a-f]+ .*prefill and decode both of llama-a, before any prefill/);
+    expect(d.trace.join('\n')).toMatch(
+      /fallback step 1 \(routeVia\): route entirely through revision llama-a instead of llama-b: new group g_[0-9a-f]+ .*prefill and decode both of llama-a, before any prefill/,
+    );
   });
 
   it('does not move a request pinned by its binding (eligible.notPinned), unless the table allows it', () => {
     const binding = routeOf(run(t, createTestWorkerView(t))).binding;
     const r = refusalOf(run(t, busy(t, B_DECODE), { binding }));
-    expect(r.trace).toContain('fallback step 1 (routeVia): passed: the request is pinned to revision llama-b by its session\'s binding (eligible.notPinned)');
+    expect(r.trace).toContain(
+      "fallback step 1 (routeVia): passed: the request is pinned to revision llama-b by its session's binding (eligible.notPinned)",
+    );
     const loose = table([{ routeVia: { revisions: ['llama-a'], eligible: { notPinned: false } } }, REFUSE]);
-    expect(routeOf(run(loose, busy(loose, B_DECODE), { binding: routeOf(run(loose, createTestWorkerView(loose))).binding })).group.revision).toBe('llama-a');
+    expect(
+      routeOf(run(loose, busy(loose, B_DECODE), { binding: routeOf(run(loose, createTestWorkerView(loose))).binding })).group.revision,
+    ).toBe('llama-a');
   });
 
   it('skips a revision without the adapter, an unverified one, another model, and one without capacity', () => {
     const adapter = { descriptor: testDescriptorInput({ weights: 'b', adapter: { id: 'acme/sql', revision: 'r1' } }) };
     const withAdapter = table([{ routeVia: { revisions: ['llama-a'] } }, REFUSE], (v) => (v['revisions']['llama-b'] = adapter));
-    expect(refusalOf(run(withAdapter, busy(withAdapter, B_DECODE))).trace.join('\n')).toMatch(/llama-a does not serve adapter acme\/sql, which the request's revision has \(eligible\.noAdapter\)/);
+    expect(refusalOf(run(withAdapter, busy(withAdapter, B_DECODE))).trace.join('\n')).toMatch(
+      /llama-a does not serve adapter acme\/sql, which the request's revision has \(eligible\.noAdapter\)/,
+    );
     const unverified = table([{ routeVia: { revisions: ['llama-a'] } }, REFUSE], (v) => {
       v['models']['llama-3-8b']['rollout'] = { stable: 'llama-b' };
       v['revisions']['llama-a']['verification'] = { required: true, verified: false };
     });
     expect(refusalOf(run(unverified, busy(unverified, B_DECODE))).trace.join('\n')).toMatch(/llama-a is not verified/);
-    const otherModel = table([{ routeVia: { revisions: ['llama-a'] } }, REFUSE], (v) => (v['revisions']['llama-a'] = { descriptor: testDescriptorInput({ model: { id: 'mistral/Mistral-7B' } }) }));
-    expect(refusalOf(run(otherModel, busy(otherModel, B_DECODE))).trace.join('\n')).toMatch(/llama-a serves another model \(mistral\/Mistral-7B\)/);
+    const otherModel = table(
+      [{ routeVia: { revisions: ['llama-a'] } }, REFUSE],
+      (v) => (v['revisions']['llama-a'] = { descriptor: testDescriptorInput({ model: { id: 'mistral/Mistral-7B' } }) }),
+    );
+    expect(refusalOf(run(otherModel, busy(otherModel, B_DECODE))).trace.join('\n')).toMatch(
+      /llama-a serves another model \(mistral\/Mistral-7B\)/,
+    );
     const full = busy(t, B_DECODE, '10.0.2.1:8000', '10.0.2.2:8000');
     const r = refusalOf(run(t, full));
     expect(r.trace.join('\n')).toMatch(/llama-a has no decode capacity/);
-    expect(r.fallback).toEqual([{ step: 'routeVia', outcome: 'passed' }, { step: 'refuse', outcome: 'refused' }]);
+    expect(r.fallback).toEqual([
+      { step: 'routeVia', outcome: 'passed' },
+      { step: 'refuse', outcome: 'refused' },
+    ]);
   });
 });
 
@@ -203,7 +256,9 @@ describe('fallback: recompute', () => {
     const c = verifyContract(d.contract, keys, TEST_NOW_MS);
     expect(c.ok && c.value.prefill).toBeNull();
     expect(d.fallback).toEqual([{ step: 'recompute', outcome: 'recomputed' }]);
-    expect(d.trace.join('\n')).toMatch(/fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 .* about 7 tokens x 0\.5 ms = 4 ms, cheaper than the expected wait of 2000 ms \(queue step 2's longest wait\)/);
+    expect(d.trace.join('\n')).toMatch(
+      /fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 .* about 7 tokens x 0\.5 ms = 4 ms, cheaper than the expected wait of 2000 ms \(queue step 2's longest wait\)/,
+    );
   });
 
   it('waits instead when recomputing costs more than the longest wait, or the prompt is too long', () => {
@@ -211,7 +266,9 @@ describe('fallback: recompute', () => {
     const long = 'x'.repeat(8000); // about 2000 tokens: 2004 ms of recompute
     const w = waitOf(run(t, busy(t, B_PREFILL), { content: long }, ctx()));
     expect(w.missing).toBe('prefill');
-    expect(w.trace.join('\n')).toMatch(/fallback step 1 \(recompute\): passed: recomputing about 2004 tokens costs about 2004 ms, not less than the expected wait of 2000 ms/);
+    expect(w.trace.join('\n')).toMatch(
+      /fallback step 1 \(recompute\): passed: recomputing about 2004 tokens costs about 2004 ms, not less than the expected wait of 2000 ms/,
+    );
     const tooLong = refusalOf(run(t, busy(t, B_PREFILL), { content: 'y'.repeat(20_000) }, { nowMs: TEST_NOW_MS, keys }));
     expect(tooLong.trace.join('\n')).toMatch(/passed: the prompt is about 5004 tokens, over maxPromptTokens 4000/);
   });
@@ -223,7 +280,9 @@ describe('fallback: recompute', () => {
 
   it('cannot help when decode capacity is missing', () => {
     const t = table([recompute, REFUSE]);
-    expect(refusalOf(run(t, busy(t, B_DECODE))).trace).toContain('fallback step 1 (recompute): passed: decode capacity is missing, and recompute needs a decode endpoint with room');
+    expect(refusalOf(run(t, busy(t, B_DECODE))).trace).toContain(
+      'fallback step 1 (recompute): passed: decode capacity is missing, and recompute needs a decode endpoint with room',
+    );
   });
 });
 
@@ -231,6 +290,13 @@ describe('fallback: refuse and the end of the chain', () => {
   it('a chain without refuse ends with 503 and the default retry-after', () => {
     const t = table([QUEUE]);
     const r = refusalOf(run(t, busy(t, B_DECODE), {}, { nowMs: TEST_NOW_MS, keys }));
-    expect(r).toMatchObject({ code: 'no_compatible_capacity', retryAfterSeconds: 5, fallback: [{ step: 'queue', outcome: 'passed' }, { step: 'end', outcome: 'refused' }] });
+    expect(r).toMatchObject({
+      code: 'no_compatible_capacity',
+      retryAfterSeconds: 5,
+      fallback: [
+        { step: 'queue', outcome: 'passed' },
+        { step: 'end', outcome: 'refused' },
+      ],
+    });
   });
 });

@@ -42,7 +42,10 @@ export function walkFallback(input: FallbackInput, trace: string[]): FallbackRes
   const retry = DEFAULT_RETRY_AFTER_SECONDS;
   trace.push(`fallback chain exhausted: refuse with retry-after ${retry} s`);
   records.push({ step: 'end', outcome: 'refused' });
-  return { outcome: { kind: 'refuse', code: 'no_compatible_capacity', message: noCapacityMessage(s, retry), retryAfterSeconds: retry }, records };
+  return {
+    outcome: { kind: 'refuse', code: 'no_compatible_capacity', message: noCapacityMessage(s, retry), retryAfterSeconds: retry },
+    records,
+  };
 }
 
 function runStep(step: FallbackStep, i: number, s: StepInput): FallbackOutcome | undefined {
@@ -57,12 +60,20 @@ function runStep(step: FallbackStep, i: number, s: StepInput): FallbackOutcome |
     case 'refuse':
       s.trace.push(`fallback step ${n} (refuse): refuse with retry-after ${step.retryAfterSeconds} s`);
       s.records.push({ step: 'refuse', outcome: 'refused' });
-      return { kind: 'refuse', code: 'no_compatible_capacity', message: noCapacityMessage(s, step.retryAfterSeconds), retryAfterSeconds: step.retryAfterSeconds };
+      return {
+        kind: 'refuse',
+        code: 'no_compatible_capacity',
+        message: noCapacityMessage(s, step.retryAfterSeconds),
+        retryAfterSeconds: step.retryAfterSeconds,
+      };
   }
 }
 
 /** The 503 message: which leg, which group, every reason, a skipped queue step and why, and what to do. */
-export function noCapacityMessage(input: Pick<FallbackInput, 'group' | 'shortage'> & { readonly records?: readonly FallbackRecord[] }, retryAfterSeconds: number): string {
+export function noCapacityMessage(
+  input: Pick<FallbackInput, 'group' | 'shortage'> & { readonly records?: readonly FallbackRecord[] },
+  retryAfterSeconds: number,
+): string {
   const { group, shortage } = input;
   const skipped = input.records?.find((r) => r.skipped !== undefined)?.skipped;
   return (
@@ -83,12 +94,14 @@ function recomputeStep(step: RecomputeStep, i: number, s: StepInput): FallbackOu
     return undefined;
   };
   const decode = s.shortage.decode;
-  if (s.shortage.missing !== 'prefill' || decode === null) return pass('decode capacity is missing, and recompute needs a decode endpoint with room');
+  if (s.shortage.missing !== 'prefill' || decode === null)
+    return pass('decode capacity is missing, and recompute needs a decode endpoint with room');
   const tokens = estimatePromptTokens(s.body);
   if (tokens > step.maxPromptTokens) return pass(`the prompt is about ${tokens} tokens, over maxPromptTokens ${step.maxPromptTokens}`);
   const cost = tokens * step.prefillMsPerToken;
   const wait = expectedWaitAfter(i, s);
-  const waitText = wait.ms === Infinity ? `the rest of the chain (${wait.why})` : `the expected wait of ${Math.round(wait.ms)} ms (${wait.why})`;
+  const waitText =
+    wait.ms === Infinity ? `the rest of the chain (${wait.why})` : `the expected wait of ${Math.round(wait.ms)} ms (${wait.why})`;
   if (!(cost < wait.ms)) return pass(`recomputing about ${tokens} tokens costs about ${Math.round(cost)} ms, not less than ${waitText}`);
   s.trace.push(
     `fallback step ${n} (recompute): serve on decode endpoint ${decode.endpoint.address} (pool ${decode.pool.name}) without a prefill leg: ` +

@@ -38,7 +38,7 @@ describe('internal hop', () => {
     expect(hop({ contract: r.contract })).toMatchObject({ kind: 'hop', prefill: r.prefill });
   });
 
-  it("picks another endpoint of the same cluster when the planned one is no longer usable", () => {
+  it('picks another endpoint of the same cluster when the planned one is no longer usable', () => {
     const r = routed();
     const planned = r.prefill!.endpoint!;
     const other = planned === '10.0.1.1:8000' ? '10.0.1.2:8000' : '10.0.1.1:8000';
@@ -59,7 +59,9 @@ describe('internal hop', () => {
     expect(retry).toMatchObject({ kind: 'hop', group: r.group, prefill: { cluster: 'a_prefill', endpoint: other } });
     expect(retry.trace.join('\n')).toContain(`excluding prefill endpoints that already failed (${planned})`);
     // A named endpoint that is excluded is not used either.
-    expect(hop({ contract: r.contract, prefillEndpoint: planned, retryExclude: [planned] })).toMatchObject({ prefill: { endpoint: other } });
+    expect(hop({ contract: r.contract, prefillEndpoint: planned, retryExclude: [planned] })).toMatchObject({
+      prefill: { endpoint: other },
+    });
     // Every endpoint of the group failed: refused, never sent to revision B's prefill pool.
     const none = hop({ contract: r.contract, retryExclude: [planned, other] });
     expect(none).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
@@ -81,16 +83,25 @@ describe('internal hop', () => {
     const d = hop({ contract: r.contract, prefillCluster: 'b_prefill' });
     expect(d).toMatchObject({ kind: 'refuse', code: 'mixed_revision', tenant: 'acme' });
     expect(d.kind === 'refuse' && d.message).toMatch(
-      new RegExp(`^prefill cluster b_prefill serves revision llama-b, another compatibility group, but request req-hop is bound to group ${r.group.id} \\(model llama-3-8b, revision llama-a\\); KV from it would be fed to a decode worker of another revision\\. Send the prefill leg to a prefill cluster of the bound group \\(prefill clusters of this group: a_prefill\\)$`),
+      new RegExp(
+        `^prefill cluster b_prefill serves revision llama-b, another compatibility group, but request req-hop is bound to group ${r.group.id} \\(model llama-3-8b, revision llama-a\\); KV from it would be fed to a decode worker of another revision\\. Send the prefill leg to a prefill cluster of the bound group \\(prefill clusters of this group: a_prefill\\)$`,
+      ),
     );
     expect(hop({ contract: r.contract, prefillCluster: 'nowhere' })).toMatchObject({ code: 'mixed_revision' });
   });
 
   it('refuses a prefill endpoint that is not in the cluster, or runs another fingerprint', () => {
     const r = routed();
-    expect(hop({ contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.3.1:8000' })).toMatchObject({ code: 'mixed_revision' });
+    expect(hop({ contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.3.1:8000' })).toMatchObject({
+      code: 'mixed_revision',
+    });
     const mixed = createTestWorkerView(table, { '10.0.1.2:8000': { fingerprint: table.revisions.get('llama-b')!.fingerprint } });
-    const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.1.2:8000' } }), table, mixed, ctx);
+    const d = decide(
+      testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.1.2:8000' } }),
+      table,
+      mixed,
+      ctx,
+    );
     expect(d).toMatchObject({ kind: 'refuse', code: 'mixed_revision' });
   });
 
@@ -109,7 +120,22 @@ describe('internal hop', () => {
   it('refuses a forged contract (signed with another key) and a tampered one', () => {
     const r = routed();
     const forged = mintContract(
-      { requestId: 'req-hop', groupId: r.group.id, fingerprint: r.group.fingerprint, tenantScope: 'tenant:acme', tenant: 'acme', model: 'llama-3-8b', revision: 'llama-a', adapter: null, cacheSaltDigest: '0'.repeat(64), promptDigest: '0'.repeat(64), issuedAtMs: TEST_NOW_MS, expiresAtMs: TEST_NOW_MS + 1000, decode: { cluster: 'a_decode', endpoint: null }, prefill: { cluster: 'b_prefill', endpoint: null } },
+      {
+        requestId: 'req-hop',
+        groupId: r.group.id,
+        fingerprint: r.group.fingerprint,
+        tenantScope: 'tenant:acme',
+        tenant: 'acme',
+        model: 'llama-3-8b',
+        revision: 'llama-a',
+        adapter: null,
+        cacheSaltDigest: '0'.repeat(64),
+        promptDigest: '0'.repeat(64),
+        issuedAtMs: TEST_NOW_MS,
+        expiresAtMs: TEST_NOW_MS + 1000,
+        decode: { cluster: 'a_decode', endpoint: null },
+        prefill: { cluster: 'b_prefill', endpoint: null },
+      },
       createDevKeyRing('attacker'),
     );
     expect(hop({ contract: forged })).toMatchObject({ code: 'contract_invalid' });
@@ -117,7 +143,7 @@ describe('internal hop', () => {
     expect(hop({ contract: tampered })).toMatchObject({ code: 'contract_invalid' });
   });
 
-  it("refuses a contract presented for another request", () => {
+  it('refuses a contract presented for another request', () => {
     const r = routed('req-1');
     const d = hop({ contract: r.contract }, 'req-2');
     expect(d).toMatchObject({ code: 'contract_invalid' });
@@ -126,8 +152,23 @@ describe('internal hop', () => {
 
   it('is decided on the contract alone: the prefill body carries kv_transfer_params legitimately', () => {
     const r = routed();
-    const body = new TextEncoder().encode(JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'x' }], kv_transfer_params: { do_remote_decode: true } }));
-    const out = decideRequest({ requestId: 'req-hop', method: 'POST', path: '/v1/chat/completions', headers: {}, metadata: {}, body, hop: { contract: r.contract } }, table, view, ctx);
+    const body = new TextEncoder().encode(
+      JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'x' }], kv_transfer_params: { do_remote_decode: true } }),
+    );
+    const out = decideRequest(
+      {
+        requestId: 'req-hop',
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: {},
+        metadata: {},
+        body,
+        hop: { contract: r.contract },
+      },
+      table,
+      view,
+      ctx,
+    );
     expect(out.decision.kind).toBe('hop');
   });
 });

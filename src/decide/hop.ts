@@ -28,13 +28,7 @@ export function groupOfContract(c: TransferContract): BoundGroup {
 }
 
 /** Check a prefill leg against its contract and the route table; a `hop` decision or a refusal. */
-export function decideHop(
-  facts: RequestFacts,
-  hop: HopFacts,
-  table: CompiledRouteTable,
-  view: WorkerView,
-  ctx: DecideContext,
-): Decision {
+export function decideHop(facts: RequestFacts, hop: HopFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): Decision {
   const id = facts.requestId;
   const trace: string[] = [`request ${id}: internal hop (prefill leg) presenting a transfer contract`];
   const v = verifyContract(hop.contract, ctx.keys, Math.floor(ctx.nowMs), { requestId: id });
@@ -43,13 +37,26 @@ export function decideHop(
   }
   const c = v.value;
   if (groupIdOf(c.fingerprint, c.tenantScope) !== c.groupId) {
-    return refuse(id, 'contract_invalid', `transfer contract rejected: group ${c.groupId} does not match its fingerprint and tenant scope; it was minted by a different kvgate version or forged`, trace);
+    return refuse(
+      id,
+      'contract_invalid',
+      `transfer contract rejected: group ${c.groupId} does not match its fingerprint and tenant scope; it was minted by a different kvgate version or forged`,
+      trace,
+    );
   }
   const group = groupOfContract(c);
-  trace.push(`contract verified: group ${c.groupId} (model ${c.model}, revision ${c.revision}), expires in ${c.expiresAtMs - Math.floor(ctx.nowMs)} ms`);
+  trace.push(
+    `contract verified: group ${c.groupId} (model ${c.model}, revision ${c.revision}), expires in ${c.expiresAtMs - Math.floor(ctx.nowMs)} ms`,
+  );
   const clusterName = hop.prefillCluster ?? c.prefill?.cluster;
   if (clusterName === undefined) {
-    return refuse(id, 'contract_invalid', `the contract of request ${id} has no prefill leg (it was served without disaggregation) and the hop names no prefill cluster; a sidecar must not start a prefill leg for it`, trace, { tenant: c.tenant });
+    return refuse(
+      id,
+      'contract_invalid',
+      `the contract of request ${id} has no prefill leg (it was served without disaggregation) and the hop names no prefill cluster; a sidecar must not start a prefill leg for it`,
+      trace,
+      { tenant: c.tenant },
+    );
   }
   const cluster = table.clusters.get(clusterName);
   const hint = ` (prefill clusters of this group: ${prefillClusters(table, c.fingerprint) || 'none'})`;
@@ -67,19 +74,43 @@ export function decideHop(
   }
   // Inside the group, but the gate bound this request without a prefill leg: none may run for it.
   if (c.prefill === null) {
-    return refuse(id, 'contract_invalid', `the contract of request ${id} has no prefill leg (the gate bound it to be served without disaggregation); a prefill leg for it is refused`, trace, { tenant: c.tenant });
+    return refuse(
+      id,
+      'contract_invalid',
+      `the contract of request ${id} has no prefill leg (the gate bound it to be served without disaggregation); a prefill leg for it is refused`,
+      trace,
+      { tenant: c.tenant },
+    );
   }
   const revision = table.revisions.get(c.revision);
   if (revision !== undefined && !revision.transfer.allowed) {
-    return refuse(id, 'incompatible_transfer', `revision ${c.revision} cannot move KV between workers (${revision.transfer.reasons.join('; ')}); it is served without disaggregation only`, trace, { tenant: c.tenant });
+    return refuse(
+      id,
+      'incompatible_transfer',
+      `revision ${c.revision} cannot move KV between workers (${revision.transfer.reasons.join('; ')}); it is served without disaggregation only`,
+      trace,
+      { tenant: c.tenant },
+    );
   }
   const prefillPools = cluster.pools.filter((p) => p.role !== 'decode');
   if (prefillPools.length === 0) {
-    return refuse(id, 'bad_request', `cluster ${clusterName} has only decode pools; send the prefill leg to a prefill (or both) cluster of group ${c.groupId}${hint}`, trace, { tenant: c.tenant });
+    return refuse(
+      id,
+      'bad_request',
+      `cluster ${clusterName} has only decode pools; send the prefill leg to a prefill (or both) cluster of group ${c.groupId}${hint}`,
+      trace,
+      { tenant: c.tenant },
+    );
   }
   const pools = prefillPools.filter((p) => tenantAllowed(p.tenants, c.tenant));
   if (pools.length === 0) {
-    return refuse(id, 'tenant_scope_denied', `prefill cluster ${clusterName} does not serve ${c.tenant === null ? 'anonymous requests' : `tenant ${c.tenant}`}; send the prefill leg to a cluster that does${hint}`, trace, { tenant: c.tenant });
+    return refuse(
+      id,
+      'tenant_scope_denied',
+      `prefill cluster ${clusterName} does not serve ${c.tenant === null ? 'anonymous requests' : `tenant ${c.tenant}`}; send the prefill leg to a cluster that does${hint}`,
+      trace,
+      { tenant: c.tenant },
+    );
   }
   const exclude = new Set(hop.retryExclude ?? []);
   if (exclude.size > 0) trace.push(`retry: excluding prefill endpoints that already failed (${[...exclude].join(', ')})`);
@@ -131,20 +162,40 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
     const ep = h.view.endpoints(pool.name).find((e) => e.address === address);
     if (ep === undefined) continue;
     if (ep.fingerprint !== c.fingerprint) {
-      return refuse(id, 'mixed_revision', `prefill endpoint ${address} of pool ${pool.name} runs fingerprint ${ep.fingerprint?.slice(0, 12) ?? '(unobserved)'}…, not group ${c.groupId}'s; it will not prefill for this request. Retry the prefill leg on another endpoint of cluster ${pool.cluster}`, trace, { tenant: c.tenant });
+      return refuse(
+        id,
+        'mixed_revision',
+        `prefill endpoint ${address} of pool ${pool.name} runs fingerprint ${ep.fingerprint?.slice(0, 12) ?? '(unobserved)'}…, not group ${c.groupId}'s; it will not prefill for this request. Retry the prefill leg on another endpoint of cluster ${pool.cluster}`,
+        trace,
+        { tenant: c.tenant },
+      );
     }
     if (!ep.verified) {
-      return refuse(id, 'worker_unverified', `prefill endpoint ${address} of pool ${pool.name} is not verified; retry the prefill leg on another endpoint of cluster ${pool.cluster}`, trace, { tenant: c.tenant });
+      return refuse(
+        id,
+        'worker_unverified',
+        `prefill endpoint ${address} of pool ${pool.name} is not verified; retry the prefill leg on another endpoint of cluster ${pool.cluster}`,
+        trace,
+        { tenant: c.tenant },
+      );
     }
     // The same capacity rules as an endpoint the gate picks: a named endpoint is no way around a drain or a limit.
     if (pool.draining || ep.draining || ep.inFlight >= pool.maxInFlightPerEndpoint) {
-      trace.push(`the named prefill endpoint ${address} is ${pool.draining || ep.draining ? 'draining' : `at its in-flight limit of ${pool.maxInFlightPerEndpoint}`}; picking another in cluster ${pool.cluster}`);
+      trace.push(
+        `the named prefill endpoint ${address} is ${pool.draining || ep.draining ? 'draining' : `at its in-flight limit of ${pool.maxInFlightPerEndpoint}`}; picking another in cluster ${pool.cluster}`,
+      );
       return pickHopEndpoint(h, pools, new Set([address]));
     }
     trace.push(`prefill endpoint ${address} (pool ${pool.name}) is in the group`);
     return hopDecision(h, { pool: pool.name, cluster: pool.cluster, endpoint: address });
   }
-  return refuse(id, 'mixed_revision', `prefill endpoint ${address} is not a member of cluster ${pools[0]!.cluster}, so it cannot be shown to belong to group ${c.groupId}; let the gate pick the endpoint (omit x-kvgate-prefill-endpoint)`, trace, { tenant: c.tenant });
+  return refuse(
+    id,
+    'mixed_revision',
+    `prefill endpoint ${address} is not a member of cluster ${pools[0]!.cluster}, so it cannot be shown to belong to group ${c.groupId}; let the gate pick the endpoint (omit x-kvgate-prefill-endpoint)`,
+    trace,
+    { tenant: c.tenant },
+  );
 }
 
 function pickHopEndpoint(h: HopScope, pools: readonly CompiledPool[], exclude: ReadonlySet<string>): Decision {
@@ -153,12 +204,25 @@ function pickHopEndpoint(h: HopScope, pools: readonly CompiledPool[], exclude: R
   const picked = pickLeastLoaded(e.candidates, id);
   if (picked === undefined) {
     const retryAfterSeconds = finalRetryAfter(h.table);
-    return refuse(id, 'no_compatible_capacity', `no prefill endpoint of group ${c.groupId} is available in cluster ${pools[0]!.cluster}: ${e.reasons.join('; ')}; retry after ${retryAfterSeconds} s`, trace, { tenant: c.tenant, retryAfterSeconds });
+    return refuse(
+      id,
+      'no_compatible_capacity',
+      `no prefill endpoint of group ${c.groupId} is available in cluster ${pools[0]!.cluster}: ${e.reasons.join('; ')}; retry after ${retryAfterSeconds} s`,
+      trace,
+      { tenant: c.tenant, retryAfterSeconds },
+    );
   }
   trace.push(`prefill endpoint ${picked.endpoint.address} (pool ${picked.pool.name}, ${picked.endpoint.inFlight} in flight)`);
   return hopDecision(h, { pool: picked.pool.name, cluster: picked.pool.cluster, endpoint: picked.endpoint.address });
 }
 
 function hopDecision(h: HopScope, prefill: { pool: string; cluster: string; endpoint: string }): Decision {
-  return Object.freeze({ kind: 'hop' as const, requestId: h.id, group: h.group, prefill: Object.freeze(prefill), contract: h.contract, trace: Object.freeze([...h.trace]) });
+  return Object.freeze({
+    kind: 'hop' as const,
+    requestId: h.id,
+    group: h.group,
+    prefill: Object.freeze(prefill),
+    contract: h.contract,
+    trace: Object.freeze([...h.trace]),
+  });
 }

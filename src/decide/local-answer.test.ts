@@ -44,6 +44,9 @@ describe('answers the gateway gives itself', () => {
     const view = createStaticWorkerView(t, createInFlightTracker());
     const ctx = { nowMs: NOW, keys: testKeys() };
     expect(decideRequest(get('/v1/models', { 'x-tenant-id': 'acme' }), t, view, ctx).decision.kind).toBe('answer');
-    expect(decideRequest(get('/v1/files', { 'x-tenant-id': 'acme' }), t, view, ctx).decision).toMatchObject({ kind: 'refuse', code: 'bad_request' });
+    expect(decideRequest(get('/v1/files', { 'x-tenant-id': 'acme' }), t, view, ctx).decision).toMatchObject({
+      kind: 'refuse',
+      code: 'bad_request',
+    });
   });
 });

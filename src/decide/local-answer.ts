@@ -30,9 +30,19 @@ export function answerLocally(
   let tenant: string | null;
   if (who.kind === 'found') tenant = who.tenant;
   else if (who.kind === 'ambiguous') {
-    return refuse(facts.requestId, 'tenant_required', `the tenant identity (${who.from}) is unusable: ${who.detail}; exactly one tenant id is required`, trace);
+    return refuse(
+      facts.requestId,
+      'tenant_required',
+      `the tenant identity (${who.from}) is unusable: ${who.detail}; exactly one tenant id is required`,
+      trace,
+    );
   } else if (table.tenancy.required) {
-    return refuse(facts.requestId, 'tenant_required', `this gateway requires a tenant identity (${who.from}) to list models and the request has none; authenticate through the gateway so it is set`, trace);
+    return refuse(
+      facts.requestId,
+      'tenant_required',
+      `this gateway requires a tenant identity (${who.from}) to list models and the request has none; authenticate through the gateway so it is set`,
+      trace,
+    );
   } else tenant = table.tenancy.default ?? null;
   const created = Math.floor(nowMs / 1000);
   const data = [...table.models.values()]

@@ -39,8 +39,7 @@ export function eligibleEndpoints(
   tenant: string | null,
   exclude?: string | ReadonlySet<string>,
 ): Eligibility {
-  const excluded = (address: string): boolean =>
-    typeof exclude === 'string' ? address === exclude : exclude?.has(address) === true;
+  const excluded = (address: string): boolean => (typeof exclude === 'string' ? address === exclude : exclude?.has(address) === true);
   const candidates: Candidate[] = [];
   const reasons: string[] = [];
   let busy = 0;
@@ -70,7 +69,8 @@ export function eligibleEndpoints(
         continue;
       }
       if (ep.fingerprint === null) note('not yet observed', ep.address);
-      else if (ep.fingerprint !== fingerprint) note(`running another fingerprint (${ep.fingerprint.slice(0, 12)}…), never used for this group`, ep.address);
+      else if (ep.fingerprint !== fingerprint)
+        note(`running another fingerprint (${ep.fingerprint.slice(0, 12)}…), never used for this group`, ep.address);
       else if (!ep.verified) note('not verified', ep.address);
       else if (ep.draining) note('draining', ep.address);
       else if (ep.inFlight >= pool.maxInFlightPerEndpoint) {

@@ -59,7 +59,8 @@ export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOut
       `no ${shortage.missing} endpoint of the group is merely at its in-flight limit, so waiting frees nothing (${shortage.reasons.join('; ') || 'no pools'})`,
     );
   }
-  if (queue === undefined) return pass('cannot_hold', 'this caller cannot hold requests (an internal hop, or Envoy\'s max_message_timeout is 0)');
+  if (queue === undefined)
+    return pass('cannot_hold', "this caller cannot hold requests (an internal hop, or Envoy's max_message_timeout is 0)");
   const wait = { kind: 'wait' as const, step: n, order: step.order, maxDepth: step.maxDepth };
   if (bound !== undefined) {
     const waited = nowMs - bound.enqueuedAtMs;
@@ -106,7 +107,7 @@ export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOut
 /** The tightest of the step's deadline, the client's header and the caller's limit, and which one it was. */
 function waitBudget(step: QueueStep, s: StepInput): { ms: number; why: string } {
   let ms = step.deadlineMs;
-  let why = 'the queue step\'s deadlineMs';
+  let why = "the queue step's deadlineMs";
   const client = clientDeadlineMs(s.facts.headers, s.trace);
   if (client !== undefined && client < ms) {
     ms = client;

@@ -16,13 +16,7 @@ export interface RefusalExtra {
 }
 
 /** A frozen refusal; the trace ends with the refusal code so `kvgate explain` output reads top to bottom. */
-export function refuse(
-  requestId: string,
-  code: ErrorCode,
-  message: string,
-  trace: readonly string[],
-  extra: RefusalExtra = {},
-): Refusal {
+export function refuse(requestId: string, code: ErrorCode, message: string, trace: readonly string[], extra: RefusalExtra = {}): Refusal {
   return Object.freeze({
     kind: 'refuse' as const,
     requestId,
@@ -38,11 +32,12 @@ export function refuse(
 }
 
 /** A refusal from a parser's KvgateError (e.g. `parseOpenAiBody`), keeping its code and client-safe message. */
-export function refusalFromError(
-  requestId: string,
-  error: KvgateError,
-  trace: readonly string[] = [],
-  tenant?: string | null,
-): Refusal {
-  return refuse(requestId, error.code, error.reason, [...trace, `request rejected: ${error.reason}`], tenant === undefined ? {} : { tenant });
+export function refusalFromError(requestId: string, error: KvgateError, trace: readonly string[] = [], tenant?: string | null): Refusal {
+  return refuse(
+    requestId,
+    error.code,
+    error.reason,
+    [...trace, `request rejected: ${error.reason}`],
+    tenant === undefined ? {} : { tenant },
+  );
 }

@@ -16,7 +16,14 @@ function refusal(path: string, body: Uint8Array, max = 1024) {
 describe('parseOpenAiBody', () => {
   it('reads a chat request, tolerating a query string', () => {
     const r = parseOpenAiBody('/v1/chat/completions?api-version=1', bytes({ ...chat, stream: true, user: 'u1', cache_salt: 's' }), limits);
-    expect(r.ok && { ...r.value, json: undefined }).toEqual({ endpoint: 'chat', model: 'llama-3-8b', stream: true, user: 'u1', cacheSalt: 's', json: undefined });
+    expect(r.ok && { ...r.value, json: undefined }).toEqual({
+      endpoint: 'chat',
+      model: 'llama-3-8b',
+      stream: true,
+      user: 'u1',
+      cacheSalt: 's',
+      json: undefined,
+    });
   });
 
   it('reads completions with every prompt form, and null optional fields', () => {
@@ -29,24 +36,34 @@ describe('parseOpenAiBody', () => {
   it('refuses other paths', () => {
     const e = refusal('/v1/embeddings', bytes(chat));
     expect(e.code).toBe('bad_request');
-    expect(e.reason).toBe('kvgate routes only POST /v1/completions and /v1/chat/completions, not "/v1/embeddings"; send the request to one of those');
+    expect(e.reason).toBe(
+      'kvgate routes only POST /v1/completions and /v1/chat/completions, not "/v1/embeddings"; send the request to one of those',
+    );
   });
 
   it('refuses a body over the limit with body_too_large', () => {
     const e = refusal('/v1/chat/completions', bytes({ ...chat, pad: 'x'.repeat(200) }), 100);
     expect(e.code).toBe('body_too_large');
-    expect(e.reason).toMatch(/^the request body is \d+ bytes, over this gateway's limit of 100 bytes; shorten the prompt or ask the operator to raise limits.maxBodyBytes$/);
+    expect(e.reason).toMatch(
+      /^the request body is \d+ bytes, over this gateway's limit of 100 bytes; shorten the prompt or ask the operator to raise limits.maxBodyBytes$/,
+    );
   });
 
   it('refuses malformed JSON, non-objects and bad UTF-8 with bad_request', () => {
-    expect(refusal('/v1/chat/completions', bytes('{"model": "m",')).reason).toMatch(/^the request body is not valid JSON \(.+\); send a JSON object/);
-    expect(refusal('/v1/chat/completions', bytes('[1,2]')).reason).toBe('the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}');
+    expect(refusal('/v1/chat/completions', bytes('{"model": "m",')).reason).toMatch(
+      /^the request body is not valid JSON \(.+\); send a JSON object/,
+    );
+    expect(refusal('/v1/chat/completions', bytes('[1,2]')).reason).toBe(
+      'the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}',
+    );
     expect(refusal('/v1/chat/completions', bytes('')).reason).toMatch(/body is empty/);
     expect(refusal('/v1/chat/completions', new Uint8Array([0x7b, 0xff, 0x7d])).reason).toMatch(/not valid UTF-8/);
   });
 
   it('refuses a missing or non-string model', () => {
-    expect(refusal('/v1/chat/completions', bytes({ messages: chat.messages })).reason).toBe('the request has no "model"; add "model": "<served model name>"');
+    expect(refusal('/v1/chat/completions', bytes({ messages: chat.messages })).reason).toBe(
+      'the request has no "model"; add "model": "<served model name>"',
+    );
     expect(refusal('/v1/chat/completions', bytes({ ...chat, model: 7 })).reason).toMatch(/"model" must be a non-empty string/);
   });
 
@@ -84,7 +101,13 @@ describe('parseOpenAiBody', () => {
     }
     expect(refusal('/v1/chat/completions', bytes(bodies[0])).reason).toContain('found at "vllm_xargs.kv_transfer_params"');
     // The name inside a prompt's text is only text.
-    expect(parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, messages: [{ role: 'user', content: 'what is kv_transfer_params?' }] }), limits).ok).toBe(true);
+    expect(
+      parseOpenAiBody(
+        '/v1/chat/completions',
+        bytes({ ...chat, messages: [{ role: 'user', content: 'what is kv_transfer_params?' }] }),
+        limits,
+      ).ok,
+    ).toBe(true);
   });
 
   it('refuses a body nested deeper than 64 levels with 400 before parsing it (20,000 levels: no stack overflow)', () => {
@@ -92,12 +115,17 @@ describe('parseOpenAiBody', () => {
     const e = refusal('/v1/chat/completions', new TextEncoder().encode(deep), 100_000);
     expect([e.code, e.reason]).toEqual(['bad_request', expect.stringContaining('more than 64 levels deep')]);
     // Brackets inside strings are text, not nesting.
-    expect(parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, messages: [{ role: 'user', content: '['.repeat(500) }] }), limits).ok).toBe(true);
+    expect(
+      parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, messages: [{ role: 'user', content: '['.repeat(500) }] }), limits).ok,
+    ).toBe(true);
   });
 
   it('quotes client-supplied values in its messages at most 128 characters', () => {
     const long = 'x'.repeat(3000);
-    for (const [path, body] of [[`/v1/${long}`, chat], ['/v1/chat/completions', { ...chat, stream: long }]] as const) {
+    for (const [path, body] of [
+      [`/v1/${long}`, chat],
+      ['/v1/chat/completions', { ...chat, stream: long }],
+    ] as const) {
       const e = refusal(path, bytes(body), 100_000);
       expect(e.reason.length, e.reason).toBeLessThan(400);
     }
@@ -107,18 +135,29 @@ describe('parseOpenAiBody', () => {
     for (const kv of [null, {}, { do_remote_prefill: true }]) {
       const e = refusal('/v1/chat/completions', bytes({ ...chat, kv_transfer_params: kv }));
       expect(e.code).toBe('kv_params_forbidden');
-      expect(e.reason).toBe("kv_transfer_params is set by kvgate's sidecars, never by a client (found at \"kv_transfer_params\"); remove it from the request");
+      expect(e.reason).toBe(
+        'kv_transfer_params is set by kvgate\'s sidecars, never by a client (found at "kv_transfer_params"); remove it from the request',
+      );
     }
   });
 });
 
 describe('tenant, user and session', () => {
   const table = tableFromValue(twoRevisionTableValue());
-  const metaTenancy: Tenancy = { source: { metadata: { namespace: 'envoy.filters.http.jwt_authn', path: ['jwt_payload', 'org'] } }, required: true, prefixScope: 'tenant-user', userHeader: 'x-user-id' };
+  const metaTenancy: Tenancy = {
+    source: { metadata: { namespace: 'envoy.filters.http.jwt_authn', path: ['jwt_payload', 'org'] } },
+    required: true,
+    prefixScope: 'tenant-user',
+    userHeader: 'x-user-id',
+  };
   const facts = (headers: Record<string, string>, metadata: Record<string, Record<string, unknown>> = {}) => ({ headers, metadata });
 
   it('reads the tenant from the configured header', () => {
-    expect(tenantOf(facts({ 'x-tenant-id': ' acme ' }), table.tenancy)).toEqual({ kind: 'found', tenant: 'acme', from: 'header x-tenant-id' });
+    expect(tenantOf(facts({ 'x-tenant-id': ' acme ' }), table.tenancy)).toEqual({
+      kind: 'found',
+      tenant: 'acme',
+      from: 'header x-tenant-id',
+    });
     expect(tenantOf(facts({}), table.tenancy)).toEqual({ kind: 'missing', from: 'header x-tenant-id' });
     expect(tenantOf(facts({ 'x-tenant-id': 'globex,acme' }), table.tenancy).kind).toBe('ambiguous');
   });
@@ -127,7 +166,10 @@ describe('tenant, user and session', () => {
     const md = { 'envoy.filters.http.jwt_authn': { jwt_payload: { org: 'acme', n: 7 } } };
     expect(tenantOf(facts({ 'x-tenant-id': 'forged' }, md), metaTenancy)).toMatchObject({ kind: 'found', tenant: 'acme' });
     expect(tenantOf(facts({}, {}), metaTenancy).kind).toBe('missing');
-    expect(tenantOf(facts({}, { 'envoy.filters.http.jwt_authn': { jwt_payload: { org: ['a'] } } }), metaTenancy)).toMatchObject({ kind: 'ambiguous', detail: 'it is a list, not a string' });
+    expect(tenantOf(facts({}, { 'envoy.filters.http.jwt_authn': { jwt_payload: { org: ['a'] } } }), metaTenancy)).toMatchObject({
+      kind: 'ambiguous',
+      detail: 'it is a list, not a string',
+    });
   });
 
   it('takes the user from the trusted header when configured, else from the body', () => {

@@ -26,7 +26,9 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
   const route = path.split('?')[0]!.replace(/\/+$/, '');
   const endpoint = ENDPOINTS[route];
   if (endpoint === undefined) {
-    return bad(`kvgate routes only POST /v1/completions and /v1/chat/completions, not ${quoteClientValue(route || '/')}; send the request to one of those`);
+    return bad(
+      `kvgate routes only POST /v1/completions and /v1/chat/completions, not ${quoteClientValue(route || '/')}; send the request to one of those`,
+    );
   }
   if (body.byteLength > limits.maxBodyBytes) {
     return err(
@@ -46,7 +48,9 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
   if (text.trim() === '') return bad('the request body is empty; send a JSON object with at least "model"');
   // Before parsing: a body nested deeper than any OpenAI request would overflow every recursive walk after the parse.
   if (jsonNestingExceeds(text)) {
-    return bad(`the request body nests objects or arrays more than ${MAX_JSON_DEPTH} levels deep; no OpenAI request needs that, flatten it`);
+    return bad(
+      `the request body nests objects or arrays more than ${MAX_JSON_DEPTH} levels deep; no OpenAI request needs that, flatten it`,
+    );
   }
   let json: unknown;
   try {
@@ -54,7 +58,9 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
   } catch (e) {
     // Only the position: the parser's own message quotes the body, and prompt text never goes into errors or logs.
     const at = /position (\d+)/.exec(e instanceof Error ? e.message : '')?.[1];
-    return bad(`the request body is not valid JSON${at === undefined ? '' : ` (syntax error at byte ${at})`}; send a JSON object such as {"model": "...", "messages": [...]}`);
+    return bad(
+      `the request body is not valid JSON${at === undefined ? '' : ` (syntax error at byte ${at})`}; send a JSON object such as {"model": "...", "messages": [...]}`,
+    );
   }
   if (json === null || typeof json !== 'object' || Array.isArray(json)) {
     return bad('the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}');
@@ -62,7 +68,12 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
   const obj = json as Record<string, unknown>;
   const kvParams = findKvTransferParams(obj);
   if (kvParams !== undefined) {
-    return err(new KvgateError('kv_params_forbidden', `kv_transfer_params is set by kvgate's sidecars, never by a client (found at ${quoteClientValue(kvParams)}); remove it from the request`));
+    return err(
+      new KvgateError(
+        'kv_params_forbidden',
+        `kv_transfer_params is set by kvgate's sidecars, never by a client (found at ${quoteClientValue(kvParams)}); remove it from the request`,
+      ),
+    );
   }
   const fieldError = checkFields(obj, endpoint);
   if (fieldError !== undefined) return bad(fieldError);
@@ -106,7 +117,9 @@ function checkMessages(messages: unknown): string | undefined {
   if (!Array.isArray(messages) || messages.length === 0) {
     return '"messages" must be a non-empty array of {"role": ..., "content": ...} objects';
   }
-  const i = messages.findIndex((m) => m === null || typeof m !== 'object' || Array.isArray(m) || typeof (m as { role?: unknown }).role !== 'string');
+  const i = messages.findIndex(
+    (m) => m === null || typeof m !== 'object' || Array.isArray(m) || typeof (m as { role?: unknown }).role !== 'string',
+  );
   return i === -1 ? undefined : `messages[${i}] must be an object with a string "role"`;
 }
 

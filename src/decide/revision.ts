@@ -27,9 +27,7 @@ export interface NoRevision {
 /** Revisions of the model's rollout whose pools can serve this tenant end to end. */
 export function servingRevisions(table: CompiledRouteTable, model: CompiledModel, tenant: string | null): CompiledRevision[] {
   const names = model.candidate === null ? [model.stable] : [model.stable, model.candidate];
-  return names
-    .map((n) => table.revisions.get(n))
-    .filter((r): r is CompiledRevision => r !== undefined && revisionServesTenant(r, tenant));
+  return names.map((n) => table.revisions.get(n)).filter((r): r is CompiledRevision => r !== undefined && revisionServesTenant(r, tenant));
 }
 
 /** Whether `r` has pools open to `tenant` for both halves of a request (or a `both` pool). */
@@ -64,9 +62,16 @@ export function chooseRevision(input: ChooseInput, trace: string[]): RevisionCho
   if (candidate === undefined || model.weight <= 0) {
     const r = stable ?? (offered === undefined ? serving[0]! : undefined);
     if (r === undefined) {
-      return { refuse: `model ${model.name}'s only revision open to this tenant is candidate ${offered!.name}, which ${unverifiedReason(offered!)}` };
+      return {
+        refuse: `model ${model.name}'s only revision open to this tenant is candidate ${offered!.name}, which ${unverifiedReason(offered!)}`,
+      };
     }
-    const why = offered === undefined ? 'no candidate serves this tenant' : candidate === undefined ? `candidate ${offered.name} is not verified` : 'candidate weight is 0';
+    const why =
+      offered === undefined
+        ? 'no candidate serves this tenant'
+        : candidate === undefined
+          ? `candidate ${offered.name} is not verified`
+          : 'candidate weight is 0';
     trace.push(`revision: ${r.name} (${why})`);
     return { revision: r, pinned: false };
   }

@@ -48,11 +48,16 @@ describe('cohorts', () => {
 
   it('a weight change never moves a session that holds a valid binding', () => {
     fc.assert(
-      fc.property(fc.string({ minLength: 1, maxLength: 40 }), fc.integer({ min: 0, max: 100 }), fc.integer({ min: 0, max: 100 }), (session, w1, w2) => {
-        const first = route(run(tables.get(w1)!, { session }));
-        const later = route(run(tables.get(w2)!, { session, binding: first.binding, requestId: 'req-2' }, TEST_NOW_MS + 1000));
-        return later.group.revision === first.group.revision && later.group.id === first.group.id;
-      }),
+      fc.property(
+        fc.string({ minLength: 1, maxLength: 40 }),
+        fc.integer({ min: 0, max: 100 }),
+        fc.integer({ min: 0, max: 100 }),
+        (session, w1, w2) => {
+          const first = route(run(tables.get(w1)!, { session }));
+          const later = route(run(tables.get(w2)!, { session, binding: first.binding, requestId: 'req-2' }, TEST_NOW_MS + 1000));
+          return later.group.revision === first.group.revision && later.group.id === first.group.id;
+        },
+      ),
       { numRuns: 60 },
     );
   });
@@ -64,10 +69,19 @@ describe('verification of a candidate', () => {
     for (let s = 0; s < 20; s++) {
       const d = route(run(t, { session: `s-${s}` }));
       expect(d.group.revision).toBe('llama-a');
-      expect(d.trace).toContain('candidate llama-b takes no cohort: is not verified (revisions.llama-b.verification requires it; set verified: true once kvgate verify passes)');
+      expect(d.trace).toContain(
+        'candidate llama-b takes no cohort: is not verified (revisions.llama-b.verification requires it; set verified: true once kvgate verify passes)',
+      );
       expect(d.trace).toContain('revision: llama-a (candidate llama-b is not verified)');
     }
-    expect(route(run(table(100, (v) => (v['revisions']['llama-b']['verification'] = { verified: true, evidence: 'verify-2024-05-01' })), { session: 's-1' })).group.revision).toBe('llama-b');
+    expect(
+      route(
+        run(
+          table(100, (v) => (v['revisions']['llama-b']['verification'] = { verified: true, evidence: 'verify-2024-05-01' })),
+          { session: 's-1' },
+        ),
+      ).group.revision,
+    ).toBe('llama-b');
   });
 
   it('a binding to a candidate that became unverified is not honoured', () => {
@@ -75,20 +89,21 @@ describe('verification of a candidate', () => {
     expect(first.group.revision).toBe('llama-b');
     const d = route(run(table(100, unverifiedB), { session: 's-1', binding: first.binding }));
     expect(d.group.revision).toBe('llama-a');
-    expect(d.trace).toContain('binding to revision llama-b ignored: it is not verified (revisions.llama-b.verification requires it; set verified: true once kvgate verify passes)');
+    expect(d.trace).toContain(
+      'binding to revision llama-b ignored: it is not verified (revisions.llama-b.verification requires it; set verified: true once kvgate verify passes)',
+    );
   });
 
   it('refuses with 503 when the only revision open to the tenant is an unverified candidate', () => {
-    const t = table(
-      10,
-      (v) => {
-        unverifiedB(v);
-        for (const p of v['pools']) p['tenants'] = p['revision'] === 'llama-a' ? ['globex'] : ['acme', 'globex'];
-      },
-    );
+    const t = table(10, (v) => {
+      unverifiedB(v);
+      for (const p of v['pools']) p['tenants'] = p['revision'] === 'llama-a' ? ['globex'] : ['acme', 'globex'];
+    });
     const d = run(t, { session: 's-1' });
     expect(d).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 5 });
-    expect(d.kind === 'refuse' && d.message).toBe("model llama-3-8b's only revision open to this tenant is candidate llama-b, which is not verified (revisions.llama-b.verification requires it; set verified: true once kvgate verify passes)");
+    expect(d.kind === 'refuse' && d.message).toBe(
+      "model llama-3-8b's only revision open to this tenant is candidate llama-b, which is not verified (revisions.llama-b.verification requires it; set verified: true once kvgate verify passes)",
+    );
   });
 });
 

@@ -64,8 +64,10 @@ function ineligible(r: CompiledRevision, step: RouteViaStep, s: StepInput): stri
     return `does not serve adapter ${bound.adapter}, which the request's revision has (eligible.noAdapter)`;
   }
   if (!r.verified) return unverifiedReason(r);
-  if (!revisionServesTenant(r, s.group.tenant)) return `has no pools open to ${s.group.tenant === null ? 'anonymous requests' : `tenant ${s.group.tenant}`}`;
-  if (!r.transfer.allowed && r.pools.both.length === 0) return `cannot be disaggregated and has no role: both pool (${r.transfer.reasons.join('; ')})`;
+  if (!revisionServesTenant(r, s.group.tenant))
+    return `has no pools open to ${s.group.tenant === null ? 'anonymous requests' : `tenant ${s.group.tenant}`}`;
+  if (!r.transfer.allowed && r.pools.both.length === 0)
+    return `cannot be disaggregated and has no role: both pool (${r.transfer.reasons.join('; ')})`;
   return undefined;
 }
 

@@ -7,7 +7,15 @@ import type { EndpointLoad } from './worker-view.js';
 const pool = (cluster = 'c') => ({ name: cluster, cluster, role: 'decode' }) as unknown as CompiledPool;
 const cand = (i: number, inFlight: number, load?: EndpointLoad, cluster = 'c'): Candidate => ({
   pool: pool(cluster),
-  endpoint: { address: `10.0.0.${i}:8000`, fingerprint: 'f', verified: true, draining: false, inFlight, observedAtMs: 0, ...(load ? { load } : {}) },
+  endpoint: {
+    address: `10.0.0.${i}:8000`,
+    fingerprint: 'f',
+    verified: true,
+    draining: false,
+    inFlight,
+    observedAtMs: 0,
+    ...(load ? { load } : {}),
+  },
 });
 
 describe('scoring endpoints inside a group', () => {
@@ -25,7 +33,9 @@ describe('scoring endpoints inside a group', () => {
     const i = even.indexOf(first);
     const busy = even.map((c, k) => (k === i ? cand(k + 1, 4) : c));
     expect(pickScored(busy, 'r1', 'group-a\nsystem prompt')!.candidate.endpoint.address).not.toBe(first.endpoint.address);
-    const queued = even.map((c, k) => (k === i ? cand(k + 1, 2, { running: 2, waiting: 1, kvCacheUsage: 0.2, ownInFlightAtReport: 2 }) : c));
+    const queued = even.map((c, k) =>
+      k === i ? cand(k + 1, 2, { running: 2, waiting: 1, kvCacheUsage: 0.2, ownInFlightAtReport: 2 }) : c,
+    );
     expect(pickScored(queued, 'r1', 'group-a\nsystem prompt')!.candidate.endpoint.address).not.toBe(first.endpoint.address);
   });
 

@@ -26,7 +26,8 @@ export function costOf(ep: EndpointState): number {
   if (l === undefined) return ep.inFlight;
   const sinceReport = ep.inFlight - (l.ownInFlightAtReport ?? ep.inFlight);
   const ahead = Math.max(ep.inFlight, l.running + l.waiting + sinceReport);
-  const kv = l.kvCacheUsage > KV_PRESSURE_FROM ? ((Math.min(l.kvCacheUsage, 1) - KV_PRESSURE_FROM) / (1 - KV_PRESSURE_FROM)) * KV_PRESSURE_MAX : 0;
+  const kv =
+    l.kvCacheUsage > KV_PRESSURE_FROM ? ((Math.min(l.kvCacheUsage, 1) - KV_PRESSURE_FROM) / (1 - KV_PRESSURE_FROM)) * KV_PRESSURE_MAX : 0;
   return ahead + kv;
 }
 
@@ -67,7 +68,12 @@ export function pickScored(candidates: readonly Candidate[], requestId: string, 
     }
   }
   if (best === undefined) return undefined;
-  if (preferred !== undefined && preferred !== best && (preferred.endpoint.load?.waiting ?? 0) === 0 && costOf(preferred.endpoint) <= bestCost + AFFINITY_SLACK) {
+  if (
+    preferred !== undefined &&
+    preferred !== best &&
+    (preferred.endpoint.load?.waiting ?? 0) === 0 &&
+    costOf(preferred.endpoint) <= bestCost + AFFINITY_SLACK
+  ) {
     return { candidate: preferred, why: 'prefix affinity' };
   }
   return { candidate: best, why: preferred === best ? 'prefix affinity' : 'least cost' };

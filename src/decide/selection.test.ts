@@ -15,8 +15,14 @@ function compiled(mutate: (v: Record<string, any>) => void = () => {}): Compiled
   mutate(v);
   return tableFromValue(v);
 }
-const withWeight = (weight: number) => compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b', weight }));
-function route(table: CompiledRouteTable, input: TestFactsInput, view: WorkerView = createTestWorkerView(table), now = TEST_NOW_MS): RouteDecision {
+const withWeight = (weight: number) =>
+  compiled((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b', weight }));
+function route(
+  table: CompiledRouteTable,
+  input: TestFactsInput,
+  view: WorkerView = createTestWorkerView(table),
+  now = TEST_NOW_MS,
+): RouteDecision {
   const d: CoreDecision = decide(testFacts({ tenant: 'acme', ...input }), table, view, { ...ctx, nowMs: now });
   if (d.kind !== 'route') throw new Error(JSON.stringify(d));
   return d;
@@ -36,7 +42,12 @@ describe('determinism', () => {
 describe('least-in-flight picking', () => {
   it('picks the endpoint with the fewest requests in flight', () => {
     const t = withWeight(0);
-    const view = createTestWorkerView(t, { '10.0.2.1:8000': { inFlight: 3 }, '10.0.2.2:8000': { inFlight: 2 }, '10.0.1.1:8000': { inFlight: 0 }, '10.0.1.2:8000': { inFlight: 1 } });
+    const view = createTestWorkerView(t, {
+      '10.0.2.1:8000': { inFlight: 3 },
+      '10.0.2.2:8000': { inFlight: 2 },
+      '10.0.1.1:8000': { inFlight: 0 },
+      '10.0.1.2:8000': { inFlight: 1 },
+    });
     for (let i = 0; i < 20; i++) {
       const d = route(t, { requestId: `r-${i}` }, view);
       expect([d.decode.endpoint, d.prefill?.endpoint]).toEqual(['10.0.2.2:8000', '10.0.1.1:8000']);
@@ -79,7 +90,9 @@ describe('rollout cohorts', () => {
   it('a session always lands in the same cohort, whatever its request ids', () => {
     const t = withWeight(50);
     for (let s = 0; s < 30; s++) {
-      const revisions = new Set(Array.from({ length: 5 }, (_, i) => route(t, { requestId: `r-${s}-${i}`, session: `sess-${s}` }).group.revision));
+      const revisions = new Set(
+        Array.from({ length: 5 }, (_, i) => route(t, { requestId: `r-${s}-${i}`, session: `sess-${s}` }).group.revision),
+      );
       expect(revisions.size).toBe(1);
     }
   });
@@ -117,14 +130,14 @@ describe('rollout cohorts', () => {
 });
 
 describe('binding stickiness', () => {
-  it("keeps a session on its bound revision when the cohort would move it", () => {
+  it('keeps a session on its bound revision when the cohort would move it', () => {
     const first = route(withWeight(0), { session: 'sess-1' });
     expect(first.group.revision).toBe('llama-a');
     const later = withWeight(100);
     expect(route(later, { session: 'sess-1' }).group.revision).toBe('llama-b');
     const sticky = route(later, { session: 'sess-1', binding: first.binding }, undefined, TEST_NOW_MS + 60_000);
     expect(sticky.group.revision).toBe('llama-a');
-    expect(sticky.trace).toContain('revision: llama-a (kept by the session\'s binding, issued 60000 ms ago)');
+    expect(sticky.trace).toContain("revision: llama-a (kept by the session's binding, issued 60000 ms ago)");
   });
 
   it('ignores a binding from another tenant, another session, an expired one, or one whose revision left the rollout', () => {
@@ -157,8 +170,22 @@ describe('worker views', () => {
     tracker.acquire('10.0.2.1:8000');
     const view = createStaticWorkerView(t, tracker);
     expect(view.endpoints('a-decode')).toEqual([
-      { address: '10.0.2.1:8000', fingerprint: t.revisions.get('llama-a')!.fingerprint, verified: true, draining: false, inFlight: 2, observedAtMs: 0 },
-      { address: '10.0.2.2:8000', fingerprint: t.revisions.get('llama-a')!.fingerprint, verified: true, draining: false, inFlight: 0, observedAtMs: 0 },
+      {
+        address: '10.0.2.1:8000',
+        fingerprint: t.revisions.get('llama-a')!.fingerprint,
+        verified: true,
+        draining: false,
+        inFlight: 2,
+        observedAtMs: 0,
+      },
+      {
+        address: '10.0.2.2:8000',
+        fingerprint: t.revisions.get('llama-a')!.fingerprint,
+        verified: true,
+        draining: false,
+        inFlight: 0,
+        observedAtMs: 0,
+      },
     ]);
     release();
     release(); // idempotent
@@ -176,19 +203,28 @@ describe('the group invariant', () => {
     const addresses = [...base.pools.values()].flatMap((p) => p.endpoints.map((e) => e.address));
     const patch = fc.record({ fp: fc.constantFrom(...fps), verified: fc.boolean(), draining: fc.boolean(), inFlight: fc.nat(70) });
     fc.assert(
-      fc.property(fc.array(patch, { minLength: addresses.length, maxLength: addresses.length }), fc.string(), fc.constantFrom('acme', 'globex'), (patches, requestId, tenant) => {
-        const view = createTestWorkerView(base, Object.fromEntries(addresses.map((a, i) => [a, { ...patches[i]!, fingerprint: patches[i]!.fp }])));
-        const d = decide(testFacts({ tenant, requestId: `r${requestId}`, session: requestId || 'none' }), base, view, ctx);
-        if (d.kind !== 'route') return d.kind === 'refuse';
-        for (const target of [d.decode, d.prefill]) {
-          if (target === null) continue;
-          const pool = base.pools.get(target.pool)!;
-          const live = view.endpoints(pool.name).find((e) => e.address === target.endpoint)!;
-          if (pool.fingerprint !== d.group.fingerprint || live.fingerprint !== d.group.fingerprint || pool.revision !== d.group.revision) return false;
-          if (!live.verified || live.draining || live.inFlight >= pool.maxInFlightPerEndpoint) return false;
-        }
-        return true;
-      }),
+      fc.property(
+        fc.array(patch, { minLength: addresses.length, maxLength: addresses.length }),
+        fc.string(),
+        fc.constantFrom('acme', 'globex'),
+        (patches, requestId, tenant) => {
+          const view = createTestWorkerView(
+            base,
+            Object.fromEntries(addresses.map((a, i) => [a, { ...patches[i]!, fingerprint: patches[i]!.fp }])),
+          );
+          const d = decide(testFacts({ tenant, requestId: `r${requestId}`, session: requestId || 'none' }), base, view, ctx);
+          if (d.kind !== 'route') return d.kind === 'refuse';
+          for (const target of [d.decode, d.prefill]) {
+            if (target === null) continue;
+            const pool = base.pools.get(target.pool)!;
+            const live = view.endpoints(pool.name).find((e) => e.address === target.endpoint)!;
+            if (pool.fingerprint !== d.group.fingerprint || live.fingerprint !== d.group.fingerprint || pool.revision !== d.group.revision)
+              return false;
+            if (!live.verified || live.draining || live.inFlight >= pool.maxInFlightPerEndpoint) return false;
+          }
+          return true;
+        },
+      ),
       { numRuns: 300 },
     );
   });

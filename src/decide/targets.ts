@@ -55,7 +55,9 @@ export function pickTargets(
   }
   const decode = picked.candidate;
   const alternates = rankAlternates(de.candidates, decode, requestId, Math.min(MAX_ALTERNATES, opts.alternates ?? MAX_ALTERNATES));
-  trace.push(`decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${describeLoad(decode)}, ${picked.why} of ${de.candidates.length})`);
+  trace.push(
+    `decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${describeLoad(decode)}, ${picked.why} of ${de.candidates.length})`,
+  );
   if (!rev.transfer.allowed) {
     trace.push('prefill: none (served without disaggregation by a role: both pool)');
     return { ok: true, decode, prefill: null, alternates };
@@ -63,11 +65,15 @@ export function pickTargets(
   const pe = eligibleEndpoints(rev.pools.prefill, view, fp, group.tenant);
   const prefill = pickScored(pe.candidates, requestId, null)?.candidate;
   if (prefill !== undefined) {
-    trace.push(`prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${describeLoad(prefill)}, least cost of ${pe.candidates.length})`);
+    trace.push(
+      `prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${describeLoad(prefill)}, least cost of ${pe.candidates.length})`,
+    );
     return { ok: true, decode, prefill, alternates };
   }
   if (decode.pool.role === 'both') {
-    trace.push(`prefill: none (no separate prefill capacity${pe.reasons.length > 0 ? `: ${pe.reasons.join('; ')}` : ''}; ${decode.pool.name} serves it whole)`);
+    trace.push(
+      `prefill: none (no separate prefill capacity${pe.reasons.length > 0 ? `: ${pe.reasons.join('; ')}` : ''}; ${decode.pool.name} serves it whole)`,
+    );
     return { ok: true, decode, prefill: null, alternates };
   }
   const be = eligibleEndpoints(rev.pools.both, view, fp, group.tenant, decode.endpoint.address);
@@ -82,5 +88,7 @@ export function pickTargets(
 function describeLoad(c: Candidate): string {
   const l = c.endpoint.load;
   const own = `${c.endpoint.inFlight} in flight`;
-  return l === undefined ? own : `${own}, worker reports ${l.running} running, ${l.waiting} waiting, KV ${Math.round(l.kvCacheUsage * 100)}%`;
+  return l === undefined
+    ? own
+    : `${own}, worker reports ${l.running} running, ${l.waiting} waiting, KV ${Math.round(l.kvCacheUsage * 100)}%`;
 }

@@ -77,7 +77,12 @@ describe('pool discovery through @kubernetes/client-node against the test API se
       p.status = { phase: 'Running', podIP: '10.1.0.5', conditions: [{ type: 'Ready', status: 'True' }] };
     });
     await until(() => addrs(d, a).length === 1, 'a-0 Ready');
-    expect(d.endpoints(a)[0]).toMatchObject({ address: '10.1.0.5:8000', status: 'http://10.1.0.5:9090', podUid: 'uid-a0', fingerprint: a.fingerprint });
+    expect(d.endpoints(a)[0]).toMatchObject({
+      address: '10.1.0.5:8000',
+      status: 'http://10.1.0.5:9090',
+      podUid: 'uid-a0',
+      fingerprint: a.fingerprint,
+    });
     expect(d.endpoints(b)).toEqual([]); // another revision's pool never sees it
     api.store.update(NS, 'a-0', (p) => {
       p.status.conditions = [{ type: 'Ready', status: 'False' }];

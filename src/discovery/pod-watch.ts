@@ -136,10 +136,12 @@ function statusOf(e: unknown): number | null {
 
 function describe(e: unknown, status: number | null, namespace: string): string {
   if (status === 403) {
-    return `the API server refused to list or watch pods in namespace ${namespace} (403 Forbidden): grant the gate's ` +
-      'service account get/list/watch on pods there (deploy/kubernetes/rbac.yaml)';
+    return (
+      `the API server refused to list or watch pods in namespace ${namespace} (403 Forbidden): grant the gate's ` +
+      'service account get/list/watch on pods there (deploy/kubernetes/rbac.yaml)'
+    );
   }
-  if (status === 401) return 'the API server did not accept the gate\'s credentials (401): check the service-account token or kubeconfig';
+  if (status === 401) return "the API server did not accept the gate's credentials (401): check the service-account token or kubeconfig";
   const msg = e instanceof Error ? e.message : String(e);
   return `the pod watch in namespace ${namespace} failed${status === null ? '' : ` (HTTP ${status})`}: ${msg}; retrying with a fresh list`;
 }

@@ -4,7 +4,16 @@ import { clone, twoRevisionTableValue } from '../policy/testing.js';
 import type { PoolDiscovery } from '../policy/schema.js';
 import { labelSelectorString, notReadyReason, podEndpoints, selectorConflict, selectorLabels, type PodLike } from './pods.js';
 
-const d: PoolDiscovery = { kubernetes: { namespace: 'ns', matchLabels: { app: 'x' }, targetPort: 8000, statusPort: 9090, revisionLabel: 'kvgate.io/revision', expectedEndpoints: 1 } };
+const d: PoolDiscovery = {
+  kubernetes: {
+    namespace: 'ns',
+    matchLabels: { app: 'x' },
+    targetPort: 8000,
+    statusPort: 9090,
+    revisionLabel: 'kvgate.io/revision',
+    expectedEndpoints: 1,
+  },
+};
 const pod = (name: string, ip: string, rev: string, created: string, extra: Partial<PodLike['status']> = {}): PodLike => ({
   metadata: { name, uid: `uid-${name}`, labels: { app: 'x', 'kvgate.io/revision': rev }, creationTimestamp: created },
   status: { phase: 'Running', podIP: ip, conditions: [{ type: 'Ready', status: 'True' }], ...extra },
@@ -13,12 +22,16 @@ const pod = (name: string, ip: string, rev: string, created: string, extra: Part
 describe('pods of a selector pool', () => {
   it('the selector always pins the revision label', () => {
     expect(labelSelectorString(selectorLabels(d, 'rev-a'))).toBe('app=x,kvgate.io/revision=rev-a');
-    expect(selectorConflict({ kubernetes: { ...d.kubernetes, matchLabels: { 'kvgate.io/revision': 'rev-b' } } }, 'rev-a')).toMatch(/rev-b.*rev-a/);
+    expect(selectorConflict({ kubernetes: { ...d.kubernetes, matchLabels: { 'kvgate.io/revision': 'rev-b' } } }, 'rev-a')).toMatch(
+      /rev-b.*rev-a/,
+    );
     expect(selectorConflict(d, 'rev-a')).toBeNull();
   });
 
   it('Ready, Running, with an IP and not terminating; one pod per IP (the newest)', () => {
-    expect(notReadyReason({ ...pod('t', '10.0.0.1', 'a', ''), metadata: { uid: 'u', deletionTimestamp: '2026-01-01T00:00:00Z' } })).toBe('terminating');
+    expect(notReadyReason({ ...pod('t', '10.0.0.1', 'a', ''), metadata: { uid: 'u', deletionTimestamp: '2026-01-01T00:00:00Z' } })).toBe(
+      'terminating',
+    );
     expect(notReadyReason(pod('p', '10.0.0.1', 'a', '', { phase: 'Pending' }))).toBe('phase Pending');
     const eps = podEndpoints(
       [

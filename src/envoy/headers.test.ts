@@ -37,7 +37,10 @@ describe('readHeaderMap', () => {
   });
 
   it('reads a dry run the same way', () => {
-    const r = receiveHeaders([['X-Gateway-Destination-Endpoint', '1.2.3.4:5'], ['x-request-id', 'r']]);
+    const r = receiveHeaders([
+      ['X-Gateway-Destination-Endpoint', '1.2.3.4:5'],
+      ['x-request-id', 'r'],
+    ]);
     expect(r.forged).toEqual(['x-gateway-destination-endpoint']);
     expect(r.headers['x-request-id']).toBe('r');
   });
@@ -48,7 +51,8 @@ describe('gate-owned header names', () => {
     for (const n of ['x-kvgate-anything', 'X-KvGate-Contract', 'x-gateway-destination-endpoint', 'X-Prefiller-Host-Port']) {
       expect(isGateOwnedHeader(n)).toBe(true);
     }
-    for (const n of ['x-request-id', 'kvgate-x', 'content-type', '', 'x-kvgate', 'xx-kvgate-group']) expect(isGateOwnedHeader(n)).toBe(false);
+    for (const n of ['x-request-id', 'kvgate-x', 'content-type', '', 'x-kvgate', 'xx-kvgate-group'])
+      expect(isGateOwnedHeader(n)).toBe(false);
     expect(isGateOwnedLowerCase('x-kvgate-group')).toBe(true);
   });
 });

@@ -83,17 +83,18 @@ class HeaderCollector {
   }
 
   done(): ReceivedHeaders {
-    return { headers: this.headers, forged: this.#forged ?? NONE, gateOwned: this.gateOwned, invalid: this.#invalid === undefined ? NONE : [...this.#invalid] };
+    return {
+      headers: this.headers,
+      forged: this.#forged ?? NONE,
+      gateOwned: this.gateOwned,
+      invalid: this.#invalid === undefined ? NONE : [...this.#invalid],
+    };
   }
 }
 
 const encoder = new TextEncoder();
 
 /** One header to set, always as `raw_value`, overwriting whatever the client sent. */
-export function setHeader(
-  key: string,
-  value: string,
-  action: AppendAction = 'OVERWRITE_IF_EXISTS_OR_ADD',
-): WireHeaderValueOption {
+export function setHeader(key: string, value: string, action: AppendAction = 'OVERWRITE_IF_EXISTS_OR_ADD'): WireHeaderValueOption {
   return { header: { key, raw_value: encoder.encode(value) }, append_action: action };
 }

@@ -33,7 +33,14 @@ describe('ext_proc messages -> request facts', () => {
     const f = facts('public', { 'x-kvgate-binding': 'kvgate.v1.k1.b.sig' });
     expect(f).toMatchObject({ binding: 'kvgate.v1.k1.b.sig', method: 'POST', path: '/v1/completions', requestId: 'r1' });
     expect(f.body).toBeUndefined();
-    const bare = toRequestFacts({ requestId: 'r2', listener: 'public', headers: receiveHeaders([]), metadata: {}, bodyTruncated: true, body: new Uint8Array([1]) });
+    const bare = toRequestFacts({
+      requestId: 'r2',
+      listener: 'public',
+      headers: receiveHeaders([]),
+      metadata: {},
+      bodyTruncated: true,
+      body: new Uint8Array([1]),
+    });
     expect(bare).toMatchObject({ method: 'GET', path: '/', bodyTruncated: true, body: new Uint8Array([1]) });
   });
 });

@@ -51,7 +51,14 @@ export function toRequestFacts(r: ReceivedRequest): RawRequestFacts {
             contract,
             ...(gateOwned[H.prefillCluster] === undefined ? {} : { prefillCluster: gateOwned[H.prefillCluster] }),
             ...(gateOwned[H.prefillEndpoint] === undefined ? {} : { prefillEndpoint: gateOwned[H.prefillEndpoint] }),
-            ...(exclude === undefined ? {} : { retryExclude: exclude.split(',').map((s) => s.trim()).filter((s) => s.length > 0) }),
+            ...(exclude === undefined
+              ? {}
+              : {
+                  retryExclude: exclude
+                    .split(',')
+                    .map((s) => s.trim())
+                    .filter((s) => s.length > 0),
+                }),
           },
         }),
   };

@@ -7,7 +7,15 @@ function decision(requestId: string, contract: string): RouteDecision {
   return {
     kind: 'route',
     requestId,
-    group: { id: 'g_0123456789abcdef01234567', fingerprint: 'f', tenantScope: 'shared', tenant: null, model: 'm', revision: 'r1', adapter: null },
+    group: {
+      id: 'g_0123456789abcdef01234567',
+      fingerprint: 'f',
+      tenantScope: 'shared',
+      tenant: null,
+      model: 'm',
+      revision: 'r1',
+      adapter: null,
+    },
     decode: { pool: 'd', cluster: 'kvgate_d', endpoint: '10.0.0.2:8000' },
     prefill: { pool: 'p', cluster: 'kvgate_p', endpoint: '10.0.0.1:8000' },
     cacheSalt: 'salt',

@@ -45,7 +45,10 @@ function stampHeader(key: string, value: string): WireHeaderValueOption {
 function upstreamMutation(s: UpstreamStamps): RequestMutation {
   const common: WireCommonResponse = { clear_route_cache: true };
   if (s.body !== undefined) common.body_mutation = { body: s.body };
-  common.header_mutation = { set_headers: s.set.map(([k, v]) => stampHeader(k, v)), remove_headers: s.remove.length === 0 ? [] : [...s.remove] };
+  common.header_mutation = {
+    set_headers: s.set.map(([k, v]) => stampHeader(k, v)),
+    remove_headers: s.remove.length === 0 ? [] : [...s.remove],
+  };
   return s.dynamicMetadata === undefined ? { common } : { common, dynamicMetadata: toStruct(s.dynamicMetadata) };
 }
 
@@ -76,7 +79,10 @@ export function hopMutation(d: HopDecision, forged: readonly string[]): RequestM
 export function fullDuplexAnswers(m: RequestMutation, body: Uint8Array): { headers: WireProcessingResponse; body: WireProcessingResponse } {
   const { body_mutation: _dropped, ...rest } = m.common;
   const set = rest.header_mutation?.set_headers?.filter((h) => h.header.key !== 'content-length');
-  const common: WireCommonResponse = { ...rest, header_mutation: { ...rest.header_mutation, ...(set === undefined ? {} : { set_headers: set }) } };
+  const common: WireCommonResponse = {
+    ...rest,
+    header_mutation: { ...rest.header_mutation, ...(set === undefined ? {} : { set_headers: set }) },
+  };
   const headers: WireProcessingResponse = { request_headers: { response: common } };
   if (m.dynamicMetadata !== undefined) headers.dynamic_metadata = m.dynamicMetadata;
   return {
@@ -98,11 +104,21 @@ export function responseHeadersMutation(d: RouteDecision): WireCommonResponse {
 /** The gateway's own answer (model list, health) as Envoy's local reply. */
 export function answerResponse(d: AnswerDecision): WireImmediateResponse {
   const s = answerStamps(d);
-  return { status: { code: s.status }, headers: { set_headers: s.headers.map(([k, v]) => setHeader(k, v)) }, body: s.bodyBytes, details: s.details };
+  return {
+    status: { code: s.status },
+    headers: { set_headers: s.headers.map(([k, v]) => setHeader(k, v)) },
+    body: s.bodyBytes,
+    details: s.details,
+  };
 }
 
 /** A refusal as Envoy's local reply. */
 export function refusalResponse(r: Refusal): WireImmediateResponse {
   const s = refusalStamps(r);
-  return { status: { code: s.status }, headers: { set_headers: s.headers.map(([k, v]) => setHeader(k, v)) }, body: s.bodyBytes, details: s.details };
+  return {
+    status: { code: s.status },
+    headers: { set_headers: s.headers.map(([k, v]) => setHeader(k, v)) },
+    body: s.bodyBytes,
+    details: s.details,
+  };
 }

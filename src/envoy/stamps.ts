@@ -59,12 +59,7 @@ function targetStamps(leg: 'decode' | 'prefill', t: Target | null): HeaderStamp[
  * A bound request: the group, the targets and the contract, the GIE aliases when asked, the derived `cache_salt`
  * in the client's body bytes (only that member changes) with a matching `content-length`, and removal of every client-sent gate-owned header not overwritten.
  */
-export function routeStamps(
-  d: RouteDecision,
-  body: Uint8Array | undefined,
-  forged: readonly string[],
-  opts: StampOptions,
-): UpstreamStamps {
+export function routeStamps(d: RouteDecision, body: Uint8Array | undefined, forged: readonly string[], opts: StampOptions): UpstreamStamps {
   const set: HeaderStamp[] = [
     [H.requestId, d.requestId],
     [H.group, d.group.id],
@@ -127,7 +122,14 @@ export function refusalStamps(r: Refusal): RefusalStamps {
   ];
   if (r.retryAfterSeconds !== undefined) headers.push(['retry-after', retryAfterValue(r.retryAfterSeconds)]);
   const body = toErrorBody(r.code, r.message, r.requestId);
-  return { status: statusOf(r.code), code: r.code, headers, body, bodyBytes: encoder.encode(JSON.stringify(body)), details: `kvgate_${r.code}` };
+  return {
+    status: statusOf(r.code),
+    code: r.code,
+    headers,
+    body,
+    bodyBytes: encoder.encode(JSON.stringify(body)),
+    details: `kvgate_${r.code}`,
+  };
 }
 
 /** The gateway's own answer (`GET /v1/models`, `GET /health`), as Envoy's local reply. */

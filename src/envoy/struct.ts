@@ -37,9 +37,7 @@ export function toValue(v: unknown): WireValue {
 }
 
 /** Envoy's `metadata_context.filter_metadata` as namespace -> plain object. */
-export function fromFilterMetadata(
-  md: Record<string, WireStruct> | undefined,
-): Record<string, Record<string, unknown>> {
+export function fromFilterMetadata(md: Record<string, WireStruct> | undefined): Record<string, Record<string, unknown>> {
   const out: Record<string, Record<string, unknown>> = {};
   for (const [ns, s] of Object.entries(md ?? {})) out[ns] = fromStruct(s);
   return out;

@@ -42,13 +42,7 @@ export interface WireValue {
 export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED' | 'GRPC';
 
 export interface WireProcessingRequest {
-  request?:
-    | 'request_headers'
-    | 'response_headers'
-    | 'request_body'
-    | 'response_body'
-    | 'request_trailers'
-    | 'response_trailers';
+  request?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers';
   request_headers?: WireHttpHeaders;
   response_headers?: WireHttpHeaders;
   request_body?: WireHttpBody;
@@ -60,11 +54,7 @@ export interface WireProcessingRequest {
   protocol_config?: { request_body_mode?: BodySendMode; response_body_mode?: BodySendMode };
 }
 
-export type AppendAction =
-  | 'APPEND_IF_EXISTS_OR_ADD'
-  | 'ADD_IF_ABSENT'
-  | 'OVERWRITE_IF_EXISTS_OR_ADD'
-  | 'OVERWRITE_IF_EXISTS';
+export type AppendAction = 'APPEND_IF_EXISTS_OR_ADD' | 'ADD_IF_ABSENT' | 'OVERWRITE_IF_EXISTS_OR_ADD' | 'OVERWRITE_IF_EXISTS';
 
 export interface WireHeaderValueOption {
   header: WireHeaderValue;

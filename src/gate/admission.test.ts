@@ -62,7 +62,7 @@ describe('admission: the fallback queue', () => {
   let r: Rig | undefined;
   afterEach(() => r?.admission.close());
 
-  it('parks a request when its group is busy, extends Envoy\'s timer, and routes it inside the group when capacity frees', async () => {
+  it("parks a request when its group is busy, extends Envoy's timer, and routes it inside the group when capacity frees", async () => {
     r = rig(queueTableValue());
     const first = await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
     expect(route(first).decode.endpoint).toBe(B_DECODE);
@@ -97,7 +97,9 @@ describe('admission: the fallback queue', () => {
     expect(d.decision).toMatchObject({ kind: 'refuse', code: 'queue_deadline_exceeded' });
     expect(d.release).toBeUndefined();
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'deadline_exceeded' })).toBe(1);
-    expect(await r.registry.getSingleMetricAsString('kvgate_queue_wait_seconds')).toMatch(/^kvgate_queue_wait_seconds_count\{outcome="deadline_exceeded"\} 1$/m);
+    expect(await r.registry.getSingleMetricAsString('kvgate_queue_wait_seconds')).toMatch(
+      /^kvgate_queue_wait_seconds_count\{outcome="deadline_exceeded"\} 1$/m,
+    );
   });
 
   it('refuses 429 queue_full past maxDepth', async () => {
@@ -126,12 +128,14 @@ describe('admission: the fallback queue', () => {
     expect(r.inFlight.inFlight(B_DECODE)).toBe(0); // nobody took the freed slot
   });
 
-  it('never holds a request when the stream cannot extend Envoy\'s timer', async () => {
+  it("never holds a request when the stream cannot extend Envoy's timer", async () => {
     r = rig(queueTableValue());
     await r.admission.admit(chatFacts('r1'), signal());
     const d = await r.admission.admit(chatFacts('r2'), signal());
     expect(d.decision).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 7 });
-    expect(d.decision.trace).toContain("fallback step 1 (queue): passed: this caller cannot hold requests (an internal hop, or Envoy's max_message_timeout is 0)");
+    expect(d.decision.trace).toContain(
+      "fallback step 1 (queue): passed: this caller cannot hold requests (an internal hop, or Envoy's max_message_timeout is 0)",
+    );
     expect(await metric(r.registry, 'kvgate_queue_skipped_total', { reason: 'cannot_hold' })).toBe(1);
     const disabled = rig(queueTableValue(), { maxMessageTimeoutMs: 0 });
     await disabled.admission.admit(chatFacts('r1'), signal(), recordingHooks());
@@ -139,8 +143,11 @@ describe('admission: the fallback queue', () => {
     disabled.admission.close();
   });
 
-  it('caps the wait below Envoy\'s max_message_timeout', async () => {
-    r = rig(queueTableValue((v) => (v['fallback'][0]['queue']['deadlineMs'] = 10_000)), { maxMessageTimeoutMs: 80 });
+  it("caps the wait below Envoy's max_message_timeout", async () => {
+    r = rig(
+      queueTableValue((v) => (v['fallback'][0]['queue']['deadlineMs'] = 10_000)),
+      { maxMessageTimeoutMs: 80 },
+    );
     await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
     const hooks = recordingHooks();
     const d = await r.admission.admit(chatFacts('r2'), signal(), hooks);
@@ -174,11 +181,13 @@ describe('admission: the fallback queue', () => {
   });
 
   it('counts routeVia and recompute, and exports kvgate_revision_verified', async () => {
-    r = rig(queueTableValue((v) => {
-      v['fallback'] = [{ recompute: { prefillMsPerToken: 1, maxPromptTokens: 1000 } }, { routeVia: { revisions: ['llama-a'] } }];
-      v['pools'][2]['maxInFlightPerEndpoint'] = 1;
-      v['revisions']['llama-b']['verification'] = { required: true, verified: true, evidence: 'verify #7' };
-    }));
+    r = rig(
+      queueTableValue((v) => {
+        v['fallback'] = [{ recompute: { prefillMsPerToken: 1, maxPromptTokens: 1000 } }, { routeVia: { revisions: ['llama-a'] } }];
+        v['pools'][2]['maxInFlightPerEndpoint'] = 1;
+        v['revisions']['llama-b']['verification'] = { required: true, verified: true, evidence: 'verify #7' };
+      }),
+    );
     const first = route(await r.admission.admit(chatFacts('r1'), signal(), recordingHooks()));
     expect(first.group.revision).toBe('llama-b');
     const via = route(await r.admission.admit(chatFacts('r2'), signal(), recordingHooks())); // B decode full
@@ -251,7 +260,7 @@ describe('admission: reloads and drains under traffic', () => {
     expect(route(queued.value!).group.revision).toBe('llama-b');
   });
 
-  it('a reload that no longer serves the queued request\'s group refuses it clearly, at once', async () => {
+  it("a reload that no longer serves the queued request's group refuses it clearly, at once", async () => {
     const g = await live(queueTableValue());
     await g.admission.admit(chatFacts('r1'), signal(), recordingHooks());
     const queued = g.admission.admit(chatFacts('r2'), signal(), recordingHooks());
@@ -260,7 +269,9 @@ describe('admission: reloads and drains under traffic', () => {
     expect((await g.store.reload('test')).ok).toBe(true);
     const d = (await queued).decision;
     expect(d).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
-    expect(d.kind === 'refuse' && d.message).toMatch(/^request r2 waited in the queue of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) and the route table changed: revision llama-b no longer serves model llama-3-8b for this tenant/);
+    expect(d.kind === 'refuse' && d.message).toMatch(
+      /^request r2 waited in the queue of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) and the route table changed: revision llama-b no longer serves model llama-3-8b for this tenant/,
+    );
   });
 
   it('a drain in the middle of a stream leaves the bound request alone and takes no new ones', async () => {

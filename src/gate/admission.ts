@@ -23,7 +23,6 @@ import { createWaitQueue, type GroupQueueState } from './wait-queue.js';
 /** Envoy's default in envoy/envoy.yaml (`max_message_timeout: 30s`), the gate setting `envoy.maxMessageTimeoutMs`. */
 export const DEFAULT_MAX_MESSAGE_TIMEOUT_MS = 30_000;
 
-
 /** What the session needs: one answer per request. Tests supply fakes; the gate supplies `createAdmission`. */
 export interface Admission {
   /**
@@ -92,7 +91,12 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
             busy = address;
             return true;
           };
-    return { decision: d, ...(body === undefined ? {} : { body }), ...(release === undefined ? {} : { release }), ...(served === undefined ? {} : { served }) };
+    return {
+      decision: d,
+      ...(body === undefined ? {} : { body }),
+      ...(release === undefined ? {} : { release }),
+      ...(served === undefined ? {} : { served }),
+    };
   };
   const qctx: QueueContext = { deps, queue, metrics, maxMessageTimeoutMs, settle };
 

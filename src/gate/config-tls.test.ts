@@ -4,7 +4,12 @@ import { stringify as toYaml } from 'yaml';
 import { parseGateConfig } from './config.js';
 
 const base = { policy: 'route-table.yaml', keys: { devSeed: 'x' } };
-const tls = { cert: 'tls/gate.crt', key: 'tls/gate.key', clientCa: 'tls/ca.crt', roles: { public: ['spiffe://c/ns/k/sa/envoy-public'], internal: ['dns:envoy-internal.k.svc'] } };
+const tls = {
+  cert: 'tls/gate.crt',
+  key: 'tls/gate.key',
+  clientCa: 'tls/ca.crt',
+  roles: { public: ['spiffe://c/ns/k/sa/envoy-public'], internal: ['dns:envoy-internal.k.svc'] },
+};
 const parse = (v: Record<string, unknown>) => parseGateConfig(toYaml(v), '/etc/kvgate/gate/gate.yaml');
 const messages = (v: Record<string, unknown>) => {
   const r = parse(v);
@@ -20,9 +25,16 @@ describe('gate config: the gRPC port', () => {
 
   it('resolves the PEM files against the config file and checks every identity', () => {
     const r = parse({ ...base, tls });
-    expect(r.ok && r.value.tls).toMatchObject({ cert: path.join('/etc/kvgate/gate', 'tls/gate.crt'), clientCa: path.join('/etc/kvgate/gate', 'tls/ca.crt') });
-    expect(messages({ ...base, tls: { ...tls, roles: { public: ['envoy-public'], internal: [] } } }).join('\n')).toMatch(/must be spiffe:\/\//);
-    expect(messages({ ...base, tls: { ...tls, roles: { public: ['dns:a'], internal: ['dns:a'] } } }).join('\n')).toMatch(/listed for both roles/);
+    expect(r.ok && r.value.tls).toMatchObject({
+      cert: path.join('/etc/kvgate/gate', 'tls/gate.crt'),
+      clientCa: path.join('/etc/kvgate/gate', 'tls/ca.crt'),
+    });
+    expect(messages({ ...base, tls: { ...tls, roles: { public: ['envoy-public'], internal: [] } } }).join('\n')).toMatch(
+      /must be spiffe:\/\//,
+    );
+    expect(messages({ ...base, tls: { ...tls, roles: { public: ['dns:a'], internal: ['dns:a'] } } }).join('\n')).toMatch(
+      /listed for both roles/,
+    );
     expect(messages({ ...base, tls: { ...tls, roles: { public: [], internal: [] } } }).join('\n')).toMatch(/no identity is allowed/);
     expect(parse({ ...base, tls: { ...tls, roles: { public: [`sha256:${'AB:'.repeat(31)}CD`], internal: [] } } }).ok).toBe(true);
   });

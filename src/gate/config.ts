@@ -16,9 +16,7 @@ import { IDENTITY_PATTERN } from './peer-identity.js';
 
 const IDENTITY_HINT = 'must be spiffe://..., uri:<URI>, dns:<name> or sha256:<64 hex digits>';
 
-const hostPort = z
-  .string()
-  .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9002');
+const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9002');
 
 export const GateConfigSchema = z
   .object({
@@ -113,16 +111,30 @@ export const GateConfigSchema = z
   .strict()
   .superRefine((c, ctx) => {
     if (c.tls === undefined && !c.insecure) {
-      ctx.addIssue({ code: 'custom', path: ['tls'], message: "the gate's gRPC port needs TLS with client certificates: tls: { cert, key, clientCa, roles: { public: [...], internal: [...] } }; for a local test only, insecure: true" });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tls'],
+        message:
+          "the gate's gRPC port needs TLS with client certificates: tls: { cert, key, clientCa, roles: { public: [...], internal: [...] } }; for a local test only, insecure: true",
+      });
     }
     if (c.tls !== undefined && c.insecure) {
       ctx.addIssue({ code: 'custom', path: ['insecure'], message: 'tls and insecure: true exclude each other; remove insecure' });
     }
     if (c.tls !== undefined) {
       const both = c.tls.roles.public.filter((i) => c.tls!.roles.internal.includes(i));
-      if (both.length > 0) ctx.addIssue({ code: 'custom', path: ['tls', 'roles'], message: `${both.join(', ')} is listed for both roles; each Envoy listener needs its own identity` });
+      if (both.length > 0)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tls', 'roles'],
+          message: `${both.join(', ')} is listed for both roles; each Envoy listener needs its own identity`,
+        });
       if (c.tls.roles.public.length + c.tls.roles.internal.length === 0) {
-        ctx.addIssue({ code: 'custom', path: ['tls', 'roles'], message: 'no identity is allowed for either role, so no stream could open; list your Envoys\' identities' });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tls', 'roles'],
+          message: "no identity is allowed for either role, so no stream could open; list your Envoys' identities",
+        });
       }
     }
   });
@@ -138,7 +150,14 @@ export function parseGateConfig(text: string, file: string): Result<GateConfig, 
   try {
     raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
   } catch (e) {
-    return err([issue(file, [], `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`, 'fix the syntax at the position shown')]);
+    return err([
+      issue(
+        file,
+        [],
+        `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`,
+        'fix the syntax at the position shown',
+      ),
+    ]);
   }
   const parsed = GateConfigSchema.safeParse(raw ?? {});
   if (!parsed.success) {

@@ -82,7 +82,11 @@ export function createEndpointLoad(opts: EndpointLoadOptions): EndpointLoad {
         if (n <= 0) local.delete(address);
         else local.set(address, n);
         // Without request ids from the sidecar nothing else would ever clear the entry: the stream is all we know.
-        if (!reported.has(address) || entry.id === '') setBridge(address, (bridge.get(address) ?? []).filter((b) => b !== entry));
+        if (!reported.has(address) || entry.id === '')
+          setBridge(
+            address,
+            (bridge.get(address) ?? []).filter((b) => b !== entry),
+          );
         else opts.onStreamEnd?.(address);
       };
     },

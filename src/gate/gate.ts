@@ -95,7 +95,8 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   const syncDiscovery = (t: CompiledRouteTable): void => {
     if (discovery === undefined && !hasSelectorPools(t)) return;
     if (discovery === undefined) {
-      if (config.workerView.mode !== 'live') log.error('pools found by selector need workerView.mode live: their endpoints stay empty until each sidecar is verified');
+      if (config.workerView.mode !== 'live')
+        log.error('pools found by selector need workerView.mode live: their endpoints stay empty until each sidecar is verified');
       discovery = createDiscovery({
         kubeConfig: deps.kubeConfig ?? kubeConfigFor(config),
         staleAfterMs: config.discovery.staleAfterMs,
@@ -122,7 +123,8 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
         })
       : undefined;
   const viewFor =
-    deps.viewFor ?? (poller ? (t: CompiledRouteTable) => poller.viewFor(t) : (t: CompiledRouteTable) => createStaticWorkerView(t, inFlight));
+    deps.viewFor ??
+    (poller ? (t: CompiledRouteTable) => poller.viewFor(t) : (t: CompiledRouteTable) => createStaticWorkerView(t, inFlight));
   syncDiscovery(policy.current());
   if (poller) {
     // One poll before the first request, so a fresh gate does not refuse everything for a poll interval.
@@ -198,16 +200,19 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     streams: grpc.activeStreams(),
     inFlight: Object.fromEntries(inFlight.snapshot()),
     inFlightUnreported: Object.fromEntries(inFlight.bridged()),
-    workerView: { mode: poller ? 'live' : 'static', ageMs: state.view.ageMs ?? null, endpoints: poller?.snapshot() ?? null, pools: poller?.poolStates() ?? null },
+    workerView: {
+      mode: poller ? 'live' : 'static',
+      ageMs: state.view.ageMs ?? null,
+      endpoints: poller?.snapshot() ?? null,
+      pools: poller?.poolStates() ?? null,
+    },
     discovery: discovery?.status(policy.current().pools.values()) ?? null,
     rollout: rolloutStatus(policy.current()),
     trust: trustStatus(policy.current()),
     queues: admission.queueStatus(),
   });
   const admin: AdminServer | null =
-    config.admin === ''
-      ? null
-      : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining });
+    config.admin === '' ? null : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining });
   const close = async () => {
     clearInterval(queuedPoll);
     poller?.stop();
@@ -243,6 +248,10 @@ async function loadTransport(config: GateConfig): Promise<GateTransport> {
       throw new Error(`${config.file}: tls.${what}: cannot read ${file}: ${(e as Error).message}`);
     }
   };
-  const [cert, key, clientCa] = await Promise.all([read('cert', config.tls.cert), read('key', config.tls.key), read('clientCa', config.tls.clientCa)]);
+  const [cert, key, clientCa] = await Promise.all([
+    read('cert', config.tls.cert),
+    read('key', config.tls.key),
+    read('clientCa', config.tls.clientCa),
+  ]);
   return { kind: 'mtls', cert, key, clientCa, roles: config.tls.roles };
 }

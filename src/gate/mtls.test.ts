@@ -61,7 +61,10 @@ afterAll(async () => {
 });
 
 /** One ext_proc stream: headers (with a forged contract), then a body; resolves to the first answer or the status. */
-async function attempt(creds: grpc.ChannelCredentials, metadata: Record<string, string> = {}): Promise<{ answer?: Msg; status: grpc.StatusObject }> {
+async function attempt(
+  creds: grpc.ChannelCredentials,
+  metadata: Record<string, string> = {},
+): Promise<{ answer?: Msg; status: grpc.StatusObject }> {
   const Client = extProcClientConstructor();
   const client = new Client(`127.0.0.1:${gate.port}`, creds, { 'grpc.ssl_target_name_override': DEV_IDENTITIES.gate.dns }) as any;
   const md = new grpc.Metadata();
@@ -75,7 +78,12 @@ async function attempt(creds: grpc.ChannelCredentials, metadata: Record<string, 
     call.end();
   });
   const headers = { ':method': 'POST', ':path': '/v1/completions', 'x-kvgate-contract': 'kvgate.v1.k.forged.sig', 'x-tenant-id': 'acme' };
-  call.write({ request_headers: { headers: { headers: Object.entries(headers).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) }, end_of_stream: true } });
+  call.write({
+    request_headers: {
+      headers: { headers: Object.entries(headers).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) },
+      end_of_stream: true,
+    },
+  });
   const s = await status;
   client.close();
   return { ...(answer === undefined ? {} : { answer }), status: s };
@@ -91,7 +99,9 @@ describe('mTLS on the gate port: who may open a stream', () => {
     const before = seen.length;
     expect((await attempt(grpc.credentials.createSsl(await ca()))).status.code).toBe(grpc.status.UNAVAILABLE);
     const stranger = await issueLeaf(await createCa('someone else'), 'stranger', 'client', { spiffe: DEV_IDENTITIES.public.spiffe });
-    expect((await attempt(await withCert(Buffer.from(stranger.cert), Buffer.from(stranger.key)))).status.code).toBe(grpc.status.UNAVAILABLE);
+    expect((await attempt(await withCert(Buffer.from(stranger.cert), Buffer.from(stranger.key)))).status.code).toBe(
+      grpc.status.UNAVAILABLE,
+    );
     expect((await attempt(grpc.credentials.createInsecure())).status.code).toBe(grpc.status.UNAVAILABLE);
     expect(seen.length).toBe(before);
   });
@@ -103,7 +113,9 @@ describe('mTLS on the gate port: who may open a stream', () => {
     expect(r.status.code).toBe(grpc.status.PERMISSION_DENIED);
     expect(r.answer).toBeUndefined();
     expect(seen.length).toBe(before);
-    expect(lines.some((l) => l['audit'] === 'refusal' && String(l['reason']).includes('spiffe://cluster.local/ns/default/sa/curl'))).toBe(true);
+    expect(lines.some((l) => l['audit'] === 'refusal' && String(l['reason']).includes('spiffe://cluster.local/ns/default/sa/curl'))).toBe(
+      true,
+    );
     expect(await registry.getSingleMetricAsString('kvgate_ext_proc_streams_refused_total')).toContain('reason="not_allowed"} 1');
   });
 });
@@ -142,7 +154,11 @@ describe('insecure: true', () => {
     });
     const facts: RawRequestFacts[] = [];
     const plain = await startGateServer({
-      admission: { admit: (f: RawRequestFacts) => (facts.push(f), { decision: { kind: 'refuse', requestId: f.requestId, code: 'bad_request', message: 'x', trace: [] } }) } as unknown as Admission,
+      admission: {
+        admit: (f: RawRequestFacts) => (
+          facts.push(f), { decision: { kind: 'refuse', requestId: f.requestId, code: 'bad_request', message: 'x', trace: [] } }
+        ),
+      } as unknown as Admission,
       logger: pino({ level: 'info' }, sink),
       metrics: createGateMetrics(reg),
       listen: '127.0.0.1:0',
@@ -159,7 +175,9 @@ describe('insecure: true', () => {
       call.on('error', () => undefined);
       const done = new Promise((resolve) => call.on('status', resolve));
       call.on('data', () => call.end());
-      call.write({ request_headers: { headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/completions') }] }, end_of_stream: true } });
+      call.write({
+        request_headers: { headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/completions') }] }, end_of_stream: true },
+      });
       await done;
       client.close();
       // What an insecure port trusts: whoever connects says which listener it is.

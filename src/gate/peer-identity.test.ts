@@ -36,9 +36,16 @@ describe('roleOf', () => {
   it('refuses a peer in no allowlist, a peer in both, and no certificate', () => {
     const other = { raw: Buffer.from('another cert'), subjectaltname: 'URI:spiffe://cluster.local/ns/default/sa/curl' };
     expect(roleOf(other, allow)).toMatchObject({ ok: false, reason: 'not_allowed' });
-    expect(roleOf(cert('URI:spiffe://cluster.local/ns/kvgate/sa/envoy-public', raw), { public: allow.public, internal: [`sha256:${sha}`] })).toMatchObject({ ok: false, reason: 'ambiguous' });
+    expect(
+      roleOf(cert('URI:spiffe://cluster.local/ns/kvgate/sa/envoy-public', raw), { public: allow.public, internal: [`sha256:${sha}`] }),
+    ).toMatchObject({ ok: false, reason: 'ambiguous' });
     expect(roleOf(undefined, allow)).toMatchObject({ ok: false, reason: 'no_certificate' });
     // The smuggled SAN above is one URI, not the internal identity.
-    expect(roleOf({ raw: Buffer.from('x'), subjectaltname: 'URI:"spiffe://evil, URI:spiffe://cluster.local/ns/kvgate/sa/envoy-internal"' }, allow)).toMatchObject({ ok: false });
+    expect(
+      roleOf(
+        { raw: Buffer.from('x'), subjectaltname: 'URI:"spiffe://evil, URI:spiffe://cluster.local/ns/kvgate/sa/envoy-internal"' },
+        allow,
+      ),
+    ).toMatchObject({ ok: false });
   });
 });

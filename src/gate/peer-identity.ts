@@ -98,7 +98,11 @@ export function roleOf(cert: PeerCertificateLike | undefined, allow: RoleAllowli
   const int = allow.internal.find((e) => matchesIdentity(e, peer));
   const who = `URI SANs [${peer.uris.join(', ').slice(0, 256)}], DNS SANs [${peer.dns.join(', ').slice(0, 256)}], sha256 ${peer.sha256}`;
   if (pub !== undefined && int !== undefined) {
-    return { ok: false, reason: 'ambiguous', message: `the peer (${who}) is allowed as public (${pub}) and internal (${int}); give each Envoy listener its own identity` };
+    return {
+      ok: false,
+      reason: 'ambiguous',
+      message: `the peer (${who}) is allowed as public (${pub}) and internal (${int}); give each Envoy listener its own identity`,
+    };
   }
   if (pub !== undefined) return { ok: true, role: 'public', matched: pub };
   if (int !== undefined) return { ok: true, role: 'internal', matched: int };

@@ -43,7 +43,11 @@ export function parkRequest(
     if (!waiter.park()) {
       // Unreachable while decide and park run in one synchronous turn; kept so a full queue can never overflow.
       q.metrics.fallback.inc({ step: 'queue', outcome: 'queue_full' });
-      resolve(q.settle(refuse(w.requestId, 'queue_full', `the queue of group ${w.group.id} is full; retry later`, w.trace, { tenant: w.group.tenant })));
+      resolve(
+        q.settle(
+          refuse(w.requestId, 'queue_full', `the queue of group ${w.group.id} is full; retry later`, w.trace, { tenant: w.group.tenant }),
+        ),
+      );
       return;
     }
     hooks.extendTimeout(overrideTimeoutMs(w.deadlineAtMs, q.deps.now(), q.maxMessageTimeoutMs));
@@ -125,7 +129,10 @@ class Waiter implements QueueEntry {
   /** The client went away: leave the queue; the answer completes the promise but nobody reads it. */
   readonly cancel = (): void => {
     this.#parked?.leave();
-    if (this.#close('cancelled')) this.#resolve({ decision: refuse(this.requestId, 'no_compatible_capacity', 'the client went away while the request was queued', this.#w.trace) });
+    if (this.#close('cancelled'))
+      this.#resolve({
+        decision: refuse(this.requestId, 'no_compatible_capacity', 'the client went away while the request was queued', this.#w.trace),
+      });
   };
 
   #answer(d: Decision): void {

@@ -79,7 +79,8 @@ export function createRolloutMetrics(registry: Registry): RolloutMetrics {
       for (const r of rolloutStatus(table)) revisionVerified.set({ model: r.model, revision: r.revision }, r.verified ? 1 : 0);
       revisionTrust.reset();
       for (const r of table.revisions.values()) {
-        if (r.pools.prefill.length + r.pools.decode.length + r.pools.both.length > 0) revisionTrust.set({ revision: r.name, trust: r.trust }, 1);
+        if (r.pools.prefill.length + r.pools.decode.length + r.pools.both.length > 0)
+          revisionTrust.set({ revision: r.name, trust: r.trust }, 1);
       }
     },
     setQueueDepth(groupId, depth) {

@@ -101,7 +101,13 @@ describe('gate gRPC server', () => {
     });
     const s = await openStream(g.port);
     s.send({
-      ...hdrs({ ':method': 'POST', ':path': '/v1/completions', 'x-request-id': 'r1', 'x-kvgate-decode-cluster': 'evil', 'x-kvgate-foo': 'x' }),
+      ...hdrs({
+        ':method': 'POST',
+        ':path': '/v1/completions',
+        'x-request-id': 'r1',
+        'x-kvgate-decode-cluster': 'evil',
+        'x-kvgate-foo': 'x',
+      }),
       protocol_config: { request_body_mode: 'BUFFERED' },
     });
     const r1 = await s.next();
@@ -307,7 +313,7 @@ describe('gate gRPC server', () => {
     s.client.close();
   });
 
-  it('accepts a body message up to its receive limit (limits.maxBodyBytes + headroom), past grpc-js\'s 4 MiB default', async () => {
+  it("accepts a body message up to its receive limit (limits.maxBodyBytes + headroom), past grpc-js's 4 MiB default", async () => {
     const seen: number[] = [];
     gate = await startGateServer({
       admission: { admit: (req) => (seen.push(req.body?.byteLength ?? -1), { decision: route(req) }) },
@@ -335,7 +341,8 @@ describe('gate gRPC server', () => {
       admission: {
         admit: (req): Admitted => {
           seen.push(Buffer.from(req.body ?? []).toString());
-          if (req.bodyTruncated === true) return { decision: { kind: 'refuse', requestId: req.requestId, code: 'body_too_large', message: 'too large', trace: [] } };
+          if (req.bodyTruncated === true)
+            return { decision: { kind: 'refuse', requestId: req.requestId, code: 'body_too_large', message: 'too large', trace: [] } };
           return { decision: route(req), ...(req.body === undefined ? {} : { body: req.body }) };
         },
       },
@@ -346,7 +353,10 @@ describe('gate gRPC server', () => {
       maxBodyBytes: () => 64,
     });
     const s = await openStream(gate.port);
-    s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions', 'content-length': '30', 'x-kvgate-foo': 'forged' }), protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED' } });
+    s.send({
+      ...hdrs({ ':method': 'POST', ':path': '/v1/completions', 'content-length': '30', 'x-kvgate-foo': 'forged' }),
+      protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED' },
+    });
     s.send({ request_body: { body: Buffer.from('{"seed": 9007199254740993,'), end_of_stream: false } });
     s.send({ request_body: { body: Buffer.from(' "model":"m"}'), end_of_stream: true } });
     const h = await s.next();
@@ -367,7 +377,10 @@ describe('gate gRPC server', () => {
     s.client.close();
     // A body past limits.maxBodyBytes is refused as soon as it passes the limit: 413, nothing else collected.
     const big = await openStream(gate.port);
-    big.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED' } });
+    big.send({
+      ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }),
+      protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED' },
+    });
     big.send({ request_body: { body: Buffer.alloc(65, 0x20), end_of_stream: false } });
     const refused = await big.next();
     expect(refused['immediate_response'].status.code).toBe('PayloadTooLarge');

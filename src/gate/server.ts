@@ -27,7 +27,6 @@ import type { GateMetrics } from './metrics.js';
 import { ExtProcSession } from './session.js';
 import { type GateTransport, serverCredentials, streamRole } from './transport.js';
 
-
 export interface GateServerOptions {
   readonly admission: Admission;
   readonly logger: Logger;
@@ -87,7 +86,12 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
   // cmd/epp/runner/health.go; docs/proposals/004-endpoint-picker-protocol, "Health Checking".
   const ready = opts.ready?.() ?? true;
   const status = ready ? 'SERVING' : 'NOT_SERVING';
-  const health = new HealthImplementation({ '': status, [EXT_PROC_SERVICE]: status, [READINESS_SERVICE]: status, [LIVENESS_SERVICE]: 'SERVING' });
+  const health = new HealthImplementation({
+    '': status,
+    [EXT_PROC_SERVICE]: status,
+    [READINESS_SERVICE]: status,
+    [LIVENESS_SERVICE]: 'SERVING',
+  });
   health.addToServer(server);
   const active = new Set<ServedStream>();
   const deps = {
@@ -109,7 +113,10 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
       if (!role.ok) {
         // Before any message is read: the peer is not one of the Envoys this gate serves.
         opts.metrics.streamsRefused.inc({ reason: role.reason });
-        opts.logger.warn({ audit: 'refusal', code: 'permission_denied', reason: auditCut(role.message, AUDIT_REASON_MAX), peer: call.getPeer() }, 'refused an ext_proc stream');
+        opts.logger.warn(
+          { audit: 'refusal', code: 'permission_denied', reason: auditCut(role.message, AUDIT_REASON_MAX), peer: call.getPeer() },
+          'refused an ext_proc stream',
+        );
         // grpc-js turns an 'error' on a server stream into its status and ends the call (server-call.js
         // ServerDuplexStreamImpl: the 'error' listener sets pendingStatus, _final sends it); destroy() would not.
         call.emit('error', Object.assign(new Error(`kvgate: ${role.message}`), { code: grpc.status.PERMISSION_DENIED }));

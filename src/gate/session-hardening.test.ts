@@ -26,17 +26,32 @@ function gate() {
   });
   const inFlight = createInFlightTracker();
   const table = tableFromValue(queueTableValue());
-  const admission = createAdmission({ state: () => ({ table, view: createStaticWorkerView(table, inFlight) }), keys: createDevKeyRing('hardening'), inFlight, now: Date.now });
+  const admission = createAdmission({
+    state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
+    keys: createDevKeyRing('hardening'),
+    inFlight,
+    now: Date.now,
+  });
   const registry = new Registry();
   let n = 0;
-  const deps = { admission, logger: pino({ level: 'info' }, sink), metrics: createGateMetrics(registry), newRequestId: () => `minted-${++n}`, now: Date.now, gieHeaders: false };
+  const deps = {
+    admission,
+    logger: pino({ level: 'info' }, sink),
+    metrics: createGateMetrics(registry),
+    newRequestId: () => `minted-${++n}`,
+    now: Date.now,
+    gieHeaders: false,
+  };
   /** One request through a fresh public session: headers (name -> raw bytes), then the body. */
   const send = async (h: Record<string, Buffer | string>, body: Buffer | string): Promise<WireProcessingResponse | null> => {
     const s = new ExtProcSession(deps, 'public', () => undefined);
     const all = { ':method': 'POST', ':path': '/v1/chat/completions', 'x-session-id': 's1', ...h };
     await s.onMessage({
       request: 'request_headers',
-      request_headers: { headers: { headers: Object.entries(all).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) }, end_of_stream: false },
+      request_headers: {
+        headers: { headers: Object.entries(all).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) },
+        end_of_stream: false,
+      },
       protocol_config: { request_body_mode: 'BUFFERED' },
     } satisfies WireProcessingRequest);
     const r = await s.onMessage({ request: 'request_body', request_body: { body: Buffer.from(body), end_of_stream: true } });
@@ -49,21 +64,31 @@ function gate() {
 const chat = JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] });
 const refusal = (r: WireProcessingResponse | null) => {
   const ir = r?.immediate_response;
-  return ir === undefined ? undefined : (JSON.parse(Buffer.from(ir.body ?? []).toString()) as { error: { code: string; message: string; request_id: string } }).error;
+  return ir === undefined
+    ? undefined
+    : (JSON.parse(Buffer.from(ir.body ?? []).toString()) as { error: { code: string; message: string; request_id: string } }).error;
 };
 const stamped = (r: WireProcessingResponse | null, name: string) =>
-  Buffer.from(r?.request_body?.response?.header_mutation?.set_headers?.find((h) => h.header.key === name)?.header.raw_value ?? []).toString();
+  Buffer.from(
+    r?.request_body?.response?.header_mutation?.set_headers?.find((h) => h.header.key === name)?.header.raw_value ?? [],
+  ).toString();
 
 describe('identity headers are decoded strictly', () => {
-  it("t-\\xE9 and t-\\xFF are not one tenant: both are refused 400, with an audit line each", async () => {
+  it('t-\\xE9 and t-\\xFF are not one tenant: both are refused 400, with an audit line each', async () => {
     const g = gate();
     for (const byte of [0xe9, 0xff]) {
       const r = await g.send({ 'x-tenant-id': Buffer.from([0x74, 0x2d, byte]) }, chat);
       expect(refusal(r)).toMatchObject({ code: 'bad_request', message: expect.stringContaining('x-tenant-id is not valid UTF-8') });
     }
-    expect(g.audits().map((l) => [l['code'], l['tenant']])).toEqual([['bad_request', null], ['bad_request', null]]);
+    expect(g.audits().map((l) => [l['code'], l['tenant']])).toEqual([
+      ['bad_request', null],
+      ['bad_request', null],
+    ]);
     // Valid UTF-8 is read as the tenant it names (this table lists only acme, so t-é is then refused by scope).
-    expect(refusal(await g.send({ 'x-tenant-id': 't-é' }, chat))).toMatchObject({ code: 'tenant_scope_denied', message: expect.stringContaining('tenant t-é ') });
+    expect(refusal(await g.send({ 'x-tenant-id': 't-é' }, chat))).toMatchObject({
+      code: 'tenant_scope_denied',
+      message: expect.stringContaining('tenant t-é '),
+    });
   });
 
   it('the session header is an identity too', async () => {
@@ -76,7 +101,10 @@ describe('identity headers are decoded strictly', () => {
 describe('the request id on the public listener', () => {
   it("is minted by the gate; the client's id is kept apart as client_request_id", async () => {
     const g = gate();
-    const [a, b] = [await g.send({ 'x-tenant-id': 'acme', 'x-request-id': 'same' }, chat), await g.send({ 'x-tenant-id': 'globex', 'x-request-id': 'same' }, '{')];
+    const [a, b] = [
+      await g.send({ 'x-tenant-id': 'acme', 'x-request-id': 'same' }, chat),
+      await g.send({ 'x-tenant-id': 'globex', 'x-request-id': 'same' }, '{'),
+    ];
     expect(stamped(a, 'x-request-id')).toBe('minted-1');
     expect(refusal(b)?.request_id).toBe('minted-2');
     // Two tenants sending one id never share an audit line's id.

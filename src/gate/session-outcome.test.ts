@@ -28,7 +28,13 @@ function setup(decisions: boolean) {
   const logger = pino({ level: 'info' }, sink);
   const table = tableFromValue(twoRevisionTableValue());
   const inFlight = createInFlightTracker();
-  const admission = createAdmission({ state: () => ({ table, view: createStaticWorkerView(table, inFlight) }), keys: createDevKeyRing('outcome-test'), inFlight, now: Date.now, recheckMs: 0 });
+  const admission = createAdmission({
+    state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
+    keys: createDevKeyRing('outcome-test'),
+    inFlight,
+    now: Date.now,
+    recheckMs: 0,
+  });
   const registry = new Registry();
   const deps = {
     admission,
@@ -45,14 +51,20 @@ function setup(decisions: boolean) {
 const headerMap = (h: Record<string, string>) => ({ headers: Object.entries(h).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) });
 const requestHeaders = (id: string): WireProcessingRequest => ({
   request: 'request_headers',
-  request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/completions', 'x-request-id': id, 'x-tenant-id': 'acme' }), end_of_stream: false },
+  request_headers: {
+    headers: headerMap({ ':method': 'POST', ':path': '/v1/completions', 'x-request-id': id, 'x-tenant-id': 'acme' }),
+    end_of_stream: false,
+  },
   protocol_config: { request_body_mode: 'BUFFERED' },
 });
 const requestBody = (): WireProcessingRequest => ({
   request: 'request_body',
   request_body: { body: Buffer.from(JSON.stringify({ model: 'llama-3-8b', prompt: 'hello' })), end_of_stream: true },
 });
-const responseHeaders = (h: Record<string, string>): WireProcessingRequest => ({ request: 'response_headers', response_headers: { headers: headerMap(h), end_of_stream: false } });
+const responseHeaders = (h: Record<string, string>): WireProcessingRequest => ({
+  request: 'response_headers',
+  response_headers: { headers: headerMap(h), end_of_stream: false },
+});
 
 async function routed(s: ExtProcSession, id: string): Promise<void> {
   await s.onMessage(requestHeaders(id));
@@ -61,18 +73,28 @@ async function routed(s: ExtProcSession, id: string): Promise<void> {
 }
 
 const count = async (registry: Registry, labels: Record<string, string>) =>
-  (await registry.getSingleMetric('kvgate_routed_responses_total')!.get()).values.find((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))?.value ?? 0;
+  (await registry.getSingleMetric('kvgate_routed_responses_total')!.get()).values.find((v) =>
+    Object.entries(labels).every(([k, x]) => v.labels[k] === x),
+  )?.value ?? 0;
 
 describe('session: after the route', () => {
   it("counts a sidecar's refusal per revision with its code and writes one upstream_refusal audit line", async () => {
     const t = setup(false);
     const s = t.session();
     await routed(s, 'r-refused');
-    const answer = await s.onMessage(responseHeaders({ ':status': '409', 'x-kvgate-reject-reason': 'incompatible_transfer', 'content-type': 'application/json' }));
+    const answer = await s.onMessage(
+      responseHeaders({ ':status': '409', 'x-kvgate-reject-reason': 'incompatible_transfer', 'content-type': 'application/json' }),
+    );
     expect(answer?.response_headers).toBeDefined(); // still answered: Envoy waits for it
     const audit = t.lines.filter((l) => l['audit'] === 'upstream_refusal');
     expect(audit).toHaveLength(1);
-    expect(audit[0]).toMatchObject({ request_id: 'generated', client_request_id: 'r-refused', code: 'incompatible_transfer', status: '409', tenant: 'acme' });
+    expect(audit[0]).toMatchObject({
+      request_id: 'generated',
+      client_request_id: 'r-refused',
+      code: 'incompatible_transfer',
+      status: '409',
+      tenant: 'acme',
+    });
     expect(await count(t.registry, { revision: audit[0]!['revision'], outcome: 'refused', code: 'incompatible_transfer' })).toBe(1);
     // A second response_headers (never sent by Envoy, but harmless) does not count twice.
     await s.onMessage(responseHeaders({ ':status': '409', 'x-kvgate-reject-reason': 'incompatible_transfer' }));
@@ -96,7 +118,16 @@ describe('session: after the route', () => {
     const lines = t.lines.filter((l) => l['event'] === 'decision');
     expect(lines).toHaveLength(1);
     const l = lines[0]!;
-    expect(l).toMatchObject({ level: 30, log: 'decisions', outcome: 'route', request_id: 'generated', client_request_id: 'r-line', tenant: 'acme', model: 'llama-3-8b', fallback: [] });
+    expect(l).toMatchObject({
+      level: 30,
+      log: 'decisions',
+      outcome: 'route',
+      request_id: 'generated',
+      client_request_id: 'r-line',
+      tenant: 'acme',
+      model: 'llama-3-8b',
+      fallback: [],
+    });
     expect(l['group']).toMatch(/\S/);
     expect(l['revision']).toMatch(/\S/);
     expect(l['decode']).toMatchObject({ pool: expect.any(String), cluster: expect.any(String) });

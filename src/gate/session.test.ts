@@ -44,7 +44,13 @@ const headers = (id: string): WireProcessingRequest => ({
   request: 'request_headers',
   request_headers: {
     headers: {
-      headers: Object.entries({ ':method': 'POST', ':path': '/v1/chat/completions', 'x-request-id': id, 'x-tenant-id': 'acme', 'x-session-id': `s-${id}` }).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })),
+      headers: Object.entries({
+        ':method': 'POST',
+        ':path': '/v1/chat/completions',
+        'x-request-id': id,
+        'x-tenant-id': 'acme',
+        'x-session-id': `s-${id}`,
+      }).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })),
     },
     end_of_stream: false,
   },
@@ -52,10 +58,18 @@ const headers = (id: string): WireProcessingRequest => ({
 });
 const body = (): WireProcessingRequest => ({
   request: 'request_body',
-  request_body: { body: Buffer.from(JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] })), end_of_stream: true },
+  request_body: {
+    body: Buffer.from(JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] })),
+    end_of_stream: true,
+  },
 });
 const stamped = (r: WireProcessingResponse | null): Record<string, string> =>
-  Object.fromEntries((r?.request_body?.response?.header_mutation?.set_headers ?? []).map((h) => [h.header.key, Buffer.from(h.header.raw_value ?? []).toString()]));
+  Object.fromEntries(
+    (r?.request_body?.response?.header_mutation?.set_headers ?? []).map((h) => [
+      h.header.key,
+      Buffer.from(h.header.raw_value ?? []).toString(),
+    ]),
+  );
 
 describe('session: a queued request', () => {
   let admission: AdmissionControl | undefined;
@@ -82,7 +96,11 @@ describe('session: a queued request', () => {
     expect(two.sent).toEqual([{ override_message_timeout: { seconds: 2, nanos: 250_000_000 } }]);
     one.s.finish(); // the first request ends: its decode slot frees
     await tick();
-    expect(stamped(answer!)).toMatchObject({ 'x-kvgate-group': stamped(first)['x-kvgate-group'], 'x-kvgate-revision': 'llama-b', 'x-kvgate-decode-endpoint': B_DECODE });
+    expect(stamped(answer!)).toMatchObject({
+      'x-kvgate-group': stamped(first)['x-kvgate-group'],
+      'x-kvgate-revision': 'llama-b',
+      'x-kvgate-decode-endpoint': B_DECODE,
+    });
     expect(two.sent).toHaveLength(1);
     expect(h.inFlight.inFlight(B_DECODE)).toBe(1);
     two.s.finish();
@@ -91,7 +109,10 @@ describe('session: a queued request', () => {
 
   it('without a way to send early messages it never queues (Envoy would time the request out), and its audit line says why', async () => {
     const lines: Record<string, unknown>[] = [];
-    const h = harness(queueTableValue(), pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) }));
+    const h = harness(
+      queueTableValue(),
+      pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) }),
+    );
     admission = h.admission;
     await (await started(h, 'r1')).s.onMessage(body());
     const x = h.session(false);
@@ -99,7 +120,9 @@ describe('session: a queued request', () => {
     const r = await x.s.onMessage(body());
     expect(r?.immediate_response?.status.code).toBe(503);
     expect(Buffer.from(r?.immediate_response?.body ?? []).toString()).toContain('the fallback queue was skipped (cannot_hold)');
-    expect(lines.filter((l) => l['audit'] === 'refusal')).toEqual([expect.objectContaining({ code: 'no_compatible_capacity', queueSkipped: 'cannot_hold' })]);
+    expect(lines.filter((l) => l['audit'] === 'refusal')).toEqual([
+      expect.objectContaining({ code: 'no_compatible_capacity', queueSkipped: 'cannot_hold' }),
+    ]);
   });
 
   it('a cancelled stream leaves the queue, answers nothing, and holds no capacity', async () => {
@@ -127,12 +150,22 @@ describe('session: a bound request never moves', () => {
     await x.s.onMessage(headers('r1'));
     const routed = stamped(await x.s.onMessage(body()));
     expect(routed['x-kvgate-revision']).toBe('llama-b');
-    h.swap(queueTableValue((v) => {
-      v['models']['llama-3-8b']['rollout']['weight'] = 0;
-      v['pools'][3]['draining'] = true;
-    }));
-    const resp = await x.s.onMessage({ request: 'response_headers', response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } });
-    const out = Object.fromEntries((resp?.response_headers?.response?.header_mutation?.set_headers ?? []).map((s) => [s.header.key, Buffer.from(s.header.raw_value ?? []).toString()]));
+    h.swap(
+      queueTableValue((v) => {
+        v['models']['llama-3-8b']['rollout']['weight'] = 0;
+        v['pools'][3]['draining'] = true;
+      }),
+    );
+    const resp = await x.s.onMessage({
+      request: 'response_headers',
+      response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } },
+    });
+    const out = Object.fromEntries(
+      (resp?.response_headers?.response?.header_mutation?.set_headers ?? []).map((s) => [
+        s.header.key,
+        Buffer.from(s.header.raw_value ?? []).toString(),
+      ]),
+    );
     expect(out['x-kvgate-revision']).toBe('llama-b');
     expect(out['x-kvgate-group']).toBe(routed['x-kvgate-group']);
     expect(h.inFlight.inFlight(B_DECODE)).toBe(1);

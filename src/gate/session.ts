@@ -167,7 +167,13 @@ export class ExtProcSession {
       }
       case 'request_trailers':
         if (!this.#decided) {
-          return this.#refuse('request_trailers', new KvgateError('internal', 'request trailers arrived before the request body was decided; configure the ext_proc filter with request_body_mode BUFFERED'));
+          return this.#refuse(
+            'request_trailers',
+            new KvgateError(
+              'internal',
+              'request trailers arrived before the request body was decided; configure the ext_proc filter with request_body_mode BUFFERED',
+            ),
+          );
         }
         return { request_trailers: {} };
       case 'response_headers': {
@@ -193,7 +199,10 @@ export class ExtProcSession {
     const tooLarge = this.#duplexBytes > (this.#deps.maxBodyBytes?.() ?? Number.POSITIVE_INFINITY);
     if (!eos && !tooLarge) return null;
     if (this.#send === undefined) {
-      return this.#refuse('request_body', new KvgateError('internal', 'this gate stream cannot answer FULL_DUPLEX_STREAMED bodies; configure request_body_mode BUFFERED'));
+      return this.#refuse(
+        'request_body',
+        new KvgateError('internal', 'this gate stream cannot answer FULL_DUPLEX_STREAMED bodies; configure request_body_mode BUFFERED'),
+      );
     }
     return this.#decideAndAnswer('request_body', tooLarge);
   }
@@ -210,7 +219,10 @@ export class ExtProcSession {
     const forged = this.#received.forged.filter((n) => n !== H.binding);
     if (this.#listener === 'public' && forged.length > 0) {
       this.#deps.metrics.forgedHeaders.inc();
-      this.#log().warn({ forged: forged.slice(0, 16).map((n) => auditCut(n)), count: forged.length }, 'client sent gate-owned headers; removed');
+      this.#log().warn(
+        { forged: forged.slice(0, 16).map((n) => auditCut(n)), count: forged.length },
+        'client sent gate-owned headers; removed',
+      );
     }
     if (endOfStream) return this.#decideAndAnswer('request_headers', false);
     if (this.#bodyMode !== undefined && !ROUTABLE_BODY_MODES.has(this.#bodyMode)) {
@@ -221,10 +233,7 @@ export class ExtProcSession {
     return { request_headers: { response: stripForged(this.#received.forged) } };
   }
 
-  async #decideAndAnswer(
-    phase: 'request_headers' | 'request_body',
-    truncated: boolean,
-  ): Promise<WireProcessingResponse> {
+  async #decideAndAnswer(phase: 'request_headers' | 'request_body', truncated: boolean): Promise<WireProcessingResponse> {
     this.#decided = true;
     const started = process.hrtime.bigint();
     const facts = toRequestFacts({
@@ -300,7 +309,11 @@ export class ExtProcSession {
       'kvgate.listener': this.#listener,
       ...(this.#clientRequestId === undefined ? {} : { 'kvgate.client_request_id': this.#clientRequestId }),
     };
-    return tracer.startSpan(this.#listener === 'internal' ? 'kvgate.gate hop' : 'kvgate.gate route', { kind: SpanKind.SERVER, attributes }, parentContext(this.#received?.headers ?? {}));
+    return tracer.startSpan(
+      this.#listener === 'internal' ? 'kvgate.gate hop' : 'kvgate.gate route',
+      { kind: SpanKind.SERVER, attributes },
+      parentContext(this.#received?.headers ?? {}),
+    );
   }
 
   #duplex(phase: 'request_headers' | 'request_body'): boolean {
@@ -325,7 +338,8 @@ export class ExtProcSession {
         this.#extendedFor = phase;
         const whole = Math.max(1, Math.ceil(ms));
         this.#send!({ override_message_timeout: { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 } });
-        if (this.#deps.logger.isLevelEnabled('debug')) this.#log().debug({ timeout_ms: whole }, 'request queued: asked Envoy to extend its message timeout');
+        if (this.#deps.logger.isLevelEnabled('debug'))
+          this.#log().debug({ timeout_ms: whole }, 'request queued: asked Envoy to extend its message timeout');
         return true;
       },
     };
@@ -370,7 +384,10 @@ export class ExtProcSession {
         `refused: ${d.code}`,
       );
     } else if (this.#deps.decisionLog !== undefined) {
-      this.#deps.decisionLog.info({ ...decisionLine(d, seconds), ...(this.#clientRequestId === undefined ? {} : { client_request_id: this.#clientRequestId }) }, `${d.kind} ${d.group.revision}`);
+      this.#deps.decisionLog.info(
+        { ...decisionLine(d, seconds), ...(this.#clientRequestId === undefined ? {} : { client_request_id: this.#clientRequestId }) },
+        `${d.kind} ${d.group.revision}`,
+      );
     } else if (this.#deps.logger.isLevelEnabled('debug')) {
       this.#log().debug({ outcome: d.kind, group: d.group.id, revision: d.group.revision }, 'bound');
     }
@@ -462,7 +479,10 @@ function withTraceHeaders(common: WireCommonResponse, span: Span): WireCommonRes
   const stamps = Object.entries(traceHeaders(span));
   if (stamps.length === 0) return common;
   const mutation = common.header_mutation ?? {};
-  return { ...common, header_mutation: { ...mutation, set_headers: [...(mutation.set_headers ?? []), ...stamps.map(([k, v]) => setHeader(k, v))] } };
+  return {
+    ...common,
+    header_mutation: { ...mutation, set_headers: [...(mutation.set_headers ?? []), ...stamps.map(([k, v]) => setHeader(k, v))] },
+  };
 }
 
 function wrap(phase: 'request_headers' | 'request_body', common: object): WireProcessingResponse {

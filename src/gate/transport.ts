@@ -29,7 +29,10 @@ export function serverCredentials(t: GateTransport): grpc.ServerCredentials {
 }
 
 /** The role of a new stream, or why it may not be opened. */
-export function streamRole(t: GateTransport, call: Pick<grpc.ServerDuplexStream<unknown, unknown>, 'metadata' | 'getAuthContext'>): RoleResult {
+export function streamRole(
+  t: GateTransport,
+  call: Pick<grpc.ServerDuplexStream<unknown, unknown>, 'metadata' | 'getAuthContext'>,
+): RoleResult {
   if (t.kind === 'insecure') {
     const claimed = call.metadata.get(LISTENER_METADATA_KEY)[0]?.toString();
     return { ok: true, role: claimed === 'internal' ? 'internal' : 'public', matched: 'insecure: caller-sent x-kvgate-listener' };
@@ -40,5 +43,7 @@ export function streamRole(t: GateTransport, call: Pick<grpc.ServerDuplexStream<
 
 /** For `/status`: the mode, and how many identities each role allows (not the identities themselves). */
 export function transportStatus(t: GateTransport): { mode: 'mtls' | 'insecure'; roles?: Record<Listener, number> } {
-  return t.kind === 'insecure' ? { mode: 'insecure' } : { mode: 'mtls', roles: { public: t.roles.public.length, internal: t.roles.internal.length } };
+  return t.kind === 'insecure'
+    ? { mode: 'insecure' }
+    : { mode: 'mtls', roles: { public: t.roles.public.length, internal: t.roles.internal.length } };
 }

@@ -52,7 +52,14 @@ describe('trust: declared-only is loud', () => {
     dir = await mkdtemp(path.join(tmpdir(), 'kvgate-trust-'));
     await writeFile(path.join(dir, 'route-table.json'), JSON.stringify(declaredOnlyB()));
     const cfg = parseGateConfig(
-      JSON.stringify({ listen: '127.0.0.1:0', admin: '', policy: 'route-table.json', keys: { devSeed: 'x' }, workerView: { mode: 'static' }, insecure: true }),
+      JSON.stringify({
+        listen: '127.0.0.1:0',
+        admin: '',
+        policy: 'route-table.json',
+        keys: { devSeed: 'x' },
+        workerView: { mode: 'static' },
+        insecure: true,
+      }),
       path.join(dir, 'gate.yaml'),
     );
     if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));

@@ -6,7 +6,11 @@ interface TestEntry extends QueueEntry {
   ready: boolean;
 }
 
-function entry(requestId: string, opts: Partial<Pick<QueueEntry, 'groupId' | 'order' | 'enqueuedAtMs' | 'deadlineAtMs'>> = {}, log: string[] = []): TestEntry {
+function entry(
+  requestId: string,
+  opts: Partial<Pick<QueueEntry, 'groupId' | 'order' | 'enqueuedAtMs' | 'deadlineAtMs'>> = {},
+  log: string[] = [],
+): TestEntry {
   const e: TestEntry = {
     requestId,
     groupId: opts.groupId ?? 'g1',
@@ -41,7 +45,11 @@ describe('wait queue', () => {
     expect(q.park(entry('c'), 2)).toBeUndefined();
     expect(q.park(entry('d', { groupId: 'g2' }), 2)).toBeDefined();
     expect([q.depth('g1'), q.depth('g2'), q.size()]).toEqual([2, 1, 3]);
-    expect(depths).toEqual([['g1', 1], ['g1', 2], ['g2', 1]]);
+    expect(depths).toEqual([
+      ['g1', 1],
+      ['g1', 2],
+      ['g2', 1],
+    ]);
   });
 
   it('wakes fifo in arrival order and stops at the first entry that must keep waiting', () => {
@@ -105,7 +113,10 @@ describe('wait queue', () => {
     q.park(b, 10);
     q.close();
     expect([a.calls, b.calls]).toEqual([['abandon'], ['abandon']]);
-    expect(depths.slice(-2)).toEqual([['g1', 0], ['g2', 0]]);
+    expect(depths.slice(-2)).toEqual([
+      ['g1', 0],
+      ['g2', 0],
+    ]);
     expect(q.size()).toBe(0);
   });
 });

@@ -44,7 +44,10 @@ describe('live worker view', () => {
     const after = view.endpoints('a-decode').find((e) => e.address === polled.address)!;
     expect(after).toMatchObject({ fingerprint: pool.fingerprint, verified: true, draining: false });
     // An endpoint without a status URL keeps its declared fingerprint.
-    expect(view.endpoints('a-decode').find((e) => e.address === declaredOnly.address)).toMatchObject({ fingerprint: pool.fingerprint, verified: true });
+    expect(view.endpoints('a-decode').find((e) => e.address === declaredOnly.address)).toMatchObject({
+      fingerprint: pool.fingerprint,
+      verified: true,
+    });
   });
 
   it('drops an endpoint whose worker was upgraded in place (other fingerprint) or failed its probe', async () => {
@@ -60,7 +63,9 @@ describe('live worker view', () => {
 
   it('keeps the last good observation through a failed poll, until it goes stale', async () => {
     let up = true;
-    const { poller, view, advance } = setup(() => (up ? status({ fingerprint: pool.fingerprint, verified: true, draining: true }) : Promise.reject(new Error('ECONNREFUSED'))));
+    const { poller, view, advance } = setup(() =>
+      up ? status({ fingerprint: pool.fingerprint, verified: true, draining: true }) : Promise.reject(new Error('ECONNREFUSED')),
+    );
     await poller.pollOnce();
     up = false;
     advance(1000);

@@ -28,7 +28,12 @@ export interface PoolState {
   readonly revision: string;
   readonly role: string;
   readonly cluster: string;
-  readonly endpoints: ReadonlyArray<{ readonly address: string; readonly status: string | null; readonly state: EndpointStateName; readonly reasons: readonly string[] }>;
+  readonly endpoints: ReadonlyArray<{
+    readonly address: string;
+    readonly status: string | null;
+    readonly state: EndpointStateName;
+    readonly reasons: readonly string[];
+  }>;
 }
 
 export interface WorkerPollerOptions {
@@ -167,7 +172,12 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     } catch (e) {
       polls.inc({ result: 'error' });
       const error = `sidecar status ${status} unreachable: ${(e as Error).message}`;
-      seen.set(key, prev ? { ...prev, status, error } : { status, fingerprint: null, verified: false, draining: false, reasons: [error], observedAtMs: 0, error });
+      seen.set(
+        key,
+        prev
+          ? { ...prev, status, error }
+          : { status, fingerprint: null, verified: false, draining: false, reasons: [error], observedAtMs: 0, error },
+      );
       if (!prev?.error) deps.logger.warn({ endpoint: address, error }, 'worker status poll failed');
     }
   }
@@ -245,8 +255,17 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         endpoints: p.endpoints.map((e) => {
           const o = seen.get(e.address);
           const state = endpointState(p.draining, e, o);
-          const why = p.draining ? ['the route table drains this pool'] : e.status === null ? ['no status URL: routable by declaration'] : (o?.reasons ?? ['not polled yet']);
-          return { address: e.address, status: e.status, state, reasons: state === 'stale' ? [`last answer older than ${opts.staleAfterMs} ms`, ...why] : why };
+          const why = p.draining
+            ? ['the route table drains this pool']
+            : e.status === null
+              ? ['no status URL: routable by declaration']
+              : (o?.reasons ?? ['not polled yet']);
+          return {
+            address: e.address,
+            status: e.status,
+            state,
+            reasons: state === 'stale' ? [`last answer older than ${opts.staleAfterMs} ms`, ...why] : why,
+          };
         }),
       })),
     start() {

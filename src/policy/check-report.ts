@@ -28,7 +28,9 @@ export interface PolicyCheckReport {
   readonly summary?: PolicySummary;
 }
 
-export type CheckedTable = { readonly ok: true; readonly table: CompiledRouteTable; readonly report: PolicyCheckReport } | { readonly ok: false; readonly report: PolicyCheckReport };
+export type CheckedTable =
+  | { readonly ok: true; readonly table: CompiledRouteTable; readonly report: PolicyCheckReport }
+  | { readonly ok: false; readonly report: PolicyCheckReport };
 
 export interface CheckOptions extends LoadOptions {
   /**
@@ -69,7 +71,9 @@ export function summaryOf(t: CompiledRouteTable): PolicySummary {
 export function formatCheckReport(r: PolicyCheckReport): string {
   const lines = [...r.errors, ...r.warnings].map(formatIssue);
   if (!r.ok) {
-    lines.push(`${r.file}: INVALID: ${count(r.errors.length, 'error')}${r.warnings.length > 0 ? `, ${count(r.warnings.length, 'warning')}` : ''}; the gate would keep the table it has`);
+    lines.push(
+      `${r.file}: INVALID: ${count(r.errors.length, 'error')}${r.warnings.length > 0 ? `, ${count(r.warnings.length, 'warning')}` : ''}; the gate would keep the table it has`,
+    );
     return `${lines.join('\n')}\n`;
   }
   const s = r.summary!;

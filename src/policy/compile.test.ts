@@ -16,9 +16,18 @@ describe('compileRouteTable', () => {
     expect(a.pools.prefill.map((p) => p.name)).toEqual(['a-prefill']);
     expect(a.pools.decode.map((p) => p.name)).toEqual(['a-decode']);
     expect(a.pools.both).toEqual([]);
-    expect(compiled.clusters.get('b_decode')).toMatchObject({ revision: 'llama-b', fingerprint: compiled.revisions.get('llama-b')!.fingerprint });
+    expect(compiled.clusters.get('b_decode')).toMatchObject({
+      revision: 'llama-b',
+      fingerprint: compiled.revisions.get('llama-b')!.fingerprint,
+    });
     expect(compiled.pools.get('a-decode')!.endpoints.map((e) => e.fingerprint)).toEqual([a.fingerprint, a.fingerprint]);
-    expect(compiled.models.get('llama-3-8b')).toEqual({ name: 'llama-3-8b', tenants: ['acme', 'globex'], stable: 'llama-a', candidate: 'llama-b', weight: 10 });
+    expect(compiled.models.get('llama-3-8b')).toEqual({
+      name: 'llama-3-8b',
+      tenants: ['acme', 'globex'],
+      stable: 'llama-a',
+      candidate: 'llama-b',
+      weight: 10,
+    });
     expect(compiled.servedModels).toEqual(['llama-3-8b']);
     expect(compiled.tenantRestricted).toBe(true);
     expect(compiled.contractTtlMs).toBe(30000);

@@ -8,7 +8,20 @@ import { deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
-import { isVerified, type ConnectorMode, type FallbackStep, type Limits, type PoolDiscovery, type PoolRole, type RevisionTrust, type RevisionVerification, type RouteTable, type SessionConfig, type Tenancy, type TenantList } from './schema.js';
+import {
+  isVerified,
+  type ConnectorMode,
+  type FallbackStep,
+  type Limits,
+  type PoolDiscovery,
+  type PoolRole,
+  type RevisionTrust,
+  type RevisionVerification,
+  type RouteTable,
+  type SessionConfig,
+  type Tenancy,
+  type TenantList,
+} from './schema.js';
 
 /** An endpoint as declared; `fingerprint` is its own declared descriptor's, else its pool's. */
 export interface CompiledEndpoint {
@@ -44,7 +57,11 @@ export interface CompiledRevision {
   readonly adapter: string | null;
   /** Whether its KV may be moved from a prefill pool to a decode pool (connector rules, in the table's mode). */
   readonly transfer: { readonly allowed: boolean; readonly reasons: readonly string[]; readonly warnings: readonly string[] };
-  readonly pools: { readonly prefill: readonly CompiledPool[]; readonly decode: readonly CompiledPool[]; readonly both: readonly CompiledPool[] };
+  readonly pools: {
+    readonly prefill: readonly CompiledPool[];
+    readonly decode: readonly CompiledPool[];
+    readonly both: readonly CompiledPool[];
+  };
   /** The table's verification record for this revision (`kvgate verify` evidence). */
   readonly verification: RevisionVerification;
   /** False when verification is required and has not passed: then it takes no cohort, fallback or bound traffic. */
@@ -141,7 +158,13 @@ export function compileRouteTable(table: RouteTable, checked: CheckedRevisions):
   const models = new Map<string, CompiledModel>();
   for (const [name, m] of Object.entries(table.models)) {
     const candidate = m.rollout.candidate ?? null;
-    models.set(name, { name, tenants: m.tenants, stable: m.rollout.stable, candidate, weight: candidate === null ? 0 : (m.rollout.weight ?? 0) });
+    models.set(name, {
+      name,
+      tenants: m.tenants,
+      stable: m.rollout.stable,
+      candidate,
+      weight: candidate === null ? 0 : (m.rollout.weight ?? 0),
+    });
   }
   const clusters = new Map<string, CompiledCluster>();
   for (const p of pools.values()) {

@@ -15,22 +15,30 @@ export function diffSettings(before: CompiledRouteTable, after: CompiledRouteTab
   const tenancy = add('tenancy');
   const [a, b] = [before.tenancy, after.tenancy];
   if (canonicalJson(a.source) !== canonicalJson(b.source)) tenancy(`tenant source ${sourceText(a.source)} -> ${sourceText(b.source)}`);
-  if (a.required !== b.required) tenancy(b.required ? 'a tenant is now required: requests without one are refused with 401' : 'a tenant is no longer required');
+  if (a.required !== b.required)
+    tenancy(b.required ? 'a tenant is now required: requests without one are refused with 401' : 'a tenant is no longer required');
   if (a.default !== b.default) tenancy(`default tenant ${a.default ?? '(none)'} -> ${b.default ?? '(none)'}`);
   if (a.prefixScope !== b.prefixScope) {
-    tenancy(`prefix scope ${a.prefixScope} -> ${b.prefixScope}: every group id changes, so prefix caches start cold, bindings are re-checked and queued requests are refused`);
+    tenancy(
+      `prefix scope ${a.prefixScope} -> ${b.prefixScope}: every group id changes, so prefix caches start cold, bindings are re-checked and queued requests are refused`,
+    );
   }
-  if (a.userHeader !== b.userHeader) tenancy(`user header ${a.userHeader ?? '(body user field)'} -> ${b.userHeader ?? '(body user field)'}`);
+  if (a.userHeader !== b.userHeader)
+    tenancy(`user header ${a.userHeader ?? '(body user field)'} -> ${b.userHeader ?? '(body user field)'}`);
   const session = add('settings');
   if (before.session.header !== after.session.header) {
-    session(`session header ${before.session.header} -> ${after.session.header}: cohorts are keyed by the new header, so sessions may change cohort`);
+    session(
+      `session header ${before.session.header} -> ${after.session.header}: cohorts are keyed by the new header, so sessions may change cohort`,
+    );
   }
-  if (before.session.bindingTtlMs !== after.session.bindingTtlMs) session(`binding lifetime ${before.session.bindingTtlMs} ms -> ${after.session.bindingTtlMs} ms`);
+  if (before.session.bindingTtlMs !== after.session.bindingTtlMs)
+    session(`binding lifetime ${before.session.bindingTtlMs} ms -> ${after.session.bindingTtlMs} ms`);
   const [f0, f1] = [chainText(before.fallback), chainText(after.fallback)];
   if (f0 !== f1) add('fallback')(`fallback chain ${f0} -> ${f1}`);
   if (before.connectorMode !== after.connectorMode) session(`connector mode ${before.connectorMode} -> ${after.connectorMode}`);
   if (before.contractTtlMs !== after.contractTtlMs) session(`contract lifetime ${before.contractTtlMs} ms -> ${after.contractTtlMs} ms`);
-  if (before.limits.maxBodyBytes !== after.limits.maxBodyBytes) session(`limits.maxBodyBytes ${before.limits.maxBodyBytes} -> ${after.limits.maxBodyBytes}`);
+  if (before.limits.maxBodyBytes !== after.limits.maxBodyBytes)
+    session(`limits.maxBodyBytes ${before.limits.maxBodyBytes} -> ${after.limits.maxBodyBytes}`);
 }
 
 function sourceText(s: CompiledRouteTable['tenancy']['source']): string {

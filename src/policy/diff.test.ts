@@ -30,9 +30,13 @@ describe('diffRouteTables', () => {
   });
 
   it('names the fingerprinted fields of a redeclared revision', () => {
-    const lines = diffAfter((v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', tokenizer: { revision: 'tok-2024-06-01' } }) }));
+    const lines = diffAfter(
+      (v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', tokenizer: { revision: 'tok-2024-06-01' } }) }),
+    );
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatch(/^revisions: revision llama-b redeclared with another fingerprint \([0-9a-f]{12}… -> [0-9a-f]{12}…\): tokenizer revision: old runs "tok-2024-04-18", new runs "tok-2024-06-01"\. It is a new compatibility group/);
+    expect(lines[0]).toMatch(
+      /^revisions: revision llama-b redeclared with another fingerprint \([0-9a-f]{12}… -> [0-9a-f]{12}…\): tokenizer revision: old runs "tok-2024-04-18", new runs "tok-2024-06-01"\. It is a new compatibility group/,
+    );
   });
 
   it('notes descriptor changes outside the fingerprint as the same group', () => {
@@ -76,7 +80,11 @@ describe('diffRouteTables', () => {
     ]);
     expect(
       diffAfter((v) => {
-        v['fallback'] = [{ queue: { deadlineMs: 2000, maxDepth: 50 } }, { routeVia: { revisions: ['llama-a'] } }, { refuse: { retryAfterSeconds: 3 } }];
+        v['fallback'] = [
+          { queue: { deadlineMs: 2000, maxDepth: 50 } },
+          { routeVia: { revisions: ['llama-a'] } },
+          { refuse: { retryAfterSeconds: 3 } },
+        ];
         v['tenancy']['prefixScope'] = 'shared';
       }),
     ).toEqual([

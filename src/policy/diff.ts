@@ -9,7 +9,6 @@ import type { CompiledModel, CompiledPool, CompiledRevision, CompiledRouteTable 
 import { diffSettings, describeVerification, leafChanges, type DiffArea } from './diff-settings.js';
 import { rolloutStatus } from './rollout-status.js';
 
-
 export interface DiffLine {
   readonly area: DiffArea;
   readonly text: string;
@@ -34,7 +33,13 @@ export function formatRouteTableDiff(lines: readonly DiffLine[]): string {
   const areas: DiffArea[] = ['revisions', 'models', 'pools', 'tenancy', 'fallback', 'settings'];
   return areas
     .filter((a) => lines.some((l) => l.area === a))
-    .map((a) => `${a}:\n${lines.filter((l) => l.area === a).map((l) => `  - ${l.text}`).join('\n')}\n`)
+    .map(
+      (a) =>
+        `${a}:\n${lines
+          .filter((l) => l.area === a)
+          .map((l) => `  - ${l.text}`)
+          .join('\n')}\n`,
+    )
     .join('');
 }
 
@@ -51,7 +56,8 @@ function diffRevisions(before: CompiledRouteTable, after: CompiledRouteTable, ad
     }
   }
   for (const name of before.revisions.keys()) {
-    if (!after.revisions.has(name)) add(`revision ${name} removed: bindings to it are no longer honoured; those sessions are bound afresh by cohort`);
+    if (!after.revisions.has(name))
+      add(`revision ${name} removed: bindings to it are no longer honoured; those sessions are bound afresh by cohort`);
   }
 }
 
@@ -67,7 +73,9 @@ function redeclared(old: CompiledRevision, r: CompiledRevision, add: (t: string)
   const outside = leafChanges(old.descriptor, r.descriptor);
   if (outside.length > 0) add(`revision ${r.name} descriptor changed outside the fingerprint (same group): ${outside.join('; ')}`);
   if (old.transfer.allowed !== r.transfer.allowed) {
-    add(`revision ${r.name} ${r.transfer.allowed ? 'may now be disaggregated' : `may no longer be disaggregated (${r.transfer.reasons.join('; ')})`}`);
+    add(
+      `revision ${r.name} ${r.transfer.allowed ? 'may now be disaggregated' : `may no longer be disaggregated (${r.transfer.reasons.join('; ')})`}`,
+    );
   }
 }
 
@@ -77,7 +85,9 @@ function diffModels(before: CompiledRouteTable, after: CompiledRouteTable, add: 
   for (const [name, m] of after.models) {
     const old = before.models.get(name);
     if (old === undefined) {
-      add(`model ${name} added: stable ${m.stable}${m.candidate === null ? '' : `, candidate ${m.candidate} at ${m.weight}%`}; tenants ${m.tenants.join(', ')}`);
+      add(
+        `model ${name} added: stable ${m.stable}${m.candidate === null ? '' : `, candidate ${m.candidate} at ${m.weight}%`}; tenants ${m.tenants.join(', ')}`,
+      );
       continue;
     }
     tenantChanges(`model ${name}`, old.tenants, m.tenants, add);
@@ -91,7 +101,8 @@ function diffModels(before: CompiledRouteTable, after: CompiledRouteTable, add: 
       );
     }
   }
-  for (const name of before.models.keys()) if (!after.models.has(name)) add(`model ${name} removed: its requests are refused with 404 unknown_model`);
+  for (const name of before.models.keys())
+    if (!after.models.has(name)) add(`model ${name} removed: its requests are refused with 404 unknown_model`);
 }
 
 function rolloutChanges(name: string, old: CompiledModel, m: CompiledModel, add: (t: string) => void): void {
@@ -99,7 +110,9 @@ function rolloutChanges(name: string, old: CompiledModel, m: CompiledModel, add:
     const stays = m.candidate === old.stable;
     add(
       `model ${name} stable ${old.stable} -> ${m.stable}: new sessions outside the candidate cohort go to ${m.stable}; ` +
-        (stays ? `sessions holding a binding to ${old.stable} stay (it is now the candidate)` : `bindings to ${old.stable} are no longer honoured (it left the rollout)`),
+        (stays
+          ? `sessions holding a binding to ${old.stable} stay (it is now the candidate)`
+          : `bindings to ${old.stable} are no longer honoured (it left the rollout)`),
     );
   }
   if (old.candidate === m.candidate) {
@@ -107,14 +120,20 @@ function rolloutChanges(name: string, old: CompiledModel, m: CompiledModel, add:
     return;
   }
   if (old.candidate !== null && m.candidate !== null) {
-    add(`model ${name} candidate ${old.candidate} (${old.weight}%) -> ${m.candidate} (${m.weight}%): about ${m.weight}% of new sessions go to ${m.candidate}; bindings to ${old.candidate} are ${m.stable === old.candidate ? 'kept (it is now stable)' : 'no longer honoured'}`);
+    add(
+      `model ${name} candidate ${old.candidate} (${old.weight}%) -> ${m.candidate} (${m.weight}%): about ${m.weight}% of new sessions go to ${m.candidate}; bindings to ${old.candidate} are ${m.stable === old.candidate ? 'kept (it is now stable)' : 'no longer honoured'}`,
+    );
   } else if (m.candidate !== null) {
-    add(`model ${name} candidate ${m.candidate} added at ${m.weight}%: about ${m.weight}% of new sessions go to ${m.candidate}; sessions holding a binding stay`);
+    add(
+      `model ${name} candidate ${m.candidate} added at ${m.weight}%: about ${m.weight}% of new sessions go to ${m.candidate}; sessions holding a binding stay`,
+    );
   } else if (old.candidate !== null) {
     const promoted = m.stable === old.candidate;
     add(
       `model ${name} candidate ${old.candidate} removed (was ${old.weight}%)` +
-        (promoted ? `: it is now stable and takes every new session` : `: its sessions move to ${m.stable}; bindings to ${old.candidate} are no longer honoured`),
+        (promoted
+          ? `: it is now stable and takes every new session`
+          : `: its sessions move to ${m.stable}; bindings to ${old.candidate} are no longer honoured`),
     );
   }
 }
@@ -136,11 +155,15 @@ export function tenantChanges(what: string, before: readonly string[], after: re
 function diffPools(before: CompiledRouteTable, after: CompiledRouteTable, add: (t: string) => void): void {
   for (const [name, p] of after.pools) {
     const old = before.pools.get(name);
-    if (old === undefined) add(`pool ${name} added: role ${p.role}, revision ${p.revision}, cluster ${p.cluster}, ${p.endpoints.length} endpoint(s)${p.draining ? ', draining' : ''}`);
+    if (old === undefined)
+      add(
+        `pool ${name} added: role ${p.role}, revision ${p.revision}, cluster ${p.cluster}, ${p.endpoints.length} endpoint(s)${p.draining ? ', draining' : ''}`,
+      );
     else poolChanges(old, p, add);
   }
   for (const [name, p] of before.pools) {
-    if (!after.pools.has(name)) add(`pool ${name} removed (role ${p.role}, revision ${p.revision}): requests in flight there finish; no new ones go there`);
+    if (!after.pools.has(name))
+      add(`pool ${name} removed (role ${p.role}, revision ${p.revision}): requests in flight there finish; no new ones go there`);
   }
 }
 
@@ -151,7 +174,8 @@ function poolChanges(old: CompiledPool, p: CompiledPool, add: (t: string) => voi
   if (old.revision !== p.revision) add(`${n} revision ${old.revision} -> ${p.revision}: it joins another compatibility group`);
   if (old.role !== p.role) add(`${n} role ${old.role} -> ${p.role}`);
   if (old.cluster !== p.cluster) add(`${n} Envoy cluster ${old.cluster} -> ${p.cluster}`);
-  if (old.maxInFlightPerEndpoint !== p.maxInFlightPerEndpoint) add(`${n} maxInFlightPerEndpoint ${old.maxInFlightPerEndpoint} -> ${p.maxInFlightPerEndpoint}`);
+  if (old.maxInFlightPerEndpoint !== p.maxInFlightPerEndpoint)
+    add(`${n} maxInFlightPerEndpoint ${old.maxInFlightPerEndpoint} -> ${p.maxInFlightPerEndpoint}`);
   const was = old.endpoints.map((e) => e.address);
   const now = p.endpoints.map((e) => e.address);
   const added = now.filter((a) => !was.includes(a));

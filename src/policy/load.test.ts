@@ -80,7 +80,10 @@ describe('parseRouteTable', () => {
   });
 
   it('gives semantic issues a line number too', () => {
-    const text = readFixture('two-revisions.yaml').replace('revision: llama-b\n    endpoints:\n      - { address: 10.0.4.1:8000 }', 'revision: llama-c\n    endpoints:\n      - { address: 10.0.4.1:8000 }');
+    const text = readFixture('two-revisions.yaml').replace(
+      'revision: llama-b\n    endpoints:\n      - { address: 10.0.4.1:8000 }',
+      'revision: llama-c\n    endpoints:\n      - { address: 10.0.4.1:8000 }',
+    );
     const r = parseRouteTable(text, { file: 'two.yaml' });
     expect(r.ok).toBe(false);
     if (r.ok) return;
@@ -99,10 +102,26 @@ describe('parseRouteTable', () => {
   it('explains each structural rule with its own message', () => {
     const cases: [(v: Record<string, any>) => void, string, RegExp][] = [
       [(v) => (v['version'] = 2), 'version', /must be 1/],
-      [(v) => (v['revisions']['llama-a']['descriptorFile'] = 'a.yaml'), 'revisions.llama-a', /exactly one of descriptor .* or descriptorFile/],
-      [(v) => (v['tenancy']['source'] = { header: 'x-t', metadata: { namespace: 'n', path: ['p'] } }), 'tenancy.source', /exactly one of header or metadata/],
-      [(v) => (v['fallback'] = [{ queue: { deadlineMs: 1, maxDepth: 1 }, refuse: { retryAfterSeconds: 1 } }]), 'fallback[0]', /exactly one of queue, routeVia, recompute or refuse/],
-      [(v) => (v['models']['llama-3-8b']['tenants'] = ['*', 'acme']), 'models.llama-3-8b.tenants', /'\*' means any tenant and must be the only entry/],
+      [
+        (v) => (v['revisions']['llama-a']['descriptorFile'] = 'a.yaml'),
+        'revisions.llama-a',
+        /exactly one of descriptor .* or descriptorFile/,
+      ],
+      [
+        (v) => (v['tenancy']['source'] = { header: 'x-t', metadata: { namespace: 'n', path: ['p'] } }),
+        'tenancy.source',
+        /exactly one of header or metadata/,
+      ],
+      [
+        (v) => (v['fallback'] = [{ queue: { deadlineMs: 1, maxDepth: 1 }, refuse: { retryAfterSeconds: 1 } }]),
+        'fallback[0]',
+        /exactly one of queue, routeVia, recompute or refuse/,
+      ],
+      [
+        (v) => (v['models']['llama-3-8b']['tenants'] = ['*', 'acme']),
+        'models.llama-3-8b.tenants',
+        /'\*' means any tenant and must be the only entry/,
+      ],
       [(v) => (v['pools'][1]['endpoints'][0]['address'] = 'decode-0:8000'), 'pools[1].endpoints[0].address', /must be 'ip:port'/],
       [(v) => (v['pools'][1]['endpoints'][0]['address'] = '10.0.0.1:70000'), 'pools[1].endpoints[0].address', /must be 'ip:port'/],
       [(v) => (v['pools'][1]['endpoints'][0]['status'] = 'ftp://10.0.0.1'), 'pools[1].endpoints[0].status', /sidecar's status URL/],
@@ -155,7 +174,10 @@ describe('parseRouteTable', () => {
     const [i] = issuesOf(v);
     expect(i).toMatchObject({ path: 'revisions.llama-a.descriptorFile' });
     expect(i!.fix).toMatch(/loadRouteTable/);
-    const withText = routeTableFromValue(v, { file: 't.yaml', descriptorFiles: { 'descriptors/llama-a.yaml': readFixture('descriptors/llama-a.yaml') } });
+    const withText = routeTableFromValue(v, {
+      file: 't.yaml',
+      descriptorFiles: { 'descriptors/llama-a.yaml': readFixture('descriptors/llama-a.yaml') },
+    });
     expect(withText.ok).toBe(true);
   });
 

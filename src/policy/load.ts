@@ -10,7 +10,14 @@ import { dirname, isAbsolute, join } from 'node:path';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { err, ok, type Result } from '../errors.js';
 import { hasErrors, issue, type ConfigIssue } from '../config/issues.js';
-import { NO_VERIFICATION, RouteTableSchema, type ResolvedRevision, type RevisionVerification, type RouteTable, type RouteTableDocument } from './schema.js';
+import {
+  NO_VERIFICATION,
+  RouteTableSchema,
+  type ResolvedRevision,
+  type RevisionVerification,
+  type RouteTable,
+  type RouteTableDocument,
+} from './schema.js';
 import { compileRouteTable, type CompiledRouteTable } from './compile.js';
 import { checkRouteTable } from './semantic.js';
 import { formatOf, parseStructuredText, type TextFormat } from './text.js';
@@ -71,10 +78,7 @@ export function routeTableFromValue(
   return ok(compileRouteTable(deepFreeze({ ...draft, warnings: checked.issues }), checked));
 }
 
-function resolveRevisions(
-  doc: RouteTableDocument,
-  source: RouteTableSource,
-): Result<Record<string, ResolvedRevision>, ConfigIssue[]> {
+function resolveRevisions(doc: RouteTableDocument, source: RouteTableSource): Result<Record<string, ResolvedRevision>, ConfigIssue[]> {
   const out: Record<string, ResolvedRevision> = {};
   const issues: ConfigIssue[] = [];
   for (const [name, rev] of Object.entries(doc.revisions)) {

@@ -66,8 +66,15 @@ function stateOf(
 export function formatRolloutStatus(states: readonly RevisionRolloutState[]): string[] {
   return states.map((s) => {
     const v = s.verification;
-    const verification = !v.required ? 'verification not required' : v.verified ? `verified${v.evidence === null ? '' : ` (${v.evidence})`}` : 'verification required, not passed';
-    const pct = s.configuredPercent === s.effectivePercent ? `${s.configuredPercent}%` : `${s.configuredPercent}% configured, ${s.effectivePercent}% effective`;
+    const verification = !v.required
+      ? 'verification not required'
+      : v.verified
+        ? `verified${v.evidence === null ? '' : ` (${v.evidence})`}`
+        : 'verification required, not passed';
+    const pct =
+      s.configuredPercent === s.effectivePercent
+        ? `${s.configuredPercent}%`
+        : `${s.configuredPercent}% configured, ${s.effectivePercent}% effective`;
     const drain = s.drainingPools.length === 0 ? '' : `; draining pools: ${s.drainingPools.join(', ')}`;
     const trust = s.trust === 'declared-only' ? '; TRUST: DECLARED-ONLY (workers are not checked against recorded canaries)' : '';
     return `${s.model}: ${s.role} ${s.revision} ${pct}; ${verification}${drain}${trust}`;
@@ -78,7 +85,10 @@ export function formatRolloutStatus(states: readonly RevisionRolloutState[]): st
  * Per revision with pools, how far the gate trusts its workers: `recorded` (sidecars check them against the recorded
  * canaries) or `declared-only` (taken on the declaration; listed first-class on /status so nobody misses it).
  */
-export function trustStatus(table: CompiledRouteTable): { revisions: Record<string, 'recorded' | 'declared-only'>; declaredOnly: string[] } {
+export function trustStatus(table: CompiledRouteTable): {
+  revisions: Record<string, 'recorded' | 'declared-only'>;
+  declaredOnly: string[];
+} {
   const revisions: Record<string, 'recorded' | 'declared-only'> = {};
   for (const r of table.revisions.values()) {
     if (r.pools.prefill.length + r.pools.decode.length + r.pools.both.length > 0) revisions[r.name] = r.trust;

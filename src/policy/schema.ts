@@ -102,7 +102,10 @@ export const PoolDiscoverySchema = z
       .object({
         namespace: z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a Kubernetes namespace name, e.g. kvgate'),
         matchLabels: z
-          .record(z.string().regex(LABEL_KEY, 'must be a label key, e.g. app or kvgate.io/revision'), z.string().regex(LABEL_VALUE, 'must be a label value'))
+          .record(
+            z.string().regex(LABEL_KEY, 'must be a label key, e.g. app or kvgate.io/revision'),
+            z.string().regex(LABEL_VALUE, 'must be a label value'),
+          )
           .refine((m) => Object.keys(m).length > 0, { message: 'must name at least one label: an empty selector matches every pod' }),
         targetPort: z.number().int().min(1).max(65535),
         /** The sidecar's status port on the same pod; the live worker view polls http://<podIP>:<statusPort>. */
@@ -129,9 +132,11 @@ export const PoolSchema = z
     draining: z.boolean().default(false),
   })
   .strict()
-  .refine((p) => (p.endpoints.length > 0) !== (p.discovery !== undefined), {
+  .refine((p) => p.endpoints.length > 0 !== (p.discovery !== undefined), {
     message: 'needs either endpoints (a static list) or discovery (a Kubernetes selector), exactly one of them',
-    params: { fix: 'write endpoints: [{ address: ip:port }] or discovery: { kubernetes: { namespace, matchLabels, targetPort, statusPort } }' },
+    params: {
+      fix: 'write endpoints: [{ address: ip:port }] or discovery: { kubernetes: { namespace, matchLabels, targetPort, statusPort } }',
+    },
   });
 
 /**
@@ -220,18 +225,18 @@ export const SessionSchema = z
   .object({
     header: HeaderNameSchema.default('x-session-id'),
     /** Lifetime of the `x-kvgate-binding` sticky token (kvgate extension; default one hour). */
-    bindingTtlMs: z.number().int().positive().max(86_400_000, 'must be at most 86400000 (24 hours): verifiers refuse longer-lived bindings').default(3_600_000),
+    bindingTtlMs: z
+      .number()
+      .int()
+      .positive()
+      .max(86_400_000, 'must be at most 86400000 (24 hours): verifiers refuse longer-lived bindings')
+      .default(3_600_000),
   })
   .strict();
 
 export const ContractSchema = z
   .object({
-    ttlMs: z
-      .number()
-      .int()
-      .positive()
-      .max(600_000, 'must be at most 600000 (10 minutes): a contract is a replay window')
-      .default(30_000),
+    ttlMs: z.number().int().positive().max(600_000, 'must be at most 600000 (10 minutes): a contract is a replay window').default(30_000),
   })
   .strict();
 
@@ -251,9 +256,7 @@ const RouteViaStepSchema = z
       .default({ notPinned: true, noAdapter: true }),
   })
   .strict();
-const RecomputeStepSchema = z
-  .object({ prefillMsPerToken: z.number().positive(), maxPromptTokens: z.number().int().positive() })
-  .strict();
+const RecomputeStepSchema = z.object({ prefillMsPerToken: z.number().positive(), maxPromptTokens: z.number().int().positive() }).strict();
 const RefuseStepSchema = z.object({ retryAfterSeconds: z.number().int().min(0) }).strict();
 
 const FALLBACK_KINDS = ['queue', 'routeVia', 'recompute', 'refuse'] as const;

@@ -157,13 +157,19 @@ export function checkGroupTransfers(ctx: CheckContext): void {
   const membersOf = (pool: Pool, i: number): Member[] => {
     const rev = table.revisions[pool.revision];
     if (rev === undefined) return [];
-    const own: Member[] = [{ label: `pool "${pool.name}" (revision ${pool.revision})`, descriptor: rev.descriptor, path: ['pools', i, 'revision'] }];
+    const own: Member[] = [
+      { label: `pool "${pool.name}" (revision ${pool.revision})`, descriptor: rev.descriptor, path: ['pools', i, 'revision'] },
+    ];
     const fp = ctx.fingerprints.get(pool.revision);
     pool.endpoints.forEach((ep, j) => {
       // An endpoint of another group is reported by checkEndpointDescriptors; here only true members count.
       const epFp = ep.descriptor === undefined ? undefined : tryFingerprintOf(ep.descriptor);
       if (ep.descriptor !== undefined && epFp?.ok === true && epFp.value === fp) {
-        own.push({ label: `endpoint ${ep.address} of pool "${pool.name}"`, descriptor: ep.descriptor, path: ['pools', i, 'endpoints', j, 'descriptor'] });
+        own.push({
+          label: `endpoint ${ep.address} of pool "${pool.name}"`,
+          descriptor: ep.descriptor,
+          path: ['pools', i, 'endpoints', j, 'descriptor'],
+        });
       }
     });
     return own;

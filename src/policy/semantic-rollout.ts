@@ -55,9 +55,19 @@ export function checkFallbackSteps(ctx: CheckContext): void {
       if (rev === undefined) return; // reported by checkRevisionReferences
       const at = ['fallback', i, 'routeVia', 'revisions', j];
       if (!table.pools.some((p) => p.revision === name)) {
-        ctx.add(at, `fallback step ${i + 1} (routeVia) names revision "${name}", which has no pools, so it can never take a request`, `add pools with revision: ${name}, or remove it from the step`, 'warning');
+        ctx.add(
+          at,
+          `fallback step ${i + 1} (routeVia) names revision "${name}", which has no pools, so it can never take a request`,
+          `add pools with revision: ${name}, or remove it from the step`,
+          'warning',
+        );
       } else if (rev.verification.required && !rev.verification.verified) {
-        ctx.add(at, `fallback step ${i + 1} (routeVia) names revision "${name}", which is not verified; it is skipped until it is`, `run kvgate verify against "${name}" and set verified: true, or remove it from the step`, 'warning');
+        ctx.add(
+          at,
+          `fallback step ${i + 1} (routeVia) names revision "${name}", which is not verified; it is skipped until it is`,
+          `run kvgate verify against "${name}" and set verified: true, or remove it from the step`,
+          'warning',
+        );
       }
     });
   });

@@ -39,7 +39,9 @@ describe('a routable revision needs recorded behaviour (safe by default)', () =>
   });
 
   it('ignores a revision without pools (it takes no traffic)', () => {
-    const r = load((v) => (v['revisions']['llama-c'] = { descriptor: { ...v['revisions']['llama-a']['descriptor'], canaries: undefined } }));
+    const r = load(
+      (v) => (v['revisions']['llama-c'] = { descriptor: { ...v['revisions']['llama-a']['descriptor'], canaries: undefined } }),
+    );
     expect(r.ok).toBe(true);
   });
 

@@ -30,7 +30,8 @@ export function checkRecordedBehaviour(ctx: CheckContext): void {
   for (const [name, rev] of Object.entries(table.revisions)) {
     if (!table.pools.some((p) => p.revision === name)) continue; // not routable: nothing to trust yet
     const missing = missingCanaries(rev.descriptor.canaries);
-    const adapter = rev.descriptor.adapter === null ? '' : ` (for adapter ${rev.descriptor.adapter.id}, probed under the adapter's model name)`;
+    const adapter =
+      rev.descriptor.adapter === null ? '' : ` (for adapter ${rev.descriptor.adapter.id}, probed under the adapter's model name)`;
     if ((rev.trust ?? 'recorded') === 'declared-only') {
       ctx.add(
         ['revisions', name, 'trust'],

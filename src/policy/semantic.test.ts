@@ -17,7 +17,10 @@ function issuesAfter(mutate: (v: Value) => void): ConfigIssue[] {
 
 function only(issues: ConfigIssue[], path: string): ConfigIssue {
   const found = issues.filter((i) => i.path === path);
-  expect(found.map((i) => i.message), `issues at ${path} among ${JSON.stringify(issues.map((i) => i.path))}`).toHaveLength(1);
+  expect(
+    found.map((i) => i.message),
+    `issues at ${path} among ${JSON.stringify(issues.map((i) => i.path))}`,
+  ).toHaveLength(1);
   return found[0]!;
 }
 
@@ -36,7 +39,10 @@ describe('checkRouteTable', () => {
   });
 
   it('names an unknown revision in a pool, with a suggestion', () => {
-    const i = only(issuesAfter((v) => (v['pools'][3]['revision'] = 'llama-bb')), 'pools[3].revision');
+    const i = only(
+      issuesAfter((v) => (v['pools'][3]['revision'] = 'llama-bb')),
+      'pools[3].revision',
+    );
     expect(i.message).toBe('pool "b-decode" names revision "llama-bb", which is not declared under revisions');
     expect(i.fix).toBe('did you mean "llama-b"? Declared revisions: llama-a, llama-b');
   });
@@ -46,13 +52,20 @@ describe('checkRouteTable', () => {
       v['models']['llama-3-8b']['rollout'] = { stable: 'llama-c', candidate: 'zzz-unrelated', weight: 5 };
       v['fallback'] = [{ routeVia: { revisions: ['llama-z'] } }, { refuse: { retryAfterSeconds: 1 } }];
     });
-    expect(only(issues, 'models.llama-3-8b.rollout.stable').message).toMatch(/rollout.stable\) names revision "llama-c", which is not declared/);
-    expect(only(issues, 'models.llama-3-8b.rollout.candidate').fix).toBe('declare revisions.zzz-unrelated, or use one of: llama-a, llama-b');
+    expect(only(issues, 'models.llama-3-8b.rollout.stable').message).toMatch(
+      /rollout.stable\) names revision "llama-c", which is not declared/,
+    );
+    expect(only(issues, 'models.llama-3-8b.rollout.candidate').fix).toBe(
+      'declare revisions.zzz-unrelated, or use one of: llama-a, llama-b',
+    );
     expect(only(issues, 'fallback[0].routeVia.revisions[0]').message).toMatch(/fallback step 1 \(routeVia\) names revision "llama-z"/);
   });
 
   it('refuses two pools with one name', () => {
-    const i = only(issuesAfter((v) => (v['pools'][3]['name'] = 'b-prefill')), 'pools[3].name');
+    const i = only(
+      issuesAfter((v) => (v['pools'][3]['name'] = 'b-prefill')),
+      'pools[3].name',
+    );
     expect(i.message).toBe('pool name "b-prefill" is used twice');
   });
 
@@ -61,12 +74,17 @@ describe('checkRouteTable', () => {
       issuesAfter((v) => (v['pools'][1]['endpoints'][1]['descriptor'] = testDescriptorInput({ weights: 'b' }))),
       'pools[1].endpoints[1].descriptor',
     );
-    expect(i.message).toMatch(/^endpoint 10\.0\.2\.2:8000 of pool "a-decode" declares fingerprint [0-9a-f]{12}…, but the pool's revision "llama-a" is [0-9a-f]{12}…, so one pool would mix two compatibility groups/);
+    expect(i.message).toMatch(
+      /^endpoint 10\.0\.2\.2:8000 of pool "a-decode" declares fingerprint [0-9a-f]{12}…, but the pool's revision "llama-a" is [0-9a-f]{12}…, so one pool would mix two compatibility groups/,
+    );
     expect(i.message).toMatch(/weights revision: revision llama-a runs "5f0b/);
   });
 
   it('refuses one Envoy cluster shared by two revisions', () => {
-    const i = only(issuesAfter((v) => (v['pools'][3]['cluster'] = 'a_decode')), 'pools[3].cluster');
+    const i = only(
+      issuesAfter((v) => (v['pools'][3]['cluster'] = 'a_decode')),
+      'pools[3].cluster',
+    );
     expect(i.message).toBe(
       'pools "a-decode" (revision llama-a) and "b-decode" (revision llama-b) share Envoy cluster "a_decode"; a cluster must hold one compatibility group, or Envoy could send a request of one revision to a worker of the other',
     );
@@ -74,21 +92,33 @@ describe('checkRouteTable', () => {
 
   it('refuses a revision split into P/D that lacks one half', () => {
     const noDecode = issuesAfter((v) => v['pools'].splice(3, 1));
-    expect(only(noDecode, 'revisions.llama-b').message).toBe('revision "llama-b" has prefill pools but no decode or both pool, so its prefilled KV has nowhere to go');
+    expect(only(noDecode, 'revisions.llama-b').message).toBe(
+      'revision "llama-b" has prefill pools but no decode or both pool, so its prefilled KV has nowhere to go',
+    );
     const noPrefill = issuesAfter((v) => v['pools'].splice(2, 1));
-    expect(only(noPrefill, 'revisions.llama-b').message).toBe('revision "llama-b" has decode pools but no prefill or both pool to compute its KV');
+    expect(only(noPrefill, 'revisions.llama-b').message).toBe(
+      'revision "llama-b" has decode pools but no prefill or both pool to compute its KV',
+    );
     const bothCounts = issuesAfter((v) => (v['pools'][2]['role'] = 'both'));
     expect(bothCounts.filter((i) => i.severity === 'error')).toEqual([]);
   });
 
   it('refuses a rollout revision without pools', () => {
-    const i = only(issuesAfter((v) => v['pools'].splice(2, 2)), 'revisions.llama-b');
+    const i = only(
+      issuesAfter((v) => v['pools'].splice(2, 2)),
+      'revisions.llama-b',
+    );
     expect(i.message).toBe('revision "llama-b" is in model "llama-3-8b"\'s rollout but has no pools');
   });
 
   it('refuses FP8 dynamic per-block scales on a revision with separate prefill and decode pools', () => {
-    const i = only(issuesAfter((v) => (v['revisions']['llama-b'] = { descriptor: fp8DynamicDescriptorInput('b') })), 'revisions.llama-b.descriptor');
-    expect(i.message).toMatch(/^revision "llama-b" cannot be disaggregated, but pools b-prefill, b-decode split it into prefill and decode: .*dynamic per-block fp8 scales/);
+    const i = only(
+      issuesAfter((v) => (v['revisions']['llama-b'] = { descriptor: fp8DynamicDescriptorInput('b') })),
+      'revisions.llama-b.descriptor',
+    );
+    expect(i.message).toMatch(
+      /^revision "llama-b" cannot be disaggregated, but pools b-prefill, b-decode split it into prefill and decode: .*dynamic per-block fp8 scales/,
+    );
     expect(i.fix).toMatch(/role: both pools only/);
     const served = issuesAfter((v) => {
       v['revisions']['llama-b'] = { descriptor: fp8DynamicDescriptorInput('b') };
@@ -101,26 +131,39 @@ describe('checkRouteTable', () => {
     const issues = issuesAfter((v) => {
       v['revisions']['llama-a'] = { descriptor: testDescriptorInput({ model: { path: '/models/llama-3-8b' } }) };
       v['revisions']['llama-a-hub'] = { descriptor: testDescriptorInput({ model: { path: 'meta-llama/Meta-Llama-3-8B-Instruct' } }) };
-      v['pools'].push(pool('a2-prefill', 'prefill', 'llama-a-hub', ['10.0.7.1:8000']), pool('a2-decode', 'decode', 'llama-a-hub', ['10.0.8.1:8000']));
+      v['pools'].push(
+        pool('a2-prefill', 'prefill', 'llama-a-hub', ['10.0.7.1:8000']),
+        pool('a2-decode', 'decode', 'llama-a-hub', ['10.0.8.1:8000']),
+      );
     });
     const i = issues.find((x) => x.path === 'pools[5].revision' && /NIXL handshake/.test(x.message));
     expect(i, JSON.stringify(issues)).toBeDefined();
-    expect(i!.message).toMatch(/^pool "a-prefill" \(revision llama-a\) and pool "a2-decode" \(revision llama-a-hub\) are one compatibility group, but KV cannot move from the first to the second: vLLM's NIXL handshake would reject this pair/);
+    expect(i!.message).toMatch(
+      /^pool "a-prefill" \(revision llama-a\) and pool "a2-decode" \(revision llama-a-hub\) are one compatibility group, but KV cannot move from the first to the second: vLLM's NIXL handshake would reject this pair/,
+    );
     expect(i!.message).toMatch(/model "\/models\/llama-3-8b" vs "meta-llama\/Meta-Llama-3-8B-Instruct"/);
   });
 
   it('refuses an endpoint of the group whose declared model path would fail the NIXL handshake', () => {
-    const issues = issuesAfter((v) => (v['pools'][1]['endpoints'][1]['descriptor'] = testDescriptorInput({ model: { path: '/mnt/llama' } })));
+    const issues = issuesAfter(
+      (v) => (v['pools'][1]['endpoints'][1]['descriptor'] = testDescriptorInput({ model: { path: '/mnt/llama' } })),
+    );
     const i = only(issues, 'pools[1].endpoints[1].descriptor');
-    expect(i.message).toMatch(/^pool "a-prefill" \(revision llama-a\) and endpoint 10\.0\.2\.2:8000 of pool "a-decode" are one compatibility group, but KV cannot move/);
+    expect(i.message).toMatch(
+      /^pool "a-prefill" \(revision llama-a\) and endpoint 10\.0\.2\.2:8000 of pool "a-decode" are one compatibility group, but KV cannot move/,
+    );
     expect(i.message).toMatch(/differing factors: model "meta-llama\/Meta-Llama-3-8B-Instruct" vs "\/mnt\/llama"/);
   });
 
   it('refuses a rollout whose candidate is the stable revision, and a weight without candidate', () => {
     const same = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-a', weight: 5 }));
-    expect(only(same, 'models.llama-3-8b.rollout.candidate').message).toBe('model "llama-3-8b": the rollout candidate is the stable revision "llama-a", so there is nothing to roll out');
+    expect(only(same, 'models.llama-3-8b.rollout.candidate').message).toBe(
+      'model "llama-3-8b": the rollout candidate is the stable revision "llama-a", so there is nothing to roll out',
+    );
     const orphan = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', weight: 5 }));
-    expect(only(orphan, 'models.llama-3-8b.rollout.weight').message).toBe('model "llama-3-8b": rollout.weight is 5 but there is no candidate revision to send that cohort to');
+    expect(only(orphan, 'models.llama-3-8b.rollout.weight').message).toBe(
+      'model "llama-3-8b": rollout.weight is 5 but there is no candidate revision to send that cohort to',
+    );
   });
 
   it('refuses a model whose tenants no pool serves', () => {
@@ -130,25 +173,42 @@ describe('checkRouteTable', () => {
       }),
       'models.llama-3-8b.tenants',
     );
-    expect(i.message).toBe('model "llama-3-8b" accepts tenant(s) globex, but no prefill/decode (or both) pool of llama-a, llama-b serves them (its pools serve: acme)');
+    expect(i.message).toBe(
+      'model "llama-3-8b" accepts tenant(s) globex, but no prefill/decode (or both) pool of llama-a, llama-b serves them (its pools serve: acme)',
+    );
     const open = issuesAfter((v) => {
       v['models']['llama-3-8b']['tenants'] = ['*'];
       v['pools'][0]['tenants'] = ['acme'];
       v['pools'][2]['tenants'] = ['acme'];
     });
-    expect(only(open, 'models.llama-3-8b.tenants').message).toMatch(/accepts any tenant \('\*'\), but no prefill\/decode \(or both\) pool of llama-a, llama-b serves every tenant/);
+    expect(only(open, 'models.llama-3-8b.tenants').message).toMatch(
+      /accepts any tenant \('\*'\), but no prefill\/decode \(or both\) pool of llama-a, llama-b serves every tenant/,
+    );
   });
 
   it('refuses an address in pools of two revisions, or twice in one pool', () => {
-    const across = only(issuesAfter((v) => (v['pools'][3]['endpoints'][0]['address'] = '10.0.2.1:8000')), 'pools[3].endpoints[0].address');
-    expect(across.message).toBe('endpoint 10.0.2.1:8000 is in pool "a-decode" (revision llama-a) and in pool "b-decode" (revision llama-b); one worker serves one revision');
-    const twice = only(issuesAfter((v) => (v['pools'][1]['endpoints'][1]['address'] = '10.0.2.1:8000')), 'pools[1].endpoints[1].address');
+    const across = only(
+      issuesAfter((v) => (v['pools'][3]['endpoints'][0]['address'] = '10.0.2.1:8000')),
+      'pools[3].endpoints[0].address',
+    );
+    expect(across.message).toBe(
+      'endpoint 10.0.2.1:8000 is in pool "a-decode" (revision llama-a) and in pool "b-decode" (revision llama-b); one worker serves one revision',
+    );
+    const twice = only(
+      issuesAfter((v) => (v['pools'][1]['endpoints'][1]['address'] = '10.0.2.1:8000')),
+      'pools[1].endpoints[1].address',
+    );
     expect(twice.message).toBe('endpoint 10.0.2.1:8000 is listed twice in pool "a-decode"');
   });
 
   it('refuses gate-owned headers as tenant, user or session sources', () => {
     const issues = issuesAfter((v) => {
-      v['tenancy'] = { source: { header: 'x-kvgate-tenant' }, required: true, prefixScope: 'tenant-user', userHeader: 'x-gateway-destination-endpoint' };
+      v['tenancy'] = {
+        source: { header: 'x-kvgate-tenant' },
+        required: true,
+        prefixScope: 'tenant-user',
+        userHeader: 'x-gateway-destination-endpoint',
+      };
       v['session'] = { header: 'X-KVGATE-SESSION' };
     });
     expect(only(issues, 'tenancy.source.header').message).toMatch(/^the tenant header "x-kvgate-tenant" is gate-owned/);
@@ -162,14 +222,21 @@ describe('checkRouteTable', () => {
       v['fallback'] = [{ refuse: { retryAfterSeconds: 1 } }, { queue: { deadlineMs: 100, maxDepth: 1 } }];
     });
     expect(issues.every((i) => i.severity === 'warning')).toBe(true);
-    expect(only(issues, 'tenancy.default').message).toBe('tenancy.default "acme" is never used because tenancy.required is true (a request without a tenant is refused)');
-    expect(only(issues, 'tenancy.userHeader').message).toMatch(/takes the user from the request body's `user` field, which the client controls/);
+    expect(only(issues, 'tenancy.default').message).toBe(
+      'tenancy.default "acme" is never used because tenancy.required is true (a request without a tenant is refused)',
+    );
+    expect(only(issues, 'tenancy.userHeader').message).toMatch(
+      /takes the user from the request body's `user` field, which the client controls/,
+    );
     expect(only(issues, 'fallback[1]').message).toBe('fallback steps after step 1 (refuse) never run');
     expect(only(issues, 'fallback').message).toMatch(/does not end with refuse/);
   });
 
   it('refuses a descriptor that cannot be fingerprinted', () => {
-    const i = only(issuesAfter((v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ modelDtype: 'auto' }) })), 'revisions.llama-b.descriptor');
+    const i = only(
+      issuesAfter((v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ modelDtype: 'auto' }) })),
+      'revisions.llama-b.descriptor',
+    );
     expect(i.message).toMatch(/^revision "llama-b": descriptor cannot be fingerprinted: modelDtype: 'auto' is resolved by vLLM/);
   });
 

@@ -148,17 +148,29 @@ function checkRoleCoverage(ctx: CheckContext): void {
     if (roles.size === 0) {
       const model = served.get(name);
       if (model !== undefined) {
-        ctx.add(at, `revision "${name}" is in model "${model}"'s rollout but has no pools`, `add pools with revision: ${name}, or take it out of the rollout`);
+        ctx.add(
+          at,
+          `revision "${name}" is in model "${model}"'s rollout but has no pools`,
+          `add pools with revision: ${name}, or take it out of the rollout`,
+        );
       }
       continue;
     }
     const canDecode = roles.has('decode') || roles.has('both');
     const canPrefill = roles.has('prefill') || roles.has('both');
     if (!canDecode) {
-      ctx.add(at, `revision "${name}" has prefill pools but no decode or both pool, so its prefilled KV has nowhere to go`, `add a pool with role: decode (or both) and revision: ${name}`);
+      ctx.add(
+        at,
+        `revision "${name}" has prefill pools but no decode or both pool, so its prefilled KV has nowhere to go`,
+        `add a pool with role: decode (or both) and revision: ${name}`,
+      );
     }
     if (!canPrefill) {
-      ctx.add(at, `revision "${name}" has decode pools but no prefill or both pool to compute its KV`, `add a pool with role: prefill (or both) and revision: ${name}`);
+      ctx.add(
+        at,
+        `revision "${name}" has decode pools but no prefill or both pool to compute its KV`,
+        `add a pool with role: prefill (or both) and revision: ${name}`,
+      );
     }
   }
 }

@@ -47,7 +47,12 @@ export function parseStructuredText(
     // An alias to a missing anchor, or an alias bomb past maxAliasCount: the document parses but cannot be built.
     const message = (e instanceof Error ? e.message : String(e)).split('\n')[0]!;
     return err([
-      issue(file, '(syntax)', `YAML cannot be resolved: ${message}`, 'define every &anchor before its *alias, and do not nest aliases to expand the document (at most 100 alias expansions)'),
+      issue(
+        file,
+        '(syntax)',
+        `YAML cannot be resolved: ${message}`,
+        'define every &anchor before its *alias, and do not nest aliases to expand the document (at most 100 alias expansions)',
+      ),
     ]);
   }
   return ok({ value, locate });

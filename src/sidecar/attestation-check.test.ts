@@ -18,12 +18,29 @@ const contract: TransferContract = { kind: 'contract', ...contractFields };
 function params(edit: Partial<ReturnType<typeof exampleAttestationFields>> = {}, signer = keys): Record<string, unknown> {
   const engineId = edit.engineId ?? exampleAttestationFields().engineId;
   const raw = { do_remote_prefill: true, remote_engine_id: engineId, remote_block_ids: [1, 2, 3], remote_host: 'h', remote_port: 5600 };
-  const a = { ...exampleAttestationFields(), fingerprint: FP, groupId: contract.groupId, promptTokens: 41, transferDigest: transferParamsDigestOf(raw), ...edit };
+  const a = {
+    ...exampleAttestationFields(),
+    fingerprint: FP,
+    groupId: contract.groupId,
+    promptTokens: 41,
+    transferDigest: transferParamsDigestOf(raw),
+    ...edit,
+  };
   return { ...raw, kvgate: mintAttestation(a, signer) };
 }
 
 function input(p: Record<string, unknown>, edit: Partial<AttestationCheckInput> = {}): AttestationCheckInput {
-  return { params: p, contract, descriptor, fingerprint: FP, localPromptTokens: 41, compatMode: 'strict', keys, nowMs: TEST_NOW_MS + 1, ...edit };
+  return {
+    params: p,
+    contract,
+    descriptor,
+    fingerprint: FP,
+    localPromptTokens: 41,
+    compatMode: 'strict',
+    keys,
+    nowMs: TEST_NOW_MS + 1,
+    ...edit,
+  };
 }
 
 const codeOf = (r: ReturnType<typeof checkAttestedTransfer>) => (r.ok ? 'ok' : `${r.error.error.code}/${r.error.reason}`);
@@ -41,7 +58,9 @@ describe('checkAttestedTransfer', () => {
   it('refuses a prompt token count this worker does not reproduce, naming both counts', () => {
     const r = checkAttestedTransfer(input(params(), { localPromptTokens: 39 }));
     expect(codeOf(r)).toBe('incompatible_transfer/prompt_tokens_mismatch');
-    expect(r.ok ? '' : r.error.error.reason).toContain("prefill tokenized 41 tokens, this decode worker's tokenizer gives 39: tokenizer or chat template differ");
+    expect(r.ok ? '' : r.error.error.reason).toContain(
+      "prefill tokenized 41 tokens, this decode worker's tokenizer gives 39: tokenizer or chat template differ",
+    );
   });
 
   it('refuses the same prompt token count with other token ids, naming the count', () => {
@@ -54,17 +73,42 @@ describe('checkAttestedTransfer', () => {
       /^prefill and this decode worker tokenized the prompt into different token ids \(same count 41\): tokenizer or chat template differ/,
     );
     // A different count is still reported as such, not as an id mismatch.
-    const fewer = checkAttestedTransfer(input(attested, { localPromptTokens: 40, localPromptTokenDigest: promptTokenDigestOf(ids.slice(1)) }));
+    const fewer = checkAttestedTransfer(
+      input(attested, { localPromptTokens: 40, localPromptTokenDigest: promptTokenDigestOf(ids.slice(1)) }),
+    );
     expect(fewer.ok ? '' : fewer.error.error.reason).toMatch(/^prefill tokenized 41 tokens, this decode worker's tokenizer gives 40/);
   });
 
   it('refuses kv_transfer_params changed in transit (other block ids of the same engine), before any KV is read', () => {
-    const raw = { do_remote_prefill: true, remote_engine_id: exampleAttestationFields().engineId, remote_block_ids: [1, 2, 3], remote_host: 'h', remote_port: 5600 };
-    const a = { ...exampleAttestationFields(), fingerprint: FP, groupId: contract.groupId, promptTokens: 41, transferDigest: transferParamsDigestOf(raw) };
+    const raw = {
+      do_remote_prefill: true,
+      remote_engine_id: exampleAttestationFields().engineId,
+      remote_block_ids: [1, 2, 3],
+      remote_host: 'h',
+      remote_port: 5600,
+    };
+    const a = {
+      ...exampleAttestationFields(),
+      fingerprint: FP,
+      groupId: contract.groupId,
+      promptTokens: 41,
+      transferDigest: transferParamsDigestOf(raw),
+    };
     const signed = { ...raw, kvgate: mintAttestation(a, keys) };
     expect(checkAttestedTransfer(input(signed)).ok).toBe(true);
     // Key order on the wire does not matter.
-    expect(checkAttestedTransfer(input({ kvgate: signed.kvgate, remote_port: 5600, remote_host: 'h', remote_block_ids: [1, 2, 3], remote_engine_id: raw.remote_engine_id, do_remote_prefill: true })).ok).toBe(true);
+    expect(
+      checkAttestedTransfer(
+        input({
+          kvgate: signed.kvgate,
+          remote_port: 5600,
+          remote_host: 'h',
+          remote_block_ids: [1, 2, 3],
+          remote_engine_id: raw.remote_engine_id,
+          do_remote_prefill: true,
+        }),
+      ).ok,
+    ).toBe(true);
     for (const swap of [{ remote_block_ids: [7, 8, 9] }, { remote_host: 'elsewhere' }, { remote_port: 5601 }]) {
       expect(codeOf(checkAttestedTransfer(input({ ...signed, ...swap })))).toBe('attestation_invalid/params_mismatch');
     }
@@ -81,9 +125,16 @@ describe('checkAttestedTransfer', () => {
     expect(codeOf(checkAttestedTransfer(input(params({}, createDevKeyRing('other')))))).toBe('attestation_invalid/bad_signature');
     expect(codeOf(checkAttestedTransfer(input(params(), { nowMs: TEST_NOW_MS + 31_000 })))).toBe('attestation_invalid/expired');
     expect(codeOf(checkAttestedTransfer(input(params({ requestId: 'req-9' }))))).toBe('attestation_invalid/request_mismatch');
-    expect(codeOf(checkAttestedTransfer(input({ ...params(), remote_engine_id: 'other-engine' })))).toBe('attestation_invalid/engine_mismatch');
+    expect(codeOf(checkAttestedTransfer(input({ ...params(), remote_engine_id: 'other-engine' })))).toBe(
+      'attestation_invalid/engine_mismatch',
+    );
     // The transfer digest is not optional: a validly signed attestation without one does not verify.
-    const { transferDigest: _omitted, ...noDigest } = { ...exampleAttestationFields(), fingerprint: FP, groupId: contract.groupId, promptTokens: 41 };
+    const { transferDigest: _omitted, ...noDigest } = {
+      ...exampleAttestationFields(),
+      fingerprint: FP,
+      groupId: contract.groupId,
+      promptTokens: 41,
+    };
     const undigested = { ...params(), kvgate: signToken({ kind: 'attestation', ...noDigest }, keys) };
     expect(codeOf(checkAttestedTransfer(input(undigested)))).toBe('attestation_invalid/malformed');
   });

@@ -52,10 +52,16 @@ const CODE_BY_REASON: Partial<Record<AttestationFailure['reason'], ErrorCode>> =
 };
 
 /** Verify an attested transfer; on success, the `kv_transfer_params` to give the local worker (attestation removed). */
-export function checkAttestedTransfer(input: AttestationCheckInput): Result<{ attestation: Attestation; params: Record<string, unknown> }, AttestationRefusal> {
+export function checkAttestedTransfer(
+  input: AttestationCheckInput,
+): Result<{ attestation: Attestation; params: Record<string, unknown> }, AttestationRefusal> {
   const { [ATTESTATION_KEY]: token, ...params } = input.params;
   if (typeof token !== 'string') {
-    return refuse('missing', 'attestation_invalid', 'the prefill leg returned kv_transfer_params without a kvgate attestation; KV of unknown origin is never consumed');
+    return refuse(
+      'missing',
+      'attestation_invalid',
+      'the prefill leg returned kv_transfer_params without a kvgate attestation; KV of unknown origin is never consumed',
+    );
   }
   const verified = verifyAttestation(token, input.keys, input.nowMs, {
     contract: input.contract,
@@ -70,16 +76,34 @@ export function checkAttestedTransfer(input: AttestationCheckInput): Result<{ at
   }
   const a = verified.value;
   if (params['remote_engine_id'] !== a.engineId) {
-    return refuse('engine_mismatch', 'attestation_invalid', `the attestation covers engine ${a.engineId}, but kv_transfer_params point at engine ${String(params['remote_engine_id'])}; the parameters were not the ones attested`);
+    return refuse(
+      'engine_mismatch',
+      'attestation_invalid',
+      `the attestation covers engine ${a.engineId}, but kv_transfer_params point at engine ${String(params['remote_engine_id'])}; the parameters were not the ones attested`,
+    );
   }
   if (transferParamsDigestOf(params) !== a.transferDigest) {
-    return refuse('params_mismatch', 'attestation_invalid', 'the kv_transfer_params that arrived are not the ones the prefill sidecar attested (block ids, engine or side channel changed in transit); no KV is read');
+    return refuse(
+      'params_mismatch',
+      'attestation_invalid',
+      'the kv_transfer_params that arrived are not the ones the prefill sidecar attested (block ids, engine or side channel changed in transit); no KV is read',
+    );
   }
-  const mine = { ...input.descriptor, kvCache: { ...input.descriptor.kvCache, layout: normalizeKvLayout(input.descriptor.kvCache.layout) as CompatDescriptor['kvCache']['layout'] } };
+  const mine = {
+    ...input.descriptor,
+    kvCache: {
+      ...input.descriptor.kvCache,
+      layout: normalizeKvLayout(input.descriptor.kvCache.layout) as CompatDescriptor['kvCache']['layout'],
+    },
+  };
   const prefillSide: CompatDescriptor = { ...mine, kvCache: { ...mine.kvCache, blockSize: a.blockSize, layout: a.layout } };
   const verdict = checkTransfer(prefillSide, mine, input.compatMode);
   if (verdict.verdict === 'refuse') {
-    return refuse('transfer_rules', 'incompatible_transfer', `the attested transfer breaks the connector's rules: ${verdict.reasons.join('; ')}`);
+    return refuse(
+      'transfer_rules',
+      'incompatible_transfer',
+      `the attested transfer breaks the connector's rules: ${verdict.reasons.join('; ')}`,
+    );
   }
   return ok({ attestation: a, params });
 }

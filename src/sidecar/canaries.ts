@@ -53,7 +53,9 @@ export type CanaryKind = keyof CanaryDigests;
 
 /** The digest of a canary answer: sha256 over the scheme, the canary kind and the token ids in order. */
 export function digestTokenIds(kind: CanaryKind, ids: readonly number[]): string {
-  return createHash('sha256').update(`${CANARY_SCHEME}\n${kind}\n${ids.join(',')}`, 'utf8').digest('hex');
+  return createHash('sha256')
+    .update(`${CANARY_SCHEME}\n${kind}\n${ids.join(',')}`, 'utf8')
+    .digest('hex');
 }
 
 /** The `/tokenize` body for the tokenizer canary (vLLM's completion-style tokenize request). */

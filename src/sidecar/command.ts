@@ -79,11 +79,21 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
   if (values.help === true) return ok('help');
   if (values.config !== undefined) {
     const others = Object.keys(values).filter((k) => k !== 'config');
-    if (others.length > 0) return err([issue('command line', [], `--config cannot be combined with --${others.join(', --')}`, 'put those settings in the config file')]);
+    if (others.length > 0)
+      return err([
+        issue('command line', [], `--config cannot be combined with --${others.join(', --')}`, 'put those settings in the config file'),
+      ]);
     return loadSidecarConfig(values.config);
   }
   if (values.descriptor === undefined) {
-    return err([issue('command line', 'descriptor', 'no --descriptor and no --config', 'pass --config FILE, or --descriptor FILE with --role and --worker')]);
+    return err([
+      issue(
+        'command line',
+        'descriptor',
+        'no --descriptor and no --config',
+        'pass --config FILE, or --descriptor FILE with --role and --worker',
+      ),
+    ]);
   }
   const descriptor = await loadDescriptorFile(values.descriptor);
   if (!descriptor.ok) return descriptor;
@@ -95,7 +105,11 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ...(values.listen === undefined ? {} : { listen: values.listen }),
     ...(values.admin === undefined ? {} : { admin: values.admin }),
     ...(values.metrics === undefined ? {} : { metrics: values.metrics }),
-    ...(values.keys !== undefined ? { keys: { file: values.keys } } : values['dev-keys'] !== undefined ? { keys: { devSeed: values['dev-keys'] } } : {}),
+    ...(values.keys !== undefined
+      ? { keys: { file: values.keys } }
+      : values['dev-keys'] !== undefined
+        ? { keys: { devSeed: values['dev-keys'] } }
+        : {}),
     ...(via === undefined ? {} : { prefill: { via: via === 'direct' ? 'direct' : { envoy: via } } }),
     ...(values['on-transfer-failure'] === undefined ? {} : { onTransferFailure: values['on-transfer-failure'] }),
     ...workerApiKeyFlags(values['worker-api-key-file'], values['worker-api-key-env']),
@@ -133,7 +147,11 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     return 2;
   }
   const logger = pino({ level: config.log.level, base: { component: 'sidecar', role: config.role } });
-  if (config.keys?.devSeed !== undefined) logger.warn({ event: 'insecure_keys' }, 'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production');
+  if (config.keys?.devSeed !== undefined)
+    logger.warn(
+      { event: 'insecure_keys' },
+      'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production',
+    );
   const tracing = createTracing(config.tracing, 'sidecar');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;
   try {
@@ -145,7 +163,10 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     return 1;
   }
   const s = sidecar.status();
-  logger.info({ event: 'listening', url: sidecar.url, fingerprint: config.fingerprint, verified: s.verified, reasons: s.reasons }, 'sidecar listening');
+  logger.info(
+    { event: 'listening', url: sidecar.url, fingerprint: config.fingerprint, verified: s.verified, reasons: s.reasons },
+    'sidecar listening',
+  );
   io.onReady?.(sidecar.url);
   await new Promise<void>((resolve) => {
     const stop = (signal: string): void => {

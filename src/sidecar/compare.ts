@@ -136,7 +136,9 @@ function compareModels(d: CompatDescriptor, models: Probed<readonly ModelCard[]>
   const base = findBaseCard(d, cards, opts.servedModelName);
   if (base === undefined) {
     const what = opts.servedModelName !== undefined ? `served model name ${JSON.stringify(opts.servedModelName)}` : 'a base model';
-    acc.reasons.push(`model: the worker does not serve ${what} (GET /v1/models lists ${listed}); check --served-model-name and the sidecar's descriptor`);
+    acc.reasons.push(
+      `model: the worker does not serve ${what} (GET /v1/models lists ${listed}); check --served-model-name and the sidecar's descriptor`,
+    );
     return;
   }
   acc.measured['servedModelName'] = base.id;
@@ -160,7 +162,9 @@ function compareAdapter(d: CompatDescriptor, cards: readonly ModelCard[], listed
   if (d.adapter === null) return;
   const card = findAdapterCard(d, cards);
   if (card === undefined) {
-    acc.reasons.push(`adapter: the worker serves no LoRA card for ${JSON.stringify(d.adapter.id)} (GET /v1/models lists ${listed}); load the declared adapter or fix the descriptor`);
+    acc.reasons.push(
+      `adapter: the worker serves no LoRA card for ${JSON.stringify(d.adapter.id)} (GET /v1/models lists ${listed}); load the declared adapter or fix the descriptor`,
+    );
     return;
   }
   acc.verified.add('adapter.id');
@@ -192,7 +196,14 @@ function compareCacheConfig(d: CompatDescriptor, probed: Probed<Readonly<Record<
   const block = pyOptionalInt(labels['block_size']);
   if (typeof block === 'number') {
     acc.measured['kvCache.blockSize'] = block;
-    if (block !== d.kvCache.blockSize) mismatch('KV block size', 'block_size', block, d.kvCache.blockSize, 'the attested block size would be wrong and NIXL block pairing fails');
+    if (block !== d.kvCache.blockSize)
+      mismatch(
+        'KV block size',
+        'block_size',
+        block,
+        d.kvCache.blockSize,
+        'the attested block size would be wrong and NIXL block pairing fails',
+      );
     else acc.verified.add('kvCache.blockSize');
   }
   const layout = labels['kv_cache_layout'];
@@ -201,8 +212,7 @@ function compareCacheConfig(d: CompatDescriptor, probed: Probed<Readonly<Record<
     // Current vLLM reports LBHNC/LBNHC for what older versions (and descriptors) call HND/NHD.
     if (normalizeKvLayout(layout) !== normalizeKvLayout(d.kvCache.layout)) {
       mismatch('KV cache layout', 'kv_cache_layout', layout, d.kvCache.layout, 'the two layouts order the same bytes differently');
-    }
-    else acc.verified.add('kvCache.layout');
+    } else acc.verified.add('kvCache.layout');
   }
   compareScales(d, labels['calculate_kv_scales'], acc, mismatch);
   compareSlidingWindow(d, pyOptionalInt(labels['sliding_window']), acc, mismatch);
@@ -222,7 +232,14 @@ function compareSlidingWindow(d: CompatDescriptor, window: number | null | undef
   if (window === undefined) return;
   acc.measured['architecture.slidingWindow'] = window;
   if (window === null) return;
-  if (window !== d.architecture.slidingWindow) mismatch('sliding window', 'sliding_window', window, d.architecture.slidingWindow, 'it decides which cached tokens are kept and attended');
+  if (window !== d.architecture.slidingWindow)
+    mismatch(
+      'sliding window',
+      'sliding_window',
+      window,
+      d.architecture.slidingWindow,
+      'it decides which cached tokens are kept and attended',
+    );
   else acc.verified.add('architecture.slidingWindow');
 }
 
@@ -253,29 +270,48 @@ function compareScales(d: CompatDescriptor, label: string | undefined, acc: Acc,
   acc.measured['dynamicKvScales'] = dynamic;
   const declaredDynamic = d.kvCache.scaleScheme === 'dynamic-per-block';
   if (quantized && dynamic !== declaredDynamic) {
-    mismatch('KV scale scheme', 'calculate_kv_scales', label, d.kvCache.scaleScheme, dynamic
-      ? 'the worker computes per-block fp8 scales at run time, which are not transferred with the KV blocks'
-      : 'the worker does not compute dynamic scales, so the declared scheme is not what it runs');
+    mismatch(
+      'KV scale scheme',
+      'calculate_kv_scales',
+      label,
+      d.kvCache.scaleScheme,
+      dynamic
+        ? 'the worker computes per-block fp8 scales at run time, which are not transferred with the KV blocks'
+        : 'the worker does not compute dynamic scales, so the declared scheme is not what it runs',
+    );
   } else if (quantized && dynamic) {
     acc.verified.add('kvCache.scaleScheme'); // static vs packed cannot be told apart from outside
   }
 }
 
 const CANARY_FIELDS: Readonly<Record<CanaryKind, { paths: string[]; what: (d: CompatDescriptor) => string }>> = {
-  tokenizer: { paths: ['tokenizer.id', 'tokenizer.revision'], what: (d) => `the worker's tokenizer is not ${d.tokenizer.id} rev ${d.tokenizer.revision}` },
+  tokenizer: {
+    paths: ['tokenizer.id', 'tokenizer.revision'],
+    what: (d) => `the worker's tokenizer is not ${d.tokenizer.id} rev ${d.tokenizer.revision}`,
+  },
   chatTemplate: {
     paths: ['chatTemplate.id', 'chatTemplate.revision'],
     what: (d) => `the worker's chat template (or tokenizer) is not ${d.chatTemplate.id} rev ${d.chatTemplate.revision}`,
   },
   generation: {
     paths: ['model.revision', 'adapter.revision'],
-    what: (d) => `the worker's weights are not ${d.model.id} rev ${d.model.revision}${d.adapter === null ? '' : ` with adapter ${d.adapter.id} rev ${d.adapter.revision}`}`,
+    what: (d) =>
+      `the worker's weights are not ${d.model.id} rev ${d.model.revision}${d.adapter === null ? '' : ` with adapter ${d.adapter.id} rev ${d.adapter.revision}`}`,
   },
 };
 
-const CANARY_LABEL: Readonly<Record<CanaryKind, string>> = { tokenizer: 'tokenizer', chatTemplate: 'chat template', generation: 'generation' };
+const CANARY_LABEL: Readonly<Record<CanaryKind, string>> = {
+  tokenizer: 'tokenizer',
+  chatTemplate: 'chat template',
+  generation: 'generation',
+};
 
-function compareCanaries(d: CompatDescriptor, canaries: Partial<Record<CanaryKind, Probed<string>>>, acc: Acc, requireRecorded: boolean): void {
+function compareCanaries(
+  d: CompatDescriptor,
+  canaries: Partial<Record<CanaryKind, Probed<string>>>,
+  acc: Acc,
+  requireRecorded: boolean,
+): void {
   for (const kind of ['tokenizer', 'chatTemplate', 'generation'] as const) {
     const probed = canaries[kind];
     const declared = d.canaries?.[kind];
@@ -289,7 +325,8 @@ function compareCanaries(d: CompatDescriptor, canaries: Partial<Record<CanaryKin
     }
     if (probed === undefined) continue;
     if (!probed.ok) {
-      if (declared !== undefined) acc.reasons.push(`${CANARY_LABEL[kind]} canary: could not be measured (${probed.error}); the declared digest cannot be confirmed`);
+      if (declared !== undefined)
+        acc.reasons.push(`${CANARY_LABEL[kind]} canary: could not be measured (${probed.error}); the declared digest cannot be confirmed`);
       continue;
     }
     acc.measured[`canaries.${kind}`] = probed.value;
@@ -335,8 +372,9 @@ function compareNixlHash(d: CompatDescriptor, live: Observation['nixlHash'], acc
   const why = explainNixlHash(d, observed);
   acc.reasons.push(
     `NIXL compatibility hash: the worker's side channel ${live.sideChannel} serves ${observed}, the revision's prediction is ${predicted}` +
-      (why.length > 0 ? ` (${why.join('; ')})` : ' (no single declared runtime flag explains it: compare vLLM version, model string, dtypes and attention backend)') +
+      (why.length > 0
+        ? ` (${why.join('; ')})`
+        : ' (no single declared runtime flag explains it: compare vLLM version, model string, dtypes and attention backend)') +
       '; its handshakes with workers that match the revision would fail',
   );
 }
-

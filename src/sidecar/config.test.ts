@@ -25,7 +25,13 @@ describe('parseSidecarConfig', () => {
     const r = parseSidecarConfig(base(), 'sidecar.yaml');
     expect(r.ok).toBe(true);
     if (!r.ok) return;
-    expect(r.value).toMatchObject({ listen: '0.0.0.0:9090', onTransferFailure: 'fail', compatMode: 'strict', tenantScopes: ['*'], prefill: { via: { envoy: 'http://127.0.0.1:10001' }, maxAttempts: 3 } });
+    expect(r.value).toMatchObject({
+      listen: '0.0.0.0:9090',
+      onTransferFailure: 'fail',
+      compatMode: 'strict',
+      tenantScopes: ['*'],
+      prefill: { via: { envoy: 'http://127.0.0.1:10001' }, maxAttempts: 3 },
+    });
     expect(r.value.fingerprint).toBe(fingerprintOf(r.value.descriptor));
     expect(Object.isFrozen(r.value)).toBe(true);
   });
@@ -86,8 +92,23 @@ describe('loading from files and flags', () => {
 
   it('builds the same config from flags', async () => {
     await writeFile(path.join(dir, 'd.json'), JSON.stringify(exampleDescriptorInput()));
-    const r = await configFromArgs(['--role', 'prefill', '--worker', 'http://127.0.0.1:8001', '--descriptor', path.join(dir, 'd.json'), '--listen', '127.0.0.1:0', '--dev-keys', 'seed', '--prefill-via', 'direct']);
-    expect(r.ok && r.value !== 'help' && { role: r.value.role, listen: r.value.listen, via: r.value.prefill.via, keys: r.value.keys }).toEqual({ role: 'prefill', listen: '127.0.0.1:0', via: 'direct', keys: { devSeed: 'seed' } });
+    const r = await configFromArgs([
+      '--role',
+      'prefill',
+      '--worker',
+      'http://127.0.0.1:8001',
+      '--descriptor',
+      path.join(dir, 'd.json'),
+      '--listen',
+      '127.0.0.1:0',
+      '--dev-keys',
+      'seed',
+      '--prefill-via',
+      'direct',
+    ]);
+    expect(
+      r.ok && r.value !== 'help' && { role: r.value.role, listen: r.value.listen, via: r.value.prefill.via, keys: r.value.keys },
+    ).toEqual({ role: 'prefill', listen: '127.0.0.1:0', via: 'direct', keys: { devSeed: 'seed' } });
     const bad = await configFromArgs(['--role', 'prefill', '--bogus']);
     expect(bad.ok).toBe(false);
     const mixed = await configFromArgs(['--config', 'a.yaml', '--role', 'decode']);

@@ -23,7 +23,8 @@ const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/
 
 /** A loopback host:port: reachable only from inside the pod (a preStop hook, an operator's kubectl exec). */
 const loopbackHostPort = hostPort.refine((s) => /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|\[::1\]):\d{1,5}$/.test(s), {
-  message: 'must be a loopback address (127.0.0.1:PORT or [::1]:PORT): drain and undrain take a worker in and out of service, so only the pod itself may call them',
+  message:
+    'must be a loopback address (127.0.0.1:PORT or [::1]:PORT): drain and undrain take a worker in and out of service, so only the pod itself may call them',
 });
 
 const httpUrl = z.string().refine(
@@ -103,7 +104,11 @@ export const SidecarConfigSchema = z
     /** Limit for one call to the local worker, a whole streamed completion included. */
     workerTimeoutMs: z.number().int().min(100).default(600_000),
     maxInFlight: z.number().int().positive().default(256),
-    maxBodyBytes: z.number().int().positive().default(8 * 1024 * 1024),
+    maxBodyBytes: z
+      .number()
+      .int()
+      .positive()
+      .default(8 * 1024 * 1024),
     attestationTtlMs: z.number().int().min(1_000).max(600_000).default(60_000),
     /** How long SIGTERM waits for in-flight requests before the command exits anyway. */
     drainGraceMs: z.number().int().min(0).default(30_000),
@@ -129,27 +134,35 @@ export type SidecarConfig = Omit<Parsed, 'descriptor' | 'descriptorFile'> & {
  * Validate a config object (parsed from a file, built from flags, or written in a test). `file` names the source in
  * messages; `loadedDescriptor` is the parsed content of `descriptorFile` (the file loaders supply it).
  */
-export function parseSidecarConfig(
-  raw: unknown,
-  file: string,
-  loadedDescriptor?: unknown,
-): Result<SidecarConfig, ConfigIssue[]> {
+export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?: unknown): Result<SidecarConfig, ConfigIssue[]> {
   const parsed = SidecarConfigSchema.safeParse(raw ?? {});
   if (!parsed.success) return err(fromZodIssues(parsed.error.issues, { file, root: SidecarConfigSchema, data: raw }));
   const { descriptor: inline, descriptorFile, ...rest } = parsed.data;
   if ((inline === undefined) === (descriptorFile === undefined)) {
-    return err([issue(file, 'descriptor', 'needs exactly one of descriptor (inline) or descriptorFile', 'keep either descriptor: {...} or descriptorFile: <path>')]);
+    return err([
+      issue(
+        file,
+        'descriptor',
+        'needs exactly one of descriptor (inline) or descriptorFile',
+        'keep either descriptor: {...} or descriptorFile: <path>',
+      ),
+    ]);
   }
   let descriptor = inline;
   if (descriptor === undefined) {
     const d = CompatDescriptorSchema.safeParse(loadedDescriptor);
-    if (!d.success) return err(fromZodIssues(d.error.issues, { file: `${file} -> ${descriptorFile}`, root: CompatDescriptorSchema, data: loadedDescriptor }));
+    if (!d.success)
+      return err(
+        fromZodIssues(d.error.issues, { file: `${file} -> ${descriptorFile}`, root: CompatDescriptorSchema, data: loadedDescriptor }),
+      );
     descriptor = d.data;
   }
   const fp = tryFingerprintOf(descriptor);
   if (!fp.ok) return err([issue(file, 'descriptor', fp.error.reason, 'correct the descriptor as the message says')]);
   if (rest.keys === undefined) {
-    return err([issue(file, 'keys', 'no signing keys configured', 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)')]);
+    return err([
+      issue(file, 'keys', 'no signing keys configured', 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)'),
+    ]);
   }
   return ok(deepFreeze({ ...rest, descriptor, fingerprint: fp.value }));
 }
@@ -202,6 +215,13 @@ function parseText(text: string, file: string): Result<unknown, ConfigIssue[]> {
   try {
     return ok(file.endsWith('.json') ? JSON.parse(text) : parseYaml(text));
   } catch (e) {
-    return err([issue(file, [], `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`, 'fix the syntax at the position shown')]);
+    return err([
+      issue(
+        file,
+        [],
+        `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`,
+        'fix the syntax at the position shown',
+      ),
+    ]);
   }
 }

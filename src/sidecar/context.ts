@@ -12,7 +12,6 @@ import type { SidecarStatus } from './status.js';
 import type { TransferWatch } from './transfer-watch.js';
 import type { WorkerAuth } from './worker-auth.js';
 
-
 export interface SidecarContext {
   readonly config: SidecarConfig;
   readonly keys: KeyRing;

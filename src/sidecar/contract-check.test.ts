@@ -15,7 +15,16 @@ function fields(edit: Partial<ReturnType<typeof exampleContractFields>> = {}) {
 }
 
 function input(token: string | undefined, edit: Partial<ContractCheckInput> = {}): ContractCheckInput {
-  return { token, requestId: 'req-0001', groupHeader: undefined, fingerprint: FP, tenantScopes: ['*'], keys, nowMs: TEST_NOW_MS + 1, ...edit };
+  return {
+    token,
+    requestId: 'req-0001',
+    groupHeader: undefined,
+    fingerprint: FP,
+    tenantScopes: ['*'],
+    keys,
+    nowMs: TEST_NOW_MS + 1,
+    ...edit,
+  };
 }
 
 const codeOf = (r: ReturnType<typeof checkContract>) => (r.ok ? 'ok' : `${r.error.error.code}/${r.error.reason}`);
@@ -28,14 +37,18 @@ describe('checkContract', () => {
 
   it('refuses a missing contract or request id', () => {
     expect(codeOf(checkContract(input(undefined)))).toBe('contract_invalid/missing');
-    expect(codeOf(checkContract(input(mintContract(fields(), keys), { requestId: undefined })))).toBe('contract_invalid/missing_request_id');
+    expect(codeOf(checkContract(input(mintContract(fields(), keys), { requestId: undefined })))).toBe(
+      'contract_invalid/missing_request_id',
+    );
   });
 
   it('refuses forged, expired and replayed contracts as contract_invalid', () => {
     const forged = mintContract(fields(), createDevKeyRing('someone-else'));
     expect(codeOf(checkContract(input(forged)))).toBe('contract_invalid/bad_signature');
     expect(codeOf(checkContract(input(mintContract(fields(), keys), { nowMs: TEST_NOW_MS + 61_000 })))).toBe('contract_invalid/expired');
-    expect(codeOf(checkContract(input(mintContract(fields(), keys), { requestId: 'req-other' })))).toBe('contract_invalid/request_mismatch');
+    expect(codeOf(checkContract(input(mintContract(fields(), keys), { requestId: 'req-other' })))).toBe(
+      'contract_invalid/request_mismatch',
+    );
   });
 
   it("refuses another revision's contract as mixed_revision, naming both fingerprints", () => {
@@ -46,7 +59,9 @@ describe('checkContract', () => {
   });
 
   it('refuses a group id that is not the group of its fingerprint and scope', () => {
-    expect(codeOf(checkContract(input(mintContract(fields({ groupId: 'g_0123456789abcdef01234567' }), keys))))).toBe('contract_invalid/group_inconsistent');
+    expect(codeOf(checkContract(input(mintContract(fields({ groupId: 'g_0123456789abcdef01234567' }), keys))))).toBe(
+      'contract_invalid/group_inconsistent',
+    );
   });
 
   it('refuses a tenant scope this worker does not serve', () => {

@@ -38,12 +38,28 @@ const refuse = (reason: ContractRefusal['reason'], error: KvgateError): { ok: fa
 /** Verify the contract a request presents to this sidecar. */
 export function checkContract(input: ContractCheckInput): Result<TransferContract, ContractRefusal> {
   if (input.token === undefined || input.token === '') {
-    return refuse('missing', new KvgateError('contract_invalid', 'no x-kvgate-contract header: every request to a kvgate worker must come through the gate, which binds it to a compatibility group'));
+    return refuse(
+      'missing',
+      new KvgateError(
+        'contract_invalid',
+        'no x-kvgate-contract header: every request to a kvgate worker must come through the gate, which binds it to a compatibility group',
+      ),
+    );
   }
   if (input.requestId === undefined || input.requestId === '') {
-    return refuse('missing_request_id', new KvgateError('contract_invalid', 'no x-request-id header: the contract names the request it covers, so the id must travel with it'));
+    return refuse(
+      'missing_request_id',
+      new KvgateError(
+        'contract_invalid',
+        'no x-request-id header: the contract names the request it covers, so the id must travel with it',
+      ),
+    );
   }
-  const expect = { requestId: input.requestId, fingerprint: input.fingerprint, ...(input.groupHeader === undefined ? {} : { groupId: input.groupHeader }) };
+  const expect = {
+    requestId: input.requestId,
+    fingerprint: input.fingerprint,
+    ...(input.groupHeader === undefined ? {} : { groupId: input.groupHeader }),
+  };
   const verified = verifyContract(input.token, input.keys, input.nowMs, expect);
   if (!verified.ok) {
     const f = verified.error;
@@ -52,10 +68,22 @@ export function checkContract(input: ContractCheckInput): Result<TransferContrac
   }
   const c = verified.value;
   if (c.groupId !== groupIdOf(c.fingerprint, c.tenantScope)) {
-    return refuse('group_inconsistent', new KvgateError('contract_invalid', `the contract's group ${c.groupId} is not the group of its fingerprint and tenant scope; the gate that minted it is inconsistent, check its version`));
+    return refuse(
+      'group_inconsistent',
+      new KvgateError(
+        'contract_invalid',
+        `the contract's group ${c.groupId} is not the group of its fingerprint and tenant scope; the gate that minted it is inconsistent, check its version`,
+      ),
+    );
   }
   if (!scopeAllowed(input.tenantScopes, c.tenantScope)) {
-    return refuse('tenant_scope', new KvgateError('tenant_scope_denied', `this worker serves tenant scopes [${input.tenantScopes.join(', ')}], not ${c.tenantScope}; the route table sends this tenant to a pool that does not serve it`));
+    return refuse(
+      'tenant_scope',
+      new KvgateError(
+        'tenant_scope_denied',
+        `this worker serves tenant scopes [${input.tenantScopes.join(', ')}], not ${c.tenantScope}; the route table sends this tenant to a pool that does not serve it`,
+      ),
+    );
   }
   return ok(c);
 }

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricValue, postJson, postSse, scrape, startTestSim } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { createDevKeyRing } from '../contract/keys.js';
-import { contractFor, endpointOf, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar , bound } from './testing.js';
+import { contractFor, endpointOf, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar, bound } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 const PROMPT = 'The quick brown fox jumps over the lazy dog. Kubernetes operators reconcile state.';
@@ -40,8 +40,22 @@ function contract(edit: Parameters<typeof contractFor>[2] = {}, prefill: string 
   return contractFor(D.config.fingerprint, prefill, { requestId: `dec-${++n}`, ...edit });
 }
 
-const completion = (extra: Record<string, unknown> = {}) => ({ model: MODEL, prompt: PROMPT, max_tokens: 12, temperature: 0, return_token_ids: true, ...extra });
-const chat = (extra: Record<string, unknown> = {}) => ({ model: MODEL, messages: CHAT, max_tokens: 10, temperature: 0, return_token_ids: true, ...extra });
+const completion = (extra: Record<string, unknown> = {}) => ({
+  model: MODEL,
+  prompt: PROMPT,
+  max_tokens: 12,
+  temperature: 0,
+  return_token_ids: true,
+  ...extra,
+});
+const chat = (extra: Record<string, unknown> = {}) => ({
+  model: MODEL,
+  messages: CHAT,
+  max_tokens: 10,
+  temperature: 0,
+  return_token_ids: true,
+  ...extra,
+});
 
 async function baseline(path: string, body: Record<string, unknown>): Promise<number[]> {
   const r = await postJson(`${decodeSim.url}${path}`, body);
@@ -52,7 +66,11 @@ async function baseline(path: string, body: Record<string, unknown>): Promise<nu
 }
 
 const streamedIds = (events: unknown[]): number[] =>
-  events.flatMap((e) => (typeof e === 'object' && e !== null ? ((e as { choices?: { token_ids?: number[] }[] }).choices ?? []).flatMap((c) => c.token_ids ?? []) : []));
+  events.flatMap((e) =>
+    typeof e === 'object' && e !== null
+      ? ((e as { choices?: { token_ids?: number[] }[] }).choices ?? []).flatMap((c) => c.token_ids ?? [])
+      : [],
+  );
 
 describe('decode role, disaggregated', () => {
   it('a completion through P and D gives the token ids of the non-disaggregated baseline, with KV pulled from P', async () => {
@@ -65,8 +83,14 @@ describe('decode role, disaggregated', () => {
     // 19 prompt tokens, block size 16: both blocks came from P (the prefix cache was reset after the baseline).
     expect(metricValue(await scrape(decodeSim), 'kvgate_sim_kv_blocks_pulled_total') - pulledBefore).toBe(2);
     // The decode worker got the original request plus P's params, the attestation stripped.
-    const sent = D.spy.workCalls(decodeSim.url).filter((x) => x.url.endsWith('/v1/completions')).at(-1)!;
-    expect(sent.body).toMatchObject({ max_tokens: 12, kv_transfer_params: { do_remote_prefill: true, remote_engine_id: prefillSim.engineId } });
+    const sent = D.spy
+      .workCalls(decodeSim.url)
+      .filter((x) => x.url.endsWith('/v1/completions'))
+      .at(-1)!;
+    expect(sent.body).toMatchObject({
+      max_tokens: 12,
+      kv_transfer_params: { do_remote_prefill: true, remote_engine_id: prefillSim.engineId },
+    });
     expect((sent.body as { kv_transfer_params: object }).kv_transfer_params).not.toHaveProperty('kvgate');
     expect(sent.headers['x-request-id']).toBe(c.requestId);
     expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_requests_total{role="decode",outcome="served",code=""}');
@@ -125,7 +149,10 @@ describe('decode role refusals before any KV is consumed', () => {
     const c = contract();
     const replay = await refusedBeforeAnyCall({ ...gateHeaders(c), 'x-request-id': 'someone-else' });
     expect([replay.status, replay.body.error.code]).toEqual([403, 'contract_invalid']);
-    const [forgedBody, forgedHeaders] = bound(contract(), completion({ kv_transfer_params: { do_remote_prefill: true, remote_host: '10.0.0.1' } }));
+    const [forgedBody, forgedHeaders] = bound(
+      contract(),
+      completion({ kv_transfer_params: { do_remote_prefill: true, remote_host: '10.0.0.1' } }),
+    );
     const forged = await refusedBeforeAnyCall(forgedHeaders, forgedBody);
     expect([forged.status, forged.body.error.code]).toEqual([400, 'kv_params_forbidden']);
     const none = await refusedBeforeAnyCall({ 'x-request-id': 'r' });
@@ -143,7 +170,9 @@ describe('decode role refusals before any KV is consumed', () => {
     d2.spy.reset();
     const r = await postJson(`${d2.sidecar.url}/v1/completions`, ...bound(c, completion()));
     expect([r.status, r.body.error.code]).toEqual([409, 'incompatible_transfer']);
-    expect(r.body.error.message).toMatch(/^prefill tokenized 19 tokens, this decode worker's tokenizer gives 16: tokenizer or chat template differ/);
+    expect(r.body.error.message).toMatch(
+      /^prefill tokenized 19 tokens, this decode worker's tokenizer gives 16: tokenizer or chat template differ/,
+    );
     expect(d2.spy.workCalls(drifted.url).map((x) => new URL(x.url).pathname)).toEqual(['/tokenize']);
     expect(await scrape(d2.sidecar)).toContain('kvgate_sidecar_attestation_failures_total{reason="prompt_tokens_mismatch"} 1');
   });
@@ -152,9 +181,12 @@ describe('decode role refusals before any KV is consumed', () => {
 describe('prefill leg retries', () => {
   it('a prefill worker answering 503 once is retried inside the group and the request succeeds', async () => {
     const expected = await baseline('/v1/completions', completion());
-    P.spy.onNext((u) => u === `${prefillSim.url}/v1/completions`, (h) => {
-      h['x-sim-fault'] = 'error=503';
-    });
+    P.spy.onNext(
+      (u) => u === `${prefillSim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'error=503';
+      },
+    );
     D.spy.reset();
     const c = contract();
     const [body, headers] = bound(c, completion());
@@ -175,9 +207,12 @@ describe('prefill leg retries', () => {
   });
 
   it('a prefill worker answering 500 is not retried; the client gets a kvgate error with its message', async () => {
-    P.spy.onNext((u) => u === `${prefillSim.url}/v1/completions`, (h) => {
-      h['x-sim-fault'] = 'error=500';
-    });
+    P.spy.onNext(
+      (u) => u === `${prefillSim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'error=500';
+      },
+    );
     D.spy.reset();
     const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(contract(), completion()));
     expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
@@ -187,23 +222,37 @@ describe('prefill leg retries', () => {
   });
 
   it('a prefill leg that times out is not retried (the prefill may still be running)', async () => {
-    const impatient = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode', { prefill: { via: 'direct', maxAttempts: 3, backoffMs: 1, timeoutMs: 150 } }));
+    const impatient = await startTestSidecar(
+      sidecarConfigFor(decodeSim, 'decode', { prefill: { via: 'direct', maxAttempts: 3, backoffMs: 1, timeoutMs: 150 } }),
+    );
     track(impatient.sidecar);
-    P.spy.onNext((u) => u === `${prefillSim.url}/v1/completions`, (h) => {
-      h['x-sim-fault'] = 'slow=600';
-    });
-    const r = await postJson(`${impatient.sidecar.url}/v1/completions`, ...bound(contractFor(impatient.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'slow-p' }), completion()));
+    P.spy.onNext(
+      (u) => u === `${prefillSim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'slow=600';
+      },
+    );
+    const r = await postJson(
+      `${impatient.sidecar.url}/v1/completions`,
+      ...bound(contractFor(impatient.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'slow-p' }), completion()),
+    );
     expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
     expect(r.body.error.message).toContain('within 150 ms');
     expect(impatient.spy.calls.filter((x) => x.url.startsWith(P.sidecar.url))).toHaveLength(1);
   });
 
   it('via Envoy (here: straight to the prefill sidecar) a retry names the failed endpoint; exhausted retries keep the code', async () => {
-    const viaEnvoy = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode', { prefill: { via: { envoy: P.sidecar.url }, maxAttempts: 2, backoffMs: 1 } }));
+    const viaEnvoy = await startTestSidecar(
+      sidecarConfigFor(decodeSim, 'decode', { prefill: { via: { envoy: P.sidecar.url }, maxAttempts: 2, backoffMs: 1 } }),
+    );
     track(viaEnvoy.sidecar);
-    for (let i = 0; i < 2; i++) P.spy.onNext((u) => u === `${prefillSim.url}/v1/chat/completions`, (h) => {
-      h['x-sim-fault'] = 'error=504';
-    });
+    for (let i = 0; i < 2; i++)
+      P.spy.onNext(
+        (u) => u === `${prefillSim.url}/v1/chat/completions`,
+        (h) => {
+          h['x-sim-fault'] = 'error=504';
+        },
+      );
     const c = contractFor(viaEnvoy.config.fingerprint, '10.9.8.7:8000', { requestId: 'envoy-1' });
     const r = await postJson(`${viaEnvoy.sidecar.url}/v1/chat/completions`, ...bound(c, chat()));
     expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
@@ -215,9 +264,12 @@ describe('prefill leg retries', () => {
 
 describe('transfer failures', () => {
   const failHandshake = (t: TestSidecar) =>
-    t.spy.onNext((u) => u === `${decodeSim.url}/v1/completions`, (h) => {
-      h['x-sim-fault'] = 'handshake-fail';
-    });
+    t.spy.onNext(
+      (u) => u === `${decodeSim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'handshake-fail';
+      },
+    );
 
   it('onTransferFailure fail: a failed KV load before any token is a clean 502, nothing generated', async () => {
     failHandshake(D);
@@ -232,13 +284,19 @@ describe('transfer failures', () => {
     track(R.sidecar);
     const expected = await baseline('/v1/completions', completion());
     failHandshake(R);
-    const r = await postJson(`${R.sidecar.url}/v1/completions`, ...bound(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-1' }), completion()));
+    const r = await postJson(
+      `${R.sidecar.url}/v1/completions`,
+      ...bound(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-1' }), completion()),
+    );
     expect(r.status).toBe(200);
     expect(r.body.choices[0].token_ids).toEqual(expected);
     const retried = R.spy.workCalls(decodeSim.url).filter((x) => x.url.endsWith('/v1/completions'));
     expect(retried.map((x) => 'kv_transfer_params' in (x.body as object))).toEqual([true, false]);
     failHandshake(R);
-    const s = await postSse(`${R.sidecar.url}/v1/completions`, ...bound(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-2' }), completion({ stream: true })));
+    const s = await postSse(
+      `${R.sidecar.url}/v1/completions`,
+      ...bound(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'rc-2' }), completion({ stream: true })),
+    );
     expect(s.status).toBe(200);
     expect(streamedIds(s.events)).toEqual(expected);
     expect(s.events.some((e) => typeof e === 'object' && 'error' in e)).toBe(false);
@@ -246,9 +304,12 @@ describe('transfer failures', () => {
   });
 
   it('a stream that breaks after tokens were sent ends with an SSE error event, never a silent switch', async () => {
-    D.spy.onNext((u) => u === `${decodeSim.url}/v1/completions`, (h) => {
-      h['x-sim-fault'] = 'drop=3';
-    });
+    D.spy.onNext(
+      (u) => u === `${decodeSim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'drop=3';
+      },
+    );
     const s = await postSse(`${D.sidecar.url}/v1/completions`, ...bound(contract(), completion({ stream: true })));
     expect(s.status).toBe(200);
     expect(streamedIds(s.events).length).toBeGreaterThan(0);
@@ -264,7 +325,10 @@ describe('streaming relay', () => {
     const S = await startTestSidecar(sidecarConfigFor(slowSim, 'decode'));
     track(S.sidecar);
     const aborter = new AbortController();
-    const [body, headers] = bound(contractFor(S.config.fingerprint, null, { requestId: 'stream-1' }), completion({ stream: true, max_tokens: 200 }));
+    const [body, headers] = bound(
+      contractFor(S.config.fingerprint, null, { requestId: 'stream-1' }),
+      completion({ stream: true, max_tokens: 200 }),
+    );
     const res = await fetch(`${S.sidecar.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...headers },

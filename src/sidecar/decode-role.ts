@@ -48,7 +48,12 @@ export async function serveDecode(
   const leg = forwardHeaders(call, requestId);
   const headers = workerHeaders(ctx, leg);
   if (contract.prefill === null && coordinated !== undefined) {
-    return refuse(new KvgateError('contract_invalid', 'the request carries prefilled kv_transfer_params, but its contract has no prefill leg; only a prefill the gate routed may feed this worker'));
+    return refuse(
+      new KvgateError(
+        'contract_invalid',
+        'the request carries prefilled kv_transfer_params, but its contract has no prefill leg; only a prefill the gate routed may feed this worker',
+      ),
+    );
   }
   if (contract.prefill === null) {
     const launch = await confirmDecodeWorker(ctx, call.signal, call.logger);
@@ -62,7 +67,14 @@ export async function serveDecode(
       countPromptTokens(ctx, call, headers),
       coordinated !== undefined
         ? Promise.resolve(ok({ body: { kv_transfer_params: coordinated }, ms: 0 }))
-        : timedPrefillLeg(ctx, call, { contract, contractToken, path: call.path, body: toPrefillBody(call.body), headers: leg, signal: call.signal }),
+        : timedPrefillLeg(ctx, call, {
+            contract,
+            contractToken,
+            path: call.path,
+            body: toPrefillBody(call.body),
+            headers: leg,
+            signal: call.signal,
+          }),
       confirmDecodeWorker(ctx, call.signal, call.logger),
       readFailedTransfers(ctx, call.signal),
     ]);
@@ -116,7 +128,10 @@ async function decodeAfterPrefill(ctx: SidecarContext, call: IncomingCall, res: 
     return refuse(checked.error.error);
   }
   const body = { ...call.body, kv_transfer_params: checked.value.params };
-  ctx.metrics.addedFirstTokenSeconds.observe({ path: 'transfer' }, Math.max(0, performance.now() - call.receivedAt - prefill.value.ms) / 1000);
+  ctx.metrics.addedFirstTokenSeconds.observe(
+    { path: 'transfer' },
+    Math.max(0, performance.now() - call.receivedAt - prefill.value.ms) / 1000,
+  );
   const silent = { seen: false };
   const beforeCommit = async (): Promise<string | undefined> => {
     const after = a.failedBefore === undefined ? undefined : await readFailedTransfers(ctx, call.signal);
@@ -125,7 +140,10 @@ async function decodeAfterPrefill(ctx: SidecarContext, call: IncomingCall, res: 
     if (verdict === 'none') return undefined;
     if (verdict === 'unattributed') {
       ctx.metrics.silentRecomputes.inc({ result: 'unattributed' });
-      call.logger.warn({ event: 'silent_recompute_unattributed' }, 'the worker counted a failed KV transfer while other transfers ran too; it may have recomputed this request');
+      call.logger.warn(
+        { event: 'silent_recompute_unattributed' },
+        'the worker counted a failed KV transfer while other transfers ran too; it may have recomputed this request',
+      );
       return undefined;
     }
     silent.seen = true;
@@ -135,7 +153,14 @@ async function decodeAfterPrefill(ctx: SidecarContext, call: IncomingCall, res: 
     return fail ? SILENT_RECOMPUTE : undefined;
   };
   const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true, beforeCommit });
-  if (silent.seen && relayed.kind === 'failed_before_tokens') return refuse(new KvgateError('worker_error', `${SILENT_RECOMPUTE}; onTransferFailure is "fail": retry the request, or set onTransferFailure: recompute to accept local prefills`), 'failed');
+  if (silent.seen && relayed.kind === 'failed_before_tokens')
+    return refuse(
+      new KvgateError(
+        'worker_error',
+        `${SILENT_RECOMPUTE}; onTransferFailure is "fail": retry the request, or set onTransferFailure: recompute to accept local prefills`,
+      ),
+      'failed',
+    );
   return afterTransfer(ctx, call, res, headers, requestId, relayed);
 }
 
@@ -231,10 +256,21 @@ function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId:
 }
 
 /** The prefill leg, timed into `kvgate_sidecar_prefill_leg_seconds`; its duration comes back for the added-TTFT figure. */
-async function timedPrefillLeg(ctx: SidecarContext, call: IncomingCall, input: PrefillLegInput): Promise<Result<{ body: Record<string, unknown>; ms: number }, KvgateError>> {
+async function timedPrefillLeg(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  input: PrefillLegInput,
+): Promise<Result<{ body: Record<string, unknown>; ms: number }, KvgateError>> {
   const started = performance.now();
   // The leg's traceparent reaches the gate's hop check and, through it, the prefill sidecar.
-  const leg = await inChildSpan(ctx, call, 'kvgate.sidecar prefill leg', input.headers, (headers) => runPrefillLeg(ctx, { ...input, headers }), (r) => !r.ok);
+  const leg = await inChildSpan(
+    ctx,
+    call,
+    'kvgate.sidecar prefill leg',
+    input.headers,
+    (headers) => runPrefillLeg(ctx, { ...input, headers }),
+    (r) => !r.ok,
+  );
   const ms = performance.now() - started;
   ctx.metrics.prefillLegSeconds.observe({ outcome: leg.ok ? 'ok' : 'failed' }, ms / 1000);
   return leg.ok ? ok({ body: leg.value, ms }) : leg;

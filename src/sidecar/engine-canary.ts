@@ -43,7 +43,9 @@ export function engineCanaryRequest(model: string): Record<string, unknown> {
 export function engineIdOf(response: Readonly<Record<string, unknown>>): Result<string, string> {
   const params = kvParamsOf(response);
   if (params === undefined) {
-    return err('the canary prefill (do_remote_decode) answered without kv_transfer_params; is the worker started with a KV connector as producer (kv_role kv_producer or kv_both)?');
+    return err(
+      'the canary prefill (do_remote_decode) answered without kv_transfer_params; is the worker started with a KV connector as producer (kv_role kv_producer or kv_both)?',
+    );
   }
   const id = params['remote_engine_id'];
   if (typeof id !== 'string' || id === '') return err('the canary prefill answered kv_transfer_params without remote_engine_id');

@@ -26,7 +26,9 @@ export function readBody(req: http.IncomingMessage, limit: number): Promise<Resu
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
       if (size > limit) {
-        finish(err(new KvgateError('body_too_large', `the request body exceeds ${limit} bytes; send a smaller request or raise maxBodyBytes`)));
+        finish(
+          err(new KvgateError('body_too_large', `the request body exceeds ${limit} bytes; send a smaller request or raise maxBodyBytes`)),
+        );
         req.resume();
         return;
       }
@@ -42,7 +44,8 @@ export function parseJsonObject(body: Buffer | string, what = 'the request body'
   let value: unknown;
   const text = typeof body === 'string' ? body : body.toString('utf8');
   // Before parsing: deeper nesting would overflow every recursive walk after it (JSON.stringify included).
-  if (jsonNestingExceeds(text)) return err(new KvgateError('bad_request', `${what} nests objects or arrays more than ${MAX_JSON_DEPTH} levels deep`));
+  if (jsonNestingExceeds(text))
+    return err(new KvgateError('bad_request', `${what} nests objects or arrays more than ${MAX_JSON_DEPTH} levels deep`));
   try {
     value = JSON.parse(text);
   } catch {

@@ -15,7 +15,11 @@ describe('sidecar: kv_transfer_params wherever vLLM would read them', () => {
     // The prefill request shape at the top level is still the one thing a prefill sidecar accepts.
     expect(code(checkClientKvParams({ ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS } }, 'prefill'))).toBe('ok');
     expect(code(checkClientKvParams({ ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS } }, 'decode'))).toBe('kv_params_forbidden');
-    expect(code(checkClientKvParams({ ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS }, vllm_xargs: { kv_transfer_params: 1 } }, 'prefill'))).toBe('kv_params_forbidden');
+    expect(
+      code(
+        checkClientKvParams({ ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS }, vllm_xargs: { kv_transfer_params: 1 } }, 'prefill'),
+      ),
+    ).toBe('kv_params_forbidden');
   });
 });
 

@@ -43,12 +43,18 @@ describe('createKeepAliveFetch', () => {
     });
     const { fetch } = client();
     for (let i = 0; i < 3; i++) {
-      const r = await fetch(`${up.url}/v1/x`, { method: 'POST', headers: { 'Content-Type': 'application/json', authorization: 'Bearer k' }, body: '{"a":1}' });
+      const r = await fetch(`${up.url}/v1/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', authorization: 'Bearer k' },
+        body: '{"a":1}',
+      });
       expect(r.status).toBe(201);
       expect(r.headers.get('x-served-by')).toBe('w1');
       expect(await r.json()).toEqual({ echo: 7 });
     }
-    expect(seen).toEqual(Array.from({ length: 3 }, () => ({ method: 'POST', type: 'application/json', auth: 'Bearer k', body: '{"a":1}' })));
+    expect(seen).toEqual(
+      Array.from({ length: 3 }, () => ({ method: 'POST', type: 'application/json', auth: 'Bearer k', body: '{"a":1}' })),
+    );
     expect(new Set(up.ports).size).toBe(1);
   });
 
@@ -122,7 +128,12 @@ describe('createKeepAliveFetch', () => {
   it('a refused connection is a fetch failure whose cause names the system error, as with undici', async () => {
     const up = await serve((_req, res) => res.end());
     for (const c of cleanups.splice(0)) c(); // the port is free again
-    const e = await client().fetch(`${up.url}/x`).then(() => undefined, (x: unknown) => x);
+    const e = await client()
+      .fetch(`${up.url}/x`)
+      .then(
+        () => undefined,
+        (x: unknown) => x,
+      );
     expect(e).toBeInstanceOf(TypeError);
     expect(describeFetchError(e, `${up.url}/x`)).toMatch(/ECONNREFUSED/);
   });

@@ -14,7 +14,7 @@ import { judgeLaunch, restartRefusal } from './launch-check.js';
 import { PREFILL_KV_PARAMS } from './openai-body.js';
 import { measureCanaries } from './probe.js';
 import type { SidecarStatus } from './status.js';
-import { contractFor, endpointOf, restartSimInPlace, sidecarConfigFor, startTestSidecar, type TestSidecar , bound } from './testing.js';
+import { contractFor, endpointOf, restartSimInPlace, sidecarConfigFor, startTestSidecar, type TestSidecar, bound } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 // 19 tokens with the declared tokenizer (tok-a), 16 with tok-b.
@@ -69,7 +69,8 @@ async function baseline(sim: SimServer): Promise<number[]> {
 }
 
 /** Completions the decode sidecar sent its worker for a request (probes carry no request id). */
-const decodeCompletions = (r: Rig) => r.D.spy.workCalls(r.dSim.url).filter((c) => c.url.endsWith('/v1/completions') && c.headers['x-request-id'] !== undefined);
+const decodeCompletions = (r: Rig) =>
+  r.D.spy.workCalls(r.dSim.url).filter((c) => c.url.endsWith('/v1/completions') && c.headers['x-request-id'] !== undefined);
 const pulled = async (sim: SimServer) => metricValue(await scrape(sim), 'kvgate_sim_kv_blocks_pulled_total');
 
 describe('the prefill sidecar learns the engine id of the launch it verifies', () => {
@@ -80,10 +81,20 @@ describe('the prefill sidecar learns the engine id of the launch it verifies', (
     const i = calls.findIndex((c) => (c.headers['x-request-id'] ?? '').startsWith(ENGINE_CANARY_REQUEST_PREFIX));
     expect(i).toBeGreaterThan(0);
     expect(calls[i]!.url).toBe(`${r.pSim.url}/v1/completions`);
-    expect(calls[i]!.body).toEqual({ model: MODEL, prompt: 'kvgate', max_tokens: 1, temperature: 0, ignore_eos: true, stream: false, kv_transfer_params: { ...PREFILL_KV_PARAMS } });
+    expect(calls[i]!.body).toEqual({
+      model: MODEL,
+      prompt: 'kvgate',
+      max_tokens: 1,
+      temperature: 0,
+      ignore_eos: true,
+      stream: false,
+      kv_transfer_params: { ...PREFILL_KV_PARAMS },
+    });
     // Only the model list (to name the model) comes before it; every identity check comes after.
     expect(calls.slice(0, i).map((c) => c.url)).toEqual([`${r.pSim.url}/v1/models`]);
-    expect(calls.slice(i + 1).map((c) => new URL(c.url).pathname)).toEqual(expect.arrayContaining(['/version', '/metrics', '/tokenize', '/v1/completions']));
+    expect(calls.slice(i + 1).map((c) => new URL(c.url).pathname)).toEqual(
+      expect.arrayContaining(['/version', '/metrics', '/tokenize', '/v1/completions']),
+    );
     // A decode sidecar runs no engine canary.
     expect(r.D.sidecar.status().engineId).toBeNull();
     expect(r.D.spy.calls.some((c) => (c.headers['x-request-id'] ?? '').startsWith(ENGINE_CANARY_REQUEST_PREFIX))).toBe(false);
@@ -139,7 +150,9 @@ describe('a prefill worker upgraded in place between probes', () => {
     r.pSim.setFaults({ slowMs: 2_500 }); // every completion, the canary's too, now takes longer than the probe may
     const res = await send(r);
     expect([res.status, res.body.error.code]).toEqual([409, 'incompatible_transfer']);
-    expect(res.body.error.message).toMatch(/restarted since it was verified \(it now reports NIXL engine .*\), and a fresh probe did not finish within 1000 ms/);
+    expect(res.body.error.message).toMatch(
+      /restarted since it was verified \(it now reports NIXL engine .*\), and a fresh probe did not finish within 1000 ms/,
+    );
     expect(decodeCompletions(r)).toEqual([]);
     // The late round still finishes and is recorded: its canaries timed out, so the worker stays unverified.
     await vi.waitFor(() => expect(r.P.sidecar.status().verified).toBe(false), { timeout: 8_000 });
@@ -166,7 +179,9 @@ describe('a decode worker upgraded in place between probes', () => {
     r.dSim = await restartSimInPlace(r.dSim, { behaveAs: { engine: { version: '0.11.1' } } });
     const res = await send(r);
     expect([res.status, res.body.error.code]).toEqual([409, 'incompatible_transfer']);
-    expect(res.body.error.message).toMatch(/decode worker restarted as something else since it was verified: engine version: the worker reports vLLM "0.11.1"/);
+    expect(res.body.error.message).toMatch(
+      /decode worker restarted as something else since it was verified: engine version: the worker reports vLLM "0.11.1"/,
+    );
     expect(decodeCompletions(r)).toEqual([]);
     expect(await pulled(r.dSim)).toBe(0);
     expect(r.D.sidecar.status().verified).toBe(false);
@@ -209,21 +224,31 @@ describe('a decode worker upgraded in place between probes', () => {
 });
 
 describe('judging a launch (pure)', () => {
-  const status = (s: Partial<SidecarStatus>): SidecarStatus => ({ verified: true, reasons: [], measured: {}, engineId: null, ...s }) as SidecarStatus;
+  const status = (s: Partial<SidecarStatus>): SidecarStatus =>
+    ({ verified: true, reasons: [], measured: {}, engineId: null, ...s }) as SidecarStatus;
 
   it('goes on only for the verified launch, refuses the same launch once unverified, re-probes any other', () => {
     expect(judgeLaunch('prefill', status({ engineId: 'e1' }), 'e1').kind).toBe('ok');
     expect(judgeLaunch('prefill', status({ engineId: 'e1' }), 'e2').kind).toBe('reprobe');
     expect(judgeLaunch('prefill', status({ engineId: null }), 'e1').kind).toBe('reprobe');
     const stale = judgeLaunch('prefill', status({ engineId: 'e1', verified: false, reasons: ['model: other weights'] }), 'e1');
-    expect(stale.kind === 'refuse' && [stale.error.code, stale.error.reason]).toEqual(['incompatible_transfer', 'the prefill worker no longer matches its declared descriptor: model: other weights']);
+    expect(stale.kind === 'refuse' && [stale.error.code, stale.error.reason]).toEqual([
+      'incompatible_transfer',
+      'the prefill worker no longer matches its declared descriptor: model: other weights',
+    ]);
     expect(judgeLaunch('decode', status({ measured: { 'engine.version': '0.11.0' } }), '0.11.0').kind).toBe('ok');
     expect(judgeLaunch('decode', status({ measured: { 'engine.version': '0.11.0' } }), '0.11.1').kind).toBe('reprobe');
   });
 
   it('says why after the re-probe: changed, timed out, or restarted again meanwhile', () => {
-    expect(restartRefusal('prefill', status({ verified: false, reasons: ['a', 'b'] }), 'e2', 100).reason).toBe('prefill worker restarted as something else since it was verified: a; b');
-    expect(restartRefusal('decode', undefined, '0.12.0', 100).reason).toMatch(/it now reports vLLM "0.12.0"\), and a fresh probe did not finish within 100 ms/);
-    expect(restartRefusal('prefill', status({ engineId: 'e3' }), 'e2', 100).reason).toMatch(/restarted again .* saw NIXL engine e2, the fresh probe checked NIXL engine e3/);
+    expect(restartRefusal('prefill', status({ verified: false, reasons: ['a', 'b'] }), 'e2', 100).reason).toBe(
+      'prefill worker restarted as something else since it was verified: a; b',
+    );
+    expect(restartRefusal('decode', undefined, '0.12.0', 100).reason).toMatch(
+      /it now reports vLLM "0.12.0"\), and a fresh probe did not finish within 100 ms/,
+    );
+    expect(restartRefusal('prefill', status({ engineId: 'e3' }), 'e2', 100).reason).toMatch(
+      /restarted again .* saw NIXL engine e2, the fresh probe checked NIXL engine e3/,
+    );
   });
 });

@@ -54,12 +54,19 @@ function describeFact(role: Role, fact: string | null): string {
  * Pure: the answer for a request that saw `seen`, given the sidecar's status. `reprobe` when `seen` is not the
  * launch the status is about; otherwise go on while verified, or refuse with the verdict's reasons.
  */
-export function judgeLaunch(role: Role, status: SidecarStatus, seen: string): { kind: 'ok' } | { kind: 'reprobe' } | { kind: 'refuse'; error: KvgateError } {
+export function judgeLaunch(
+  role: Role,
+  status: SidecarStatus,
+  seen: string,
+): { kind: 'ok' } | { kind: 'reprobe' } | { kind: 'refuse'; error: KvgateError } {
   if (probedFact(role, status) !== launchOf(role, seen)) return { kind: 'reprobe' };
   if (status.verified) return { kind: 'ok' };
   return {
     kind: 'refuse',
-    error: new KvgateError('incompatible_transfer', `the ${WHO[role]} no longer matches its declared descriptor: ${status.reasons.join('; ')}`),
+    error: new KvgateError(
+      'incompatible_transfer',
+      `the ${WHO[role]} no longer matches its declared descriptor: ${status.reasons.join('; ')}`,
+    ),
   };
 }
 
@@ -67,10 +74,20 @@ export function judgeLaunch(role: Role, status: SidecarStatus, seen: string): { 
 export function restartRefusal(role: Role, after: SidecarStatus | undefined, seen: string, timeoutMs: number): KvgateError {
   const who = WHO[role];
   if (after === undefined) {
-    return new KvgateError('incompatible_transfer', `the ${who} restarted since it was verified (it now reports ${describeFact(role, seen)}), and a fresh probe did not finish within ${timeoutMs} ms; nothing from it is used until a probe verifies it`);
+    return new KvgateError(
+      'incompatible_transfer',
+      `the ${who} restarted since it was verified (it now reports ${describeFact(role, seen)}), and a fresh probe did not finish within ${timeoutMs} ms; nothing from it is used until a probe verifies it`,
+    );
   }
-  if (!after.verified) return new KvgateError('incompatible_transfer', `${who} restarted as something else since it was verified: ${after.reasons.join('; ')}`);
-  return new KvgateError('incompatible_transfer', `the ${who} restarted again while it was re-verified: this request saw ${describeFact(role, launchOf(role, seen))}, the fresh probe checked ${describeFact(role, probedFact(role, after))}; retry the request`);
+  if (!after.verified)
+    return new KvgateError(
+      'incompatible_transfer',
+      `${who} restarted as something else since it was verified: ${after.reasons.join('; ')}`,
+    );
+  return new KvgateError(
+    'incompatible_transfer',
+    `the ${who} restarted again while it was re-verified: this request saw ${describeFact(role, launchOf(role, seen))}, the fresh probe checked ${describeFact(role, probedFact(role, after))}; retry the request`,
+  );
 }
 
 /** Judge; on a new launch, re-probe once and judge that launch. Counts and logs every restart it notices. */
@@ -79,10 +96,15 @@ async function confirmLaunch(ctx: SidecarContext, role: Role, seen: string, logg
   if (first.kind === 'ok') return ok(undefined);
   if (first.kind === 'refuse') return err(first.error);
   const was = probedFact(role, ctx.status());
-  logger.warn({ event: 'worker_restarted', role, seen, verifiedLaunch: was }, `the ${WHO[role]} reports ${describeFact(role, seen)}, the last probe verified ${describeFact(role, was)}: re-probing before anything it computed is used`);
+  logger.warn(
+    { event: 'worker_restarted', role, seen, verifiedLaunch: was },
+    `the ${WHO[role]} reports ${describeFact(role, seen)}, the last probe verified ${describeFact(role, was)}: re-probing before anything it computed is used`,
+  );
   // Prefill: a round under way that read this very engine id checked this launch (the canary runs first). Decode:
   // /version is read alongside the other checks, so only a round started now is known to be about this launch.
-  const after = await ctx.reverify(role === 'prefill' ? (s) => s.engineId !== null && engineLaunchId(s.engineId) === engineLaunchId(seen) : undefined);
+  const after = await ctx.reverify(
+    role === 'prefill' ? (s) => s.engineId !== null && engineLaunchId(s.engineId) === engineLaunchId(seen) : undefined,
+  );
   if (after !== undefined && judgeLaunch(role, after, seen).kind === 'ok') {
     ctx.metrics.restarts.inc({ role, result: 'reverified' });
     logger.info({ event: 'worker_reverified', role, seen }, `the restarted ${WHO[role]} still matches its declared descriptor`);
@@ -101,13 +123,23 @@ export function confirmPrefillEngine(ctx: SidecarContext, engineId: string, logg
 
 /** Decode role, before any KV is consumed: is the local worker still the vLLM version the last probe verified? */
 export async function confirmDecodeWorker(ctx: SidecarContext, signal: AbortSignal, logger: Logger): Promise<Result<void, KvgateError>> {
-  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/version`, { timeoutMs: ctx.config.probe.timeoutMs, signal, headers: { ...ctx.workerAuth } });
+  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/version`, {
+    timeoutMs: ctx.config.probe.timeoutMs,
+    signal,
+    headers: { ...ctx.workerAuth },
+  });
   if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker did not answer GET /version: ${reply.error.message}`));
   if (reply.value.status !== 200) {
-    return err(new KvgateError('worker_error', `this decode worker answered GET /version with HTTP ${reply.value.status}: ${upstreamMessage(reply.value.text)}`));
+    return err(
+      new KvgateError(
+        'worker_error',
+        `this decode worker answered GET /version with HTTP ${reply.value.status}: ${upstreamMessage(reply.value.text)}`,
+      ),
+    );
   }
   const parsed = parseJsonObject(reply.value.text, 'the GET /version answer');
   const version = parsed.ok ? parsed.value['version'] : undefined;
-  if (typeof version !== 'string') return err(new KvgateError('worker_error', 'this decode worker answered GET /version without { version }'));
+  if (typeof version !== 'string')
+    return err(new KvgateError('worker_error', 'this decode worker answered GET /version without { version }'));
   return confirmLaunch(ctx, 'decode', version, logger);
 }

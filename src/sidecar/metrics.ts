@@ -91,14 +91,14 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
     }),
     prefillLegSeconds: new Histogram({
       name: 'kvgate_sidecar_prefill_leg_seconds',
-      help: 'Duration of the decode sidecar\'s prefill leg (through Envoy\'s internal listener or direct), retries included, by outcome (ok, failed).',
+      help: "Duration of the decode sidecar's prefill leg (through Envoy's internal listener or direct), retries included, by outcome (ok, failed).",
       labelNames: ['outcome'] as const,
       buckets: LATENCY_BUCKETS,
       registers,
     }),
     addedFirstTokenSeconds: new Histogram({
       name: 'kvgate_sidecar_added_first_token_seconds',
-      help: 'Time the decode sidecar adds to time to first token: from the request\'s arrival to the call to the local decode worker, less the prefill leg itself, by path (transfer: KV from the prefill leg; local: prefilled on this worker).',
+      help: "Time the decode sidecar adds to time to first token: from the request's arrival to the call to the local decode worker, less the prefill leg itself, by path (transfer: KV from the prefill leg; local: prefilled on this worker).",
       labelNames: ['path'] as const,
       buckets: LATENCY_BUCKETS,
       registers,

@@ -28,7 +28,10 @@ export type LiveHashSupport =
 export function liveHashSupport(d: CompatDescriptor): LiveHashSupport {
   const m = /^(\d+)\.(\d+)/.exec(d.engine.version);
   if (m !== null && Number(m[1]) === 0 && Number(m[2]) < 13) {
-    return { kind: 'none', reason: `vLLM ${d.engine.version} has no NIXL compatibility hash (it first shipped in 0.13, PR #29503); the canaries carry the check` };
+    return {
+      kind: 'none',
+      reason: `vLLM ${d.engine.version} has no NIXL compatibility hash (it first shipped in 0.13, PR #29503); the canaries carry the check`,
+    };
   }
   const ranks = READ_WIRE[d.connector.version];
   if (ranks === undefined) {
@@ -52,11 +55,15 @@ export async function readLiveNixlHash(address: string, ranks: 1 | 2, timeoutMs:
     if (first === undefined) return { ok: false, error: `the side channel ${address} answered an empty message` };
     const payload = decode(first) as Record<string, unknown> | null;
     const hash = payload !== null && typeof payload === 'object' ? payload['compatibility_hash'] : undefined;
-    if (typeof hash !== 'string') return { ok: false, error: `the side channel ${address} answered no NixlHandshakePayload (no compatibility_hash)` };
+    if (typeof hash !== 'string')
+      return { ok: false, error: `the side channel ${address} answered no NixlHandshakePayload (no compatibility_hash)` };
     return { ok: true, hash };
   } catch (e) {
     const code = (e as { code?: string }).code;
-    return { ok: false, error: `the side channel ${address} did not answer (${code === 'EAGAIN' ? `no reply within ${timeoutMs} ms` : (e as Error).message})` };
+    return {
+      ok: false,
+      error: `the side channel ${address} did not answer (${code === 'EAGAIN' ? `no reply within ${timeoutMs} ms` : (e as Error).message})`,
+    };
   } finally {
     sock.close();
   }

@@ -3,7 +3,17 @@ import { checkClientKvParams, isPrefillKvParams, PREFILL_KV_PARAMS, toPrefillBod
 
 describe('toPrefillBody', () => {
   it('builds the prefill leg exactly as vLLM proxies do', () => {
-    const body = { model: 'm', prompt: 'hi', stream: true, stream_options: { include_usage: true }, max_tokens: 100, max_completion_tokens: 100, min_tokens: 5, min_completion_tokens: 5, temperature: 0 };
+    const body = {
+      model: 'm',
+      prompt: 'hi',
+      stream: true,
+      stream_options: { include_usage: true },
+      max_tokens: 100,
+      max_completion_tokens: 100,
+      min_tokens: 5,
+      min_completion_tokens: 5,
+      temperature: 0,
+    };
     expect(toPrefillBody(body)).toEqual({
       model: 'm',
       prompt: 'hi',
@@ -11,7 +21,14 @@ describe('toPrefillBody', () => {
       max_tokens: 1,
       max_completion_tokens: 1,
       temperature: 0,
-      kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
+      kv_transfer_params: {
+        do_remote_decode: true,
+        do_remote_prefill: false,
+        remote_engine_id: null,
+        remote_block_ids: null,
+        remote_host: null,
+        remote_port: null,
+      },
     });
     expect(body.stream).toBe(true); // the original is untouched: the decode leg needs it
     expect(toPrefillBody({ model: 'm', prompt: 'x' })).not.toHaveProperty('max_completion_tokens');
@@ -42,12 +59,24 @@ describe('checkClientKvParams', () => {
 
 describe('toPromptCount', () => {
   it('renders chat the way the completion path does (generation prompt on by default, template options kept)', () => {
-    const r = toPromptCount('chat', { model: 'm', messages: [{ role: 'user', content: 'hi' }], chat_template_kwargs: { enable_thinking: false }, temperature: 1 });
+    const r = toPromptCount('chat', {
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      chat_template_kwargs: { enable_thinking: false },
+      temperature: 1,
+    });
     expect(r).toEqual({
       ok: true,
       value: {
         kind: 'tokenize',
-        body: { model: 'm', messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: true, continue_final_message: false, add_special_tokens: false, chat_template_kwargs: { enable_thinking: false } },
+        body: {
+          model: 'm',
+          messages: [{ role: 'user', content: 'hi' }],
+          add_generation_prompt: true,
+          continue_final_message: false,
+          add_special_tokens: false,
+          chat_template_kwargs: { enable_thinking: false },
+        },
       },
     });
     const noGen = toPromptCount('chat', { model: 'm', messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: false });
@@ -55,7 +84,10 @@ describe('toPromptCount', () => {
   });
 
   it('completions: text is tokenised with special tokens, token ids are counted, batches are refused', () => {
-    expect(toPromptCount('completions', { model: 'm', prompt: 'hello' })).toEqual({ ok: true, value: { kind: 'tokenize', body: { model: 'm', prompt: 'hello', add_special_tokens: true } } });
+    expect(toPromptCount('completions', { model: 'm', prompt: 'hello' })).toEqual({
+      ok: true,
+      value: { kind: 'tokenize', body: { model: 'm', prompt: 'hello', add_special_tokens: true } },
+    });
     expect(toPromptCount('completions', { model: 'm', prompt: ['hello'] }).ok).toBe(true);
     expect(toPromptCount('completions', { model: 'm', prompt: [1, 2, 3] })).toEqual({ ok: true, value: { kind: 'known', ids: [1, 2, 3] } });
     expect(toPromptCount('completions', { model: 'm', prompt: [[1, 2]] })).toEqual({ ok: true, value: { kind: 'known', ids: [1, 2] } });

@@ -43,7 +43,10 @@ export function isPrefillKvParams(value: unknown): boolean {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
   const v = value as Record<string, unknown>;
   const keys = Object.keys(v);
-  return keys.length === Object.keys(PREFILL_KV_PARAMS).length && keys.every((k) => Object.hasOwn(PREFILL_KV_PARAMS, k) && v[k] === PREFILL_KV_PARAMS[k]);
+  return (
+    keys.length === Object.keys(PREFILL_KV_PARAMS).length &&
+    keys.every((k) => Object.hasOwn(PREFILL_KV_PARAMS, k) && v[k] === PREFILL_KV_PARAMS[k])
+  );
 }
 
 /**
@@ -56,7 +59,12 @@ export function checkClientKvParams(body: Readonly<Record<string, unknown>>, rol
   // Anywhere else vLLM would read them (under vllm_xargs, nested, another spelling) they are refused in either role.
   const elsewhere = findKvTransferParams(body, true);
   if (elsewhere !== undefined) {
-    return err(new KvgateError('kv_params_forbidden', `kv_transfer_params are set by kvgate at the top level only; found at ${JSON.stringify(elsewhere)}, remove it`));
+    return err(
+      new KvgateError(
+        'kv_params_forbidden',
+        `kv_transfer_params are set by kvgate at the top level only; found at ${JSON.stringify(elsewhere)}, remove it`,
+      ),
+    );
   }
   if (params === undefined || params === null) return ok(undefined);
   if (role === 'prefill' && isPrefillKvParams(params)) return ok(undefined);
@@ -99,7 +107,9 @@ export function truncationOf(body: Readonly<Record<string, unknown>>): Result<Tr
   const t = body['truncate_prompt_tokens'];
   if (t === undefined || t === null) return ok(undefined);
   if (!Number.isInteger(t) || ((t as number) < 1 && t !== -1)) {
-    return err(new KvgateError('bad_request', 'truncate_prompt_tokens must be a positive integer or -1 (truncate to the model\'s max_model_len)'));
+    return err(
+      new KvgateError('bad_request', "truncate_prompt_tokens must be a positive integer or -1 (truncate to the model's max_model_len)"),
+    );
   }
   const side = body['truncation_side'] ?? 'left';
   if (side !== 'left' && side !== 'right') return err(new KvgateError('bad_request', 'truncation_side must be "left" or "right"'));
@@ -131,7 +141,8 @@ export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, 
   const cut = truncation.value === undefined ? {} : { truncation: truncation.value };
   if (endpoint === 'chat') {
     const messages = body['messages'];
-    if (!Array.isArray(messages) || messages.length === 0) return err(new KvgateError('bad_request', 'a chat completion needs a non-empty messages array'));
+    if (!Array.isArray(messages) || messages.length === 0)
+      return err(new KvgateError('bad_request', 'a chat completion needs a non-empty messages array'));
     const req: Record<string, unknown> = {
       model,
       messages,
@@ -149,9 +160,16 @@ export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, 
   }
   let prompt = body['prompt'];
   if (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) prompt = prompt[0];
-  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t))) return ok({ kind: 'known', ids: prompt as number[], ...cut });
-  if (typeof prompt === 'string') return ok({ kind: 'tokenize', body: { model, prompt, add_special_tokens: body['add_special_tokens'] ?? true }, ...cut });
-  return err(new KvgateError('bad_request', 'a disaggregated completion needs one prompt (a string or a list of token ids); send batches as separate requests'));
+  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t)))
+    return ok({ kind: 'known', ids: prompt as number[], ...cut });
+  if (typeof prompt === 'string')
+    return ok({ kind: 'tokenize', body: { model, prompt, add_special_tokens: body['add_special_tokens'] ?? true }, ...cut });
+  return err(
+    new KvgateError(
+      'bad_request',
+      'a disaggregated completion needs one prompt (a string or a list of token ids); send batches as separate requests',
+    ),
+  );
 }
 
 /** `usage.prompt_tokens` of a completion response, if present. */

@@ -9,17 +9,35 @@ const contract = (endpoint: string | null, withLeg = true): TransferContract => 
   prefill: withLeg ? { cluster: 'prefill-a', endpoint } : null,
 });
 
-const reply = (status: number, body: unknown, headers: Record<string, string> = {}) => ({ reply: { status, headers: new Headers(headers), text: JSON.stringify(body) } });
+const reply = (status: number, body: unknown, headers: Record<string, string> = {}) => ({
+  reply: { status, headers: new Headers(headers), text: JSON.stringify(body) },
+});
 
 describe('prefillTargetUrl (SSRF guard)', () => {
-  it("through Envoy, always the configured internal listener, whatever the contract says", () => {
-    expect(prefillTargetUrl({ envoy: 'http://127.0.0.1:10001/' }, contract('10.0.0.5:8000'), '/v1/completions')).toEqual({ ok: true, value: 'http://127.0.0.1:10001/v1/completions' });
+  it('through Envoy, always the configured internal listener, whatever the contract says', () => {
+    expect(prefillTargetUrl({ envoy: 'http://127.0.0.1:10001/' }, contract('10.0.0.5:8000'), '/v1/completions')).toEqual({
+      ok: true,
+      value: 'http://127.0.0.1:10001/v1/completions',
+    });
   });
 
   it('direct: only the ip:port literal the signed contract names', () => {
-    expect(prefillTargetUrl('direct', contract('10.0.0.5:8000'), '/v1/chat/completions')).toEqual({ ok: true, value: 'http://10.0.0.5:8000/v1/chat/completions' });
-    expect(prefillTargetUrl('direct', contract('[::1]:8000'), '/v1/completions')).toEqual({ ok: true, value: 'http://[::1]:8000/v1/completions' });
-    for (const bad of ['metadata.google.internal:80', '169.254.169.254:80/latest', 'user@10.0.0.5:80', '10.0.0.5', '10.0.0.5:0', '999.0.0.1:80']) {
+    expect(prefillTargetUrl('direct', contract('10.0.0.5:8000'), '/v1/chat/completions')).toEqual({
+      ok: true,
+      value: 'http://10.0.0.5:8000/v1/chat/completions',
+    });
+    expect(prefillTargetUrl('direct', contract('[::1]:8000'), '/v1/completions')).toEqual({
+      ok: true,
+      value: 'http://[::1]:8000/v1/completions',
+    });
+    for (const bad of [
+      'metadata.google.internal:80',
+      '169.254.169.254:80/latest',
+      'user@10.0.0.5:80',
+      '10.0.0.5',
+      '10.0.0.5:0',
+      '999.0.0.1:80',
+    ]) {
       const r = prefillTargetUrl('direct', contract(bad), '/v1/completions');
       expect(r.ok ? 'ok' : r.error.code).toBe('contract_invalid');
     }
@@ -35,13 +53,28 @@ describe('retry policy and failures', () => {
   });
 
   it("keeps the prefill side's code and message", () => {
-    const kvgate = prefillFailure(reply(409, { error: { type: 'kvgate_error', code: 'mixed_revision', message: 'the contract binds fingerprint x', request_id: 'r' } }), 3);
+    const kvgate = prefillFailure(
+      reply(409, { error: { type: 'kvgate_error', code: 'mixed_revision', message: 'the contract binds fingerprint x', request_id: 'r' } }),
+      3,
+    );
     expect([kvgate.code, kvgate.reason]).toEqual(['mixed_revision', 'the prefill leg was refused: the contract binds fingerprint x']);
-    const vllm400 = prefillFailure(reply(400, { error: { message: "This model's maximum context length is 2048 tokens", type: 'BadRequestError', code: 400 } }), 3);
-    expect([vllm400.code, vllm400.reason]).toEqual(['bad_request', "the prefill worker refused the request (HTTP 400): This model's maximum context length is 2048 tokens"]);
+    const vllm400 = prefillFailure(
+      reply(400, { error: { message: "This model's maximum context length is 2048 tokens", type: 'BadRequestError', code: 400 } }),
+      3,
+    );
+    expect([vllm400.code, vllm400.reason]).toEqual([
+      'bad_request',
+      "the prefill worker refused the request (HTTP 400): This model's maximum context length is 2048 tokens",
+    ]);
     expect(prefillFailure(reply(404, { error: { message: 'no such model' } }), 1).code).toBe('unknown_model');
-    const exhausted = prefillFailure(reply(503, { error: { type: 'kvgate_error', code: 'worker_unverified', message: 'tokenizer canary differs', request_id: 'r' } }), 3);
-    expect([exhausted.code, exhausted.reason]).toEqual(['worker_unverified', 'the prefill leg was refused after 3 attempts inside the bound group: tokenizer canary differs']);
+    const exhausted = prefillFailure(
+      reply(503, { error: { type: 'kvgate_error', code: 'worker_unverified', message: 'tokenizer canary differs', request_id: 'r' } }),
+      3,
+    );
+    expect([exhausted.code, exhausted.reason]).toEqual([
+      'worker_unverified',
+      'the prefill leg was refused after 3 attempts inside the bound group: tokenizer canary differs',
+    ]);
     const down = prefillFailure({ error: 'http://10.0.0.5:8000/v1/completions: ECONNREFUSED' }, 3);
     expect([down.code, down.status]).toEqual(['worker_error', 502]);
   });

@@ -29,14 +29,28 @@ export function isIpPortLiteral(s: string): boolean {
 }
 
 /** Where the prefill leg goes. Pure; refuses any address that does not come from the signed contract. */
-export function prefillTargetUrl(via: SidecarConfig['prefill']['via'], contract: TransferContract, path: string): Result<string, KvgateError> {
+export function prefillTargetUrl(
+  via: SidecarConfig['prefill']['via'],
+  contract: TransferContract,
+  path: string,
+): Result<string, KvgateError> {
   if (via !== 'direct') return ok(`${via.envoy.replace(/\/+$/, '')}${path}`);
   const endpoint = contract.prefill?.endpoint ?? null;
   if (endpoint === null) {
-    return err(new KvgateError('internal', "direct prefill needs the contract to name a prefill endpoint, and this one leaves the choice to Envoy; set prefill.via to { envoy: <internal listener URL> }"));
+    return err(
+      new KvgateError(
+        'internal',
+        'direct prefill needs the contract to name a prefill endpoint, and this one leaves the choice to Envoy; set prefill.via to { envoy: <internal listener URL> }',
+      ),
+    );
   }
   if (!isIpPortLiteral(endpoint)) {
-    return err(new KvgateError('contract_invalid', `the contract's prefill endpoint ${JSON.stringify(endpoint.slice(0, 80))} is not an ip:port literal; refusing to call it`));
+    return err(
+      new KvgateError(
+        'contract_invalid',
+        `the contract's prefill endpoint ${JSON.stringify(endpoint.slice(0, 80))} is not an ip:port literal; refusing to call it`,
+      ),
+    );
   }
   return ok(`http://${endpoint}${path}`);
 }
@@ -80,7 +94,12 @@ export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput)
     if (input.signal.aborted) return err(new KvgateError('worker_error', 'the request was cancelled during the prefill leg'));
     const headers: Record<string, string> = { ...input.headers, [H.contract]: input.contractToken };
     if (excluded.length > 0) headers[H.retryExclude] = excluded.join(',');
-    const reply = await callUpstream(ctx.fetch, target.value, { body: input.body, headers, timeoutMs: cfg.timeoutMs, signal: input.signal });
+    const reply = await callUpstream(ctx.fetch, target.value, {
+      body: input.body,
+      headers,
+      timeoutMs: cfg.timeoutMs,
+      signal: input.signal,
+    });
     if (!reply.ok) {
       last = { error: reply.error.message };
       // A timeout is final: the prefill may still be running, and a second one would double the work.
@@ -96,7 +115,10 @@ export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput)
     }
     const failed = failedEndpoint(last.reply, input.contract, attempt);
     if (failed !== undefined && !excluded.includes(failed)) excluded.push(failed);
-    ctx.logger.warn({ event: 'prefill_retry', attempt, status: last.reply?.status ?? 0, excluded }, 'retrying the prefill leg inside the bound group');
+    ctx.logger.warn(
+      { event: 'prefill_retry', attempt, status: last.reply?.status ?? 0, excluded },
+      'retrying the prefill leg inside the bound group',
+    );
   }
   return err(prefillFailure(last, cfg.maxAttempts));
 }

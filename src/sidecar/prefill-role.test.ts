@@ -8,7 +8,7 @@ import { verifyContract } from '../contract/contract.js';
 import { startTestSim, postJson } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { PREFILL_KV_PARAMS } from './openai-body.js';
-import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, TEST_KEYS, type TestSidecar , bound, TEST_SALT } from './testing.js';
+import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, TEST_KEYS, type TestSidecar, bound, TEST_SALT } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 let sim: SimServer;
@@ -29,21 +29,51 @@ describe('prefill role', () => {
   it('runs prefill exactly as vLLM proxies do and returns an attestation that verifies', async () => {
     const c = contract();
     p.spy.reset();
-    const r = await postJson(`${p.sidecar.url}/v1/completions`, ...bound(c, { model: MODEL, prompt: 'The capital of France is', max_tokens: 50, stream: true, stream_options: { include_usage: true }, min_tokens: 3 }));
+    const r = await postJson(
+      `${p.sidecar.url}/v1/completions`,
+      ...bound(c, {
+        model: MODEL,
+        prompt: 'The capital of France is',
+        max_tokens: 50,
+        stream: true,
+        stream_options: { include_usage: true },
+        min_tokens: 3,
+      }),
+    );
     expect(r.status).toBe(200);
     const [sent] = p.spy.workCalls(sim.url);
     expect(sent!.url).toBe(`${sim.url}/v1/completions`);
     expect(sent!.headers['x-request-id']).toBe(c.requestId);
     // As vLLM's proxies send it, plus return_token_ids so the prompt token ids can be attested.
-    expect(sent!.body).toEqual({ model: MODEL, prompt: 'The capital of France is', cache_salt: TEST_SALT, max_tokens: 1, stream: false, kv_transfer_params: { ...PREFILL_KV_PARAMS }, return_token_ids: true });
+    expect(sent!.body).toEqual({
+      model: MODEL,
+      prompt: 'The capital of France is',
+      cache_salt: TEST_SALT,
+      max_tokens: 1,
+      stream: false,
+      kv_transfer_params: { ...PREFILL_KV_PARAMS },
+      return_token_ids: true,
+    });
     const params = r.body.kv_transfer_params as Record<string, unknown>;
     expect(params).toMatchObject({ do_remote_prefill: true, remote_engine_id: sim.engineId });
     const contractValue = verifyContract(gateHeaders(c)['x-kvgate-contract']!, TEST_KEYS, Date.now());
     expect(contractValue.ok).toBe(true);
     if (!contractValue.ok) return;
-    const a = verifyAttestation(params['kvgate'] as string, TEST_KEYS, Date.now(), { contract: contractValue.value, fingerprint: p.config.fingerprint, promptTokens: r.body.usage.prompt_tokens });
+    const a = verifyAttestation(params['kvgate'] as string, TEST_KEYS, Date.now(), {
+      contract: contractValue.value,
+      fingerprint: p.config.fingerprint,
+      promptTokens: r.body.usage.prompt_tokens,
+    });
     expect(a.ok).toBe(true);
-    expect(a.ok && a.value).toMatchObject({ requestId: c.requestId, groupId: c.groupId, tenantScope: 'tenant:acme', blockSize: 16, layout: 'HND', engineId: sim.engineId, promptTokens: r.body.usage.prompt_tokens });
+    expect(a.ok && a.value).toMatchObject({
+      requestId: c.requestId,
+      groupId: c.groupId,
+      tenantScope: 'tenant:acme',
+      blockSize: 16,
+      layout: 'HND',
+      engineId: sim.engineId,
+      promptTokens: r.body.usage.prompt_tokens,
+    });
     expect(r.body.usage.prompt_tokens).toBeGreaterThan(3);
     expect(p.sidecar.status().engineId).toBe(sim.engineId);
     // The digest covers the ids the worker tokenized the prompt into (the same ids its /tokenize lists).
@@ -66,16 +96,35 @@ describe('prefill role', () => {
     const contractValue = verifyContract(gateHeaders(c)['x-kvgate-contract']!, TEST_KEYS, Date.now());
     if (!contractValue.ok) throw new Error('contract');
     const token = (r.body.kv_transfer_params as Record<string, unknown>)['kvgate'] as string;
-    const a = verifyAttestation(token, TEST_KEYS, Date.now(), { contract: contractValue.value, fingerprint: p.config.fingerprint, promptTokens: ids.length, promptTokenDigest: promptTokenDigestOf(ids) });
+    const a = verifyAttestation(token, TEST_KEYS, Date.now(), {
+      contract: contractValue.value,
+      fingerprint: p.config.fingerprint,
+      promptTokens: ids.length,
+      promptTokenDigest: promptTokenDigestOf(ids),
+    });
     expect(a.ok && a.value.promptTokenDigest).toBe(promptTokenDigestOf(ids));
   });
 
   it('accepts the exact prefill kv_transfer_params a decode sidecar sends, and refuses any other', async () => {
-    const ok = await postJson(`${p.sidecar.url}/v1/chat/completions`, ...bound(contract(), { model: MODEL, messages: [{ role: 'user', content: 'hi' }], kv_transfer_params: { ...PREFILL_KV_PARAMS } }));
+    const ok = await postJson(
+      `${p.sidecar.url}/v1/chat/completions`,
+      ...bound(contract(), { model: MODEL, messages: [{ role: 'user', content: 'hi' }], kv_transfer_params: { ...PREFILL_KV_PARAMS } }),
+    );
     expect(ok.status).toBe(200);
     p.spy.reset();
-    const forged = { ...PREFILL_KV_PARAMS, do_remote_decode: false, do_remote_prefill: true, remote_host: '10.1.2.3', remote_port: 5600, remote_engine_id: 'x', remote_block_ids: [1] };
-    const bad = await postJson(`${p.sidecar.url}/v1/completions`, ...bound(contract(), { model: MODEL, prompt: 'x', kv_transfer_params: forged }));
+    const forged = {
+      ...PREFILL_KV_PARAMS,
+      do_remote_decode: false,
+      do_remote_prefill: true,
+      remote_host: '10.1.2.3',
+      remote_port: 5600,
+      remote_engine_id: 'x',
+      remote_block_ids: [1],
+    };
+    const bad = await postJson(
+      `${p.sidecar.url}/v1/completions`,
+      ...bound(contract(), { model: MODEL, prompt: 'x', kv_transfer_params: forged }),
+    );
     expect(bad.status).toBe(400);
     expect(bad.body.error.code).toBe('kv_params_forbidden');
     expect(p.spy.workCalls(sim.url)).toEqual([]);
@@ -83,19 +132,32 @@ describe('prefill role', () => {
 
   it('refuses a contract without a prefill leg, and one for another revision, before calling the worker', async () => {
     p.spy.reset();
-    const noLeg = await postJson(`${p.sidecar.url}/v1/completions`, ...bound(contractFor(p.config.fingerprint, null, { requestId: 'pre-noleg' }), { model: MODEL, prompt: 'x' }));
+    const noLeg = await postJson(
+      `${p.sidecar.url}/v1/completions`,
+      ...bound(contractFor(p.config.fingerprint, null, { requestId: 'pre-noleg' }), { model: MODEL, prompt: 'x' }),
+    );
     expect([noLeg.status, noLeg.body.error.code]).toEqual([403, 'contract_invalid']);
-    const other = await postJson(`${p.sidecar.url}/v1/completions`, ...bound(contract({ fingerprint: '0'.repeat(64) }), { model: MODEL, prompt: 'x' }));
+    const other = await postJson(
+      `${p.sidecar.url}/v1/completions`,
+      ...bound(contract({ fingerprint: '0'.repeat(64) }), { model: MODEL, prompt: 'x' }),
+    );
     expect([other.status, other.body.error.code]).toEqual([409, 'mixed_revision']);
     expect(p.spy.workCalls(sim.url)).toEqual([]);
   });
 
   it("passes the worker's own error through verbatim, naming itself for retries", async () => {
-    p.spy.onNext((u) => u === `${sim.url}/v1/completions`, (h) => {
-      h['x-sim-fault'] = 'error=503';
-    });
+    p.spy.onNext(
+      (u) => u === `${sim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'error=503';
+      },
+    );
     const [body, headers] = bound(contract(), { model: MODEL, prompt: 'x' });
-    const res = await fetch(`${p.sidecar.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+    const res = await fetch(`${p.sidecar.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+    });
     expect(res.status).toBe(503);
     expect(res.headers.get('x-kvgate-served-by')).toBe('127.0.0.1:9999');
     expect(((await res.json()) as { error: { message: string } }).error.message).toContain('Injected fault: HTTP 503');

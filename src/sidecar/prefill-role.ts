@@ -27,14 +27,22 @@ function servedBy(ctx: SidecarContext): Record<string, string> {
 }
 
 /** Handle one prefill request whose contract already verified (server.ts). */
-export async function servePrefill(ctx: SidecarContext, call: IncomingCall, contract: TransferContract, res: http.ServerResponse): Promise<Outcome> {
+export async function servePrefill(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  contract: TransferContract,
+  res: http.ServerResponse,
+): Promise<Outcome> {
   const requestId = contract.requestId;
   const fail = (e: KvgateError, outcome: Outcome['outcome'] = 'failed'): Outcome => {
     sendError(res, e, requestId, servedBy(ctx));
     return { outcome, code: e.code, reason: e.reason };
   };
   if (contract.prefill === null) {
-    const e = new KvgateError('contract_invalid', 'the contract has no prefill leg, so no prefill may run for it; the gate routed a non-disaggregated request to a prefill pool');
+    const e = new KvgateError(
+      'contract_invalid',
+      'the contract has no prefill leg, so no prefill may run for it; the gate routed a non-disaggregated request to a prefill pool',
+    );
     sendError(res, e, requestId, servedBy(ctx));
     return { outcome: 'refused', code: e.code, reason: e.reason };
   }
@@ -49,7 +57,12 @@ export async function servePrefill(ctx: SidecarContext, call: IncomingCall, cont
     'kvgate.sidecar worker prefill',
     forwardHeaders(call, requestId),
     (headers) =>
-      callUpstream(ctx.fetch, `${ctx.workerUrl}${call.path}`, { body: withTokenIdsRequested(toPrefillBody(call.body)), headers: workerHeaders(ctx, headers), timeoutMs: ctx.config.prefill.timeoutMs, signal: call.signal }),
+      callUpstream(ctx.fetch, `${ctx.workerUrl}${call.path}`, {
+        body: withTokenIdsRequested(toPrefillBody(call.body)),
+        headers: workerHeaders(ctx, headers),
+        timeoutMs: ctx.config.prefill.timeoutMs,
+        signal: call.signal,
+      }),
     (r) => !r.ok || r.value.status !== 200,
   );
   if (!reply.ok) return fail(new KvgateError('worker_error', `the prefill worker did not answer: ${reply.error.message}`));
@@ -93,16 +106,31 @@ async function attest(
   const engineId = params['remote_engine_id'];
   const promptTokens = usagePromptTokens(response);
   if (typeof engineId !== 'string' || engineId === '') {
-    return { ok: false, error: new KvgateError('worker_error', 'the prefill worker returned kv_transfer_params without remote_engine_id; its KV cannot be attested') };
+    return {
+      ok: false,
+      error: new KvgateError(
+        'worker_error',
+        'the prefill worker returned kv_transfer_params without remote_engine_id; its KV cannot be attested',
+      ),
+    };
   }
   if (promptTokens === undefined) {
-    return { ok: false, error: new KvgateError('worker_error', 'the prefill worker returned no usage.prompt_tokens; the prompt token count cannot be attested') };
+    return {
+      ok: false,
+      error: new KvgateError(
+        'worker_error',
+        'the prefill worker returned no usage.prompt_tokens; the prompt token count cannot be attested',
+      ),
+    };
   }
   const launch = await confirmPrefillEngine(ctx, engineId, call.logger);
   if (!launch.ok) return { ok: false, error: launch.error };
   const ids = attestableDigest(response, promptTokens);
   if (ids.inconsistent !== undefined) {
-    call.logger.warn({ event: 'prompt_ids_inconsistent', promptTokens, promptTokenIds: ids.inconsistent }, 'the prefill worker returned prompt token ids that disagree with usage.prompt_tokens; attesting the count alone');
+    call.logger.warn(
+      { event: 'prompt_ids_inconsistent', promptTokens, promptTokenIds: ids.inconsistent },
+      'the prefill worker returned prompt token ids that disagree with usage.prompt_tokens; attesting the count alone',
+    );
   }
   const now = ctx.now();
   const token = mintAttestation(

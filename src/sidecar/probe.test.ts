@@ -38,7 +38,9 @@ describe('measureCanaries', () => {
   it('is deterministic for one revision and differs for another tokenizer, template or weights', async () => {
     const again = await measureCanaries(honest.url, { model: MODEL });
     expect(again.digests).toEqual(declared.canaries);
-    const other = track(await startTestSim({ tokenizer: { revision: 'tok-b' }, chatTemplate: { revision: 'tmpl-b' }, model: { revision: 'rev-b' } }));
+    const other = track(
+      await startTestSim({ tokenizer: { revision: 'tok-b' }, chatTemplate: { revision: 'tmpl-b' }, model: { revision: 'rev-b' } }),
+    );
     const d = (await measureCanaries(other.url)).digests;
     expect(d.tokenizer).not.toBe(declared.canaries!.tokenizer);
     expect(d.chatTemplate).not.toBe(declared.canaries!.chatTemplate);
@@ -66,14 +68,20 @@ describe('probing', () => {
     const s = sidecar.status();
     expect(s.verified).toBe(false);
     expect(s.reasons).toEqual([
-      expect.stringMatching(/^tokenizer canary digest [0-9a-f]{12}… differs from the declared [0-9a-f]{12}…: the worker's tokenizer is not acme\/llama-3-8b-instruct rev tok-a$/),
+      expect.stringMatching(
+        /^tokenizer canary digest [0-9a-f]{12}… differs from the declared [0-9a-f]{12}…: the worker's tokenizer is not acme\/llama-3-8b-instruct rev tok-a$/,
+      ),
       // The chat and generation canaries tokenise their input with the same (wrong) tokenizer, and say so.
       expect.stringMatching(/^chat template canary digest .*\(or only the tokenizer differs/),
       expect.stringMatching(/^generation canary digest .*\(or only the tokenizer differs/),
     ]);
     spy.reset();
     const c = contractFor(s.fingerprint, '127.0.0.1:1');
-    const res = await fetch(`${sidecar.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...gateHeaders(c) }, body: JSON.stringify({ model: MODEL, prompt: 'hi' }) });
+    const res = await fetch(`${sidecar.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...gateHeaders(c) },
+      body: JSON.stringify({ model: MODEL, prompt: 'hi' }),
+    });
     expect(res.status).toBe(503);
     expect(res.headers.get('x-kvgate-reject-reason')).toBe('worker_unverified');
     const body = (await res.json()) as { error: { code: string; message: string } };
@@ -90,9 +98,13 @@ describe('probing', () => {
     ]);
     const weights = track(await startTestSim({ canaries: declared.canaries }, { behaveAs: { model: { revision: 'rev-b' } } }));
     const reasons = (await sidecarFor(weights)).sidecar.status().reasons;
-    expect(reasons).toEqual([expect.stringMatching(/^generation canary digest .* the worker's weights are not acme\/llama-3-8b-instruct rev rev-a$/)]);
+    expect(reasons).toEqual([
+      expect.stringMatching(/^generation canary digest .* the worker's weights are not acme\/llama-3-8b-instruct rev rev-a$/),
+    ]);
     const layout = track(await startTestSim({ canaries: declared.canaries }, { behaveAs: { kvCache: { layout: 'NHD' } } }));
-    expect((await sidecarFor(layout)).sidecar.status().reasons.join()).toContain('KV cache layout: the worker\'s vllm:cache_config_info says kv_cache_layout="NHD"');
+    expect((await sidecarFor(layout)).sidecar.status().reasons.join()).toContain(
+      'KV cache layout: the worker\'s vllm:cache_config_info says kv_cache_layout="NHD"',
+    );
   });
 
   it('a worker that is down is unverified with the reason, and verified once a later probe agrees', async () => {

@@ -44,8 +44,17 @@ export const API_KEY_HINT = "the worker runs with --api-key: set workerApiKey (f
 
 const fail = (error: string): Probed<never> => ({ ok: false, error });
 
-async function getJson(url: string, opts: ProbeOptions, body?: unknown, headers?: Record<string, string>): Promise<Probed<unknown> & { network?: boolean }> {
-  const call = { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, headers: { ...headers, ...opts.headers }, ...(body === undefined ? {} : { body }) };
+async function getJson(
+  url: string,
+  opts: ProbeOptions,
+  body?: unknown,
+  headers?: Record<string, string>,
+): Promise<Probed<unknown> & { network?: boolean }> {
+  const call = {
+    timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+    headers: { ...headers, ...opts.headers },
+    ...(body === undefined ? {} : { body }),
+  };
   const reply = await callUpstream(opts.fetch ?? fetch, url, call);
   if (!reply.ok) return { ok: false, error: reply.error.message, network: true };
   if (reply.value.status === 401) return fail(`HTTP 401: ${upstreamMessage(reply.value.text)} (${API_KEY_HINT})`);
@@ -83,7 +92,10 @@ export function toModelCards(v: unknown): Probed<ModelCard[]> {
 }
 
 async function probeCacheConfig(base: string, opts: ProbeOptions): Promise<Probed<Record<string, string> | null>> {
-  const reply = await callUpstream(opts.fetch ?? fetch, `${base}/metrics`, { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, headers: { ...opts.headers } });
+  const reply = await callUpstream(opts.fetch ?? fetch, `${base}/metrics`, {
+    timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+    headers: { ...opts.headers },
+  });
   if (!reply.ok) return fail(reply.error.message);
   if (reply.value.status !== 200) return fail(`HTTP ${reply.value.status}${reply.value.status === 401 ? ` (${API_KEY_HINT})` : ''}`);
   const parsed = parsePrometheusText(reply.value.text);
@@ -110,7 +122,8 @@ async function generationDigest(base: string, model: string, opts: ProbeOptions)
   const r = await getJson(`${base}/v1/completions`, opts, generationCanaryRequest(model));
   if (!r.ok) return r;
   const ids = generatedTokenIds(r.value);
-  if (ids === undefined) return fail('the canary completion carried no token ids (needs return_token_ids or logprobs with return_tokens_as_token_ids)');
+  if (ids === undefined)
+    return fail('the canary completion carried no token ids (needs return_token_ids or logprobs with return_tokens_as_token_ids)');
   return { ok: true, value: digestTokenIds('generation', ids) };
 }
 
@@ -137,10 +150,12 @@ async function probeEngineId(base: string, d: CompatDescriptor, opts: ProbeOptio
   const r = await getJson(`${base}/v1/models`, opts);
   const cards = r.ok ? toModelCards(r.value) : r;
   const model = cards.ok ? canaryModel(d, cards.value, opts.servedModelName) : opts.servedModelName;
-  if (model === undefined) return fail(`no model to send the canary prefill to (GET /v1/models: ${cards.ok ? 'no usable card' : cards.error})`);
+  if (model === undefined)
+    return fail(`no model to send the canary prefill to (GET /v1/models: ${cards.ok ? 'no usable card' : cards.error})`);
   const answer = await getJson(`${base}/v1/completions`, opts, engineCanaryRequest(model), { 'x-request-id': requestId });
   if (!answer.ok) return answer;
-  if (answer.value === null || typeof answer.value !== 'object' || Array.isArray(answer.value)) return fail('the canary prefill did not answer a JSON object');
+  if (answer.value === null || typeof answer.value !== 'object' || Array.isArray(answer.value))
+    return fail('the canary prefill did not answer a JSON object');
   const id = engineIdOf(answer.value as Record<string, unknown>);
   return id.ok ? { ok: true, value: id.value } : fail(id.error);
 }

@@ -29,7 +29,10 @@ describe('parsePrometheusText', () => {
 
   it('keeps escaped quotes, backslashes, newlines, commas, braces and # inside label values', () => {
     const r = parseSampleLine(String.raw`x{a="say \"hi\", {ok}",b="C:\\dir\\",c="line1\nline2",d="#not a comment"} 2`);
-    expect(r).toEqual({ ok: true, value: { name: 'x', labels: { a: 'say "hi", {ok}', b: 'C:\\dir\\', c: 'line1\nline2', d: '#not a comment' }, value: 2 } });
+    expect(r).toEqual({
+      ok: true,
+      value: { name: 'x', labels: { a: 'say "hi", {ok}', b: 'C:\\dir\\', c: 'line1\nline2', d: '#not a comment' }, value: 2 },
+    });
   });
 
   it('accepts a trailing comma, spaces, CRLF, special values and an OpenMetrics exemplar', () => {
@@ -46,7 +49,10 @@ describe('parsePrometheusText', () => {
 
   it('names the line of a malformed sample', () => {
     expect(parsePrometheusText('ok 1\nbad{a="unterminated} 1\n')).toEqual({ ok: false, error: expect.objectContaining({ line: 2 }) });
-    expect(parsePrometheusText('x{a="1"}\n')).toEqual({ ok: false, error: expect.objectContaining({ line: 1, message: expect.stringContaining('no value') }) });
+    expect(parsePrometheusText('x{a="1"}\n')).toEqual({
+      ok: false,
+      error: expect.objectContaining({ line: 1, message: expect.stringContaining('no value') }),
+    });
     expect(parsePrometheusText('x{a="1"} one\n').ok).toBe(false);
     expect(parsePrometheusText('x{a="1" b="2"} 1\n').ok).toBe(false);
     expect(parsePrometheusText('x{a="1",a="2"} 1\n').ok).toBe(false);

@@ -62,7 +62,9 @@ export function parseSampleLine(line: string): Result<PromSample, string> {
     labels = parsed.value;
   }
   const rest = line.slice(cursor.pos).trim();
-  const fields = stripExemplar(rest).split(/\s+/).filter((f) => f !== '');
+  const fields = stripExemplar(rest)
+    .split(/\s+/)
+    .filter((f) => f !== '');
   if (fields.length === 0) return err(`metric ${name} has no value`);
   if (fields.length > 2) return err(`metric ${name}: unexpected text after the value and timestamp: ${fields.slice(2).join(' ')}`);
   const value = parseValue(fields[0]!);

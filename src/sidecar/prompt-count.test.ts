@@ -5,7 +5,10 @@ import { tokenizedPrompt } from './prompt-count.js';
 
 describe('tokenizedPrompt', () => {
   it('counts and digests the ids /tokenize lists', () => {
-    expect(tokenizedPrompt({ count: 3, max_model_len: 4096, tokens: [1, 2, 3], token_strs: null }, undefined)).toEqual({ count: 3, digest: promptTokenDigestOf([1, 2, 3]) });
+    expect(tokenizedPrompt({ count: 3, max_model_len: 4096, tokens: [1, 2, 3], token_strs: null }, undefined)).toEqual({
+      count: 3,
+      digest: promptTokenDigestOf([1, 2, 3]),
+    });
     expect(tokenizedPrompt({ tokens: [4, 5] }, undefined)).toEqual({ count: 2, digest: promptTokenDigestOf([4, 5]) });
   });
 
@@ -33,7 +36,10 @@ describe('truncation of the request', () => {
     expect(truncationOf({})).toEqual({ ok: true, value: undefined });
     expect(truncationOf({ truncate_prompt_tokens: null })).toEqual({ ok: true, value: undefined });
     expect(truncationOf({ truncate_prompt_tokens: 8 })).toEqual({ ok: true, value: { tokens: 8, side: 'left' } });
-    expect(truncationOf({ truncate_prompt_tokens: -1, truncation_side: 'right' })).toEqual({ ok: true, value: { tokens: -1, side: 'right' } });
+    expect(truncationOf({ truncate_prompt_tokens: -1, truncation_side: 'right' })).toEqual({
+      ok: true,
+      value: { tokens: -1, side: 'right' },
+    });
     expect(truncationOf({ truncate_prompt_tokens: 0 }).ok).toBe(false);
     expect(truncationOf({ truncate_prompt_tokens: 2.5 }).ok).toBe(false);
     expect(truncationOf({ truncate_prompt_tokens: 4, truncation_side: 'middle' }).ok).toBe(false);
@@ -42,7 +48,14 @@ describe('truncation of the request', () => {
 
   it('carries the truncation with the /tokenize body and with token-id prompts', () => {
     const text = toPromptCount('completions', { model: 'm', prompt: 'hello world', truncate_prompt_tokens: 2 });
-    expect(text).toEqual({ ok: true, value: { kind: 'tokenize', body: { model: 'm', prompt: 'hello world', add_special_tokens: true }, truncation: { tokens: 2, side: 'left' } } });
+    expect(text).toEqual({
+      ok: true,
+      value: {
+        kind: 'tokenize',
+        body: { model: 'm', prompt: 'hello world', add_special_tokens: true },
+        truncation: { tokens: 2, side: 'left' },
+      },
+    });
     const ids = toPromptCount('completions', { model: 'm', prompt: [5, 6, 7], truncate_prompt_tokens: 2 });
     expect(ids).toEqual({ ok: true, value: { kind: 'known', ids: [5, 6, 7], truncation: { tokens: 2, side: 'left' } } });
     expect(toPromptCount('completions', { model: 'm', prompt: 'x', truncate_prompt_tokens: -7 }).ok).toBe(false);
@@ -53,7 +66,12 @@ describe('truncation of the request', () => {
     const r = toPromptCount('chat', { model: 'm', messages: [{ role: 'user', content: 'q' }], documents: docs });
     expect(r.ok && r.value.kind === 'tokenize' && r.value.body).toMatchObject({ chat_template_kwargs: { documents: docs } });
     expect(r.ok && r.value.kind === 'tokenize' && r.value.body['documents']).toBeUndefined();
-    const own = toPromptCount('chat', { model: 'm', messages: [{ role: 'user', content: 'q' }], documents: docs, chat_template_kwargs: { documents: [], x: 1 } });
+    const own = toPromptCount('chat', {
+      model: 'm',
+      messages: [{ role: 'user', content: 'q' }],
+      documents: docs,
+      chat_template_kwargs: { documents: [], x: 1 },
+    });
     expect(own.ok && own.value.kind === 'tokenize' && own.value.body['chat_template_kwargs']).toEqual({ documents: [], x: 1 });
   });
 });

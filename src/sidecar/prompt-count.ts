@@ -17,7 +17,11 @@ export interface LocalPrompt {
 }
 
 /** The prompt as this decode worker sees it; `headers` authenticate the `/tokenize` call. */
-export async function countPromptTokens(ctx: SidecarContext, call: IncomingCall, headers: Record<string, string>): Promise<Result<LocalPrompt, KvgateError>> {
+export async function countPromptTokens(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  headers: Record<string, string>,
+): Promise<Result<LocalPrompt, KvgateError>> {
   const how = toPromptCount(call.endpoint, call.body);
   if (!how.ok) return how;
   if (how.value.kind === 'known') {
@@ -30,13 +34,24 @@ export async function countPromptTokens(ctx: SidecarContext, call: IncomingCall,
     call,
     'kvgate.sidecar worker tokenize',
     headers,
-    (h) => callUpstream(ctx.fetch, `${ctx.workerUrl}/tokenize`, { body: tokenizeBody, headers: h, timeoutMs: ctx.config.probe.timeoutMs, signal: call.signal }),
+    (h) =>
+      callUpstream(ctx.fetch, `${ctx.workerUrl}/tokenize`, {
+        body: tokenizeBody,
+        headers: h,
+        timeoutMs: ctx.config.probe.timeoutMs,
+        signal: call.signal,
+      }),
     (r) => !r.ok || r.value.status !== 200,
   );
   if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker could not tokenize the prompt: ${reply.error.message}`));
   if (reply.value.status !== 200) {
     const code = reply.value.status < 500 ? 'bad_request' : 'worker_error';
-    return err(new KvgateError(code, `this decode worker could not tokenize the prompt (HTTP ${reply.value.status}): ${upstreamMessage(reply.value.text)}`));
+    return err(
+      new KvgateError(
+        code,
+        `this decode worker could not tokenize the prompt (HTTP ${reply.value.status}): ${upstreamMessage(reply.value.text)}`,
+      ),
+    );
   }
   const parsed = parseJsonObject(reply.value.text, 'the /tokenize answer');
   if (!parsed.ok) return err(new KvgateError('worker_error', parsed.error.reason));

@@ -12,7 +12,16 @@ import type { SimServer } from '../../testbed/sim/server.js';
 import { resolveTokenizerProfile } from '../../testbed/sim/tokenizer.js';
 import { PREFILL_KV_PARAMS } from './openai-body.js';
 import { measureCanaries } from './probe.js';
-import { contractFor, endpointOf, restartSimInPlace, sidecarConfigFor, startTestSidecar, TEST_KEYS, type TestSidecar , bound } from './testing.js';
+import {
+  contractFor,
+  endpointOf,
+  restartSimInPlace,
+  sidecarConfigFor,
+  startTestSidecar,
+  TEST_KEYS,
+  type TestSidecar,
+  bound,
+} from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 const PROMPT = 'The quick brown fox jumps over the lazy dog. Kubernetes operators reconcile state.';
@@ -33,7 +42,8 @@ function sameCountRevision(): string {
   for (let i = 0; i < 64; i++) {
     const revision = `tok-a-retrained-${i}`;
     const p = resolveTokenizerProfile({ id: declared.id, revision });
-    if (p.encoding === base.encoding && (p.permutation?.a !== base.permutation?.a || p.permutation?.b !== base.permutation?.b)) return revision;
+    if (p.encoding === base.encoding && (p.permutation?.a !== base.permutation?.a || p.permutation?.b !== base.permutation?.b))
+      return revision;
   }
   throw new Error('no same-encoding tokenizer revision among 64 candidates; the simulator changed how it derives tokenizers');
 }
@@ -86,7 +96,8 @@ async function tokenize(sim: SimServer, body: Record<string, unknown>): Promise<
   return r.body.tokens as number[];
 }
 
-const decodeCompletions = (r: Rig) => r.D.spy.workCalls(r.dSim.url).filter((c) => /\/v1\/(chat\/)?completions$/.test(c.url) && c.headers['x-request-id'] !== undefined);
+const decodeCompletions = (r: Rig) =>
+  r.D.spy.workCalls(r.dSim.url).filter((c) => /\/v1\/(chat\/)?completions$/.test(c.url) && c.headers['x-request-id'] !== undefined);
 const pulled = async (sim: SimServer) => metricValue(await scrape(sim), 'kvgate_sim_kv_blocks_pulled_total');
 
 describe('a decode tokenizer change that keeps the prompt token count', () => {
@@ -117,7 +128,9 @@ describe('a decode tokenizer change that keeps the prompt token count', () => {
     const res = await send(r, '/v1/completions', completion);
     expect([res.status, res.body.error.code]).toEqual([409, 'incompatible_transfer']);
     expect(res.body.error.message).toMatch(
-      new RegExp(`^prefill and this decode worker tokenized the prompt into different token ids \\(same count ${decodeIds.length}\\): tokenizer or chat template differ`),
+      new RegExp(
+        `^prefill and this decode worker tokenized the prompt into different token ids \\(same count ${decodeIds.length}\\): tokenizer or chat template differ`,
+      ),
     );
     expect(decodeCompletions(r)).toEqual([]);
     expect(await pulled(r.dSim)).toBe(0);

@@ -49,7 +49,10 @@ describe('asking for ids without changing the answer', () => {
   });
 
   it('sets the id fields back to null as vLLM writes them when not asked, leaving everything else alone', () => {
-    expect(withoutTokenIds(completion)).toEqual({ ...completion, choices: [{ ...completion.choices[0], token_ids: null, prompt_token_ids: null }] });
+    expect(withoutTokenIds(completion)).toEqual({
+      ...completion,
+      choices: [{ ...completion.choices[0], token_ids: null, prompt_token_ids: null }],
+    });
     expect(withoutTokenIds(chat)).toEqual({ ...chat, prompt_token_ids: null, choices: [{ ...chat.choices[0], token_ids: null }] });
     // Fields the worker did not write stay absent; the input is not modified.
     expect(withoutTokenIds({ choices: [{ text: 'x' }] })).toEqual({ choices: [{ text: 'x' }] });

@@ -62,7 +62,10 @@ export function withoutTokenIds(response: Readonly<Record<string, unknown>>): Re
  * The digest to attest for a prefill answer: only when its prompt token ids are present and agree with the count
  * it reports (an answer that contradicts itself is attested on the count alone, as before digests existed).
  */
-export function attestableDigest(response: Readonly<Record<string, unknown>>, promptTokens: number): { digest?: string; inconsistent?: number } {
+export function attestableDigest(
+  response: Readonly<Record<string, unknown>>,
+  promptTokens: number,
+): { digest?: string; inconsistent?: number } {
   const ids = promptTokenIdsOf(response);
   if (ids === undefined) return {};
   if (ids.length !== promptTokens) return { inconsistent: ids.length };

@@ -38,15 +38,33 @@ export interface RelayOptions {
 }
 
 /** Send `body` to the local worker and relay its answer to `res`. */
-export function relayCompletion(ctx: SidecarContext, call: IncomingCall, res: http.ServerResponse, opts: RelayOptions): Promise<RelayResult> {
+export function relayCompletion(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  res: http.ServerResponse,
+  opts: RelayOptions,
+): Promise<RelayResult> {
   // One span per worker call, from the request to the end of the relayed answer; its traceparent goes to the worker.
-  return inChildSpan(ctx, call, 'kvgate.sidecar worker completion', opts.headers, (headers) => relay(ctx, call, res, { ...opts, headers }), (r) => r.kind !== 'sent');
+  return inChildSpan(
+    ctx,
+    call,
+    'kvgate.sidecar worker completion',
+    opts.headers,
+    (headers) => relay(ctx, call, res, { ...opts, headers }),
+    (r) => r.kind !== 'sent',
+  );
 }
 
 async function relay(ctx: SidecarContext, call: IncomingCall, res: http.ServerResponse, opts: RelayOptions): Promise<RelayResult> {
   const url = `${ctx.workerUrl}${call.path}`;
-  const upstream = await openUpstream(ctx.fetch, url, { body: opts.body, headers: opts.headers, timeoutMs: ctx.config.workerTimeoutMs, signal: call.signal });
-  if (!upstream.ok) return call.signal.aborted ? { kind: 'client_gone' } : { kind: 'failed_before_tokens', message: upstream.error.message };
+  const upstream = await openUpstream(ctx.fetch, url, {
+    body: opts.body,
+    headers: opts.headers,
+    timeoutMs: ctx.config.workerTimeoutMs,
+    signal: call.signal,
+  });
+  if (!upstream.ok)
+    return call.signal.aborted ? { kind: 'client_gone' } : { kind: 'failed_before_tokens', message: upstream.error.message };
   const response = upstream.value;
   const type = response.headers.get('content-type') ?? 'application/json';
   if (response.status === 200 && type.startsWith('text/event-stream') && response.body !== null) {
@@ -59,7 +77,12 @@ async function relay(ctx: SidecarContext, call: IncomingCall, res: http.ServerRe
     return call.signal.aborted ? { kind: 'client_gone' } : { kind: 'failed_before_tokens', message: describeFetchError(e, url) };
   }
   if (opts.holdUntilOutput) {
-    const failure = response.status >= 500 ? `HTTP ${response.status}: ${upstreamMessage(text)}` : response.status === 200 ? jsonFailure(text) : undefined;
+    const failure =
+      response.status >= 500
+        ? `HTTP ${response.status}: ${upstreamMessage(text)}`
+        : response.status === 200
+          ? jsonFailure(text)
+          : undefined;
     if (failure !== undefined) return { kind: 'failed_before_tokens', message: failure };
     const vetoed = response.status === 200 ? await opts.beforeCommit?.() : undefined;
     if (vetoed !== undefined) return { kind: 'failed_before_tokens', message: vetoed };

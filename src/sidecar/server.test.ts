@@ -23,9 +23,12 @@ afterAll(async () => {
 });
 
 const slowNext = (t: TestSidecar, ms: number) =>
-  t.spy.onNext((u) => u === `${sim.url}/v1/completions`, (h) => {
-    h['x-sim-fault'] = `slow=${ms}`;
-  });
+  t.spy.onNext(
+    (u) => u === `${sim.url}/v1/completions`,
+    (h) => {
+      h['x-sim-fault'] = `slow=${ms}`;
+    },
+  );
 
 async function until(cond: () => boolean): Promise<void> {
   for (let i = 0; i < 500 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
@@ -71,7 +74,10 @@ describe('status, health and metrics', () => {
     expect([bad.status, bad.body.error.code]).toEqual([400, 'bad_request']);
     const big = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(c, { model: MODEL, prompt: 'x'.repeat(9 * 1024 * 1024) }));
     expect([big.status, big.body.error.code]).toEqual([413, 'body_too_large']);
-    const scope = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { tenantScope: 'tenant:other' }, fixedNow), { model: MODEL, prompt: 'x' }));
+    const scope = await postJson(
+      `${t.sidecar.url}/v1/completions`,
+      ...bound(contractFor(t.config.fingerprint, null, { tenantScope: 'tenant:other' }, fixedNow), { model: MODEL, prompt: 'x' }),
+    );
     expect([scope.status, scope.body.error.code]).toEqual([403, 'tenant_scope_denied']);
     const metrics = await (await fetch(`${t.sidecar.url}/metrics`)).text();
     expect(metrics).toContain('kvgate_sidecar_requests_total{role="decode",outcome="refused",code="body_too_large"} 1');
@@ -84,13 +90,19 @@ describe('admission and drain', () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'));
     try {
       slowNext(t, 1000);
-      const first = postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'slow' }), { model: MODEL, prompt: 'slow one', max_tokens: 4 }));
+      const first = postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'slow' }), { model: MODEL, prompt: 'slow one', max_tokens: 4 }),
+      );
       await until(() => t.sidecar.status().inFlight === 1);
       let drained = false;
       const draining = t.sidecar.drain().then(() => {
         drained = true;
       });
-      const late = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'late' }), { model: MODEL, prompt: 'late' }));
+      const late = await postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'late' }), { model: MODEL, prompt: 'late' }),
+      );
       expect([late.status, late.body.error.code]).toEqual([503, 'draining']);
       expect((await fetch(`${t.sidecar.url}/healthz`)).status).toBe(503);
       expect(drained).toBe(false);
@@ -108,12 +120,18 @@ describe('admission and drain', () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'));
     try {
       expect((await fetch(`${t.sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' })).status).toBe(202);
-      const refused = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'u1' }), { model: MODEL, prompt: 'x', max_tokens: 1 }));
+      const refused = await postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'u1' }), { model: MODEL, prompt: 'x', max_tokens: 1 }),
+      );
       expect([refused.status, refused.body.error.code]).toEqual([503, 'draining']);
       expect((await fetch(`${t.sidecar.url}/kvgate/v1/undrain`, { method: 'POST' })).status).toBe(400);
       const u = await fetch(`${t.sidecar.adminUrl}/kvgate/v1/undrain`, { method: 'POST' });
       expect([u.status, await u.json()]).toEqual([200, { draining: false, inFlight: 0 }]);
-      const served = await postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'u2' }), { model: MODEL, prompt: 'x', max_tokens: 1 }));
+      const served = await postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'u2' }), { model: MODEL, prompt: 'x', max_tokens: 1 }),
+      );
       expect(served.status).toBe(200);
       expect(await (await fetch(`${t.sidecar.metricsUrl}/metrics`)).text()).toContain('kvgate_sidecar_draining 0');
       for (const p of ['/v1/completions', '/kvgate/v1/status', '/kvgate/v1/drain']) {
@@ -132,9 +150,16 @@ describe('admission and drain', () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1 }));
     try {
       slowNext(t, 800);
-      const first = postJson(`${t.sidecar.url}/v1/completions`, ...bound(contractFor(t.config.fingerprint, null, { requestId: 'a' }), { model: MODEL, prompt: 'one', max_tokens: 2 }));
+      const first = postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'a' }), { model: MODEL, prompt: 'one', max_tokens: 2 }),
+      );
       await until(() => t.sidecar.status().inFlight === 1);
-      const res = await fetch(`${t.sidecar.url}/v1/completions`, { method: 'POST', headers: gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'b' })), body: '{}' });
+      const res = await fetch(`${t.sidecar.url}/v1/completions`, {
+        method: 'POST',
+        headers: gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'b' })),
+        body: '{}',
+      });
       expect([res.status, res.headers.get('retry-after'), res.headers.get('x-kvgate-reject-reason')]).toEqual([429, '1', 'queue_full']);
       // Not on the request port: whoever reaches it must not take the worker out of service (400, audited).
       const refused = await fetch(`${t.sidecar.url}/kvgate/v1/drain`, { method: 'POST' });
@@ -167,13 +192,31 @@ describe('kvgate sidecar command', () => {
     let out = '';
     let ready: (url: string) => void = () => undefined;
     const url = new Promise<string>((r) => (ready = r));
-    const exit = sidecarCommand(['--role', 'prefill', '--worker', sim.url, '--descriptor', descriptor, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--metrics', '', '--dev-keys', 'cmd-test'], {
-      signals: signals as unknown as NodeJS.Process,
-      stdout: (s) => (out += s),
-      stderr: (s) => (out += s),
-      env: {},
-      onReady: ready,
-    });
+    const exit = sidecarCommand(
+      [
+        '--role',
+        'prefill',
+        '--worker',
+        sim.url,
+        '--descriptor',
+        descriptor,
+        '--listen',
+        '127.0.0.1:0',
+        '--admin',
+        '127.0.0.1:0',
+        '--metrics',
+        '',
+        '--dev-keys',
+        'cmd-test',
+      ],
+      {
+        signals: signals as unknown as NodeJS.Process,
+        stdout: (s) => (out += s),
+        stderr: (s) => (out += s),
+        env: {},
+        onReady: ready,
+      },
+    );
     const base = await url;
     const status = (await (await fetch(`${base}/kvgate/v1/status`)).json()) as { role: string; verified: boolean };
     expect(status).toMatchObject({ role: 'prefill', verified: true });
@@ -184,7 +227,12 @@ describe('kvgate sidecar command', () => {
 
   it('prints help, and refuses bad flags with exit 2 before opening a port', async () => {
     let out = '';
-    const io = { signals: new EventEmitter() as unknown as NodeJS.Process, stdout: (s: string) => (out += s), stderr: (s: string) => (out += s), env: {} };
+    const io = {
+      signals: new EventEmitter() as unknown as NodeJS.Process,
+      stdout: (s: string) => (out += s),
+      stderr: (s: string) => (out += s),
+      env: {},
+    };
     expect(await sidecarCommand(['--help'], io)).toBe(0);
     expect(out).toContain('usage: kvgate sidecar');
     out = '';
@@ -202,13 +250,17 @@ describe('kvgate sidecar command', () => {
 describe('safe by default: a descriptor without recorded canaries', () => {
   it('leaves the worker unverified (recorded trust), naming each missing digest and how to record it', async () => {
     const sim = await startTestSim();
-    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { descriptor: { ...(sim.config.descriptor as CompatDescriptorInput), canaries: {} } }));
+    const t = await startTestSidecar(
+      sidecarConfigFor(sim, 'decode', { descriptor: { ...(sim.config.descriptor as CompatDescriptorInput), canaries: {} } }),
+    );
     try {
       const s = t.sidecar.status();
       expect(s.verified).toBe(false);
       expect(s.trust).toBe('recorded');
       expect(s.reasons.filter((r) => /canary: no digest is recorded/.test(r))).toHaveLength(3);
-      expect(s.reasons.join('\n')).toMatch(/generation canary: no digest is recorded in the descriptor \(this worker answers [0-9a-f]{64}\), so model.revision and adapter.revision cannot be checked; record it .*kvgate verify --record.*trust: declared-only/);
+      expect(s.reasons.join('\n')).toMatch(
+        /generation canary: no digest is recorded in the descriptor \(this worker answers [0-9a-f]{64}\), so model.revision and adapter.revision cannot be checked; record it .*kvgate verify --record.*trust: declared-only/,
+      );
     } finally {
       await t.sidecar.close();
       await sim.close();

@@ -96,7 +96,10 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   const now = deps.now ?? Date.now;
   const closed = new AbortController();
   const state = new SidecarState(config, metrics, deps.logger, now);
-  const auth = deps.workerAuth === undefined ? await loadWorkerAuth(config.workerApiKey, deps.env ?? process.env) : { ok: true as const, value: deps.workerAuth };
+  const auth =
+    deps.workerAuth === undefined
+      ? await loadWorkerAuth(config.workerApiKey, deps.env ?? process.env)
+      : { ok: true as const, value: deps.workerAuth };
   if (!auth.ok) throw new Error(auth.error);
   // Pooled keep-alive connections to the worker and the prefill leg's target (keep-alive-fetch.ts).
   const pool = createKeepAliveFetch();
@@ -115,7 +118,13 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     status: () => state.status(),
     reverify: (accept) => loop.reverify(accept),
   };
-  const rt: Runtime = { ctx, state, registry: deps.registry, replay: createReplayGuard(), load: createLoadReader(ctx.fetch, ctx.workerUrl, now) };
+  const rt: Runtime = {
+    ctx,
+    state,
+    registry: deps.registry,
+    replay: createReplayGuard(),
+    load: createLoadReader(ctx.fetch, ctx.workerUrl, now),
+  };
   const loop = createProbeLoop(rt);
   const server = http.createServer((req, res) => {
     void route(rt, req, res).catch((e: unknown) => {
@@ -175,7 +184,8 @@ function createProbeLoop(rt: Runtime): ProbeLoop {
   const compareOpts = { ...served, requireRecorded: config.trust === 'recorded' };
   const side = config.nixlSideChannel === undefined ? {} : { nixlSideChannel: config.nixlSideChannel };
   const round = async (n: number): Promise<SidecarStatus> => {
-    const engineCanary = config.role === 'prefill' ? { engineCanary: { requestId: `${ENGINE_CANARY_REQUEST_PREFIX}${rt.ctx.now()}-${n}` } } : {};
+    const engineCanary =
+      config.role === 'prefill' ? { engineCanary: { requestId: `${ENGINE_CANARY_REQUEST_PREFIX}${rt.ctx.now()}-${n}` } } : {};
     const observation = await observeWorker(rt.ctx.workerUrl, config.descriptor, {
       fetch: fetchFn,
       timeoutMs: config.probe.timeoutMs,
@@ -245,7 +255,10 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
   if (req.method === 'POST' && path === '/v1/responses') {
     // llm-d's sidecar also serves the Responses API; kvgate binds only the two OpenAI paths it can check.
     req.resume();
-    const e = new KvgateError('bad_request', 'kvgate does not route the Responses API (POST /v1/responses): its prompt and KV cannot be bound to a compatibility group; send the request as POST /v1/chat/completions');
+    const e = new KvgateError(
+      'bad_request',
+      'kvgate does not route the Responses API (POST /v1/responses): its prompt and KV cannot be bound to a compatibility group; send the request as POST /v1/chat/completions',
+    );
     return sendError(res, e, contractRequestId(headerValue(req.headers, H.requestId)) ?? '');
   }
   if (req.method === 'GET' && path === '/kvgate/v1/status') {
@@ -261,15 +274,32 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
   if (req.method === 'POST' && (path === DRAIN_PATH || path === UNDRAIN_PATH)) {
     // Whoever reaches this port (Envoy, the gate, anything the network lets in) must not take the worker out of service.
     req.resume();
-    const e = new KvgateError('bad_request', `${path} is served only on the sidecar's loopback admin port (admin: ${rt.ctx.config.admin || 'disabled'}); call it from inside the pod`);
-    rt.ctx.logger.warn({ audit: 'refusal', code: e.code, reason: e.reason, remote: req.socket.remoteAddress ?? null }, `refused: ${e.code}`);
+    const e = new KvgateError(
+      'bad_request',
+      `${path} is served only on the sidecar's loopback admin port (admin: ${rt.ctx.config.admin || 'disabled'}); call it from inside the pod`,
+    );
+    rt.ctx.logger.warn(
+      { audit: 'refusal', code: e.code, reason: e.reason, remote: req.socket.remoteAddress ?? null },
+      `refused: ${e.code}`,
+    );
     return sendError(res, e, '');
   }
-  return sendText(res, 404, 'text/plain', 'not found: the sidecar serves POST /v1/completions, /v1/chat/completions and GET /kvgate/v1/status, /healthz, /metrics\n');
+  return sendText(
+    res,
+    404,
+    'text/plain',
+    'not found: the sidecar serves POST /v1/completions, /v1/chat/completions and GET /kvgate/v1/status, /healthz, /metrics\n',
+  );
 }
 
 /** Admission (draining, unverified, full), then in-flight accounting around the work itself. */
-async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: http.ServerResponse, path: string, endpoint: IncomingCall['endpoint']): Promise<void> {
+async function handleCompletion(
+  rt: Runtime,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  path: string,
+  endpoint: IncomingCall['endpoint'],
+): Promise<void> {
   const { config, metrics } = rt.ctx;
   const receivedAt = performance.now();
   const requestId = contractRequestId(headerValue(req.headers, H.requestId));
@@ -283,7 +313,10 @@ async function handleCompletion(rt: Runtime, req: http.IncomingMessage, res: htt
     if (o.outcome === 'refused') {
       // The audit trail, as the gate writes it: one line per refusal; code and reason, never prompt text or secrets.
       const reason = o.reason === undefined ? null : auditCut(o.reason, AUDIT_REASON_MAX);
-      logger.warn({ audit: 'refusal', code: o.code ?? null, reason, tenant: who.tenant === null ? null : auditCut(who.tenant), trust: config.trust }, `refused: ${o.code ?? ''}`);
+      logger.warn(
+        { audit: 'refusal', code: o.code ?? null, reason, tenant: who.tenant === null ? null : auditCut(who.tenant), trust: config.trust },
+        `refused: ${o.code ?? ''}`,
+      );
     }
   };
   rt.state.receive(requestId);
@@ -360,7 +393,10 @@ async function runCompletion(
   if (config.role === 'decode' && config.advertise !== undefined && target !== null && !allowed.includes(config.advertise)) {
     metrics.contractFailures.inc({ reason: 'wrong_endpoint' });
     return refuse(
-      new KvgateError('contract_invalid', `the contract of request ${requestId} routes its decode to ${target}, not to this worker (${config.advertise}); only the gate's choice may serve it`),
+      new KvgateError(
+        'contract_invalid',
+        `the contract of request ${requestId} routes its decode to ${target}, not to this worker (${config.advertise}); only the gate's choice may serve it`,
+      ),
     );
   }
   // Keyed by the contract itself (its signature), not the request id: a client that retries with the same
@@ -370,11 +406,27 @@ async function runCompletion(
     metrics.contractFailures.inc({ reason: 'replayed' });
     c.logger.warn({ event: 'contract_refused', reason: 'replayed' }, 'contract replayed');
     return refuse(
-      new KvgateError('contract_invalid', `the transfer contract of request ${requestId} was already admitted by this worker; a contract covers exactly one request - send new requests through the gate`),
+      new KvgateError(
+        'contract_invalid',
+        `the transfer contract of request ${requestId} was already admitted by this worker; a contract covers exactly one request - send new requests through the gate`,
+      ),
     );
   }
-  const call: IncomingCall = { endpoint: c.endpoint, path: c.path, body: body.value, headers: req.headers, requestId: c.requestId, signal: c.signal, logger: c.logger, receivedAt: c.receivedAt, trace: c.trace };
-  const outcome = config.role === 'prefill' ? await servePrefill(rt.ctx, call, contract.value, res) : await serveDecode(rt.ctx, call, contract.value, token!, res);
+  const call: IncomingCall = {
+    endpoint: c.endpoint,
+    path: c.path,
+    body: body.value,
+    headers: req.headers,
+    requestId: c.requestId,
+    signal: c.signal,
+    logger: c.logger,
+    receivedAt: c.receivedAt,
+    trace: c.trace,
+  };
+  const outcome =
+    config.role === 'prefill'
+      ? await servePrefill(rt.ctx, call, contract.value, res)
+      : await serveDecode(rt.ctx, call, contract.value, token!, res);
   // A prefill attempt that did not run may be retried here (the decode side's retry names failed endpoints, but a
   // direct-mode retry can come back); a decode request is never admitted twice.
   if (config.role === 'prefill' && (outcome.outcome === 'failed' || outcome.outcome === 'refused')) rt.replay.release(contractKey);

@@ -65,8 +65,13 @@ export class SidecarState {
     this.#metrics.probes.inc({ result: verdict.verified ? 'verified' : workerDown ? 'down' : 'unverified' });
     this.#metrics.verified.set(verdict.verified ? 1 : 0);
     if (was === verdict.verified) return;
-    if (verdict.verified) this.#logger.info({ event: 'worker_verified', declaredOnly: verdict.declaredOnly }, 'the worker matches its declared descriptor');
-    else this.#logger.error({ event: 'worker_unverified', reasons: verdict.reasons }, 'the worker does not match its declared descriptor; refusing traffic');
+    if (verdict.verified)
+      this.#logger.info({ event: 'worker_verified', declaredOnly: verdict.declaredOnly }, 'the worker matches its declared descriptor');
+    else
+      this.#logger.error(
+        { event: 'worker_unverified', reasons: verdict.reasons },
+        'the worker does not match its declared descriptor; refusing traffic',
+      );
   }
 
   /**
@@ -107,7 +112,8 @@ export class SidecarState {
 
   /** Stop admitting work; resolves once nothing is in flight. Idempotent. */
   drain(): Promise<void> {
-    if (!this.#draining) this.#logger.info({ event: 'drain', inFlight: this.#inFlight }, 'draining: no new requests, waiting for in-flight ones');
+    if (!this.#draining)
+      this.#logger.info({ event: 'drain', inFlight: this.#inFlight }, 'draining: no new requests, waiting for in-flight ones');
     this.#draining = true;
     this.#metrics.draining.set(1);
     return this.#inFlight === 0 ? Promise.resolve() : new Promise((resolve) => this.#drainWaiters.push(resolve));

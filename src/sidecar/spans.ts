@@ -12,9 +12,18 @@ import type { IncomingCall, SidecarContext } from './context.js';
 export const NOOP_TRACER: Tracer = trace.getTracer('kvgate-sidecar');
 
 /** The span of one request through this sidecar, and the context its calls start in. */
-export function startRequestSpan(tracer: Tracer, role: string, headers: IncomingCall['headers'], requestId: string | undefined): { span: Span; context: Context } {
+export function startRequestSpan(
+  tracer: Tracer,
+  role: string,
+  headers: IncomingCall['headers'],
+  requestId: string | undefined,
+): { span: Span; context: Context } {
   const parent = parentContext(headers);
-  const span = tracer.startSpan(`kvgate.sidecar ${role}`, { kind: SpanKind.SERVER, attributes: { 'kvgate.role': role, 'kvgate.request_id': requestId ?? '' } }, parent);
+  const span = tracer.startSpan(
+    `kvgate.sidecar ${role}`,
+    { kind: SpanKind.SERVER, attributes: { 'kvgate.role': role, 'kvgate.request_id': requestId ?? '' } },
+    parent,
+  );
   return { span, context: trace.setSpan(parent, span) };
 }
 

@@ -17,7 +17,10 @@ describe('classifyEvent', () => {
     expect(classifyEvent('{"choices":[{"index":0,"text":" the","finish_reason":null}]}').kind).toBe('token');
     expect(classifyEvent('{"choices":[],"usage":{"prompt_tokens":3}}').kind).toBe('empty');
     expect(classifyEvent('{"choices":[{"index":0,"text":"","finish_reason":"error"}]}').kind).toBe('error');
-    expect(classifyEvent('{"error":{"message":"NIXL transfer failure: handshake_failed","code":500}}')).toEqual({ kind: 'error', message: 'NIXL transfer failure: handshake_failed' });
+    expect(classifyEvent('{"error":{"message":"NIXL transfer failure: handshake_failed","code":500}}')).toEqual({
+      kind: 'error',
+      message: 'NIXL transfer failure: handshake_failed',
+    });
     expect(classifyEvent('[DONE]').kind).toBe('done');
     expect(classifyEvent('not json').kind).toBe('empty');
   });

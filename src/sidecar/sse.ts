@@ -51,7 +51,8 @@ export function classifyEvent(data: string): { kind: EventKind; message?: string
   for (const c of choices) {
     if (c === null || typeof c !== 'object') continue;
     const choice = c as Record<string, unknown>;
-    if (choice['finish_reason'] === 'error') return { kind: 'error', message: 'the worker finished the request with finish_reason "error"' };
+    if (choice['finish_reason'] === 'error')
+      return { kind: 'error', message: 'the worker finished the request with finish_reason "error"' };
     if (carriesOutput(choice)) token = true;
   }
   return { kind: token ? 'token' : 'empty' };

@@ -30,7 +30,11 @@ export interface SidecarStatus {
     readonly status: 'known' | 'interpolated' | 'recheck';
     readonly reason?: string;
     /** What the worker's side channel serves: `match`/`mismatch` with the observed hash, or why it is not read. */
-    readonly live: { readonly state: 'match' | 'mismatch' | 'unread' | 'none'; readonly observed: string | null; readonly note: string | null };
+    readonly live: {
+      readonly state: 'match' | 'mismatch' | 'unread' | 'none';
+      readonly observed: string | null;
+      readonly note: string | null;
+    };
   };
   /** Whether this revision can be disaggregated with its connector at all. */
   readonly connector: CompatVerdict;
@@ -101,20 +105,30 @@ function liveHashOf(config: SidecarConfig, predicted: string, measured: unknown)
   const support = liveHashSupport(config.descriptor);
   if (support.kind === 'none') return { state: 'none', observed: null, note: support.reason };
   if (support.kind === 'unread-format') return { state: 'unread', observed: null, note: support.reason };
-  if (config.nixlSideChannel === undefined) return { state: 'unread', observed: null, note: 'no nixlSideChannel configured: set it to the worker\'s VLLM_NIXL_SIDE_CHANNEL_HOST:PORT' };
-  if (typeof measured !== 'string') return { state: 'unread', observed: null, note: `the side channel ${config.nixlSideChannel} has not answered yet` };
+  if (config.nixlSideChannel === undefined)
+    return {
+      state: 'unread',
+      observed: null,
+      note: "no nixlSideChannel configured: set it to the worker's VLLM_NIXL_SIDE_CHANNEL_HOST:PORT",
+    };
+  if (typeof measured !== 'string')
+    return { state: 'unread', observed: null, note: `the side channel ${config.nixlSideChannel} has not answered yet` };
   return { state: measured === predicted ? 'match' : 'mismatch', observed: measured, note: null };
 }
 
 /** Why this sidecar takes no new work right now, or undefined when it does. Ordered: draining, unverified, full. */
-export function admissionRefusal(status: SidecarStatus): { code: 'draining' | 'worker_unverified' | 'queue_full'; message: string } | undefined {
-  if (status.draining) return { code: 'draining', message: 'this worker is draining and takes no new requests; the gate will route elsewhere' };
+export function admissionRefusal(
+  status: SidecarStatus,
+): { code: 'draining' | 'worker_unverified' | 'queue_full'; message: string } | undefined {
+  if (status.draining)
+    return { code: 'draining', message: 'this worker is draining and takes no new requests; the gate will route elsewhere' };
   if (!status.verified) {
     return {
       code: 'worker_unverified',
       message: `this worker does not match its declared descriptor, so it serves nothing until a probe agrees: ${status.reasons.join('; ')}`,
     };
   }
-  if (status.capacity.available === 0) return { code: 'queue_full', message: `this worker has ${status.inFlight} requests in flight, its limit; retry shortly` };
+  if (status.capacity.available === 0)
+    return { code: 'queue_full', message: `this worker has ${status.inFlight} requests in flight, its limit; retry shortly` };
   return undefined;
 }

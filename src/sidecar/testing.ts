@@ -37,8 +37,11 @@ const PROBE_PATHS = ['/version', '/v1/models', '/metrics'];
 /** A probe's canary call (tokenizer, chat template, generation): part of verification, not of serving a request. */
 function isCanaryProbe(body: unknown): boolean {
   const b = (body ?? {}) as Record<string, unknown>;
-  return b['prompt'] === GENERATION_CANARY_PROMPT || b['prompt'] === TOKENIZER_CANARY_TEXT ||
-    JSON.stringify(b['messages']) === JSON.stringify(CHAT_TEMPLATE_CANARY_MESSAGES);
+  return (
+    b['prompt'] === GENERATION_CANARY_PROMPT ||
+    b['prompt'] === TOKENIZER_CANARY_TEXT ||
+    JSON.stringify(b['messages']) === JSON.stringify(CHAT_TEMPLATE_CANARY_MESSAGES)
+  );
 }
 
 export function createFetchSpy(): FetchSpy {
@@ -138,7 +141,13 @@ export async function startTestSidecar(configOrPromise: SidecarConfig | Promise<
   const spy = createFetchSpy();
   const registry = new Registry();
   const { logger, lines } = createMemoryLogger();
-  const sidecar = await createSidecar(config, { logger, registry, keys: TEST_KEYS, fetch: spy.fetch, ...(now === undefined ? {} : { now }) });
+  const sidecar = await createSidecar(config, {
+    logger,
+    registry,
+    keys: TEST_KEYS,
+    fetch: spy.fetch,
+    ...(now === undefined ? {} : { now }),
+  });
   return { sidecar, spy, registry, lines, config };
 }
 
@@ -210,7 +219,15 @@ export async function restartSimInPlace(old: SimServer, sim: SimSettingsInput = 
   await old.close();
   const cfg = parseSimConfig({
     descriptor: old.config.descriptor,
-    sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, nixlSideChannelPort: old.nixlSideChannelPort, ...sim },
+    sim: {
+      ...old.config.sim,
+      engineId: undefined,
+      behaveAs: undefined,
+      port: old.port,
+      sideChannelPort: old.sideChannelPort,
+      nixlSideChannelPort: old.nixlSideChannelPort,
+      ...sim,
+    },
   });
   if (!cfg.ok) throw cfg.error;
   const started = await createSimServer(cfg.value);

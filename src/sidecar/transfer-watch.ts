@@ -27,7 +27,11 @@ export interface WorkerMetricsAccess {
 }
 
 export async function readFailedTransfers(ctx: WorkerMetricsAccess, signal: AbortSignal): Promise<number | undefined> {
-  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/metrics`, { timeoutMs: ctx.config.probe.timeoutMs, signal, headers: { ...ctx.workerAuth } });
+  const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/metrics`, {
+    timeoutMs: ctx.config.probe.timeoutMs,
+    signal,
+    headers: { ...ctx.workerAuth },
+  });
   if (!reply.ok || reply.value.status !== 200) return undefined;
   return failedTransfersIn(reply.value.text);
 }

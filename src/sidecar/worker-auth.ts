@@ -44,13 +44,16 @@ export async function loadWorkerAuth(
   let key: string;
   if (source.env !== undefined) {
     key = (env[source.env] ?? '').trim();
-    if (key === '') return err(`workerApiKey.env names ${source.env}, which is not set or empty; export the worker's --api-key value in it`);
+    if (key === '')
+      return err(`workerApiKey.env names ${source.env}, which is not set or empty; export the worker's --api-key value in it`);
   } else {
     const file = path.isAbsolute(source.file!) ? source.file! : path.join(baseDir, source.file!);
     try {
       key = (await readFile(file, 'utf8')).trim();
     } catch (e) {
-      return err(`workerApiKey.file ${file} cannot be read (${(e as NodeJS.ErrnoException).code ?? 'error'}); mount the worker's API key there`);
+      return err(
+        `workerApiKey.file ${file} cannot be read (${(e as NodeJS.ErrnoException).code ?? 'error'}); mount the worker's API key there`,
+      );
     }
     if (key === '') return err(`workerApiKey.file ${file} is empty; it must hold the worker's --api-key value`);
   }

@@ -27,11 +27,21 @@ export function loadFromMetrics(text: string): WorkerLoad | null {
   const running = sum('vllm:num_requests_running');
   const waiting = sum('vllm:num_requests_waiting');
   if (running === null && waiting === null && kv.length === 0) return null;
-  return { running: running ?? 0, waiting: waiting ?? 0, kvCacheUsage: kv.reduce((m, x) => Math.max(m, Number.isFinite(x.value) ? x.value : 0), 0) };
+  return {
+    running: running ?? 0,
+    waiting: waiting ?? 0,
+    kvCacheUsage: kv.reduce((m, x) => Math.max(m, Number.isFinite(x.value) ? x.value : 0), 0),
+  };
 }
 
 /** A reader that scrapes at most once per `maxAgeMs` and never waits longer than `timeoutMs`. */
-export function createLoadReader(fetchFn: FetchFn, workerUrl: string, now: () => number, maxAgeMs = 500, timeoutMs = 500): () => Promise<WorkerLoad | null> {
+export function createLoadReader(
+  fetchFn: FetchFn,
+  workerUrl: string,
+  now: () => number,
+  maxAgeMs = 500,
+  timeoutMs = 500,
+): () => Promise<WorkerLoad | null> {
   let last: { at: number; load: WorkerLoad | null } | undefined;
   let pending: Promise<WorkerLoad | null> | undefined;
   return async () => {

@@ -52,7 +52,11 @@ function io() {
   return {
     out,
     err,
-    io: { stdout: { write: (s: string) => out.push(s) }, stderr: { write: (s: string) => err.push(s), isTTY: false }, newSalt: () => 'fixed' },
+    io: {
+      stdout: { write: (s: string) => out.push(s) },
+      stderr: { write: (s: string) => err.push(s), isTTY: false },
+      newSalt: () => 'fixed',
+    },
   };
 }
 
@@ -88,7 +92,10 @@ describe('kvgate verify (command)', () => {
     const via = await endpoint(0);
     const base = await endpoint(0);
     const c = io();
-    const code = await runVerifyCommand(['--via', via, '--baseline', base, '--prompts', promptsFile, '--model', 'm', '--expect-revision', 'llama-b'], c.io);
+    const code = await runVerifyCommand(
+      ['--via', via, '--baseline', base, '--prompts', promptsFile, '--model', 'm', '--expect-revision', 'llama-b'],
+      c.io,
+    );
     expect(code).toBe(1);
     expect(c.out.join('')).toContain('NOT VERIFIED: via responses were bound to (none), not the expected revision llama-b');
   });
@@ -135,12 +142,37 @@ describe('kvgate verify (command)', () => {
 
 describe('parseVerifyArgs', () => {
   it('collects repeated headers, lower-cases names and keeps "=" inside values', () => {
-    const a = parseVerifyArgs(['--via', 'http://a', '--baseline', 'http://b/v1', '--prompts', 'f', '--header', 'X-Tenant-Id=acme', '--header', 'x-session-id=s=1', '--baseline-header', 'authorization=Bearer t']);
-    expect(a).toMatchObject({ viaHeaders: { 'x-tenant-id': 'acme', 'x-session-id': 's=1' }, baselineHeaders: { authorization: 'Bearer t' }, maxTokens: 32, concurrency: 4, timeoutMs: 60000, salt: undefined, json: false });
+    const a = parseVerifyArgs([
+      '--via',
+      'http://a',
+      '--baseline',
+      'http://b/v1',
+      '--prompts',
+      'f',
+      '--header',
+      'X-Tenant-Id=acme',
+      '--header',
+      'x-session-id=s=1',
+      '--baseline-header',
+      'authorization=Bearer t',
+    ]);
+    expect(a).toMatchObject({
+      viaHeaders: { 'x-tenant-id': 'acme', 'x-session-id': 's=1' },
+      baselineHeaders: { authorization: 'Bearer t' },
+      maxTokens: 32,
+      concurrency: 4,
+      timeoutMs: 60000,
+      salt: undefined,
+      json: false,
+    });
   });
 
   it('reads --baseline-salt none as "send no salt"', () => {
-    expect(parseVerifyArgs(['--via', 'http://a', '--baseline', 'http://b', '--prompts', 'f', '--baseline-salt', 'none'])).toMatchObject({ salt: null });
-    expect(parseVerifyArgs(['--via', 'http://a', '--baseline', 'http://b', '--prompts', 'f', '--baseline-salt', 'abc'])).toMatchObject({ salt: 'abc' });
+    expect(parseVerifyArgs(['--via', 'http://a', '--baseline', 'http://b', '--prompts', 'f', '--baseline-salt', 'none'])).toMatchObject({
+      salt: null,
+    });
+    expect(parseVerifyArgs(['--via', 'http://a', '--baseline', 'http://b', '--prompts', 'f', '--baseline-salt', 'abc'])).toMatchObject({
+      salt: 'abc',
+    });
   });
 });

@@ -8,7 +8,11 @@ import { loadPromptsFile, parsePrompts } from './prompts.js';
 describe('parsePrompts', () => {
   it('accepts strings, { prompt } and { messages } with optional id and max_tokens', () => {
     const r = parsePrompts(
-      ['The capital of France is', { id: 'haiku', prompt: 'Write a haiku', max_tokens: 4 }, { messages: [{ role: 'user', content: 'Hi' }] }],
+      [
+        'The capital of France is',
+        { id: 'haiku', prompt: 'Write a haiku', max_tokens: 4 },
+        { messages: [{ role: 'user', content: 'Hi' }] },
+      ],
       'p.yaml',
     );
     expect(r).toEqual({
@@ -55,10 +59,18 @@ describe('parsePrompts', () => {
   });
 
   it('refuses duplicate ids, a non-list and an empty list', () => {
-    const dup = parsePrompts([{ id: 'a', prompt: 'x' }, { id: 'a', prompt: 'y' }], 'f');
+    const dup = parsePrompts(
+      [
+        { id: 'a', prompt: 'x' },
+        { id: 'a', prompt: 'y' },
+      ],
+      'f',
+    );
     expect(!dup.ok && formatIssues(dup.error)).toContain('f: error: [1].id: duplicate id "a" (also item [0])');
     const map = parsePrompts({ prompts: [] }, 'f');
-    expect(!map.ok && formatIssues(map.error)).toMatch(/f: error: \(root\): must be a list of prompts; got a mapping\. Fix: write a YAML\/JSON list/);
+    expect(!map.ok && formatIssues(map.error)).toMatch(
+      /f: error: \(root\): must be a list of prompts; got a mapping\. Fix: write a YAML\/JSON list/,
+    );
     const empty = parsePrompts([], 'f');
     expect(!empty.ok && formatIssues(empty.error)).toContain('lists no prompts');
     const nothing = parsePrompts(null, 'f');
@@ -84,7 +96,9 @@ describe('loadPromptsFile', () => {
 
   it('reports a missing file and a syntax error with the file name', async () => {
     const missing = await loadPromptsFile(path.join(dir, 'nope.yaml'));
-    expect(!missing.ok && formatIssues(missing.error)).toMatch(/nope\.yaml: error: \(root\): cannot read: .*ENOENT.*\. Fix: check the path passed to --prompts/);
+    expect(!missing.ok && formatIssues(missing.error)).toMatch(
+      /nope\.yaml: error: \(root\): cannot read: .*ENOENT.*\. Fix: check the path passed to --prompts/,
+    );
     await writeFile(path.join(dir, 'bad.yaml'), '- [unclosed\n');
     const bad = await loadPromptsFile(path.join(dir, 'bad.yaml'));
     expect(!bad.ok && formatIssues(bad.error)).toMatch(/bad\.yaml: error: \(root\): not valid YAML\/JSON/);

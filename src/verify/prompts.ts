@@ -41,7 +41,14 @@ const ItemSchema = z
 /** Validate the parsed file content (`file` names it in messages). */
 export function parsePrompts(raw: unknown, file: string): Result<VerifyPrompt[], ConfigIssue[]> {
   if (!Array.isArray(raw)) {
-    return err([issue(file, [], `must be a list of prompts; got ${describe(raw)}`, 'write a YAML/JSON list: each item a string or { prompt } / { messages }')]);
+    return err([
+      issue(
+        file,
+        [],
+        `must be a list of prompts; got ${describe(raw)}`,
+        'write a YAML/JSON list: each item a string or { prompt } / { messages }',
+      ),
+    ]);
   }
   if (raw.length === 0) return err([issue(file, [], 'lists no prompts', 'add at least one prompt')]);
   const issues: ConfigIssue[] = [];
@@ -69,13 +76,27 @@ function parseItem(value: unknown, i: number, file: string, issues: ConfigIssue[
     return undefined;
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    issues.push(issue(file, `[${i}]`, `must be a string or a mapping; got ${describe(value)}`, 'write "- some prompt text" or "- { prompt: ..., id: ... }"'));
+    issues.push(
+      issue(
+        file,
+        `[${i}]`,
+        `must be a string or a mapping; got ${describe(value)}`,
+        'write "- some prompt text" or "- { prompt: ..., id: ... }"',
+      ),
+    );
     return undefined;
   }
   const keys = Object.keys(value);
   if (keys.length === 1 && (value as Record<string, unknown>)[keys[0]!] === null && !(keys[0]! in ItemSchema.shape)) {
     // `- List three primes:` is YAML for the mapping { "List three primes": null }, not a string.
-    issues.push(issue(file, `[${i}]`, `reads as the YAML key ${JSON.stringify(keys[0])} with no value, not as a prompt`, `quote it: - ${JSON.stringify(`${keys[0]}:`)}`));
+    issues.push(
+      issue(
+        file,
+        `[${i}]`,
+        `reads as the YAML key ${JSON.stringify(keys[0])} with no value, not as a prompt`,
+        `quote it: - ${JSON.stringify(`${keys[0]}:`)}`,
+      ),
+    );
     return undefined;
   }
   const parsed = ItemSchema.safeParse(value);
@@ -90,12 +111,21 @@ function toPrompt(item: z.infer<typeof ItemSchema>, i: number, file: string, iss
   const id = item.id ?? `p${i + 1}`;
   const max = item.max_tokens === undefined ? {} : { maxTokens: item.max_tokens };
   if (item.prompt !== undefined && item.messages !== undefined) {
-    issues.push(issue(file, `[${i}]`, 'has both "prompt" and "messages"', 'keep "prompt" for a completion or "messages" for chat, not both'));
+    issues.push(
+      issue(file, `[${i}]`, 'has both "prompt" and "messages"', 'keep "prompt" for a completion or "messages" for chat, not both'),
+    );
     return undefined;
   }
   if (item.prompt !== undefined) return { id, kind: 'completion', prompt: item.prompt, ...max };
   if (item.messages !== undefined) return { id, kind: 'chat', messages: item.messages, ...max };
-  issues.push(issue(file, `[${i}]`, 'has neither "prompt" nor "messages"', 'add "prompt: <text>" (completions) or "messages: [{role, content}]" (chat)'));
+  issues.push(
+    issue(
+      file,
+      `[${i}]`,
+      'has neither "prompt" nor "messages"',
+      'add "prompt: <text>" (completions) or "messages: [{role, content}]" (chat)',
+    ),
+  );
   return undefined;
 }
 

@@ -38,7 +38,15 @@ afterAll(async () => {
 function io() {
   const out: string[] = [];
   const err: string[] = [];
-  return { out, err, io: { stdout: { write: (s: string) => out.push(s) }, stderr: { write: (s: string) => err.push(s), isTTY: false }, newSalt: () => 'fixed' } };
+  return {
+    out,
+    err,
+    io: {
+      stdout: { write: (s: string) => out.push(s) },
+      stderr: { write: (s: string) => err.push(s), isTTY: false },
+      newSalt: () => 'fixed',
+    },
+  };
 }
 
 /** The two-revision fixture with llama-a's canaries removed (a table that does not load yet). */
@@ -46,7 +54,9 @@ async function tableWithoutCanaries(): Promise<string> {
   const file = path.join(dir, `table-${Math.random().toString(36).slice(2)}.yaml`);
   const text = readFixture('two-revisions.yaml');
   const i = text.indexOf('canaries:');
-  const stripped = text.slice(0, text.lastIndexOf('\n', text.lastIndexOf('#', i)) + 1) + text.slice(text.indexOf('\n', text.indexOf('generation:', i)) + 1);
+  const stripped =
+    text.slice(0, text.lastIndexOf('\n', text.lastIndexOf('#', i)) + 1) +
+    text.slice(text.indexOf('\n', text.indexOf('generation:', i)) + 1);
   await writeFile(file, stripped);
   return file;
 }
@@ -56,7 +66,10 @@ describe('kvgate verify --record', () => {
     const file = await tableWithoutCanaries();
     expect((await loadRouteTable(file)).ok).toBe(false); // llama-a has pools and no recorded behaviour
     const c = io();
-    const code = await runVerifyCommand(['--via', simA.url, '--baseline', simA.url, '--prompts', prompts, '--max-tokens', '4', '--record', 'llama-a', '--policy', file], c.io);
+    const code = await runVerifyCommand(
+      ['--via', simA.url, '--baseline', simA.url, '--prompts', prompts, '--max-tokens', '4', '--record', 'llama-a', '--policy', file],
+      c.io,
+    );
     expect(code, c.err.join('')).toBe(0);
     expect(c.err.join('')).toMatch(/recorded the canaries of revision llama-a .* in /);
     const text = await readFile(file, 'utf8');
@@ -75,13 +88,23 @@ describe('kvgate verify --record', () => {
     const d = path.join(sub, 'descriptors', 'a.yaml');
     await writeFile(d, (await readFile(d, 'utf8')).replace(/# Recorded[\s\S]*$/, ''));
     const c = io();
-    expect(await runVerifyCommand(['--via', simA.url, '--baseline', simA.url, '--prompts', prompts, '--max-tokens', '4', '--record', 'llama-a', '--policy', table], c.io)).toBe(0);
+    expect(
+      await runVerifyCommand(
+        ['--via', simA.url, '--baseline', simA.url, '--prompts', prompts, '--max-tokens', '4', '--record', 'llama-a', '--policy', table],
+        c.io,
+      ),
+    ).toBe(0);
     expect(parseYaml(await readFile(d, 'utf8')).canaries).toEqual(RECORDED_CANARIES.a);
   });
 
   it('without --policy prints the exact YAML to paste', async () => {
     const c = io();
-    expect(await runVerifyCommand(['--via', simA.url, '--baseline', simA.url, '--prompts', prompts, '--max-tokens', '4', '--record', 'llama-a'], c.io)).toBe(0);
+    expect(
+      await runVerifyCommand(
+        ['--via', simA.url, '--baseline', simA.url, '--prompts', prompts, '--max-tokens', '4', '--record', 'llama-a'],
+        c.io,
+      ),
+    ).toBe(0);
     const out = c.out.join('');
     expect(out).toContain('paste under\n# revisions.llama-a.descriptor');
     expect(parseYaml(out.slice(out.indexOf('canaries:')))).toEqual({ canaries: RECORDED_CANARIES.a });
@@ -91,7 +114,25 @@ describe('kvgate verify --record', () => {
     const file = await tableWithoutCanaries();
     const before = await readFile(file, 'utf8');
     const c = io();
-    const code = await runVerifyCommand(['--via', simOther.url, '--baseline', simA.url, '--prompts', prompts, '--max-tokens', '4', '--model', 'meta-llama/Meta-Llama-3-8B-Instruct', '--record', 'llama-a', '--policy', file], c.io);
+    const code = await runVerifyCommand(
+      [
+        '--via',
+        simOther.url,
+        '--baseline',
+        simA.url,
+        '--prompts',
+        prompts,
+        '--max-tokens',
+        '4',
+        '--model',
+        'meta-llama/Meta-Llama-3-8B-Instruct',
+        '--record',
+        'llama-a',
+        '--policy',
+        file,
+      ],
+      c.io,
+    );
     expect(code).not.toBe(0);
     expect(c.err.join('')).toMatch(/did not pass, so nothing is recorded for revision llama-a/);
     expect(await readFile(file, 'utf8')).toBe(before);

@@ -50,11 +50,17 @@ export async function recordCanaries(policyFile: string, revision: string, diges
     const file = path.isAbsolute(ref) ? ref : path.join(path.dirname(path.resolve(policyFile)), ref);
     return writeInto(file, [], digests);
   }
-  if (!isMap(rev.get('descriptor', true))) return { ok: false, error: `revision "${revision}" in ${policyFile} has neither descriptor nor descriptorFile` };
+  if (!isMap(rev.get('descriptor', true)))
+    return { ok: false, error: `revision "${revision}" in ${policyFile} has neither descriptor nor descriptorFile` };
   return writeInto(policyFile, ['revisions', revision, 'descriptor'], digests, table);
 }
 
-async function writeInto(file: string, at: readonly string[], digests: Required<CanaryDigests>, parsed?: ReturnType<typeof parseDocument>): Promise<RecordResult> {
+async function writeInto(
+  file: string,
+  at: readonly string[],
+  digests: Required<CanaryDigests>,
+  parsed?: ReturnType<typeof parseDocument>,
+): Promise<RecordResult> {
   let doc = parsed;
   if (doc === undefined) {
     try {

@@ -32,7 +32,12 @@ describe('renderText', () => {
         toOutcome('p1', 'completion', reply([1, 50, 60], 'The sky is green'), reply([1, 40, 60], 'The sky is blue', 'length', null)),
         toOutcome('p2', 'chat', reply([7, 8], 'ok', 'stop'), reply([7, 8, 9], 'ok then', 'length', null)),
         toOutcome('p3', 'completion', reply([3, 4], 'same'), reply([3, 5], 'same', 'length', null)),
-        toOutcome('p4', 'completion', { ok: false, status: 200, error: 'http://via/v1/completions: cannot verify from text alone: ...' }, reply([1], 'x')),
+        toOutcome(
+          'p4',
+          'completion',
+          { ok: false, status: 200, error: 'http://via/v1/completions: cannot verify from text alone: ...' },
+          reply([1], 'x'),
+        ),
       ]),
     );
     expect(text).toMatch(/^p1 +completion +DIVERGED at 1 +3\/3 +llama-a +via 50 != baseline 40 \(1 of 3 positions differ\)$/m);
@@ -62,7 +67,12 @@ describe('toJsonReport', () => {
       summary: { prompts: 2, divergent: 1, failed: 1 },
     });
     const [p1, p2] = j['prompts'] as any[];
-    expect(p1).toMatchObject({ id: 'p1', result: 'diverged', comparison: { position: 1, via: 50, baseline: 40 }, via: { tokenIds: [1, 50], revision: 'llama-a' } });
+    expect(p1).toMatchObject({
+      id: 'p1',
+      result: 'diverged',
+      comparison: { position: 1, via: 50, baseline: 40 },
+      via: { tokenIds: [1, 50], revision: 'llama-a' },
+    });
     expect(p2).toMatchObject({ id: 'p2', result: 'error', baseline: { ok: false, status: 500, error: 'boom' } });
     expect(JSON.parse(JSON.stringify(j))).toEqual(j);
   });

@@ -32,10 +32,21 @@ export function renderText(r: VerifyReport): string {
 }
 
 function table(outcomes: readonly PromptOutcome[]): string[] {
-  const rows = outcomes.map((o) => [o.id, o.kind, resultCell(o.comparison), tokensCell(o), o.via.ok ? label(o.via.revision) : '-', divergenceCell(o)]);
+  const rows = outcomes.map((o) => [
+    o.id,
+    o.kind,
+    resultCell(o.comparison),
+    tokensCell(o),
+    o.via.ok ? label(o.via.revision) : '-',
+    divergenceCell(o),
+  ]);
   const head = ['id', 'kind', 'result', 'tokens via/base', 'via revision', 'first divergence'];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-  const fmt = (row: string[]) => row.map((c, i) => (i === row.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  const fmt = (row: string[]) =>
+    row
+      .map((c, i) => (i === row.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   return [fmt(head), ...rows.map(fmt)];
 }
 
@@ -79,7 +90,9 @@ function detailLines(o: PromptOutcome): string[] {
   if (ctx.sameText) {
     out.push(`${o.id}: position ${c.position}: the texts are identical; the ids differ (an EOS, special token or another segmentation)`);
   } else {
-    out.push(`${o.id}: position ${c.position}: after ${JSON.stringify(ctx.common)} via wrote ${JSON.stringify(ctx.via)}, baseline wrote ${JSON.stringify(ctx.baseline)}`);
+    out.push(
+      `${o.id}: position ${c.position}: after ${JSON.stringify(ctx.common)} via wrote ${JSON.stringify(ctx.via)}, baseline wrote ${JSON.stringify(ctx.baseline)}`,
+    );
   }
   return out;
 }
@@ -111,5 +124,13 @@ export function toJsonReport(r: VerifyReport): Record<string, unknown> {
 function replyJson(r: Reply): Record<string, unknown> {
   if (!r.ok) return { ok: false, status: r.status, error: r.error };
   const g = r.generated;
-  return { ok: true, status: r.status, revision: r.revision, group: r.group, source: g.source, finishReason: g.finishReason, tokenIds: g.ids };
+  return {
+    ok: true,
+    status: r.status,
+    revision: r.revision,
+    group: r.group,
+    source: g.source,
+    finishReason: g.finishReason,
+    tokenIds: g.ids,
+  };
 }

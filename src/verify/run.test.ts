@@ -119,7 +119,9 @@ describe('runVerify', () => {
 
   it('refuses to call a run verified when its responses were bound to different revisions', async () => {
     let n = 0;
-    const via = await fake((s, res) => answer(res, completionBody(idsFor(s.body)), { 'x-kvgate-revision': n++ % 2 === 0 ? 'rev-a' : 'rev-b' }));
+    const via = await fake((s, res) =>
+      answer(res, completionBody(idsFor(s.body)), { 'x-kvgate-revision': n++ % 2 === 0 ? 'rev-a' : 'rev-b' }),
+    );
     const base = await fake(plain);
     const r = await runVerify(options(via.url, base.url, { concurrency: 1 }));
     expect(r.verdict.summary.matched).toBe(3);
@@ -128,7 +130,9 @@ describe('runVerify', () => {
   });
 
   it('fails loudly (exit 3) when the via endpoint returns text without token ids', async () => {
-    const via = await fake((_s, res) => answer(res, { choices: [{ index: 0, text: 'Paris is the capital.', finish_reason: 'length', logprobs: null }] }));
+    const via = await fake((_s, res) =>
+      answer(res, { choices: [{ index: 0, text: 'Paris is the capital.', finish_reason: 'length', logprobs: null }] }),
+    );
     const base = await fake(plain);
     const r = await runVerify(options(via.url, base.url));
     expect(r.verdict).toMatchObject({ verified: false, exitCode: 3 });
@@ -138,7 +142,12 @@ describe('runVerify', () => {
 
   it('reports a kvgate refusal with its reason code, and an unreachable endpoint (exit 3)', async () => {
     const via = await fake((_s, res) =>
-      answer(res, { error: { type: 'kvgate_error', code: 'no_compatible_capacity', message: 'no verified decode capacity for llama-b' } }, { 'x-kvgate-reject-reason': 'no_compatible_capacity' }, 503),
+      answer(
+        res,
+        { error: { type: 'kvgate_error', code: 'no_compatible_capacity', message: 'no verified decode capacity for llama-b' } },
+        { 'x-kvgate-reject-reason': 'no_compatible_capacity' },
+        503,
+      ),
     );
     const r = await runVerify(options(via.url, 'http://127.0.0.1:1', { prompts: [prompts[0]!] }));
     const o = r.outcomes[0]!;
@@ -180,7 +189,15 @@ describe('endpointUrl', () => {
 
 describe('discoverModel', () => {
   it('picks the first base model, skipping adapters', async () => {
-    const s = await fake((_s, res) => answer(res, { object: 'list', data: [{ id: 'lora-x', parent: 'base' }, { id: 'base', parent: null }] }));
+    const s = await fake((_s, res) =>
+      answer(res, {
+        object: 'list',
+        data: [
+          { id: 'lora-x', parent: 'base' },
+          { id: 'base', parent: null },
+        ],
+      }),
+    );
     expect(await discoverModel(s.url, {}, 1000)).toEqual({ ok: true, value: 'base' });
   });
 

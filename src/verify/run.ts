@@ -70,7 +70,13 @@ export async function runVerify(o: VerifyOptions, deps: VerifyDeps = {}): Promis
   };
   const lanes = Math.max(1, Math.min(o.concurrency, o.prompts.length));
   await Promise.all(Array.from({ length: lanes }, worker));
-  return { via: o.via, baseline: o.baseline, model: o.model, outcomes, verdict: verdictOf(outcomes, o.expectRevision === undefined ? {} : { expectRevision: o.expectRevision }) };
+  return {
+    via: o.via,
+    baseline: o.baseline,
+    model: o.model,
+    outcomes,
+    verdict: verdictOf(outcomes, o.expectRevision === undefined ? {} : { expectRevision: o.expectRevision }),
+  };
 }
 
 /** `http://h:p` or `http://h:p/v1` (either spelling users paste) + the API path. */

@@ -2,7 +2,10 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { fromGenerationResponse, NO_TOKEN_IDS, toGenerationRequest } from './token-ids.js';
 
-const completion = (choice: Record<string, unknown>) => ({ object: 'text_completion', choices: [{ index: 0, text: 'hello there', finish_reason: 'length', ...choice }] });
+const completion = (choice: Record<string, unknown>) => ({
+  object: 'text_completion',
+  choices: [{ index: 0, text: 'hello there', finish_reason: 'length', ...choice }],
+});
 const chat = (choice: Record<string, unknown>) => ({
   object: 'chat.completion',
   choices: [{ index: 0, message: { role: 'assistant', content: 'hi!' }, finish_reason: 'stop', ...choice }],
@@ -12,7 +15,16 @@ describe('toGenerationRequest', () => {
   it('asks a completion for greedy output with ids both ways', () => {
     expect(toGenerationRequest({ id: 'p1', kind: 'completion', prompt: 'Hello' }, { model: 'm', maxTokens: 8 })).toEqual({
       path: '/v1/completions',
-      body: { model: 'm', prompt: 'Hello', max_tokens: 8, temperature: 0, stream: false, return_token_ids: true, return_tokens_as_token_ids: true, logprobs: 0 },
+      body: {
+        model: 'm',
+        prompt: 'Hello',
+        max_tokens: 8,
+        temperature: 0,
+        stream: false,
+        return_token_ids: true,
+        return_tokens_as_token_ids: true,
+        logprobs: 0,
+      },
     });
   });
 
@@ -22,7 +34,14 @@ describe('toGenerationRequest', () => {
       { model: 'm', maxTokens: 8, extra: { cache_salt: 's' } },
     );
     expect(r.path).toBe('/v1/chat/completions');
-    expect(r.body).toMatchObject({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3, logprobs: true, top_logprobs: 0, cache_salt: 's', temperature: 0 });
+    expect(r.body).toMatchObject({
+      messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 3,
+      logprobs: true,
+      top_logprobs: 0,
+      cache_salt: 's',
+      temperature: 0,
+    });
     expect(r.body).not.toHaveProperty('prompt');
   });
 });
@@ -41,7 +60,17 @@ describe('fromGenerationResponse', () => {
   });
 
   it('falls back to chat logprobs content tokens', () => {
-    const r = fromGenerationResponse('chat', chat({ logprobs: { content: [{ token: 'token_id:9', logprob: 0 }, { token: 'token_id:10', logprob: -1 }] } }));
+    const r = fromGenerationResponse(
+      'chat',
+      chat({
+        logprobs: {
+          content: [
+            { token: 'token_id:9', logprob: 0 },
+            { token: 'token_id:10', logprob: -1 },
+          ],
+        },
+      }),
+    );
     expect(r).toEqual({ ok: true, value: { ids: [9, 10], source: 'logprobs', text: 'hi!', finishReason: 'stop' } });
   });
 
@@ -68,17 +97,32 @@ describe('fromGenerationResponse', () => {
   });
 
   it('refuses a response whose two id sources disagree', () => {
-    const r = fromGenerationResponse('completion', completion({ token_ids: [1, 2, 3], logprobs: { tokens: ['token_id:1', 'token_id:9', 'token_id:3'] } }));
+    const r = fromGenerationResponse(
+      'completion',
+      completion({ token_ids: [1, 2, 3], logprobs: { tokens: ['token_id:1', 'token_id:9', 'token_id:3'] } }),
+    );
     expect(r).toEqual({ ok: false, error: expect.stringMatching(/token_ids and logprobs disagree at position 1/) });
     const short = fromGenerationResponse('completion', completion({ token_ids: [1, 2], logprobs: { tokens: ['token_id:1'] } }));
     expect(short).toEqual({ ok: false, error: expect.stringMatching(/disagree at position 1/) });
-    const agree = fromGenerationResponse('completion', completion({ token_ids: [1, 2], logprobs: { tokens: ['token_id:1', 'token_id:2'] } }));
+    const agree = fromGenerationResponse(
+      'completion',
+      completion({ token_ids: [1, 2], logprobs: { tokens: ['token_id:1', 'token_id:2'] } }),
+    );
     expect(agree.ok && agree.value.source).toBe('token_ids');
   });
 
   it('refuses malformed bodies with a reason', () => {
-    expect(fromGenerationResponse('completion', { error: { message: 'x' } })).toEqual({ ok: false, error: expect.stringMatching(/no choices\[0\]/) });
-    expect(fromGenerationResponse('completion', completion({ token_ids: [1, -2] }))).toEqual({ ok: false, error: expect.stringMatching(/not a list of non-negative integers/) });
-    expect(fromGenerationResponse('completion', completion({ token_ids: 'abc' }))).toEqual({ ok: false, error: expect.stringMatching(/token_ids/) });
+    expect(fromGenerationResponse('completion', { error: { message: 'x' } })).toEqual({
+      ok: false,
+      error: expect.stringMatching(/no choices\[0\]/),
+    });
+    expect(fromGenerationResponse('completion', completion({ token_ids: [1, -2] }))).toEqual({
+      ok: false,
+      error: expect.stringMatching(/not a list of non-negative integers/),
+    });
+    expect(fromGenerationResponse('completion', completion({ token_ids: 'abc' }))).toEqual({
+      ok: false,
+      error: expect.stringMatching(/token_ids/),
+    });
   });
 });

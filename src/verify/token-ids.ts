@@ -82,7 +82,8 @@ const TOKEN_ID = /^token_id:(\d+)$/;
 function readLogprobIds(kind: VerifyPrompt['kind'], v: unknown): number[] | undefined | string {
   const lp = asRecord(v);
   if (lp === undefined) return undefined;
-  const tokens: unknown = kind === 'completion' ? lp['tokens'] : (lp['content'] as unknown[] | undefined)?.map?.((e) => asRecord(e)?.['token']);
+  const tokens: unknown =
+    kind === 'completion' ? lp['tokens'] : (lp['content'] as unknown[] | undefined)?.map?.((e) => asRecord(e)?.['token']);
   if (!Array.isArray(tokens)) return undefined;
   const ids: number[] = [];
   for (const t of tokens) {

@@ -24,7 +24,10 @@ describe('toOutcome', () => {
 
 describe('verdictOf', () => {
   it('verifies only when every prompt matched on one revision (exit 0)', () => {
-    const v = verdictOf([toOutcome('a', 'completion', reply([1, 2, 3]), reply([1, 2, 3], null)), toOutcome('b', 'chat', reply([4]), reply([4], null))]);
+    const v = verdictOf([
+      toOutcome('a', 'completion', reply([1, 2, 3]), reply([1, 2, 3], null)),
+      toOutcome('b', 'chat', reply([4]), reply([4], null)),
+    ]);
     expect(v).toMatchObject({ verified: true, exitCode: 0, revisions: ['rev-a'], groups: ['g-rev-a'], reasons: [] });
     expect(v.summary).toEqual({ prompts: 2, matched: 2, divergent: 0, failed: 0, tokensCompared: 4 });
   });
@@ -48,10 +51,16 @@ describe('verdictOf', () => {
   });
 
   it('refuses to verify a run whose via responses were bound to different revisions, although each matched', () => {
-    const v = verdictOf([toOutcome('a', 'completion', reply([1], 'rev-a'), reply([1], null)), toOutcome('b', 'completion', reply([2], 'rev-b'), reply([2], null))]);
+    const v = verdictOf([
+      toOutcome('a', 'completion', reply([1], 'rev-a'), reply([1], null)),
+      toOutcome('b', 'completion', reply([2], 'rev-b'), reply([2], null)),
+    ]);
     expect(v).toMatchObject({ verified: false, exitCode: 1, revisions: ['rev-a', 'rev-b'] });
     expect(v.reasons[0]).toMatch(/bound to different revisions \(rev-a, rev-b\)/);
-    const partly = verdictOf([toOutcome('a', 'completion', reply([1], 'rev-a'), reply([1], null)), toOutcome('b', 'completion', reply([2], null), reply([2], null))]);
+    const partly = verdictOf([
+      toOutcome('a', 'completion', reply([1], 'rev-a'), reply([1], null)),
+      toOutcome('b', 'completion', reply([2], null), reply([2], null)),
+    ]);
     expect(partly.exitCode).toBe(1);
     expect(partly.reasons[0]).toMatch(/rev-a, \(none\)/);
   });

@@ -73,7 +73,8 @@ export function verdictOf(outcomes: readonly PromptOutcome[], opts: { readonly e
   const reasons: string[] = [];
   if (summary.divergent > 0) reasons.push(`${summary.divergent} of ${summary.prompts} prompts diverged from the baseline`);
   const mixed = revisions.length > 1;
-  if (mixed) reasons.push(`via responses were bound to different revisions (${revisions.map(label).join(', ')}): one run must verify one revision`);
+  if (mixed)
+    reasons.push(`via responses were bound to different revisions (${revisions.map(label).join(', ')}): one run must verify one revision`);
   const want = opts.expectRevision;
   const wrong = want === undefined ? [] : revisions.filter((r) => r !== want);
   if (wrong.length > 0) reasons.push(`via responses were bound to ${wrong.map(label).join(', ')}, not the expected revision ${want}`);

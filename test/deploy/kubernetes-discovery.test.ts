@@ -12,7 +12,10 @@ import { loadRouteTable } from '../../src/policy/load.js';
 
 const K8S = path.join(PACKAGE_ROOT, 'deploy', 'kubernetes');
 type Doc = Record<string, any>;
-const docs = (f: string): Doc[] => parseAllDocuments(readFileSync(path.join(K8S, f), 'utf8')).map((d) => d.toJS() as Doc).filter((d) => d !== null);
+const docs = (f: string): Doc[] =>
+  parseAllDocuments(readFileSync(path.join(K8S, f), 'utf8'))
+    .map((d) => d.toJS() as Doc)
+    .filter((d) => d !== null);
 const all = ['workers.yaml', 'gate-deployment.yaml', 'envoy-deployment.yaml', 'rbac.yaml', 'network-policies.yaml'].flatMap(docs);
 const workloads = all.filter((d) => ['Deployment', 'StatefulSet'].includes(d['kind']));
 
@@ -25,9 +28,16 @@ describe('deploy/kubernetes: pod-IP addressing and least privilege', () => {
       expect(p.endpoints).toEqual([]);
       const k = p.discovery!.kubernetes;
       const want = { ...k.matchLabels, [k.revisionLabel]: p.revision };
-      const matching = workloads.filter((w) => Object.entries(want).every(([key, v]) => w['spec']['template']['metadata']['labels'][key] === v));
-      expect(matching.map((w) => w['metadata']['name']), p.name).toHaveLength(1);
-      const ports = matching[0]!['spec']['template']['spec']['containers'].flatMap((c: Doc) => (c['ports'] ?? []).map((x: Doc) => x['containerPort']));
+      const matching = workloads.filter((w) =>
+        Object.entries(want).every(([key, v]) => w['spec']['template']['metadata']['labels'][key] === v),
+      );
+      expect(
+        matching.map((w) => w['metadata']['name']),
+        p.name,
+      ).toHaveLength(1);
+      const ports = matching[0]!['spec']['template']['spec']['containers'].flatMap((c: Doc) =>
+        (c['ports'] ?? []).map((x: Doc) => x['containerPort']),
+      );
       expect(ports).toContain(k.targetPort);
       expect(k.expectedEndpoints, `${p.name}: Envoy is sized for the replicas`).toBe(matching[0]!['spec']['replicas']);
     }
@@ -46,7 +56,9 @@ describe('deploy/kubernetes: pod-IP addressing and least privilege', () => {
       if (spec['serviceAccountName'] !== 'kvgate-gate') expect(spec['automountServiceAccountToken'], w['metadata']['name']).toBe(false);
     }
     const roles = all.filter((d) => d['kind'] === 'Role' || d['kind'] === 'ClusterRole');
-    expect(roles.map((r) => [r['kind'], r['rules']])).toEqual([['Role', [{ apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] }]]]);
+    expect(roles.map((r) => [r['kind'], r['rules']])).toEqual([
+      ['Role', [{ apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] }]],
+    ]);
     const binding = all.find((d) => d['kind'] === 'RoleBinding')!;
     expect(binding['subjects']).toEqual([{ kind: 'ServiceAccount', name: 'kvgate-gate', namespace: 'kvgate' }]);
   });

@@ -11,13 +11,18 @@ import { PACKAGE_ROOT } from '../../src/package-root.js';
 
 type Obj = Record<string, any>;
 const load = async (file: string): Promise<Obj[]> =>
-  parseAllDocuments(await readFile(path.join(PACKAGE_ROOT, 'deploy', 'kubernetes', file), 'utf8')).map((d) => d.toJS() as Obj).filter((d) => d !== null);
-const matches = (selector: Record<string, string>, labels: Record<string, string> = {}) => Object.entries(selector).every(([k, v]) => labels[k] === v);
+  parseAllDocuments(await readFile(path.join(PACKAGE_ROOT, 'deploy', 'kubernetes', file), 'utf8'))
+    .map((d) => d.toJS() as Obj)
+    .filter((d) => d !== null);
+const matches = (selector: Record<string, string>, labels: Record<string, string> = {}) =>
+  Object.entries(selector).every(([k, v]) => labels[k] === v);
 
 describe('monitoring.yaml against the manifests it scrapes', () => {
   it('the ServiceMonitor selects the gate Service that has the named admin port', async () => {
     const [sm] = (await load('monitoring.yaml')).filter((o) => o['kind'] === 'ServiceMonitor');
-    const services = (await load('gate-deployment.yaml')).filter((o) => o['kind'] === 'Service' && matches(sm!['spec'].selector.matchLabels, o['metadata'].labels));
+    const services = (await load('gate-deployment.yaml')).filter(
+      (o) => o['kind'] === 'Service' && matches(sm!['spec'].selector.matchLabels, o['metadata'].labels),
+    );
     const withPort = services.filter((s) => (s['spec'].ports as Obj[]).some((p) => p['name'] === sm!['spec'].endpoints[0].port));
     expect(withPort.map((s) => s['metadata'].name)).toEqual(['kvgate-gate']);
   });

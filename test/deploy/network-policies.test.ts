@@ -12,7 +12,9 @@ import { parseSidecarConfig } from '../../src/sidecar/config.js';
 const read = (p: string) => readFileSync(new URL(`../../deploy/kubernetes/${p}`, import.meta.url), 'utf8');
 type Peer = { podSelector?: { matchLabels: Record<string, string> }; namespaceSelector?: { matchLabels: Record<string, string> } };
 type Rule = { from?: Peer[]; ports?: { port: number }[] };
-const policies = parseAllDocuments(read('network-policies.yaml')).map((d) => d.toJSON() as { metadata: { name: string }; spec: { ingress: Rule[] } });
+const policies = parseAllDocuments(read('network-policies.yaml')).map(
+  (d) => d.toJSON() as { metadata: { name: string }; spec: { ingress: Rule[] } },
+);
 
 /** The ports each kind of peer may reach under one policy. */
 function portsFor(policy: string, isPeer: (p: Peer) => boolean): number[] {
@@ -28,7 +30,9 @@ describe('deploy/kubernetes/network-policies.yaml', () => {
   });
 
   it("opens the sidecar's request port 9090 to Envoy and the gate only", () => {
-    const rules = policies.find((p) => p.metadata.name === 'kvgate-workers')!.spec.ingress.filter((r) => r.ports?.some((p) => p.port === 9090));
+    const rules = policies
+      .find((p) => p.metadata.name === 'kvgate-workers')!
+      .spec.ingress.filter((r) => r.ports?.some((p) => p.port === 9090));
     const peers = rules.flatMap((r) => r.from ?? []).map((p) => p.podSelector?.matchLabels['app.kubernetes.io/name'] ?? 'other');
     expect(peers.sort()).toEqual(['kvgate-envoy', 'kvgate-gate']);
   });

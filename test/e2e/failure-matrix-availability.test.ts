@@ -45,7 +45,6 @@ async function traffic(label: string, clients: number, stop: () => boolean): Pro
         const r = await complete(t, prompt, MAX_TOKENS, client('acme', `${label}-${c}-${i}`));
         out.push({ prompt, r });
         if (r.status !== 200) await new Promise((resolve) => setTimeout(resolve, 25)); // a client backing off
-
       }
     }),
   );
@@ -105,10 +104,15 @@ describe('a prefill worker killed outright', () => {
       expect(legs.every((e) => e.upstreamCluster === 'a_prefill' && aPrefill.has(e.upstreamHost ?? ''))).toBe(true);
       for (const id of retried) {
         const mine = legs.filter((e) => e.requestId === id).map((e) => [e.upstreamHost, e.status]);
-        expect(mine).toEqual([[dead.address, 502], [t.worker('llama-a', 'prefill', 1).address, 200]]);
+        expect(mine).toEqual([
+          [dead.address, 502],
+          [t.worker('llama-a', 'prefill', 1).address, 200],
+        ]);
       }
       // The decode sidecars counted the retries as connection-level failures of the prefill side.
-      const retries = await Promise.all([0, 1].map((i) => counter(`http://${t.worker('llama-a', 'decode', i).address}`, 'kvgate_sidecar_prefill_retries_total')));
+      const retries = await Promise.all(
+        [0, 1].map((i) => counter(`http://${t.worker('llama-a', 'decode', i).address}`, 'kvgate_sidecar_prefill_retries_total')),
+      );
       expect(retries.reduce((a, b) => a + b, 0)).toBe(retried.length);
     } finally {
       await t.restartWorker('llama-a', 'prefill', {}, 0);
@@ -121,7 +125,9 @@ describe('a prefill worker killed outright', () => {
 describe('the gate restarted under traffic', () => {
   it('requests in the outage fail closed with 500 and reach no worker; traffic recovers with baseline ids', async () => {
     const contractFailures = () =>
-      Promise.all(t.workers.map((w) => counter(`http://${w.address}`, 'kvgate_sidecar_contract_failures_total'))).then((v) => v.reduce((a, b) => a + b, 0));
+      Promise.all(t.workers.map((w) => counter(`http://${w.address}`, 'kvgate_sidecar_contract_failures_total'))).then((v) =>
+        v.reduce((a, b) => a + b, 0),
+      );
     const failuresBefore = await contractFailures();
     const before = t.harness.accessLog().length;
     let recovered = false;
@@ -131,23 +137,33 @@ describe('the gate restarted under traffic', () => {
       // restartGate stops the gate's gRPC server at once, then waits downMs before starting a new gate on the port.
       const restart = t.restartGate({ downMs: 600 });
       // A request of our own while the gate is down: Envoy's ext_proc filter fails closed.
-      expect(await eventually(async () => (await complete(t, PROMPTS[0], MAX_TOKENS, client('acme', 'outage'))).status === 500, 5_000, 10)).toBe(true);
+      expect(
+        await eventually(async () => (await complete(t, PROMPTS[0], MAX_TOKENS, client('acme', 'outage'))).status === 500, 5_000, 10),
+      ).toBe(true);
       await restart;
       // Envoy reconnects to the new gate (gRPC reconnect backoff, at most 1 s in the harness).
-      expect(await eventually(async () => (await complete(t, PROMPTS[0], MAX_TOKENS, client('acme', 'after'))).status === 200, 10_000, 50)).toBe(true);
+      expect(
+        await eventually(async () => (await complete(t, PROMPTS[0], MAX_TOKENS, client('acme', 'after'))).status === 200, 10_000, 50),
+      ).toBe(true);
     } finally {
       recovered = true;
     }
     const results = await load;
     const statuses = new Set(results.map((x) => x.r.status));
-    expect([...statuses].every((s) => s === 200 || s === 500), [...statuses].join()).toBe(true);
+    expect(
+      [...statuses].every((s) => s === 200 || s === 500),
+      [...statuses].join(),
+    ).toBe(true);
     for (const { prompt, r } of results) if (r.status === 200) expectBaseline(r, prompt);
     // Every 500 is Envoy failing closed because its ext_proc stream failed. Requests that arrived in the outage went to
     // no upstream at all; requests the old gate had already bound failed closed on their way (the prefill leg's hop
     // check or the response path), and not one request reached a worker without a contract.
     const log = t.harness.accessLog().slice(before);
     const closed = log.filter((e) => e.status === 500);
-    expect(closed.every((e) => /^ext_proc_error_gRPC_error/.test(e.responseCodeDetails)), JSON.stringify(closed.slice(0, 3))).toBe(true);
+    expect(
+      closed.every((e) => /^ext_proc_error_gRPC_error/.test(e.responseCodeDetails)),
+      JSON.stringify(closed.slice(0, 3)),
+    ).toBe(true);
     const unbound = closed.filter((e) => e.listener === 'public' && e.upstreamHost === undefined);
     expect(unbound.length).toBeGreaterThan(0);
     expect(unbound.every((e) => e.upstreamCluster === undefined)).toBe(true);

@@ -19,7 +19,15 @@ import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { H } from '../../src/headers.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { fp8DynamicDescriptorInput, testDescriptorInput } from '../../src/policy/testing.js';
-import { mustLoadEnvoyConfig, request, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream, type HttpResult } from '../../testbed/harness/index.js';
+import {
+  mustLoadEnvoyConfig,
+  request,
+  startEnvoyHarness,
+  startFakeUpstream,
+  type EnvoyHarness,
+  type FakeUpstream,
+  type HttpResult,
+} from '../../testbed/harness/index.js';
 import { silent } from './failure-matrix-support.js';
 import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
 
@@ -39,16 +47,28 @@ const up = {} as Record<'aPrefill' | 'aDecode' | 'fp8Both', FakeUpstream>;
  * Envoy's shipped clusters are a_prefill, a_decode, b_prefill, b_decode: the both pool uses b_decode.
  */
 function routeTable(fp8Split = false): Record<string, unknown> {
-  const pool = (name: string, cluster: string, role: string, revision: string, address: string) => ({ name, cluster, role, revision, endpoints: [{ address }] });
+  const pool = (name: string, cluster: string, role: string, revision: string, address: string) => ({
+    name,
+    cluster,
+    role,
+    revision,
+    endpoints: [{ address }],
+  });
   return {
     version: 1,
     revisions: { 'llama-a': { descriptor: testDescriptorInput() }, 'llama-fp8': { descriptor: fp8DynamicDescriptorInput() } },
-    models: { [MODEL]: { tenants: ['acme'], rollout: { stable: 'llama-a' } }, [FP8_MODEL]: { tenants: ['acme'], rollout: { stable: 'llama-fp8' } } },
+    models: {
+      [MODEL]: { tenants: ['acme'], rollout: { stable: 'llama-a' } },
+      [FP8_MODEL]: { tenants: ['acme'], rollout: { stable: 'llama-fp8' } },
+    },
     pools: [
       pool('a-prefill', 'a_prefill', 'prefill', 'llama-a', up.aPrefill.address),
       pool('a-decode', 'a_decode', 'decode', 'llama-a', up.aDecode.address),
       ...(fp8Split
-        ? [pool('fp8-prefill', 'b_prefill', 'prefill', 'llama-fp8', '127.0.0.1:1'), pool('fp8-decode', 'b_decode', 'decode', 'llama-fp8', up.fp8Both.address)]
+        ? [
+            pool('fp8-prefill', 'b_prefill', 'prefill', 'llama-fp8', '127.0.0.1:1'),
+            pool('fp8-decode', 'b_decode', 'decode', 'llama-fp8', up.fp8Both.address),
+          ]
         : [pool('fp8-both', 'b_decode', 'both', 'llama-fp8', up.fp8Both.address)]),
     ],
     tenancy: { source: { header: 'x-tenant-id' }, required: true, prefixScope: 'tenant' },
@@ -66,7 +86,15 @@ beforeAll(async () => {
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(routeTable()));
   const pki = await createDevPki(path.join(dir, 'tls'));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', tls: devGateTls(pki), policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({
+      listen: '127.0.0.1:0',
+      admin: '',
+      tls: devGateTls(pki),
+      policy: 'route-table.yaml',
+      keys: { devSeed: SEED },
+      workerView: { mode: 'static' },
+      drain: { announceMs: 0, graceMs: 1000 },
+    }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
@@ -85,7 +113,12 @@ afterAll(async () => {
 
 const upstreamCalls = () => Object.values(up).reduce((n, u) => n + u.requests.length, 0);
 
-async function send(listener: 'public' | 'internal', body: string | Buffer, headers: Record<string, string> = {}, opts: { path?: string; method?: string } = {}): Promise<HttpResult> {
+async function send(
+  listener: 'public' | 'internal',
+  body: string | Buffer,
+  headers: Record<string, string> = {},
+  opts: { path?: string; method?: string } = {},
+): Promise<HttpResult> {
   const r = await request(harness.listeners[listener]!.url, {
     path: opts.path ?? '/v1/completions',
     method: opts.method ?? 'POST',
@@ -132,7 +165,12 @@ describe('bodies the gate refuses before any worker sees them', () => {
 
   it('a path kvgate does not route is 400 bad_request naming the paths it does', async () => {
     const before = upstreamCalls();
-    expectRefusal(await send('public', JSON.stringify({ model: MODEL, input: 'hi' }), {}, { path: '/v1/embeddings' }), 400, 'bad_request', /only POST \/v1\/completions and \/v1\/chat\/completions/);
+    expectRefusal(
+      await send('public', JSON.stringify({ model: MODEL, input: 'hi' }), {}, { path: '/v1/embeddings' }),
+      400,
+      'bad_request',
+      /only POST \/v1\/completions and \/v1\/chat\/completions/,
+    );
     expect(upstreamCalls()).toBe(before);
   });
 
@@ -142,8 +180,17 @@ describe('bodies the gate refuses before any worker sees them', () => {
     expectRefusal(await send('public', big), 413, 'body_too_large', new RegExp(`over this gateway's limit of ${MAX_BODY} bytes`));
     const huge = JSON.stringify({ model: MODEL, prompt: 'x'.repeat(1024 * 1024 + 10) });
     const r = await send('public', huge);
-    expect([r.status, r.body, r.headers['content-type'], r.headers[H.rejectReason]]).toEqual([413, 'Payload Too Large', 'text/plain', undefined]);
-    expect(harness.accessLog().at(-1)).toMatchObject({ status: 413, responseCodeDetails: 'request_payload_too_large', upstreamHost: undefined });
+    expect([r.status, r.body, r.headers['content-type'], r.headers[H.rejectReason]]).toEqual([
+      413,
+      'Payload Too Large',
+      'text/plain',
+      undefined,
+    ]);
+    expect(harness.accessLog().at(-1)).toMatchObject({
+      status: 413,
+      responseCodeDetails: 'request_payload_too_large',
+      upstreamHost: undefined,
+    });
     expect(upstreamCalls()).toBe(before);
   });
 
@@ -189,7 +236,10 @@ describe('FP8 dynamic per-block scales (KV the connector cannot transfer)', () =
     // Naming the revision's own both-pool cluster: its KV still cannot be transferred, so no prefill leg may run.
     const own = await send('internal', body, { ...leg, [H.prefillCluster]: 'b_decode' });
     const routed = harness.accessLog().at(-1)!;
-    expect(['contract_invalid', 'incompatible_transfer'], `the gate accepted the hop: Envoy routed it to cluster ${String(routed.upstreamCluster)} (${own.status} ${routed.responseCodeDetails})`).toContain(own.headers[H.rejectReason]);
+    expect(
+      ['contract_invalid', 'incompatible_transfer'],
+      `the gate accepted the hop: Envoy routed it to cluster ${String(routed.upstreamCluster)} (${own.status} ${routed.responseCodeDetails})`,
+    ).toContain(own.headers[H.rejectReason]);
     expect(own.status).toBe(own.headers[H.rejectReason] === 'contract_invalid' ? 403 : 409);
     expect(upstreamCalls()).toBe(before);
   });
@@ -201,7 +251,9 @@ describe('FP8 dynamic per-block scales (KV the connector cannot transfer)', () =
     const code = await policyCommand(['check', file], { out: (s) => out.push(s), err: (s) => out.push(s) });
     expect(code).toBe(1);
     const text = out.join('');
-    expect(text).toMatch(/error: revisions\.llama-fp8\.descriptor: revision "llama-fp8" cannot be disaggregated, but pools fp8-prefill, fp8-decode split it into prefill and decode: .*dynamic per-block/);
+    expect(text).toMatch(
+      /error: revisions\.llama-fp8\.descriptor: revision "llama-fp8" cannot be disaggregated, but pools fp8-prefill, fp8-decode split it into prefill and decode: .*dynamic per-block/,
+    );
     expect(text).toMatch(/Fix: serve revision "llama-fp8" from role: both pools only/);
     // The running gate refuses the same table on reload and keeps routing by the one in use.
     const version = gate.policy.version();

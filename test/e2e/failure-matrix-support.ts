@@ -17,7 +17,13 @@ export function client(tenant = 'acme', session = 'matrix', extra: Record<string
 }
 
 /** A non-streamed completion through Envoy's public listener. */
-export function complete(t: Topology, prompt: string, maxTokens: number, headers: Record<string, string> = client(), extra: Record<string, unknown> = {}): Promise<HttpResult> {
+export function complete(
+  t: Topology,
+  prompt: string,
+  maxTokens: number,
+  headers: Record<string, string> = client(),
+  extra: Record<string, unknown> = {},
+): Promise<HttpResult> {
   return post(`${t.publicUrl}/v1/completions`, { ...completion(prompt, maxTokens), ...extra }, headers);
 }
 

@@ -21,7 +21,11 @@ import { createSidecar, type Sidecar } from '../../src/sidecar/server.js';
 import { client, complete, counter, silent } from './failure-matrix-support.js';
 
 const SHARED = 'You are the support assistant of a company that runs disaggregated inference. '.repeat(6);
-const LONG = [`${SHARED}Question: what does a KV cache hold?`, `${SHARED}Question: why must prefill and decode agree?`, `${SHARED}Question: who may reuse a cached prefix?`] as const;
+const LONG = [
+  `${SHARED}Question: what does a KV cache hold?`,
+  `${SHARED}Question: why must prefill and decode agree?`,
+  `${SHARED}Question: who may reuse a cached prefix?`,
+] as const;
 
 let t: Topology;
 const extra: Array<{ close(): Promise<void> }> = [];
@@ -34,7 +38,11 @@ afterAll(async () => {
 });
 
 /** Contract fields for a request of `tenant` bound to revision A, as the gate would mint them. */
-function contractFields(requestId: string, tenant: string, edit: Partial<Omit<TransferContract, 'kind'>> = {}): Omit<TransferContract, 'kind'> {
+function contractFields(
+  requestId: string,
+  tenant: string,
+  edit: Partial<Omit<TransferContract, 'kind'>> = {},
+): Omit<TransferContract, 'kind'> {
   const fingerprint = t.gate.policy.current().revisions.get('llama-a')!.fingerprint;
   const tenantScope = `tenant:${tenant}`;
   const now = Date.now();
@@ -83,15 +91,34 @@ async function extraSidecar(role: 'prefill' | 'decode', overrides: Partial<Sidec
 
 /** A prefill leg exactly as a decode sidecar sends it (prefill body shape, contract, request id). */
 function legBody(prompt: string): Record<string, unknown> {
-  return { ...completion(prompt, 1), stream: false, kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null } };
+  return {
+    ...completion(prompt, 1),
+    stream: false,
+    kv_transfer_params: {
+      do_remote_decode: true,
+      do_remote_prefill: false,
+      remote_engine_id: null,
+      remote_block_ids: null,
+      remote_host: null,
+      remote_port: null,
+    },
+  };
 }
 
 /** A prefill leg's body as a decode sidecar sends it, with the contract the gate would have minted for it. */
-function signedLeg(fields: Omit<TransferContract, 'kind'>, prompt: string = PROMPTS[2]): { contract: string; body: Record<string, unknown> } {
+function signedLeg(
+  fields: Omit<TransferContract, 'kind'>,
+  prompt: string = PROMPTS[2],
+): { contract: string; body: Record<string, unknown> } {
   return gateSigned(t.keys, fields, legBody(prompt));
 }
 
-function prefillLeg(url: string, requestId: string, leg: { contract: string; body: Record<string, unknown> }, headers: Record<string, string> = {}) {
+function prefillLeg(
+  url: string,
+  requestId: string,
+  leg: { contract: string; body: Record<string, unknown> },
+  headers: Record<string, string> = {},
+) {
   return post(`${url}/v1/completions`, leg.body, { 'x-request-id': requestId, [H.contract]: leg.contract, ...headers });
 }
 
@@ -100,7 +127,9 @@ describe('partial prefix-cache reuse', () => {
     const P = t.worker('llama-a', 'prefill').sim;
     const D = t.worker('llama-a', 'decode').sim;
     const expected = await Promise.all(LONG.map(async (p) => baseline(t, 'llama-a', p, 8)));
-    const tokens = await Promise.all(LONG.map(async (prompt) => (await post(`${D.url}/tokenize`, { model: SERVED_MODEL, prompt })).json.tokens as number[]));
+    const tokens = await Promise.all(
+      LONG.map(async (prompt) => (await post(`${D.url}/tokenize`, { model: SERVED_MODEL, prompt })).json.tokens as number[]),
+    );
     const common = tokens[1]!.findIndex((id, i) => id !== tokens[0]![i]);
     const sharedBlocks = Math.floor(common / 16);
     expect(sharedBlocks).toBeGreaterThanOrEqual(4);
@@ -112,7 +141,11 @@ describe('partial prefix-cache reuse', () => {
       pulled: await counter(D.url, 'kvgate_sim_kv_blocks_pulled_total'),
     });
     const steps: Array<{ tenant: string; pHits: number; dHits: number; pulled: number }> = [];
-    for (const [i, tenant] of [[0, 'acme'], [1, 'acme'], [2, 'globex']] as const) {
+    for (const [i, tenant] of [
+      [0, 'acme'],
+      [1, 'acme'],
+      [2, 'globex'],
+    ] as const) {
       const before = await read();
       const r = await complete(t, LONG[i], 8, client(tenant, `reuse-${tenant}`));
       expect(r.status, JSON.stringify(r.json)).toBe(200);
@@ -143,7 +176,9 @@ describe('one tenant presented for another', () => {
     expect([r.status, r.json.error?.code, r.headers.get(H.rejectReason)]).toEqual([403, 'contract_invalid', 'contract_invalid']);
     expect(r.json.error.message).toMatch(/minted for request acme-req-1, not globex-req-1/);
     // Straight to the prefill sidecar (a caller inside the cluster, no gate): the stamped group is globex's, not the contract's.
-    const direct = await prefillLeg(`http://${t.worker('llama-a', 'prefill').address}`, 'acme-req-1', acmeContract, { [H.group]: globexGroup });
+    const direct = await prefillLeg(`http://${t.worker('llama-a', 'prefill').address}`, 'acme-req-1', acmeContract, {
+      [H.group]: globexGroup,
+    });
     expect([direct.status, direct.json.error?.code]).toEqual([409, 'mixed_revision']);
     expect(await counter(P.url, 'vllm:prompt_tokens_total')).toBe(promptBefore);
   });
@@ -176,12 +211,20 @@ describe('one tenant presented for another', () => {
     });
     await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', resolve));
     extra.push({ close: () => new Promise<void>((resolve) => fake.close(() => resolve())) });
-    const decode = await extraSidecar('decode', { prefill: { via: 'direct', maxAttempts: 1, backoffMs: 0, maxBackoffMs: 0, timeoutMs: 5_000 } });
-    const globex = contractFields(requestId, 'globex', { prefill: { cluster: 'a_prefill', endpoint: `127.0.0.1:${(fake.address() as AddressInfo).port}` } });
+    const decode = await extraSidecar('decode', {
+      prefill: { via: 'direct', maxAttempts: 1, backoffMs: 0, maxBackoffMs: 0, timeoutMs: 5_000 },
+    });
+    const globex = contractFields(requestId, 'globex', {
+      prefill: { cluster: 'a_prefill', endpoint: `127.0.0.1:${(fake.address() as AddressInfo).port}` },
+    });
     const pulledBefore = await counter(D.url, 'kvgate_sim_kv_blocks_pulled_total');
     const generatedBefore = await counter(D.url, 'vllm:generation_tokens_total');
     const signed = gateSigned(t.keys, globex, completion(PROMPTS[4], 8));
-    const r = await post(`${decode.url}/v1/completions`, signed.body, { 'x-request-id': requestId, [H.contract]: signed.contract, [H.group]: globex.groupId });
+    const r = await post(`${decode.url}/v1/completions`, signed.body, {
+      'x-request-id': requestId,
+      [H.contract]: signed.contract,
+      [H.group]: globex.groupId,
+    });
     expect([r.status, r.json.error?.code]).toEqual([409, 'attestation_invalid']);
     expect(r.json.error.message).toMatch(/scoped to tenant:acme, the contract to tenant:globex/);
     expect(await counter(decode.url, 'kvgate_sidecar_attestation_failures_total', { reason: 'tenant_mismatch' })).toBe(1);
@@ -250,7 +293,8 @@ describe("a contract binds its tenant's cache scope and prompt (cross-tenant pre
     for (const a of attempts) {
       // globex's genuine contract for this very prompt (what the gate mints for a globex request)...
       const globex = gateSigned(t.keys, contractFields(a.id, 'globex', { prefill: null }), a.body);
-      const send = (body: Record<string, unknown>) => post(`${a.url}/v1/completions`, body, { 'x-request-id': a.id, [H.contract]: globex.contract });
+      const send = (body: Record<string, unknown>) =>
+        post(`${a.url}/v1/completions`, body, { 'x-request-id': a.id, [H.contract]: globex.contract });
       // ...presented with acme's salt (to read acme's cached prefixes), and with no salt (the unsalted, shared cache).
       const salted = await send({ ...globex.body, cache_salt: acmeSalt });
       expect([salted.status, salted.json.error?.code]).toEqual([403, 'contract_invalid']);
@@ -263,6 +307,8 @@ describe("a contract binds its tenant's cache scope and prompt (cross-tenant pre
       expect(await counter(a.url, 'kvgate_sidecar_contract_failures_total', { reason: 'salt_missing' })).toBe(1);
     }
     // Neither worker computed a single prompt token for the probes.
-    expect([await counter(P.sim.url, 'vllm:prompt_tokens_total'), await counter(D.sim.url, 'vllm:prompt_tokens_total')]).toEqual(promptBefore);
+    expect([await counter(P.sim.url, 'vllm:prompt_tokens_total'), await counter(D.sim.url, 'vllm:prompt_tokens_total')]).toEqual(
+      promptBefore,
+    );
   });
 });

@@ -19,7 +19,11 @@ const GENERATED = 'vllm:generation_tokens_total';
 
 /** The D and P simulators of revision A, and the decode sidecar's URL. */
 function workersOf(t: Topology) {
-  return { P: t.worker('llama-a', 'prefill').sim, D: t.worker('llama-a', 'decode').sim, dSidecar: `http://${t.worker('llama-a', 'decode').address}` };
+  return {
+    P: t.worker('llama-a', 'prefill').sim,
+    D: t.worker('llama-a', 'decode').sim,
+    dSidecar: `http://${t.worker('llama-a', 'decode').address}`,
+  };
 }
 
 /**
@@ -138,11 +142,18 @@ describe('KV transfer failures with onTransferFailure: recompute', () => {
   afterAll(() => t.close());
 
   /** 200 with the baseline's token ids, and the sidecar counted one recompute. */
-  async function expectRecomputed(r: { status: number; headers: Headers; json: any }, prompt: string, maxTokens: number, recomputedBefore: number): Promise<void> {
+  async function expectRecomputed(
+    r: { status: number; headers: Headers; json: any },
+    prompt: string,
+    maxTokens: number,
+    recomputedBefore: number,
+  ): Promise<void> {
     expect(r.status, JSON.stringify(r.json)).toBe(200);
     expect(r.headers.get(H.revision)).toBe('llama-a');
     expect(firstDivergence(tokenIds(r), await baseline(t, 'llama-a', prompt, maxTokens))).toBe(-1);
-    expect(await counter(workersOf(t).dSidecar, 'kvgate_sidecar_transfer_failures_total', { action: 'recompute' })).toBe(recomputedBefore + 1);
+    expect(await counter(workersOf(t).dSidecar, 'kvgate_sidecar_transfer_failures_total', { action: 'recompute' })).toBe(
+      recomputedBefore + 1,
+    );
   }
 
   // First on purpose (see the `fail` suite): no successful handshake with this P has been cached yet.
@@ -211,6 +222,9 @@ describe('KV transfer failures with onTransferFailure: recompute', () => {
     expect({ outcome, done: events.includes('[DONE]') }).toEqual({ outcome: 'reset', done: false });
     // Envoy's view: the public request ended in a reset after its response had started, not a clean 200.
     const log = (await t.harness.waitForAccessLog(logBefore + 2)).slice(logBefore);
-    expect(log.map((e) => [e.listener, e.reset])).toEqual([['internal', false], ['public', true]]);
+    expect(log.map((e) => [e.listener, e.reset])).toEqual([
+      ['internal', false],
+      ['public', true],
+    ]);
   });
 });

@@ -58,11 +58,24 @@ async function start(envoyVersion: EnvoyVersion) {
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
   const pki = await createDevPki(path.join(dir, 'tls'));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', tls: devGateTls(pki), policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: GRACE_MS } }),
+    toYaml({
+      listen: '127.0.0.1:0',
+      admin: '',
+      tls: devGateTls(pki),
+      policy: 'route-table.yaml',
+      keys: { devSeed: SEED },
+      workerView: { mode: 'static' },
+      drain: { announceMs: 0, graceMs: GRACE_MS },
+    }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
-  const gate = await startGate(cfg.value, { logger: pino({ level: 'silent' }), keys: createDevKeyRing(SEED), registry: new Registry(), defaultMetrics: false });
+  const gate = await startGate(cfg.value, {
+    logger: pino({ level: 'silent' }),
+    keys: createDevKeyRing(SEED),
+    registry: new Registry(),
+    defaultMetrics: false,
+  });
   const yaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
   const harness = await startEnvoyHarness(
     mustLoadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),

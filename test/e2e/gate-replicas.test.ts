@@ -33,7 +33,15 @@ afterEach(async () => {
 
 async function startReplica(dir: string, registry: Registry, pki: DevPki): Promise<RunningGate> {
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', tls: devGateTls(pki), admin: '', policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({
+      listen: '127.0.0.1:0',
+      tls: devGateTls(pki),
+      admin: '',
+      policy: 'route-table.yaml',
+      keys: { devSeed: SEED },
+      workerView: { mode: 'static' },
+      drain: { announceMs: 0, graceMs: 1000 },
+    }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
@@ -48,10 +56,13 @@ async function decisions(r: Registry): Promise<number> {
 }
 
 describe('two gate replicas behind one Envoy', () => {
-  it('decide alike for the same request and session, and honour each other\'s binding and contract', async () => {
+  it("decide alike for the same request and session, and honour each other's binding and contract", async () => {
     const a = await startFakeUpstream('a-decode');
     const b = await startFakeUpstream('b-decode');
-    cleanup.push(() => a.close(), () => b.close());
+    cleanup.push(
+      () => a.close(),
+      () => b.close(),
+    );
     const v = clone(twoRevisionTableValue()) as { pools: { name: string; endpoints: { address: string }[] }[] };
     v.pools.find((p) => p.name === 'a-decode')!.endpoints = [{ address: a.address }];
     v.pools.find((p) => p.name === 'b-decode')!.endpoints = [{ address: b.address }];
@@ -61,7 +72,13 @@ describe('two gate replicas behind one Envoy', () => {
     const pki = await createDevPki(path.join(dir, 'tls')); // both replicas serve one certificate, as a Secret gives them
     const gates = [await startReplica(dir, regs[0]!, pki), await startReplica(dir, regs[1]!, pki)];
     const harness = await startEnvoyHarness(
-      mustLoadEnvoyConfig(ENVOY_YAML, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, gates.map((g) => `127.0.0.1:${g.grpcPort}`)) }),
+      mustLoadEnvoyConfig(ENVOY_YAML, {
+        listenerPorts: { public: 0, internal: 0 },
+        ...shippedEnvoyTls(
+          pki,
+          gates.map((g) => `127.0.0.1:${g.grpcPort}`),
+        ),
+      }),
     );
     cleanup.push(() => harness.close());
     const send = async (session: string, requestId: string, binding?: string) => {

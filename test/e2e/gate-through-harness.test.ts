@@ -19,7 +19,15 @@ import { createGateMetrics } from '../../src/gate/metrics.js';
 import { startGateServer, type GateServer } from '../../src/gate/server.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { twoRevisionTableValue } from '../../src/policy/testing.js';
-import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream } from '../../testbed/harness/index.js';
+import {
+  mustLoadEnvoyConfig,
+  ok,
+  request as rawRequest,
+  startEnvoyHarness,
+  startFakeUpstream,
+  type EnvoyHarness,
+  type FakeUpstream,
+} from '../../testbed/harness/index.js';
 import { createDevPki, devGateTls, devGateTransport, shippedEnvoyTls, type DevPki } from '../../testbed/tls/dev-pki.js';
 
 const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
@@ -59,14 +67,25 @@ async function harnessFor(gatePort: number, yaml = ENVOY_YAML): Promise<EnvoyHar
 /** The real gate with a route table whose a-decode endpoint is the fake upstream. */
 async function startRig(yaml = ENVOY_YAML): Promise<Rig> {
   const decode = await startFakeUpstream('a-decode');
-  const table = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string }> }>; models: Record<string, any> };
+  const table = twoRevisionTableValue() as {
+    pools: Array<{ name: string; endpoints: Array<{ address: string }> }>;
+    models: Record<string, any>;
+  };
   for (const p of table.pools) {
     if (p.name === 'a-decode') p.endpoints = [{ address: decode.address }];
   }
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-e2e-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
   const cfg = parseGateConfig(
-    toYaml({ listen: '127.0.0.1:0', admin: '', tls: devGateTls(await devPki()), policy: 'route-table.yaml', keys: { devSeed: SEED }, workerView: { mode: 'static' }, drain: { announceMs: 0, graceMs: 1000 } }),
+    toYaml({
+      listen: '127.0.0.1:0',
+      admin: '',
+      tls: devGateTls(await devPki()),
+      policy: 'route-table.yaml',
+      keys: { devSeed: SEED },
+      workerView: { mode: 'static' },
+      drain: { announceMs: 0, graceMs: 1000 },
+    }),
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
@@ -103,7 +122,9 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     expect(seen.headers['x-kvgate-revision']).toBe('llama-a');
     const group = String(seen.headers['x-kvgate-group']);
     expect(group).toMatch(/^g_[0-9a-f]{24}$/);
-    const contract = verifyContract(String(seen.headers['x-kvgate-contract']), keys, Date.now(), { requestId: String(seen.headers['x-request-id']) });
+    const contract = verifyContract(String(seen.headers['x-kvgate-contract']), keys, Date.now(), {
+      requestId: String(seen.headers['x-request-id']),
+    });
     expect(contract.ok).toBe(true);
     // The body Envoy forwarded carries the derived salt (tenant + group + the client's own), with a matching length.
     const forwarded = JSON.parse(seen.body.toString());
@@ -115,7 +136,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     expect(String(r!.headers['x-kvgate-binding'])).toMatch(/^kvgate\.v1\./);
   });
 
-  it('the worker gets the client\'s body byte for byte but the cache_salt: a 9007199254740993 seed, key order, escapes', async () => {
+  it("the worker gets the client's body byte for byte but the cache_salt: a 9007199254740993 seed, key order, escapes", async () => {
     rig = await startRig();
     // Written by hand: the seed is beyond 2^53, so JSON.parse + JSON.stringify would forward 9007199254740992.
     const body = '{"seed": 9007199254740993, "model":"llama-3-8b",  "prompt":"caf\\u00e9 \\"x\\"", "cache_salt":"mine", "max_tokens":4}';
@@ -133,7 +154,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     expect(Number(seen.headers['content-length'])).toBe(seen.body.length);
   });
 
-  it('GET /v1/models lists the tenant\'s models in OpenAI\'s shape and GET /health is answered, with no worker involved', async () => {
+  it("GET /v1/models lists the tenant's models in OpenAI's shape and GET /health is answered, with no worker involved", async () => {
     rig = await startRig();
     const url = rig.harness.listeners['public']!.url;
     const models = await request(url, { path: '/v1/models', headers: { 'x-tenant-id': 'acme' } });
@@ -189,7 +210,12 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
       [{ 'x-tenant-id': 'acme' }, JSON.stringify({ model: 'gpt-5', prompt: 'x' }), 404, 'unknown_model'],
     ];
     for (const [headers, body, status, code] of cases) {
-      const r = await request(url, { path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': `rid-${code}`, ...headers }, body });
+      const r = await request(url, {
+        path: '/v1/completions',
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-request-id': `rid-${code}`, ...headers },
+        body,
+      });
       expect(r.status, code).toBe(status);
       expect(r.headers['content-type']).toBe('application/json');
       expect(r.headers['x-kvgate-reject-reason']).toBe(code);
@@ -220,7 +246,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     });
     rig = { harness: await harnessFor(raw.port), decode, raw };
     const pending = request(rig.harness.listeners['public']!.url, {
-        path: '/v1/completions',
+      path: '/v1/completions',
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: '{"model":"m"}',
@@ -236,7 +262,12 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
   it('a gate that does not answer within message_timeout gives 504', async () => {
     const decode = await startFakeUpstream('a-decode');
     const raw = await startGateServer({
-      admission: { admit: () => new Promise((r) => setTimeout(() => r({ decision: { kind: 'refuse', requestId: 'x', code: 'internal', message: 'late', trace: [] } }), 1000)) },
+      admission: {
+        admit: () =>
+          new Promise((r) =>
+            setTimeout(() => r({ decision: { kind: 'refuse', requestId: 'x', code: 'internal', message: 'late', trace: [] } }), 1000),
+          ),
+      },
       logger: silent,
       metrics: createGateMetrics(new Registry()),
       listen: '127.0.0.1:0',
@@ -246,7 +277,7 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     const yaml = ENVOY_YAML.replaceAll('message_timeout: 2s', 'message_timeout: 0.2s');
     rig = { harness: await harnessFor(raw.port, yaml), decode, raw };
     const r = await request(rig.harness.listeners['public']!.url, {
-        path: '/v1/completions',
+      path: '/v1/completions',
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: '{"model":"m"}',
@@ -271,16 +302,16 @@ describe('the gate under sustained traffic from one Envoy (envoy/envoy.yaml)', (
     let next = 0;
     const url = rig.harness.listeners['public']!.url;
     const worker = async () => {
-    for (let i = next++; i < 2000; i = next++) {
-      const r = await request(url, {
-        path: '/v1/completions',
-        method: 'POST',
-        // Session s1 is in the stable cohort (llama-a), whose decode endpoint is the fake upstream.
-        headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': 's1' },
-        body: JSON.stringify({ model: firstModel(), prompt: `hello ${i}` }),
-      });
-      statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
-    }
+      for (let i = next++; i < 2000; i = next++) {
+        const r = await request(url, {
+          path: '/v1/completions',
+          method: 'POST',
+          // Session s1 is in the stable cohort (llama-a), whose decode endpoint is the fake upstream.
+          headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': 's1' },
+          body: JSON.stringify({ model: firstModel(), prompt: `hello ${i}` }),
+        });
+        statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+      }
     };
     await Promise.all(Array.from({ length: 32 }, worker));
     expect(Object.fromEntries(statuses)).toEqual({ 200: 2000 });

@@ -18,7 +18,15 @@ import { createDevKeyRing } from '../../src/contract/keys.js';
 import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { clone, twoRevisionTableValue } from '../../src/policy/testing.js';
-import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, startFakeUpstream, type EnvoyHarness, type FakeUpstream } from '../../testbed/harness/index.js';
+import {
+  mustLoadEnvoyConfig,
+  ok,
+  request as rawRequest,
+  startEnvoyHarness,
+  startFakeUpstream,
+  type EnvoyHarness,
+  type FakeUpstream,
+} from '../../testbed/harness/index.js';
 
 const SEED = 'e2e-gie';
 const silent = pino({ level: 'silent' });
@@ -43,7 +51,11 @@ function gatewayYaml(gatePort: number, members: readonly string[]): string {
                   typed_config: {
                     '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
                     stat_prefix: 'ingress',
-                    route_config: { virtual_hosts: [{ name: 'all', domains: ['*'], routes: [{ match: { prefix: '/' }, route: { cluster: 'pool', timeout: '0s' } }] }] },
+                    route_config: {
+                      virtual_hosts: [
+                        { name: 'all', domains: ['*'], routes: [{ match: { prefix: '/' }, route: { cluster: 'pool', timeout: '0s' } }] },
+                      ],
+                    },
                     http_filters: [
                       {
                         name: 'envoy.filters.http.ext_proc',
@@ -59,7 +71,10 @@ function gatewayYaml(gatePort: number, members: readonly string[]): string {
                           },
                         },
                       },
-                      { name: 'envoy.filters.http.router', typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' } },
+                      {
+                        name: 'envoy.filters.http.router',
+                        typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' },
+                      },
                     ],
                   },
                 },
@@ -91,9 +106,21 @@ function gatewayYaml(gatePort: number, members: readonly string[]): string {
                   name: 'envoy.load_balancing_policies.override_host',
                   typed_config: {
                     '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
-                    override_host_sources: [{ metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } }, { header: 'x-gateway-destination-endpoint' }],
+                    override_host_sources: [
+                      { metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } },
+                      { header: 'x-gateway-destination-endpoint' },
+                    ],
                     fallback_policy: {
-                      policies: [{ typed_extension_config: { name: 'envoy.load_balancing_policies.round_robin', typed_config: { '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin' } } }],
+                      policies: [
+                        {
+                          typed_extension_config: {
+                            name: 'envoy.load_balancing_policies.round_robin',
+                            typed_config: {
+                              '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin',
+                            },
+                          },
+                        },
+                      ],
                     },
                   },
                 },
@@ -132,7 +159,8 @@ async function startRig(members?: (pods: FakeUpstream[]) => string[]): Promise<R
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(v));
   const cfg = parseGateConfig(
     toYaml({
-      listen: '127.0.0.1:0', insecure: true,
+      listen: '127.0.0.1:0',
+      insecure: true,
       admin: '',
       policy: 'route-table.yaml',
       keys: { devSeed: SEED },
@@ -143,15 +171,25 @@ async function startRig(members?: (pods: FakeUpstream[]) => string[]): Promise<R
     path.join(dir, 'gate.yaml'),
   );
   if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
-  const gate = await startGate(cfg.value, { logger: silent, keys: createDevKeyRing(SEED), registry: new Registry(), defaultMetrics: false });
-  cleanup.push(() => gate.close());
-  const harness = await startEnvoyHarness(mustLoadEnvoyConfig(gatewayYaml(gate.grpcPort, members ? members(pods) : pods.map((p) => p.address)), { listenerPorts: { http: 0 } }), {
-    reportServedEndpoint: true,
-    requestMetadata: (h) => {
-      const subset = h['x-test-subset'];
-      return typeof subset === 'string' ? { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': subset === '' ? [] : subset.split(',') } } : undefined;
-    },
+  const gate = await startGate(cfg.value, {
+    logger: silent,
+    keys: createDevKeyRing(SEED),
+    registry: new Registry(),
+    defaultMetrics: false,
   });
+  cleanup.push(() => gate.close());
+  const harness = await startEnvoyHarness(
+    mustLoadEnvoyConfig(gatewayYaml(gate.grpcPort, members ? members(pods) : pods.map((p) => p.address)), { listenerPorts: { http: 0 } }),
+    {
+      reportServedEndpoint: true,
+      requestMetadata: (h) => {
+        const subset = h['x-test-subset'];
+        return typeof subset === 'string'
+          ? { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': subset === '' ? [] : subset.split(',') } }
+          : undefined;
+      },
+    },
+  );
   cleanup.push(() => harness.close());
   return { gate, harness, pods };
 }
@@ -161,7 +199,12 @@ async function send(rig: Rig, session: string, subset?: string) {
     await rawRequest(rig.harness.listeners['http']!.url, {
       path: '/v1/completions',
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': session, ...(subset === undefined ? {} : { 'x-test-subset': subset }) },
+      headers: {
+        'content-type': 'application/json',
+        'x-tenant-id': 'acme',
+        'x-session-id': session,
+        ...(subset === undefined ? {} : { 'x-test-subset': subset }),
+      },
       body: JSON.stringify({ model: 'llama-3-8b', prompt: `hello ${session}` }),
     }),
   );
@@ -233,13 +276,18 @@ describe('kvgate as an InferencePool endpoint picker (GIE protocol, through the 
   it('serves the gRPC health services GIE probes: liveness, readiness and the ext_proc service', async () => {
     const rig = await startRig();
     const Client = grpc.makeGenericClientConstructor(healthService, 'Health');
-    const client = new Client(`127.0.0.1:${(rig.gate as unknown as { grpcPort: number }).grpcPort}`, grpc.credentials.createInsecure()) as unknown as {
+    const client = new Client(
+      `127.0.0.1:${(rig.gate as unknown as { grpcPort: number }).grpcPort}`,
+      grpc.credentials.createInsecure(),
+    ) as unknown as {
       Check(req: { service: string }, cb: (e: Error | null, r: { status: string | number }) => void): void;
       close(): void;
     };
-    const check = (service: string) => new Promise<string | number>((res, rej) => client.Check({ service }, (e, r) => (e ? rej(e) : res(r.status))));
+    const check = (service: string) =>
+      new Promise<string | number>((res, rej) => client.Check({ service }, (e, r) => (e ? rej(e) : res(r.status))));
     try {
-      for (const svc of ['liveness', 'readiness', 'envoy.service.ext_proc.v3.ExternalProcessor', '']) expect([1, 'SERVING']).toContain(await check(svc));
+      for (const svc of ['liveness', 'readiness', 'envoy.service.ext_proc.v3.ExternalProcessor', ''])
+        expect([1, 'SERVING']).toContain(await check(svc));
     } finally {
       client.close();
     }

@@ -172,7 +172,11 @@ describe('a pool found by selector, through the harness', () => {
       return p1.served > 0;
     }, 'a-1 takes traffic too');
     rig.api.store.delete(NS, 'a-0');
-    await until(async () => ((rig.gate.status() as { discovery: Record<string, { endpoints: unknown[] }> }).discovery['a-decode']!.endpoints.length === 1), 'deletion seen');
+    await until(
+      async () =>
+        (rig.gate.status() as { discovery: Record<string, { endpoints: unknown[] }> }).discovery['a-decode']!.endpoints.length === 1,
+      'deletion seen',
+    );
     const before = p0.served;
     for (let i = 0; i < 10; i++) expect((await send(rig, `after-${i}`)).status).toBe(200);
     expect(p0.served).toBe(before); // the deleted pod gets nothing
@@ -188,7 +192,11 @@ describe('a pool found by selector, through the harness', () => {
     pod.name = 'b-0';
     pod.fingerprint = rig.fp.b;
     rig.api.store.create(readyPod('b-0', NS, '127.0.0.4', podLabels('llama-b'), 'uid-b0'));
-    await until(async () => ((rig.gate.status() as { discovery: Record<string, { endpoints: unknown[] }> }).discovery['b-decode']!.endpoints.length === 1), 'b-0 seen');
+    await until(
+      async () =>
+        (rig.gate.status() as { discovery: Record<string, { endpoints: unknown[] }> }).discovery['b-decode']!.endpoints.length === 1,
+      'b-0 seen',
+    );
     const served = pod.served;
     const r = await send(rig, 'after-reuse');
     expect(r.status).toBe(503);

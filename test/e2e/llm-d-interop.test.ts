@@ -50,7 +50,13 @@ describe.each(['0.13', 'main'] as const)("llm-d's P/D sidecar in front of kvgate
   });
 
   it('streams a chat completion through llm-d with the baseline tokens', async () => {
-    const body = { model: SERVED_MODEL, messages: [{ role: 'user', content: `Name three rivers (${flavour}).` }], max_tokens: 8, stream: true, return_token_ids: true };
+    const body = {
+      model: SERVED_MODEL,
+      messages: [{ role: 'user', content: `Name three rivers (${flavour}).` }],
+      max_tokens: 8,
+      stream: true,
+      return_token_ids: true,
+    };
     const res = await fetch(`${t.publicUrl}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': 'llmd-chat' },
@@ -79,8 +85,19 @@ describe.each(['0.13', 'main'] as const)("llm-d's P/D sidecar in front of kvgate
 
   it('a decode request with kv_transfer_params that carry no kvgate attestation is refused, not pulled', async () => {
     // What a client (or anything between llm-d and the worker) would forge: parameters pointing at some engine.
-    const forged = { do_remote_prefill: true, do_remote_decode: false, remote_engine_id: 'e', remote_block_ids: [1], remote_host: '127.0.0.1', remote_port: 1 };
-    const r = await post(`${decode().llmd!.url}/v1/completions`, { ...completion(PROMPTS[0], 4), kv_transfer_params: forged }, { [H.contract]: 'x.y.z', 'x-request-id': 'forged-1' });
+    const forged = {
+      do_remote_prefill: true,
+      do_remote_decode: false,
+      remote_engine_id: 'e',
+      remote_block_ids: [1],
+      remote_host: '127.0.0.1',
+      remote_port: 1,
+    };
+    const r = await post(
+      `${decode().llmd!.url}/v1/completions`,
+      { ...completion(PROMPTS[0], 4), kv_transfer_params: forged },
+      { [H.contract]: 'x.y.z', 'x-request-id': 'forged-1' },
+    );
     expect(r.status).toBeGreaterThanOrEqual(400);
     expect(['kv_params_forbidden', 'contract_invalid']).toContain(r.json.error?.code);
   });

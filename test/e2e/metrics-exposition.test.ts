@@ -25,7 +25,11 @@ describe('/metrics of the gate and every sidecar', () => {
     const gate = await gateMetrics();
     expect(parseExposition(gate).filter((f) => f.name.startsWith('kvgate_')).length).toBeGreaterThan(15);
     expect(lintExposition(gate)).toEqual([]);
-    for (const w of t.workers) expect({ worker: `${w.revision}/${w.role}`, problems: lintExposition(await metricsOf(w.sidecar.url)) }).toEqual({ worker: `${w.revision}/${w.role}`, problems: [] });
+    for (const w of t.workers)
+      expect({ worker: `${w.revision}/${w.role}`, problems: lintExposition(await metricsOf(w.sidecar.url)) }).toEqual({
+        worker: `${w.revision}/${w.role}`,
+        problems: [],
+      });
   });
 
   it('exports process_* and nodejs_* under their standard names on the gate and on the sidecars', async () => {
@@ -52,6 +56,8 @@ describe('/metrics of the gate and every sidecar', () => {
     await t.gate.refreshWorkerView();
     const after = await gateMetrics();
     expect(metricSum(after, 'kvgate_worker_endpoints', { pool: 'b-decode', state: 'routable' })).toBe(0);
-    expect(metricSum(after, 'kvgate_worker_endpoints', { pool: 'b-decode', revision: 'llama-b', role: 'decode', state: 'draining' })).toBe(1);
+    expect(metricSum(after, 'kvgate_worker_endpoints', { pool: 'b-decode', revision: 'llama-b', role: 'decode', state: 'draining' })).toBe(
+      1,
+    );
   });
 });

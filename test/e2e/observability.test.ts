@@ -68,8 +68,21 @@ function contractFields(requestId: string, edit: Partial<Omit<TransferContract, 
 
 /** A prefill leg straight to the prefill sidecar (no gate), with the given contract. */
 function directLeg(requestId: string, contract: string | undefined): Promise<HttpResult> {
-  const body = { ...completion(secretPrompt(requestId), 1), kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null } };
-  return post(`${workerOf(t, 'prefill')}/v1/completions`, body, { 'x-request-id': requestId, ...(contract === undefined ? {} : { [H.contract]: contract }) });
+  const body = {
+    ...completion(secretPrompt(requestId), 1),
+    kv_transfer_params: {
+      do_remote_decode: true,
+      do_remote_prefill: false,
+      remote_engine_id: null,
+      remote_block_ids: null,
+      remote_host: null,
+      remote_port: null,
+    },
+  };
+  return post(`${workerOf(t, 'prefill')}/v1/completions`, body, {
+    'x-request-id': requestId,
+    ...(contract === undefined ? {} : { [H.contract]: contract }),
+  });
 }
 
 /** The id the gate minted for the request a client sent with `x-request-id: rid` (its gate lines keep `rid` apart). */
@@ -93,7 +106,10 @@ describe('tracing: one request id on every hop', () => {
     expect(gate.every((l) => l['revision'] === 'llama-a' && typeof l['group'] === 'string')).toBe(true);
     for (const worker of ['llama-a/prefill', 'llama-a/decode']) {
       const own = mine().filter((l) => l['component'] === 'sidecar' && l['worker'] === worker);
-      expect(own.map((l) => [l['event'], l['outcome']]), worker).toContainEqual(['request', 'served']);
+      expect(
+        own.map((l) => [l['event'], l['outcome']]),
+        worker,
+      ).toContainEqual(['request', 'served']);
     }
   });
 
@@ -103,8 +119,12 @@ describe('tracing: one request id on every hop', () => {
     expect((await complete(t, secretPrompt('field'), 4, client('acme', 'field', { 'x-request-id': rid }))).status).toBe(200);
     const minted = await mintedFor(rid);
     expect(await eventually(() => lines.some((l) => idOf(l) === minted && l['worker'] === 'llama-a/decode'))).toBe(true);
-    const byComponent = lines.filter((l) => idOf(l) === minted && ['gate', 'sidecar'].includes(l['component'])).map((l) => `${l['component']}/${l['worker'] ?? ''}: ${'request_id' in l ? 'request_id' : 'requestId'}`);
-    expect(new Set(byComponent)).toEqual(new Set(['gate/: request_id', 'sidecar/llama-a/prefill: request_id', 'sidecar/llama-a/decode: request_id']));
+    const byComponent = lines
+      .filter((l) => idOf(l) === minted && ['gate', 'sidecar'].includes(l['component']))
+      .map((l) => `${l['component']}/${l['worker'] ?? ''}: ${'request_id' in l ? 'request_id' : 'requestId'}`);
+    expect(new Set(byComponent)).toEqual(
+      new Set(['gate/: request_id', 'sidecar/llama-a/prefill: request_id', 'sidecar/llama-a/decode: request_id']),
+    );
   });
 });
 
@@ -116,7 +136,12 @@ describe('the audit trail', () => {
       const rid = `obs-refuse-${code}-${randomUUID()}`;
       const res = await fetch(`${t.publicUrl}/v1/completions`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-request-id': rid, ...(tenant === null ? {} : { 'x-tenant-id': tenant }), ...headers },
+        headers: {
+          'content-type': 'application/json',
+          'x-request-id': rid,
+          ...(tenant === null ? {} : { 'x-tenant-id': tenant }),
+          ...headers,
+        },
         body: typeof body === 'string' ? body : JSON.stringify(body),
       });
       out.push({ rid, r: { status: res.status, headers: res.headers, json: await res.json() }, code, tenant });
@@ -124,7 +149,10 @@ describe('the audit trail', () => {
     await send('tenant_required', null, completion(secretPrompt('no tenant')));
     await send('tenant_scope_denied', 'initech', completion(secretPrompt('wrong tenant')));
     await send('unknown_model', 'acme', { ...completion(secretPrompt('unknown model')), model: 'gpt-5' });
-    await send('kv_params_forbidden', 'acme', { ...completion(secretPrompt('forged kv params')), kv_transfer_params: { do_remote_prefill: true } });
+    await send('kv_params_forbidden', 'acme', {
+      ...completion(secretPrompt('forged kv params')),
+      kv_transfer_params: { do_remote_prefill: true },
+    });
     await send('bad_request', 'acme', `{"model": "${SERVED_MODEL}", "prompt": ${secretPrompt('unquoted prompt')}}`);
     const hop = await crossGroupHop(t, secretPrompt('cross-group hop'));
     out.push({ rid: hop.json.error.request_id, r: hop, code: 'mixed_revision', tenant: 'acme' });
@@ -154,7 +182,12 @@ describe('the audit trail', () => {
     await eventually(() => lines.some((l) => l['audit'] === 'refusal' && idOf(l) === rid), 1_000);
     const audit = lines.filter((l) => l['audit'] === 'refusal' && idOf(l) === rid);
     expect(audit, JSON.stringify(lines.filter((l) => idOf(l) === rid))).toHaveLength(1);
-    expect(audit[0]).toMatchObject({ component: 'sidecar', worker: 'llama-a/prefill', code: 'contract_invalid', reason: r.json.error.message });
+    expect(audit[0]).toMatchObject({
+      component: 'sidecar',
+      worker: 'llama-a/prefill',
+      code: 'contract_invalid',
+      reason: r.json.error.message,
+    });
     // The tenant as far as it is known: an expired contract's claims are not trusted, so null is as right as "acme".
     expect(audit[0]).toHaveProperty('tenant');
   });
@@ -166,7 +199,8 @@ describe('the audit trail', () => {
     const prompt = lines.filter((l) => JSON.stringify(l).includes(MARKER));
     expect(prompt.map((l) => `${l['component']} ${l['msg']}: ${String(l['reason'] ?? '').slice(0, 120)}`)).toEqual([]);
     const secrets = [t.keys.secret(t.keys.currentId)!, t.keys.saltSecret];
-    for (const s of secrets) for (const form of [s.toString('hex'), s.toString('base64'), s.toString('base64url')]) expect(text.includes(form)).toBe(false);
+    for (const s of secrets)
+      for (const form of [s.toString('hex'), s.toString('base64'), s.toString('base64url')]) expect(text.includes(form)).toBe(false);
     expect(text.includes(DEMO_KEY_SEED)).toBe(false);
     // Bearer tokens (contracts, attestations, bindings) are credentials too: none is logged whole.
     expect(text.match(/kvgate\.v1\.[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}/g) ?? []).toEqual([]);
@@ -184,16 +218,28 @@ describe('metrics', () => {
     await t.gate.policy.reload('observability test');
     await t.gate.refreshWorkerView();
     const after = await gateMetrics();
-    expect(decisions(after, { outcome: 'route', code: '', revision: 'llama-a' }) - decisions(before, { outcome: 'route', code: '', revision: 'llama-a' })).toBe(1);
-    expect(decisions(after, { outcome: 'hop', code: '', revision: 'llama-a' }) - decisions(before, { outcome: 'hop', code: '', revision: 'llama-a' })).toBe(1);
-    expect(decisions(after, { outcome: 'refuse', code: 'tenant_scope_denied', revision: '' }) - decisions(before, { outcome: 'refuse', code: 'tenant_scope_denied', revision: '' })).toBe(1);
+    expect(
+      decisions(after, { outcome: 'route', code: '', revision: 'llama-a' }) -
+        decisions(before, { outcome: 'route', code: '', revision: 'llama-a' }),
+    ).toBe(1);
+    expect(
+      decisions(after, { outcome: 'hop', code: '', revision: 'llama-a' }) -
+        decisions(before, { outcome: 'hop', code: '', revision: 'llama-a' }),
+    ).toBe(1);
+    expect(
+      decisions(after, { outcome: 'refuse', code: 'tenant_scope_denied', revision: '' }) -
+        decisions(before, { outcome: 'refuse', code: 'tenant_scope_denied', revision: '' }),
+    ).toBe(1);
     expect(after).toContain('# TYPE kvgate_decision_duration_seconds histogram');
     for (const outcome of ['route', 'hop', 'refuse']) {
       const count = metricSum(after, 'kvgate_decision_duration_seconds_count', { outcome });
       expect(count, outcome).toBeGreaterThan(metricSum(before, 'kvgate_decision_duration_seconds_count', { outcome }));
       expect(metricSum(after, 'kvgate_decision_duration_seconds_bucket', { outcome, le: '+Inf' })).toBe(count);
     }
-    expect(metricSum(after, 'kvgate_policy_reloads_total', { result: 'unchanged' }) - metricSum(before, 'kvgate_policy_reloads_total', { result: 'unchanged' })).toBe(1);
+    expect(
+      metricSum(after, 'kvgate_policy_reloads_total', { result: 'unchanged' }) -
+        metricSum(before, 'kvgate_policy_reloads_total', { result: 'unchanged' }),
+    ).toBe(1);
     expect(after).toMatch(/^kvgate_policy_info\{version="[0-9a-f]{12}"\} 1$/m);
     expect(after).toContain('# TYPE kvgate_worker_view_age_seconds gauge');
     const age = metricSum(after, 'kvgate_worker_view_age_seconds');
@@ -201,14 +247,21 @@ describe('metrics', () => {
     expect(age).toBeLessThan(5); // just polled: every sidecar answered moments ago
   });
 
-  it("the sidecars count contract failures by reason (a missing, forged or expired contract)", async () => {
+  it('the sidecars count contract failures by reason (a missing, forged or expired contract)', async () => {
     const url = workerOf(t, 'prefill');
     const reasons = ['missing', 'bad_signature', 'expired'] as const;
     const before = await Promise.all(reasons.map((reason) => counter(url, 'kvgate_sidecar_contract_failures_total', { reason })));
     const now = Date.now();
     expect((await directLeg('obs-missing', undefined)).status).toBe(403);
     expect((await directLeg('obs-forged', mintContract(contractFields('obs-forged'), createDevKeyRing('not-the-gate')))).status).toBe(403);
-    expect((await directLeg('obs-expired', mintContract(contractFields('obs-expired', { issuedAtMs: now - 90_000, expiresAtMs: now - 30_000 }), t.keys))).status).toBe(403);
+    expect(
+      (
+        await directLeg(
+          'obs-expired',
+          mintContract(contractFields('obs-expired', { issuedAtMs: now - 90_000, expiresAtMs: now - 30_000 }), t.keys),
+        )
+      ).status,
+    ).toBe(403);
     const after = await Promise.all(reasons.map((reason) => counter(url, 'kvgate_sidecar_contract_failures_total', { reason })));
     expect(after.map((v, i) => v - before[i]!)).toEqual([1, 1, 1]);
   });

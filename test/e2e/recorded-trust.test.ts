@@ -52,10 +52,34 @@ async function kvUsed(revision: RevisionName, role: Role): Promise<number> {
 }
 
 const CASES: ReadonlyArray<{ name: string; revision: RevisionName; role: Role; behaveAs: Record<string, unknown>; reason: RegExp }> = [
-  { name: 'other weights', revision: 'llama-a', role: 'decode', behaveAs: { model: { revision: 'e1945c40cd546c78e41f1151f4db032b271faeaa' } }, reason: /generation canary digest .* the worker's weights are not/ },
-  { name: 'another adapter revision', revision: 'llama-b', role: 'decode', behaveAs: { adapter: { revision: 'lora-r2' } }, reason: /generation canary digest .* with adapter acme\/support-lora rev lora-r1/ },
-  { name: 'another tokenizer', revision: 'llama-a', role: 'prefill', behaveAs: { tokenizer: { revision: 'tok-changed' } }, reason: /tokenizer canary digest/ },
-  { name: 'another chat template', revision: 'llama-b', role: 'prefill', behaveAs: { chatTemplate: { revision: 'tmpl-other' } }, reason: /chat template canary digest/ },
+  {
+    name: 'other weights',
+    revision: 'llama-a',
+    role: 'decode',
+    behaveAs: { model: { revision: 'e1945c40cd546c78e41f1151f4db032b271faeaa' } },
+    reason: /generation canary digest .* the worker's weights are not/,
+  },
+  {
+    name: 'another adapter revision',
+    revision: 'llama-b',
+    role: 'decode',
+    behaveAs: { adapter: { revision: 'lora-r2' } },
+    reason: /generation canary digest .* with adapter acme\/support-lora rev lora-r1/,
+  },
+  {
+    name: 'another tokenizer',
+    revision: 'llama-a',
+    role: 'prefill',
+    behaveAs: { tokenizer: { revision: 'tok-changed' } },
+    reason: /tokenizer canary digest/,
+  },
+  {
+    name: 'another chat template',
+    revision: 'llama-b',
+    role: 'prefill',
+    behaveAs: { chatTemplate: { revision: 'tmpl-other' } },
+    reason: /chat template canary digest/,
+  },
 ];
 
 describe('recorded canaries, default configuration', () => {
@@ -74,7 +98,10 @@ describe('recorded canaries, default configuration', () => {
       expect(status.reasons.join('\n')).toMatch(c.reason);
       const log = t.harness.accessLog().length;
       for (let i = 0; i < 3; i++) {
-        const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1], 8), { 'x-tenant-id': 'acme', 'x-session-id': sessions[c.revision]! });
+        const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1], 8), {
+          'x-tenant-id': 'acme',
+          'x-session-id': sessions[c.revision]!,
+        });
         // The gate refuses (or, never, routes elsewhere): no request of this revision reaches the lying worker.
         if (r.status === 200) expect(r.headers.get(H.revision)).not.toBe(c.revision);
         else expect([r.status, r.json.error.code]).toEqual([503, 'no_compatible_capacity']);
@@ -83,7 +110,10 @@ describe('recorded canaries, default configuration', () => {
       expect(entries.map((e) => e.upstreamHost).filter((h) => h === w.address)).toEqual([]);
       expect(await kvUsed(c.revision, 'decode')).toBe(before);
       await restore(c.revision, c.role);
-      const ok = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1], 8), { 'x-tenant-id': 'acme', 'x-session-id': sessions[c.revision]! });
+      const ok = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1], 8), {
+        'x-tenant-id': 'acme',
+        'x-session-id': sessions[c.revision]!,
+      });
       expect([ok.status, ok.headers.get(H.revision)], JSON.stringify(ok.json)).toEqual([200, c.revision]);
     });
   }

@@ -22,7 +22,13 @@ const sink = new Writable({
 let t: Topology;
 beforeAll(async () => {
   // The gate polls once at start and then not for a minute: a sidecar that starts draining is still routed to.
-  t = await startTopology({ logger: pino({ level: 'info' }, sink), candidateWeight: 0, logDecisions: true, workerViewIntervalMs: 60_000, sidecarProbeIntervalMs: 60_000 });
+  t = await startTopology({
+    logger: pino({ level: 'info' }, sink),
+    candidateWeight: 0,
+    logDecisions: true,
+    workerViewIntervalMs: 60_000,
+    sidecarProbeIntervalMs: 60_000,
+  });
 });
 afterAll(() => t.close());
 

@@ -11,7 +11,16 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
 import { mintContract, type TransferContract } from '../../src/contract/contract.js';
 import { createDevKeyRing, type KeyRing } from '../../src/contract/keys.js';
-import { baseline, completion, firstDivergence, post, PROMPTS, sessionOn, tokenIds, type HttpResult } from '../../testbed/demo/scenarios.js';
+import {
+  baseline,
+  completion,
+  firstDivergence,
+  post,
+  PROMPTS,
+  sessionOn,
+  tokenIds,
+  type HttpResult,
+} from '../../testbed/demo/scenarios.js';
 import { SERVED_MODEL, startTopology, type RevisionName, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from '../../src/sidecar/engine-canary.js';
@@ -29,12 +38,19 @@ const settle = async (): Promise<void> => {
   for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
 };
 
-const chatBody = (prompt: string, extra: Record<string, unknown> = {}) => ({ model: SERVED_MODEL, messages: [{ role: 'user', content: prompt }], max_tokens: 12, return_token_ids: true, ...extra });
+const chatBody = (prompt: string, extra: Record<string, unknown> = {}) => ({
+  model: SERVED_MODEL,
+  messages: [{ role: 'user', content: prompt }],
+  max_tokens: 12,
+  return_token_ids: true,
+  ...extra,
+});
 
 /** Token ids of a JSON answer or of an SSE stream (which must end with [DONE]). */
 async function idsOf(res: Response): Promise<number[]> {
   const text = await res.text();
-  if (!(res.headers.get('content-type') ?? '').includes('text/event-stream')) return tokenIds({ status: res.status, headers: res.headers, json: JSON.parse(text) });
+  if (!(res.headers.get('content-type') ?? '').includes('text/event-stream'))
+    return tokenIds({ status: res.status, headers: res.headers, json: JSON.parse(text) });
   expect(text).toContain('data: [DONE]');
   return text
     .split('\n')
@@ -45,7 +61,11 @@ async function idsOf(res: Response): Promise<number[]> {
 /** The non-disaggregated baseline on a revision's decode worker, its prefix cache cleared before and after. */
 async function directBaseline(sim: SimServer, path: string, body: Record<string, unknown>): Promise<number[]> {
   sim.resetPrefixCache();
-  const res = await fetch(`${sim.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: false }) });
+  const res = await fetch(`${sim.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...body, stream: false }),
+  });
   expect(res.status).toBe(200);
   const ids = await idsOf(res);
   sim.resetPrefixCache();
@@ -85,7 +105,10 @@ function contractFields(t: Topology, requestId: string, nowMs: number): Omit<Tra
 
 /** A prefill leg as a decode sidecar sends it, with a contract minted by `keys`. */
 function prefillLeg(t: Topology, requestId: string, fields: Omit<TransferContract, 'kind'>, keys: KeyRing): Promise<HttpResult> {
-  return post(`${t.internalUrl}/v1/completions`, completion(PROMPTS[2], 1), { 'x-request-id': requestId, [H.contract]: mintContract(fields, keys) });
+  return post(`${t.internalUrl}/v1/completions`, completion(PROMPTS[2], 1), {
+    'x-request-id': requestId,
+    [H.contract]: mintContract(fields, keys),
+  });
 }
 
 describe('the sidecar matrix through the full topology', () => {
@@ -103,12 +126,19 @@ describe('the sidecar matrix through the full topology', () => {
     let n = 0;
     for (const rev of ['llama-a', 'llama-b'] as const) {
       const decode = t.worker(rev, 'decode').sim;
-      for (const [path, make] of [['/v1/completions', (p: string) => completion(p, 12)], ['/v1/chat/completions', (p: string) => chatBody(p)]] as const) {
+      for (const [path, make] of [
+        ['/v1/completions', (p: string) => completion(p, 12)],
+        ['/v1/chat/completions', (p: string) => chatBody(p)],
+      ] as const) {
         for (const stream of [false, true]) {
           const body = make(PROMPTS[n++ % PROMPTS.length]!);
           const expected = await directBaseline(decode, path, body);
           const pulledBefore = (await kvConsumed(decode))[0]!;
-          const res = await fetch(`${t.publicUrl}${path}`, { method: 'POST', headers: headersFor(rev), body: JSON.stringify({ ...body, stream }) });
+          const res = await fetch(`${t.publicUrl}${path}`, {
+            method: 'POST',
+            headers: headersFor(rev),
+            body: JSON.stringify({ ...body, stream }),
+          });
           expect(res.status).toBe(200);
           expect(res.headers.get(H.revision)).toBe(rev);
           const ids = await idsOf(res);
@@ -127,13 +157,21 @@ describe('the sidecar matrix through the full topology', () => {
     const logBefore = t.harness.accessLog().length;
     const now = Date.now();
     const forged = await prefillLeg(t, 'forged-1', contractFields(t, 'forged-1', now), createDevKeyRing('not-the-gate'));
-    const expired = await prefillLeg(t, 'expired-1', { ...contractFields(t, 'expired-1', now - 120_000), expiresAtMs: now - 60_000 }, t.keys);
+    const expired = await prefillLeg(
+      t,
+      'expired-1',
+      { ...contractFields(t, 'expired-1', now - 120_000), expiresAtMs: now - 60_000 },
+      t.keys,
+    );
     for (const r of [forged, expired]) {
       expect([r.status, r.json.error.code, r.headers.get(H.rejectReason)]).toEqual([403, 'contract_invalid', 'contract_invalid']);
     }
     expect(expired.json.error.message).toMatch(/expired/);
     const log = (await t.harness.waitForAccessLog(logBefore + 2)).slice(logBefore);
-    expect(log.map((e) => [e.listener, e.upstreamHost])).toEqual([['internal', undefined], ['internal', undefined]]);
+    expect(log.map((e) => [e.listener, e.upstreamHost])).toEqual([
+      ['internal', undefined],
+      ['internal', undefined],
+    ]);
     expect(metricValue(await scrape(prefillSim), 'vllm:prompt_tokens_total')).toBe(promptTokensBefore);
   });
 
@@ -141,11 +179,21 @@ describe('the sidecar matrix through the full topology', () => {
     const now = Date.now();
     // One forged with another key, one validly signed but for another request and for revision B's group.
     const bFingerprint = t.gate.policy.current().revisions.get('llama-b')!.fingerprint;
-    const forB = { ...contractFields(t, 'someone-else', now), fingerprint: bFingerprint, groupId: groupIdOf(bFingerprint, 'tenant:acme'), revision: 'llama-b' };
+    const forB = {
+      ...contractFields(t, 'someone-else', now),
+      fingerprint: bFingerprint,
+      groupId: groupIdOf(bFingerprint, 'tenant:acme'),
+      revision: 'llama-b',
+    };
     const expected = await baseline(t, 'llama-a', PROMPTS[3], 12);
     const logBefore = t.harness.accessLog().length;
     for (const contract of [mintContract(contractFields(t, 'x', now), createDevKeyRing('not-the-gate')), mintContract(forB, t.keys)]) {
-      const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[3], 12), { 'x-tenant-id': 'acme', 'x-session-id': sessions['llama-a'], [H.contract]: contract, [H.prefillCluster]: 'b_prefill' });
+      const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[3], 12), {
+        'x-tenant-id': 'acme',
+        'x-session-id': sessions['llama-a'],
+        [H.contract]: contract,
+        [H.prefillCluster]: 'b_prefill',
+      });
       expect(r.status).toBe(200);
       expect(r.headers.get(H.revision)).toBe('llama-a');
       expect(firstDivergence(tokenIds(r), expected)).toBe(-1);
@@ -160,7 +208,10 @@ describe('the sidecar matrix through the full topology', () => {
     const upgraded = await t.restartWorker('llama-a', 'prefill', { behaveAs: { model: { revision: OTHER_SHA } } });
     await settle();
     expect(upgraded.sidecar.status().verified).toBe(true); // not probed since: the gate still routes to it
-    const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1], 12), { 'x-tenant-id': 'acme', 'x-session-id': sessions['llama-a'] });
+    const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1], 12), {
+      'x-tenant-id': 'acme',
+      'x-session-id': sessions['llama-a'],
+    });
     expect([r.status, r.json.error.code, r.headers.get(H.rejectReason)]).toEqual([409, 'incompatible_transfer', 'incompatible_transfer']);
     expect(r.json.error.message).toMatch(/prefill worker restarted as something else since it was verified: .*generation canary digest/);
     expect(await kvConsumed(decode)).toEqual(consumedBefore);
@@ -175,7 +226,10 @@ describe('the sidecar matrix through the full topology', () => {
   it('a decode worker restarted with another tokenizer is refused before decode: 409 naming both token counts', async () => {
     const w = await t.restartWorker('llama-a', 'decode', { behaveAs: TOKENIZER_CHANGED });
     await settle();
-    const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1], 12), { 'x-tenant-id': 'acme', 'x-session-id': sessions['llama-a'] });
+    const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1], 12), {
+      'x-tenant-id': 'acme',
+      'x-session-id': sessions['llama-a'],
+    });
     expect([r.status, r.json.error.code]).toEqual([409, 'incompatible_transfer']);
     expect(r.json.error.message).toMatch(/prefill tokenized 17 tokens, this decode worker's tokenizer gives 16/);
     expect(await kvConsumed(w.sim)).toEqual([0, 0, 0]); // a fresh worker: nothing pulled, no transfer attempted
@@ -195,12 +249,17 @@ describe('the sidecar matrix through the full topology', () => {
     await settle();
     const expected = await baseline(t, 'llama-a', PROMPTS[4], 12);
     d.sim.resetPrefixCache();
-    const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[4], 12), { 'x-tenant-id': 'acme', 'x-session-id': sessions['llama-a'] });
+    const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[4], 12), {
+      'x-tenant-id': 'acme',
+      'x-session-id': sessions['llama-a'],
+    });
     expect(r.status).toBe(200);
     expect(firstDivergence(tokenIds(r), expected)).toBe(-1);
     expect((await kvConsumed(d.sim))[0]).toBeGreaterThan(0);
     expect(p.sidecar.status()).toMatchObject({ verified: true, engineId: p.sim.engineId });
-    expect(await (await fetch(`http://${p.address}/metrics`)).text()).toContain('kvgate_sidecar_worker_restarts_total{role="prefill",result="reverified"} 1');
+    expect(await (await fetch(`http://${p.address}/metrics`)).text()).toContain(
+      'kvgate_sidecar_worker_restarts_total{role="prefill",result="reverified"} 1',
+    );
   });
 });
 
@@ -218,8 +277,12 @@ function createOneShotFault(): { armed: number; proxyTo(port: number, target: ()
         req.on('end', () => {
           const body = Buffer.concat(chunks).toString('utf8');
           const headers: Record<string, string> = {};
-          for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string' && k !== 'host' && k !== 'content-length') headers[k] = v;
-          const prefill = req.url === '/v1/completions' && body.includes('"do_remote_decode":true') && !(headers['x-request-id'] ?? '').startsWith(ENGINE_CANARY_REQUEST_PREFIX);
+          for (const [k, v] of Object.entries(req.headers))
+            if (typeof v === 'string' && k !== 'host' && k !== 'content-length') headers[k] = v;
+          const prefill =
+            req.url === '/v1/completions' &&
+            body.includes('"do_remote_decode":true') &&
+            !(headers['x-request-id'] ?? '').startsWith(ENGINE_CANARY_REQUEST_PREFIX);
           if (prefill && state.armed > 0) {
             state.armed--;
             headers['x-sim-fault'] = 'error=503';
@@ -256,7 +319,10 @@ describe('prefill retries through the full topology', () => {
       const old = w.sim;
       await old.close();
       proxies.push(await fault.proxyTo(old.port, () => w.sim.url));
-      const cfg = parseSimConfig({ descriptor: old.config.descriptor, sim: { ...old.config.sim, engineId: undefined, port: 0, sideChannelPort: 0 } });
+      const cfg = parseSimConfig({
+        descriptor: old.config.descriptor,
+        sim: { ...old.config.sim, engineId: undefined, port: 0, sideChannelPort: 0 },
+      });
       if (!cfg.ok) throw cfg.error;
       w.sim = await createSimServer(cfg.value); // the topology closes the current sim at teardown
       await settle();
@@ -282,8 +348,19 @@ describe('prefill retries through the full topology', () => {
     // One public request, two prefill legs on the internal listener: a 503 from A's prefill pool, then a 200 from it.
     const log = (await t.harness.waitForAccessLog(logBefore + 3)).slice(logBefore);
     const legs = log.filter((e) => e.listener === 'internal');
-    expect(legs.map((e) => [e.upstreamCluster, e.status])).toEqual([['a_prefill', 503], ['a_prefill', 200]]);
-    const retries = await Promise.all([0, 1].map(async (i) => metricValue(await (await fetch(`http://${t.worker('llama-a', 'decode', i).address}/metrics`)).text(), 'kvgate_sidecar_prefill_retries_total', { status: '503' })));
+    expect(legs.map((e) => [e.upstreamCluster, e.status])).toEqual([
+      ['a_prefill', 503],
+      ['a_prefill', 200],
+    ]);
+    const retries = await Promise.all(
+      [0, 1].map(async (i) =>
+        metricValue(
+          await (await fetch(`http://${t.worker('llama-a', 'decode', i).address}/metrics`)).text(),
+          'kvgate_sidecar_prefill_retries_total',
+          { status: '503' },
+        ),
+      ),
+    );
     expect(retries.filter((v) => v === 1)).toHaveLength(1);
     // Every hop of this request stayed on revision A's workers (B serves other sessions in this topology).
     const aHosts = new Set(t.workers.filter((w) => w.revision === 'llama-a').map((w) => w.address));

@@ -29,13 +29,18 @@ describe('kvgate status', () => {
     expect(r.out).toMatch(/^gate: serving/m);
     expect(r.out).toMatch(/^route table: .*route-table\.yaml version /m);
     const row = (pool: string) => r.out.split('\n').find((l) => l.startsWith(`${pool} `)) ?? '';
-    expect(row('a-decode')).toMatch(new RegExp(`a-decode\\s+llama-a\\s+decode\\s+${t.worker('llama-a', 'decode').address}\\s+routable\\s+verified\\s+0/\\d+`));
+    expect(row('a-decode')).toMatch(
+      new RegExp(`a-decode\\s+llama-a\\s+decode\\s+${t.worker('llama-a', 'decode').address}\\s+routable\\s+verified\\s+0/\\d+`),
+    );
     expect(row('b-decode')).toMatch(/b-decode\s+llama-b\s+decode\s+\S+\s+draining\s+verified, draining/);
   });
 
   it('--json: the gate status and every sidecar status, keyed by status URL', async () => {
     const r = await run(['--gate', `http://127.0.0.1:${t.gate.adminPort}`, '--json']);
-    const doc = JSON.parse(r.out) as { gate: { workerView: { pools: Array<{ pool: string; endpoints: Array<{ state: string; status: string }> }> } }; sidecars: Record<string, { role: string }> };
+    const doc = JSON.parse(r.out) as {
+      gate: { workerView: { pools: Array<{ pool: string; endpoints: Array<{ state: string; status: string }> }> } };
+      sidecars: Record<string, { role: string }>;
+    };
     expect(doc.gate.workerView.pools.map((p) => p.pool).sort()).toEqual(['a-decode', 'a-prefill', 'b-decode', 'b-prefill']);
     const prefillA = doc.gate.workerView.pools.find((p) => p.pool === 'a-prefill')!.endpoints[0]!;
     expect(doc.sidecars[prefillA.status]!.role).toBe('prefill');

@@ -59,7 +59,10 @@ describe('a worker that lies about its revision', () => {
     let refused = 0;
     let servedByA = 0;
     for (let i = 0; i < 24; i++) {
-      const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[0], 4), { 'x-tenant-id': 'acme', 'x-session-id': `liar-${i}` });
+      const r = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[0], 4), {
+        'x-tenant-id': 'acme',
+        'x-session-id': `liar-${i}`,
+      });
       if (r.status === 503) {
         expect(r.headers.get(H.rejectReason)).toBe('no_compatible_capacity');
         expect(Number(r.headers.get('retry-after'))).toBeGreaterThan(0);
@@ -88,7 +91,7 @@ describe('a decode drain in the middle of traffic', () => {
   });
   afterAll(() => t.close());
 
-  it("a decode worker refuses a contract that routes the decode to another worker of its group", async () => {
+  it('a decode worker refuses a contract that routes the decode to another worker of its group', async () => {
     const fingerprint = t.gate.policy.current().revisions.get('llama-a')!.fingerprint;
     const now = Date.now();
     const signed = gateSigned(
@@ -136,7 +139,10 @@ describe('a decode drain in the middle of traffic', () => {
     const drain = await fetch(`${t.worker('llama-a', 'decode').sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' });
     expect(drain.status).toBeLessThan(300);
     await t.gate.refreshWorkerView();
-    const during = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[0], 4), { 'x-tenant-id': 'acme', 'x-session-id': session });
+    const during = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[0], 4), {
+      'x-tenant-id': 'acme',
+      'x-session-id': session,
+    });
     expect(during.status).toBe(503);
     expect(during.headers.get(H.rejectReason)).toBe('no_compatible_capacity');
     let text = new TextDecoder().decode(first.value);

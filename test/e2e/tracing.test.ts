@@ -13,7 +13,12 @@ const exporter = new InMemorySpanExporter();
 const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
 let t: Topology;
 beforeAll(async () => {
-  t = await startTopology({ logger: silent, candidateWeight: 0, tracer: provider.getTracer('kvgate-test'), sidecarProbeIntervalMs: 60_000 });
+  t = await startTopology({
+    logger: silent,
+    candidateWeight: 0,
+    tracer: provider.getTracer('kvgate-test'),
+    sidecarProbeIntervalMs: 60_000,
+  });
 });
 afterAll(async () => {
   await t.close();
@@ -27,10 +32,24 @@ describe('one trace across gate, sidecars, prefill leg and worker calls', () => 
     const traceId = randomBytes(16).toString('hex');
     const clientSpan = randomBytes(8).toString('hex');
     const rid = `trace-${randomUUID()}`;
-    const r = await complete(t, 'trace me', 4, client('acme', 'trace', { 'x-request-id': rid, traceparent: `00-${traceId}-${clientSpan}-01` }));
+    const r = await complete(
+      t,
+      'trace me',
+      4,
+      client('acme', 'trace', { 'x-request-id': rid, traceparent: `00-${traceId}-${clientSpan}-01` }),
+    );
     expect(r.status).toBe(200);
     const mine = () => exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === traceId);
-    const want = ['kvgate.gate route', 'kvgate.sidecar decode', 'kvgate.sidecar prefill leg', 'kvgate.gate hop', 'kvgate.sidecar prefill', 'kvgate.sidecar worker prefill', 'kvgate.sidecar worker tokenize', 'kvgate.sidecar worker completion'];
+    const want = [
+      'kvgate.gate route',
+      'kvgate.sidecar decode',
+      'kvgate.sidecar prefill leg',
+      'kvgate.gate hop',
+      'kvgate.sidecar prefill',
+      'kvgate.sidecar worker prefill',
+      'kvgate.sidecar worker tokenize',
+      'kvgate.sidecar worker completion',
+    ];
     expect(await eventually(() => want.every((n) => mine().some((s) => s.name === n)))).toBe(true);
     const one = (name: string) => {
       const found = mine().filter((s) => s.name === name);
@@ -59,10 +78,15 @@ describe('one trace across gate, sidecars, prefill leg and worker calls', () => 
   it('starts a trace when the client sent none, and the sidecars join it', async () => {
     const rid = `trace-root-${randomUUID()}`;
     expect((await complete(t, 'no trace header', 4, client('acme', 'trace-root', { 'x-request-id': rid }))).status).toBe(200);
-    const route = () => exporter.getFinishedSpans().find((s) => s.name === 'kvgate.gate route' && s.attributes['kvgate.client_request_id'] === rid);
+    const route = () =>
+      exporter.getFinishedSpans().find((s) => s.name === 'kvgate.gate route' && s.attributes['kvgate.client_request_id'] === rid);
     expect(await eventually(() => route() !== undefined)).toBe(true);
     expect(route()!.parentSpanContext).toBeUndefined();
     const traceId = route()!.spanContext().traceId;
-    expect(await eventually(() => exporter.getFinishedSpans().some((s) => s.name === 'kvgate.sidecar decode' && s.spanContext().traceId === traceId))).toBe(true);
+    expect(
+      await eventually(() =>
+        exporter.getFinishedSpans().some((s) => s.name === 'kvgate.sidecar decode' && s.spanContext().traceId === traceId),
+      ),
+    ).toBe(true);
   });
 });

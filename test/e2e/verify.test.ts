@@ -31,7 +31,9 @@ const PROMPTS_YAML = `
 `;
 
 /** Test support, not product: an HTTP server on 127.0.0.1:0 around one request handler. */
-async function serve(handler: (body: any, req: IncomingMessage) => Promise<{ status: number; body: string }>): Promise<{ url: string; server: Server }> {
+async function serve(
+  handler: (body: any, req: IncomingMessage) => Promise<{ status: number; body: string }>,
+): Promise<{ url: string; server: Server }> {
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     let data = '';
     req.on('data', (c) => (data += c));
@@ -64,11 +66,27 @@ function naiveProxy(t: Topology): Promise<{ url: string; server: Server }> {
   return serve(async (body, req) => {
     const route = req.url ?? '/v1/completions';
     const requestId = randomUUID();
-    const pre = { ...body, stream: false, max_tokens: 1, kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null } };
+    const pre = {
+      ...body,
+      stream: false,
+      max_tokens: 1,
+      kv_transfer_params: {
+        do_remote_decode: true,
+        do_remote_prefill: false,
+        remote_engine_id: null,
+        remote_block_ids: null,
+        remote_host: null,
+        remote_port: null,
+      },
+    };
     delete pre.stream_options;
     const prefill = await postRaw(`${p}${route}`, pre, { 'x-request-id': requestId });
     if (prefill.status !== 200) return { status: prefill.status, body: prefill.text };
-    const decode = await postRaw(`${d}${route}`, { ...body, kv_transfer_params: prefill.json.kv_transfer_params }, { 'x-request-id': requestId });
+    const decode = await postRaw(
+      `${d}${route}`,
+      { ...body, kv_transfer_params: prefill.json.kv_transfer_params },
+      { 'x-request-id': requestId },
+    );
     return { status: decode.status, body: decode.text };
   });
 }
@@ -116,8 +134,25 @@ describe('kvgate verify through the local topology', () => {
     const { session } = await sessionOn(t, revision);
     const c = capture();
     const code = await runVerifyCommand(
-      ['--via', t.publicUrl, '--baseline', t.worker(revision, 'decode').sim.url, '--prompts', prompts, '--model', SERVED_MODEL,
-        '--header', 'x-tenant-id=acme', '--header', `x-session-id=${session}`, '--expect-revision', revision, '--max-tokens', '16', '--json'],
+      [
+        '--via',
+        t.publicUrl,
+        '--baseline',
+        t.worker(revision, 'decode').sim.url,
+        '--prompts',
+        prompts,
+        '--model',
+        SERVED_MODEL,
+        '--header',
+        'x-tenant-id=acme',
+        '--header',
+        `x-session-id=${session}`,
+        '--expect-revision',
+        revision,
+        '--max-tokens',
+        '16',
+        '--json',
+      ],
       c.io,
     );
     return { code, report: JSON.parse(c.out.join('')), stderr: c.err.join('') };
@@ -148,7 +183,10 @@ describe('kvgate verify through the local topology', () => {
     const proxy = await naiveProxy(t);
     extra.push(proxy.server);
     const c = capture();
-    const code = await runVerifyCommand(['--via', proxy.url, '--baseline', decodeB.url, '--prompts', prompts, '--model', SERVED_MODEL, '--max-tokens', '16'], c.io);
+    const code = await runVerifyCommand(
+      ['--via', proxy.url, '--baseline', decodeB.url, '--prompts', prompts, '--model', SERVED_MODEL, '--max-tokens', '16'],
+      c.io,
+    );
     // Leave no A-computed blocks in B's decode worker for later tests that share this topology.
     await decodeB.resetPrefixCache();
     const text = c.out.join('');
@@ -166,7 +204,10 @@ describe('kvgate verify through the local topology', () => {
     const proxy = await naiveProxy(t);
     extra.push(proxy.server);
     const c = capture();
-    const code = await runVerifyCommand(['--via', proxy.url, '--baseline', decodeB.url, '--prompts', prompts, '--model', SERVED_MODEL, '--json'], c.io);
+    const code = await runVerifyCommand(
+      ['--via', proxy.url, '--baseline', decodeB.url, '--prompts', prompts, '--model', SERVED_MODEL, '--json'],
+      c.io,
+    );
     await decodeB.resetPrefixCache();
     expect(code).toBe(1);
     const report = JSON.parse(c.out.join(''));
@@ -185,10 +226,29 @@ describe('kvgate verify through the local topology', () => {
     const proxy = await naiveProxy(t);
     extra.push(proxy.server);
     const naive = capture();
-    expect(await runVerifyCommand(['--via', proxy.url, '--baseline', decodeB.url, '--prompts', prompts, '--model', SERVED_MODEL, '--max-tokens', '4'], naive.io)).toBe(1);
+    expect(
+      await runVerifyCommand(
+        ['--via', proxy.url, '--baseline', decodeB.url, '--prompts', prompts, '--model', SERVED_MODEL, '--max-tokens', '4'],
+        naive.io,
+      ),
+    ).toBe(1);
     // No reset here on purpose: B's decode worker now holds A-computed blocks for these prompts (unsalted keys).
     const { session } = await sessionOn(t, 'llama-b');
-    const honest = ['--via', t.publicUrl, '--baseline', decodeB.url, '--prompts', prompts, '--model', SERVED_MODEL, '--header', 'x-tenant-id=acme', '--header', `x-session-id=${session}`, '--json'];
+    const honest = [
+      '--via',
+      t.publicUrl,
+      '--baseline',
+      decodeB.url,
+      '--prompts',
+      prompts,
+      '--model',
+      SERVED_MODEL,
+      '--header',
+      'x-tenant-id=acme',
+      '--header',
+      `x-session-id=${session}`,
+      '--json',
+    ];
     const salted = capture();
     expect(await runVerifyCommand(honest, salted.io)).toBe(0);
     // Without a salt the baseline reads the poisoned blocks and is no baseline at all: the honest path "diverges".
@@ -204,7 +264,10 @@ describe('kvgate verify through the local topology', () => {
     const bare = await textOnly(decodeA.url);
     extra.push(bare.server);
     const c = capture();
-    const code = await runVerifyCommand(['--via', bare.url, '--baseline', decodeA.url, '--prompts', prompts, '--model', SERVED_MODEL, '--max-tokens', '4'], c.io);
+    const code = await runVerifyCommand(
+      ['--via', bare.url, '--baseline', decodeA.url, '--prompts', prompts, '--model', SERVED_MODEL, '--max-tokens', '4'],
+      c.io,
+    );
     const text = c.out.join('');
     expect(code).toBe(3);
     expect(text).toMatch(/p1: via error: .*cannot verify from text alone: the endpoint must return token ids/);

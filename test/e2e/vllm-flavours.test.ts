@@ -53,8 +53,17 @@ describe.each(['0.11', '0.13', 'main'] as const)('vLLM %s shaped workers with --
     t = await startTopology({
       logger: silent,
       candidateWeight: 0,
-      sim: { flavour, apiKey: KEY, reasoningTokens: REASONING, slidingWindowLayers: 'mixed', transferTimeoutMs: 400, latency: { decodeMsPerToken: 5 } },
-      workerOverrides: { 'llama-a/prefill': { flavour, apiKey: KEY, reasoningTokens: REASONING, slidingWindowLayers: 'mixed', dataParallelSize: 2 } },
+      sim: {
+        flavour,
+        apiKey: KEY,
+        reasoningTokens: REASONING,
+        slidingWindowLayers: 'mixed',
+        transferTimeoutMs: 400,
+        latency: { decodeMsPerToken: 5 },
+      },
+      workerOverrides: {
+        'llama-a/prefill': { flavour, apiKey: KEY, reasoningTokens: REASONING, slidingWindowLayers: 'mixed', dataParallelSize: 2 },
+      },
       // Gemma-style: the model has a window, vLLM reports None; current main names the layout LBHNC.
       descriptorOverrides: { architecture: { slidingWindow: 4096 }, ...(flavour === 'main' ? { kvCache: { layout: 'LBHNC' } } : {}) },
       sidecar: { workerApiKey: { env: 'KVGATE_E2E_WORKER_KEY' } },
@@ -74,13 +83,20 @@ describe.each(['0.11', '0.13', 'main'] as const)('vLLM %s shaped workers with --
   it('every sidecar verifies its keyed worker; the key never shows in the status document', async () => {
     for (const w of t.workers) {
       const status = w.sidecar.status();
-      expect({ worker: `${w.revision}/${w.role}`, verified: status.verified, reasons: status.reasons }).toEqual({ worker: `${w.revision}/${w.role}`, verified: true, reasons: [] });
+      expect({ worker: `${w.revision}/${w.role}`, verified: status.verified, reasons: status.reasons }).toEqual({
+        worker: `${w.revision}/${w.role}`,
+        verified: true,
+        reasons: [],
+      });
       expect(status.declaredOnly).toContain('architecture.slidingWindow'); // None is no evidence either way
       expect(JSON.stringify(status)).not.toContain(KEY);
     }
     const prefill = t.worker('llama-a', 'prefill');
     expect(prefill.sim.engineIds).toHaveLength(2);
-    expect(prefill.sim.engineIds.map((id) => id.replace(/_dp\d$/, ''))).toEqual([prefill.sim.engineId.replace(/_dp\d$/, ''), prefill.sim.engineId.replace(/_dp\d$/, '')]);
+    expect(prefill.sim.engineIds.map((id) => id.replace(/_dp\d$/, ''))).toEqual([
+      prefill.sim.engineId.replace(/_dp\d$/, ''),
+      prefill.sim.engineId.replace(/_dp\d$/, ''),
+    ]);
     // Without the key the worker refuses, as vLLM does.
     expect((await post(`${decodeSim().url}/v1/completions`, completion(PROMPTS[0], 2))).status).toBe(401);
   });
@@ -113,7 +129,13 @@ describe.each(['0.11', '0.13', 'main'] as const)('vLLM %s shaped workers with --
   });
 
   it('streams reasoning as it comes (not held until content), and the whole answer is the baseline', async () => {
-    const body = { model: SERVED_MODEL, messages: [{ role: 'user', content: `Think first, then answer (${flavour}).` }], max_tokens: 10, ignore_eos: true, stream: true };
+    const body = {
+      model: SERVED_MODEL,
+      messages: [{ role: 'user', content: `Think first, then answer (${flavour}).` }],
+      max_tokens: 10,
+      ignore_eos: true,
+      stream: true,
+    };
     // No return_token_ids: chunks then carry nothing but the reasoning text, as a plain client's stream does.
     // The decode worker pauses once its reasoning tokens are out, before any content: the first output must reach
     // the client during that pause (a relay that held reasoning until content would show nothing until release).
@@ -121,10 +143,15 @@ describe.each(['0.11', '0.13', 'main'] as const)('vLLM %s shaped workers with --
     d.setFaults({ holdStreamAfterTokens: REASONING });
     let arrivedWhileHeld: boolean | undefined;
     const safety = setTimeout(() => d.setFaults({ holdStreamAfterTokens: null }), 5000);
-    const via = await stream(`${t.publicUrl}/v1/chat/completions`, body, { 'x-tenant-id': 'acme', 'x-session-id': 'reasoning' }, async () => {
-      arrivedWhileHeld ??= d.getFaults().holdStreamAfterTokens !== null;
-      d.setFaults({ holdStreamAfterTokens: null });
-    }).finally(() => clearTimeout(safety));
+    const via = await stream(
+      `${t.publicUrl}/v1/chat/completions`,
+      body,
+      { 'x-tenant-id': 'acme', 'x-session-id': 'reasoning' },
+      async () => {
+        arrivedWhileHeld ??= d.getFaults().holdStreamAfterTokens !== null;
+        d.setFaults({ holdStreamAfterTokens: null });
+      },
+    ).finally(() => clearTimeout(safety));
     expect(via.status).toBe(200);
     expect(arrivedWhileHeld).toBe(true);
     const deltas = via.events.map((e) => e.choices?.[0]?.delta ?? {});
@@ -136,11 +163,14 @@ describe.each(['0.11', '0.13', 'main'] as const)('vLLM %s shaped workers with --
     expect(reasoningText).toBe(base.json.choices[0].message[REASONING_FIELD[flavour]]);
   });
 
-  it("a failed transfer is refused under onTransferFailure: fail, whether the worker fails it or silently recomputes it", async () => {
+  it('a failed transfer is refused under onTransferFailure: fail, whether the worker fails it or silently recomputes it', async () => {
     const prefill = t.worker('llama-a', 'prefill').sim;
     prefill.setFaults({ transferTimeout: true });
     try {
-      const r = await post(`${t.publicUrl}/v1/completions`, completion(`${PROMPTS[2]} (transfer failure on ${flavour})`, 8), { 'x-tenant-id': 'acme', 'x-session-id': 'xfer' });
+      const r = await post(`${t.publicUrl}/v1/completions`, completion(`${PROMPTS[2]} (transfer failure on ${flavour})`, 8), {
+        'x-tenant-id': 'acme',
+        'x-session-id': 'xfer',
+      });
       expect([r.status, r.json.error?.code]).toEqual([502, 'worker_error']);
       const silently = decodeSim().config.sim.kvLoadFailurePolicy === 'recompute';
       expect(silently).toBe(flavour !== 'main'); // vLLM's default before PR #34896
@@ -153,7 +183,10 @@ describe.each(['0.11', '0.13', 'main'] as const)('vLLM %s shaped workers with --
     } finally {
       prefill.setFaults({ reset: true });
     }
-    const ok = await post(`${t.publicUrl}/v1/completions`, completion(`${PROMPTS[3]} (after the fault, ${flavour})`, 4), { 'x-tenant-id': 'acme', 'x-session-id': 'xfer-2' });
+    const ok = await post(`${t.publicUrl}/v1/completions`, completion(`${PROMPTS[3]} (after the fault, ${flavour})`, 4), {
+      'x-tenant-id': 'acme',
+      'x-session-id': 'xfer-2',
+    });
     expect(ok.status).toBe(200);
   });
 });

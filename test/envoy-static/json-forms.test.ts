@@ -16,7 +16,8 @@ describe('durations ("1.5s")', () => {
   });
 
   it('refuse what protobuf JSON refuses', () => {
-    for (const bad of [5, '5', '5ms', '1m', '1.0000000001s', ' 1s', '315576000001s', '', null]) expect(parseDuration(bad).ok, String(bad)).toBe(false);
+    for (const bad of [5, '5', '5ms', '1m', '1.0000000001s', ' 1s', '315576000001s', '', null])
+      expect(parseDuration(bad).ok, String(bad)).toBe(false);
     expect(parseDuration('0.25s')).toEqual({ ok: true, nanos: 250_000_000n });
   });
 });

@@ -54,7 +54,13 @@ function num(value: unknown): number | undefined {
 }
 
 /** gt/gte/lt/lte/const/in/not_in, shared by numbers, enums and durations. */
-function checkBounds(kind: string, r: Record<string, unknown>, v: Bound, show: (x: Bound) => string, conv: (x: unknown) => Bound | undefined): string[] {
+function checkBounds(
+  kind: string,
+  r: Record<string, unknown>,
+  v: Bound,
+  show: (x: Bound) => string,
+  conv: (x: unknown) => Bound | undefined,
+): string[] {
   const at = (name: string): Bound | undefined => (r[name] === undefined ? undefined : conv(r[name]));
   const [gt, gte, lt, lte, exact] = [at('gt'), at('gte'), at('lt'), at('lte'), at('const')];
   const lower = gt !== undefined ? v > gt : gte !== undefined ? v >= gte : true;
@@ -66,7 +72,12 @@ function checkBounds(kind: string, r: Record<string, unknown>, v: Bound, show: (
   const rule = `(validate.rules).${kind}`;
   const out: string[] = [];
   if (!inRange) {
-    const parts: [Bound | undefined, string][] = [[gt, '>'], [gte, '>='], [lt, '<'], [lte, '<=']];
+    const parts: [Bound | undefined, string][] = [
+      [gt, '>'],
+      [gte, '>='],
+      [lt, '<'],
+      [lte, '<='],
+    ];
     const wanted = parts.flatMap(([b, op]) => (b === undefined ? [] : [`${op} ${show(b)}`]));
     out.push(`${show(v)} breaks ${rule}: must be ${wanted.join(' and ')}`);
   }
@@ -155,7 +166,20 @@ function checkEnum(r: Record<string, unknown>, e: Enum, value: unknown): string[
   return [...out, ...checkBounds('enum', { const: r['const'], in: r['in'], not_in: r['not_in'] }, v, String, num)];
 }
 
-const NUMERIC_KINDS = ['double', 'float', 'int32', 'int64', 'uint32', 'uint64', 'sint32', 'sint64', 'fixed32', 'fixed64', 'sfixed32', 'sfixed64'];
+const NUMERIC_KINDS = [
+  'double',
+  'float',
+  'int32',
+  'int64',
+  'uint32',
+  'uint64',
+  'sint32',
+  'sint64',
+  'fixed32',
+  'fixed64',
+  'sfixed32',
+  'sfixed64',
+];
 
 /**
  * Checks the rules of one present value (a scalar, a wrapper's scalar, an enum value, a duration string) whose

@@ -124,15 +124,29 @@ describe('rendered variants pass the proto check', () => {
     expect(text).toContain('--gate-tls-ca /etc/kvgate/tls/ca.pem');
   });
 
-  it("each listener its own client certificate: a second gate cluster for the internal listener, so the gate tells the roles apart", async () => {
-    const internal = ['--gate-tls-internal-cert', '/etc/kvgate/tls/envoy-internal.pem', '--gate-tls-internal-key', '/etc/kvgate/tls/envoy-internal-key.pem'];
+  it('each listener its own client certificate: a second gate cluster for the internal listener, so the gate tells the roles apart', async () => {
+    const internal = [
+      '--gate-tls-internal-cert',
+      '/etc/kvgate/tls/envoy-internal.pem',
+      '--gate-tls-internal-key',
+      '/etc/kvgate/tls/envoy-internal-key.pem',
+    ];
     const text = await render([...base, ...tls, ...internal]);
     expect(errorsOf(text)).toEqual([]);
-    const clusters = parseYaml(text).static_resources.clusters as { name: string; transport_socket?: { typed_config: { common_tls_context: { tls_certificates: { certificate_chain: { filename: string } }[] } } } }[];
-    const cert = (name: string) => clusters.find((c) => c.name === name)?.transport_socket?.typed_config.common_tls_context.tls_certificates[0]?.certificate_chain.filename;
-    expect([cert('kvgate_gate'), cert('kvgate_gate_internal')]).toEqual(['/etc/kvgate/tls/envoy.pem', '/etc/kvgate/tls/envoy-internal.pem']);
+    const clusters = parseYaml(text).static_resources.clusters as {
+      name: string;
+      transport_socket?: { typed_config: { common_tls_context: { tls_certificates: { certificate_chain: { filename: string } }[] } } };
+    }[];
+    const cert = (name: string) =>
+      clusters.find((c) => c.name === name)?.transport_socket?.typed_config.common_tls_context.tls_certificates[0]?.certificate_chain
+        .filename;
+    expect([cert('kvgate_gate'), cert('kvgate_gate_internal')]).toEqual([
+      '/etc/kvgate/tls/envoy.pem',
+      '/etc/kvgate/tls/envoy-internal.pem',
+    ]);
     const listeners = parseYaml(text).static_resources.listeners as { name: string }[];
-    const clusterOf = (l: string) => JSON.stringify(listeners.find((x) => x.name === l)).match(/"cluster_name":"(kvgate_gate[a-z_]*)"/)?.[1];
+    const clusterOf = (l: string) =>
+      JSON.stringify(listeners.find((x) => x.name === l)).match(/"cluster_name":"(kvgate_gate[a-z_]*)"/)?.[1];
     expect([clusterOf('public'), clusterOf('internal')]).toEqual(['kvgate_gate', 'kvgate_gate_internal']);
     expect(text).toContain('--gate-tls-internal-cert /etc/kvgate/tls/envoy-internal.pem');
   });

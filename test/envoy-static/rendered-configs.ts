@@ -36,7 +36,8 @@ export function routedClusters(text: string, gateClusters: ReadonlySet<string> =
     const kind = v['kind'];
     if (kind === undefined) {
       const clusters = ((v['static_resources'] as Record<string, unknown> | undefined)?.['clusters'] ?? []) as { name?: string }[];
-      for (const c of clusters) if (c.name !== undefined && !gateClusters.has(c.name)) out.push({ name: c.name, where: 'bootstrap cluster' });
+      for (const c of clusters)
+        if (c.name !== undefined && !gateClusters.has(c.name)) out.push({ name: c.name, where: 'bootstrap cluster' });
     } else if (kind === 'VirtualService') {
       const http = ((v['spec'] as Record<string, unknown>)['http'] ?? []) as {
         name?: string;

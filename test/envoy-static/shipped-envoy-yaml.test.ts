@@ -24,10 +24,10 @@ function show(issues: readonly EnvoyIssue[]): string[] {
   return issues.map((i) => `line ${String(i.line ?? '?')}: ${i.path || '(root)'}: ${i.message}`);
 }
 
-const shipped = [
-  ...findYamlFiles(ENVOY_DIR).map((f) => path.join('envoy', f)),
-  ...OTHER_COPIES,
-].map((file) => ({ file, result: validateEnvoyYamlFile(root, readFileSync(path.join(REPO_DIR, file), 'utf8')) }));
+const shipped = [...findYamlFiles(ENVOY_DIR).map((f) => path.join('envoy', f)), ...OTHER_COPIES].map((file) => ({
+  file,
+  result: validateEnvoyYamlFile(root, readFileSync(path.join(REPO_DIR, file), 'utf8')),
+}));
 
 describe('shipped Envoy YAML (envoy/ and every other copy)', () => {
   it('includes the bootstrap envoy/envoy.yaml and the Kubernetes copy', () => {

@@ -32,12 +32,7 @@ export interface ValidateOptions {
  * Validates an already-parsed value (from YAML or JSON) as the Envoy message `typeName`. Returns every finding;
  * never throws for a bad config. Throws only if `typeName` itself is not a message in the Root (a caller bug).
  */
-export function validateEnvoyValue(
-  root: Root,
-  typeName: string,
-  value: unknown,
-  options: ValidateOptions = {},
-): EnvoyValidationReport {
+export function validateEnvoyValue(root: Root, typeName: string, value: unknown, options: ValidateOptions = {}): EnvoyValidationReport {
   const type = findMessageType(root, typeName);
   if (!type) throw new Error(`validateEnvoyValue: ${typeName} is not a message type in the loaded protos`);
   const findings = new Findings();

@@ -2,7 +2,15 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ISTIO_APPLY_TO_TYPES } from './envoy-yaml-targets.js';
-import { importClosure, importsOf, listVendoredProtos, loadEnvoyRoot, PROTOS_DIR, protoIncludeDirs, VENDORED_ROOT_PROTOS } from './proto-root.js';
+import {
+  importClosure,
+  importsOf,
+  listVendoredProtos,
+  loadEnvoyRoot,
+  PROTOS_DIR,
+  protoIncludeDirs,
+  VENDORED_ROOT_PROTOS,
+} from './proto-root.js';
 import { findMessageType } from './type-index.js';
 
 const root = loadEnvoyRoot();
@@ -39,7 +47,10 @@ describe('vendored protos (protos/)', () => {
   it('still hold the 18 files of the ext_proc service, patches included', () => {
     const vendored = listVendoredProtos();
     for (const f of ORIGINAL_EIGHTEEN) expect(vendored).toContain(f);
-    for (const f of ['envoy/extensions/filters/http/ext_proc/v3/processing_mode.proto', 'envoy/service/ext_proc/v3/external_processor.proto']) {
+    for (const f of [
+      'envoy/extensions/filters/http/ext_proc/v3/processing_mode.proto',
+      'envoy/service/ext_proc/v3/external_processor.proto',
+    ]) {
       expect(readFileSync(path.join(PROTOS_DIR, 'envoy-api', f), 'utf8')).toContain('kvgate-patch');
     }
     const bodyMode = root.lookupEnum('envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode');
@@ -65,7 +76,8 @@ describe('vendored protos (protos/)', () => {
   });
 
   it('parse imports in every form protoc accepts', () => {
-    const src = 'syntax = "proto3";\nimport "a/b.proto";\n  import public "c.proto";\nimport weak "d.proto";\n// import "commented.proto";\n';
+    const src =
+      'syntax = "proto3";\nimport "a/b.proto";\n  import public "c.proto";\nimport weak "d.proto";\n// import "commented.proto";\n';
     expect(importsOf(src)).toEqual(['a/b.proto', 'c.proto', 'd.proto']);
   });
 });

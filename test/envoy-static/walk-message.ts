@@ -181,9 +181,15 @@ function checkOneofs(ctx: WalkContext, type: Type, set: ReadonlyMap<Field, strin
     const memberList = members.map((f) => f.name).join(', ');
     if (present.length > 1) {
       const later = present[present.length - 1] ?? '';
-      ctx.findings.error([...path, later], `${ticks(present)} are both set, but ${name} allows only one of oneof \`${oneof.name}\` (${memberList})`);
+      ctx.findings.error(
+        [...path, later],
+        `${ticks(present)} are both set, but ${name} allows only one of oneof \`${oneof.name}\` (${memberList})`,
+      );
     } else if (present.length === 0 && !ctx.partial && parsedOptionsOf(oneof)['(validate.required)'] === true) {
-      ctx.findings.error(path, `${name} needs one of ${members.map((f) => `\`${f.name}\``).join(', ')} (oneof \`${oneof.name}\` is required)`);
+      ctx.findings.error(
+        path,
+        `${name} needs one of ${members.map((f) => `\`${f.name}\``).join(', ')} (oneof \`${oneof.name}\` is required)`,
+      );
     }
   }
   const groups = new Map<string, string[]>();
@@ -193,7 +199,10 @@ function checkOneofs(ctx: WalkContext, type: Type, set: ReadonlyMap<Field, strin
   }
   for (const [group, keys] of groups) {
     if (keys.length < 2) continue;
-    ctx.findings.warn(path, `${ticks(keys)} are both set; ${name} marks them as one future oneof (\`${group}\`): Envoy uses or accepts only one`);
+    ctx.findings.warn(
+      path,
+      `${ticks(keys)} are both set; ${name} marks them as one future oneof (\`${group}\`): Envoy uses or accepts only one`,
+    );
   }
 }
 

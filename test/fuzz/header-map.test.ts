@@ -14,16 +14,35 @@ const RUNS = { numRuns: 400 };
 const encoder = new TextEncoder();
 
 /** A name in random case: Envoy lower-cases, but the reader must not depend on it. */
-const anyCase = (name: string) => fc.array(fc.boolean(), { minLength: name.length, maxLength: name.length }).map((up) => [...name].map((c, i) => (up[i] ? c.toUpperCase() : c)).join(''));
+const anyCase = (name: string) =>
+  fc
+    .array(fc.boolean(), { minLength: name.length, maxLength: name.length })
+    .map((up) => [...name].map((c, i) => (up[i] ? c.toUpperCase() : c)).join(''));
 
 const gateOwnedName = fc.oneof(
   fc.constantFrom(...Object.values(H).filter((h) => isGateOwnedHeader(h))).chain(anyCase),
-  fc.string({ minLength: 0, maxLength: 12 }).map((s) => `x-kvgate-${s}`).chain(anyCase),
+  fc
+    .string({ minLength: 0, maxLength: 12 })
+    .map((s) => `x-kvgate-${s}`)
+    .chain(anyCase),
 );
-const tokenChar = fc.constantFrom(...'abcdefghijklmnopqrstuvwxyz0123456789-_!#$%&\'*+.^`|~');
+const tokenChar = fc.constantFrom(..."abcdefghijklmnopqrstuvwxyz0123456789-_!#$%&'*+.^`|~");
 const ordinaryName = fc
   .oneof(
-    fc.constantFrom(':method', ':path', ':authority', 'content-type', 'x-tenant-id', 'x-session-id', 'x-request-id', 'x-kvgate', 'x-kvgat-group', 'kvgate-group', 'x-gateway-destination', 'authorization'),
+    fc.constantFrom(
+      ':method',
+      ':path',
+      ':authority',
+      'content-type',
+      'x-tenant-id',
+      'x-session-id',
+      'x-request-id',
+      'x-kvgate',
+      'x-kvgat-group',
+      'kvgate-group',
+      'x-gateway-destination',
+      'authorization',
+    ),
     fc.array(tokenChar, { minLength: 1, maxLength: 16 }).map((cs) => cs.join('')),
   )
   .filter((n) => !isGateOwnedHeader(n))
@@ -31,12 +50,15 @@ const ordinaryName = fc
 
 /** One header as Envoy may send it: `raw_value` bytes (current Envoy) or `value` (before 1.27). */
 const header = (name: fc.Arbitrary<string>): fc.Arbitrary<WireHeaderValue> =>
-  fc.tuple(name, fc.string({ maxLength: 20 }), fc.boolean()).map(([key, value, raw]) => (raw ? { key, raw_value: encoder.encode(value) } : { key, value }));
+  fc
+    .tuple(name, fc.string({ maxLength: 20 }), fc.boolean())
+    .map(([key, value, raw]) => (raw ? { key, raw_value: encoder.encode(value) } : { key, value }));
 
 const headerList = fc.array(fc.oneof(header(gateOwnedName), header(ordinaryName)), { maxLength: 20 });
 
 /** What a header carries once read: raw bytes when non-empty, else the legacy string. */
-const valueOf = (h: WireHeaderValue) => (h.raw_value !== undefined && h.raw_value.length > 0 ? new TextDecoder().decode(h.raw_value) : (h.value ?? ''));
+const valueOf = (h: WireHeaderValue) =>
+  h.raw_value !== undefined && h.raw_value.length > 0 ? new TextDecoder().decode(h.raw_value) : (h.value ?? '');
 
 describe('readHeaderMap', () => {
   it('never lets a gate-owned header into headers, whatever its case or position', () => {
@@ -74,13 +96,17 @@ describe('readHeaderMap', () => {
   // inherited member (`constructor: x` becomes "function Object() { [native code] },x") and `__proto__` is dropped.
   it('keeps headers named like Object.prototype members exactly as sent', () => {
     fc.assert(
-      fc.property(fc.constantFrom('constructor', 'toString', 'valueOf', 'hasOwnProperty', '__proto__', '__defineGetter__'), fc.string({ maxLength: 10 }), (key, value) => {
-        const r = readHeaderMap({ headers: [{ key, raw_value: encoder.encode(value) }] });
-        // Envoy hands header names to ext_proc lower-cased; the reader keys them that way.
-        const name = key.toLowerCase();
-        expect(Object.hasOwn(r.headers, name), name).toBe(true);
-        expect(r.headers[name], name).toBe(value);
-      }),
+      fc.property(
+        fc.constantFrom('constructor', 'toString', 'valueOf', 'hasOwnProperty', '__proto__', '__defineGetter__'),
+        fc.string({ maxLength: 10 }),
+        (key, value) => {
+          const r = readHeaderMap({ headers: [{ key, raw_value: encoder.encode(value) }] });
+          // Envoy hands header names to ext_proc lower-cased; the reader keys them that way.
+          const name = key.toLowerCase();
+          expect(Object.hasOwn(r.headers, name), name).toBe(true);
+          expect(r.headers[name], name).toBe(value);
+        },
+      ),
       { numRuns: 30 },
     );
   });
@@ -99,11 +125,14 @@ describe('readHeaderMap', () => {
       }),
       { numRuns: 300 },
     );
-    const [e9, ff] = [0xe9, 0xff].map((b) => readHeaderMap({ headers: [{ key: 'x-tenant-id', raw_value: new Uint8Array([0x74, 0x2d, b]) }] }));
+    const [e9, ff] = [0xe9, 0xff].map((b) =>
+      readHeaderMap({ headers: [{ key: 'x-tenant-id', raw_value: new Uint8Array([0x74, 0x2d, b]) }] }),
+    );
     expect([e9!.invalid, ff!.invalid]).toEqual([['x-tenant-id'], ['x-tenant-id']]);
   });
 
   it('an absent or empty map reads as no headers', () => {
-    for (const map of [undefined, {}, { headers: [] }]) expect(readHeaderMap(map)).toEqual({ headers: {}, forged: [], gateOwned: {}, invalid: [] });
+    for (const map of [undefined, {}, { headers: [] }])
+      expect(readHeaderMap(map)).toEqual({ headers: {}, forged: [], gateOwned: {}, invalid: [] });
   });
 });

@@ -16,11 +16,28 @@ const RUNS = { numRuns: 300 };
 
 /** Keys a hostile client might try: prototype names, near-misses of kvgate's fields, plain words. */
 const hostileKey = fc.oneof(
-  fc.constantFrom('__proto__', 'constructor', 'prototype', 'toString', 'model', 'prompt', 'messages', 'stream', 'user', 'cache_salt', 'KV_TRANSFER_PARAMS', 'kv_transfer_params '),
+  fc.constantFrom(
+    '__proto__',
+    'constructor',
+    'prototype',
+    'toString',
+    'model',
+    'prompt',
+    'messages',
+    'stream',
+    'user',
+    'cache_salt',
+    'KV_TRANSFER_PARAMS',
+    'kv_transfer_params ',
+  ),
   fc.string({ maxLength: 12 }),
 );
 const anyJson = fc.jsonValue({ maxDepth: 3 });
-const path = fc.oneof(fc.constantFrom(...PATHS), fc.constantFrom('/v1/completions/', '/v1/chat/completions?x=1', '/v1/embeddings', '/', ''), fc.string({ maxLength: 30 }));
+const path = fc.oneof(
+  fc.constantFrom(...PATHS),
+  fc.constantFrom('/v1/completions/', '/v1/chat/completions?x=1', '/v1/embeddings', '/', ''),
+  fc.string({ maxLength: 30 }),
+);
 
 /** Every outcome is a Result; a refusal is a KvgateError with one of the codes a body can earn. */
 function expectWellFormedOutcome(r: ReturnType<typeof parseOpenAiBody>): void {
@@ -66,7 +83,11 @@ describe('parseOpenAiBody never throws', () => {
 
 describe('client-sent kv_transfer_params', () => {
   it('are refused with kv_params_forbidden whatever else the object holds, and whatever their value', () => {
-    const rest = fc.dictionary(hostileKey.filter((k) => k !== 'kv_transfer_params'), anyJson, { maxKeys: 6 });
+    const rest = fc.dictionary(
+      hostileKey.filter((k) => k !== 'kv_transfer_params'),
+      anyJson,
+      { maxKeys: 6 },
+    );
     fc.assert(
       fc.property(fc.constantFrom(...PATHS), rest, anyJson, fc.boolean(), (p, others, params, first) => {
         // Key order varies: first or last in the object.
@@ -85,8 +106,16 @@ describe('client-sent kv_transfer_params', () => {
 /** Strings a client may send as a model name: anything with a non-space character. */
 const modelName = fc.string({ minLength: 1, maxLength: 40 }).filter((s) => s.trim() !== '');
 const ints = fc.array(fc.integer({ min: 0, max: 200_000 }), { minLength: 1, maxLength: 20 });
-const prompt = fc.oneof(fc.string({ maxLength: 200 }), fc.array(fc.string({ maxLength: 20 }), { minLength: 1, maxLength: 4 }), ints, fc.array(ints, { minLength: 1, maxLength: 3 }));
-const message = fc.record({ role: fc.constantFrom('system', 'user', 'assistant', 'tool'), content: fc.oneof(fc.string({ maxLength: 100 }), fc.constant(null)) });
+const prompt = fc.oneof(
+  fc.string({ maxLength: 200 }),
+  fc.array(fc.string({ maxLength: 20 }), { minLength: 1, maxLength: 4 }),
+  ints,
+  fc.array(ints, { minLength: 1, maxLength: 3 }),
+);
+const message = fc.record({
+  role: fc.constantFrom('system', 'user', 'assistant', 'tool'),
+  content: fc.oneof(fc.string({ maxLength: 100 }), fc.constant(null)),
+});
 /** Fields clients add that kvgate does not read: kept in `json`, never a reason to refuse. */
 const passthrough = fc.dictionary(
   fc.constantFrom('max_tokens', 'temperature', 'top_p', 'seed', 'stop', 'logprobs', 'n', 'metadata', 'x_custom'),
@@ -94,7 +123,11 @@ const passthrough = fc.dictionary(
   { maxKeys: 4 },
 );
 const optional = fc.record(
-  { stream: fc.oneof(fc.boolean(), fc.constant(null)), user: fc.oneof(fc.string({ maxLength: 20 }), fc.constant(null)), cache_salt: fc.string({ minLength: 1, maxLength: 20 }) },
+  {
+    stream: fc.oneof(fc.boolean(), fc.constant(null)),
+    user: fc.oneof(fc.string({ maxLength: 20 }), fc.constant(null)),
+    cache_salt: fc.string({ minLength: 1, maxLength: 20 }),
+  },
   { requiredKeys: [] },
 );
 

@@ -25,7 +25,7 @@ function expectActionable(text: string, format: 'yaml' | 'json' = 'yaml'): void 
   }
   if (r.ok) {
     expect(Object.isFrozen(r.value)).toBe(true);
-    expect(() => r.ok ? r.value : (undefined as never)).not.toThrow();
+    expect(() => (r.ok ? r.value : (undefined as never))).not.toThrow();
     return;
   }
   expect(r.error.length).toBeGreaterThan(0);
@@ -35,7 +35,7 @@ function expectActionable(text: string, format: 'yaml' | 'json' = 'yaml'): void 
 }
 
 function expectIssue(i: ConfigIssue, lines: number): void {
-  expect(typeof i.path === 'string' && i.path.length > 0 || i.line !== undefined, JSON.stringify(i)).toBe(true);
+  expect((typeof i.path === 'string' && i.path.length > 0) || i.line !== undefined, JSON.stringify(i)).toBe(true);
   expect(i.message.trim().length, JSON.stringify(i)).toBeGreaterThan(0);
   expect(i.fix.trim().length, JSON.stringify(i)).toBeGreaterThan(0);
   if (i.line !== undefined) {
@@ -45,7 +45,34 @@ function expectIssue(i: ConfigIssue, lines: number): void {
 }
 
 /** Fragments that break YAML in the ways people do: indentation, flow brackets, anchors, aliases, tags, documents. */
-const SNIPPETS = [': ', '- ', '{', '}', '[', ']', '\t', '  ', '#', '"', "'", '\n', '---\n', '&anchor ', '*anchor', '<<: *anchor\n', '!!binary ', '!!str ', '? ', '|\n', '%YAML 1.1\n', 'null', '~', '0x1F', '1e400', '@'];
+const SNIPPETS = [
+  ': ',
+  '- ',
+  '{',
+  '}',
+  '[',
+  ']',
+  '\t',
+  '  ',
+  '#',
+  '"',
+  "'",
+  '\n',
+  '---\n',
+  '&anchor ',
+  '*anchor',
+  '<<: *anchor\n',
+  '!!binary ',
+  '!!str ',
+  '? ',
+  '|\n',
+  '%YAML 1.1\n',
+  'null',
+  '~',
+  '0x1F',
+  '1e400',
+  '@',
+];
 
 type TextMutation = (lines: string[]) => string[];
 const lineIndex = fc.nat({ max: 200 });
@@ -57,12 +84,14 @@ const textMutation: fc.Arbitrary<TextMutation> = fc.oneof(
     [out[a % ls.length], out[b % ls.length]] = [out[b % ls.length]!, out[a % ls.length]!];
     return out;
   }),
-  fc.tuple(lineIndex, fc.nat({ max: 120 }), fc.oneof(fc.constantFrom(...SNIPPETS), fc.string({ maxLength: 6 }))).map(([i, col, s]) => (ls: string[]) => {
-    const out = [...ls];
-    const line = out[i % ls.length]!;
-    out[i % ls.length] = line.slice(0, col % (line.length + 1)) + s + line.slice(col % (line.length + 1));
-    return out;
-  }),
+  fc
+    .tuple(lineIndex, fc.nat({ max: 120 }), fc.oneof(fc.constantFrom(...SNIPPETS), fc.string({ maxLength: 6 })))
+    .map(([i, col, s]) => (ls: string[]) => {
+      const out = [...ls];
+      const line = out[i % ls.length]!;
+      out[i % ls.length] = line.slice(0, col % (line.length + 1)) + s + line.slice(col % (line.length + 1));
+      return out;
+    }),
   fc.tuple(lineIndex, fc.nat({ max: 120 })).map(([i, col]) => (ls: string[]) => {
     const out = [...ls];
     const line = out[i % ls.length]!;
@@ -75,7 +104,12 @@ const textMutation: fc.Arbitrary<TextMutation> = fc.oneof(
     const out = [...ls];
     const line = out[i % ls.length]!;
     const colon = line.indexOf(': ');
-    out[i % ls.length] = colon < 0 ? `${line} ${s}` : s.startsWith('&') ? `${line.slice(0, colon + 2)}${s}${line.slice(colon + 2)}` : `${line.slice(0, colon + 2)}${s}`;
+    out[i % ls.length] =
+      colon < 0
+        ? `${line} ${s}`
+        : s.startsWith('&')
+          ? `${line.slice(0, colon + 2)}${s}${line.slice(colon + 2)}`
+          : `${line.slice(0, colon + 2)}${s}`;
     return out;
   }),
 );
@@ -88,11 +122,21 @@ function pathsOf(v: unknown, prefix: Array<string | number> = []): Array<Array<s
 }
 const FIXTURE_PATHS = pathsOf(FIXTURE_VALUE).filter((p) => p.length > 0);
 
-type ValueMutation = { path: Array<string | number>; op: 'delete' } | { path: Array<string | number>; op: 'set'; value: unknown } | { path: Array<string | number>; op: 'rename'; key: string };
+type ValueMutation =
+  | { path: Array<string | number>; op: 'delete' }
+  | { path: Array<string | number>; op: 'set'; value: unknown }
+  | { path: Array<string | number>; op: 'rename'; key: string };
 const valueMutation: fc.Arbitrary<ValueMutation> = fc.oneof(
   fc.constantFrom(...FIXTURE_PATHS).map((path) => ({ path, op: 'delete' as const })),
-  fc.tuple(fc.constantFrom(...FIXTURE_PATHS), fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constantFrom(-1, 0, 101, 1e9, '', '*', 'llama-c', [], {}))).map(([path, value]) => ({ path, op: 'set' as const, value })),
-  fc.tuple(fc.constantFrom(...FIXTURE_PATHS.filter((p) => typeof p.at(-1) === 'string')), fc.string({ minLength: 1, maxLength: 10 })).map(([path, key]) => ({ path, op: 'rename' as const, key })),
+  fc
+    .tuple(
+      fc.constantFrom(...FIXTURE_PATHS),
+      fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constantFrom(-1, 0, 101, 1e9, '', '*', 'llama-c', [], {})),
+    )
+    .map(([path, value]) => ({ path, op: 'set' as const, value })),
+  fc
+    .tuple(fc.constantFrom(...FIXTURE_PATHS.filter((p) => typeof p.at(-1) === 'string')), fc.string({ minLength: 1, maxLength: 10 }))
+    .map(([path, key]) => ({ path, op: 'rename' as const, key })),
 );
 
 function applyValueMutation(root: unknown, m: ValueMutation): void {
@@ -111,9 +155,13 @@ function applyValueMutation(root: unknown, m: ValueMutation): void {
 describe('parseRouteTable on arbitrary input', () => {
   it('never throws on arbitrary text, as YAML or as JSON; every issue has a path or a line, a message and a fix', () => {
     fc.assert(
-      fc.property(fc.oneof(fc.string({ maxLength: 300 }), fc.string({ unit: 'binary', maxLength: 200 })), fc.constantFrom('yaml' as const, 'json' as const), (text, format) => {
-        expectActionable(text, format);
-      }),
+      fc.property(
+        fc.oneof(fc.string({ maxLength: 300 }), fc.string({ unit: 'binary', maxLength: 200 })),
+        fc.constantFrom('yaml' as const, 'json' as const),
+        (text, format) => {
+          expectActionable(text, format);
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -150,7 +198,12 @@ describe('YAML anchors and aliases (found by the fuzzing above)', () => {
 
   it('an alias bomb (exponential expansion) is an issue, not an exception', () => {
     const bomb = ['version: 1', 'a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]'];
-    for (let i = 1; i < 9; i++) bomb.push(`${String.fromCharCode(97 + i)}: &${String.fromCharCode(97 + i)} [${Array(9).fill(`*${String.fromCharCode(96 + i)}`).join(', ')}]`);
+    for (let i = 1; i < 9; i++)
+      bomb.push(
+        `${String.fromCharCode(97 + i)}: &${String.fromCharCode(97 + i)} [${Array(9)
+          .fill(`*${String.fromCharCode(96 + i)}`)
+          .join(', ')}]`,
+      );
     expectActionable(bomb.join('\n'));
   });
 });

@@ -16,7 +16,9 @@ const GIE = path.join(PACKAGE_ROOT, 'deploy', 'gie');
 type Doc = Record<string, any>;
 
 function docs(file: string): Doc[] {
-  return parseAllDocuments(readFileSync(file, 'utf8')).map((d) => d.toJS() as Doc).filter((d) => d !== null);
+  return parseAllDocuments(readFileSync(file, 'utf8'))
+    .map((d) => d.toJS() as Doc)
+    .filter((d) => d !== null);
 }
 
 function yamlFiles(dir: string): string[] {
@@ -37,7 +39,8 @@ const pools = all.filter((d) => d.doc['kind'] === 'InferencePool');
 function celRules(pool: Doc): string[] {
   const out: string[] = [];
   const ref = pool['spec']['endpointPickerRef'];
-  if (ref !== undefined && (ref['kind'] ?? 'Service') === 'Service' && ref['port'] === undefined) out.push('port is required when kind is Service');
+  if (ref !== undefined && (ref['kind'] ?? 'Service') === 'Service' && ref['port'] === undefined)
+    out.push('port is required when kind is Service');
   const ports = (pool['spec']['targetPorts'] as Doc[]).map((p) => p['number']);
   if (new Set(ports).size !== ports.length) out.push('port number must be unique');
   return out;
@@ -47,7 +50,10 @@ describe('deploy/gie: InferencePool examples against the GIE CRD', () => {
   it('the vendored CRD is the v1 InferencePool and its CEL rules are the ones re-implemented here', () => {
     expect(crd['spec']['group']).toBe('inference.networking.k8s.io');
     const rules = JSON.stringify(v1).match(/"rule":"[^"]*"/g);
-    expect(rules).toEqual([`"rule":"self.kind != 'Service' || has(self.port)"`, '"rule":"self.all(p1, self.exists_one(p2, p1.number==p2.number))"']);
+    expect(rules).toEqual([
+      `"rule":"self.kind != 'Service' || has(self.port)"`,
+      '"rule":"self.all(p1, self.exists_one(p2, p1.number==p2.number))"',
+    ]);
   });
 
   it('every InferencePool validates, names an EPP Service that exists, and fails closed', () => {
@@ -83,7 +89,10 @@ describe('deploy/gie: InferencePool examples against the GIE CRD', () => {
         for (const ref of rule['backendRefs'] as Doc[]) {
           expect(ref['group'], file).toBe('inference.networking.k8s.io');
           expect(ref['kind'], file).toBe('InferencePool');
-          expect(pools.some((p) => p.doc['metadata']['name'] === ref['name']), `${file}: ${ref['name']}`).toBe(true);
+          expect(
+            pools.some((p) => p.doc['metadata']['name'] === ref['name']),
+            `${file}: ${ref['name']}`,
+          ).toBe(true);
         }
       }
     }

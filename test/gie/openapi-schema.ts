@@ -30,12 +30,14 @@ export interface Schema {
 export function validate(schema: Schema, value: unknown, path = ''): string[] {
   const out: string[] = [];
   const at = path === '' ? '<root>' : path;
-  if (schema.enum !== undefined && !schema.enum.includes(value)) out.push(`${at}: ${JSON.stringify(value)} is not one of ${JSON.stringify(schema.enum)}`);
+  if (schema.enum !== undefined && !schema.enum.includes(value))
+    out.push(`${at}: ${JSON.stringify(value)} is not one of ${JSON.stringify(schema.enum)}`);
   switch (schema.type) {
     case 'object': {
       if (value === null || typeof value !== 'object' || Array.isArray(value)) return [...out, `${at}: must be an object`];
       const o = value as Record<string, unknown>;
-      for (const [k, s] of Object.entries(schema.properties ?? {})) if (o[k] === undefined && s.default !== undefined) o[k] = structuredClone(s.default);
+      for (const [k, s] of Object.entries(schema.properties ?? {}))
+        if (o[k] === undefined && s.default !== undefined) o[k] = structuredClone(s.default);
       for (const r of schema.required ?? []) if (o[r] === undefined) out.push(`${at}: missing required field ${r}`);
       const n = Object.keys(o).length;
       if (schema.maxProperties !== undefined && n > schema.maxProperties) out.push(`${at}: more than ${schema.maxProperties} properties`);
@@ -44,7 +46,8 @@ export function validate(schema: Schema, value: unknown, path = ''): string[] {
         const s = schema.properties?.[k];
         if (s !== undefined) out.push(...validate(s, v, `${path}.${k}`));
         else if (typeof schema.additionalProperties === 'object') out.push(...validate(schema.additionalProperties, v, `${path}.${k}`));
-        else if (schema.properties !== undefined && schema['x-kubernetes-preserve-unknown-fields'] !== true) out.push(`${path}.${k}: unknown field`);
+        else if (schema.properties !== undefined && schema['x-kubernetes-preserve-unknown-fields'] !== true)
+          out.push(`${path}.${k}: unknown field`);
       }
       return out;
     }
@@ -63,7 +66,8 @@ export function validate(schema: Schema, value: unknown, path = ''): string[] {
       return out;
     case 'integer':
     case 'number':
-      if (typeof value !== 'number' || (schema.type === 'integer' && !Number.isInteger(value))) return [...out, `${at}: must be ${schema.type === 'integer' ? 'an integer' : 'a number'}`];
+      if (typeof value !== 'number' || (schema.type === 'integer' && !Number.isInteger(value)))
+        return [...out, `${at}: must be ${schema.type === 'integer' ? 'an integer' : 'a number'}`];
       if (schema.maximum !== undefined && value > schema.maximum) out.push(`${at}: above ${schema.maximum}`);
       if (schema.minimum !== undefined && value < schema.minimum) out.push(`${at}: below ${schema.minimum}`);
       return out;

@@ -11,7 +11,13 @@ import { ENVOY_VERSIONS } from '../../testbed/harness/index.js';
 // must hold up under both (testbed/harness/runtime-config.ts).
 describe.each(ENVOY_VERSIONS)('load with faults (CI size), Envoy %s', (envoyVersion) => {
   it('has zero silently wrong completions and zero requests without a response', async () => {
-    const report = await runLoadWithFaults({ requests: 240, concurrency: 16, faults: true, logger: pino({ level: 'silent' }), envoyVersion });
+    const report = await runLoadWithFaults({
+      requests: 240,
+      concurrency: 16,
+      faults: true,
+      logger: pino({ level: 'silent' }),
+      envoyVersion,
+    });
     const text = formatLoadReport(report);
     expect(report.total, text).toBe(240);
     expect(report.silentlyWrong, text).toBe(0);
@@ -20,6 +26,10 @@ describe.each(ENVOY_VERSIONS)('load with faults (CI size), Envoy %s', (envoyVers
     // Most requests still complete with baseline tokens on both revisions, despite the faults.
     expect(report.completed, text).toBeGreaterThan(120);
     expect(Object.keys(report.byRevision).sort(), text).toEqual(['llama-a', 'llama-b']);
-    expect(report.completed + Object.values(report.refused).reduce((a, b) => a + b, 0) + Object.values(report.failedVisibly).reduce((a, b) => a + b, 0)).toBe(240);
+    expect(
+      report.completed +
+        Object.values(report.refused).reduce((a, b) => a + b, 0) +
+        Object.values(report.failedVisibly).reduce((a, b) => a + b, 0),
+    ).toBe(240);
   }, 120_000);
 });

@@ -7,7 +7,11 @@ import { pino } from 'pino';
 import { formatLoadReport, runLoadWithFaults } from '../../testbed/demo/load.js';
 
 const { values } = parseArgs({
-  options: { requests: { type: 'string', default: '2000' }, concurrency: { type: 'string', default: '50' }, 'no-faults': { type: 'boolean' } },
+  options: {
+    requests: { type: 'string', default: '2000' },
+    concurrency: { type: 'string', default: '50' },
+    'no-faults': { type: 'boolean' },
+  },
 });
 const report = await runLoadWithFaults({
   requests: Number(values.requests),

@@ -9,14 +9,29 @@ const texts = (problems: ReturnType<typeof lintExposition>) => problems.map((p) 
 describe('promtool check metrics rules', () => {
   it('flags each rule promtool applies', () => {
     const bad = [
-      '# TYPE a_requests counter', 'a_requests 1',
-      '# HELP b_active_total x', '# TYPE b_active_total gauge', 'b_active_total 1',
-      '# HELP c_latency_milliseconds x', '# TYPE c_latency_milliseconds gauge', 'c_latency_milliseconds 1',
-      '# HELP d_wait_ms x', '# TYPE d_wait_ms gauge', 'd_wait_ms 1',
-      '# HELP e_queue_gauge x', '# TYPE e_queue_gauge gauge', 'e_queue_gauge 1',
-      '# HELP f_inFlight x', '# TYPE f_inFlight gauge', 'f_inFlight{poolName="x"} 1',
-      '# HELP g_x_count x', '# TYPE g_x_count gauge', 'g_x_count{le="1"} 1',
-      '# HELP h:rate x', '# TYPE h:rate gauge', 'h:rate 1',
+      '# TYPE a_requests counter',
+      'a_requests 1',
+      '# HELP b_active_total x',
+      '# TYPE b_active_total gauge',
+      'b_active_total 1',
+      '# HELP c_latency_milliseconds x',
+      '# TYPE c_latency_milliseconds gauge',
+      'c_latency_milliseconds 1',
+      '# HELP d_wait_ms x',
+      '# TYPE d_wait_ms gauge',
+      'd_wait_ms 1',
+      '# HELP e_queue_gauge x',
+      '# TYPE e_queue_gauge gauge',
+      'e_queue_gauge 1',
+      '# HELP f_inFlight x',
+      '# TYPE f_inFlight gauge',
+      'f_inFlight{poolName="x"} 1',
+      '# HELP g_x_count x',
+      '# TYPE g_x_count gauge',
+      'g_x_count{le="1"} 1',
+      '# HELP h:rate x',
+      '# TYPE h:rate gauge',
+      'h:rate 1',
     ].join('\n');
     expect(texts(lintExposition(bad))).toEqual([
       'a_requests: no help text',
@@ -44,12 +59,19 @@ describe('promtool check metrics rules', () => {
   it("prom-client's default collectors fail it; registerProcessMetrics passes, under unprefixed names", async () => {
     const raw = new Registry();
     collectDefaultMetrics({ register: raw });
-    expect(texts(lintExposition(await raw.metrics()))).toContain('nodejs_active_handles_total: non-counter metrics should not have "_total" suffix');
+    expect(texts(lintExposition(await raw.metrics()))).toContain(
+      'nodejs_active_handles_total: non-counter metrics should not have "_total" suffix',
+    );
     const fixed = new Registry();
     registerProcessMetrics(fixed);
     const text = await fixed.metrics();
     expect(lintExposition(text)).toEqual([]);
-    for (const name of ['process_cpu_seconds_total', 'process_start_time_seconds', 'nodejs_eventloop_lag_seconds', 'nodejs_active_handles']) {
+    for (const name of [
+      'process_cpu_seconds_total',
+      'process_start_time_seconds',
+      'nodejs_eventloop_lag_seconds',
+      'nodejs_active_handles',
+    ]) {
       expect(text).toContain(`# TYPE ${name} `);
     }
   });

@@ -64,13 +64,51 @@ function familyOf(families: ReadonlyMap<string, Mutable>, sample: string): Mutab
 }
 
 const UNITS: Readonly<Record<string, string>> = {
-  amperes: 'amperes', bytes: 'bytes', celsius: 'celsius', grams: 'grams', joules: 'joules', kelvin: 'kelvin',
-  meters: 'meters', metres: 'metres', seconds: 'seconds', volts: 'volts',
-  minutes: 'seconds', hours: 'seconds', days: 'seconds', weeks: 'seconds', kelvins: 'kelvin', fahrenheit: 'celsius',
-  rankine: 'celsius', inches: 'meters', yards: 'meters', miles: 'meters', bits: 'bytes', calories: 'joules',
-  pounds: 'grams', ounces: 'grams',
+  amperes: 'amperes',
+  bytes: 'bytes',
+  celsius: 'celsius',
+  grams: 'grams',
+  joules: 'joules',
+  kelvin: 'kelvin',
+  meters: 'meters',
+  metres: 'metres',
+  seconds: 'seconds',
+  volts: 'volts',
+  minutes: 'seconds',
+  hours: 'seconds',
+  days: 'seconds',
+  weeks: 'seconds',
+  kelvins: 'kelvin',
+  fahrenheit: 'celsius',
+  rankine: 'celsius',
+  inches: 'meters',
+  yards: 'meters',
+  miles: 'meters',
+  bits: 'bytes',
+  calories: 'joules',
+  pounds: 'grams',
+  ounces: 'grams',
 };
-const PREFIXES = ['pico', 'nano', 'micro', 'milli', 'centi', 'deci', 'deca', 'hecto', 'kilo', 'kibi', 'mega', 'mibi', 'giga', 'gibi', 'tera', 'tebi', 'peta', 'pebi'];
+const PREFIXES = [
+  'pico',
+  'nano',
+  'micro',
+  'milli',
+  'centi',
+  'deci',
+  'deca',
+  'hecto',
+  'kilo',
+  'kibi',
+  'mega',
+  'mibi',
+  'giga',
+  'gibi',
+  'tera',
+  'tebi',
+  'peta',
+  'pebi',
+];
 const ABBREVIATIONS = ['s', 'ms', 'us', 'ns', 'sec', 'b', 'kb', 'mb', 'gb', 'tb', 'pb', 'm', 'h', 'd'];
 const TYPES = ['counter', 'gauge', 'summary', 'histogram', 'gauge_histogram'];
 const CAMEL = /[a-z][A-Z]/;
@@ -78,7 +116,8 @@ const CAMEL = /[a-z][A-Z]/;
 function metricUnit(name: string): { unit: string; base: string } | undefined {
   for (const part of name.split('_')) {
     if (UNITS[part] !== undefined) return { unit: part, base: UNITS[part] };
-    for (const p of PREFIXES) if (part.startsWith(p) && UNITS[part.slice(p.length)] !== undefined) return { unit: part, base: UNITS[part.slice(p.length)]! };
+    for (const p of PREFIXES)
+      if (part.startsWith(p) && UNITS[part.slice(p.length)] !== undefined) return { unit: part, base: UNITS[part.slice(p.length)]! };
   }
   return undefined;
 }

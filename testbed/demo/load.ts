@@ -64,7 +64,14 @@ function prng(seed: number): () => number {
 
 export async function runLoadWithFaults(opts: LoadOptions): Promise<LoadReport> {
   const print = opts.print ?? (() => undefined);
-  const t = await startTopology({ logger: opts.logger, replicas: 2, candidateWeight: 30, workerViewIntervalMs: 500, sidecarProbeIntervalMs: 1000, ...(opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion }) });
+  const t = await startTopology({
+    logger: opts.logger,
+    replicas: 2,
+    candidateWeight: 30,
+    workerViewIntervalMs: 500,
+    sidecarProbeIntervalMs: 1000,
+    ...(opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion }),
+  });
   try {
     const baselines = new Map<string, number[]>();
     for (const rev of REVISIONS) for (const p of PROMPTS) baselines.set(`${rev}|${p}`, await baseline(t, rev, p, MAX_TOKENS));
@@ -75,7 +82,12 @@ export async function runLoadWithFaults(opts: LoadOptions): Promise<LoadReport> 
   }
 }
 
-async function drive(t: Topology, baselines: ReadonlyMap<string, number[]>, opts: LoadOptions, print: (l: string) => void): Promise<LoadReport> {
+async function drive(
+  t: Topology,
+  baselines: ReadonlyMap<string, number[]>,
+  opts: LoadOptions,
+  print: (l: string) => void,
+): Promise<LoadReport> {
   const random = prng(opts.seed ?? 7);
   const plan = Array.from({ length: opts.requests }, (_, i) => ({
     prompt: PROMPTS[Math.floor(random() * PROMPTS.length)]!,
@@ -120,7 +132,9 @@ function withEnvoyDetails(t: Topology, outcomes: readonly (Outcome & { id?: stri
   return outcomes.map((o) => {
     if (o.kind !== 'failed' || o.id === undefined) return o;
     const d = details.get(o.id);
-    return d === undefined || d === 'via_upstream' ? o : { ...o, reason: `${o.reason} (${d.replace(/\{.*$/, '')})`, detail: `${o.detail ?? ''} ${d}` };
+    return d === undefined || d === 'via_upstream'
+      ? o
+      : { ...o, reason: `${o.reason} (${d.replace(/\{.*$/, '')})`, detail: `${o.detail ?? ''} ${d}` };
   });
 }
 
@@ -195,13 +209,19 @@ async function one(t: Topology, r: Planned, baselines: ReadonlyMap<string, numbe
     const code = kvgateCode(text);
     return code !== undefined
       ? { kind: 'refused', code }
-      : { kind: 'failed', id: `load-${r.i}`, reason: `HTTP ${res.status}`, detail: `load-${r.i}: HTTP ${res.status} ${text.slice(0, 160)}` };
+      : {
+          kind: 'failed',
+          id: `load-${r.i}`,
+          reason: `HTTP ${res.status}`,
+          detail: `load-${r.i}: HTTP ${res.status} ${text.slice(0, 160)}`,
+        };
   }
   const revision = res.headers.get(H.revision) as RevisionName | null;
   const parsed = r.stream ? idsFromSse(text) : idsFromJson(text);
   if ('error' in parsed) return { kind: 'failed', reason: parsed.error };
   const base = revision === null ? undefined : baselines.get(`${revision}|${r.prompt}`);
-  if (base === undefined) return { kind: 'wrong', detail: `request load-${r.i}: 200 without a known revision header (${String(revision)})` };
+  if (base === undefined)
+    return { kind: 'wrong', detail: `request load-${r.i}: 200 without a known revision header (${String(revision)})` };
   const at = firstDivergence(parsed.ids, base);
   if (at !== -1) return { kind: 'wrong', detail: `request load-${r.i} (${revision}, "${r.prompt.slice(0, 30)}"): diverges at token ${at}` };
   return { kind: 'completed', revision: revision ?? '', streamed: r.stream };
@@ -261,18 +281,32 @@ function summarize(outcomes: readonly Outcome[], events: readonly string[], dura
     else if (o.kind === 'failed') {
       failedVisibly[o.reason] = (failedVisibly[o.reason] ?? 0) + 1;
       if (o.detail !== undefined && failedExamples.length < 3) failedExamples.push(o.detail);
-    }
-    else if (o.kind === 'wrong') {
+    } else if (o.kind === 'wrong') {
       silentlyWrong++;
       if (wrongExamples.length < 5) wrongExamples.push(o.detail);
     } else noResponse++;
   }
-  return { total: outcomes.length, completed, refused, failedVisibly, silentlyWrong, noResponse, byRevision, streamed, durationMs, events, wrongExamples, failedExamples };
+  return {
+    total: outcomes.length,
+    completed,
+    refused,
+    failedVisibly,
+    silentlyWrong,
+    noResponse,
+    byRevision,
+    streamed,
+    durationMs,
+    events,
+    wrongExamples,
+    failedExamples,
+  };
 }
 
 export function formatLoadReport(r: LoadReport): string {
   const fmt = (m: Readonly<Record<string, number>>) =>
-    Object.entries(m).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
+    Object.entries(m)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ') || 'none';
   return [
     `requests                       ${r.total} in ${(r.durationMs / 1000).toFixed(1)} s`,
     `completed, tokens == baseline  ${r.completed} (${fmt(r.byRevision)}; ${r.streamed} streamed)`,

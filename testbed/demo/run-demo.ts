@@ -72,45 +72,77 @@ async function traffic(t: Topology, p: (l: string) => void): Promise<DemoSummary
   const a = await sessionOn(t, 'llama-a');
   const aBase = await baseline(t, 'llama-a', PROMPTS[0]);
   const aDiv = firstDivergence(tokenIds(a.result), aBase);
-  check('A-to-A tokens equal the non-disaggregated A baseline', aDiv === -1,
-    `session ${a.session} -> group ${a.result.headers.get(H.group)}, revision ${a.result.headers.get(H.revision)}; ${tokenIds(a.result).length} token ids compared, ${aDiv === -1 ? 'identical' : `first divergence at ${aDiv}`}`);
+  check(
+    'A-to-A tokens equal the non-disaggregated A baseline',
+    aDiv === -1,
+    `session ${a.session} -> group ${a.result.headers.get(H.group)}, revision ${a.result.headers.get(H.revision)}; ${tokenIds(a.result).length} token ids compared, ${aDiv === -1 ? 'identical' : `first divergence at ${aDiv}`}`,
+  );
 
   p('2. B cohort: a session in the candidate cohort (25% of new sessions) is bound to revision llama-b, B-to-B.');
   const b = await sessionOn(t, 'llama-b');
   const bBase = await baseline(t, 'llama-b', PROMPTS[0]);
   const bDiv = firstDivergence(tokenIds(b.result), bBase);
-  check('B-to-B tokens equal the non-disaggregated B baseline', bDiv === -1,
-    `session ${b.session} -> group ${b.result.headers.get(H.group)}, revision ${b.result.headers.get(H.revision)}; ${tokenIds(b.result).length} token ids compared, ${bDiv === -1 ? 'identical' : `first divergence at ${bDiv}`}`);
+  check(
+    'B-to-B tokens equal the non-disaggregated B baseline',
+    bDiv === -1,
+    `session ${b.session} -> group ${b.result.headers.get(H.group)}, revision ${b.result.headers.get(H.revision)}; ${tokenIds(b.result).length} token ids compared, ${bDiv === -1 ? 'identical' : `first divergence at ${bDiv}`}`,
+  );
   const sticky = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[1]), {
-    'x-tenant-id': 'acme', 'x-session-id': a.session, [H.binding]: b.result.headers.get(H.binding) ?? '',
+    'x-tenant-id': 'acme',
+    'x-session-id': a.session,
+    [H.binding]: b.result.headers.get(H.binding) ?? '',
   });
   p(`   (a client presenting session B's binding token under another session id is not moved: revision ${sticky.headers.get(H.revision)})`);
 
   p('3. Mixed revisions. Without kvgate, a naive P/D router pairs A prefill with B decode:');
   const naive = await naiveMixedPairing(t, PROMPTS[1]);
-  check('naive A->B pairing: the NIXL handshake passes and the text silently changes', naive.handshakePassed && naive.divergence >= 0,
-    `vLLM's handshake hash is identical for A and B (same geometry, same model path): ${naive.handshakePassed ? 'passed' : 'failed'}; B decoding A's KV diverges from the B baseline at token ${naive.divergence} of ${naive.tokens} - fluent, wrong text`);
+  check(
+    'naive A->B pairing: the NIXL handshake passes and the text silently changes',
+    naive.handshakePassed && naive.divergence >= 0,
+    `vLLM's handshake hash is identical for A and B (same geometry, same model path): ${naive.handshakePassed ? 'passed' : 'failed'}; B decoding A's KV diverges from the B baseline at token ${naive.divergence} of ${naive.tokens} - fluent, wrong text`,
+  );
   p('   With kvgate, a prefill leg that tries to leave its group is refused before any prefill runs:');
   const hop = await crossGroupHop(t, PROMPTS[1]);
   const reason = hop.headers.get(H.rejectReason);
-  check('cross-group prefill leg refused with 409 mixed_revision', hop.status === 409 && reason === 'mixed_revision',
-    `HTTP ${hop.status} ${reason}: ${String(hop.json?.error?.message ?? JSON.stringify(hop.json)).slice(0, 220)}`);
-  const forged = await post(`${t.publicUrl}/v1/completions`, { ...completion(PROMPTS[2]), kv_transfer_params: { do_remote_prefill: true } }, { 'x-tenant-id': 'acme' });
-  check('client-sent kv_transfer_params refused', forged.status === 400 && forged.headers.get(H.rejectReason) === 'kv_params_forbidden',
-    `HTTP ${forged.status} ${forged.headers.get(H.rejectReason)}: ${String(forged.json?.error?.message ?? '')}`);
+  check(
+    'cross-group prefill leg refused with 409 mixed_revision',
+    hop.status === 409 && reason === 'mixed_revision',
+    `HTTP ${hop.status} ${reason}: ${String(hop.json?.error?.message ?? JSON.stringify(hop.json)).slice(0, 220)}`,
+  );
+  const forged = await post(
+    `${t.publicUrl}/v1/completions`,
+    { ...completion(PROMPTS[2]), kv_transfer_params: { do_remote_prefill: true } },
+    { 'x-tenant-id': 'acme' },
+  );
+  check(
+    'client-sent kv_transfer_params refused',
+    forged.status === 400 && forged.headers.get(H.rejectReason) === 'kv_params_forbidden',
+    `HTTP ${forged.status} ${forged.headers.get(H.rejectReason)}: ${String(forged.json?.error?.message ?? '')}`,
+  );
   const steer = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[2]), {
-    'x-tenant-id': 'acme', 'x-session-id': a.session, [H.decodeCluster]: 'b_decode', [H.decodeEndpoint]: t.worker('llama-b', 'decode').address,
+    'x-tenant-id': 'acme',
+    'x-session-id': a.session,
+    [H.decodeCluster]: 'b_decode',
+    [H.decodeEndpoint]: t.worker('llama-b', 'decode').address,
   });
-  check('client-forged routing headers cannot steer the request', steer.status === 200 && steer.headers.get(H.revision) === 'llama-a',
-    `sent x-kvgate-decode-cluster: b_decode; served by revision ${steer.headers.get(H.revision)} (the gate removed and overwrote them)`);
+  check(
+    'client-forged routing headers cannot steer the request',
+    steer.status === 200 && steer.headers.get(H.revision) === 'llama-a',
+    `sent x-kvgate-decode-cluster: b_decode; served by revision ${steer.headers.get(H.revision)} (the gate removed and overwrote them)`,
+  );
   const noTenant = await post(`${t.publicUrl}/v1/completions`, completion(PROMPTS[2]));
-  check('a request without a tenant is refused (401 tenant_required)', noTenant.status === 401,
-    `HTTP ${noTenant.status} ${noTenant.headers.get(H.rejectReason)}: ${String(noTenant.json?.error?.message ?? '')}`);
+  check(
+    'a request without a tenant is refused (401 tenant_required)',
+    noTenant.status === 401,
+    `HTTP ${noTenant.status} ${noTenant.headers.get(H.rejectReason)}: ${String(noTenant.json?.error?.message ?? '')}`,
+  );
 
   p('4. Token parity: every prompt through kvgate vs the non-disaggregated baseline of the revision it was bound to.');
   const rows = [...(await parity(t, a.session)), ...(await parity(t, b.session))];
   for (const r of rows) {
-    p(`   ${r.revision}  ${r.tokens} tokens  ${r.divergence === -1 ? 'identical' : `DIVERGES at ${r.divergence}`}  "${r.prompt.slice(0, 48)}"`);
+    p(
+      `   ${r.revision}  ${r.tokens} tokens  ${r.divergence === -1 ? 'identical' : `DIVERGES at ${r.divergence}`}  "${r.prompt.slice(0, 48)}"`,
+    );
   }
   const bad = rows.filter((r) => r.divergence !== -1).length;
   const tokens = rows.reduce((n, r) => n + r.tokens, 0);
@@ -118,6 +150,8 @@ async function traffic(t: Topology, p: (l: string) => void): Promise<DemoSummary
 
   const ok = checks.every((c) => c.ok);
   p('');
-  p(`Summary: ${checks.filter((c) => c.ok).length}/${checks.length} checks passed; ${rows.length} P/D completions, 0 allowed to mix revisions.`);
+  p(
+    `Summary: ${checks.filter((c) => c.ok).length}/${checks.length} checks passed; ${rows.length} P/D completions, 0 allowed to mix revisions.`,
+  );
   return { checks, parity: rows, ok };
 }

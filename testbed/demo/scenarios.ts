@@ -106,11 +106,26 @@ export async function naiveMixedPairing(t: Topology, prompt: string): Promise<Na
   const d = t.worker('llama-b', 'decode').sim;
   await d.resetPrefixCache();
   const requestId = randomUUID();
-  const pre = await post(`${p.url}/v1/completions`, {
-    ...completion(prompt, 1),
-    kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
-  }, { 'x-request-id': requestId });
-  const dec = await post(`${d.url}/v1/completions`, { ...completion(prompt), kv_transfer_params: pre.json.kv_transfer_params }, { 'x-request-id': requestId });
+  const pre = await post(
+    `${p.url}/v1/completions`,
+    {
+      ...completion(prompt, 1),
+      kv_transfer_params: {
+        do_remote_decode: true,
+        do_remote_prefill: false,
+        remote_engine_id: null,
+        remote_block_ids: null,
+        remote_host: null,
+        remote_port: null,
+      },
+    },
+    { 'x-request-id': requestId },
+  );
+  const dec = await post(
+    `${d.url}/v1/completions`,
+    { ...completion(prompt), kv_transfer_params: pre.json.kv_transfer_params },
+    { 'x-request-id': requestId },
+  );
   const base = await baseline(t, 'llama-b', prompt);
   const ids = tokenIds(dec);
   return { handshakePassed: dec.status === 200, divergence: firstDivergence(ids, base), tokens: ids.length };

@@ -130,11 +130,15 @@ export interface Topology {
 /** Free loopback ports, reserved by binding and releasing (the demo needs them before the servers start). */
 export async function reservePorts(n: number): Promise<number[]> {
   const servers = await Promise.all(
-    Array.from({ length: n }, () => new Promise<import('node:net').Server>((resolve, reject) => {
-      const s = createServer();
-      s.once('error', reject);
-      s.listen(0, '127.0.0.1', () => resolve(s));
-    })),
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<import('node:net').Server>((resolve, reject) => {
+          const s = createServer();
+          s.once('error', reject);
+          s.listen(0, '127.0.0.1', () => resolve(s));
+        }),
+    ),
   );
   const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
   await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
@@ -142,7 +146,10 @@ export async function reservePorts(n: number): Promise<number[]> {
 }
 
 export async function loadExampleDescriptor(revision: RevisionName): Promise<Record<string, unknown>> {
-  return parseYaml(await readFile(path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${revision}.yaml`), 'utf8')) as Record<string, unknown>;
+  return parseYaml(await readFile(path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${revision}.yaml`), 'utf8')) as Record<
+    string,
+    unknown
+  >;
 }
 
 /**
@@ -195,7 +202,17 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         for (let index = 0; index < replicas; index++) {
           const port = sidecarPorts[i++]!;
           const llmdPort = role === 'decode' && opts.llmd === true ? llmdPorts.pop() : undefined;
-          const w = await startWorker({ revision, role, index, descriptor, port, internalUrl, keys, opts, ...(llmdPort === undefined ? {} : { llmdPort }) });
+          const w = await startWorker({
+            revision,
+            role,
+            index,
+            descriptor,
+            port,
+            internalUrl,
+            keys,
+            opts,
+            ...(llmdPort === undefined ? {} : { llmdPort }),
+          });
           stops.push(async () => {
             await w.llmd?.close();
             await w.sidecar.close();
@@ -223,7 +240,13 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       path.join(dir, 'gate.yaml'),
     );
     if (!gateConfig.ok) throw new Error(gateConfig.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
-    const launchGate = () => startGate(gateConfig.value, { logger: log.child({ component: 'gate' }), keys, defaultMetrics: opts.processMetrics ?? false, ...(opts.tracer ? { tracer: opts.tracer } : {}) });
+    const launchGate = () =>
+      startGate(gateConfig.value, {
+        logger: log.child({ component: 'gate' }),
+        keys,
+        defaultMetrics: opts.processMetrics ?? false,
+        ...(opts.tracer ? { tracer: opts.tracer } : {}),
+      });
     let gate = await launchGate();
     stops.push(() => gate.close()); // `gate` follows restartGate
     const envoyYamlPath = path.join(dir, 'envoy.yaml');
@@ -256,7 +279,15 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         const cfg = parseSimConfig({
           descriptor: descriptors.get(revision)!,
           // A restart runs what `sim` says: earlier behaveAs overrides do not carry over unless repeated.
-          sim: { ...old.config.sim, engineId: undefined, behaveAs: undefined, port: old.port, sideChannelPort: old.sideChannelPort, nixlSideChannelPort: old.nixlSideChannelPort, ...sim },
+          sim: {
+            ...old.config.sim,
+            engineId: undefined,
+            behaveAs: undefined,
+            port: old.port,
+            sideChannelPort: old.sideChannelPort,
+            nixlSideChannelPort: old.nixlSideChannelPort,
+            ...sim,
+          },
         });
         if (!cfg.ok) throw cfg.error;
         w.sim = await createSimServer(cfg.value, { logger: opts.logger.child({ component: 'sim', worker: `${revision}/${role}` }) });

@@ -143,12 +143,20 @@ export class ActiveStream implements FilterCallbacks {
     }
     this.#host = `${host.address}:${host.port}`;
     if (this.#deps.reportServedEndpoint === true) {
-      this.dynamicMetadata.set('envoy.lb', { ...(this.dynamicMetadata.get('envoy.lb') ?? {}), 'x-gateway-destination-endpoint-served': this.#host });
+      this.dynamicMetadata.set('envoy.lb', {
+        ...(this.dynamicMetadata.get('envoy.lb') ?? {}),
+        'x-gateway-destination-endpoint-served': this.#host,
+      });
     }
     if (this.#deps.clusters.overflowed(cluster)) {
       // The connection pool refuses the stream (circuit-breakers.ts): Envoy's router answers 503, flag UO.
       cstats.inc('upstream_rq_pending_overflow');
-      return this.#routerReply(503, 'upstream connect error or disconnect/reset before headers. reset reason: overflow', 'upstream_reset_before_response_started{overflow}', 'UO');
+      return this.#routerReply(
+        503,
+        'upstream connect error or disconnect/reset before headers. reset reason: overflow',
+        'upstream_reset_before_response_started{overflow}',
+        'UO',
+      );
     }
     this.#release = this.#deps.clusters.acquire(cluster, host);
     cstats.inc('upstream_rq_total');
@@ -183,9 +191,11 @@ export class ActiveStream implements FilterCallbacks {
       if (idleTimeoutMs > 0) this.#armIdle(idleTimeoutMs);
     };
     touch();
-    void up.sendBody(decoded.prefix, decoded.rest, () => this.#requestTrailers(decoded), touch).then(() => {
-      if (timeoutMs > 0 && gen === this.#generation) this.#timers.push(setTimeout(() => this.#onRouteTimeout(cluster), timeoutMs));
-    });
+    void up
+      .sendBody(decoded.prefix, decoded.rest, () => this.#requestTrailers(decoded), touch)
+      .then(() => {
+        if (timeoutMs > 0 && gen === this.#generation) this.#timers.push(setTimeout(() => this.#onRouteTimeout(cluster), timeoutMs));
+      });
     const result = await up.response;
     if (gen !== this.#generation || this.#res.writableEnded) return;
     if (!result.ok) {

@@ -28,9 +28,7 @@ export class BodyReader {
       message.resume();
       return new BodyReader(undefined);
     }
-    return new BodyReader(message, () =>
-      message.rawTrailers.length === 0 ? null : HeaderMap.fromRaw(message.rawTrailers),
-    );
+    return new BodyReader(message, () => (message.rawTrailers.length === 0 ? null : HeaderMap.fromRaw(message.rawTrailers)));
   }
 
   /** A fixed body (local replies); an empty one is no body. */

@@ -100,7 +100,9 @@ describe('enforcement', () => {
       filter: NO_RESPONSE,
       route: { cluster: 'backend_a', timeout: '0s' },
       upstreams: ['backend_a'],
-      clusterFields: { backend_a: { circuit_breakers: { thresholds: [{ max_connections: 1, max_pending_requests: 0, max_requests: 1 }] } } },
+      clusterFields: {
+        backend_a: { circuit_breakers: { thresholds: [{ max_connections: 1, max_pending_requests: 0, max_requests: 1 }] } },
+      },
       upstreamHandler: (_req, res) => {
         if (held++ > 0) return void res.end('done');
         first.arrived();

@@ -73,9 +73,7 @@ export function readCluster(r: ConfigReader, value: unknown, path: string): Clus
     originalDst: type === 'ORIGINAL_DST' ? readOriginalDst(r, o['original_dst_lb_config'], path) : undefined,
     overrideHost: readLbPolicy(r, o['load_balancing_policy'], `${path}.load_balancing_policy`),
     circuitBreakers: readCircuitBreakers(r, o['circuit_breakers'], `${path}.circuit_breakers`),
-    healthChecks: r.arr(o['health_checks'], `${path}.health_checks`).map((h, i) =>
-      readHealthCheck(r, h, `${path}.health_checks[${i}]`),
-    ),
+    healthChecks: r.arr(o['health_checks'], `${path}.health_checks`).map((h, i) => readHealthCheck(r, h, `${path}.health_checks[${i}]`)),
     tls: readTransportSocket(r, o['transport_socket'], `${path}.transport_socket`),
   };
 }

@@ -61,9 +61,11 @@ export function createClusterManager(
       if (c.overrideHost !== undefined) {
         for (const source of c.overrideHost.sources) {
           const value = 'header' in source ? ctx.headers.get(source.header) : metadataString(ctx.metadata, source.metadata);
-          const member = value?.split(',').map((s) => s.trim()).map((s) => parseHostPort(s)).find((ep) =>
-            ep !== undefined && c.endpoints.some((h) => h.address === ep.address && h.port === ep.port),
-          );
+          const member = value
+            ?.split(',')
+            .map((s) => s.trim())
+            .map((s) => parseHostPort(s))
+            .find((ep) => ep !== undefined && c.endpoints.some((h) => h.address === ep.address && h.port === ep.port));
           if (member !== undefined) return member;
         }
         return balance(c, c.overrideHost.fallback);

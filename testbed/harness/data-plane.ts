@@ -139,7 +139,9 @@ function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
   if (ep !== undefined) {
     const cluster = shared.config.clusters[ep.clusterName];
     if (cluster === undefined) throw new Error(`ext_proc cluster ${ep.clusterName} missing (config not validated?)`);
-    const client = createExtProcClient(cluster, ep.authority, ep.initialMetadata, { gracefulClose: shared.config.runtime.extProcGracefulGrpcClose });
+    const client = createExtProcClient(cluster, ep.authority, ep.initialMetadata, {
+      gracefulClose: shared.config.runtime.extProcGracefulGrpcClose,
+    });
     shared.clients.push(client);
     // Assumed naming (docs/envoy-ext-proc.md §9 gives only the HCM part): http.<hcm stat_prefix>.ext_proc.<filter stat_prefix.>counter.
     const filterPrefix = ep.statPrefix === '' ? '' : `${ep.statPrefix}.`;

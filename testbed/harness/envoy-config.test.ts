@@ -126,7 +126,9 @@ describe('refusals name the YAML path', () => {
     const found = issues(text);
     const base = 'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config';
     expect(found).toContain(`${base}.observability_mode: true is unsupported by the kvgate harness`);
-    expect(found).toContain(`${base}.processing_mode.request_body_mode: STREAMED unsupported by the kvgate harness (supported: NONE, BUFFERED, BUFFERED_PARTIAL)`);
+    expect(found).toContain(
+      `${base}.processing_mode.request_body_mode: STREAMED unsupported by the kvgate harness (supported: NONE, BUFFERED, BUFFERED_PARTIAL)`,
+    );
     expect(found.some((i) => i.startsWith(`${base}.message_timeout: "200ms" is not a non-negative duration`))).toBe(true);
     const badFilter = reference('envoy-cluster-header').replace('envoy.filters.http.router\n', 'envoy.filters.http.lua\n');
     expect(issues(badFilter).some((i) => i.includes('http_filters[1].name: "envoy.filters.http.lua"'))).toBe(true);
@@ -134,21 +136,34 @@ describe('refusals name the YAML path', () => {
 
   it('Envoy load-time checks: ORIGINAL_DST policy, STATIC hostnames, unknown clusters, HTTP/2 for gRPC, route cache conflict', () => {
     const dst = reference('envoy-original-dst').replace('CLUSTER_PROVIDED', 'ROUND_ROBIN');
-    expect(issues(dst)).toEqual(['static_resources.clusters[0].lb_policy: ORIGINAL_DST clusters need CLUSTER_PROVIDED (Envoy refuses ROUND_ROBIN)']);
-    const host = reference('envoy-cluster-header').replace('address: 127.0.0.1, port_value: 8001', 'address: backend.local, port_value: 8001');
-    expect(issues(host)[0]).toMatch(/clusters\[1\]\.load_assignment\.endpoints\[0\]\.lb_endpoints\[0\]\.endpoint\.address\.socket_address\.address: "backend\.local" is not an IP address/);
-    const strictDns = reference('envoy-cluster-header').replace('  - name: backend_a\n    type: STATIC', '  - name: backend_a\n    type: STRICT_DNS').replace('address: 127.0.0.1, port_value: 8001', 'address: localhost, port_value: 8001');
+    expect(issues(dst)).toEqual([
+      'static_resources.clusters[0].lb_policy: ORIGINAL_DST clusters need CLUSTER_PROVIDED (Envoy refuses ROUND_ROBIN)',
+    ]);
+    const host = reference('envoy-cluster-header').replace(
+      'address: 127.0.0.1, port_value: 8001',
+      'address: backend.local, port_value: 8001',
+    );
+    expect(issues(host)[0]).toMatch(
+      /clusters\[1\]\.load_assignment\.endpoints\[0\]\.lb_endpoints\[0\]\.endpoint\.address\.socket_address\.address: "backend\.local" is not an IP address/,
+    );
+    const strictDns = reference('envoy-cluster-header')
+      .replace('  - name: backend_a\n    type: STATIC', '  - name: backend_a\n    type: STRICT_DNS')
+      .replace('address: 127.0.0.1, port_value: 8001', 'address: localhost, port_value: 8001');
     expect(mustLoad(strictDns).clusters['backend_a']?.endpoints).toEqual([{ address: '127.0.0.1', port: 8001 }]);
     const route = scenarioYaml({ route: { cluster: 'missing' } });
     expect(issues(route)[0]).toMatch(/routes\[0\]\.route\.cluster: unknown cluster "missing"/);
-    const h1 = reference('envoy-cluster-header').replace('explicit_http_config: { http2_protocol_options: {} }', 'explicit_http_config: { http_protocol_options: {} }');
+    const h1 = reference('envoy-cluster-header').replace(
+      'explicit_http_config: { http2_protocol_options: {} }',
+      'explicit_http_config: { http_protocol_options: {} }',
+    );
     expect(issues(h1)[0]).toMatch(/cluster "ext_proc" must set http2_protocol_options: gRPC needs HTTP\/2/);
     const conflict = scenarioYaml({ filter: { disable_clear_route_cache: true, route_cache_action: 'CLEAR' } });
     expect(issues(conflict)[0]).toMatch(/disable_clear_route_cache and route_cache_action can not be set/);
   });
 
   it('health checks are accepted and recorded (HTTP only), not silently dropped', () => {
-    const hc = "    health_checks:\n    - { timeout: 1s, interval: 5s, unhealthy_threshold: 2, healthy_threshold: 1, http_health_check: { path: /health } }\n";
+    const hc =
+      '    health_checks:\n    - { timeout: 1s, interval: 5s, unhealthy_threshold: 2, healthy_threshold: 1, http_health_check: { path: /health } }\n';
     const text = reference('envoy-cluster-header').replace('  - name: backend_b\n', `  - name: backend_b\n${hc}`);
     expect(mustLoad(text).clusters['backend_b']?.healthChecks).toEqual([
       { timeoutMs: 1000, intervalMs: 5000, unhealthyThreshold: 2, healthyThreshold: 1, check: { http: '/health' } },

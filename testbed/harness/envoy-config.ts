@@ -26,8 +26,7 @@ import { readLayeredRuntime } from './runtime-config.js';
 export type * from './envoy-config-types.js';
 
 const HCM_NAME = 'envoy.filters.network.http_connection_manager';
-const HCM_TYPE =
-  'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
+const HCM_TYPE = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
 const ROUTER_NAME = 'envoy.filters.http.router';
 const ROUTER_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';
 const DEFAULT_BUFFER_LIMIT = 1024 * 1024;
@@ -50,10 +49,7 @@ export interface EnvoyConfigError {
 }
 
 /** Parses and validates a bootstrap; the error lists every problem, not just the first. */
-export function loadEnvoyConfig(
-  yamlText: string,
-  overrides: EnvoyConfigOverrides = {},
-): Result<EnvoyConfig, EnvoyConfigError> {
+export function loadEnvoyConfig(yamlText: string, overrides: EnvoyConfigOverrides = {}): Result<EnvoyConfig, EnvoyConfigError> {
   let doc: unknown;
   try {
     doc = parseYaml(yamlText);
@@ -138,15 +134,15 @@ function readHcm(r: ConfigReader, value: unknown, path: string): HcmConfig | und
     'route_config',
     'http_filters',
   ]);
-  if (o['preserve_external_request_id'] !== undefined && r.bool(o['preserve_external_request_id'], `${tp}.preserve_external_request_id`, false) !== true) {
+  if (
+    o['preserve_external_request_id'] !== undefined &&
+    r.bool(o['preserve_external_request_id'], `${tp}.preserve_external_request_id`, false) !== true
+  ) {
     r.issue(`${tp}.preserve_external_request_id`, `false ${UNSUPPORTED} (the harness always preserves x-request-id)`);
   }
   r.enumOf(o['codec_type'], `${tp}.codec_type`, ['AUTO', 'HTTP1'], 'AUTO');
   const statPrefix = r.requiredStr(o['stat_prefix'], `${tp}.stat_prefix`) ?? '';
-  const rc = r.obj(r.need(o['route_config'], `${tp}.route_config`), `${tp}.route_config`, [
-    'name',
-    'virtual_hosts',
-  ]);
+  const rc = r.obj(r.need(o['route_config'], `${tp}.route_config`), `${tp}.route_config`, ['name', 'virtual_hosts']);
   const virtualHosts = r
     .arr(rc['virtual_hosts'], `${tp}.route_config.virtual_hosts`)
     .map((vh, i) => readVirtualHost(r, vh, `${tp}.route_config.virtual_hosts[${i}]`));

@@ -23,7 +23,9 @@ function channelCredentials(tls: UpstreamTlsConfig | undefined): grpc.ChannelCre
     checkServerIdentity: (_host, cert) => {
       if (tls.sanMatchers.length === 0) return undefined;
       const ok = tls.sanMatchers.some((m) => sansOf(cert.subjectaltname, m.type).includes(m.exact));
-      return ok ? undefined : new Error(`the server certificate matches none of ${tls.sanMatchers.map((m) => `${m.type}:${m.exact}`).join(', ')}`);
+      return ok
+        ? undefined
+        : new Error(`the server certificate matches none of ${tls.sanMatchers.map((m) => `${m.type}:${m.exact}`).join(', ')}`);
     },
   });
 }
@@ -144,7 +146,8 @@ export function createExtProcClient(
 function overflowStream(handlers: ExtProcStreamHandlers): ExtProcStream {
   let open = true;
   setImmediate(() => {
-    if (open) handlers.onGrpcError(grpc.status.UNAVAILABLE, 'upstream connect error or disconnect/reset before headers. reset reason: overflow');
+    if (open)
+      handlers.onGrpcError(grpc.status.UNAVAILABLE, 'upstream connect error or disconnect/reset before headers. reset reason: overflow');
     open = false;
   });
   return {

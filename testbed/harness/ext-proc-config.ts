@@ -94,10 +94,7 @@ export function readExtProcFilter(r: ConfigReader, value: unknown, path: string)
   }
   if (disableClear) routeCacheAction = 'RETAIN';
 
-  const meta = r.obj(o['metadata_options'] ?? {}, `${path}.metadata_options`, [
-    'forwarding_namespaces',
-    'receiving_namespaces',
-  ]);
+  const meta = r.obj(o['metadata_options'] ?? {}, `${path}.metadata_options`, ['forwarding_namespaces', 'receiving_namespaces']);
   const statusOnError = readStatusOnError(r, o['status_on_error'], `${path}.status_on_error`);
 
   return {
@@ -112,11 +109,7 @@ export function readExtProcFilter(r: ConfigReader, value: unknown, path: string)
     mutationRules: readMutationRules(r, o['mutation_rules'], `${path}.mutation_rules`),
     routeCacheAction,
     receivingNamespaces: readNamespaces(r, meta['receiving_namespaces'], `${path}.metadata_options.receiving_namespaces`),
-    forwardingNamespaces: readNamespaces(
-      r,
-      meta['forwarding_namespaces'],
-      `${path}.metadata_options.forwarding_namespaces`,
-    ),
+    forwardingNamespaces: readNamespaces(r, meta['forwarding_namespaces'], `${path}.metadata_options.forwarding_namespaces`),
     requestAttributes: readAttributes(r, o['request_attributes'], `${path}.request_attributes`),
     allowModeOverride: r.bool(o['allow_mode_override'], `${path}.allow_mode_override`, false),
     disableImmediateResponse: r.bool(o['disable_immediate_response'], `${path}.disable_immediate_response`, false),
@@ -192,7 +185,8 @@ function readInitialMetadata(r: ConfigReader, value: unknown, path: string): Arr
       const o = r.obj(h, `${path}[${i}]`, ['key', 'value']);
       const key = r.requiredStr(o['key'], `${path}[${i}].key`);
       const v = r.str(o['value'], `${path}[${i}].value`, '') ?? '';
-      if (key !== undefined && !/^[a-z0-9._-]+$/.test(key)) return r.issue(`${path}[${i}].key`, `"${key}" is not a valid gRPC metadata key`);
+      if (key !== undefined && !/^[a-z0-9._-]+$/.test(key))
+        return r.issue(`${path}[${i}].key`, `"${key}" is not a valid gRPC metadata key`);
       return key === undefined ? undefined : ([key, v] as const);
     })
     .filter((e): e is readonly [string, string] => e !== undefined);

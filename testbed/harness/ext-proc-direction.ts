@@ -35,12 +35,7 @@ export type DirectionResult =
 
 const STOP: DirectionResult = { kind: 'stop' };
 
-export async function runDirection(
-  f: ExtProcFilter,
-  st: ProcessorState,
-  headers: HeaderMap,
-  body: BodyReader,
-): Promise<DirectionResult> {
+export async function runDirection(f: ExtProcFilter, st: ProcessorState, headers: HeaderMap, body: BodyReader): Promise<DirectionResult> {
   st.headers = headers;
   st.noBody = body.ended;
   let collector: BodyCollector | undefined;

@@ -78,7 +78,11 @@ describe('ImmediateResponse', () => {
     scenario = await startScenario({
       handler: async (s) => {
         for (let m = await s.recv(); m !== null; m = await s.recv()) {
-          s.send(m.request === 'response_headers' ? { immediate_response: { status: { code: 'ServiceUnavailable' }, body: Buffer.from('nope') } } : reply(m));
+          s.send(
+            m.request === 'response_headers'
+              ? { immediate_response: { status: { code: 'ServiceUnavailable' }, body: Buffer.from('nope') } }
+              : reply(m),
+          );
         }
       },
     });
@@ -112,15 +116,17 @@ describe('message_timeout', () => {
     expect(scenario.extProcStat('failure_mode_allowed')).toBe(1);
   });
 
-  const extendThenAnswer = (extendTo: string, answerAfterMs: number): FakeHandler => async (s) => {
-    const m = await s.recv();
-    if (m === null) return;
-    const [sec, frac = '0'] = extendTo.replace('s', '').split('.');
-    s.send({ override_message_timeout: { seconds: Number(sec), nanos: Number(frac.padEnd(9, '0')) } });
-    await sleep(answerAfterMs);
-    s.send(reply(m));
-    await continueAll(s);
-  };
+  const extendThenAnswer =
+    (extendTo: string, answerAfterMs: number): FakeHandler =>
+    async (s) => {
+      const m = await s.recv();
+      if (m === null) return;
+      const [sec, frac = '0'] = extendTo.replace('s', '').split('.');
+      s.send({ override_message_timeout: { seconds: Number(sec), nanos: Number(frac.padEnd(9, '0')) } });
+      await sleep(answerAfterMs);
+      s.send(reply(m));
+      await continueAll(s);
+    };
 
   it('override_message_timeout within max_message_timeout extends the wait once', async () => {
     scenario = await startScenario({
@@ -245,7 +251,13 @@ describe('dynamic metadata', () => {
       handler: async (s) => {
         const m = await s.recv();
         if (m === null) return;
-        s.send(reply(m, {}, { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.0.0.1:8000' }, other: { dropped: true } }) }));
+        s.send(
+          reply(
+            m,
+            {},
+            { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.0.0.1:8000' }, other: { dropped: true } }) },
+          ),
+        );
         await continueAll(s);
       },
     });

@@ -103,13 +103,17 @@ describe('GetAndSetHeaders', () => {
 });
 
 describe('response headers', () => {
-  const onResponse = (common: WireCommonResponse): FakeHandler => async (s) => {
-    for (let m = await s.recv(); m !== null; m = await s.recv()) s.send(reply(m, m.request === 'response_headers' ? common : {}));
-  };
+  const onResponse =
+    (common: WireCommonResponse): FakeHandler =>
+    async (s) => {
+      for (let m = await s.recv(); m !== null; m = await s.recv()) s.send(reply(m, m.request === 'response_headers' ? common : {}));
+    };
 
   it('sends :status with the upstream headers and applies :status 201 and header changes downstream', async () => {
     scenario = await startScenario({
-      handler: onResponse({ header_mutation: { set_headers: [setHeader(':status', '201'), setHeader('x-kvgate-group', 'g1')], remove_headers: ['x-upstream'] } }),
+      handler: onResponse({
+        header_mutation: { set_headers: [setHeader(':status', '201'), setHeader('x-kvgate-group', 'g1')], remove_headers: ['x-upstream'] },
+      }),
     });
     const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'backend_a' } }));
     expect(r.status).toBe(201);
@@ -137,9 +141,11 @@ describe('response headers', () => {
 
 describe('buffered body mutation', () => {
   const BUFFERED = { processing_mode: { request_body_mode: 'BUFFERED', response_header_mode: 'SKIP' } };
-  const onBody = (common: WireCommonResponse): FakeHandler => async (s) => {
-    for (let m = await s.recv(); m !== null; m = await s.recv()) s.send(reply(m, m.request === 'request_body' ? common : {}));
-  };
+  const onBody =
+    (common: WireCommonResponse): FakeHandler =>
+    async (s) => {
+      for (let m = await s.recv(); m !== null; m = await s.recv()) s.send(reply(m, m.request === 'request_body' ? common : {}));
+    };
 
   it('sends the whole body in one message and holds the headers for the body reply', async () => {
     scenario = await startScenario({
@@ -214,7 +220,11 @@ describe('buffered body mutation', () => {
   });
 
   it('the 413 runs the encode path: with response headers SEND the processor sees :status 413', async () => {
-    scenario = await startScenario({ filter: { processing_mode: { request_body_mode: 'BUFFERED' } }, bufferLimit: 1024, handler: continueAll });
+    scenario = await startScenario({
+      filter: { processing_mode: { request_body_mode: 'BUFFERED' } },
+      bufferLimit: 1024,
+      handler: continueAll,
+    });
     const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'backend_a' }, body: 'x'.repeat(4096) }));
     expect(r.status).toBe(413);
     expect(r.body).toBe('Payload Too Large');

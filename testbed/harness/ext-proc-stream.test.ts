@@ -68,13 +68,15 @@ describe('stream lifecycle', () => {
   });
 
   it('GetAndCloseStreamOnResponse / GetAndFailStreamOnResponse: the same rules on the response path', async () => {
-    const onResponse = (end: (s: Parameters<FakeHandler>[0]) => void): FakeHandler => async (s) => {
-      const m = await s.recv();
-      if (m === null) return;
-      s.send(reply(m));
-      await s.recv();
-      end(s);
-    };
+    const onResponse =
+      (end: (s: Parameters<FakeHandler>[0]) => void): FakeHandler =>
+      async (s) => {
+        const m = await s.recv();
+        if (m === null) return;
+        s.send(reply(m));
+        await s.recv();
+        end(s);
+      };
     scenario = await startScenario({ handler: onResponse((s) => s.closeOk()) });
     expect(ok(await request(scenario.url, { headers: TO_A })).status).toBe(200);
     await scenario.close();
@@ -142,7 +144,13 @@ describe('message framing', () => {
 
   it('opens the stream with :authority = the cluster name and the configured initial_metadata', async () => {
     scenario = await startScenario({
-      filter: { grpc_service: { envoy_grpc: { cluster_name: 'ext_proc' }, timeout: '35s', initial_metadata: [{ key: 'x-kvgate-listener', value: 'public' }] } },
+      filter: {
+        grpc_service: {
+          envoy_grpc: { cluster_name: 'ext_proc' },
+          timeout: '35s',
+          initial_metadata: [{ key: 'x-kvgate-listener', value: 'public' }],
+        },
+      },
       handler: continueAll,
     });
     ok(await request(scenario.url, { headers: TO_A }));

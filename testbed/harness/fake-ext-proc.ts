@@ -161,7 +161,11 @@ export function replyKind(req: WireProcessingRequest): RequestKind {
 }
 
 /** A `CONTINUE` reply for `req`, optionally with a common response (mutations, clear_route_cache, ...). */
-export function reply(req: WireProcessingRequest, common: WireCommonResponse = {}, extra: WireProcessingResponse = {}): WireProcessingResponse {
+export function reply(
+  req: WireProcessingRequest,
+  common: WireCommonResponse = {},
+  extra: WireProcessingResponse = {},
+): WireProcessingResponse {
   const kind = replyKind(req);
   if (kind === 'request_trailers' || kind === 'response_trailers') {
     return { ...extra, [kind]: common.header_mutation === undefined ? {} : { header_mutation: common.header_mutation } };

@@ -59,7 +59,13 @@ describe('values', () => {
 describe('rules', () => {
   it('refuses routing and x-envoy headers by default, silently, counting each', () => {
     const { headers, out } = apply({
-      set_headers: [setHeader('host', 'evil'), setHeader(':authority', 'evil'), setHeader('x-envoy-original-dst-host', '1.2.3.4:80'), setHeader(':method', 'GET'), setHeader(':scheme', 'https')],
+      set_headers: [
+        setHeader('host', 'evil'),
+        setHeader(':authority', 'evil'),
+        setHeader('x-envoy-original-dst-host', '1.2.3.4:80'),
+        setHeader(':method', 'GET'),
+        setHeader(':scheme', 'https'),
+      ],
     });
     expect(out.error).toBeUndefined();
     expect(out.rejected).toBe(5);

@@ -45,11 +45,7 @@ export interface MutationOutcome {
 type Action = 'append' | 'overwrite' | 'skip';
 
 /** Mutates `headers` in place; stops at the first error, as Envoy does (earlier entries stay applied). */
-export function applyHeaderMutation(
-  mutation: WireHeaderMutation,
-  headers: HeaderMap,
-  opts: MutationOptions,
-): MutationOutcome {
+export function applyHeaderMutation(mutation: WireHeaderMutation, headers: HeaderMap, opts: MutationOptions): MutationOutcome {
   let rejected = 0;
   let divergent = 0;
   const done = (error?: string): MutationOutcome => ({ error, rejected, divergent });
@@ -122,11 +118,7 @@ function effect(action: Action, exists: boolean): Action {
   return action === 'append' && !exists ? 'overwrite' : action;
 }
 
-function chooseAction(
-  option: NonNullable<WireHeaderMutation['set_headers']>[number],
-  exists: boolean,
-  semantics: AppendSemantics,
-): Action {
+function chooseAction(option: NonNullable<WireHeaderMutation['set_headers']>[number], exists: boolean, semantics: AppendSemantics): Action {
   const legacy = option.append?.value;
   if (semantics === 'envoy' || legacy !== undefined) return legacy === true ? 'append' : 'overwrite';
   switch (option.append_action ?? 'APPEND_IF_EXISTS_OR_ADD') {

@@ -7,12 +7,7 @@
 import type { BodySendMode, ProcessingMode } from './envoy-config-types.js';
 import type { HeaderMap } from './header-map.js';
 
-export type CallbackState =
-  | 'Idle'
-  | 'HeadersCallback'
-  | 'BufferedBodyCallback'
-  | 'BufferedPartialBodyCallback'
-  | 'TrailersCallback';
+export type CallbackState = 'Idle' | 'HeadersCallback' | 'BufferedBodyCallback' | 'BufferedPartialBodyCallback' | 'TrailersCallback';
 
 /**
  * How a wait for a reply ended: `applied` (the reply was handled; carry on with the state machine),

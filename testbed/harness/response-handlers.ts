@@ -5,7 +5,14 @@
  * state's pending call is spurious; an invalid mutation is an error (a 500 regardless of failure_mode_allow).
  */
 import type { RouteCacheAction } from './envoy-config-types.js';
-import { has, type WireBodyMutation, type WireCommonResponse, type WireHeaderMutation, type WireHeadersResponse, type WireTrailersResponse } from './ext-proc-messages.js';
+import {
+  has,
+  type WireBodyMutation,
+  type WireCommonResponse,
+  type WireHeaderMutation,
+  type WireHeadersResponse,
+  type WireTrailersResponse,
+} from './ext-proc-messages.js';
 import type { HeaderMap } from './header-map.js';
 import { applyHeaderMutation, type AppendSemantics } from './header-mutation.js';
 import type { MutationChecker } from './mutation-rules.js';
@@ -78,7 +85,8 @@ export function handleBodyResponse(st: ProcessorState, resp: WireHeadersResponse
     if (has(common.body_mutation)) {
       const cl = st.headers?.get('content-length');
       // Envoy compares against body().size(): 0 for clear_body or an empty mutation.
-      const newSize = common.body_mutation.mutation === 'body' || common.body_mutation.body !== undefined ? (common.body_mutation.body?.length ?? 0) : 0;
+      const newSize =
+        common.body_mutation.mutation === 'body' || common.body_mutation.body !== undefined ? (common.body_mutation.body?.length ?? 0) : 0;
       if (cl !== undefined && /^\d+$/.test(cl) && Number(cl) !== newSize) {
         return { kind: 'error', message: 'mismatch between content length and the length of the mutated body' };
       }

@@ -12,7 +12,13 @@ import { createRouteTable, findVirtualHost } from './router.js';
 const vh = (name: string, domains: string[]): VirtualHost => ({ name, domains, routes: [] });
 
 describe('virtual hosts', () => {
-  const hosts = [vh('any', ['*']), vh('prefix', ['api.*']), vh('suffix', ['*.example.com']), vh('longer', ['*.eu.example.com']), vh('exact', ['api.example.com'])];
+  const hosts = [
+    vh('any', ['*']),
+    vh('prefix', ['api.*']),
+    vh('suffix', ['*.example.com']),
+    vh('longer', ['*.eu.example.com']),
+    vh('exact', ['api.example.com']),
+  ];
   it.each([
     ['api.example.com', 'exact'],
     ['x.eu.example.com', 'longer'],
@@ -35,8 +41,28 @@ describe('routes', () => {
         name: 'all',
         domains: ['*'],
         routes: [
-          { name: 'exact', match: { path: '/health' }, action: { cluster: 'health', clusterHeader: undefined, clusterNotFoundResponseCode: 503, timeoutMs: 0, idleTimeoutMs: undefined } },
-          { name: 'v1', match: { prefix: '/v1/' }, action: { cluster: undefined, clusterHeader: 'x-target-cluster', clusterNotFoundResponseCode: 503, timeoutMs: 0, idleTimeoutMs: undefined } },
+          {
+            name: 'exact',
+            match: { path: '/health' },
+            action: {
+              cluster: 'health',
+              clusterHeader: undefined,
+              clusterNotFoundResponseCode: 503,
+              timeoutMs: 0,
+              idleTimeoutMs: undefined,
+            },
+          },
+          {
+            name: 'v1',
+            match: { prefix: '/v1/' },
+            action: {
+              cluster: undefined,
+              clusterHeader: 'x-target-cluster',
+              clusterNotFoundResponseCode: 503,
+              timeoutMs: 0,
+              idleTimeoutMs: undefined,
+            },
+          },
         ],
       },
     ],
@@ -102,9 +128,17 @@ describe('load balancing', () => {
     expect(ipPort('[::1]:8000')).toEqual({ address: '::1', port: 8000 });
     expect(ipPort('pod.local:8000')).toBeUndefined();
     expect(ipPort('10.1.2.3')).toBeUndefined();
-    const c = cluster({ type: 'ORIGINAL_DST', lbPolicy: 'CLUSTER_PROVIDED', endpoints: [], originalDst: { httpHeaderName: 'x-dst', metadataKey: undefined } });
+    const c = cluster({
+      type: 'ORIGINAL_DST',
+      lbPolicy: 'CLUSTER_PROVIDED',
+      endpoints: [],
+      originalDst: { httpHeaderName: 'x-dst', metadataKey: undefined },
+    });
     const cm = createClusterManager({ c });
-    expect(cm.chooseHost(c, { headers: new HeaderMap([['x-dst', '10.9.9.9:81']]), metadata: new Map() })).toEqual({ address: '10.9.9.9', port: 81 });
+    expect(cm.chooseHost(c, { headers: new HeaderMap([['x-dst', '10.9.9.9:81']]), metadata: new Map() })).toEqual({
+      address: '10.9.9.9',
+      port: 81,
+    });
     expect(cm.chooseHost(c, ctx)).toBeUndefined();
   });
 });

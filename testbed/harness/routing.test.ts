@@ -82,7 +82,14 @@ describe('cluster_header', () => {
         for (let m = await s.recv(); m !== null; m = await s.recv()) {
           const body = Buffer.from(m.request_body?.body ?? []).toString();
           const model = m.request === 'request_body' ? (JSON.parse(body) as { model: string }).model : '';
-          s.send(reply(m, m.request === 'request_body' ? { header_mutation: { set_headers: [setHeader('x-target-cluster', model)] }, clear_route_cache: true } : {}));
+          s.send(
+            reply(
+              m,
+              m.request === 'request_body'
+                ? { header_mutation: { set_headers: [setHeader('x-target-cluster', model)] }, clear_route_cache: true }
+                : {},
+            ),
+          );
         }
       },
     });
@@ -136,7 +143,12 @@ describe('ORIGINAL_DST', () => {
   });
 
   it('a missing header or a hostname gives 503 no healthy upstream', async () => {
-    scenario = await startScenario({ filter: NO_RESPONSE, route: { cluster: 'dynamic_dst', timeout: '0s' }, extraClusters: [dst()], handler: continueAll });
+    scenario = await startScenario({
+      filter: NO_RESPONSE,
+      route: { cluster: 'dynamic_dst', timeout: '0s' },
+      extraClusters: [dst()],
+      handler: continueAll,
+    });
     const missing = ok(await request(scenario.url));
     expect(missing.status).toBe(503);
     expect(missing.body).toBe('no healthy upstream');
@@ -166,7 +178,9 @@ describe('override_host', () => {
       type: 'STATIC',
       load_assignment: {
         cluster_name: 'pool',
-        endpoints: [{ lb_endpoints: pool.map((p) => ({ endpoint: { address: { socket_address: { address: '127.0.0.1', port_value: p.port } } } })) }],
+        endpoints: [
+          { lb_endpoints: pool.map((p) => ({ endpoint: { address: { socket_address: { address: '127.0.0.1', port_value: p.port } } } })) },
+        ],
       },
       load_balancing_policy: {
         policies: [
@@ -175,7 +189,10 @@ describe('override_host', () => {
               name: 'envoy.load_balancing_policies.override_host',
               typed_config: {
                 '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
-                override_host_sources: [{ metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } }, { header: 'x-gateway-destination-endpoint' }],
+                override_host_sources: [
+                  { metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } },
+                  { header: 'x-gateway-destination-endpoint' },
+                ],
                 fallback_policy: {
                   policies: [
                     {
@@ -201,7 +218,9 @@ describe('override_host', () => {
     });
     for (let i = 0; i < 3; i++) expect(upstreamOf(ok(await request(scenario.url)))).toBe('p2');
     // A non-member is skipped: the fallback round-robins over both.
-    scenario.extProc.setHandler(onHeaders({}, { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.9.9.9:80' } }) }));
+    scenario.extProc.setHandler(
+      onHeaders({}, { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.9.9.9:80' } }) }),
+    );
     const seen = new Set<string>();
     for (let i = 0; i < 2; i++) seen.add(upstreamOf(ok(await request(scenario.url))));
     expect(seen).toEqual(new Set(['p1', 'p2']));

@@ -53,7 +53,10 @@ describe('shipped envoy/envoy.yaml', () => {
       }
     }, creds);
     closers.push(() => gate.close());
-    const config = mustLoadEnvoyConfig(readFileSync(shipped, 'utf8'), { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, gate.address) });
+    const config = mustLoadEnvoyConfig(readFileSync(shipped, 'utf8'), {
+      listenerPorts: { public: 0, internal: 0 },
+      ...shippedEnvoyTls(pki, gate.address),
+    });
     const envoy: EnvoyHarness = await startEnvoyHarness(config);
     closers.push(() => envoy.close());
     const r = ok(await request(envoy.listeners['public']?.url ?? '', { path: '/v1/chat/completions', body: '{"model":"m"}' }));

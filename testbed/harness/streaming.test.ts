@@ -102,7 +102,9 @@ describe('trailers', () => {
       filter: { processing_mode: { response_header_mode: 'SKIP', request_trailer_mode: 'SEND' } },
       handler: async (s) => {
         for (let m = await s.recv(); m !== null; m = await s.recv()) {
-          s.send(reply(m, m.request === 'request_trailers' ? { header_mutation: { set_headers: [setHeader('x-checksum', 'rewritten')] } } : {}));
+          s.send(
+            reply(m, m.request === 'request_trailers' ? { header_mutation: { set_headers: [setHeader('x-checksum', 'rewritten')] } } : {}),
+          );
         }
       },
     });

@@ -92,7 +92,9 @@ export function scenarioYaml(o: Omit<ScenarioOptions, 'handler' | 'harness' | 'u
                         {
                           name: 'all',
                           domains: ['*'],
-                          routes: [{ match: { prefix: o.prefix ?? '/' }, route: o.route ?? { cluster_header: 'x-target-cluster', timeout: '0s' } }],
+                          routes: [
+                            { match: { prefix: o.prefix ?? '/' }, route: o.route ?? { cluster_header: 'x-target-cluster', timeout: '0s' } },
+                          ],
                         },
                       ],
                     },

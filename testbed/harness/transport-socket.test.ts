@@ -29,7 +29,11 @@ beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'kvgate-harness-tls-'));
   pki = await createDevPki(dir);
   gate = await startGateServer({
-    admission: { admit: (f: RawRequestFacts) => (seen.push(f), { decision: { kind: 'refuse', requestId: f.requestId, code: 'bad_request', message: 'x', trace: [] } }) } as unknown as Admission,
+    admission: {
+      admit: (f: RawRequestFacts) => (
+        seen.push(f), { decision: { kind: 'refuse', requestId: f.requestId, code: 'bad_request', message: 'x', trace: [] } }
+      ),
+    } as unknown as Admission,
     logger: pino({ level: 'silent' }),
     metrics: createGateMetrics(new Registry()),
     listen: '127.0.0.1:0',
@@ -56,8 +60,13 @@ function tlsYaml(role: 'public' | 'internal', serverName: string): string {
       sni: serverName,
       common_tls_context: {
         alpn_protocols: ['h2'],
-        tls_certificates: [{ certificate_chain: { filename: `${TLS_DIR}/envoy-${role}.crt` }, private_key: { filename: `${TLS_DIR}/envoy-${role}.key` } }],
-        validation_context: { trusted_ca: { filename: `${TLS_DIR}/ca.crt` }, match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: serverName } }] },
+        tls_certificates: [
+          { certificate_chain: { filename: `${TLS_DIR}/envoy-${role}.crt` }, private_key: { filename: `${TLS_DIR}/envoy-${role}.key` } },
+        ],
+        validation_context: {
+          trusted_ca: { filename: `${TLS_DIR}/ca.crt` },
+          match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: serverName } }],
+        },
       },
     },
   };
@@ -79,7 +88,9 @@ function oneStream(cluster: ClusterConfig): Promise<number> {
       onGrpcError: (code) => resolve(code),
       onGrpcClose: () => resolve(0),
     });
-    s.send({ request_headers: { headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/completions') }] }, end_of_stream: true } });
+    s.send({
+      request_headers: { headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/completions') }] }, end_of_stream: true },
+    });
     setTimeout(() => resolve(-1), 5_000).unref();
   }).finally(() => client.close());
 }

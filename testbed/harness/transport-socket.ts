@@ -51,7 +51,10 @@ export function readTransportSocket(r: ConfigReader, value: unknown, path: strin
   const certs = r.arr(ctx['tls_certificates'] ?? [], `${cp}.tls_certificates`);
   const first = certs[0] === undefined ? {} : r.obj(certs[0], `${cp}.tls_certificates[0]`, ['certificate_chain', 'private_key']);
   const vp = `${cp}.validation_context`;
-  const vc = ctx['validation_context'] === undefined ? undefined : r.obj(ctx['validation_context'], vp, ['trusted_ca', 'match_typed_subject_alt_names']);
+  const vc =
+    ctx['validation_context'] === undefined
+      ? undefined
+      : r.obj(ctx['validation_context'], vp, ['trusted_ca', 'match_typed_subject_alt_names']);
   const sanMatchers: SanMatcher[] = [];
   r.arr(vc?.['match_typed_subject_alt_names'] ?? [], `${vp}.match_typed_subject_alt_names`).forEach((m, i) => {
     const mp = `${vp}.match_typed_subject_alt_names[${i}]`;

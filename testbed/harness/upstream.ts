@@ -14,12 +14,19 @@ export type UpstreamFailure =
   | { readonly kind: 'connect_timeout'; readonly reason: string }
   | { readonly kind: 'reset_before_headers'; readonly reason: string };
 
-export type UpstreamResult = { readonly ok: true; readonly res: http.IncomingMessage } | { readonly ok: false; readonly failure: UpstreamFailure };
+export type UpstreamResult =
+  | { readonly ok: true; readonly res: http.IncomingMessage }
+  | { readonly ok: false; readonly failure: UpstreamFailure };
 
 export interface UpstreamCall {
   readonly response: Promise<UpstreamResult>;
   /** Streams the body: `prefix`, then whatever `rest` yields, then trailers (chunked only). Resolves when sent. */
-  sendBody(prefix: Buffer | null, rest: BodyReader | null, trailers: () => Promise<HeaderMap | null | 'stop'>, onData: () => void): Promise<void>;
+  sendBody(
+    prefix: Buffer | null,
+    rest: BodyReader | null,
+    trailers: () => Promise<HeaderMap | null | 'stop'>,
+    onData: () => void,
+  ): Promise<void>;
   abort(): void;
 }
 
@@ -49,12 +56,13 @@ export function startUpstream(spec: UpstreamSpec): UpstreamCall {
       connected = true;
       return;
     }
-    const timer = spec.connectTimeoutMs > 0
-      ? setTimeout(() => {
-          timedOut = true;
-          req.destroy(new Error('connection timeout'));
-        }, spec.connectTimeoutMs)
-      : undefined;
+    const timer =
+      spec.connectTimeoutMs > 0
+        ? setTimeout(() => {
+            timedOut = true;
+            req.destroy(new Error('connection timeout'));
+          }, spec.connectTimeoutMs)
+        : undefined;
     socket.once('connect', () => {
       connected = true;
       if (timer !== undefined) clearTimeout(timer);

@@ -73,13 +73,19 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
   const handler = (req: IncomingMessage, res: ServerResponse): void => {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const m = /^\/api\/v1\/namespaces\/([^/]+)\/pods$/.exec(url.pathname);
-    if (req.method !== 'GET' || m === null) return status(res, 404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`);
+    if (req.method !== 'GET' || m === null)
+      return status(res, 404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`);
     if (req.headers.authorization !== `Bearer ${token}`) return status(res, 401, 'Unauthorized', 'Unauthorized');
     const namespace = decodeURIComponent(m[1]!);
     const watch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
     if (allowed !== undefined && !allowed.includes(namespace)) {
       count('forbidden');
-      return status(res, 403, 'Forbidden', `pods is forbidden: User "system:serviceaccount:kvgate:kvgate-gate" cannot ${watch ? 'watch' : 'list'} resource "pods" in API group "" in the namespace "${namespace}"`);
+      return status(
+        res,
+        403,
+        'Forbidden',
+        `pods is forbidden: User "system:serviceaccount:kvgate:kvgate-gate" cannot ${watch ? 'watch' : 'list'} resource "pods" in API group "" in the namespace "${namespace}"`,
+      );
     }
     let selector: Selector;
     try {
@@ -145,7 +151,9 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
 
   const sendBookmark = (w: OpenWatch): void => {
     if (!w.bookmarks) return;
-    w.res.write(`${JSON.stringify({ type: 'BOOKMARK', object: { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) } } })}\n`);
+    w.res.write(
+      `${JSON.stringify({ type: 'BOOKMARK', object: { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) } } })}\n`,
+    );
   };
 
   let server: Server = createServer(handler);
@@ -220,7 +228,13 @@ function json(res: ServerResponse, code: number, body: unknown): void {
 }
 
 /** A Ready, Running pod of `revision` at `ip` (what a test adds). */
-export function readyPod(name: string, namespace: string, ip: string, labels: Record<string, string>, uid: string): Omit<Pod, 'apiVersion' | 'kind' | 'metadata'> & { metadata: Omit<Pod['metadata'], 'resourceVersion' | 'creationTimestamp'> } {
+export function readyPod(
+  name: string,
+  namespace: string,
+  ip: string,
+  labels: Record<string, string>,
+  uid: string,
+): Omit<Pod, 'apiVersion' | 'kind' | 'metadata'> & { metadata: Omit<Pod['metadata'], 'resourceVersion' | 'creationTimestamp'> } {
   return {
     metadata: { name, namespace, uid, labels },
     status: { phase: 'Running', podIP: ip, conditions: [{ type: 'Ready', status: 'True' }] },

@@ -66,7 +66,11 @@ export class PodStore {
     return p === undefined ? undefined : clone(p);
   }
 
-  create(pod: Omit<Pod, 'apiVersion' | 'kind' | 'metadata'> & { metadata: Omit<Pod['metadata'], 'resourceVersion' | 'creationTimestamp'> & { creationTimestamp?: string } }): Pod {
+  create(
+    pod: Omit<Pod, 'apiVersion' | 'kind' | 'metadata'> & {
+      metadata: Omit<Pod['metadata'], 'resourceVersion' | 'creationTimestamp'> & { creationTimestamp?: string };
+    },
+  ): Pod {
     const key = `${pod.metadata.namespace}/${pod.metadata.name}`;
     if (this.#pods.has(key)) throw new Error(`pod ${key} already exists`);
     const rv = ++this.#rv;

@@ -63,7 +63,12 @@ export async function startLlmdSidecar(opts: { decoderUrl: string; host?: string
   };
 }
 
-async function handle(req: http.IncomingMessage, res: http.ServerResponse, decoderUrl: string, prefills: LlmdSidecar['prefills']): Promise<void> {
+async function handle(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  decoderUrl: string,
+  prefills: LlmdSidecar['prefills'],
+): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
@@ -72,20 +77,35 @@ async function handle(req: http.IncomingMessage, res: http.ServerResponse, decod
   const prefillHost = (headers.get(PREFILL_ENDPOINT_HEADER) ?? '').split(',')[0]!.trim();
   headers.delete(PREFILL_ENDPOINT_HEADER);
   const limits = req.method === 'POST' ? PD_PATHS[path] : undefined;
-  if (limits === undefined || prefillHost === '') return pipe(await send(`${decoderUrl}${req.url ?? '/'}`, req.method ?? 'GET', headers, raw), res);
+  if (limits === undefined || prefillHost === '')
+    return pipe(await send(`${decoderUrl}${req.url ?? '/'}`, req.method ?? 'GET', headers, raw), res);
   const original = JSON.parse(raw.toString('utf8')) as Record<string, unknown>;
   const uuid = randomUUID();
   headers.append('x-request-id', uuid);
   const prefillBody: Record<string, unknown> = {
     ...original,
-    kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
+    kv_transfer_params: {
+      do_remote_decode: true,
+      do_remote_prefill: false,
+      remote_engine_id: null,
+      remote_block_ids: null,
+      remote_host: null,
+      remote_port: null,
+    },
     stream: false,
   };
   delete prefillBody['stream_options'];
   for (const f of limits) prefillBody[f] = 1;
   const p = await send(`http://${prefillHost}${path}`, 'POST', headers, Buffer.from(JSON.stringify(prefillBody)));
   const pText = await p.text();
-  prefills.push({ target: prefillHost, requestIds: headers.get('x-request-id')!.split(',').map((s) => s.trim()), status: p.status });
+  prefills.push({
+    target: prefillHost,
+    requestIds: headers
+      .get('x-request-id')!
+      .split(',')
+      .map((s) => s.trim()),
+    status: p.status,
+  });
   if (p.status >= 400) {
     if (p.status <= 451) {
       res.writeHead(p.status, { 'content-type': p.headers.get('content-type') ?? 'application/json' });
@@ -126,6 +146,10 @@ async function pipe(from: Response, res: http.ServerResponse): Promise<void> {
     return;
   }
   await new Promise<void>((resolve, reject) => {
-    Readable.fromWeb(from.body as import('node:stream/web').ReadableStream).on('error', reject).pipe(res).on('finish', resolve).on('error', reject);
+    Readable.fromWeb(from.body as import('node:stream/web').ReadableStream)
+      .on('error', reject)
+      .pipe(res)
+      .on('finish', resolve)
+      .on('error', reject);
   });
 }

@@ -74,7 +74,9 @@ export function simulateSkew(policy: Policy, o: SkewOptions = DEFAULT_SKEW): Ske
   const waiting: Req[][] = Array.from({ length: o.endpoints }, () => []);
   const finishAt = new Map<Req, number>();
   const perReplica = Array.from({ length: o.replicas }, () => new Array<number>(o.endpoints).fill(0));
-  let reported: EndpointLoad[][] = perReplica.map(() => running.map(() => ({ running: 0, waiting: 0, kvCacheUsage: 0, ownInFlightAtReport: 0 })));
+  let reported: EndpointLoad[][] = perReplica.map(() =>
+    running.map(() => ({ running: 0, waiting: 0, kvCacheUsage: 0, ownInFlightAtReport: 0 })),
+  );
   let nextPoll = 0;
   const latencies: number[] = [];
   let slowServed = 0;
@@ -107,7 +109,12 @@ export function simulateSkew(policy: Policy, o: SkewOptions = DEFAULT_SKEW): Ske
     completeUntil(now);
     while (nextPoll <= now) {
       reported = perReplica.map((own) =>
-        running.map((r, e) => ({ running: r.length, waiting: waiting[e]!.length, kvCacheUsage: Math.min(1, (r.length + waiting[e]!.length) / (o.batch * 2)), ownInFlightAtReport: own[e]! })),
+        running.map((r, e) => ({
+          running: r.length,
+          waiting: waiting[e]!.length,
+          kvCacheUsage: Math.min(1, (r.length + waiting[e]!.length) / (o.batch * 2)),
+          ownInFlightAtReport: own[e]!,
+        })),
       );
       nextPoll += o.pollEvery;
     }
@@ -140,5 +147,11 @@ export function simulateSkew(policy: Policy, o: SkewOptions = DEFAULT_SKEW): Ske
   completeUntil(Infinity);
   latencies.sort((a, b) => a - b);
   const q = (p: number): number => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))]!;
-  return { policy, p50: q(0.5), p99: q(0.99), mean: latencies.reduce((s, x) => s + x, 0) / latencies.length, slowShare: slowServed / o.requests };
+  return {
+    policy,
+    p50: q(0.5),
+    p99: q(0.99),
+    mean: latencies.reduce((s, x) => s + x, 0) / latencies.length,
+    slowShare: slowServed / o.requests,
+  };
 }

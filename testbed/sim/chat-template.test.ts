@@ -27,7 +27,9 @@ describe('chat templates', () => {
 
   it('folds the system prompt into the first user turn for mistral', () => {
     const p = resolveChatTemplate({ id: 'mistralai/Mistral-7B-Instruct-v0.3', revision: 'main' });
-    const text = renderChat(p, [...convo, { role: 'assistant', content: 'Yes.' }, { role: 'user', content: 'More' }], { addGenerationPrompt: true });
+    const text = renderChat(p, [...convo, { role: 'assistant', content: 'Yes.' }, { role: 'user', content: 'More' }], {
+      addGenerationPrompt: true,
+    });
     expect(text).toBe('<s>[INST] Be brief.\n\nHello?[/INST] Yes.</s>[INST] More[/INST]');
   });
 

@@ -67,11 +67,7 @@ export function resolveChatTemplate(t: { id: string; revision: string }): ChatTe
  * Render a conversation to the prompt text vLLM would tokenize (special-token markers included; the tokenizer
  * recognises them). `addGenerationPrompt` appends the assistant header, as `add_generation_prompt` does.
  */
-export function renderChat(
-  profile: ChatTemplateProfile,
-  messages: readonly ChatMessage[],
-  opts: { addGenerationPrompt: boolean },
-): string {
+export function renderChat(profile: ChatTemplateProfile, messages: readonly ChatMessage[], opts: { addGenerationPrompt: boolean }): string {
   switch (profile.style) {
     case 'chatml':
       return renderChatml(profile.preamble, messages, opts.addGenerationPrompt);

@@ -20,7 +20,19 @@ function io() {
   const shutdown = new Promise<string>((r) => (stop = r));
   let listening: (info: { url: string }) => void = () => {};
   const ready = new Promise<{ url: string }>((r) => (listening = r));
-  return { out, err, stop: (s: string) => stop(s), ready, io: { out: (l: string) => out.push(l), err: (l: string) => err.push(l), shutdown, logger: pino({ enabled: false }), onListening: (i: { url: string }) => listening(i) } };
+  return {
+    out,
+    err,
+    stop: (s: string) => stop(s),
+    ready,
+    io: {
+      out: (l: string) => out.push(l),
+      err: (l: string) => err.push(l),
+      shutdown,
+      logger: pino({ enabled: false }),
+      onListening: (i: { url: string }) => listening(i),
+    },
+  };
 }
 
 describe('kvgate sim', () => {
@@ -29,7 +41,9 @@ describe('kvgate sim', () => {
     const t = io();
     const done = simCommand(['--config', path, '--port', '0'], t.io);
     const { url } = await t.ready;
-    expect(t.out[0]).toMatch(/^kvgate sim: llama \(vLLM 0\.11\.0\) listening on http:\/\/127\.0\.0\.1:\d+, NIXL side channel http:\/\/127\.0\.0\.1:\d+, engine_id /);
+    expect(t.out[0]).toMatch(
+      /^kvgate sim: llama \(vLLM 0\.11\.0\) listening on http:\/\/127\.0\.0\.1:\d+, NIXL side channel http:\/\/127\.0\.0\.1:\d+, engine_id /,
+    );
     expect((await getJson(`${url}/version`)).body.version).toBe('0.11.0');
     t.stop('SIGTERM');
     expect(await done).toBe(0);

@@ -65,7 +65,8 @@ function parseArgs(argv: string[]): Args | string {
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === '--help' || a === '-h') return { config: '', help: true };
-    const [flag, inline] = a.startsWith('--') && a.includes('=') ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] : [a, undefined];
+    const [flag, inline] =
+      a.startsWith('--') && a.includes('=') ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] : [a, undefined];
     const value = inline ?? argv[++i];
     if (value === undefined) return `missing value for ${flag}`;
     if (flag === '--config') out.config = value;

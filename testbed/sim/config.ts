@@ -85,7 +85,9 @@ export const SimConfigFileSchema = z
   })
   .strict();
 
-export type SimSettings = Omit<z.infer<typeof SimSettingsSchema>, 'kvLoadFailurePolicy'> & { readonly kvLoadFailurePolicy: 'fail' | 'recompute' };
+export type SimSettings = Omit<z.infer<typeof SimSettingsSchema>, 'kvLoadFailurePolicy'> & {
+  readonly kvLoadFailurePolicy: 'fail' | 'recompute';
+};
 export type SimSettingsInput = z.input<typeof SimSettingsSchema>;
 /** A validated, frozen simulator configuration. */
 export interface SimConfig {
@@ -106,7 +108,8 @@ export function parseSimConfig(input: unknown): Result<SimConfig> {
   const top = SimConfigFileSchema.safeParse(input);
   if (!top.success) return err(configError(formatIssues(top.error.issues, SimConfigFileSchema, input, [])));
   const declared = CompatDescriptorSchema.safeParse(top.data.descriptor);
-  if (!declared.success) return err(configError(formatIssues(declared.error.issues, CompatDescriptorSchema, top.data.descriptor, ['descriptor'])));
+  if (!declared.success)
+    return err(configError(formatIssues(declared.error.issues, CompatDescriptorSchema, top.data.descriptor, ['descriptor'])));
   const sim = top.data.sim;
   let behaviour = declared.data;
   if (sim.behaveAs !== undefined) {
@@ -142,9 +145,7 @@ export async function loadSimConfigFile(path: string): Promise<Result<SimConfig>
   try {
     doc = parseYaml(text);
   } catch (e) {
-    return err(
-      new KvgateError('bad_request', `sim config ${path} is not valid YAML/JSON: ${(e as Error).message}`, { cause: e }),
-    );
+    return err(new KvgateError('bad_request', `sim config ${path} is not valid YAML/JSON: ${(e as Error).message}`, { cause: e }));
   }
   const parsed = parseSimConfig(doc);
   if (!parsed.ok) return err(new KvgateError('bad_request', `${path}: ${parsed.error.reason}`));
@@ -154,7 +155,6 @@ export async function loadSimConfigFile(path: string): Promise<Result<SimConfig>
 function configError(detail: string): KvgateError {
   return new KvgateError('bad_request', `invalid sim config:\n${detail}`);
 }
-
 
 /** zod issues as the one `ConfigIssue` format every kvgate config uses, under `prefix` (e.g. `sim.behaveAs`). */
 export function formatIssues(issues: readonly z.core.$ZodIssue[], schema: z.ZodType, data: unknown, prefix: readonly string[]): string {

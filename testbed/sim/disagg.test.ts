@@ -23,12 +23,31 @@ const PROMPTS = [
   'Short prompt.',
   'The rollout moves a small cohort of new sessions to revision B while existing streams finish on revision A, and no cache is ever shared.',
 ];
-const completion = (prompt: string, extra: Record<string, unknown> = {}) => ({ prompt, max_tokens: 16, ignore_eos: true, return_token_ids: true, ...extra });
-const chat = (content: string) => ({ messages: [{ role: 'system', content: 'Answer briefly.' }, { role: 'user', content }], max_tokens: 12, ignore_eos: true, return_token_ids: true });
+const completion = (prompt: string, extra: Record<string, unknown> = {}) => ({
+  prompt,
+  max_tokens: 16,
+  ignore_eos: true,
+  return_token_ids: true,
+  ...extra,
+});
+const chat = (content: string) => ({
+  messages: [
+    { role: 'system', content: 'Answer briefly.' },
+    { role: 'user', content },
+  ],
+  max_tokens: 12,
+  ignore_eos: true,
+  return_token_ids: true,
+});
 const ids = (r: HttpReply): number[] => r.body.choices[0].token_ids;
 const metric = async (s: SimServer, name: string, labels: Record<string, string> = {}) => metricValue(await scrape(s), name, labels);
 
-async function baselineIds(d: Record<string, unknown>, path: '/v1/completions' | '/v1/chat/completions', body: Record<string, unknown>, s: SimSettingsInput = {}) {
+async function baselineIds(
+  d: Record<string, unknown>,
+  path: '/v1/completions' | '/v1/chat/completions',
+  body: Record<string, unknown>,
+  s: SimSettingsInput = {},
+) {
   const b = await sim(d, s);
   const r = await postJson(`${b.url}${path}`, body);
   expect(r.status).toBe(200);
@@ -41,7 +60,14 @@ describe('X-to-X disaggregation reproduces the baseline', () => {
     for (const prompt of PROMPTS) {
       const want = await baselineIds({}, '/v1/completions', completion(prompt));
       const r = await runDisaggregated(p, d, '/v1/completions', completion(prompt));
-      expect(r.prefill.body.kv_transfer_params).toMatchObject({ do_remote_prefill: true, do_remote_decode: false, remote_engine_id: p.engineId, remote_host: '127.0.0.1', remote_port: p.sideChannelPort, tp_size: 1 });
+      expect(r.prefill.body.kv_transfer_params).toMatchObject({
+        do_remote_prefill: true,
+        do_remote_decode: false,
+        remote_engine_id: p.engineId,
+        remote_host: '127.0.0.1',
+        remote_port: p.sideChannelPort,
+        tp_size: 1,
+      });
       expect(r.decode.status).toBe(200);
       expect(ids(r.decode)).toEqual(want);
       expect(r.decode.body.kv_transfer_params).toBeNull();
@@ -146,13 +172,23 @@ describe('pairings the handshake catches', () => {
   it('KV dtype mismatch streamed with policy fail: an error event, then [DONE]', async () => {
     const p = await sim(fp8);
     const d = await sim();
-    const pr = await postJson(`${p.url}/v1/completions`, { ...completion(PROMPTS[0]!), max_tokens: 1, kv_transfer_params: { do_remote_decode: true } });
-    const res = await postJson(`${d.url}/v1/completions`, { ...completion(PROMPTS[0]!), stream: true, kv_transfer_params: pr.body.kv_transfer_params });
+    const pr = await postJson(`${p.url}/v1/completions`, {
+      ...completion(PROMPTS[0]!),
+      max_tokens: 1,
+      kv_transfer_params: { do_remote_decode: true },
+    });
+    const res = await postJson(`${d.url}/v1/completions`, {
+      ...completion(PROMPTS[0]!),
+      stream: true,
+      kv_transfer_params: pr.body.kv_transfer_params,
+    });
     expect(res.status).toBe(200);
-    expect(res.text).toBe('data: {"error":{"message":"Internal server error","type":"InternalServerError","param":null,"code":500}}\n\ndata: [DONE]\n\n');
+    expect(res.text).toBe(
+      'data: {"error":{"message":"Internal server error","type":"InternalServerError","param":null,"code":500}}\n\ndata: [DONE]\n\n',
+    );
   });
 
-  it('KV dtype mismatch with policy recompute: completes with the decode worker\'s own baseline', async () => {
+  it("KV dtype mismatch with policy recompute: completes with the decode worker's own baseline", async () => {
     const p = await sim(fp8);
     const d = await sim({}, { kvLoadFailurePolicy: 'recompute' });
     const body = completion(PROMPTS[0]!);
@@ -233,7 +269,7 @@ describe('prefix cache, leases and transfer faults', () => {
     });
   }
 
-  it('x-sim-fault lease-ms=0 makes one request\'s lease expire at once', async () => {
+  it("x-sim-fault lease-ms=0 makes one request's lease expire at once", async () => {
     const p = await sim();
     const d = await sim();
     const r = await runDisaggregated(p, d, '/v1/completions', completion(PROMPTS[1]!), { prefill: { 'x-sim-fault': 'lease-ms=0' } });
@@ -276,7 +312,10 @@ describe('prefix cache, leases and transfer faults', () => {
   it('invalid kv_transfer_params: D logs and prefills locally (baseline tokens, nothing pulled)', async () => {
     const d = await sim();
     const body = completion(PROMPTS[0]!);
-    const r = await postJson(`${d.url}/v1/completions`, { ...body, kv_transfer_params: { do_remote_prefill: true, remote_block_ids: [1] } });
+    const r = await postJson(`${d.url}/v1/completions`, {
+      ...body,
+      kv_transfer_params: { do_remote_prefill: true, remote_block_ids: [1] },
+    });
     expect(r.status).toBe(200);
     expect(ids(r)).toEqual(await baselineIds({}, '/v1/completions', body));
     expect(await metric(d, 'kvgate_sim_kv_blocks_pulled_total')).toBe(0);

@@ -93,7 +93,10 @@ export class SimEngine {
     const deps = this.#d;
     const role = req.kvTransfer;
     if (role.kind === 'invalid') {
-      deps.logger.warn({ requestId: req.requestId }, `Got invalid KVTransferParams: ${JSON.stringify(role.raw)}. This request will not utilize KVTransfer`);
+      deps.logger.warn(
+        { requestId: req.requestId },
+        `Got invalid KVTransferParams: ${JSON.stringify(role.raw)}. This request will not utilize KVTransfer`,
+      );
     }
     const remote = role.kind === 'consumer' ? role.remote : null;
     const stopHeartbeat = remote ? this.#heartbeat(remote) : () => {};

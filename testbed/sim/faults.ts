@@ -91,7 +91,9 @@ export function parseFaultHeader(value: string | undefined): Result<RequestFault
     }
     return err(
       `${FAULT_HEADER}: cannot parse "${item}"; use ${Object.keys(FLAG_KINDS).join(', ')}, or ` +
-        `${Object.keys(NUMBER_KINDS).map((k) => `${k}=<integer>`).join(', ')}, separated by commas`,
+        `${Object.keys(NUMBER_KINDS)
+          .map((k) => `${k}=<integer>`)
+          .join(', ')}, separated by commas`,
     );
   }
   return ok(out);

@@ -13,7 +13,14 @@ afterEach(async () => {
 });
 
 const PROMPT = 'Disaggregated serving splits prefill and decode across two pools of GPUs.';
-const P_PARAMS = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
+const P_PARAMS = {
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+};
 
 function cacheLabels(text: string): Record<string, string> {
   const line = text.split('\n').find((l) => l.startsWith('vllm:cache_config_info{'))!;
@@ -26,8 +33,12 @@ describe('--api-key', () => {
     const none = await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 2 });
     expect([none.status, none.body]).toEqual([401, { error: 'Unauthorized' }]);
     expect((await getJson(`${s.url}/v1/models`)).status).toBe(401);
-    expect((await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 2 }, { authorization: 'Bearer wrong' })).status).toBe(401);
-    expect((await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 2 }, { authorization: 'Bearer sk-test' })).status).toBe(200);
+    expect((await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 2 }, { authorization: 'Bearer wrong' })).status).toBe(
+      401,
+    );
+    expect((await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 2 }, { authorization: 'Bearer sk-test' })).status).toBe(
+      200,
+    );
     expect((await getJson(`${s.url}/version`)).status).toBe(200);
     expect((await postJson(`${s.url}/tokenize`, { prompt: PROMPT })).status).toBe(200);
   });
@@ -39,7 +50,12 @@ describe('data parallel', () => {
     expect(s.engineIds).toEqual(['eng_dp0', 'eng_dp1']);
     const seen = new Set<string>();
     for (let i = 0; i < 4; i++) {
-      const r = await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, ignore_eos: true, kv_transfer_params: P_PARAMS });
+      const r = await postJson(`${s.url}/v1/completions`, {
+        prompt: PROMPT,
+        max_tokens: 1,
+        ignore_eos: true,
+        kv_transfer_params: P_PARAMS,
+      });
       seen.add(r.body.kv_transfer_params.remote_engine_id);
     }
     expect(seen).toEqual(new Set(['eng_dp0', 'eng_dp1']));
@@ -49,7 +65,11 @@ describe('data parallel', () => {
 describe('flavours', () => {
   it('0.11: no remote_request_id, no handshake hash, no kv_cache_layout label, recompute by default', async () => {
     const s = await sim({}, { flavour: '0.11' });
-    const r = await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, ignore_eos: true, kv_transfer_params: P_PARAMS }, { 'x-request-id': 'r1' });
+    const r = await postJson(
+      `${s.url}/v1/completions`,
+      { prompt: PROMPT, max_tokens: 1, ignore_eos: true, kv_transfer_params: P_PARAMS },
+      { 'x-request-id': 'r1' },
+    );
     expect(r.body.kv_transfer_params).not.toHaveProperty('remote_request_id');
     expect(Array.isArray(r.body.kv_transfer_params.remote_block_ids[0])).toBe(false);
     expect(cacheLabels(await scrape(s))).not.toHaveProperty('kv_cache_layout');
@@ -59,7 +79,11 @@ describe('flavours', () => {
   it('main: per-group block ids and newer params, LBHNC layout label, fail by default, delta.reasoning only', async () => {
     const s = await sim({}, { flavour: 'main', reasoningTokens: 2 });
     const r = await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, ignore_eos: true, kv_transfer_params: P_PARAMS });
-    expect(r.body.kv_transfer_params).toMatchObject({ remote_block_ids: [expect.any(Array)], remote_request_id: expect.any(String), transfer_mode: 'pull' });
+    expect(r.body.kv_transfer_params).toMatchObject({
+      remote_block_ids: [expect.any(Array)],
+      remote_request_id: expect.any(String),
+      transfer_mode: 'pull',
+    });
     expect(r.body.kv_transfer_params.remote_blocks_expiry_time).toBeGreaterThan(0);
     expect(cacheLabels(await scrape(s))['kv_cache_layout']).toBe('LBHNC');
     expect(s.config.sim.kvLoadFailurePolicy).toBe('fail');
@@ -76,9 +100,17 @@ describe('flavours', () => {
   });
 
   it('0.13 streams reasoning under both names; 0.11 under reasoning_content', async () => {
-    for (const [flavour, fields] of [['0.13', ['reasoning', 'reasoning_content']], ['0.11', ['reasoning_content']]] as const) {
+    for (const [flavour, fields] of [
+      ['0.13', ['reasoning', 'reasoning_content']],
+      ['0.11', ['reasoning_content']],
+    ] as const) {
       const s = await sim({}, { flavour, reasoningTokens: 1 });
-      const streamed = await postSse(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, ignore_eos: true, stream: true });
+      const streamed = await postSse(`${s.url}/v1/chat/completions`, {
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 3,
+        ignore_eos: true,
+        stream: true,
+      });
       const first = streamed.events.map((e) => e.choices?.[0]?.delta).find((d) => d !== undefined && d.role === undefined);
       expect(Object.keys(first).sort()).toEqual([...fields].sort());
     }
@@ -95,14 +127,29 @@ describe('truncate_prompt_tokens', () => {
   it('keeps the last k prompt tokens, -1 means max_model_len, and a k above it is a 400', async () => {
     const s = await sim({}, { flavour: '0.13' });
     const ids = (await postJson(`${s.url}/tokenize`, { prompt: PROMPT })).body.tokens as number[];
-    const r = await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, truncate_prompt_tokens: 5, return_token_ids: true });
+    const r = await postJson(`${s.url}/v1/completions`, {
+      prompt: PROMPT,
+      max_tokens: 1,
+      truncate_prompt_tokens: 5,
+      return_token_ids: true,
+    });
     expect(r.body.usage.prompt_tokens).toBe(5);
     expect(r.body.choices[0].prompt_token_ids).toEqual(ids.slice(-5));
     // 0.13 has no truncation_side: "right" is ignored (an unknown field), the cut stays on the left.
-    const right = await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, truncate_prompt_tokens: 5, truncation_side: 'right', return_token_ids: true });
+    const right = await postJson(`${s.url}/v1/completions`, {
+      prompt: PROMPT,
+      max_tokens: 1,
+      truncate_prompt_tokens: 5,
+      truncation_side: 'right',
+      return_token_ids: true,
+    });
     expect(right.body.choices[0].prompt_token_ids).toEqual(ids.slice(-5));
-    expect((await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, truncate_prompt_tokens: -1 })).body.usage.prompt_tokens).toBe(ids.length);
-    expect((await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, truncate_prompt_tokens: 100_000 })).status).toBe(400);
+    expect(
+      (await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, truncate_prompt_tokens: -1 })).body.usage.prompt_tokens,
+    ).toBe(ids.length);
+    expect((await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1, truncate_prompt_tokens: 100_000 })).status).toBe(
+      400,
+    );
     expect(metricValue(await scrape(s), 'vllm:prompt_tokens_total')).toBeGreaterThan(0);
   });
 });

@@ -67,7 +67,11 @@ export function prepareGeneration(
   body: unknown,
   requestId: string,
 ): { ok: true; value: PreparedRequest } | { ok: false; status: number; body: unknown } {
-  const fail = (status: number, message: string, param: string | null = null) => ({ ok: false as const, status, body: vllmError(status, message, param) });
+  const fail = (status: number, message: string, param: string | null = null) => ({
+    ok: false as const,
+    status,
+    body: vllmError(status, message, param),
+  });
   const parsed = kind === 'chat' ? ChatRequestSchema.safeParse(body) : CompletionRequestSchema.safeParse(body);
   if (!parsed.success) return fail(400, describeZodError(parsed.error));
   const r = parsed.data;
@@ -119,14 +123,21 @@ export function prepareGeneration(
  * truncates on the left (`vllm/transformers_utils/tokenizer.py`), token-id prompts are cut `[-k:]`. Versions with the
  * newer `truncation_side` field keep the first k for `"right"`. A k above `max_model_len` is a 400, as in vLLM.
  */
-function truncatePrompt(ctx: WorkerContext, r: Record<string, unknown>, ids: number[]): { ok: true; value: number[] } | { ok: false; error: string } {
+function truncatePrompt(
+  ctx: WorkerContext,
+  r: Record<string, unknown>,
+  ids: number[],
+): { ok: true; value: number[] } | { ok: false; error: string } {
   const t = r['truncate_prompt_tokens'];
   if (t === undefined || t === null) return { ok: true, value: ids };
   const maxLen = ctx.config.sim.maxModelLen;
   if (!Number.isInteger(t) || (t as number) < -1) return { ok: false, error: 'truncate_prompt_tokens must be an integer >= -1' };
   const k = t === -1 ? maxLen : (t as number);
   if (k > maxLen) {
-    return { ok: false, error: `truncate_prompt_tokens value (${k}) is greater than max_model_len (${maxLen}). Please, select a smaller truncation size.` };
+    return {
+      ok: false,
+      error: `truncate_prompt_tokens value (${k}) is greater than max_model_len (${maxLen}). Please, select a smaller truncation size.`,
+    };
   }
   if (ids.length <= k) return { ok: true, value: ids };
   const right = ctx.traits.truncationSide && r['truncation_side'] === 'right';
@@ -156,7 +167,11 @@ function maxTokensFor(kind: Kind, r: Record<string, unknown>, len: number, maxLe
   return n < 1 ? { message: `max_tokens must be at least 1, got ${n}.`, param: 'max_tokens' } : n;
 }
 
-function promptTokens(ctx: WorkerContext, kind: Kind, r: Record<string, unknown>): { ok: true; value: number[] } | { ok: false; error: string } {
+function promptTokens(
+  ctx: WorkerContext,
+  kind: Kind,
+  r: Record<string, unknown>,
+): { ok: true; value: number[] } | { ok: false; error: string } {
   const tok = ctx.tokenizer;
   if (kind === 'chat') {
     const messages = (r['messages'] as Array<{ role: string; content?: unknown }>).map((m) => ({
@@ -205,7 +220,8 @@ export async function handleGeneration(
   const global = ctx.faults();
   const slow = (faults.slowMs ?? 0) + global.slowMs;
   if (slow > 0) await ctx.sleep(slow);
-  if (faults.error !== undefined) return sink.json(faults.error, vllmError(faults.error, `Injected fault: HTTP ${faults.error} (x-sim-fault)`));
+  if (faults.error !== undefined)
+    return sink.json(faults.error, vllmError(faults.error, `Injected fault: HTTP ${faults.error} (x-sim-fault)`));
   if (global.errorRate > 0 && ctx.random() < global.errorRate) {
     return sink.json(global.errorStatus, vllmError(global.errorStatus, `Injected fault: HTTP ${global.errorStatus} (errorRate)`));
   }
@@ -231,7 +247,13 @@ export async function handleGeneration(
   else await jsonResponse(ctx, p, events, sink, dropAfter);
 }
 
-async function jsonResponse(ctx: WorkerContext, p: PreparedRequest, events: AsyncIterable<EngineEvent>, sink: ResponseSink, dropAfter: number | null): Promise<void> {
+async function jsonResponse(
+  ctx: WorkerContext,
+  p: PreparedRequest,
+  events: AsyncIterable<EngineEvent>,
+  sink: ResponseSink,
+  dropAfter: number | null,
+): Promise<void> {
   const tokens: GeneratedToken[] = [];
   let text = '';
   let reasoning = '';

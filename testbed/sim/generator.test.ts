@@ -7,7 +7,8 @@ import { deepMerge } from './config.js';
 import { testDescriptor } from './testing.js';
 
 const desc = (o: Record<string, unknown> = {}) => CompatDescriptorSchema.parse(deepMerge(testDescriptor(), o));
-const sem = (o: Record<string, unknown> = {}, salt = 'i1', withAdapter = false) => createKvSemantics(desc(o), { withAdapter, scaleSalt: salt });
+const sem = (o: Record<string, unknown> = {}, salt = 'i1', withAdapter = false) =>
+  createKvSemantics(desc(o), { withAdapter, scaleSalt: salt });
 const tokens = Array.from({ length: 40 }, (_, i) => 100 + i);
 
 describe('generator', () => {
@@ -29,7 +30,10 @@ describe('generator', () => {
   });
 
   it('different KV gives different tokens', () => {
-    const ids = (digest: string) => run({ ...setup, digest }, 12).map((t) => t.id).join(',');
+    const ids = (digest: string) =>
+      run({ ...setup, digest }, 12)
+        .map((t) => t.id)
+        .join(',');
     const seen = new Set(['a', 'b', 'c', 'd', 'e'].map(ids));
     expect(seen.size).toBe(5);
   });

@@ -5,7 +5,14 @@
  */
 import { renderChat } from './chat-template.js';
 import { modelNotFound, resolveModel, type WorkerContext } from './generate-handler.js';
-import { DetokenizeRequestSchema, TokenizeChatSchema, TokenizeCompletionSchema, describeZodError, messageText, vllmError } from './protocol.js';
+import {
+  DetokenizeRequestSchema,
+  TokenizeChatSchema,
+  TokenizeCompletionSchema,
+  describeZodError,
+  messageText,
+  vllmError,
+} from './protocol.js';
 
 export interface Reply {
   readonly status: number;

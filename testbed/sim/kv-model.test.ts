@@ -5,7 +5,8 @@ import { deepMerge } from './config.js';
 import { testDescriptor } from './testing.js';
 
 const desc = (o: Record<string, unknown> = {}) => CompatDescriptorSchema.parse(deepMerge(testDescriptor(), o));
-const sem = (o: Record<string, unknown> = {}, salt = 'i1', withAdapter = false) => createKvSemantics(desc(o), { withAdapter, scaleSalt: salt });
+const sem = (o: Record<string, unknown> = {}, salt = 'i1', withAdapter = false) =>
+  createKvSemantics(desc(o), { withAdapter, scaleSalt: salt });
 const tokens = Array.from({ length: 40 }, (_, i) => 100 + i);
 
 describe('kv-model', () => {

@@ -55,7 +55,11 @@ export function pyStr(v: unknown): string {
  * holds a `KVCacheLayout` name (`LBHNC`/`LBNHC` for HND/NHD; @002f10e0), next to the newer `kv_cache_size_tokens`
  * and `kv_cache_max_concurrency`; 0.11 and 0.13 have neither. `sliding_window` is `None` unless every layer slides.
  */
-export function cacheConfigLabels(d: CompatDescriptor, s: SimSettings, traits: FlavourTraits = traitsOf(undefined)): Record<string, string> {
+export function cacheConfigLabels(
+  d: CompatDescriptor,
+  s: SimSettings,
+  traits: FlavourTraits = traitsOf(undefined),
+): Record<string, string> {
   const fields: Record<string, unknown> = {
     block_size: d.kvCache.blockSize,
     gpu_memory_utilization: s.gpuMemoryUtilization,
@@ -84,7 +88,11 @@ function layoutLabels(d: CompatDescriptor, s: SimSettings, traits: FlavourTraits
   if (traits.layoutLabel === 'absent') return {};
   if (traits.layoutLabel === 'declared') return { kv_cache_layout: d.kvCache.layout };
   const name = normalizeKvLayout(d.kvCache.layout) === 'NHD' ? 'LBNHC' : 'LBHNC';
-  return { kv_cache_layout: name, kv_cache_size_tokens: s.numGpuBlocks * d.kvCache.blockSize, kv_cache_max_concurrency: (s.numGpuBlocks * d.kvCache.blockSize) / s.maxModelLen };
+  return {
+    kv_cache_layout: name,
+    kv_cache_size_tokens: s.numGpuBlocks * d.kvCache.blockSize,
+    kv_cache_max_concurrency: (s.numGpuBlocks * d.kvCache.blockSize) / s.maxModelLen,
+  };
 }
 
 export function createSimMetrics(
@@ -141,15 +149,24 @@ export function createSimMetrics(
     prefixHits: counter('vllm:prefix_cache_hits_total', 'Prefix cache hits, in terms of number of cached tokens.'),
     promptTokens: counter('vllm:prompt_tokens_total', 'Number of prefill tokens processed.'),
     generationTokens: counter('vllm:generation_tokens_total', 'Number of generation tokens processed.'),
-    xferTime: histogram('vllm:nixl_xfer_time_seconds', 'Histogram of transfer duration for NIXL KV Cache transfers.', [
-      0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
-    ]),
+    xferTime: histogram(
+      'vllm:nixl_xfer_time_seconds',
+      'Histogram of transfer duration for NIXL KV Cache transfers.',
+      [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    ),
     bytesTransferred: histogram('vllm:nixl_bytes_transferred', 'Histogram of bytes transferred per NIXL KV Cache transfers.', [
-      2 ** 20, 2 ** 23, 2 ** 25, 2 ** 27, 2 ** 29, 2 ** 31,
+      2 ** 20,
+      2 ** 23,
+      2 ** 25,
+      2 ** 27,
+      2 ** 29,
+      2 ** 31,
     ]),
-    numDescriptors: histogram('vllm:nixl_num_descriptors', 'Histogram of number of descriptors per NIXL KV Cache transfers.', [
-      10, 100, 1000, 10000, 100000,
-    ]),
+    numDescriptors: histogram(
+      'vllm:nixl_num_descriptors',
+      'Histogram of number of descriptors per NIXL KV Cache transfers.',
+      [10, 100, 1000, 10000, 100000],
+    ),
     failedTransfers: counter('vllm:nixl_num_failed_transfers_total', 'Number of failed NIXL KV Cache transfers.'),
     failedNotifications: counter('vllm:nixl_num_failed_notifications_total', 'Number of failed NIXL KV Cache notifications.'),
     expiredReqs: counter('vllm:nixl_num_kv_expired_reqs_total', 'Number of requests that had their KV expire on the prefill side.'),

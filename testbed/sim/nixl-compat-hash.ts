@@ -35,7 +35,16 @@ export function simHasCompatHash(vllmVersion: string): boolean {
 export function simHashFactors(d: CompatDescriptor, flags: SimHashFlags, evenWithoutHash = false): Record<string, unknown> | null {
   if (!evenWithoutHash && !simHasCompatHash(d.engine.version)) return null;
   const v = d.connector.version;
-  const torch: Record<string, string> = { bfloat16: 'torch.bfloat16', bf16: 'torch.bfloat16', float16: 'torch.float16', fp16: 'torch.float16', half: 'torch.float16', float32: 'torch.float32', fp32: 'torch.float32', float: 'torch.float32' };
+  const torch: Record<string, string> = {
+    bfloat16: 'torch.bfloat16',
+    bf16: 'torch.bfloat16',
+    float16: 'torch.float16',
+    fp16: 'torch.float16',
+    half: 'torch.float16',
+    float32: 'torch.float32',
+    fp32: 'torch.float32',
+    float: 'torch.float32',
+  };
   const f: Record<string, unknown> = {
     vllm_version: d.engine.version,
     nixl_connector_version: v,

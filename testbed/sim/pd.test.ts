@@ -1,6 +1,13 @@
 import { traitsOf } from './flavour.js';
 import { describe, expect, it } from 'vitest';
-import { hashMismatchMessage, parseKvTransferParams, producerKeepsBlocks, producerParams, validateHandshake, type LocalAgent } from './pd.js';
+import {
+  hashMismatchMessage,
+  parseKvTransferParams,
+  producerKeepsBlocks,
+  producerParams,
+  validateHandshake,
+  type LocalAgent,
+} from './pd.js';
 import type { HandshakePayload } from './side-channel.js';
 
 const remote = {
@@ -27,7 +34,18 @@ describe('kv_transfer_params', () => {
   });
 
   it('builds P params field for field, growing with the connector version', () => {
-    const a = { blockIds: [1, 2], engineId: 'e', requestId: 'r', host: 'h', port: 1, tpSize: 2, numTokens: 20, transferMode: 'pull' as const, traits: traitsOf(undefined), expiresAtMs: 5000 };
+    const a = {
+      blockIds: [1, 2],
+      engineId: 'e',
+      requestId: 'r',
+      host: 'h',
+      port: 1,
+      tpSize: 2,
+      numTokens: 20,
+      transferMode: 'pull' as const,
+      traits: traitsOf(undefined),
+      expiresAtMs: 5000,
+    };
     expect(producerParams({ ...a, connectorVersion: 2 })).toEqual({
       do_remote_prefill: true,
       do_remote_decode: false,
@@ -47,7 +65,15 @@ describe('kv_transfer_params', () => {
     const shared = parseKvTransferParams(old, 'cmpl-x-0');
     expect(shared.kind === 'consumer' && shared.remote.remoteRequestId).toBe('cmpl-x-0');
     const main = producerParams({ ...a, connectorVersion: 12, traits: traitsOf('main') });
-    expect(main).toMatchObject({ remote_block_ids: [[1, 2]], remote_request_id: 'r', remote_num_tokens: 20, remote_blocks_expiry_time: 5, transfer_mode: 'pull', pp_size: 1, dcp_size: 1 });
+    expect(main).toMatchObject({
+      remote_block_ids: [[1, 2]],
+      remote_request_id: 'r',
+      remote_num_tokens: 20,
+      remote_blocks_expiry_time: 5,
+      transfer_mode: 'pull',
+      pp_size: 1,
+      dcp_size: 1,
+    });
     const nested = parseKvTransferParams(main);
     expect(nested.kind === 'consumer' && nested.remote.remoteBlockIds).toEqual([1, 2]);
     expect(producerKeepsBlocks('stop', 2)).toBe(false);
@@ -56,16 +82,37 @@ describe('kv_transfer_params', () => {
 });
 
 describe('handshake validation', () => {
-  const local: LocalAgent = { compatibilityHash: 'aaa', layout: 'HND', blockSize: 16, blockLen: 4096, numLayers: 32, hma: false, enforceCompatHash: true };
+  const local: LocalAgent = {
+    compatibilityHash: 'aaa',
+    layout: 'HND',
+    blockSize: 16,
+    blockLen: 4096,
+    numLayers: 32,
+    hma: false,
+    enforceCompatHash: true,
+  };
   const payload = (o: Partial<HandshakePayload['agent_metadata']> & { hash?: string } = {}): HandshakePayload => ({
     compatibility_hash: o.hash ?? 'aaa',
-    agent_metadata: { engine_id: 'e1', kv_cache_layout: 'HND', block_size: 16, block_len: 4096, num_layers: 32, num_blocks: 10, tp_size: 1, connector_version: 2, attn_backend_name: 'FLASH_ATTN', ...o },
+    agent_metadata: {
+      engine_id: 'e1',
+      kv_cache_layout: 'HND',
+      block_size: 16,
+      block_len: 4096,
+      num_layers: 32,
+      num_blocks: 10,
+      tp_size: 1,
+      connector_version: 2,
+      attn_backend_name: 'FLASH_ATTN',
+      ...o,
+    },
   });
 
-  it('checks the hash first, with vLLM\'s message', () => {
+  it("checks the hash first, with vLLM's message", () => {
     const m = validateHandshake(local, payload({ hash: 'bbb', kv_cache_layout: 'NHD' }), 'e1');
     expect(m).toBe(hashMismatchMessage('aaa', 'bbb'));
-    expect(m).toMatch(/^NIXL compatibility hash mismatch\. Local: aaa, Remote: bbb\. Prefill and decode instances have incompatible configurations\./);
+    expect(m).toMatch(
+      /^NIXL compatibility hash mismatch\. Local: aaa, Remote: bbb\. Prefill and decode instances have incompatible configurations\./,
+    );
     expect(validateHandshake({ ...local, enforceCompatHash: false }, payload({ hash: 'bbb' }), 'e1')).toBeNull();
   });
 
@@ -73,7 +120,9 @@ describe('handshake validation', () => {
     expect(validateHandshake(local, payload(), 'e1')).toBeNull();
     expect(validateHandshake(local, payload(), 'other')).toBe('Remote NIXL agent engine ID mismatch.');
     expect(validateHandshake(local, payload({ kv_cache_layout: 'NHD' }), 'e1')).toMatch(/same kv_cache_layout/);
-    expect(validateHandshake({ ...local, hma: true }, payload({ block_size: 32 }), 'e1')).toBe('HMA does not support different remote block size yet');
+    expect(validateHandshake({ ...local, hma: true }, payload({ block_size: 32 }), 'e1')).toBe(
+      'HMA does not support different remote block size yet',
+    );
     expect(validateHandshake(local, payload({ num_layers: 16 }), 'e1')).toMatch(/Number of KV layers/);
     expect(validateHandshake(local, payload({ block_len: 2048 }), 'e1')).toMatch(/same dtype/);
   });

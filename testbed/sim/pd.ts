@@ -216,7 +216,10 @@ export async function pullRemoteKv(
   const baseUrl = `http://${remote.remoteHost}:${remote.remotePort}`;
   const hs = await ensureHandshake(deps, baseUrl, remote, faults);
   if (hs !== null) {
-    deps.logger.error({ requestId, remoteEngineId: remote.remoteEngineId, error: hs }, `Handshake failed for request ${requestId}, marking blocks as invalid`);
+    deps.logger.error(
+      { requestId, remoteEngineId: remote.remoteEngineId, error: hs },
+      `Handshake failed for request ${requestId}, marking blocks as invalid`,
+    );
     deps.metrics.failedTransfers.inc();
     return { ok: false, reason: 'handshake_failed', message: hs };
   }
@@ -232,7 +235,9 @@ export async function pullRemoteKv(
     const ids = remote.remoteBlockIds.slice(-numMissing);
     const delay = numMissing * deps.latency.transferMsPerBlock + (faults.transferDelayMs ?? 0);
     const read = faults.transferTimeout
-      ? await deps.sleep(deps.transferTimeoutMs).then(() => ({ ok: false as const, error: `timed out after ${deps.transferTimeoutMs} ms (fault injection)`, expired: false }))
+      ? await deps
+          .sleep(deps.transferTimeoutMs)
+          .then(() => ({ ok: false as const, error: `timed out after ${deps.transferTimeoutMs} ms (fault injection)`, expired: false }))
       : await deps.sleep(delay).then(() => deps.client.read(baseUrl, remote.remoteRequestId, ids, deps.transferTimeoutMs));
     if (!read.ok) {
       deps.logger.error({ requestId, error: read.error }, `NIXL transfer failed for request ${requestId}. Marking blocks as invalid`);

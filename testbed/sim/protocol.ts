@@ -67,10 +67,7 @@ export const CompletionRequestSchema = z.looseObject({
   logprobs: z.number().int().min(0).nullish(),
   add_special_tokens: z.boolean().nullish(),
 });
-const content = z.union([
-  z.string(),
-  z.array(z.looseObject({ type: z.literal('text'), text: z.string() })),
-]);
+const content = z.union([z.string(), z.array(z.looseObject({ type: z.literal('text'), text: z.string() }))]);
 export const ChatMessageSchema = z.looseObject({ role: z.string().min(1), content: content.nullish() });
 
 export const ChatRequestSchema = z.looseObject({

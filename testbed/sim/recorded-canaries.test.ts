@@ -6,7 +6,8 @@ import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { RECORDED_CANARIES, testDescriptorInput } from '../../src/policy/testing.js';
 import { simCanaryDigests } from './recorded-canaries.js';
 
-const yaml = (rel: string): Record<string, unknown> => parseYaml(readFileSync(path.join(PACKAGE_ROOT, rel), 'utf8')) as Record<string, unknown>;
+const yaml = (rel: string): Record<string, unknown> =>
+  parseYaml(readFileSync(path.join(PACKAGE_ROOT, rel), 'utf8')) as Record<string, unknown>;
 
 describe('recorded canaries of the fixtures are what the simulator answers', () => {
   it('policy test revisions a and b', async () => {
@@ -17,7 +18,11 @@ describe('recorded canaries of the fixtures are what the simulator answers', () 
   });
 
   it('the example descriptors the demo and the end-to-end tests run', async () => {
-    for (const f of ['examples/descriptors/llama-a.yaml', 'examples/descriptors/llama-b.yaml', 'src/policy/fixtures/descriptors/llama-a.yaml']) {
+    for (const f of [
+      'examples/descriptors/llama-a.yaml',
+      'examples/descriptors/llama-b.yaml',
+      'src/policy/fixtures/descriptors/llama-a.yaml',
+    ]) {
       const { canaries, ...input } = yaml(f);
       expect(await simCanaryDigests(input as never), f).toEqual(canaries);
     }

@@ -12,7 +12,10 @@ import { createSimServer } from './server.js';
 
 /** Start a simulator of `descriptor`, measure its three canary digests, stop it. Throws when one cannot be measured. */
 export async function simCanaryDigests(descriptor: CompatDescriptorInput, servedModelName?: string): Promise<Required<CanaryDigests>> {
-  const cfg = parseSimConfig({ descriptor, sim: { maxModelLen: 2048, numGpuBlocks: 512, ...(servedModelName ? { servedModelName } : {}) } });
+  const cfg = parseSimConfig({
+    descriptor,
+    sim: { maxModelLen: 2048, numGpuBlocks: 512, ...(servedModelName ? { servedModelName } : {}) },
+  });
   if (!cfg.ok) throw cfg.error;
   const sim = await createSimServer(cfg.value, {});
   try {

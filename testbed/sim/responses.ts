@@ -35,7 +35,14 @@ export interface Finish {
 }
 
 /** The non-streamed answer. */
-export function finalBody(p: PreparedRequest, created: number, tokens: readonly GeneratedToken[], text: string, f: Finish, reasoning = ''): unknown {
+export function finalBody(
+  p: PreparedRequest,
+  created: number,
+  tokens: readonly GeneratedToken[],
+  text: string,
+  f: Finish,
+  reasoning = '',
+): unknown {
   const usage = usageOf(p.promptTokens.length, tokens.length);
   const ids = p.returnTokenIds ? { token_ids: tokens.map((t) => t.id) } : {};
   const end = { finish_reason: f.reason, stop_reason: f.stopReason };
@@ -44,7 +51,15 @@ export function finalBody(p: PreparedRequest, created: number, tokens: readonly 
     const logprobs = p.logprobs ? completionLogprobs(tokens, p.render, 0, p.sampling.topN - 1) : null;
     const prompt = p.returnTokenIds ? { prompt_token_ids: p.promptTokens } : {};
     const choice = { index: 0, text, logprobs, ...end, ...ids, prompt_logprobs: null, ...prompt };
-    return { id: p.id, object: 'text_completion', created, model: p.model, choices: [choice], ...tail, kv_transfer_params: f.kvTransferParams };
+    return {
+      id: p.id,
+      object: 'text_completion',
+      created,
+      model: p.model,
+      choices: [choice],
+      ...tail,
+      kv_transfer_params: f.kvTransferParams,
+    };
   }
   const message = {
     role: 'assistant',

@@ -23,13 +23,23 @@ describe('identity endpoints', () => {
     expect((await getJson(`${s.url}/version`)).body).toEqual({ version: '0.11.0' });
     const models = (await getJson(`${s.url}/v1/models`)).body;
     expect(models.object).toBe('list');
-    expect(models.data[0]).toMatchObject({ id: 'llama', object: 'model', owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 2048 });
+    expect(models.data[0]).toMatchObject({
+      id: 'llama',
+      object: 'model',
+      owned_by: 'vllm',
+      root: MODEL,
+      parent: null,
+      max_model_len: 2048,
+    });
     expect(models.data[0].permission[0].object).toBe('model_permission');
     expect(models.data[1]).toMatchObject({ id: 'acme/sql-lora', parent: 'llama', root: 'acme/sql-lora' });
   });
 
   it('a lying worker reports what it really runs in /version, /v1/models and /tokenize', async () => {
-    const liar = await sim({}, { behaveAs: { engine: { version: '0.12.1' }, tokenizer: { revision: 'tok-b' }, model: { path: '/models/other' } } });
+    const liar = await sim(
+      {},
+      { behaveAs: { engine: { version: '0.12.1' }, tokenizer: { revision: 'tok-b' }, model: { path: '/models/other' } } },
+    );
     const honestB = await sim({ tokenizer: { revision: 'tok-b' } });
     const honestA = await sim();
     expect((await getJson(`${liar.url}/version`)).body.version).toBe('0.12.1');
@@ -127,13 +137,25 @@ describe('errors in vLLM shape', () => {
 describe('generation', () => {
   it('answers completions and chat with vLLM fields, usage and a null kv_transfer_params', async () => {
     const s = await sim();
-    const c = (await postJson(`${s.url}/v1/completions`, { model: MODEL, prompt: PROMPT, max_tokens: 8, ignore_eos: true }, { 'x-request-id': 'abc' })).body;
+    const c = (
+      await postJson(
+        `${s.url}/v1/completions`,
+        { model: MODEL, prompt: PROMPT, max_tokens: 8, ignore_eos: true },
+        { 'x-request-id': 'abc' },
+      )
+    ).body;
     expect(c).toMatchObject({ id: 'cmpl-abc', object: 'text_completion', model: MODEL, kv_transfer_params: null });
     expect(c.choices[0]).toMatchObject({ index: 0, finish_reason: 'length', stop_reason: null, logprobs: null });
     expect(c.usage.completion_tokens).toBe(8);
     expect(c.usage.total_tokens).toBe(c.usage.prompt_tokens + 8);
     expect(c.choices[0].text).toMatch(/^( [a-z]+|[.,])+$/);
-    const chat = (await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'Hi' }], max_completion_tokens: 5, ignore_eos: true })).body;
+    const chat = (
+      await postJson(`${s.url}/v1/chat/completions`, {
+        messages: [{ role: 'user', content: 'Hi' }],
+        max_completion_tokens: 5,
+        ignore_eos: true,
+      })
+    ).body;
     expect(chat).toMatchObject({ object: 'chat.completion', kv_transfer_params: null });
     expect(chat.id).toMatch(/^chatcmpl-/);
     expect(chat.choices[0].message.role).toBe('assistant');
@@ -147,7 +169,16 @@ describe('generation', () => {
     expect(c.logprobs.tokens).toEqual(c.token_ids.map((id: number) => `token_id:${id}`));
     expect(c.logprobs.token_logprobs).toHaveLength(6);
     for (const top of c.logprobs.top_logprobs) expect(Object.keys(top).length).toBe(3);
-    const chat = (await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4, ignore_eos: true, logprobs: true, top_logprobs: 2, return_token_ids: true })).body.choices[0];
+    const chat = (
+      await postJson(`${s.url}/v1/chat/completions`, {
+        messages: [{ role: 'user', content: 'Hi' }],
+        max_tokens: 4,
+        ignore_eos: true,
+        logprobs: true,
+        top_logprobs: 2,
+        return_token_ids: true,
+      })
+    ).body.choices[0];
     expect(chat.logprobs.content).toHaveLength(4);
     expect(chat.logprobs.content[0].top_logprobs).toHaveLength(2);
     expect(chat.logprobs.content[0].top_logprobs[0].token).toBe(chat.logprobs.content[0].token);
@@ -156,9 +187,11 @@ describe('generation', () => {
 
   it('stops on a stop string and truncates before it', async () => {
     const s = await sim();
-    const full = (await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 12, ignore_eos: true })).body.choices[0].text as string;
+    const full = (await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 12, ignore_eos: true })).body.choices[0]
+      .text as string;
     const stopWord = full.split(' ').filter((w) => w !== '')[3]!;
-    const cut = (await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 12, ignore_eos: true, stop: [` ${stopWord}`] })).body.choices[0];
+    const cut = (await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 12, ignore_eos: true, stop: [` ${stopWord}`] }))
+      .body.choices[0];
     expect(cut.finish_reason).toBe('stop');
     expect(cut.stop_reason).toBe(` ${stopWord}`);
     expect(cut.text).toBe(full.slice(0, full.indexOf(` ${stopWord}`)));
@@ -169,7 +202,14 @@ describe('generation', () => {
     const r = (await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 400, return_token_ids: true })).body.choices[0];
     expect(r.finish_reason).toBe('stop');
     const eos = r.token_ids[r.token_ids.length - 1];
-    const m = (await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 400, min_tokens: r.token_ids.length + 5, return_token_ids: true })).body.choices[0];
+    const m = (
+      await postJson(`${s.url}/v1/completions`, {
+        prompt: PROMPT,
+        max_tokens: 400,
+        min_tokens: r.token_ids.length + 5,
+        return_token_ids: true,
+      })
+    ).body.choices[0];
     expect(m.token_ids.slice(0, r.token_ids.length - 1)).toEqual(r.token_ids.slice(0, -1));
     const at = m.token_ids.indexOf(eos);
     expect(at === -1 || at === m.token_ids.length - 1).toBe(true); // EOS, if any, ends the output
@@ -179,7 +219,8 @@ describe('generation', () => {
   it('adapter requests use the adapter (different tokens from the base model)', async () => {
     const s = await sim({ adapter: { id: 'acme/sql-lora', revision: 'l1' } });
     const ids = async (model: string) =>
-      (await postJson(`${s.url}/v1/completions`, { model, prompt: PROMPT, max_tokens: 8, ignore_eos: true, return_token_ids: true })).body.choices[0].token_ids;
+      (await postJson(`${s.url}/v1/completions`, { model, prompt: PROMPT, max_tokens: 8, ignore_eos: true, return_token_ids: true })).body
+        .choices[0].token_ids;
     const lora = await ids('acme/sql-lora');
     expect(lora).not.toEqual(await ids(MODEL));
     const r = (await postJson(`${s.url}/v1/completions`, { model: 'acme/sql-lora', prompt: PROMPT, max_tokens: 1 })).body;
@@ -237,7 +278,11 @@ describe('fault injection', () => {
   it('drops a stream after N tokens (no [DONE]) and a non-streamed answer entirely', async () => {
     const s = await sim();
     const body = { prompt: PROMPT, max_tokens: 10, ignore_eos: true, stream: true };
-    const res = await fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-sim-fault': 'drop=3' }, body: JSON.stringify(body) });
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-sim-fault': 'drop=3' },
+      body: JSON.stringify(body),
+    });
     const reader = res.body!.getReader();
     let text = '';
     let failed = false;
@@ -253,7 +298,13 @@ describe('fault injection', () => {
     expect(failed || !text.includes('[DONE]')).toBe(true);
     expect(text.split('data: ').filter((e) => e.trim() !== '')).toHaveLength(3);
     s.setFaults({ dropAfterTokens: 2 });
-    await expect(fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: PROMPT, max_tokens: 5 }) })).rejects.toThrow();
+    await expect(
+      fetch(`${s.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: PROMPT, max_tokens: 5 }),
+      }),
+    ).rejects.toThrow();
   });
 
   it('include_usage adds a final usage chunk only when asked', async () => {

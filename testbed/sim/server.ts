@@ -86,13 +86,19 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
     throw e;
   }
   // vLLM sweeps every outstanding lease each step; the simulator sweeps on a timer and on every access.
-  const sweep = setInterval(() => {
-    for (const w of workers) w.leases.sweep();
-  }, Math.max(10, Math.min(1000, Math.floor(s.leaseMs / 2))));
+  const sweep = setInterval(
+    () => {
+      for (const w of workers) w.leases.sweep();
+    },
+    Math.max(10, Math.min(1000, Math.floor(s.leaseMs / 2))),
+  );
   sweep.unref();
   const port = (http.address() as AddressInfo).port;
   const side = ranks[0]!.side;
-  worker.ctx.logger.info({ port, sideChannelPort: side.port, model: worker.ctx.servedModelName, ranks: ranks.length }, 'simulated vLLM worker listening');
+  worker.ctx.logger.info(
+    { port, sideChannelPort: side.port, model: worker.ctx.servedModelName, ranks: ranks.length },
+    'simulated vLLM worker listening',
+  );
   return {
     url: `http://${s.host}:${port}`,
     sideChannelUrl: `http://${s.host}:${side.port}`,
@@ -172,7 +178,13 @@ interface Admin {
   readonly getFaults: () => FaultState;
 }
 
-async function route(ctx: WorkerContext, pick: () => WorkerContext, admin: Admin, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function route(
+  ctx: WorkerContext,
+  pick: () => WorkerContext,
+  admin: Admin,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
   const method = req.method ?? 'GET';
   if (!authorized(ctx.config.sim.apiKey, path, method, req)) return sendJson(res, 401, { error: 'Unauthorized' });

@@ -60,12 +60,7 @@ export type SideChannelReply = { readonly status: number; readonly body: unknown
 const reply = (status: number, body: unknown): SideChannelReply => ({ status, body });
 
 /** Serve one side-channel call. */
-export async function handleSideChannel(
-  deps: SideChannelDeps,
-  method: string,
-  path: string,
-  body: unknown,
-): Promise<SideChannelReply> {
+export async function handleSideChannel(deps: SideChannelDeps, method: string, path: string, body: unknown): Promise<SideChannelReply> {
   const route = `${method} ${path}`;
   const b = (body ?? {}) as Record<string, unknown>;
   switch (route) {
@@ -118,7 +113,10 @@ function notify(deps: SideChannelDeps, b: Record<string, unknown>): SideChannelR
   if (typeof requestId !== 'string') return reply(400, { error: 'expected {request_id: string}' });
   const lease = deps.leases.release(requestId);
   if (!lease) {
-    deps.logger.warn({ requestId }, `Potentially invalid KV blocks for unrecognized request ${requestId} were retrieved by a decode worker. They may have expired.`);
+    deps.logger.warn(
+      { requestId },
+      `Potentially invalid KV blocks for unrecognized request ${requestId} were retrieved by a decode worker. They may have expired.`,
+    );
     return reply(404, { error: `request ${requestId} holds no blocks` });
   }
   for (const id of lease.blockIds) deps.pool.unref(id);
@@ -149,7 +147,7 @@ export async function startSideChannel(deps: SideChannelDeps, host: string, port
 }
 
 async function serve(deps: SideChannelDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  let body: unknown ;
+  let body: unknown;
   try {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
@@ -184,7 +182,10 @@ export function createSideChannelClient(): SideChannelClient {
       if (!r.ok) return r;
       const p = r.body as Partial<HandshakePayload>;
       if (typeof p.compatibility_hash !== 'string' || typeof p.agent_metadata !== 'object' || p.agent_metadata === null) {
-        return { ok: false, error: 'Failed to decode NixlHandshakePayload. This likely indicates an incompatibility between connector version.' };
+        return {
+          ok: false,
+          error: 'Failed to decode NixlHandshakePayload. This likely indicates an incompatibility between connector version.',
+        };
       }
       return { ok: true, payload: p as HandshakePayload };
     },

@@ -70,7 +70,11 @@ export async function postJson(url: string, body: unknown, headers: Record<strin
 }
 
 /** POST a streaming request and return the parsed `data:` events (`'[DONE]'` kept as a string). */
-export async function postSse(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; events: any[] }> {
+export async function postSse(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; events: any[] }> {
   const r = await postJson(url, body, headers);
   const events = r.text
     .split('\n\n')
@@ -94,7 +98,14 @@ export async function runDisaggregated(
   const requestId = `req-${Math.random().toString(16).slice(2)}`;
   const pReq: Record<string, unknown> = {
     ...request,
-    kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
+    kv_transfer_params: {
+      do_remote_decode: true,
+      do_remote_prefill: false,
+      remote_engine_id: null,
+      remote_block_ids: null,
+      remote_host: null,
+      remote_port: null,
+    },
     stream: false,
     max_tokens: 1,
   };

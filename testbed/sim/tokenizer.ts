@@ -128,7 +128,10 @@ const WORDS = (
   ' never day same another know while last might us great old year off come since against go came right used take' +
   ' three house river light water city music story market garden morning window letter table road field voice' +
   ' model cache system data paper answer question number small large early late open clear quiet simple'
-).split(' ').filter((w) => w !== '').map((w) => ` ${w}`);
+)
+  .split(' ')
+  .filter((w) => w !== '')
+  .map((w) => ` ${w}`);
 const PUNCTUATION = ['.', ','];
 
 const NO_SPECIALS = new Set<string>();

@@ -55,7 +55,8 @@ export async function createWorker(config: SimConfig, opts: WorkerOptions): Prom
   const traits = traitsOf(s.flavour);
   const servedModelName = s.servedModelName ?? d.model.path ?? d.model.id;
   const logger = opts.logger.child({ component: 'sim', engineId });
-  if (config.lies) logger.warn({ declared: config.descriptor, behaviour: d }, 'simulated worker does not run its declared descriptor (behaveAs)');
+  if (config.lies)
+    logger.warn({ declared: config.descriptor, behaviour: d }, 'simulated worker does not run its declared descriptor (behaveAs)');
   const tokenizer = await loadSimTokenizer(d.tokenizer);
   const pool = new BlockPool(s.numGpuBlocks);
   const registry = new Registry();
@@ -92,7 +93,17 @@ export async function createWorker(config: SimConfig, opts: WorkerOptions): Prom
     sleep,
     onFreed: () => scheduler.poke(),
   };
-  return { engineId, compatibilityHash: local.compatibilityHash, registry, ctx, sideChannelDeps, leases, pool, getFaults: faults.get, setFaults: faults.set };
+  return {
+    engineId,
+    compatibilityHash: local.compatibilityHash,
+    registry,
+    ctx,
+    sideChannelDeps,
+    leases,
+    pool,
+    getFaults: faults.get,
+    setFaults: faults.set,
+  };
 }
 
 interface EngineParts {
@@ -163,7 +174,14 @@ function createFaultState(leases: LeaseTable): { get: () => FaultState; set: (pa
   };
 }
 
-function createLeases(config: SimConfig, now: () => number, pool: BlockPool, metrics: SimMetrics, logger: Logger, onFreed: () => void): LeaseTable {
+function createLeases(
+  config: SimConfig,
+  now: () => number,
+  pool: BlockPool,
+  metrics: SimMetrics,
+  logger: Logger,
+  onFreed: () => void,
+): LeaseTable {
   const leaseMs = config.sim.leaseMs;
   return new LeaseTable({
     now,

@@ -17,7 +17,7 @@ const start = async (descriptor: Record<string, unknown>, sim: Record<string, un
 };
 
 describe('the ZMQ side channel, served as vLLM serves it', () => {
-  it('v12 (main): (get_meta_msg, pp, tp) -> [NixlHandshakePayload, timestamp]; the hash is the simulator\'s own', async () => {
+  it("v12 (main): (get_meta_msg, pp, tp) -> [NixlHandshakePayload, timestamp]; the hash is the simulator's own", async () => {
     const s = await start({ engine: { version: '0.20.1' }, connector: { version: 12 }, hybridKvCacheManager: false });
     const sock = new Request({ linger: 0, receiveTimeout: 2000 });
     sock.connect(`tcp://127.0.0.1:${s.nixlSideChannelPort}`);
@@ -37,12 +37,15 @@ describe('the ZMQ side channel, served as vLLM serves it', () => {
     const v2 = await start({ engine: { version: '0.13.0' }, connector: { version: 2 } });
     const r2 = await readLiveNixlHash(`127.0.0.1:${v2.nixlSideChannelPort}`, 1, 2000);
     expect(r2).toEqual({ ok: true, hash: predictNixlHash(v2.config.descriptor).hash });
-    const hma = await start({ engine: { version: '0.20.1' }, connector: { version: 12 }, hybridKvCacheManager: false }, { behaveAs: { hybridKvCacheManager: true } });
+    const hma = await start(
+      { engine: { version: '0.20.1' }, connector: { version: 12 }, hybridKvCacheManager: false },
+      { behaveAs: { hybridKvCacheManager: true } },
+    );
     const r12 = await readLiveNixlHash(`127.0.0.1:${hma.nixlSideChannelPort}`, 2, 2000);
     expect(r12.ok && r12.hash).not.toBe(predictNixlHash(hma.config.descriptor).hash);
   });
 
-  it('a request of the wrong shape stops the listener, as it stops vLLM\'s thread: nobody is answered again', async () => {
+  it("a request of the wrong shape stops the listener, as it stops vLLM's thread: nobody is answered again", async () => {
     const s = await start({ engine: { version: '0.20.1' }, connector: { version: 12 } });
     expect((await readLiveNixlHash(`127.0.0.1:${s.nixlSideChannelPort}`, 1, 300)).ok).toBe(false);
     expect((await readLiveNixlHash(`127.0.0.1:${s.nixlSideChannelPort}`, 2, 300)).ok).toBe(false);

@@ -56,10 +56,14 @@ export async function startZmqSideChannel(o: ZmqSideChannelOptions): Promise<Run
         if (identity === undefined || msg === undefined) continue;
         const req = decode(msg) as unknown;
         if (!Array.isArray(req) || req.length !== 1 + wire.requestRanks) {
-          o.logger.error({ request: req }, `nixl_handshake_listener: cannot unpack ${JSON.stringify(req)} into (msg, ${wire.requestRanks === 2 ? 'pp_rank, ' : ''}tp_rank); the listener thread died`);
+          o.logger.error(
+            { request: req },
+            `nixl_handshake_listener: cannot unpack ${JSON.stringify(req)} into (msg, ${wire.requestRanks === 2 ? 'pp_rank, ' : ''}tp_rank); the listener thread died`,
+          );
           return;
         }
-        if (!Buffer.from(req[0] as Uint8Array).equals(GET_META_MSG)) o.logger.warn({ msg: String(req[0]) }, 'Connection listener got unexpected message');
+        if (!Buffer.from(req[0] as Uint8Array).equals(GET_META_MSG))
+          o.logger.warn({ msg: String(req[0]) }, 'Connection listener got unexpected message');
         const out: (Buffer | Uint8Array)[] = [identity, Buffer.alloc(0), payload];
         if (wire.timestampFrame) out.push(encode(performance.now() / 1000, { forceFloat32: false }));
         await sock.send(out);

@@ -30,7 +30,15 @@ export const DEV_IDENTITIES = {
 export interface DevPki {
   readonly dir: string;
   /** File paths in `dir`. */
-  readonly files: { readonly ca: string; readonly gateCert: string; readonly gateKey: string; readonly publicCert: string; readonly publicKey: string; readonly internalCert: string; readonly internalKey: string };
+  readonly files: {
+    readonly ca: string;
+    readonly gateCert: string;
+    readonly gateKey: string;
+    readonly publicCert: string;
+    readonly publicKey: string;
+    readonly internalCert: string;
+    readonly internalKey: string;
+  };
   /** Issue another client certificate from the same CA (e.g. an in-mesh workload that is in no allowlist). */
   issueClient(name: string, sans: { dns?: string; spiffe?: string }): Promise<{ cert: Buffer; key: Buffer }>;
   /** The CA certificate (PEM). */
@@ -39,7 +47,10 @@ export interface DevPki {
 
 async function pemKey(key: CryptoKey): Promise<string> {
   const der = Buffer.from(await webcrypto.subtle.exportKey('pkcs8', key));
-  return `-----BEGIN PRIVATE KEY-----\n${der.toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n$/, '')}\n-----END PRIVATE KEY-----\n`;
+  return `-----BEGIN PRIVATE KEY-----\n${der
+    .toString('base64')
+    .replace(/(.{64})/g, '$1\n')
+    .replace(/\n$/, '')}\n-----END PRIVATE KEY-----\n`;
 }
 
 async function keys(): Promise<CryptoKeyPair> {
@@ -61,13 +72,21 @@ export async function createCa(name = 'kvgate dev CA'): Promise<Issuer> {
     notBefore,
     notAfter: new Date(notBefore.getTime() + 7 * 86_400_000),
     signingAlgorithm: ALG,
-    extensions: [new x509.BasicConstraintsExtension(true, 0, true), new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true)],
+    extensions: [
+      new x509.BasicConstraintsExtension(true, 0, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+    ],
   });
   return { cert, keys: k };
 }
 
 /** A leaf certificate signed by `ca`, for a server or a client, with the given SANs. */
-export async function issueLeaf(ca: Issuer, cn: string, usage: 'server' | 'client', sans: { dns?: string; spiffe?: string; ip?: string }): Promise<{ cert: string; key: string }> {
+export async function issueLeaf(
+  ca: Issuer,
+  cn: string,
+  usage: 'server' | 'client',
+  sans: { dns?: string; spiffe?: string; ip?: string },
+): Promise<{ cert: string; key: string }> {
   const k = await keys();
   const names: x509.JsonGeneralNames = [];
   if (sans.dns !== undefined) names.push({ type: 'dns', value: sans.dns });
@@ -154,7 +173,9 @@ export function shippedEnvoyTls(
 }
 
 /** The gate server's `transport` (src/gate/server.ts) for this PKI, for tests that start the gRPC server alone. */
-export async function devGateTransport(pki: DevPki): Promise<{ kind: 'mtls'; cert: Buffer; key: Buffer; clientCa: Buffer; roles: { public: string[]; internal: string[] } }> {
+export async function devGateTransport(
+  pki: DevPki,
+): Promise<{ kind: 'mtls'; cert: Buffer; key: Buffer; clientCa: Buffer; roles: { public: string[]; internal: string[] } }> {
   const t = devGateTls(pki);
   return { kind: 'mtls', cert: await readFile(t.cert), key: await readFile(t.key), clientCa: await readFile(t.clientCa), roles: t.roles };
 }

@@ -190,7 +190,9 @@ function gateCluster(input: RenderInput, s: RenderSettings, role: 'public' | 'in
     '# above) avoids the resets; the cap keeps any connection below the burst whatever still resets a stream.',
     '# circuit_breakers: one stream per request in flight (Envoy 1.36 holds it until the request ends) plus the',
     "# queue, twice over; never below Envoy's default 1,024.",
-    ...(role === 'internal' ? ['# The same gate, for the internal listener: its own client certificate, so the gate gives its streams the internal role.'] : []),
+    ...(role === 'internal'
+      ? ['# The same gate, for the internal listener: its own client certificate, so the gate gives its streams the internal role.']
+      : []),
     `- name: ${name}`,
     ...indent(address, 2),
     '  connect_timeout: 1s',
