@@ -230,7 +230,17 @@ export async function restartSimInPlace(old: SimServer, sim: SimSettingsInput = 
     },
   });
   if (!cfg.ok) throw cfg.error;
-  const started = await createSimServer(cfg.value);
+  // The same ports are bound again at once; zmq releases the side channel's port on its own I/O thread, so a bind
+  // can still find it taken for a moment. Retry briefly (bounded), as a supervisor restarting a worker would.
+  let started: SimServer | undefined;
+  for (let attempt = 0; started === undefined; attempt++) {
+    try {
+      started = await createSimServer(cfg.value);
+    } catch (e) {
+      if (attempt >= 40 || !/address already in use|EADDRINUSE/i.test(String((e as Error).message ?? e))) throw e;
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+  }
   // Let the event loop turn a few times, so keep-alive sockets to the old worker in this process's fetch pool see
   // their close (the fd closes in one turn, the peer reads the FIN in a later one) before anything is sent on them:
   // otherwise the next POST fails with "other side closed". A real restart takes long enough for that.
