@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import type { CompiledPool } from '../policy/compile.js';
 import { tenantAllowed } from '../policy/schema.js';
 import type { EndpointState, WorkerView } from './worker-view.js';
+import { fnv1a, mix32 } from './hash32.js';
 
 export interface Candidate {
   readonly pool: CompiledPool;
@@ -123,24 +124,4 @@ function addressHash(address: string): number {
     if (ADDRESS_HASHES.size < MAX_CACHED_ADDRESSES) ADDRESS_HASHES.set(address, h);
   }
   return h;
-}
-
-/** FNV-1a, 32 bit. */
-function fnv1a(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return h >>> 0;
-}
-
-/** A 32-bit finaliser (lowbias32): spreads the xor of two hashes over the whole range. */
-function mix32(x: number): number {
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x7feb352d);
-  x ^= x >>> 15;
-  x = Math.imul(x, 0x846ca68b);
-  x ^= x >>> 16;
-  return x >>> 0;
 }

@@ -17,6 +17,7 @@
  */
 import type { Candidate } from './pick.js';
 import type { EndpointState } from './worker-view.js';
+import { fnv1a, mix32 } from './hash32.js';
 
 /** How much extra load a prefix-cache hit is worth (in requests ahead). */
 export const AFFINITY_SLACK = 1;
@@ -97,24 +98,4 @@ export function rankAlternates(candidates: readonly Candidate[], chosen: Candida
     }
   }
   return top.map((e) => e.c);
-}
-
-/** FNV-1a, 32 bit. */
-function fnv1a(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return h >>> 0;
-}
-
-/** A 32-bit finaliser (lowbias32). */
-function mix32(x: number): number {
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x7feb352d);
-  x ^= x >>> 15;
-  x = Math.imul(x, 0x846ca68b);
-  x ^= x >>> 16;
-  return x >>> 0;
 }
