@@ -150,3 +150,28 @@ describe('createKeepAliveFetch', () => {
     expect(new Set(up.ports).size).toBe(1);
   });
 });
+
+describe('a pooled connection the worker dropped while idle', () => {
+  /** Answers the first request on each connection; a second one on the same connection is cut without an answer. */
+  async function oneRequestPerConnection(): Promise<{ url: string; ports: number[] }> {
+    const seen = new WeakSet<object>();
+    return serve((req, res) => {
+      if (seen.has(req.socket)) return void req.socket.destroy();
+      seen.add(req.socket);
+      res.end('ok');
+    });
+  }
+
+  it('a GET is retried once on a fresh connection, a POST is not repeated', async () => {
+    const up = await oneRequestPerConnection();
+    const c = client();
+    expect(await (await c.fetch(`${up.url}/version`)).text()).toBe('ok');
+    // The second GET goes out on the pooled connection, is cut, and is sent again on a new one.
+    expect(await (await c.fetch(`${up.url}/version`)).text()).toBe('ok');
+    expect(up.ports).toHaveLength(3);
+    expect(new Set(up.ports).size).toBe(2);
+    // A POST on the (again pooled) connection fails rather than risk running twice on the worker.
+    await expect(c.fetch(`${up.url}/v1/completions`, { method: 'POST', body: '{}' })).rejects.toThrow('fetch failed');
+    expect(up.ports).toHaveLength(4);
+  });
+});

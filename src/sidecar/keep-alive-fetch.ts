@@ -38,7 +38,12 @@ export function createKeepAliveFetch(fallback: FetchFn = (input, init) => fetch(
   };
 }
 
-function request(agent: http.Agent, url: string, init: RequestInit): Promise<Response> {
+/**
+ * A GET or HEAD that fails on a pooled socket before any answer is retried once on a fresh one: the worker may have
+ * closed that idle connection (a restart, its keep-alive timeout) as the request was written. Node's documented
+ * pattern (`request.reusedSocket`); undici does the same for idempotent requests. Anything else is not repeated.
+ */
+function request(agent: http.Agent, url: string, init: RequestInit, retried = false): Promise<Response> {
   return new Promise((resolve, reject) => {
     const signal = init.signal ?? undefined;
     if (signal?.aborted) return reject(signal.reason);
@@ -53,7 +58,12 @@ function request(agent: http.Agent, url: string, init: RequestInit): Promise<Res
         reject(new TypeError('fetch failed', { cause: e }));
       }
     });
-    req.on('error', (e) => reject(signal?.aborted ? signal.reason : new TypeError('fetch failed', { cause: e })));
+    req.on('error', (e) => {
+      const method = (init.method ?? 'GET').toUpperCase();
+      const stale = req.reusedSocket && (e as NodeJS.ErrnoException).code === 'ECONNRESET' && (method === 'GET' || method === 'HEAD');
+      if (stale && !retried && !signal?.aborted) return void request(agent, url, init, true).then(resolve, reject);
+      reject(signal?.aborted ? signal.reason : new TypeError('fetch failed', { cause: e }));
+    });
     req.end(body);
   });
 }
