@@ -10,9 +10,10 @@ import { groupIdOf } from '../compat/fingerprint.js';
 import { cacheSaltDigestOf, promptDigestOf } from '../contract/body-binding.js';
 import { mintContract, type TransferContract } from '../contract/contract.js';
 import { createDevKeyRing, type KeyRing } from '../contract/keys.js';
-import { parseSimConfig, type SimSettingsInput } from '../../testbed/sim/config.js';
+import type { SimSettingsInput } from '../../testbed/sim/config.js';
 import { simCanaryDigests } from '../../testbed/sim/recorded-canaries.js';
-import { createSimServer, type SimServer } from '../../testbed/sim/server.js';
+import { restartSimOnSamePorts } from '../../testbed/sim/restart.js';
+import type { SimServer } from '../../testbed/sim/server.js';
 import { CHAT_TEMPLATE_CANARY_MESSAGES, GENERATION_CANARY_PROMPT, TOKENIZER_CANARY_TEXT } from './canaries.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { parseSidecarConfig, type SidecarConfig, type SidecarConfigInput } from './config.js';
@@ -211,39 +212,7 @@ export function endpointOf(url: string): string {
   return new URL(url).host;
 }
 
-/**
- * Stop `sim` and start another on the same two ports with `sim` overrides (e.g. `behaveAs`): an in-place upgrade or
- * restart behind a sidecar that has not probed it yet. It gets a new engine id, as a real vLLM restart does.
- */
+/** Stop `old` and start another simulated vLLM on the same ports with `sim` overrides (see testbed/sim/restart.ts). */
 export async function restartSimInPlace(old: SimServer, sim: SimSettingsInput = {}): Promise<SimServer> {
-  await old.close();
-  const cfg = parseSimConfig({
-    descriptor: old.config.descriptor,
-    sim: {
-      ...old.config.sim,
-      engineId: undefined,
-      behaveAs: undefined,
-      port: old.port,
-      sideChannelPort: old.sideChannelPort,
-      nixlSideChannelPort: old.nixlSideChannelPort,
-      ...sim,
-    },
-  });
-  if (!cfg.ok) throw cfg.error;
-  // The same ports are bound again at once; zmq releases the side channel's port on its own I/O thread, so a bind
-  // can still find it taken for a moment. Retry briefly (bounded), as a supervisor restarting a worker would.
-  let started: SimServer | undefined;
-  for (let attempt = 0; started === undefined; attempt++) {
-    try {
-      started = await createSimServer(cfg.value);
-    } catch (e) {
-      if (attempt >= 40 || !/address already in use|EADDRINUSE/i.test(String((e as Error).message ?? e))) throw e;
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-  }
-  // Let the event loop turn a few times, so keep-alive sockets to the old worker in this process's fetch pool see
-  // their close (the fd closes in one turn, the peer reads the FIN in a later one) before anything is sent on them:
-  // otherwise the next POST fails with "other side closed". A real restart takes long enough for that.
-  for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
-  return started;
+  return restartSimOnSamePorts(old, sim);
 }

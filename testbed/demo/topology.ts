@@ -29,6 +29,7 @@ import { createSidecar, type Sidecar } from '../../src/sidecar/server.js';
 import { deepMerge, parseSimConfig, type SimSettingsInput } from '../sim/config.js';
 import { simCanaryDigests } from '../sim/recorded-canaries.js';
 import { createSimServer, type SimServer } from '../sim/server.js';
+import { restartSimOnSamePorts } from '../sim/restart.js';
 import { mustLoadEnvoyConfig } from '../harness/envoy-config.js';
 import { createDevPki, DEV_IDENTITIES, devGateTls, type DevPki } from '../tls/dev-pki.js';
 import { parseRenderArgs, renderRequest } from '../../src/cli/envoy-command.js';
@@ -274,25 +275,10 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       worker: (revision, role, index = 0) => workers.find((w) => w.revision === revision && w.role === role && w.index === index)!,
       restartWorker: async (revision, role, sim = {}, index = 0) => {
         const w = workers.find((x) => x.revision === revision && x.role === role && x.index === index)!;
-        const old = w.sim;
-        await old.close();
-        const cfg = parseSimConfig({
+        w.sim = await restartSimOnSamePorts(w.sim, sim, {
           descriptor: descriptors.get(revision)!,
-          // A restart runs what `sim` says: earlier behaveAs overrides do not carry over unless repeated.
-          sim: {
-            ...old.config.sim,
-            engineId: undefined,
-            behaveAs: undefined,
-            port: old.port,
-            sideChannelPort: old.sideChannelPort,
-            nixlSideChannelPort: old.nixlSideChannelPort,
-            ...sim,
-          },
+          logger: opts.logger.child({ component: 'sim', worker: `${revision}/${role}` }),
         });
-        if (!cfg.ok) throw cfg.error;
-        w.sim = await createSimServer(cfg.value, { logger: opts.logger.child({ component: 'sim', worker: `${revision}/${role}` }) });
-        // Let keep-alive sockets to the old process see their close before anyone reuses them.
-        await new Promise((r) => setTimeout(r, 20));
         return w;
       },
       restartGate: async ({ drain = false, downMs = 0 } = {}) => {
