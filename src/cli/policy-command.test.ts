@@ -2,7 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { clone, FIXTURES_DIR, twoRevisionTableValue } from '../policy/testing.js';
+import { clone, fixturePath, twoRevisionTableValue } from '../policy/testing.js';
 import { policyCommand } from './policy-command.js';
 
 type Value = Record<string, any>;
@@ -29,10 +29,10 @@ async function run(...argv: string[]) {
 
 describe('kvgate policy check', () => {
   it('exit 0 for a valid table, with what it routes', async () => {
-    const r = await run('check', join(FIXTURES_DIR, 'rollout.yaml'));
+    const r = await run('check', fixturePath('rollout.yaml'));
     expect(r.code).toBe(0);
     expect(r.out).toBe(
-      `${join(FIXTURES_DIR, 'rollout.yaml')}: OK: 2 revisions, 4 pools, 1 served model\n` +
+      `${fixturePath('rollout.yaml')}: OK: 2 revisions, 4 pools, 1 served model\n` +
         '  rollout: llama-3-8b: stable llama-a 90%; verification not required\n' +
         '  rollout: llama-3-8b: candidate llama-b 10%; verified (kvgate verify report 2024-05-02 (256 prompts, token ids identical))\n' +
         '  fallback: [queue 2000 ms, depth 64, edf -> routeVia llama-a (not pinned, no adapter) -> recompute 0.2 ms/token up to 2048 tokens -> refuse, retry after 5 s]\n',
@@ -51,7 +51,7 @@ describe('kvgate policy check', () => {
   });
 
   it('exit 1 with every precise message for an invalid table', async () => {
-    const r = await run('check', join(FIXTURES_DIR, 'typo.yaml'));
+    const r = await run('check', fixturePath('typo.yaml'));
     expect(r.code).toBe(1);
     expect(r.out).toMatch(/typo\.yaml:12:5: error: pools\[0\]\.revison: unknown key "revison"\. Fix: did you mean "revision"\?/);
     expect(r.out).toMatch(/typo\.yaml: INVALID: 4 errors; the gate would keep the table it has\n$/);
@@ -107,7 +107,7 @@ describe('kvgate policy diff', () => {
   });
 
   it('exit 1 when either file is invalid, with its issues', async () => {
-    const r = await run('diff', await table(), join(FIXTURES_DIR, 'typo.yaml'));
+    const r = await run('diff', await table(), fixturePath('typo.yaml'));
     expect(r.code).toBe(1);
     expect(r.err).toMatch(/typo\.yaml is not a valid route table:\n.*error: pools\[0\]\.revision: revision is required/);
   });

@@ -35,7 +35,7 @@ describe('diffRouteTables', () => {
     );
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(
-      /^revisions: revision llama-b redeclared with another fingerprint \([0-9a-f]{12}… -> [0-9a-f]{12}…\): tokenizer revision: old runs "tok-2024-04-18", new runs "tok-2024-06-01"\. It is a new compatibility group/,
+      /^revisions: revision llama-b redeclared with another fingerprint \([0-9a-f]{12}… -> [0-9a-f]{12}…\): tokenizer revision: old runs "main", new runs "tok-2024-06-01"\. It is a new compatibility group/,
     );
   });
 

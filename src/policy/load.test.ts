@@ -1,10 +1,22 @@
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { formatIssue, formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { loadRouteTable, parseRouteTable, routeTableFromValue } from './load.js';
-import { clone, FIXTURES_DIR, readFixture, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
+import {
+  clone,
+  descriptorFilesFor,
+  EXAMPLES_DIR,
+  ROUTE_TABLES_DIR,
+  fixturePath,
+  readExample,
+  readFixture,
+  tableFromValue,
+  testDescriptorInput,
+  twoRevisionTableValue,
+} from './testing.js';
 
-const fixture = (name: string) => join(FIXTURES_DIR, name);
+const fixture = fixturePath;
 
 function issuesOf(value: unknown): ConfigIssue[] {
   const r = routeTableFromValue(value, { file: 't.yaml' });
@@ -19,7 +31,10 @@ function isDeepFrozen(v: unknown): boolean {
 
 describe('parseRouteTable', () => {
   it('loads the sample two-revision table, with schema defaults, frozen', () => {
-    const r = parseRouteTable(readFixture('two-revisions.yaml'), { file: fixture('two-revisions.yaml') });
+    const r = parseRouteTable(readFixture('two-revisions.yaml'), {
+      file: fixture('two-revisions.yaml'),
+      descriptorFiles: descriptorFilesFor('two-revisions.yaml'),
+    });
     if (!r.ok) throw new Error(formatIssues(r.error));
     const t = r.value.table;
     expect(Object.keys(t.revisions)).toEqual(['llama-a', 'llama-b']);
@@ -30,16 +45,25 @@ describe('parseRouteTable', () => {
     expect(t.limits.maxBodyBytes).toBe(1024 * 1024);
     expect(t.session).toEqual({ header: 'x-session-id', bindingTtlMs: 3_600_000 });
     expect(t.fallback).toEqual([{ kind: 'refuse', retryAfterSeconds: 5 }]);
-    expect(t.revisions['llama-a']!.descriptorFile).toBeNull();
+    expect(t.revisions['llama-a']!.descriptorFile).toBe('../descriptors/llama-a.yaml');
     expect(t.warnings).toEqual([]);
     expect(isDeepFrozen(t)).toBe(true);
     expect(r.value.warnings).toBe(t.warnings);
   });
 
-  it('agrees with the programmatic twin in testing.ts', () => {
-    const fromYaml = parseRouteTable(readFixture('two-revisions.yaml'), { file: 'x.yaml' });
+  it('compiles a table naming descriptor files exactly as the same table with the descriptors inline', () => {
+    const fromYaml = parseRouteTable(readFixture('two-revisions.yaml'), {
+      file: 'x.yaml',
+      descriptorFiles: descriptorFilesFor('two-revisions.yaml'),
+    });
+    if (!fromYaml.ok) throw new Error(formatIssues(fromYaml.error));
     const fromValue = tableFromValue(twoRevisionTableValue(), { file: 'x.yaml' });
-    expect(fromYaml.ok && fromYaml.value).toEqual(fromValue);
+    const fingerprints = (t: typeof fromValue) => [...t.revisions].map(([k, r]) => [k, r.fingerprint]);
+    expect(fingerprints(fromYaml.value)).toEqual(fingerprints(fromValue));
+    const withoutFiles = (t: typeof fromValue) =>
+      Object.fromEntries(Object.entries(t.table.revisions).map(([k, r]) => [k, { ...r, descriptorFile: null }]));
+    expect(withoutFiles(fromYaml.value)).toEqual(withoutFiles(fromValue));
+    expect(fromYaml.value.table.pools).toEqual(fromValue.table.pools);
   });
 
   it('reads JSON when the format says so, and reports JSON syntax errors with a position', () => {
@@ -84,7 +108,7 @@ describe('parseRouteTable', () => {
       'revision: llama-b\n    endpoints:\n      - { address: 10.0.4.1:8000 }',
       'revision: llama-c\n    endpoints:\n      - { address: 10.0.4.1:8000 }',
     );
-    const r = parseRouteTable(text, { file: 'two.yaml' });
+    const r = parseRouteTable(text, { file: 'two.yaml', descriptorFiles: descriptorFilesFor('two-revisions.yaml') });
     expect(r.ok).toBe(false);
     if (r.ok) return;
     const i = r.error.find((x) => x.path === 'pools[3].revision');
@@ -176,7 +200,7 @@ describe('parseRouteTable', () => {
     expect(i!.fix).toMatch(/loadRouteTable/);
     const withText = routeTableFromValue(v, {
       file: 't.yaml',
-      descriptorFiles: { 'descriptors/llama-a.yaml': readFixture('descriptors/llama-a.yaml') },
+      descriptorFiles: { 'descriptors/llama-a.yaml': readExample('descriptors/llama-a.yaml') },
     });
     expect(withText.ok).toBe(true);
   });
@@ -198,9 +222,18 @@ describe('loadRouteTable', () => {
   it('reads descriptor files relative to the table', async () => {
     const r = await loadRouteTable(fixture('fp8-both.yaml'));
     if (!r.ok) throw new Error(formatIssues(r.error));
-    expect(r.value.table.revisions['llama-fp8']).toMatchObject({ descriptorFile: 'descriptors/llama-fp8-dynamic.json' });
+    expect(r.value.table.revisions['llama-fp8']).toMatchObject({ descriptorFile: '../descriptors/llama-fp8-dynamic.json' });
     expect(r.value.table.revisions['llama-fp8']!.descriptor.kvCache.scaleScheme).toBe('dynamic-per-block');
     expect(r.value.tenancy.source.metadata).toEqual({ namespace: 'envoy.filters.http.jwt_authn', path: ['jwt_payload', 'org'] });
+  });
+
+  it('loads every example route table under examples/route-tables (what operators copy)', async () => {
+    const names = (await readdir(ROUTE_TABLES_DIR)).filter((f) => /\.(ya?ml|json)$/.test(f));
+    expect(names.length).toBeGreaterThanOrEqual(3);
+    for (const name of names) {
+      const r = await loadRouteTable(join(ROUTE_TABLES_DIR, name));
+      expect(r.ok ? 'ok' : formatIssues(r.error), name).toBe('ok');
+    }
   });
 
   it('reports a missing table file as an issue, not an exception', async () => {
@@ -222,15 +255,15 @@ describe('loadRouteTable', () => {
   });
   it('reads an absolute descriptorFile path as written', async () => {
     const v = twoRevisionTableValue() as Record<string, any>;
-    v['revisions']['llama-a'] = { descriptorFile: join(FIXTURES_DIR, 'descriptors', 'llama-a.yaml') };
+    v['revisions']['llama-a'] = { descriptorFile: join(EXAMPLES_DIR, 'descriptors', 'llama-a.yaml') };
     const read: string[] = [];
     const readText = async (p: string) => {
       read.push(p);
-      return p === '/t/table.json' ? JSON.stringify(v) : readFixture('descriptors/llama-a.yaml');
+      return p === '/t/table.json' ? JSON.stringify(v) : readExample('descriptors/llama-a.yaml');
     };
     const r = await loadRouteTable('/t/table.json', { readText });
     expect(r.ok).toBe(true);
-    expect(read).toEqual(['/t/table.json', join(FIXTURES_DIR, 'descriptors', 'llama-a.yaml')]);
+    expect(read).toEqual(['/t/table.json', join(EXAMPLES_DIR, 'descriptors', 'llama-a.yaml')]);
   });
 });
 

@@ -152,7 +152,7 @@ describe('checkRouteTable', () => {
     expect(i.message).toMatch(
       /^pool "a-prefill" \(revision llama-a\) and endpoint 10\.0\.2\.2:8000 of pool "a-decode" are one compatibility group, but KV cannot move/,
     );
-    expect(i.message).toMatch(/differing factors: model "meta-llama\/Meta-Llama-3-8B-Instruct" vs "\/mnt\/llama"/);
+    expect(i.message).toMatch(/differing factors: model "\/models\/llama-3-8b-instruct" vs "\/mnt\/llama"/);
   });
 
   it('refuses a rollout whose candidate is the stable revision, and a weight without candidate', () => {

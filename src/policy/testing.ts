@@ -3,7 +3,7 @@
  * a real deployment (Llama-3-8B on vLLM with NixlConnector). Revisions `a` and `b` have identical geometry and
  * differ only in their weights revision: the pair that passes vLLM's NIXL handshake and still corrupts output.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseDescriptor, type CompatDescriptor, type CompatDescriptorInput } from '../compat/descriptor.js';
@@ -12,63 +12,47 @@ import type { CompiledRouteTable } from './compile.js';
 import { parse as parseYaml } from 'yaml';
 import { descriptorFilesOf, descriptorPath, parseRouteTable, routeTableFromValue, type RouteTableOptions } from './load.js';
 
-/** The directory of the YAML fixtures (`two-revisions.yaml`, ...). */
-export const FIXTURES_DIR = join(dirname(fileURLToPath(import.meta.url)), 'fixtures');
-
-/** Weights revisions of the two test revisions (hub-style commit shas). */
-export const WEIGHTS = Object.freeze({
-  a: '5f0b02c75b57c5855da9ae460ce51323ea669d8a',
-  b: 'e1945c40cd546c78e41f1151f4db032b271faeaa',
-});
+const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /**
- * The canary digests a simulated worker of each test revision answers (computed by testbed/sim/recorded-canaries.ts
- * and checked there by a test): a routable revision must carry them (src/policy/semantic-trust.ts).
+ * The one fixture source: the example descriptors and route tables under `examples/` (what an operator starts from)
+ * are what tests load and mutate. `examples/route-tables/two-revisions.yaml` is the two-revision table.
+ */
+export const EXAMPLES_DIR = join(REPO_ROOT, 'examples');
+export const ROUTE_TABLES_DIR = join(EXAMPLES_DIR, 'route-tables');
+/** Deliberately broken route tables (a typo, a YAML syntax error): bad input, so not examples. */
+export const BAD_TABLES_DIR = join(REPO_ROOT, 'test', 'fixtures', 'policy');
+
+/** An example descriptor file's plain value (`llama-a`, `llama-b`, ...). A fresh object each call. */
+export function exampleDescriptorValue(name: string): CompatDescriptorInput {
+  const file = join(EXAMPLES_DIR, 'descriptors', name.endsWith('.json') ? name : `${name}.yaml`);
+  return parseYaml(readFileSync(file, 'utf8')) as CompatDescriptorInput;
+}
+
+const EXAMPLE_A = exampleDescriptorValue('llama-a');
+const EXAMPLE_B = exampleDescriptorValue('llama-b');
+
+
+/**
+ * The canary digests recorded in the example descriptors: what a simulated worker of each revision answers
+ * (testbed/sim/recorded-canaries.test.ts checks them). A routable revision must carry them (src/policy/semantic-trust.ts).
  */
 export const RECORDED_CANARIES = Object.freeze({
-  a: {
-    tokenizer: '5fae63391979c8c723d8efd55538020e07fb5692ac92e3adc7879f7a7c4176ab',
-    chatTemplate: '17b0d8d9784cc7cf122263164d8c93c2d06ef35664346b3526014b2496779e3a',
-    generation: 'e0f825c398e1567160b36d51d4636901f71ef4f15e41d409d9032bb3d0011822',
-  },
-  b: {
-    tokenizer: '5fae63391979c8c723d8efd55538020e07fb5692ac92e3adc7879f7a7c4176ab',
-    chatTemplate: '17b0d8d9784cc7cf122263164d8c93c2d06ef35664346b3526014b2496779e3a',
-    generation: '75c3a7ff4df976b0e1deabab8b812575b7dc0304124de6e76332abae6a300aab',
-  },
+  a: Object.freeze({ ...EXAMPLE_A.canaries! }),
+  b: Object.freeze({ ...EXAMPLE_B.canaries! }),
 });
 
 type DeepPartial<T> = T extends readonly unknown[] ? T : T extends object ? { [K in keyof T]?: DeepPartial<T[K]> | undefined } : T;
 
 export type DescriptorOverrides = DeepPartial<CompatDescriptorInput> & {
-  /** Which weights revision to start from (default `a`). */
+  /** Which example revision to start from (default `a`: examples/descriptors/llama-a.yaml). */
   readonly weights?: 'a' | 'b';
 };
 
-/** The raw (input) form of a test descriptor, for building YAML/JSON tables. */
+/** The raw (input) form of an example descriptor with overrides merged in, for building YAML/JSON tables. */
 export function testDescriptorInput(overrides: DescriptorOverrides = {}): CompatDescriptorInput {
   const { weights = 'a', ...rest } = overrides;
-  const base: CompatDescriptorInput = {
-    model: { id: 'meta-llama/Meta-Llama-3-8B-Instruct', revision: WEIGHTS[weights] },
-    adapter: null,
-    tokenizer: { id: 'meta-llama/Meta-Llama-3-8B-Instruct', revision: 'tok-2024-04-18' },
-    chatTemplate: { id: 'llama-3-instruct', revision: 'tmpl-1' },
-    architecture: {
-      name: 'LlamaForCausalLM',
-      numLayers: 32,
-      numKvHeads: 8,
-      headSize: 128,
-      attentionBackend: 'FLASH_ATTN',
-      position: { type: 'rope', ropeTheta: 500000 },
-      slidingWindow: null,
-    },
-    modelDtype: 'bfloat16',
-    kvCache: { dtype: 'auto', scaleScheme: 'none', blockSize: 16, layout: 'HND' },
-    engine: { name: 'vllm', version: '0.11.0' },
-    connector: { name: 'NixlConnector', version: 2, transferMode: 'pull' },
-    canaries: { ...RECORDED_CANARIES[weights] },
-  };
-  return merge(base, rest) as CompatDescriptorInput;
+  return merge(exampleDescriptorValue(weights === 'a' ? 'llama-a' : 'llama-b'), rest) as CompatDescriptorInput;
 }
 
 /** A valid, frozen descriptor for revision `a` (or `b`), with overrides merged in. */
@@ -90,18 +74,33 @@ function merge(base: unknown, over: unknown): unknown {
   return out;
 }
 
+/** The path of a route table fixture: an example table, or a deliberately broken one from test/fixtures/policy. */
+export function fixturePath(name: string): string {
+  return existsSync(join(ROUTE_TABLES_DIR, name)) ? join(ROUTE_TABLES_DIR, name) : join(BAD_TABLES_DIR, name);
+}
+
 /** Read a fixture's text. */
 export function readFixture(name: string): string {
-  return readFileSync(join(FIXTURES_DIR, name), 'utf8');
+  return readFileSync(fixturePath(name), 'utf8');
+}
+
+/** The text of a file under examples/ (e.g. `descriptors/llama-a.yaml`). */
+export function readExample(relPath: string): string {
+  return readFileSync(join(EXAMPLES_DIR, relPath), 'utf8');
+}
+
+/** The descriptor files a fixture table names, read relative to it: what `parseRouteTable` needs without file access. */
+export function descriptorFilesFor(name: string): Record<string, string> {
+  const file = fixturePath(name);
+  const out: Record<string, string> = {};
+  for (const ref of descriptorFilesOf(parseYaml(readFileSync(file, 'utf8')))) out[ref] = readFileSync(descriptorPath(file, ref), 'utf8');
+  return out;
 }
 
 /** Parse a fixture (reading the descriptor files it names) into a table; throws with every issue on a bad fixture (a test bug). */
 export function loadFixtureTable(name: string, options: RouteTableOptions = {}): CompiledRouteTable {
   const text = readFixture(name);
-  const file = join(FIXTURES_DIR, name);
-  const descriptorFiles: Record<string, string> = {};
-  for (const ref of descriptorFilesOf(parseYaml(text))) descriptorFiles[ref] = readFileSync(descriptorPath(file, ref), 'utf8');
-  const r = parseRouteTable(text, { file, descriptorFiles }, options);
+  const r = parseRouteTable(text, { file: fixturePath(name), descriptorFiles: descriptorFilesFor(name) }, options);
   if (!r.ok) throw new Error(`fixture ${name} is invalid:\n${formatIssues(r.error)}`);
   return r.value;
 }
@@ -118,53 +117,21 @@ export function compiledFixture(name: string, options: RouteTableOptions = {}): 
   return loadFixtureTable(name, options);
 }
 
-export interface TestPoolSpec {
-  readonly name: string;
-  readonly role: 'prefill' | 'decode' | 'both';
-  readonly revision: string;
-  readonly cluster?: string;
-  readonly endpoints: readonly string[];
-  readonly tenants?: readonly string[];
-  readonly maxInFlightPerEndpoint?: number;
-  readonly draining?: boolean;
-}
-
 /**
- * The raw value of a two-revision table (model `llama-3-8b`, revisions `llama-a`/`llama-b`, P/D pools for each,
- * tenants acme and globex). Tests mutate a copy to produce exactly the defect they check.
+ * The raw value of the two-revision example table (examples/route-tables/two-revisions.yaml: model `llama-3-8b`,
+ * revisions `llama-a`/`llama-b`, P/D pools for each, tenants acme and globex), with each `descriptorFile` read and
+ * inlined so the value stands alone. Tests mutate a copy to produce exactly the defect they check.
  */
 export function twoRevisionTableValue(): Record<string, unknown> {
-  const pool = (p: TestPoolSpec) => ({
-    name: p.name,
-    cluster: p.cluster ?? p.name.replace('-', '_'),
-    role: p.role,
-    revision: p.revision,
-    endpoints: p.endpoints.map((address) => ({ address })),
-    ...(p.tenants ? { tenants: [...p.tenants] } : {}),
-    ...(p.maxInFlightPerEndpoint ? { maxInFlightPerEndpoint: p.maxInFlightPerEndpoint } : {}),
-    ...(p.draining ? { draining: p.draining } : {}),
-  });
-  return {
-    version: 1,
-    revisions: {
-      'llama-a': { descriptor: testDescriptorInput({ weights: 'a' }) },
-      'llama-b': { descriptor: testDescriptorInput({ weights: 'b' }) },
-    },
-    models: {
-      'llama-3-8b': { tenants: ['acme', 'globex'], rollout: { stable: 'llama-a', candidate: 'llama-b', weight: 10 } },
-    },
-    pools: [
-      pool({ name: 'a-prefill', role: 'prefill', revision: 'llama-a', endpoints: ['10.0.1.1:8000', '10.0.1.2:8000'] }),
-      pool({ name: 'a-decode', role: 'decode', revision: 'llama-a', endpoints: ['10.0.2.1:8000', '10.0.2.2:8000'] }),
-      pool({ name: 'b-prefill', role: 'prefill', revision: 'llama-b', endpoints: ['10.0.3.1:8000'] }),
-      pool({ name: 'b-decode', role: 'decode', revision: 'llama-b', endpoints: ['10.0.4.1:8000'] }),
-    ],
-    tenancy: { source: { header: 'x-tenant-id' }, required: true, prefixScope: 'tenant' },
-    session: { header: 'x-session-id' },
-    connectorMode: 'strict',
-    contract: { ttlMs: 30000 },
-    fallback: [{ refuse: { retryAfterSeconds: 5 } }],
-  };
+  const value = parseYaml(readFileSync(join(ROUTE_TABLES_DIR, 'two-revisions.yaml'), 'utf8')) as Record<string, unknown>;
+  const revisions = value['revisions'] as Record<string, Record<string, unknown>>;
+  for (const [name, rev] of Object.entries(revisions)) {
+    const { descriptorFile, ...rest } = rev;
+    if (typeof descriptorFile !== 'string') continue;
+    const file = join(ROUTE_TABLES_DIR, descriptorFile);
+    revisions[name] = { descriptor: parseYaml(readFileSync(file, 'utf8')) as unknown, ...rest };
+  }
+  return value;
 }
 
 /** A deep copy of a plain value, for mutating fixture values in tests. */

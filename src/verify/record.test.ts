@@ -6,10 +6,10 @@ import { mkdtemp, readFile, rm, writeFile, copyFile, mkdir } from 'node:fs/promi
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { runVerifyCommand } from '../cli/verify-command.js';
 import { loadRouteTable } from '../policy/load.js';
-import { FIXTURES_DIR, RECORDED_CANARIES, readFixture, testDescriptorInput } from '../policy/testing.js';
+import { EXAMPLES_DIR, RECORDED_CANARIES, testDescriptorInput, twoRevisionTableValue } from '../policy/testing.js';
 import { startTestSim } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { parseSimConfig } from '../../testbed/sim/config.js';
@@ -49,15 +49,12 @@ function io() {
   };
 }
 
-/** The two-revision fixture with llama-a's canaries removed (a table that does not load yet). */
+/** The two-revision example table with its descriptors inline and llama-a's canaries removed (it does not load yet). */
 async function tableWithoutCanaries(): Promise<string> {
   const file = path.join(dir, `table-${Math.random().toString(36).slice(2)}.yaml`);
-  const text = readFixture('two-revisions.yaml');
-  const i = text.indexOf('canaries:');
-  const stripped =
-    text.slice(0, text.lastIndexOf('\n', text.lastIndexOf('#', i)) + 1) +
-    text.slice(text.indexOf('\n', text.indexOf('generation:', i)) + 1);
-  await writeFile(file, stripped);
+  const value = twoRevisionTableValue() as { revisions: Record<string, { descriptor: Record<string, unknown> }> };
+  delete value.revisions['llama-a']!.descriptor['canaries'];
+  await writeFile(file, `# Sample route table, descriptors inline\n${toYaml(value)}`);
   return file;
 }
 
@@ -84,7 +81,7 @@ describe('kvgate verify --record', () => {
     await mkdir(path.join(sub, 'descriptors'), { recursive: true });
     const table = path.join(sub, 'route-table.yaml');
     await writeFile(table, 'version: 1\nrevisions:\n  llama-a: { descriptorFile: descriptors/a.yaml }\n');
-    await copyFile(path.join(FIXTURES_DIR, 'descriptors', 'llama-a.yaml'), path.join(sub, 'descriptors', 'a.yaml'));
+    await copyFile(path.join(EXAMPLES_DIR, 'descriptors', 'llama-a.yaml'), path.join(sub, 'descriptors', 'a.yaml'));
     const d = path.join(sub, 'descriptors', 'a.yaml');
     await writeFile(d, (await readFile(d, 'utf8')).replace(/# Recorded[\s\S]*$/, ''));
     const c = io();

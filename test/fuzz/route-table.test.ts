@@ -2,7 +2,7 @@
  * Property-based fuzzing of the route-table loader (`parseRouteTable`, src/policy/load.ts): whatever a policy author
  * or a half-written file hands it, it returns issues a person can act on (each with a path or a line, a message and
  * a fix) and never throws, because a throw on hot reload is an unhandled rejection in the gate, not a rejected table.
- * Inputs: arbitrary text, and random text-level and value-level mutations of src/policy/fixtures/two-revisions.yaml.
+ * Inputs: arbitrary text, and random text-level and value-level mutations of examples/route-tables/two-revisions.yaml.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';

@@ -21,7 +21,7 @@ describe('recorded canaries of the fixtures are what the simulator answers', () 
     for (const f of [
       'examples/descriptors/llama-a.yaml',
       'examples/descriptors/llama-b.yaml',
-      'src/policy/fixtures/descriptors/llama-a.yaml',
+      'examples/descriptors/llama-fp8-dynamic.json',
     ]) {
       const { canaries, ...input } = yaml(f);
       expect(await simCanaryDigests(input as never), f).toEqual(canaries);
