@@ -2,32 +2,22 @@
  * Test support: a realistic descriptor to start from, so tests (here and in other folders) change one field at a
  * time instead of restating thirty. Not used by product code.
  */
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
 import { parseDescriptor, type CompatDescriptor, type CompatDescriptorInput } from './descriptor.js';
 
-/** A Llama-3.1-8B revision served by vLLM with NixlConnector v12, pull mode, bfloat16 KV. A fresh object each call. */
+const EXAMPLE_FILE = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'examples', 'descriptors', 'llama-3.1-8b.yaml');
+
+/**
+ * examples/descriptors/llama-3.1-8b.yaml: Llama-3.1-8B on vLLM 0.14 with NixlConnector v12, pull mode, bfloat16 KV,
+ * the example operators start from, without its recorded canaries (a test states the canaries it checks). A fresh
+ * object each call.
+ */
 export function exampleDescriptorInput(): CompatDescriptorInput {
-  return {
-    model: { id: 'meta-llama/Llama-3.1-8B-Instruct', revision: '0e9e39f249a16976918f6564b8830bc894c89659' },
-    adapter: null,
-    tokenizer: { id: 'meta-llama/Llama-3.1-8B-Instruct', revision: '0e9e39f249a16976918f6564b8830bc894c89659' },
-    chatTemplate: { id: 'llama-3.1-instruct', revision: 'sha256:5a1b' },
-    architecture: {
-      name: 'LlamaForCausalLM',
-      numLayers: 32,
-      numKvHeads: 8,
-      headSize: 128,
-      attentionBackend: 'FLASH_ATTN',
-      position: { type: 'rope', ropeTheta: 500000, ropeScaling: { type: 'llama3', factor: 8 } },
-      slidingWindow: null,
-    },
-    modelDtype: 'bfloat16',
-    kvCache: { dtype: 'auto', scaleScheme: 'none', blockSize: 16, layout: 'HND' },
-    engine: { name: 'vllm', version: '0.14.2' },
-    connector: { name: 'NixlConnector', version: 12, transferMode: 'pull' },
-    hybridKvCacheManager: true,
-    speculative: null,
-    parallel: { tensorParallelSize: 1 },
-  };
+  const { canaries: _recorded, ...rest } = parseYaml(readFileSync(EXAMPLE_FILE, 'utf8')) as CompatDescriptorInput;
+  return rest;
 }
 
 /**

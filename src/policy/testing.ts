@@ -32,7 +32,6 @@ export function exampleDescriptorValue(name: string): CompatDescriptorInput {
 const EXAMPLE_A = exampleDescriptorValue('llama-a');
 const EXAMPLE_B = exampleDescriptorValue('llama-b');
 
-
 /**
  * The canary digests recorded in the example descriptors: what a simulated worker of each revision answers
  * (testbed/sim/recorded-canaries.test.ts checks them). A routable revision must carry them (src/policy/semantic-trust.ts).

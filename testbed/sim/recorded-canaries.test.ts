@@ -22,6 +22,7 @@ describe('recorded canaries of the fixtures are what the simulator answers', () 
       'examples/descriptors/llama-a.yaml',
       'examples/descriptors/llama-b.yaml',
       'examples/descriptors/llama-fp8-dynamic.json',
+      'examples/descriptors/llama-3.1-8b.yaml',
     ]) {
       const { canaries, ...input } = yaml(f);
       expect(await simCanaryDigests(input as never), f).toEqual(canaries);

@@ -3,32 +3,28 @@
  * proxy that drives a prefill and a decode worker exactly as vLLM's `toy_proxy_server.py` does, and a Prometheus
  * text reader. Test support, not product code.
  */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
 import type { CompatDescriptorInput } from '../../src/compat/descriptor.js';
 import { deepMerge, parseSimConfig, type SimConfig, type SimSettingsInput } from './config.js';
 import { createSimServer, type SimServer, type SimServerOptions } from './server.js';
 
-/** A Llama-3-8B-like worker on vLLM 0.11 with NixlConnector v2; override any part. */
+const EXAMPLE_A = fileURLToPath(new URL('../../examples/descriptors/llama-a.yaml', import.meta.url));
+
+/**
+ * The simulator's test worker: examples/descriptors/llama-a.yaml (Llama-3-8B geometry on vLLM 0.11, NixlConnector
+ * v2) under a model, tokenizer and chat-template identity of its own, without recorded canaries. The identity is
+ * fixed because the simulated tokenizer derives from it, and the sim's tests count tokens under it. Override any part.
+ */
 export function testDescriptor(overrides: Record<string, unknown> = {}): CompatDescriptorInput {
-  const base: CompatDescriptorInput = {
+  const { canaries: _recorded, ...example } = parseYaml(readFileSync(EXAMPLE_A, 'utf8')) as CompatDescriptorInput;
+  const identity = {
     model: { id: 'acme/llama-3-8b-instruct', revision: 'rev-a', path: '/models/acme-llama-3-8b' },
-    adapter: null,
     tokenizer: { id: 'acme/llama-3-8b-instruct', revision: 'tok-a' },
     chatTemplate: { id: 'acme/llama-3-8b-instruct', revision: 'tmpl-a' },
-    architecture: {
-      name: 'LlamaForCausalLM',
-      numLayers: 32,
-      numKvHeads: 8,
-      headSize: 128,
-      attentionBackend: 'FLASH_ATTN',
-      position: { type: 'rope', ropeTheta: 500000 },
-      slidingWindow: null,
-    },
-    modelDtype: 'bfloat16',
-    kvCache: { dtype: 'auto', scaleScheme: 'none', blockSize: 16, layout: 'HND' },
-    engine: { name: 'vllm', version: '0.11.0' },
-    connector: { name: 'NixlConnector', version: 2, transferMode: 'pull' },
   };
-  return deepMerge(base, overrides) as CompatDescriptorInput;
+  return deepMerge(deepMerge(example, identity), overrides) as CompatDescriptorInput;
 }
 
 /** A valid config (throws on invalid input: a test bug). */
