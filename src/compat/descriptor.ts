@@ -7,6 +7,7 @@
  * vLLM's own handshake hash in `nixl-hash.ts`.
  */
 import { z } from 'zod';
+import { defaultCrossLayersBlocks, defaultHybridKvCacheManager } from './vllm-defaults.js';
 
 const nonEmpty = z.string().min(1, 'must not be empty');
 
@@ -83,7 +84,8 @@ export const ConnectorSchema = z
   })
   .strict();
 
-export const CompatDescriptorSchema = z
+/** The descriptor's fields as written (runtime flags may be left out: see `CompatDescriptorSchema`). */
+const CompatDescriptorObjectSchema = z
   .object({
     model: RevisionedIdSchema.extend({
       /** The model string given to `vllm serve` (a path or a hub id). vLLM's NIXL hash hashes this string. */
@@ -98,8 +100,16 @@ export const CompatDescriptorSchema = z
     kvCache: KvCacheSchema,
     engine: EngineSchema,
     connector: ConnectorSchema,
-    /** vLLM hybrid KV cache manager on (NIXL hash factor from connector v4). */
-    hybridKvCacheManager: z.boolean().default(true),
+    /**
+     * vLLM's hybrid KV cache manager on (`is_hma_enabled`, a NIXL hash factor from connector v3/v4). Left out: what
+     * vLLM of `engine.version` does for a P/D worker (src/compat/vllm-defaults.ts: off before 0.21, on from 0.21).
+     */
+    hybridKvCacheManager: z.boolean().optional(),
+    /**
+     * Cross-layer KV blocks in use (`kv_connector_extra_config.enable_cross_layers_blocks`, honoured by vLLM for
+     * FLASH_ATTN/FLASHINFER with the HND layout): the `cross_layers_blocks` NIXL hash factor. Left out: off.
+     */
+    crossLayersBlocks: z.boolean().optional(),
     /** Speculative decoding config as vLLM hashes it (EAGLE/MTP, connector v6+); null when off. */
     speculative: z.record(z.string(), z.unknown()).nullable().default(null),
     /**
@@ -132,6 +142,17 @@ export const CompatDescriptorSchema = z
       .default({ tensorParallelSize: 1 }),
   })
   .strict();
+
+/**
+ * The descriptor schema: the object above, with every runtime flag vLLM hashes resolved to the value the declared
+ * vLLM version uses when the descriptor leaves it out, so the fingerprint, the NIXL hash prediction and the checks
+ * all see what the worker really hashes.
+ */
+export const CompatDescriptorSchema = CompatDescriptorObjectSchema.transform((d) => ({
+  ...d,
+  hybridKvCacheManager: d.hybridKvCacheManager ?? defaultHybridKvCacheManager(d.engine.version),
+  crossLayersBlocks: d.crossLayersBlocks ?? defaultCrossLayersBlocks(d.engine.version),
+}));
 
 export type CompatDescriptor = z.infer<typeof CompatDescriptorSchema>;
 export type CompatDescriptorInput = z.input<typeof CompatDescriptorSchema>;

@@ -9,6 +9,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { CompatDescriptor } from './descriptor.js';
+import { vllmAtLeast } from './vllm-defaults.js';
 
 /**
  * Which factor set each NIXL_CONNECTOR_VERSION hashes.
@@ -90,11 +91,20 @@ export function nixlFactors(d: CompatDescriptor): { factors: Record<string, unkn
     attn_backend_name: d.architecture.attentionBackend,
     cache_dtype: d.kvCache.dtype,
   };
-  if (set.crossLayersBlocks) factors['cross_layers_blocks'] = false;
+  if (set.crossLayersBlocks || crossLayersInSingleFileConnector(d)) factors['cross_layers_blocks'] = d.crossLayersBlocks;
   if (set.hma) factors['is_hma_enabled'] = d.hybridKvCacheManager;
   if (set.speculative) factors['speculative_config'] = d.speculative;
   if (set.transferMode) factors['transfer_mode'] = d.connector.transferMode;
   return { factors, set, known };
+}
+
+/**
+ * Connector v1/v2 (the single-file `v1/nixl_connector.py`) gained the `cross_layers_blocks` factor without a connector
+ * version bump: PR #33339 (merged February 2026, first release taken as 0.16) passes it to
+ * `compute_nixl_compatibility_hash`, so the factor set of v2 depends on the vLLM release, not on the connector alone.
+ */
+function crossLayersInSingleFileConnector(d: CompatDescriptor): boolean {
+  return d.connector.version <= 2 && vllmAtLeast(d.engine.version, 0, 16);
 }
 
 export function predictNixlHash(d: CompatDescriptor): NixlHashPrediction {
@@ -124,7 +134,7 @@ export function predictNixlHash(d: CompatDescriptor): NixlHashPrediction {
 
 /**
  * Which declared runtime flags would explain a hash the live worker serves: the prediction is recomputed with each
- * flag vLLM hashes flipped (hybrid KV cache manager, transfer mode, speculative config off), and every variant that
+ * flag vLLM hashes flipped (hybrid KV cache manager, cross-layer blocks, transfer mode, speculative config off), and every variant that
  * reproduces `observed` is named. Empty when none does (then the difference is elsewhere: version, model string...).
  */
 export function explainNixlHash(d: CompatDescriptor, observed: string): string[] {
@@ -132,6 +142,7 @@ export function explainNixlHash(d: CompatDescriptor, observed: string): string[]
   const out: string[] = [];
   const variants: [string, CompatDescriptor][] = [
     ['is_hma_enabled', { ...d, hybridKvCacheManager: !d.hybridKvCacheManager }],
+    ['cross_layers_blocks', { ...d, crossLayersBlocks: !d.crossLayersBlocks }],
     ['transfer_mode', { ...d, connector: { ...d.connector, transferMode: d.connector.transferMode === 'pull' ? 'push' : 'pull' } }],
   ];
   if (d.speculative !== null) variants.push(['speculative_config', { ...d, speculative: null }]);

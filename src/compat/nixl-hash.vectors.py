@@ -9,6 +9,8 @@ The factor dicts are built the way vLLM builds them (docs/vllm-disaggregation.md
 config objects shaped like vLLM's (no torch or vLLM needed):
 
 - v2 (single-file connector @ 002a1057): the base set.
+- v2 after PR #33339 ("Enable Cross layers KV cache layout at NIXL Connector V2", vLLM 0.16 on): the base set plus
+  cross_layers_blocks, passed in by the caller, with no connector version bump.
 - v4 (nixl/metadata.py, lease era): base + cross_layers_blocks + is_hma_enabled.
 - v12 (nixl/metadata.py @ 02cfb534): v4 minus cross_layers_blocks, plus speculative_config and transfer_mode.
 
@@ -101,10 +103,25 @@ def speculative_factor(vllm_config):
     }
 
 
-def compute_nixl_compatibility_hash(vllm_config, attn_backend_name, connector_version, transfer_mode="pull"):
+def vllm_minor(version):
+    parts = version.split(".")
+    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+def resolve_disable_hma(vllm_version, disable_hybrid_kv_cache_manager):
+    """vllm/config/vllm.py: None (the flag not given) with --kv-transfer-config set. Before PR #41847 vLLM turned HMA
+    off for any connector; from it (taken as 0.21) it stays on for SupportsHMA connectors such as NixlConnector."""
+    if disable_hybrid_kv_cache_manager is not None:
+        return disable_hybrid_kv_cache_manager
+    return vllm_minor(vllm_version) < (0, 21)
+
+
+def compute_nixl_compatibility_hash(vllm_config, attn_backend_name, connector_version, transfer_mode="pull",
+                                    cross_layers_blocks=False):
     factors = base_factors(vllm_config, attn_backend_name, connector_version)
-    if connector_version >= 3 and connector_version < 7:
-        factors["cross_layers_blocks"] = False
+    single_file_with_cross_layers = connector_version <= 2 and vllm_minor(vllm_config.vllm_version) >= (0, 16)
+    if (connector_version >= 3 and connector_version < 7) or single_file_with_cross_layers:
+        factors["cross_layers_blocks"] = cross_layers_blocks
     if connector_version >= 3:
         factors["is_hma_enabled"] = not vllm_config.scheduler_config.disable_hybrid_kv_cache_manager
     if connector_version >= 6:
@@ -116,16 +133,19 @@ def compute_nixl_compatibility_hash(vllm_config, attn_backend_name, connector_ve
 
 def worker(name, *, model, model_id, dtype, kv_dtype, scale_scheme="none", version, connector_version,
            backend="FLASH_ATTN", heads=8, head_size=128, layers=32, hma=True, spec=None, transfer_mode="pull",
-           block_size=16, layout="HND"):
+           block_size=16, layout="HND", cross_layers=False, omit_flags=False):
     """One vector: a vLLM-shaped config, the factors/hash vLLM computes, and the matching kvgate descriptor."""
     vllm_config = SimpleNamespace(
         vllm_version=version,
         model_config=ModelConfig(model, dtype, heads, head_size, layers),
         cache_config=SimpleNamespace(cache_dtype=kv_dtype),
-        scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=not hma),
+        # omit_flags: the operator passed neither --(no-)disable-hybrid-kv-cache-manager nor enable_cross_layers_blocks.
+        scheduler_config=SimpleNamespace(
+            disable_hybrid_kv_cache_manager=resolve_disable_hma(version, None if omit_flags else not hma)),
         speculative_config=None if spec is None else SimpleNamespace(**spec),
     )
-    factors, digest = compute_nixl_compatibility_hash(vllm_config, backend, connector_version, transfer_mode)
+    factors, digest = compute_nixl_compatibility_hash(vllm_config, backend, connector_version, transfer_mode,
+                                                      False if omit_flags else cross_layers)
     descriptor = {
         "model": {"id": model_id, "revision": "0123456789abcdef0123456789abcdef01234567", "path": model},
         "adapter": None,
@@ -145,9 +165,13 @@ def worker(name, *, model, model_id, dtype, kv_dtype, scale_scheme="none", versi
         "engine": {"name": "vllm", "version": version},
         "connector": {"name": "NixlConnector", "version": connector_version, "transferMode": transfer_mode},
         "hybridKvCacheManager": hma,
+        "crossLayersBlocks": cross_layers,
         "speculative": speculative_factor(vllm_config),
         "parallel": {"tensorParallelSize": 1},
     }
+    if omit_flags:
+        del descriptor["hybridKvCacheManager"]
+        del descriptor["crossLayersBlocks"]
     return {
         "name": name,
         "descriptor": descriptor,
@@ -203,6 +227,25 @@ VECTORS = [
     worker("v12 float32, trailing slash path, HMA off", model="/models/tiny-llama/", model_id="TinyLlama/TinyLlama-1.1B",
            dtype="float", kv_dtype="auto", version="0.14.2rc1", connector_version=12, hma=False, heads=4,
            head_size=64, layers=22, layout="NHD"),
+]
+
+VECTORS += [
+    worker("v4 non-ASCII hub id (CJK, accents, emoji), cross-layer blocks on", model="\u7ec4\u7ec7/\u6a21\u578b-\u00e9t\u00e9-\U0001F680",
+           model_id="\u7ec4\u7ec7/\u6a21\u578b-\u00e9t\u00e9-\U0001F680", dtype="bfloat16", kv_dtype="auto",
+           version="0.15.1", connector_version=4, cross_layers=True),
+    worker("v4 same worker, cross-layer blocks off", model="\u7ec4\u7ec7/\u6a21\u578b-\u00e9t\u00e9-\U0001F680",
+           model_id="\u7ec4\u7ec7/\u6a21\u578b-\u00e9t\u00e9-\U0001F680", dtype="bfloat16", kv_dtype="auto",
+           version="0.15.1", connector_version=4, cross_layers=False),
+    worker("v2 on vLLM 0.16 (PR #33339), cross-layer blocks on", model="/models/\u0420\u0443\u0441\u0441\u043a\u0438\u0439-7B",
+           model_id="acme/\u0440\u0443\u0441-7b", dtype="bfloat16", kv_dtype="auto", version="0.16.0",
+           connector_version=2, cross_layers=True),
+    worker("v2 on vLLM 0.16 (PR #33339), cross-layer blocks off", model="/models/\u0420\u0443\u0441\u0441\u043a\u0438\u0439-7B",
+           model_id="acme/\u0440\u0443\u0441-7b", dtype="bfloat16", kv_dtype="auto", version="0.16.0",
+           connector_version=2, cross_layers=False),
+    worker("v4 flags left out on vLLM 0.15 (HMA off with a connector)", model="Qwen/Qwen3-8B", model_id="Qwen/Qwen3-8B",
+           dtype="bfloat16", kv_dtype="auto", version="0.15.1", connector_version=4, omit_flags=True),
+    worker("v12 flags left out on vLLM 0.21 (HMA on, PR #41847)", model="Qwen/Qwen3-8B", model_id="Qwen/Qwen3-8B",
+           dtype="bfloat16", kv_dtype="auto", version="0.21.0", connector_version=12, omit_flags=True),
 ]
 
 JSON_DUMPS = [

@@ -10,6 +10,7 @@ import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../../src/compat/descriptor.js';
+import { simRuntimeFlags, type SimHashFlags } from './nixl-compat-hash.js';
 import { fromZodIssues } from '../../src/config/from-zod.js';
 import { formatIssues as formatConfigIssues } from '../../src/config/issues.js';
 import { KvgateError, err, ok, type Result } from '../../src/errors.js';
@@ -39,8 +40,6 @@ export const SimSettingsSchema = z
     sideChannelPort: port.default(0),
     /** The ZMQ handshake side channel (VLLM_NIXL_SIDE_CHANNEL_PORT), served as vLLM serves it; 0 picks a free port. */
     nixlSideChannelPort: port.default(0),
-    /** `kv_connector_extra_config.enable_cross_layers_blocks`: a runtime flag NIXL v3..v6 hash. */
-    crossLayersBlocks: z.boolean().default(false),
     /** `--served-model-name`; vLLM defaults it to the model argument, and so does the simulator. */
     servedModelName: z.string().min(1).optional(),
     /** `kv_transfer_config.engine_id`; a fresh uuid4 per launch when absent, like vLLM. */
@@ -98,6 +97,11 @@ export interface SimConfig {
   readonly sim: Readonly<SimSettings>;
   /** True when `behaviour` differs from `descriptor` (the worker lies). */
   readonly lies: boolean;
+  /**
+   * The runtime flags vLLM hashes, as this launch really has them: read from the descriptor as written (plus
+   * `behaveAs`) with the simulator's own defaults per vLLM version (nixl-compat-hash.ts), not kvgate's.
+   */
+  readonly runtime: SimHashFlags;
 }
 
 /**
@@ -112,8 +116,10 @@ export function parseSimConfig(input: unknown): Result<SimConfig> {
     return err(configError(formatIssues(declared.error.issues, CompatDescriptorSchema, top.data.descriptor, ['descriptor'])));
   const sim = top.data.sim;
   let behaviour = declared.data;
+  let runtime = simRuntimeFlags(top.data.descriptor);
   if (sim.behaveAs !== undefined) {
     const merged = deepMerge(top.data.descriptor, sim.behaveAs);
+    runtime = simRuntimeFlags(merged);
     const real = CompatDescriptorSchema.safeParse(merged);
     if (!real.success) return err(configError(formatIssues(real.error.issues, CompatDescriptorSchema, merged, ['sim', 'behaveAs'])));
     behaviour = real.data;
@@ -130,7 +136,7 @@ export function parseSimConfig(input: unknown): Result<SimConfig> {
   }
   const lies = JSON.stringify(declared.data) !== JSON.stringify(behaviour);
   const resolved = { ...sim, kvLoadFailurePolicy: sim.kvLoadFailurePolicy ?? traitsOf(sim.flavour).defaultKvLoadFailurePolicy };
-  return ok(deepFreeze({ descriptor: declared.data, behaviour, sim: resolved, lies }));
+  return ok(deepFreeze({ descriptor: declared.data, behaviour, sim: resolved, lies, runtime }));
 }
 
 /** Read a YAML or JSON config file (JSON is YAML) and validate it; I/O failures are returned, not thrown. */

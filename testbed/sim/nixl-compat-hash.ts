@@ -9,6 +9,7 @@
  * - v1/v2: vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py @ 002a1057e9ae674d7bdc9c4be95bc29d65d2e808,
  *   `compute_nixl_compatibility_hash`: vllm_version, nixl_connector_version, model, dtype (str(torch.dtype)),
  *   num_kv_heads, head_size, num_hidden_layers, attn_backend_name, cache_dtype (the raw --kv-cache-dtype).
+ * - v2 from vLLM 0.16: + cross_layers_blocks (PR #33339, "Enable Cross layers KV cache layout at NIXL Connector V2").
  * - v3..v6 (nixl/metadata.py, lease era): + cross_layers_blocks (PR #30207), + is_hma_enabled
  *   (not scheduler_config.disable_hybrid_kv_cache_manager); v6 + speculative_config (PR #49230).
  * - v7..v12: cross_layers_blocks gone, + transfer_mode (PR #50620); read at nixl/metadata.py @ 02cfb534 (v12).
@@ -17,9 +18,31 @@
 import { createHash } from 'node:crypto';
 import type { CompatDescriptor } from '../../src/compat/descriptor.js';
 
-/** Runtime facts of a simulated launch that enter the hash but are not descriptor fields of every version. */
+/** The runtime flags of a simulated launch that enter the hash, resolved by `simRuntimeFlags`. */
 export interface SimHashFlags {
+  /** `not scheduler_config.disable_hybrid_kv_cache_manager` as the launch ends up with it. */
+  readonly hma: boolean;
+  /** `kv_connector_extra_config.enable_cross_layers_blocks` in effect. */
   readonly crossLayersBlocks: boolean;
+}
+
+/**
+ * The simulator's own reading of what a vLLM launch with `--kv-transfer-config` does with the flags the operator did
+ * or did not give (`raw` is the descriptor as written, before kvgate's schema fills anything in):
+ * - HMA: given -> as given; not given -> vLLM's config turns it off for a connector (vllm/config/vllm.py, "turn HMA
+ *   off for connector unless specifically enabled") until PR #41847 keeps it on for SupportsHMA connectors (NIXL);
+ *   the simulator dates that to 0.21.
+ * - Cross-layer blocks: opt-in (`enable_cross_layers_blocks`, default "False", PR #33339).
+ */
+export function simRuntimeFlags(raw: unknown): SimHashFlags {
+  const r = (raw ?? {}) as { hybridKvCacheManager?: unknown; crossLayersBlocks?: unknown; engine?: { version?: unknown } };
+  const version = typeof r.engine?.version === 'string' ? r.engine.version : '';
+  const m = /^(\d+)\.(\d+)/.exec(version);
+  const hmaOnWithConnector = m === null || Number(m[1]) > 0 || Number(m[2]) >= 21;
+  return {
+    hma: typeof r.hybridKvCacheManager === 'boolean' ? r.hybridKvCacheManager : hmaOnWithConnector,
+    crossLayersBlocks: r.crossLayersBlocks === true,
+  };
 }
 
 /** Whether this vLLM build computes a compatibility hash at all (0.13 and later). */
@@ -56,8 +79,11 @@ export function simHashFactors(d: CompatDescriptor, flags: SimHashFlags, evenWit
     attn_backend_name: d.architecture.attentionBackend,
     cache_dtype: d.kvCache.dtype,
   };
-  if (v >= 3 && v <= 6) f['cross_layers_blocks'] = flags.crossLayersBlocks;
-  if (v >= 3) f['is_hma_enabled'] = d.hybridKvCacheManager;
+  // v1/v2 single-file connector: cross_layers_blocks joined the factors with PR #33339 (0.16) without a version bump.
+  const minor = /^0\.(\d+)/.exec(d.engine.version);
+  const singleFileWithCrossLayers = v <= 2 && (minor === null || Number(minor[1]) >= 16);
+  if ((v >= 3 && v <= 6) || singleFileWithCrossLayers) f['cross_layers_blocks'] = flags.crossLayersBlocks;
+  if (v >= 3) f['is_hma_enabled'] = flags.hma;
   if (v >= 6) f['speculative_config'] = d.speculative;
   if (v >= 7) f['transfer_mode'] = d.connector.transferMode;
   return f;

@@ -60,7 +60,7 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
     host: s.host,
     port: s.nixlSideChannelPort,
     connectorVersion: config.behaviour.connector.version,
-    compatibilityHash: simCompatHash(config.behaviour, { crossLayersBlocks: s.crossLayersBlocks }),
+    compatibilityHash: simCompatHash(config.behaviour, config.runtime),
     agentMetadata: worker.sideChannelDeps.payload.agent_metadata as unknown as Record<string, unknown>,
     logger: worker.ctx.logger,
   }).catch(async (e: unknown) => {

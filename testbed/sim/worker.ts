@@ -204,12 +204,12 @@ export function localAgent(config: SimConfig): LocalAgent {
   return {
     // The simulator's own factor table (never kvgate's prediction). The HTTP stand-in pull hashes every version,
     // including those before 0.13 that have no hash: a simplification the ZMQ side channel does not make.
-    compatibilityHash: simCompatHash(d, { crossLayersBlocks: config.sim.crossLayersBlocks }, true)!,
+    compatibilityHash: simCompatHash(d, config.runtime, true)!,
     layout: simLayout(d),
     blockSize: d.kvCache.blockSize,
     blockLen: blockLen(d),
     numLayers: d.architecture.numLayers,
-    hma: d.hybridKvCacheManager,
+    hma: config.runtime.hma,
     // vLLM 0.11/0.12 have no compatibility hash in the handshake (it shipped in 0.13, PR #29503).
     enforceCompatHash: config.sim.enforceHandshakeCompat && traitsOf(config.sim.flavour).hashCheck,
   };
