@@ -13,7 +13,7 @@ import { Registry } from 'prom-client';
 import { formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
-import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
+import { loadDescriptorFile, loadSidecarConfig, NIXL_UNCHECKED, parseSidecarConfig, type SidecarConfig } from './config.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { createTracing } from '../tracing.js';
 import { createSidecar } from './server.js';
@@ -24,10 +24,13 @@ export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
                       [--admin 127.0.0.1:port (drain/undrain, loopback only; '' disables)] [--metrics host:port ('' disables)]
                       (--keys FILE | --dev-keys SEED) [--prefill-via direct|URL] [--on-transfer-failure fail|recompute]
                       [--worker-api-key-file FILE | --worker-api-key-env NAME]   (the worker's --api-key)
-                      [--trust recorded|declared-only]
+                      [--trust recorded|declared-only] [--nixl-side-channel host:port|unchecked]
 
 The descriptor must carry the canary digests recorded on a known-good worker (kvgate verify --record, or kvgate
 fingerprint --worker URL --descriptor FILE); --trust declared-only accepts a worker without them, and says so loudly.
+From vLLM 0.13 the worker's NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_HOST:PORT) is required, to read its live
+handshake hash; --nixl-side-channel unchecked opts out, and says so loudly. --nixl-side-channel may be given with
+--config (it overrides the file's nixlSideChannel: the pod IP is known only at run time).
 
 Runs beside one vLLM worker: probes it against its declared descriptor, verifies transfer contracts, and
 (decode) coordinates the prefill leg and verifies its attestation before any KV is consumed.
@@ -48,6 +51,7 @@ const OPTIONS = {
   'worker-api-key-file': { type: 'string' },
   'worker-api-key-env': { type: 'string' },
   trust: { type: 'string' },
+  'nixl-side-channel': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -78,12 +82,15 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
   }
   if (values.help === true) return ok('help');
   if (values.config !== undefined) {
-    const others = Object.keys(values).filter((k) => k !== 'config');
+    // --nixl-side-channel may accompany --config: the side channel listens on the pod IP, known only at run time
+    // (Kubernetes expands $(POD_IP) in args, never inside a mounted file).
+    const others = Object.keys(values).filter((k) => k !== 'config' && k !== 'nixl-side-channel');
     if (others.length > 0)
       return err([
         issue('command line', [], `--config cannot be combined with --${others.join(', --')}`, 'put those settings in the config file'),
       ]);
-    return loadSidecarConfig(values.config);
+    const side = values['nixl-side-channel'];
+    return loadSidecarConfig(values.config, side === undefined ? {} : { nixlSideChannel: side });
   }
   if (values.descriptor === undefined) {
     return err([
@@ -114,6 +121,7 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ...(values['on-transfer-failure'] === undefined ? {} : { onTransferFailure: values['on-transfer-failure'] }),
     ...workerApiKeyFlags(values['worker-api-key-file'], values['worker-api-key-env']),
     ...(values.trust === undefined ? {} : { trust: values.trust }),
+    ...(values['nixl-side-channel'] === undefined ? {} : { nixlSideChannel: values['nixl-side-channel'] }),
   };
   return parseSidecarConfig(raw, 'command line');
 }
@@ -151,6 +159,12 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     logger.warn(
       { event: 'insecure_keys' },
       'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production',
+    );
+  if (config.nixlSideChannel === NIXL_UNCHECKED)
+    logger.warn(
+      { event: 'nixl_hash_unchecked' },
+      "nixlSideChannel: unchecked - the worker's live NIXL compatibility hash is NOT read; runtime flags that change it " +
+        '(hybrid KV cache manager, cross-layer blocks, speculative config, transfer mode) are taken on trust',
     );
   const tracing = createTracing(config.tracing, 'sidecar');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;

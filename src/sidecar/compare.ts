@@ -36,11 +36,21 @@ export interface Observation {
   /** The NIXL engine id the engine canary read (prefill role; engine-canary.ts); undefined when not attempted. */
   readonly engineId?: Probed<string>;
   /** The compatibility hash the worker's NIXL side channel serves (nixl-side-channel.ts); undefined when not read. */
-  readonly nixlHash?: { readonly sideChannel: string; readonly observed: Probed<string> };
+  readonly nixlHash?: { readonly sideChannel: string; readonly observed: Probed<string>; readonly engineId?: string };
+}
+
+/** One field the live worker showed with another value than declared: what a lying worker is named by. */
+export interface FieldMismatch {
+  /** The descriptor path (or `canaries.<kind>`, `nixlHash`). */
+  readonly field: string;
+  readonly declared: unknown;
+  readonly observed: unknown;
 }
 
 export interface ProbeVerdict {
   readonly verified: boolean;
+  /** The fields whose live value differs from the declaration, with both values (reasons say what it means). */
+  readonly mismatches?: readonly FieldMismatch[];
   /** One line per disagreement, naming the field, both values, and what it means. Empty when verified. */
   readonly reasons: readonly string[];
   /** What was measured, by descriptor path (plus a few facts with no descriptor field, e.g. `maxModelLen`). */
@@ -65,13 +75,14 @@ const CHECKABLE_PATHS: readonly string[] = [...FINGERPRINT_FIELDS.map((f) => f.p
 
 interface Acc {
   reasons: string[];
+  mismatches: FieldMismatch[];
   measured: Record<string, unknown>;
   verified: Set<string>;
 }
 
 /** Compare one probe round with the declaration. Pure and total: every observation yields a verdict. */
 export function compareObservation(d: CompatDescriptor, o: Observation, opts: CompareOptions = {}): ProbeVerdict {
-  const acc: Acc = { reasons: [], measured: {}, verified: new Set() };
+  const acc: Acc = { reasons: [], mismatches: [], measured: {}, verified: new Set() };
   if (o.down !== undefined) {
     acc.reasons.push(`the worker is down or unreachable: ${o.down}`);
   } else {
@@ -83,7 +94,8 @@ export function compareObservation(d: CompatDescriptor, o: Observation, opts: Co
     compareNixlHash(d, o.nixlHash, acc);
   }
   const declaredOnly = CHECKABLE_PATHS.filter((p) => !acc.verified.has(p) && isDeclared(d, p));
-  return { verified: acc.reasons.length === 0, reasons: acc.reasons, measured: acc.measured, declaredOnly };
+  const verified = acc.reasons.length === 0;
+  return { verified, reasons: acc.reasons, mismatches: acc.mismatches, measured: acc.measured, declaredOnly };
 }
 
 function isDeclared(d: CompatDescriptor, path: string): boolean {
@@ -100,6 +112,7 @@ function compareVersion(d: CompatDescriptor, version: Probed<string> | undefined
   }
   acc.measured['engine.version'] = version.value;
   if (version.value !== d.engine.version) {
+    acc.mismatches.push({ field: 'engine.version', declared: d.engine.version, observed: version.value });
     acc.reasons.push(
       `engine version: the worker reports vLLM ${JSON.stringify(version.value)} (GET /version), the descriptor declares ` +
         `${JSON.stringify(d.engine.version)}; kernels, cache format and the NIXL handshake differ between releases`,
@@ -147,6 +160,7 @@ function compareModels(d: CompatDescriptor, models: Probed<readonly ModelCard[]>
   const expected = normalizeId(d.model.path ?? d.model.id);
   const path = d.model.path !== undefined ? 'model.path' : 'model.id';
   if (base.root === null || normalizeId(base.root) !== expected) {
+    acc.mismatches.push({ field: path, declared: expected, observed: base.root });
     acc.reasons.push(
       `model: the worker serves ${JSON.stringify(base.root)} as ${JSON.stringify(base.id)} (GET /v1/models root), the descriptor ` +
         `declares ${path} ${JSON.stringify(expected)}; this worker runs other weights than its label says`,
@@ -162,6 +176,7 @@ function compareAdapter(d: CompatDescriptor, cards: readonly ModelCard[], listed
   if (d.adapter === null) return;
   const card = findAdapterCard(d, cards);
   if (card === undefined) {
+    acc.mismatches.push({ field: 'adapter.id', declared: d.adapter.id, observed: cards.filter((c) => c.parent !== null).map((c) => c.id) });
     acc.reasons.push(
       `adapter: the worker serves no LoRA card for ${JSON.stringify(d.adapter.id)} (GET /v1/models lists ${listed}); load the declared adapter or fix the descriptor`,
     );
@@ -188,6 +203,7 @@ function compareCacheConfig(d: CompatDescriptor, probed: Probed<Readonly<Record<
   if (labels === null) return; // an engine without the metric: every cache field stays declared-only
   acc.measured['cacheConfig'] = { ...labels };
   const mismatch = (label: string, key: string, seen: unknown, declared: unknown, why: string): void => {
+    acc.mismatches.push({ field: CACHE_LABEL_FIELD[key] ?? key, declared, observed: seen });
     acc.reasons.push(
       `${label}: the worker's vllm:cache_config_info says ${key}=${JSON.stringify(seen)}, the descriptor declares ${JSON.stringify(declared)}; ${why}`,
     );
@@ -219,6 +235,15 @@ function compareCacheConfig(d: CompatDescriptor, probed: Probed<Readonly<Record<
   const prefix = labels['enable_prefix_caching'];
   if (prefix !== undefined) acc.measured['enablePrefixCaching'] = prefix === 'True';
 }
+
+/** `vllm:cache_config_info` label -> the descriptor path it shows. */
+const CACHE_LABEL_FIELD: Readonly<Record<string, string>> = {
+  cache_dtype: 'kvCache.dtype',
+  block_size: 'kvCache.blockSize',
+  kv_cache_layout: 'kvCache.layout',
+  calculate_kv_scales: 'kvCache.scaleScheme',
+  sliding_window: 'architecture.slidingWindow',
+};
 
 type Mismatch = (label: string, key: string, seen: unknown, declared: unknown, why: string) => void;
 
@@ -332,6 +357,7 @@ function compareCanaries(
     acc.measured[`canaries.${kind}`] = probed.value;
     if (declared === undefined) continue;
     if (probed.value !== declared) {
+      acc.mismatches.push({ field: `canaries.${kind}`, declared, observed: probed.value });
       const tokenizerDiffers = kind !== 'tokenizer' && acc.reasons.some((r) => r.startsWith('tokenizer canary digest'));
       acc.reasons.push(
         `${CANARY_LABEL[kind]} canary digest ${probed.value.slice(0, 12)}… differs from the declared ${declared.slice(0, 12)}…: ${CANARY_FIELDS[kind].what(d)}` +
@@ -364,12 +390,14 @@ function compareNixlHash(d: CompatDescriptor, live: Observation['nixlHash'], acc
   }
   const observed = live.observed.value;
   acc.measured['nixlHash'] = observed;
+  if (live.engineId !== undefined) acc.measured['sideChannelEngineId'] = live.engineId;
   const predicted = predictNixlHash(d).hash;
   if (observed === predicted) {
     acc.verified.add('nixlHash');
     return;
   }
   const why = explainNixlHash(d, observed);
+  acc.mismatches.push({ field: 'nixlHash', declared: predicted, observed });
   acc.reasons.push(
     `NIXL compatibility hash: the worker's side channel ${live.sideChannel} serves ${observed}, the revision's prediction is ${predicted}` +
       (why.length > 0

@@ -10,7 +10,13 @@ import { keyRingFrom } from '../contract/key-source.js';
 import { configFromArgs } from './command.js';
 import { loadSidecarConfig, parseSidecarConfig } from './config.js';
 
-const base = () => ({ role: 'decode', worker: 'http://127.0.0.1:8000', descriptor: exampleDescriptorInput(), keys: { devSeed: 'x' } });
+const base = () => ({
+  role: 'decode',
+  worker: 'http://127.0.0.1:8000',
+  descriptor: exampleDescriptorInput(),
+  keys: { devSeed: 'x' },
+  nixlSideChannel: '127.0.0.1:5600',
+});
 
 let dir: string;
 beforeAll(async () => {
@@ -105,6 +111,8 @@ describe('loading from files and flags', () => {
       'seed',
       '--prefill-via',
       'direct',
+      '--nixl-side-channel',
+      '127.0.0.1:5600',
     ]);
     expect(
       r.ok && r.value !== 'help' && { role: r.value.role, listen: r.value.listen, via: r.value.prefill.via, keys: r.value.keys },
@@ -113,6 +121,45 @@ describe('loading from files and flags', () => {
     expect(bad.ok).toBe(false);
     const mixed = await configFromArgs(['--config', 'a.yaml', '--role', 'decode']);
     expect(mixed.ok ? '' : formatIssues(mixed.error)).toContain('--config cannot be combined with --role');
+  });
+});
+
+describe('nixlSideChannel: safe by default', () => {
+  const { nixlSideChannel: _, ...withoutSideChannel } = base();
+  const versioned = (version: string) => ({
+    ...withoutSideChannel,
+    descriptor: { ...exampleDescriptorInput(), engine: { name: 'vllm', version } },
+  });
+
+  it('is required when the declared vLLM has a handshake hash kvgate reads, with the fix in the message', () => {
+    const r = parseSidecarConfig(versioned('0.14.2'), 'sidecar.yaml');
+    expect(r.ok).toBe(false);
+    const text = r.ok ? '' : formatIssues(r.error);
+    expect(text).toContain('nixlSideChannel');
+    expect(text).toContain('VLLM_NIXL_SIDE_CHANNEL_HOST:PORT');
+    expect(text).toContain('nixlSideChannel: unchecked');
+  });
+
+  it('--nixl-side-channel may accompany --config (the pod IP is known only at run time) and overrides the file', async () => {
+    const file = path.join(dir, 'needs-side-channel.yaml');
+    await writeFile(file, stringify(versioned('0.14.2')));
+    const missing = await configFromArgs(['--config', file]);
+    expect(missing.ok ? '' : formatIssues(missing.error)).toContain('nixlSideChannel');
+    const r = await configFromArgs(['--config', file, '--nixl-side-channel', '10.1.2.3:5600']);
+    expect(r.ok && r.value !== 'help' && r.value.nixlSideChannel).toBe('10.1.2.3:5600');
+    const mixed = await configFromArgs(['--config', file, '--role', 'decode']);
+    expect(mixed.ok ? '' : formatIssues(mixed.error)).toContain('--config cannot be combined with --role');
+  });
+
+  it('is optional before vLLM 0.13 (no hash to read); unchecked is the explicit opt-out', () => {
+    const old = {
+      ...versioned('0.11.0'),
+      descriptor: { ...versioned('0.11.0').descriptor, connector: { name: 'NixlConnector', version: 2 } },
+    };
+    expect(parseSidecarConfig(old, 'f').ok).toBe(true);
+    const optOut = parseSidecarConfig({ ...versioned('0.14.2'), nixlSideChannel: 'unchecked' }, 'f');
+    expect(optOut.ok && optOut.value.nixlSideChannel).toBe('unchecked');
+    expect(parseSidecarConfig({ ...versioned('0.14.2'), nixlSideChannel: 'sometimes' }, 'f').ok).toBe(false);
   });
 });
 

@@ -17,7 +17,11 @@ import { fromZodIssues } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
 import { KeySourceSchema } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
+import { liveHashSupport } from './nixl-side-channel.js';
 import { WorkerApiKeySchema } from './worker-auth.js';
+
+/** The explicit opt-out from reading the live NIXL hash (`nixlSideChannel: unchecked`). */
+export const NIXL_UNCHECKED = 'unchecked';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9090');
 
@@ -67,9 +71,13 @@ export const SidecarConfigSchema = z
     trust: z.enum(['recorded', 'declared-only']).default('recorded'),
     /**
      * The worker's NIXL side channel (`VLLM_NIXL_SIDE_CHANNEL_HOST:PORT`, default port 5600): every probe reads the
-     * live compatibility hash there and compares it with the revision's prediction (vLLM 0.13 and later).
+     * live compatibility hash there and compares it with the revision's prediction (vLLM 0.13 and later). Required
+     * when the declared vLLM has a hash kvgate can read (fail closed); `unchecked` is the loud opt-out, named on
+     * /status and in a warning at start.
      */
-    nixlSideChannel: hostPort.optional(),
+    nixlSideChannel: z
+      .union([hostPort, z.literal(NIXL_UNCHECKED).describe('skip the live handshake-hash check (loud: /status and logs say so)')])
+      .optional(),
     /** The worker's `--served-model-name`, when it differs from the model path. */
     servedModelName: z.string().min(1).optional(),
     keys: KeySourceSchema.optional(),
@@ -159,6 +167,17 @@ export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?
   }
   const fp = tryFingerprintOf(descriptor);
   if (!fp.ok) return err([issue(file, 'descriptor', fp.error.reason, 'correct the descriptor as the message says')]);
+  if (rest.nixlSideChannel === undefined && liveHashSupport(descriptor).kind === 'read') {
+    return err([
+      issue(
+        file,
+        'nixlSideChannel',
+        `the worker's vLLM ${descriptor.engine.version} (NIXL connector v${descriptor.connector.version}) has a NIXL compatibility hash, ` +
+          'and without its side channel the sidecar would trust the declared runtime flags (HMA, cross-layer blocks, ...) unchecked',
+        "set nixlSideChannel to the worker's VLLM_NIXL_SIDE_CHANNEL_HOST:PORT (default 127.0.0.1:5600), or nixlSideChannel: unchecked to opt out loudly",
+      ),
+    ]);
+  }
   if (rest.keys === undefined) {
     return err([
       issue(file, 'keys', 'no signing keys configured', 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)'),
@@ -167,12 +186,20 @@ export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?
   return ok(deepFreeze({ ...rest, descriptor, fingerprint: fp.value }));
 }
 
-/** Read and validate a YAML/JSON config file (and its descriptorFile). I/O failures are issues, not exceptions. */
-export async function loadSidecarConfig(file: string): Promise<Result<SidecarConfig, ConfigIssue[]>> {
+/**
+ * Read and validate a YAML/JSON config file (and its descriptorFile). I/O failures are issues, not exceptions.
+ * `overrides` (top-level keys, from flags allowed beside --config) replace the file's values before validation.
+ */
+export async function loadSidecarConfig(
+  file: string,
+  overrides: Readonly<Record<string, unknown>> = {},
+): Promise<Result<SidecarConfig, ConfigIssue[]>> {
   const text = await readText(file, 'check the path given to --config');
   if (!text.ok) return text;
-  const raw = parseText(text.value, file);
-  if (!raw.ok) return raw;
+  const parsed = parseText(text.value, file);
+  if (!parsed.ok) return parsed;
+  const isObject = parsed.value !== null && typeof parsed.value === 'object' && !Array.isArray(parsed.value);
+  const raw = Object.keys(overrides).length > 0 && isObject ? ok({ ...(parsed.value as Record<string, unknown>), ...overrides }) : parsed;
   resolveRelativeKeyFile(raw.value, file);
   const descriptorFile = (raw.value as Record<string, unknown> | null)?.['descriptorFile'];
   if (typeof descriptorFile !== 'string') return parseSidecarConfig(raw.value, file);

@@ -30,7 +30,7 @@ export function liveHashSupport(d: CompatDescriptor): LiveHashSupport {
   if (m !== null && Number(m[1]) === 0 && Number(m[2]) < 13) {
     return {
       kind: 'none',
-      reason: `vLLM ${d.engine.version} has no NIXL compatibility hash (it first shipped in 0.13, PR #29503); the canaries carry the check`,
+      reason: `no handshake hash before vLLM 0.13; canaries carry the check (this worker declares vLLM ${d.engine.version}; PR #29503 added the hash)`,
     };
   }
   const ranks = READ_WIRE[d.connector.version];
@@ -43,7 +43,25 @@ export function liveHashSupport(d: CompatDescriptor): LiveHashSupport {
   return { kind: 'read', ranks };
 }
 
-export type HashRead = { readonly ok: true; readonly hash: string } | { readonly ok: false; readonly error: string };
+/** The live hash, and the engine id in the agent metadata beside it when it decodes (names the launch in refusals). */
+export type HashRead =
+  | { readonly ok: true; readonly hash: string; readonly engineId?: string }
+  | { readonly ok: false; readonly error: string };
+
+/**
+ * `NixlAgentMetadata.engine_id` from `agent_metadata_bytes` (msgspec msgpack of the dataclass, a map), or undefined
+ * when it does not decode: only the hash is relied on, the id only names the worker.
+ */
+function engineIdOf(bytes: unknown): string | undefined {
+  if (!(bytes instanceof Uint8Array)) return undefined;
+  try {
+    const meta = decode(bytes) as Record<string, unknown> | null;
+    const id = meta !== null && typeof meta === 'object' ? meta['engine_id'] : undefined;
+    return typeof id === 'string' ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 /** One handshake query; failures are returned, never thrown. `address` is `host:port`. */
 export async function readLiveNixlHash(address: string, ranks: 1 | 2, timeoutMs: number): Promise<HashRead> {
@@ -57,7 +75,8 @@ export async function readLiveNixlHash(address: string, ranks: 1 | 2, timeoutMs:
     const hash = payload !== null && typeof payload === 'object' ? payload['compatibility_hash'] : undefined;
     if (typeof hash !== 'string')
       return { ok: false, error: `the side channel ${address} answered no NixlHandshakePayload (no compatibility_hash)` };
-    return { ok: true, hash };
+    const engineId = engineIdOf(payload?.['agent_metadata_bytes']);
+    return engineId === undefined ? { ok: true, hash } : { ok: true, hash, engineId };
   } catch (e) {
     const code = (e as { code?: string }).code;
     return {

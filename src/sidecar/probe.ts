@@ -199,7 +199,12 @@ async function readHash(d: CompatDescriptor, opts: ProbeOptions): Promise<Observ
   const support = liveHashSupport(d);
   if (support.kind !== 'read') return undefined;
   const r = await readLiveNixlHash(opts.nixlSideChannel, support.ranks, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS);
-  return { sideChannel: opts.nixlSideChannel, observed: r.ok ? { ok: true, value: r.hash } : { ok: false, error: r.error } };
+  if (!r.ok) return { sideChannel: opts.nixlSideChannel, observed: { ok: false, error: r.error } };
+  return {
+    sideChannel: opts.nixlSideChannel,
+    observed: { ok: true, value: r.hash },
+    ...(r.engineId === undefined ? {} : { engineId: r.engineId }),
+  };
 }
 
 /** What `measureCanaries` found: the digests, the model they were measured on, and any step that failed. */

@@ -17,7 +17,7 @@ import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import { H } from '../headers.js';
 import { compareObservation } from './compare.js';
 import { createLoadReader, type WorkerLoad } from './worker-load.js';
-import type { SidecarConfig } from './config.js';
+import { NIXL_UNCHECKED, type SidecarConfig } from './config.js';
 import { checkContract } from './contract-check.js';
 import { createReplayGuard, type ReplayGuard } from './replay-guard.js';
 import { headerValue, type IncomingCall, type SidecarContext } from './context.js';
@@ -182,7 +182,8 @@ function createProbeLoop(rt: Runtime): ProbeLoop {
     config.probe.generation === 'always' ||
     (config.probe.generation === 'declared' && (config.trust === 'recorded' || config.descriptor.canaries?.generation !== undefined));
   const compareOpts = { ...served, requireRecorded: config.trust === 'recorded' };
-  const side = config.nixlSideChannel === undefined ? {} : { nixlSideChannel: config.nixlSideChannel };
+  const side =
+    config.nixlSideChannel === undefined || config.nixlSideChannel === NIXL_UNCHECKED ? {} : { nixlSideChannel: config.nixlSideChannel };
   const round = async (n: number): Promise<SidecarStatus> => {
     const engineCanary =
       config.role === 'prefill' ? { engineCanary: { requestId: `${ENGINE_CANARY_REQUEST_PREFIX}${rt.ctx.now()}-${n}` } } : {};

@@ -7,7 +7,8 @@ import { checkDescriptor, type CompatVerdict } from '../compat/connector-rules.j
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import type { SidecarConfig } from './config.js';
-import type { ProbeVerdict } from './compare.js';
+import type { FieldMismatch, ProbeVerdict } from './compare.js';
+import { NIXL_UNCHECKED } from './config.js';
 import { liveHashSupport } from './nixl-side-channel.js';
 
 export interface SidecarStatus {
@@ -29,13 +30,25 @@ export interface SidecarStatus {
     readonly hash: string;
     readonly status: 'known' | 'interpolated' | 'recheck';
     readonly reason?: string;
-    /** What the worker's side channel serves: `match`/`mismatch` with the observed hash, or why it is not read. */
+    /**
+     * What the worker's side channel serves: `match`/`mismatch` with the observed hash (what the gate compares with
+     * the revision's prediction), `none` before vLLM 0.13, `unchecked` for the explicit opt-out, or why it is unread.
+     */
     readonly live: {
-      readonly state: 'match' | 'mismatch' | 'unread' | 'none';
+      readonly state: 'match' | 'mismatch' | 'unread' | 'none' | 'unchecked';
       readonly observed: string | null;
       readonly note: string | null;
     };
   };
+  /**
+   * When the live worker does not match its declaration: the worker named (its URL, the endpoint the route table
+   * lists, its NIXL engine id when known) and every differing field with both values. Null when verified or when
+   * nothing was measured to differ (e.g. the worker is down).
+   */
+  readonly mismatch: {
+    readonly worker: { readonly address: string; readonly endpoint: string | null; readonly engineId: string | null };
+    readonly fields: readonly FieldMismatch[];
+  } | null;
   /** Whether this revision can be disaggregated with its connector at all. */
   readonly connector: CompatVerdict;
   /**
@@ -93,6 +106,7 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
     inFlight: s.inFlight,
     capacity: { maxInFlight: config.maxInFlight, available: Math.max(0, config.maxInFlight - s.inFlight) },
     nixlHash: { ...fixed.nixlHash, live: liveHashOf(config, fixed.nixlHash.hash, verdict.measured['nixlHash']) },
+    mismatch: mismatchOf(config, verdict, s.engineId),
     connector: fixed.connector,
     engineId: s.engineId,
     tenantScopes: config.tenantScopes,
@@ -101,9 +115,29 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
   };
 }
 
+function mismatchOf(config: SidecarConfig, verdict: ProbeVerdict, engineId: string | null): SidecarStatus['mismatch'] {
+  const fields = verdict.mismatches ?? [];
+  if (verdict.verified || fields.length === 0) return null;
+  const fromSideChannel = verdict.measured['sideChannelEngineId'];
+  return {
+    worker: {
+      address: config.worker,
+      endpoint: config.advertise ?? null,
+      engineId: engineId ?? (typeof fromSideChannel === 'string' ? fromSideChannel : null),
+    },
+    fields,
+  };
+}
+
 function liveHashOf(config: SidecarConfig, predicted: string, measured: unknown): SidecarStatus['nixlHash']['live'] {
   const support = liveHashSupport(config.descriptor);
   if (support.kind === 'none') return { state: 'none', observed: null, note: support.reason };
+  if (config.nixlSideChannel === NIXL_UNCHECKED)
+    return {
+      state: 'unchecked',
+      observed: null,
+      note: 'nixlSideChannel: unchecked - the live handshake hash is not read (explicit opt-out); declared runtime flags are taken on trust',
+    };
   if (support.kind === 'unread-format') return { state: 'unread', observed: null, note: support.reason };
   if (config.nixlSideChannel === undefined)
     return {
@@ -123,9 +157,16 @@ export function admissionRefusal(
   if (status.draining)
     return { code: 'draining', message: 'this worker is draining and takes no new requests; the gate will route elsewhere' };
   if (!status.verified) {
+    const m = status.mismatch;
+    const named =
+      m === null
+        ? 'this worker does not match its declared descriptor'
+        : `worker ${m.worker.address}${m.worker.endpoint === null ? '' : ` (endpoint ${m.worker.endpoint})`}, engine id ` +
+          `${m.worker.engineId ?? 'not measured'}, does not match its declared descriptor: ` +
+          m.fields.map((f) => `${f.field} declared ${JSON.stringify(f.declared)}, observed ${JSON.stringify(f.observed)}`).join('; ');
     return {
       code: 'worker_unverified',
-      message: `this worker does not match its declared descriptor, so it serves nothing until a probe agrees: ${status.reasons.join('; ')}`,
+      message: `${named}; it serves nothing until a probe agrees: ${status.reasons.join('; ')}`,
     };
   }
   if (status.capacity.available === 0)

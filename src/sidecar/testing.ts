@@ -121,6 +121,8 @@ export async function sidecarConfigFor(
     keys: { devSeed: 'kvgate-sidecar-tests' },
     probe: { intervalMs: 60_000, timeoutMs: 2_000 },
     prefill: { via: 'direct', maxAttempts: 3, backoffMs: 1, maxBackoffMs: 5, timeoutMs: 10_000 },
+    // The sim serves vLLM's ZMQ side channel; a sidecar of a vLLM with a handshake hash must read it.
+    nixlSideChannel: `127.0.0.1:${sim.nixlSideChannelPort}`,
     ...overrides,
     descriptor,
   };

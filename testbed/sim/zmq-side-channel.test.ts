@@ -36,7 +36,8 @@ describe('the ZMQ side channel, served as vLLM serves it', () => {
   it('kvgate reads it (v2 and v12 shapes); a runtime flag the declaration does not have changes it', async () => {
     const v2 = await start({ engine: { version: '0.13.0' }, connector: { version: 2 } });
     const r2 = await readLiveNixlHash(`127.0.0.1:${v2.nixlSideChannelPort}`, 1, 2000);
-    expect(r2).toEqual({ ok: true, hash: predictNixlHash(v2.config.descriptor).hash });
+    // The engine id beside the hash (NixlAgentMetadata.engine_id) names the launch in refusals.
+    expect(r2).toEqual({ ok: true, hash: predictNixlHash(v2.config.descriptor).hash, engineId: v2.engineId });
     const hma = await start(
       { engine: { version: '0.20.1' }, connector: { version: 12 }, hybridKvCacheManager: false },
       { behaveAs: { hybridKvCacheManager: true } },
