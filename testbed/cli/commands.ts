@@ -13,8 +13,19 @@ export interface TestbedCommand {
 export const TESTBED_COMMANDS: readonly TestbedCommand[] = [
   {
     name: 'demo',
-    summary: 'run the full local topology with sample traffic: demo [--keep-running]',
-    load: async () => (await import('./demo-command.js')).demoCommand,
+    summary: 'run the full local topology with sample traffic: demo [--policy FILE] [--keep-running]',
+    load: async () => {
+      const { demoCommand } = await import('./demo-command.js');
+      return (argv) => demoCommand(argv);
+    },
+  },
+  {
+    name: 'harness',
+    summary: 'run the Envoy-faithful harness with an Envoy bootstrap until SIGTERM: harness --config envoy.yaml',
+    load: async () => {
+      const { harnessCommand } = await import('./harness-command.js');
+      return (argv) => harnessCommand(argv);
+    },
   },
   {
     name: 'sim',

@@ -1,41 +1,133 @@
 /**
- * `kvgate demo [--keep-running]`: the README's first command. Starts the full local topology, sends the sample
- * traffic, prints what happened; exits non-zero when any expected behaviour did not happen.
+ * `npm run testbed -- demo [--policy FILE] [--keep-running]`: the README's first command. Starts the full local
+ * topology (the built-in two-revision one, or the one an operator's route table describes), sends the sample
+ * traffic, prints what happened; exits non-zero when any expected behaviour did not happen, and 1 with `kvgate policy
+ * check`'s report when the route table cannot be used.
  */
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
+import { ENVOY_VERSIONS, type EnvoyVersion } from '../../src/envoy/render/settings.js';
 import { runDemo } from '../demo/run-demo.js';
+import { runTableDemo } from '../demo/run-table-demo.js';
+import { curlOf, suggestRequest } from '../demo/suggested-request.js';
+import { callerFor } from '../demo/table-traffic.js';
+import { SERVED_MODEL } from '../demo/topology.js';
 
-const HELP = `usage: kvgate demo [--keep-running] [--log-level LEVEL]
+const HELP = `usage: npm run testbed -- demo [--policy FILE] [--keep-running] [--log-level LEVEL]
 
-Starts simulated vLLM workers of two revisions (prefill and decode each), their sidecars, the gate and the
-Envoy-faithful harness (running envoy/envoy.yaml) on loopback, sends sample traffic and prints a summary.
-  --keep-running     leave everything up for your own requests (Ctrl-C stops it)
-  --log-level LEVEL  component logs to stderr (default: error)
+Starts simulated vLLM workers (prefill and decode), their sidecars, the gate and the Envoy-faithful harness on
+loopback, sends sample traffic and prints a summary. Without --policy: two revisions of llama-3-8b, the harness
+running envoy/envoy.yaml.
+  --policy FILE              your own route table: checked like kvgate policy check (exit 1 with every issue), then
+                             workers per pool from each revision's descriptor, envoy.yaml rendered from the table
+                             (kvgate envoy render bootstrap), traffic for its models and tenants. FILE is not changed.
+  --max-workers-per-pool N   with --policy: simulated workers per pool at most (default 2)
+  --envoy VERSION            with --policy: the Envoy release to render for and play (${ENVOY_VERSIONS.join(' or ')}, default 1.37)
+  --keep-running             leave everything up for your own requests (Ctrl-C stops it)
+  --log-level LEVEL          component logs to stderr (default: error)
 `;
 
-export async function demoCommand(argv: readonly string[]): Promise<number> {
-  const { values } = parseArgs({
-    args: [...argv],
-    options: { 'keep-running': { type: 'boolean' }, 'log-level': { type: 'string' }, help: { type: 'boolean' } },
-  });
+export interface DemoIo {
+  readonly out: (line: string) => void;
+  readonly err: (text: string) => void;
+  /** Resolves when a kept-running demo should stop (default: SIGINT or SIGTERM). */
+  readonly stop?: () => Promise<void>;
+}
+
+const OPTIONS = {
+  policy: { type: 'string' },
+  'max-workers-per-pool': { type: 'string' },
+  envoy: { type: 'string' },
+  'keep-running': { type: 'boolean' },
+  'log-level': { type: 'string' },
+  help: { type: 'boolean' },
+} as const;
+
+export async function demoCommand(argv: readonly string[], io: DemoIo = defaultIo()): Promise<number> {
+  let values: ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values'];
+  try {
+    ({ values } = parseArgs({ args: [...argv], options: OPTIONS }));
+  } catch (e) {
+    io.err(`demo: ${(e as Error).message}\n\n${HELP}`);
+    return 2;
+  }
   if (values.help) {
-    process.stdout.write(HELP);
+    io.out(HELP);
     return 0;
   }
-  const logger = pino({ level: values['log-level'] ?? 'error' }, pino.destination(2));
-  const { summary, topology } = await runDemo({ logger, print: (l) => process.stdout.write(`${l}\n`) });
-  if (values['keep-running']) {
-    process.stdout.write(
-      `\nThe topology keeps running. Try:\n  curl -s ${topology.publicUrl}/v1/completions -H 'content-type: application/json' ` +
-        `-H 'x-tenant-id: acme' -H 'x-session-id: me' -d '{"model":"llama-3-8b","prompt":"Hello","max_tokens":8}' -i\n` +
-        'Ctrl-C to stop.\n',
-    );
-    await new Promise<void>((resolve) => {
-      process.once('SIGINT', () => resolve());
-      process.once('SIGTERM', () => resolve());
-    });
+  const usage = usageError(values);
+  if (usage !== undefined) {
+    io.err(`demo: ${usage}\n\n${HELP}`);
+    return 2;
   }
-  await topology.close();
-  return summary.ok ? 0 : 1;
+  const logger = pino({ level: values['log-level'] ?? 'error' }, pino.destination(2));
+  const keepRunning = values['keep-running'] === true;
+  let ok: boolean;
+  let publicUrl: string;
+  let suggestion: { model: string; headers: Record<string, string> };
+  let close: () => Promise<void>;
+  if (values.policy === undefined) {
+    const { summary, topology } = await runDemo({ logger, print: io.out, keepRunning });
+    ({ ok } = summary);
+    publicUrl = topology.publicUrl;
+    suggestion = { model: SERVED_MODEL, headers: { 'x-tenant-id': 'acme', 'x-session-id': 'me' } };
+    close = () => topology.close();
+  } else {
+    const r = await runTableDemo({
+      file: values.policy,
+      logger,
+      print: io.out,
+      keepRunning,
+      ...(values['max-workers-per-pool'] === undefined ? {} : { maxWorkersPerPool: Number(values['max-workers-per-pool']) }),
+      ...(values.envoy === undefined ? {} : { envoyVersion: values.envoy as EnvoyVersion }),
+    });
+    if (!r.ok) {
+      io.err(`demo: the route table cannot be used (nothing was started):\n${r.report}`);
+      return 1;
+    }
+    ok = r.summary.ok;
+    publicUrl = r.topology.publicUrl;
+    const table = r.topology.gate.policy.current();
+    const caller = callerFor(table, [...table.models.values()][0]!);
+    suggestion = { model: caller.model, headers: caller.headers('me') };
+    close = () => r.topology.close();
+  }
+  try {
+    if (keepRunning) {
+      const s = await suggestRequest(publicUrl, suggestion.model, suggestion.headers);
+      io.out(
+        `\nThe topology keeps running. Try (sent once already; it answered ${JSON.stringify(s.text)}):\n  ${curlOf(s)}\nCtrl-C to stop.`,
+      );
+      await (io.stop ?? waitForSignal)();
+    }
+  } finally {
+    await close();
+  }
+  return ok ? 0 : 1;
+}
+
+function usageError(v: { policy?: string; 'max-workers-per-pool'?: string; envoy?: string }): string | undefined {
+  const n = v['max-workers-per-pool'];
+  if (n !== undefined && !(/^\d+$/.test(n) && Number(n) >= 1 && Number(n) <= 16))
+    return `--max-workers-per-pool must be 1-16, got ${JSON.stringify(n)}`;
+  if (v.envoy !== undefined && !ENVOY_VERSIONS.includes(v.envoy as EnvoyVersion))
+    return `--envoy must be ${ENVOY_VERSIONS.join(' or ')}, got ${JSON.stringify(v.envoy)}`;
+  if (v.policy === undefined && (n !== undefined || v.envoy !== undefined)) return '--max-workers-per-pool and --envoy need --policy FILE';
+  return undefined;
+}
+
+function waitForSignal(): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      process.off('SIGINT', done);
+      process.off('SIGTERM', done);
+      resolve();
+    };
+    process.once('SIGINT', done);
+    process.once('SIGTERM', done);
+  });
+}
+
+function defaultIo(): DemoIo {
+  return { out: (l) => process.stdout.write(`${l}\n`), err: (t) => process.stderr.write(t.endsWith('\n') ? t : `${t}\n`) };
 }

@@ -17,7 +17,8 @@ import {
   firstDivergence,
   type ParityRow,
 } from './scenarios.js';
-import { startTopology, type Topology } from './topology.js';
+import path from 'node:path';
+import { REVISIONS, startTopology, type Topology } from './topology.js';
 
 export interface DemoCheck {
   readonly name: string;
@@ -43,7 +44,7 @@ export async function runDemo(opts: DemoOptions): Promise<{ summary: DemoSummary
   p('kvgate demo: starting the local P/D topology (2 revisions x prefill/decode, sidecars, gate, Envoy harness)...');
   const t = await startTopology({ logger: opts.logger });
   try {
-    printTopology(t, p);
+    printTopology(t, p, opts.keepRunning === true);
     const summary = await traffic(t, p);
     return { summary, topology: t };
   } catch (e) {
@@ -52,13 +53,27 @@ export async function runDemo(opts: DemoOptions): Promise<{ summary: DemoSummary
   }
 }
 
-function printTopology(t: Topology, p: (l: string) => void): void {
+function printTopology(t: Topology, p: (l: string) => void, keepRunning: boolean): void {
   p('');
   p(`  Envoy public listener    ${t.publicUrl}      (send requests here)`);
   p(`  Envoy internal listener  ${t.internalUrl}      (prefill legs from decode sidecars)`);
   p(`  gate ext_proc (gRPC)     127.0.0.1:${t.gate.grpcPort}   admin http://127.0.0.1:${t.gate.adminPort}/status`);
   for (const w of t.workers) p(`  ${`${w.revision} ${w.role}`.padEnd(24)} sidecar http://${w.address}   vLLM sim ${w.sim.url}`);
+  printFiles(p, t.dir, keepRunning, [
+    ['route table', t.routeTablePath],
+    ['envoy.yaml', t.envoyYamlPath],
+    ['gate config', path.join(t.dir, 'gate.yaml')],
+    ...REVISIONS.map((r): [string, string] => [`descriptor ${r}`, path.join(t.dir, `${r}.yaml`)]),
+    ['TLS (dev PKI)', path.join(t.dir, 'tls')],
+  ]);
   p('');
+}
+
+/** Where a demo's files are: the run folder is temporary, gone when the demo exits unless it keeps running. */
+export function printFiles(p: (l: string) => void, dir: string, keepRunning: boolean, files: readonly (readonly [string, string])[]): void {
+  p('');
+  p(`  Files (${dir}: ${keepRunning ? 'removed when you stop the demo' : 'removed when the demo exits; --keep-running keeps them'}):`);
+  for (const [what, file] of files) p(`    ${what.padEnd(26)} ${file}`);
 }
 
 async function traffic(t: Topology, p: (l: string) => void): Promise<DemoSummary> {

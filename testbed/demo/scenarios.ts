@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { mintContract } from '../../src/contract/contract.js';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
 import { H } from '../../src/headers.js';
+import type { SimServer } from '../sim/server.js';
 import { SERVED_MODEL, type RevisionName, type Topology } from './topology.js';
 
 export interface HttpResult {
@@ -102,14 +103,27 @@ export interface NaiveResult {
  * from A's KV.
  */
 export async function naiveMixedPairing(t: Topology, prompt: string): Promise<NaiveResult> {
-  const p = t.worker('llama-a', 'prefill').sim;
   const d = t.worker('llama-b', 'decode').sim;
+  return naivePairing(t.worker('llama-a', 'prefill').sim, d, completion(prompt), () => baseline(t, 'llama-b', prompt));
+}
+
+/**
+ * The naive pairing between any two simulated workers: prefill on `p`, decode on `d` with the parameters `p` returned,
+ * compared with `d`'s own baseline for the same `body` (also used for an operator's table, table-traffic.ts).
+ */
+export async function naivePairing(
+  p: SimServer,
+  d: SimServer,
+  body: Record<string, unknown>,
+  baselineIds: () => Promise<number[]>,
+): Promise<NaiveResult> {
   await d.resetPrefixCache();
   const requestId = randomUUID();
   const pre = await post(
     `${p.url}/v1/completions`,
     {
-      ...completion(prompt, 1),
+      ...body,
+      max_tokens: 1,
       kv_transfer_params: {
         do_remote_decode: true,
         do_remote_prefill: false,
@@ -123,10 +137,10 @@ export async function naiveMixedPairing(t: Topology, prompt: string): Promise<Na
   );
   const dec = await post(
     `${d.url}/v1/completions`,
-    { ...completion(prompt), kv_transfer_params: pre.json.kv_transfer_params },
+    { ...body, kv_transfer_params: pre.json.kv_transfer_params },
     { 'x-request-id': requestId },
   );
-  const base = await baseline(t, 'llama-b', prompt);
+  const base = await baselineIds();
   const ids = tokenIds(dec);
   return { handshakePassed: dec.status === 200, divergence: firstDivergence(ids, base), tokens: ids.length };
 }

@@ -89,8 +89,9 @@ export interface TopologyOptions {
   readonly llmd?: boolean;
 }
 
-export interface Worker {
-  readonly revision: RevisionName;
+/** One simulated vLLM with its sidecar. `R` names the revisions (the default topology's two, or a route table's). */
+export interface Worker<R extends string = RevisionName> {
+  readonly revision: R;
   readonly role: Role;
   /** 0-based replica index within its pool. */
   readonly index: number;
@@ -226,20 +227,20 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
     const routeTablePath = path.join(dir, 'route-table.yaml');
     await writeFile(routeTablePath, toYaml(routeTableFor(workers, opts, dir)));
     const pki = await createDevPki(path.join(dir, 'tls'));
-    const gateConfig = parseGateConfig(
-      toYaml({
-        listen: `127.0.0.1:${gatePort}`,
-        tls: devGateTls(pki),
-        admin: '127.0.0.1:0',
-        policy: routeTablePath,
-        keys: { devSeed: DEMO_KEY_SEED },
-        drain: { announceMs: 0, graceMs: 5000 },
-        log: { level: 'info', decisions: opts.logDecisions ?? false },
-        ...(opts.llmd === true ? { envoy: { gieHeaders: true } } : {}),
-        workerView: { mode: 'live', intervalMs: opts.workerViewIntervalMs ?? 1000, timeoutMs: 1000, staleAfterMs: 10_000 },
-      }),
-      path.join(dir, 'gate.yaml'),
-    );
+    const gateYaml = toYaml({
+      listen: `127.0.0.1:${gatePort}`,
+      tls: devGateTls(pki),
+      admin: '127.0.0.1:0',
+      policy: routeTablePath,
+      keys: { devSeed: DEMO_KEY_SEED },
+      drain: { announceMs: 0, graceMs: 5000 },
+      log: { level: 'info', decisions: opts.logDecisions ?? false },
+      ...(opts.llmd === true ? { envoy: { gieHeaders: true } } : {}),
+      workerView: { mode: 'live', intervalMs: opts.workerViewIntervalMs ?? 1000, timeoutMs: 1000, staleAfterMs: 10_000 },
+    });
+    // Written for the operator to read (the demo prints where); the gate is started from the same text.
+    await writeFile(path.join(dir, 'gate.yaml'), gateYaml);
+    const gateConfig = parseGateConfig(gateYaml, path.join(dir, 'gate.yaml'));
     if (!gateConfig.ok) throw new Error(gateConfig.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
     const launchGate = () =>
       startGate(gateConfig.value, {
@@ -331,9 +332,14 @@ function gateClusters(yamlText: string): string[] {
   return (doc.static_resources?.clusters ?? []).map((c) => c.name ?? '').filter((n) => n === 'kvgate_gate' || n === 'kvgate_gate_internal');
 }
 
-interface WorkerSpec {
-  readonly revision: RevisionName;
+/** What one worker (simulated vLLM + sidecar) is started from; shared with the route-table topology (table-topology.ts). */
+export interface WorkerSpec<R extends string = RevisionName> {
+  readonly revision: R;
   readonly role: Role;
+  /** The name vLLM serves the model under (`--served-model-name`); default the demo's model. */
+  readonly servedModelName?: string;
+  /** The worker's name in logs; default `<revision>/<role>[/<index>]`. */
+  readonly name?: string;
   readonly index: number;
   readonly descriptor: Record<string, unknown>;
   readonly port: number;
@@ -344,11 +350,13 @@ interface WorkerSpec {
   readonly opts: TopologyOptions;
 }
 
-async function startWorker(s: WorkerSpec): Promise<Worker> {
-  const name = s.index === 0 ? `${s.revision}/${s.role}` : `${s.revision}/${s.role}/${s.index}`;
+/** Start a simulated vLLM of `s.descriptor` and a kvgate sidecar of `s.role` in front of it on `s.port`. */
+export async function startWorker<R extends string>(s: WorkerSpec<R>): Promise<Worker<R>> {
+  const name = s.name ?? (s.index === 0 ? `${s.revision}/${s.role}` : `${s.revision}/${s.role}/${s.index}`);
+  const servedModelName = s.servedModelName ?? SERVED_MODEL;
   const simCfg = parseSimConfig({
     descriptor: s.descriptor,
-    sim: { servedModelName: SERVED_MODEL, maxModelLen: 4096, numGpuBlocks: 2048, ...s.opts.sim, ...s.opts.workerOverrides?.[name] },
+    sim: { servedModelName, maxModelLen: 4096, numGpuBlocks: 2048, ...s.opts.sim, ...s.opts.workerOverrides?.[name] },
   });
   if (!simCfg.ok) throw simCfg.error;
   const sim = await createSimServer(simCfg.value, { logger: s.opts.logger.child({ component: 'sim', worker: name }) });
@@ -365,7 +373,7 @@ async function startWorker(s: WorkerSpec): Promise<Worker> {
       advertise: endpoint,
       descriptor: s.descriptor,
       nixlSideChannel: `127.0.0.1:${sim.nixlSideChannelPort}`,
-      servedModelName: SERVED_MODEL,
+      servedModelName,
       keys: { devSeed: DEMO_KEY_SEED },
       probe: { intervalMs: s.opts.sidecarProbeIntervalMs ?? 2000, timeoutMs: 2000, generation: 'declared' },
       prefill: { via: { envoy: s.internalUrl }, maxAttempts: 3, backoffMs: 20, maxBackoffMs: 200, timeoutMs: 30_000 },
