@@ -20,8 +20,10 @@ export const BODY_SEND_MODES: readonly BodySendMode[] = [
   'FULL_DUPLEX_STREAMED',
   'GRPC',
 ];
-/** Body modes the harness implements; the rest are refused at load (and when a server overrides into them). */
-export const SUPPORTED_BODY_MODES: readonly BodySendMode[] = ['NONE', 'BUFFERED', 'BUFFERED_PARTIAL'];
+/** Body modes the harness implements; the rest are refused at load. */
+export const SUPPORTED_BODY_MODES: readonly BodySendMode[] = ['NONE', 'BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED'];
+/** Body modes a `mode_override` may switch to in the harness (an override into FULL_DUPLEX_STREAMED is not modelled). */
+export const OVERRIDE_BODY_MODES: readonly BodySendMode[] = ['NONE', 'BUFFERED', 'BUFFERED_PARTIAL'];
 
 export interface ProcessingMode {
   readonly request_header_mode: HeaderSendMode;

@@ -127,7 +127,7 @@ describe('refusals name the YAML path', () => {
     const base = 'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config';
     expect(found).toContain(`${base}.observability_mode: true is unsupported by the kvgate harness`);
     expect(found).toContain(
-      `${base}.processing_mode.request_body_mode: STREAMED unsupported by the kvgate harness (supported: NONE, BUFFERED, BUFFERED_PARTIAL)`,
+      `${base}.processing_mode.request_body_mode: STREAMED unsupported by the kvgate harness (supported: NONE, BUFFERED, BUFFERED_PARTIAL, FULL_DUPLEX_STREAMED)`,
     );
     expect(found.some((i) => i.startsWith(`${base}.message_timeout: "200ms" is not a non-negative duration`))).toBe(true);
     const badFilter = reference('envoy-cluster-header').replace('envoy.filters.http.router\n', 'envoy.filters.http.lua\n');

@@ -96,16 +96,19 @@ export function readExtProcFilter(r: ConfigReader, value: unknown, path: string)
 
   const meta = r.obj(o['metadata_options'] ?? {}, `${path}.metadata_options`, ['forwarding_namespaces', 'receiving_namespaces']);
   const statusOnError = readStatusOnError(r, o['status_on_error'], `${path}.status_on_error`);
+  const processingMode = readProcessingMode(r, o['processing_mode'], `${path}.processing_mode`);
+  const failureModeAllow = r.bool(o['failure_mode_allow'], `${path}.failure_mode_allow`, false);
+  verifyDuplex(r, processingMode, failureModeAllow, path);
 
   return {
     clusterName,
     authority: r.str(envoyGrpc['authority'], `${path}.grpc_service.envoy_grpc.authority`) ?? clusterName,
     initialMetadata: readInitialMetadata(r, grpc['initial_metadata'], `${gp}.initial_metadata`),
     grpcTimeoutMs: grpc['timeout'] === undefined ? undefined : r.durationMs(grpc['timeout'], `${gp}.timeout`, 0),
-    failureModeAllow: r.bool(o['failure_mode_allow'], `${path}.failure_mode_allow`, false),
+    failureModeAllow,
     messageTimeoutMs: r.durationMs(o['message_timeout'], `${path}.message_timeout`, 200, ONE_HOUR_MS),
     maxMessageTimeoutMs: r.durationMs(o['max_message_timeout'], `${path}.max_message_timeout`, 0, ONE_HOUR_MS),
-    processingMode: readProcessingMode(r, o['processing_mode'], `${path}.processing_mode`),
+    processingMode,
     mutationRules: readMutationRules(r, o['mutation_rules'], `${path}.mutation_rules`),
     routeCacheAction,
     receivingNamespaces: readNamespaces(r, meta['receiving_namespaces'], `${path}.metadata_options.receiving_namespaces`),
@@ -116,6 +119,31 @@ export function readExtProcFilter(r: ConfigReader, value: unknown, path: string)
     statusOnError,
     statPrefix: r.str(o['stat_prefix'], `${path}.stat_prefix`, '') ?? '',
   };
+}
+
+/**
+ * Envoy's load-time checks for FULL_DUPLEX_STREAMED (source/extensions/filters/http/ext_proc/config.cc
+ * `verifyProcessingModeConfig`, envoyproxy/envoy main 1.37.0-dev; the same checks are in 1.36): the direction's
+ * trailer mode must be SEND (the processor learns where a body with trailers ends from the trailers message), and
+ * the filter must fail closed (Envoy has drained its copy of the body, so it cannot carry on without the processor).
+ */
+function verifyDuplex(r: ConfigReader, mode: ProcessingMode, failureModeAllow: boolean, path: string): void {
+  for (const dir of ['request', 'response'] as const) {
+    if (mode[`${dir}_body_mode`] === 'FULL_DUPLEX_STREAMED' && mode[`${dir}_trailer_mode`] !== 'SEND') {
+      r.issue(
+        `${path}.processing_mode.${dir}_trailer_mode`,
+        `If the ext_proc filter has the ${dir}_body_mode set to FULL_DUPLEX_STREAMED, then the ${dir}_trailer_mode has to be set to SEND`,
+      );
+    }
+  }
+  const duplex = mode.request_body_mode === 'FULL_DUPLEX_STREAMED' || mode.response_body_mode === 'FULL_DUPLEX_STREAMED';
+  if (duplex && failureModeAllow) {
+    r.issue(
+      `${path}.failure_mode_allow`,
+      'If the ext_proc filter has either the request_body_mode or the response_body_mode set to FULL_DUPLEX_STREAMED, ' +
+        'then the failure_mode_allow has to be left as false',
+    );
+  }
 }
 
 /** Reads a `ProcessingMode`, refusing body modes the harness does not implement. */

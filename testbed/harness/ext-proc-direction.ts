@@ -7,9 +7,11 @@
  * - BUFFERED sends the whole body once, end_of_stream true unless trailers follow, and the headers stay held (and
  *   mutable) until the body reply;
  * - BUFFERED_PARTIAL sends what it has once the limit is passed or the body ends, then lets the rest stream;
- * - trailers are sent only in trailer mode SEND and only if there are trailers.
+ * - trailers are sent only in trailer mode SEND and only if there are trailers;
+ * - FULL_DUPLEX_STREAMED runs its own sequence (ext-proc-duplex.ts).
  */
 import { BodyCollector, type BodyReader } from './body-reader.js';
+import { runDuplex } from './ext-proc-duplex.js';
 import type { Payload } from './ext-proc-request.js';
 import type { HeaderMap } from './header-map.js';
 import type { CallbackState, CallOutcome, Direction, ProcessorState } from './processor-state.js';
@@ -19,6 +21,8 @@ interface ExtProcFilter {
   readonly callbacks: { readonly bufferLimit: number; sendPayloadTooLarge(direction: Direction): void };
   readonly processingComplete: boolean;
   call(st: ProcessorState, next: CallbackState, payload: Payload): Promise<CallOutcome>;
+  send(st: ProcessorState, next: CallbackState, payload: Payload): boolean;
+  protocolError(message: string): void;
 }
 
 export type DirectionResult =
@@ -36,6 +40,7 @@ export type DirectionResult =
 const STOP: DirectionResult = { kind: 'stop' };
 
 export async function runDirection(f: ExtProcFilter, st: ProcessorState, headers: HeaderMap, body: BodyReader): Promise<DirectionResult> {
+  if (st.bodyMode === 'FULL_DUPLEX_STREAMED' && !f.processingComplete) return runDuplex(f, st, headers, body);
   st.headers = headers;
   st.noBody = body.ended;
   let collector: BodyCollector | undefined;
@@ -62,7 +67,8 @@ export async function runDirection(f: ExtProcFilter, st: ProcessorState, headers
 
 /** Trailers after a streamed body; in place. */
 export async function runTrailers(f: ExtProcFilter, st: ProcessorState, trailers: HeaderMap): Promise<'continue' | 'stop'> {
-  if (f.processingComplete || !st.sendTrailers) return 'continue';
+  // FULL_DUPLEX_STREAMED: the trailers were sent with the body and answered before the body ended (ext-proc-duplex.ts).
+  if (f.processingComplete || !st.sendTrailers || st.duplex !== null) return 'continue';
   st.trailers = trailers;
   const kind = st.direction === 'request' ? 'request_trailers' : 'response_trailers';
   const outcome = await f.call(st, 'TrailersCallback', { kind, trailers });

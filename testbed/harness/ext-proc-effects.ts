@@ -3,8 +3,15 @@
  * yields, how dynamic metadata lands in the stream's store, when a reply is the last one the stream can need, and
  * how an ImmediateResponse becomes a local reply.
  */
-import { SUPPORTED_BODY_MODES, type ProcessingMode } from './envoy-config-types.js';
-import { fromStruct, has, type WireHeaderMutation, type WireImmediateResponse, type WireStruct } from './ext-proc-messages.js';
+import { OVERRIDE_BODY_MODES, type ProcessingMode } from './envoy-config-types.js';
+import {
+  fromStruct,
+  has,
+  type WireHeaderMutation,
+  type WireImmediateResponse,
+  type WireProcessingResponse,
+  type WireStruct,
+} from './ext-proc-messages.js';
 import type { DynamicMetadata } from './ext-proc-request.js';
 import type { HeaderMap } from './header-map.js';
 import { statusCodeFrom } from './http-status.js';
@@ -37,9 +44,9 @@ export function effectiveModeOverride(o: Partial<ProcessingMode>, base: Processi
   };
 }
 
-/** Whether the harness implements both body modes (it refuses to fake STREAMED and friends). */
+/** Whether the harness implements both body modes of an override (it refuses to fake STREAMED and friends). */
 export function isSupportedMode(mode: ProcessingMode): boolean {
-  return SUPPORTED_BODY_MODES.includes(mode.request_body_mode) && SUPPORTED_BODY_MODES.includes(mode.response_body_mode);
+  return OVERRIDE_BODY_MODES.includes(mode.request_body_mode) && OVERRIDE_BODY_MODES.includes(mode.response_body_mode);
 }
 
 /**
@@ -55,18 +62,25 @@ export function receiveDynamicMetadata(store: DynamicMetadata, receiving: readon
 }
 
 /**
- * Envoy 1.37's `closeGrpcStreamIfLastRespReceived`: after this reply nothing more can be sent (body replies in the
- * buffered modes never qualify).
+ * Envoy 1.37's `closeGrpcStreamIfLastRespReceived`: after this reply nothing more can be sent. Body replies count
+ * only under FULL_DUPLEX_STREAMED, when they end the body (`isLastBodyResponse`: a `streamed_response` with
+ * `end_of_stream`); in the buffered modes they never do.
  */
-export function isLastResponse(kind: string | undefined, dec: ProcessorState, enc: ProcessorState): boolean {
+export function isLastResponse(msg: WireProcessingResponse, dec: ProcessorState, enc: ProcessorState): boolean {
   const encIdle = !enc.sendHeaders && !enc.sendTrailers && enc.bodyMode === 'NONE';
-  switch (kind) {
+  const endsDuplexBody = (st: ProcessorState, r: WireProcessingResponse['request_body']): boolean =>
+    st.bodyMode === 'FULL_DUPLEX_STREAMED' && r?.response?.body_mutation?.streamed_response?.end_of_stream === true;
+  switch (msg.response) {
     case 'request_headers':
       return (dec.noBody || (dec.bodyMode === 'NONE' && !dec.sendTrailers)) && encIdle;
+    case 'request_body':
+      return endsDuplexBody(dec, msg.request_body) && encIdle;
     case 'request_trailers':
       return encIdle;
     case 'response_headers':
       return enc.noBody || (enc.bodyMode === 'NONE' && !enc.sendTrailers);
+    case 'response_body':
+      return endsDuplexBody(enc, msg.response_body);
     case 'response_trailers':
       return true;
     default:

@@ -21,7 +21,7 @@ import {
   toLocalReply,
   type LocalReply,
 } from './ext-proc-effects.js';
-import { has, toStruct, type WireImmediateResponse, type WireProcessingResponse } from './ext-proc-messages.js';
+import { has, toStruct, type WireImmediateResponse, type WireProcessingRequest, type WireProcessingResponse } from './ext-proc-messages.js';
 import {
   forwardedMetadata,
   payloadMessage,
@@ -153,6 +153,38 @@ export class ExtProcFilter {
   call(st: ProcessorState, next: CallbackState, payload: Payload): Promise<CallOutcome> {
     const stream = this.#openStream();
     if (stream === null) return Promise.resolve('bypass');
+    const msg = this.#frame(st, payload);
+    const pending = st.startCall(next, this.cfg.messageTimeoutMs, () => this.#onMessageTimeout());
+    stream.send(msg);
+    this.stats.inc('stream_msgs_sent');
+    return pending;
+  }
+
+  /**
+   * FULL_DUPLEX_STREAMED: sends a body chunk or the trailers without waiting for a reply (`Filter::sendBodyChunk`,
+   * `sendTrailers`). A pending headers reply keeps the state HeadersCallback; trailers move only an Idle state.
+   */
+  send(st: ProcessorState, next: CallbackState, payload: Payload): boolean {
+    const stream = this.#openStream();
+    if (stream === null) return false;
+    const msg = this.#frame(st, payload);
+    if (next === 'TrailersCallback') {
+      if (st.callbackState === 'Idle') st.callbackState = next;
+    } else if (st.callbackState !== 'HeadersCallback') {
+      st.callbackState = next;
+    }
+    stream.send(msg);
+    this.stats.inc('stream_msgs_sent');
+    return true;
+  }
+
+  /** A reply that breaks the mode's protocol: an ext_proc error (500, or a reset once the response started). */
+  protocolError(message: string): void {
+    if (!this.#complete) this.#handleErrorResponse(message);
+  }
+
+  /** A message as Envoy frames it: forwarded metadata, first-message attributes and `protocol_config`. */
+  #frame(st: ProcessorState, payload: Payload): WireProcessingRequest {
     const msg = payloadMessage(payload);
     msg.metadata_context = forwardedMetadata(this.cfg.forwardingNamespaces, this.callbacks.dynamicMetadata);
     if (st.direction === 'request' && !st.attributesSent && this.cfg.requestAttributes.length > 0) {
@@ -167,10 +199,7 @@ export class ExtProcFilter {
       msg.protocol_config = protocolConfig(this.dec.bodyMode, this.enc.bodyMode);
       this.#protocolConfigSent = true;
     }
-    const pending = st.startCall(next, this.cfg.messageTimeoutMs, () => this.#onMessageTimeout());
-    stream.send(msg);
-    this.stats.inc('stream_msgs_sent');
-    return pending;
+    return msg;
   }
 
   #openStream(): ExtProcStream | null {
@@ -199,7 +228,11 @@ export class ExtProcFilter {
       this.#onNewTimeout(msg.override_message_timeout);
       return;
     }
-    if (this.cfg.allowModeOverride && has(msg.mode_override) && this.#inHeaderState()) {
+    // Envoy ignores mode_override when the filter is configured FULL_DUPLEX_STREAMED in either direction.
+    const duplex =
+      this.cfg.processingMode.request_body_mode === 'FULL_DUPLEX_STREAMED' ||
+      this.cfg.processingMode.response_body_mode === 'FULL_DUPLEX_STREAMED';
+    if (this.cfg.allowModeOverride && !duplex && has(msg.mode_override) && this.#inHeaderState()) {
       if (!this.#applyModeOverride(msg.mode_override)) return;
     }
     const result = this.#dispatch(msg);
@@ -282,7 +315,7 @@ export class ExtProcFilter {
    */
   #closeIfLastResponse(msg: WireProcessingResponse): void {
     if (!this.#closeAfterLastResponse) return;
-    if (this.#stream !== null && isLastResponse(msg.response, this.dec, this.enc)) {
+    if (this.#stream !== null && isLastResponse(msg, this.dec, this.enc)) {
       this.#complete = true;
       this.#closeStream();
     }

@@ -26,9 +26,11 @@ export interface WireHeaderMutation {
 }
 
 export interface WireBodyMutation {
-  mutation?: 'body' | 'clear_body';
+  mutation?: 'body' | 'clear_body' | 'streamed_response';
   body?: Uint8Array;
   clear_body?: boolean;
+  /** The only body answer Envoy takes under FULL_DUPLEX_STREAMED (`StreamedBodyResponse`). */
+  streamed_response?: { body?: Uint8Array; end_of_stream?: boolean } | null;
 }
 
 export interface WireCommonResponse {

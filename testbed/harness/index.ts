@@ -25,4 +25,13 @@ export { echoHandler, startFakeUpstream, type FakeUpstream, type RecordedRequest
 export { fromStruct, toStruct, type WireProcessingRequest, type WireProcessingResponse } from './ext-proc-messages.js';
 export type { AppendSemantics } from './header-mutation.js';
 export { ENVOY_VERSIONS, type EnvoyVersion } from './runtime-config.js';
-export { ok, request, scenarioYaml, startScenario, type HttpResult, type Scenario, type ScenarioOptions } from './testing.js';
+export {
+  chunkedRequest,
+  ok,
+  request,
+  scenarioYaml,
+  startScenario,
+  type HttpResult,
+  type Scenario,
+  type ScenarioOptions,
+} from './testing.js';

@@ -4,10 +4,17 @@
  * (source/extensions/filters/http/ext_proc/processor_state.{h,cc}); the awaiting side is a promise instead of
  * Envoy's pause/continue callbacks.
  */
+import type { DuplexBody } from './duplex-body.js';
 import type { BodySendMode, ProcessingMode } from './envoy-config-types.js';
 import type { HeaderMap } from './header-map.js';
 
-export type CallbackState = 'Idle' | 'HeadersCallback' | 'BufferedBodyCallback' | 'BufferedPartialBodyCallback' | 'TrailersCallback';
+export type CallbackState =
+  | 'Idle'
+  | 'HeadersCallback'
+  | 'BufferedBodyCallback'
+  | 'BufferedPartialBodyCallback'
+  | 'StreamedBodyCallback'
+  | 'TrailersCallback';
 
 /**
  * How a wait for a reply ended: `applied` (the reply was handled; carry on with the state machine),
@@ -33,6 +40,8 @@ export class ProcessorState {
   bodyReplaced = false;
   partialBodyProcessed = false;
   attributesSent = false;
+  /** The body under FULL_DUPLEX_STREAMED (duplex-body.ts); null in every other mode. */
+  duplex: DuplexBody | null = null;
   #timer: NodeJS.Timeout | undefined;
   #newTimeoutReceived = false;
   #waiter: ((outcome: CallOutcome) => void) | undefined;
@@ -63,11 +72,14 @@ export class ProcessorState {
     );
   }
 
-  /** Starts waiting for a reply: arms the per-message timer and returns the promise the caller awaits. */
+  /**
+   * Starts waiting for a reply: arms the per-message timer and returns the promise the caller awaits. No timer under
+   * FULL_DUPLEX_STREAMED, in this direction's body mode (`ProcessorState::onStartProcessorCall`, processor_state.cc).
+   */
   startCall(next: CallbackState, timeoutMs: number, onTimeout: () => void): Promise<CallOutcome> {
     this.callbackState = next;
     this.#newTimeoutReceived = false;
-    this.#arm(timeoutMs, onTimeout);
+    if (this.bodyMode !== 'FULL_DUPLEX_STREAMED') this.#arm(timeoutMs, onTimeout);
     return new Promise((resolve) => {
       this.#waiter = resolve;
     });
@@ -80,11 +92,19 @@ export class ProcessorState {
     this.#newTimeoutReceived = false;
   }
 
-  /** Wakes whoever awaits this direction's reply. */
+  /** Wakes whoever awaits this direction's reply (and, under FULL_DUPLEX_STREAMED, the body's output). */
   resolve(outcome: CallOutcome): void {
     const waiter = this.#waiter;
     this.#waiter = undefined;
     waiter?.(outcome);
+    if (outcome === 'stop') this.duplex?.abort();
+    else if (outcome === 'bypass' && this.duplex !== null) {
+      // clearAsyncState: nothing is queued in this mode (the chunks sent were drained), the headers go on and the
+      // rest of the body passes through unprocessed.
+      this.duplex.passThrough = true;
+      this.duplex.release('bypass');
+      if (this.duplex.completeBody) this.duplex.end(this.duplex.trailers);
+    }
   }
 
   /** `override_message_timeout`: restarts a running timer once per state. */

@@ -60,6 +60,7 @@ export function handleHeadersResponse(st: ProcessorState, resp: WireHeadersRespo
     if (r.kind !== 'ok') return r;
   }
   clearRouteCache(st, common, ctx);
+  if (st.duplex !== null) return duplexHeadersApplied(st, common, replacing);
   st.finishCall();
   if (replacing) {
     if (has(common.body_mutation)) {
@@ -77,6 +78,7 @@ export function handleHeadersResponse(st: ProcessorState, resp: WireHeadersRespo
 
 export function handleBodyResponse(st: ProcessorState, resp: WireHeadersResponse, ctx: HandlerContext): HandleResult {
   const common: WireCommonResponse = resp.response ?? {};
+  if (st.duplex !== null && st.bodyMode === 'FULL_DUPLEX_STREAMED') return handleDuplexBodyResponse(st, common, ctx);
   if (st.callbackState === 'BufferedBodyCallback') {
     if (has(common.header_mutation) && st.headers !== null) {
       const r = mutateHeaders(common.header_mutation, st.headers, ctx, false, st.shouldRemoveContentLength());
@@ -109,13 +111,73 @@ export function handleBodyResponse(st: ProcessorState, resp: WireHeadersResponse
   return OK;
 }
 
+/**
+ * Trailers reply. Under FULL_DUPLEX_STREAMED Envoy takes it in any state (a body reply may still be pending:
+ * `ProcessorState::handleTrailersResponse`), once the trailers were sent; then the trailers go on, and the body with
+ * them: chunks the processor streams after this reply are spurious (the state is Idle again).
+ */
 export function handleTrailersResponse(st: ProcessorState, resp: WireTrailersResponse, ctx: HandlerContext): HandleResult {
-  if (st.callbackState !== 'TrailersCallback') return SPURIOUS;
+  const duplex = st.duplex !== null && st.bodyMode === 'FULL_DUPLEX_STREAMED' && st.duplex.trailersSent;
+  if (st.callbackState !== 'TrailersCallback' && !duplex) return SPURIOUS;
   if (has(resp.header_mutation) && st.trailers !== null) {
     const r = mutateHeaders(resp.header_mutation, st.trailers, ctx, false, false);
     if (r.kind !== 'ok') return r;
   }
   st.finishCall();
+  if (duplex) {
+    st.duplex?.end(st.trailers);
+    st.trailers = null;
+  }
+  return OK;
+}
+
+/**
+ * The headers reply under FULL_DUPLEX_STREAMED (`ProcessorState::handleHeadersResponse` with
+ * `getCallbackStateAfterHeaderResp`): the next state is StreamedBodyCallback once a chunk was sent (TrailersCallback
+ * if only trailers were), and the headers go on now unless the whole body is in and owed by the processor, in
+ * which case they go on with its first streamed chunk. CONTINUE_AND_REPLACE is honoured as in every mode: the
+ * direction leaves the processor, the body is replaced (a `body` mutation) and the peer's chunks are drained.
+ */
+function duplexHeadersApplied(st: ProcessorState, common: WireCommonResponse, replacing: boolean): HandleResult {
+  const d = st.duplex;
+  if (d === null) return SPURIOUS;
+  if (replacing) {
+    st.finishCall();
+    st.bodyMode = 'NONE';
+    st.sendTrailers = false;
+    if (has(common.body_mutation)) {
+      d.replaced = true;
+      d.inject(applyBodyMutation(common.body_mutation, Buffer.alloc(0)));
+    }
+    if (d.completeBody || st.noBody) d.end(d.trailers);
+    else d.release();
+    return OK;
+  }
+  st.finishCall(d.bodyReceived ? 'StreamedBodyCallback' : d.trailersSent ? 'TrailersCallback' : 'Idle');
+  if (st.noBody || !d.completeBody || st.callbackState === 'Idle') d.release();
+  return OK;
+}
+
+/**
+ * A body reply under FULL_DUPLEX_STREAMED (`handleStreamedBodyCallback`, `handleDuplexStreamedBodyResponse`): only
+ * a `streamed_response` is taken, and only while body chunks are owed (after the headers reply); a plain `body` or
+ * `clear_body` mutation, or none, is a spurious message ("Normal body mutation response is received while
+ * body_mode_ is FULL_DUPLEX_STREAMED"). Its bytes are injected as they are; `end_of_stream` ends the body. A header
+ * mutation here is not applied (the headers have gone on); `clear_route_cache` follows the usual rule.
+ */
+function handleDuplexBodyResponse(st: ProcessorState, common: WireCommonResponse, ctx: HandlerContext): HandleResult {
+  const d = st.duplex;
+  if (d === null || st.callbackState !== 'StreamedBodyCallback') return SPURIOUS;
+  const streamed = common.body_mutation?.streamed_response;
+  if (!has(streamed)) return SPURIOUS;
+  const eos = streamed.end_of_stream === true;
+  if (eos && d.trailers !== null) {
+    return { kind: 'error', message: 'kvgate_harness:_streamed_response_end_of_stream_before_the_trailers' };
+  }
+  d.inject(Buffer.from(streamed.body ?? new Uint8Array()));
+  st.finishCall(eos ? 'Idle' : 'StreamedBodyCallback');
+  clearRouteCache(st, common, ctx);
+  if (eos) d.end(null);
   return OK;
 }
 

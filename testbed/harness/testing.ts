@@ -187,3 +187,41 @@ export function ok(r: HttpResult | { error: string }): HttpResult {
   if ('error' in r) throw new Error(`request was reset: ${r.error}`);
   return r;
 }
+
+/**
+ * A chunked request written in `parts`, `gapMs` apart, so each part reaches the listener as its own read (and Envoy's
+ * filters see one data callback per part), with optional trailers. Errors after the response (a local reply sent
+ * while parts were still being written) are ignored: the response is the result.
+ */
+export function chunkedRequest(
+  url: string,
+  parts: readonly (string | Buffer)[],
+  opts: { path?: string; headers?: Record<string, string>; trailers?: Record<string, string>; gapMs?: number } = {},
+): Promise<HttpResult | { error: string; partial: string }> {
+  return new Promise((resolve) => {
+    const t = opts.trailers;
+    const headers = { ...(opts.headers ?? {}), 'transfer-encoding': 'chunked', ...(t ? { trailer: Object.keys(t).join(',') } : {}) };
+    const req = http.request(new URL(opts.path ?? '/', url), { method: 'POST', headers, agent: false });
+    let partial = '';
+    let answered = false;
+    req.on('response', (res) => {
+      answered = true;
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (partial += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: partial, trailers: res.trailers }));
+      res.on('error', (e) => resolve({ error: e.message, partial }));
+    });
+    req.on('error', (e) => {
+      if (!answered) resolve({ error: e.message, partial });
+    });
+    void (async () => {
+      for (const p of parts) {
+        if (answered || req.destroyed) return;
+        req.write(p);
+        await new Promise((r) => setTimeout(r, opts.gapMs ?? 30));
+      }
+      if (t) req.addTrailers(t);
+      req.end();
+    })();
+  });
+}
