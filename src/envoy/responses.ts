@@ -72,11 +72,17 @@ export function hopMutation(d: HopDecision, forged: readonly string[]): RequestM
  * the processor while it still holds the headers, drains its own copy, and injects only what the processor sends
  * back as `streamed_response` chunks (the last with `end_of_stream`); a plain body mutation is a spurious message
  * there. So the headers answer carries the header mutation (and `clear_route_cache`), and the body answer carries
- * the whole body, rewritten or not, in one final chunk. Envoy removes `content-length` for streamed bodies, so none
- * is stamped. (envoyproxy/envoy source/extensions/filters/http/ext_proc/processor_state.cc
- * `handleDuplexStreamedBodyResponse`, `handleBodyInStreamedState`; ext_proc.cc `handleDataFullDuplexStreamedMode`.)
+ * the whole body, rewritten or not, in one final chunk (`endOfStream` false when the body ended with trailers: the
+ * trailers answer then ends it). Envoy removes `content-length` for streamed bodies, so none is stamped.
+ * (envoyproxy/envoy source/extensions/filters/http/ext_proc/processor_state.cc `handleDuplexStreamedBodyResponse`,
+ * reached from `handleBodyInStreamedState` in the older copy read and `handleStreamedBodyCallback` in 1.37.0-dev;
+ * ext_proc.cc `handleDataFullDuplexStreamedMode`; docs/envoy-ext-proc.md §14.)
  */
-export function fullDuplexAnswers(m: RequestMutation, body: Uint8Array): { headers: WireProcessingResponse; body: WireProcessingResponse } {
+export function fullDuplexAnswers(
+  m: RequestMutation,
+  body: Uint8Array,
+  endOfStream = true,
+): { headers: WireProcessingResponse; body: WireProcessingResponse } {
   const { body_mutation: _dropped, ...rest } = m.common;
   const set = rest.header_mutation?.set_headers?.filter((h) => h.header.key !== 'content-length');
   const common: WireCommonResponse = {
@@ -87,7 +93,7 @@ export function fullDuplexAnswers(m: RequestMutation, body: Uint8Array): { heade
   if (m.dynamicMetadata !== undefined) headers.dynamic_metadata = m.dynamicMetadata;
   return {
     headers,
-    body: { request_body: { response: { body_mutation: { streamed_response: { body, end_of_stream: true } } } } },
+    body: { request_body: { response: { body_mutation: { streamed_response: { body, end_of_stream: endOfStream } } } } },
   };
 }
 

@@ -389,6 +389,39 @@ describe('gate gRPC server', () => {
     big.client.close();
   });
 
+  it('FULL_DUPLEX_STREAMED with trailers and a streamed response: decides at the trailers, streams every response chunk back', async () => {
+    gate = await startGateServer({
+      admission: { admit: (req): Admitted => ({ decision: route(req), ...(req.body === undefined ? {} : { body: req.body }) }) },
+      logger: pino({ level: 'silent' }),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
+    });
+    const s = await openStream(gate.port);
+    const duplex = { request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'FULL_DUPLEX_STREAMED' };
+    s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: duplex });
+    s.send({ request_body: { body: Buffer.from('{"model":"m"}'), end_of_stream: false } });
+    s.send({ request_trailers: { trailers: { headers: [{ key: 'x-checksum', raw_value: Buffer.from('1') }] } } });
+    const h = await s.next();
+    expect(setHeaders(h['request_headers'].response)['x-kvgate-decode-cluster']).toBe('a_decode');
+    const b = await s.next();
+    const chunk = b['request_body'].response.body_mutation.streamed_response;
+    expect(Buffer.from(chunk.body).toString()).toBe('{"model":"m","cache_salt":"salt123"}');
+    expect(chunk.end_of_stream ?? false).toBe(false); // the trailers answer ends the body, not this chunk
+    expect((await s.next())['response']).toBe('request_trailers');
+    s.send({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } });
+    expect((await s.next())['response']).toBe('response_headers');
+    s.send({ response_body: { body: Buffer.from('data: 1\n\n'), end_of_stream: false } });
+    s.send({ response_body: { end_of_stream: true } });
+    const r1 = (await s.next())['response_body'].response.body_mutation.streamed_response;
+    const r2 = (await s.next())['response_body'].response.body_mutation.streamed_response;
+    expect(Buffer.from(r1.body).toString()).toBe('data: 1\n\n');
+    expect(r1.end_of_stream ?? false).toBe(false);
+    expect(r2.end_of_stream).toBe(true);
+    s.call.end();
+    s.client.close();
+  });
+
   it('drains without cutting a generation: settled streams end OK at once, decided ones OK at the grace, only unanswered ones cancelled', async () => {
     const never = new Promise<Admitted>(() => undefined);
     gate = await startGateServer({
@@ -423,6 +456,38 @@ describe('gate gRPC server', () => {
     expect((await c.status).code).not.toBe(grpc.status.OK);
     expect(g.activeStreams()).toBe(0);
     for (const s of [a, b, c]) s.client.close();
+  });
+
+  it('drains a FULL_DUPLEX_STREAMED response: OK once its body is over, cancelled at the grace if it is not', async () => {
+    gate = await startGateServer({
+      admission: { admit: (req): Admitted => ({ decision: route(req) }) },
+      logger: pino({ level: 'silent' }),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
+      drainGraceMs: 300,
+    });
+    const g = gate;
+    const open = async () => {
+      const s = await openStream(g.port);
+      s.send({ ...hdrs({ ':method': 'GET', ':path': '/a' }, true), protocol_config: { response_body_mode: 'FULL_DUPLEX_STREAMED' } });
+      await s.next();
+      s.send({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } });
+      await s.next();
+      s.send({ response_body: { body: Buffer.from('data: 1\n\n') } });
+      await s.next();
+      return s;
+    };
+    const finishing = await open();
+    const stuck = await open();
+    const drained = g.drain();
+    await new Promise((r) => setTimeout(r, 50)); // both are routed and mid-body: neither ends OK now
+    finishing.send({ response_body: { end_of_stream: true } });
+    expect((await finishing.next())['response_body'].response.body_mutation.streamed_response.end_of_stream).toBe(true);
+    expect((await finishing.status).code).toBe(grpc.status.OK);
+    await drained;
+    expect((await stuck.status).code).not.toBe(grpc.status.OK); // never an OK close with the body half-way
+    for (const s of [finishing, stuck]) s.client.close();
   });
 
   it('drains: health NOT_SERVING, a stream in flight finishes, then the server stops', async () => {

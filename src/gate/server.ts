@@ -12,7 +12,11 @@
  * whose messages have all been answered and whose decision is stamped is ended with OK at once (and every other
  * one as soon as it gets there); at the end of the grace period the streams that are decided are ended with OK
  * too, and only a stream with an unanswered message or no decision yet is cancelled (Envoy then fails that
- * request closed, before anything reached upstream).
+ * request closed, before anything reached upstream). One exception: a response body sent FULL_DUPLEX_STREAMED (as
+ * Istio's InferencePool filter sends it) reaches the client only through the gate, and Envoy keeps no copy
+ * (`ProcessorState::clearAsyncState` in processor_state.cc has nothing queued in that mode), so an OK close would
+ * let the response go on with the chunks in flight missing; such a stream ends OK once its body is over, and is
+ * cancelled at the end of the grace period if it is not.
  */
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
@@ -243,7 +247,7 @@ function serveStream(
       closeWhenSettled = true;
       settle();
     },
-    closeIfDecided: () => session.decisionAnswered && endOk(),
+    closeIfDecided: () => session.decisionAnswered && !session.inDuplexResponse && endOk(),
     cancel() {
       if (closed) return;
       call.destroy(Object.assign(new Error('kvgate: the gate is shutting down'), { code: grpc.status.UNAVAILABLE }));

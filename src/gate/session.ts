@@ -94,6 +94,11 @@ export class ExtProcSession {
   #decided = false;
   /** Bytes of a FULL_DUPLEX_STREAMED body received so far. */
   #duplexBytes = 0;
+  /** A FULL_DUPLEX_STREAMED request body ended with trailers: its streamed answer must not end the body. */
+  #duplexTrailers = false;
+  #responseBodyMode: BodySendMode | undefined;
+  /** A routed response whose FULL_DUPLEX_STREAMED body is still passing through the gate (see `closableWithOk`). */
+  #duplexResponseOpen = false;
   /** The decision's answer has been produced (unlike `#decided`, which is set as soon as deciding starts). */
   #decidedAnswered = false;
 
@@ -127,7 +132,18 @@ export class ExtProcSession {
    * still undecided must not close OK, or Envoy would send the request upstream unrouted.
    */
   get closableWithOk(): boolean {
-    return this.#decidedAnswered && this.#responseMutation === undefined;
+    // A FULL_DUPLEX_STREAMED response body reaches the client only as the gate streams it back; Envoy has drained its
+    // own copy, so an OK close mid-body would lose the chunks in flight (`ProcessorState::clearAsyncState`).
+    return this.#decidedAnswered && this.#responseMutation === undefined && !this.#duplexResponseOpen;
+  }
+
+  /**
+   * A FULL_DUPLEX_STREAMED response body is passing through the gate. Neither an OK close nor any close is then
+   * harmless: Envoy keeps no copy, so an OK close would let the response go on with the chunks in flight missing;
+   * a drain cancels such a stream instead (the client sees a reset, never a silently shortened body).
+   */
+  get inDuplexResponse(): boolean {
+    return this.#duplexResponseOpen;
   }
 
   /** Whether the decision has been answered (routed, hop or refused); then closing OK cannot leave it unrouted. */
@@ -142,6 +158,7 @@ export class ExtProcSession {
   async onMessage(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
     this.#deps.metrics.messages.inc({ type: msg.request ?? 'unknown' });
     if (msg.protocol_config?.request_body_mode !== undefined) this.#bodyMode = msg.protocol_config.request_body_mode;
+    if (msg.protocol_config?.response_body_mode !== undefined) this.#responseBodyMode = msg.protocol_config.response_body_mode;
     if (msg.metadata_context?.filter_metadata) {
       this.#metadata = { ...this.#metadata, ...fromFilterMetadata(msg.metadata_context.filter_metadata) };
     }
@@ -166,6 +183,7 @@ export class ExtProcSession {
         return this.#decideAndAnswer('request_body', truncated);
       }
       case 'request_trailers':
+        if (!this.#decided && this.#bodyMode === 'FULL_DUPLEX_STREAMED') return this.#onDuplexTrailers();
         if (!this.#decided) {
           return this.#refuse(
             'request_trailers',
@@ -178,19 +196,41 @@ export class ExtProcSession {
         return { request_trailers: {} };
       case 'response_headers': {
         // Recorded while answering: from Envoy 1.37 the stream may close right after this message (routed-outcome.ts).
+        this.#duplexResponseOpen =
+          this.#routed !== undefined && this.#responseBodyMode === 'FULL_DUPLEX_STREAMED' && msg.response_headers?.end_of_stream !== true;
         if (this.#routed !== undefined) this.#recordOutcome(readHeaderMap(msg.response_headers?.headers));
         this.#noteServed();
         const response = this.#responseMutation ?? {};
         this.#responseMutation = undefined; // stamped: nothing is left for the gate to add to this request
         return { response_headers: { response } };
       }
-      case 'response_body':
-        return { response_body: { response: {} } };
+      case 'response_body': {
+        if (this.#responseBodyMode !== 'FULL_DUPLEX_STREAMED') return { response_body: { response: {} } };
+        // Envoy drains its copy and sends the client only what comes back: every chunk is streamed back unchanged.
+        const eos = msg.response_body?.end_of_stream === true;
+        if (eos) this.#duplexResponseOpen = false;
+        const body = msg.response_body?.body ?? new Uint8Array();
+        return { response_body: { response: { body_mutation: { streamed_response: { body, end_of_stream: eos } } } } };
+      }
       case 'response_trailers':
+        this.#duplexResponseOpen = false;
         return { response_trailers: {} };
       default:
         throw new KvgateError('bad_request', `unexpected ext_proc message kind ${auditCut(String(msg.request))}`);
     }
+  }
+
+  /**
+   * FULL_DUPLEX_STREAMED trailers: the body has ended without an end_of_stream chunk (Envoy sends the trailers
+   * instead, as `request_trailer_mode: SEND` is required in this mode). Decide now; the headers answer and the body,
+   * as a streamed chunk that does not end the body, go out first, then the trailers answer lets the trailers follow.
+   */
+  async #onDuplexTrailers(): Promise<WireProcessingResponse> {
+    this.#duplexTrailers = true;
+    const answer = await this.#onDuplexChunk(0, true);
+    if (answer === null || answer.request_body === undefined) return answer ?? { request_trailers: {} };
+    this.#send?.(answer);
+    return { request_trailers: {} };
   }
 
   /** A FULL_DUPLEX_STREAMED chunk: collect it; decide at the end of the body, or refuse once it is too large. */
@@ -322,7 +362,7 @@ export class ExtProcSession {
 
   /** The held headers answer goes out first, then the body answer is returned (`fullDuplexAnswers`). */
   #sendDuplex(m: RequestMutation, body: Uint8Array): WireProcessingResponse {
-    const answers = fullDuplexAnswers(m, body);
+    const answers = fullDuplexAnswers(m, body, !this.#duplexTrailers);
     this.#send!(answers.headers);
     return answers.body;
   }
