@@ -14,7 +14,7 @@ import {
   renderEnvoyConfig,
   renderInputOf,
 } from '../envoy/render/index.js';
-import type { EnvoyVersion } from '../envoy/render/settings.js';
+import { defaultRequestBodyMode, type EnvoyVersion, REQUEST_BODY_MODES, type RequestBodyMode } from '../envoy/render/settings.js';
 import { checkPolicyFile, formatCheckReport } from '../policy/check-report.js';
 import type { CommandIo } from './explain-command.js';
 
@@ -32,6 +32,9 @@ TARGET: ${RENDER_TARGETS.join(', ')}
   --listen ADDR              listener address (default ${DEFAULT_SETTINGS.listenAddress})
   --public-port N --internal-port N --admin-port N   (defaults ${String(DEFAULT_SETTINGS.publicPort)}, ${String(DEFAULT_SETTINGS.internalPort)}, ${String(DEFAULT_SETTINGS.adminPort)})
   --gie                      GIE / llm-d data plane: keep the gate's envoy.lb metadata (gate: envoy.gieHeaders true)
+                             and send public request bodies FULL_DUPLEX_STREAMED, as GIE's gateways do
+  --request-body-mode MODE   ${REQUEST_BODY_MODES.join(' or ')}: how the public listener sends request bodies
+                             (default FULL_DUPLEX_STREAMED with --gie, else BUFFERED)
   --use-remote-address       Envoy is the edge: x-forwarded-for from the peer
   --namespace NS             Kubernetes namespace (default ${DEFAULT_SETTINGS.namespace})
   --gate-service NAME        the gate's Service for Istio / Envoy Gateway (default ${DEFAULT_SETTINGS.gateService})
@@ -55,6 +58,7 @@ const OPTIONS = {
   'internal-port': { type: 'string' },
   'admin-port': { type: 'string' },
   gie: { type: 'boolean' },
+  'request-body-mode': { type: 'string' },
   'use-remote-address': { type: 'boolean' },
   namespace: { type: 'string' },
   'gate-service': { type: 'string' },
@@ -131,6 +135,9 @@ function settingsOf(v: Values): RenderSettings | string {
   if (internalGiven === 1) return 'the internal listener certificate needs both --gate-tls-internal-cert and --gate-tls-internal-key';
   if (internalGiven === 2 && tlsGiven !== 3)
     return '--gate-tls-internal-cert/-key need the --gate-tls-ca, --gate-tls-cert and --gate-tls-key files';
+  const bodyMode = v['request-body-mode'];
+  if (bodyMode !== undefined && !REQUEST_BODY_MODES.includes(bodyMode as RequestBodyMode))
+    return `--request-body-mode must be ${REQUEST_BODY_MODES.join(' or ')}, got ${JSON.stringify(bodyMode)}`;
   if (v['pool-service'] !== undefined && !v['pool-service'].includes('{pool}'))
     return '--pool-service must contain {pool} (replaced by each pool name)';
   return {
@@ -156,6 +163,7 @@ function settingsOf(v: Values): RenderSettings | string {
     internalPort: ports['internal-port'] ?? d.internalPort,
     adminPort: ports['admin-port'] ?? d.adminPort,
     gie: v.gie === true,
+    requestBodyMode: (bodyMode as RequestBodyMode | undefined) ?? defaultRequestBodyMode(v.gie === true),
     useRemoteAddress: v['use-remote-address'] === true,
     namespace: v.namespace ?? d.namespace,
     gateService: v['gate-service'] ?? d.gateService,

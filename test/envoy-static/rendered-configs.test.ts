@@ -161,6 +161,33 @@ describe('rendered variants pass the proto check', () => {
     }
   });
 
+  it('GIE mode sends public request bodies FULL_DUPLEX_STREAMED with trailers SEND, as GIE gateways do; the flag overrides it', async () => {
+    type Mode = { request_body_mode: string; request_trailer_mode: string };
+    const modes = (text: string): Record<string, Mode> => {
+      const doc = parseYaml(text) as { static_resources: { listeners: { name: string; filter_chains: any[] }[] } };
+      return Object.fromEntries(
+        doc.static_resources.listeners.map((l) => [
+          l.name,
+          l.filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.processing_mode as Mode,
+        ]),
+      );
+    };
+    const gie = await render([...base, '--gie']);
+    expect(errorsOf(gie)).toEqual([]);
+    expect(modes(gie)['public']).toMatchObject({ request_body_mode: 'FULL_DUPLEX_STREAMED', request_trailer_mode: 'SEND' });
+    expect(modes(gie)['internal']).toMatchObject({ request_body_mode: 'BUFFERED', request_trailer_mode: 'SKIP' });
+    const buffered = await render([...base, '--gie', '--request-body-mode', 'BUFFERED']);
+    expect(modes(buffered)['public']?.request_body_mode).toBe('BUFFERED');
+    expect(buffered).toContain('--gie --request-body-mode BUFFERED');
+    const plain = await render([...base, '--request-body-mode', 'FULL_DUPLEX_STREAMED']);
+    expect(modes(plain)['public']?.request_body_mode).toBe('FULL_DUPLEX_STREAMED');
+    expect(parseRenderArgs([...base, '--request-body-mode', 'STREAMED'])).toMatch(
+      /--request-body-mode must be BUFFERED or FULL_DUPLEX_STREAMED/,
+    );
+    const eg = await render(['render', 'envoy-gateway', '--policy', 'deploy/kubernetes/config/route-table.yaml', '--gie']);
+    expect(eg).toContain('request: { body: FullDuplexStreamed }');
+  });
+
   it('the ConfigMap embeds a valid bootstrap', async () => {
     const text = await render(['render', 'configmap', '--policy', 'deploy/kubernetes/config/route-table.yaml', '--listen', '0.0.0.0']);
     expect(errorsOf(text)).toEqual([]);

@@ -97,7 +97,9 @@ function publicListener(input: RenderInput, s: RenderSettings): string[] {
     '# ── public: every client request is bound to one compatibility group before anything else happens ──',
     '- name: public',
     `  address: { socket_address: { address: ${s.listenAddress}, port_value: ${String(s.publicPort)} } }`,
-    `  per_connection_buffer_limit_bytes: ${String(input.maxBodyBytes)}      # = limits.maxBodyBytes: BUFFERED bodies over it get 413`,
+    s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
+      ? `  per_connection_buffer_limit_bytes: ${String(input.maxBodyBytes)}      # = limits.maxBodyBytes (the gate refuses bodies over it: 413)`
+      : `  per_connection_buffer_limit_bytes: ${String(input.maxBodyBytes)}      # = limits.maxBodyBytes: BUFFERED bodies over it get 413`,
     '  filter_chains:',
     '  - filters:',
     '    - name: envoy.filters.network.http_connection_manager',

@@ -2,7 +2,8 @@
  * The Envoy Gateway alternative (envoy/istio/envoy-gateway.yaml). Field names follow Envoy Gateway's v1alpha1 API
  * (envoyproxy/gateway api/v1alpha1/ext_proc_types.go at c78106a: ExtProc with the inline BackendCluster
  * `backendRefs`/`backendSettings`, `messageTimeout`, `failOpen`, `processingMode`, `metadata.writableNamespaces`;
- * ClusterSettings.circuitBreaker: maxConnections, maxPendingRequests, maxParallelRequests, maxRequestsPerConnection).
+ * ClusterSettings.circuitBreaker: maxConnections, maxPendingRequests, maxParallelRequests, maxRequestsPerConnection;
+ * the body mode `FullDuplexStreamed`, which also sends trailers and requires failOpen false).
  * No Envoy Gateway ran against it; the header says so.
  */
 import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
@@ -21,7 +22,9 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
       "Envoy Gateway ran against this file. Field names follow Envoy Gateway's v1alpha1 API; check them against the",
       'release you run (backendSettings needs v1.2 or newer).',
       '',
-      'What it keeps from envoy/envoy.yaml: BUFFERED request bodies, response headers to the gate, fail closed, a 2 s',
+      s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
+        ? 'What it keeps from envoy/envoy.yaml: FULL_DUPLEX request bodies, response headers to the gate, fail closed, a 2 s'
+        : 'What it keeps from envoy/envoy.yaml: BUFFERED request bodies, response headers to the gate, fail closed, a 2 s',
       'message timeout, circuit breakers sized for the pools and the gate, the gate connection cap, and routing by',
       'the stamped pool (HTTPRoute header matches, like the Istio VirtualService).',
       'What Envoy Gateway does not let you say, and what that means:',
@@ -69,7 +72,9 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
     '    messageTimeout: 2s',
     '    failOpen: false',
     '    processingMode:',
-    '      request: { body: Buffered }            # request headers and the whole body',
+    s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
+      ? '      request: { body: FullDuplexStreamed }  # chunks stream to the gate (trailers too), decided at the end'
+      : '      request: { body: Buffered }            # request headers and the whole body',
     '      response: {}                           # response headers (so x-kvgate-group/-revision/-binding reach clients), no body',
     ...(s.gie ? ['    metadata:', "      writableNamespaces: [envoy.lb]         # GIE: keep the gate's envoy.lb endpoint metadata"] : []),
     '---',

@@ -4,6 +4,28 @@
  */
 import type { RenderSettings } from './settings.js';
 
+/**
+ * FULL_DUPLEX_STREAMED is the default in GIE mode (`--request-body-mode`), as GIE's gateways send it
+ * (kubernetes-sigs/gateway-api-inference-extension config/manifests/gateway/patch_policy.yaml at 5d859d91; Istio's
+ * InferencePool filter, istio/istio pilot/pkg/xds/filters/filters.go `BuildInferencePoolExtProcFilter`), so a
+ * kvgate-rendered GIE data plane runs the mode kvgate meets behind those gateways. Envoy requires
+ * `request_trailer_mode: SEND` with it (source/extensions/filters/http/ext_proc/config.cc `verifyProcessingModeConfig`).
+ * The gate collects the body and decides at its end (src/gate/session.ts); Envoy buffers nothing, so
+ * `limits.maxBodyBytes` is enforced by the gate's 413. Responses stay NONE: tokens stream straight through, and a gate
+ * drain cannot cut one.
+ */
+function requestBodyLines(duplex: boolean): string[] {
+  return duplex
+    ? [
+        '    request_body_mode: FULL_DUPLEX_STREAMED      # chunks stream to the gate, which decides at the end of the body',
+        '    request_trailer_mode: SEND                   # Envoy requires it with FULL_DUPLEX_STREAMED (where the body ends)',
+      ]
+    : [
+        '    request_body_mode: BUFFERED                  # the gate routes on the JSON body (model, tenant scope)',
+        '    request_trailer_mode: SKIP',
+      ];
+}
+
 /** The filter for the public (client) or internal (prefill leg) listener, unindented, `name:` first. */
 export function extProcFilter(listener: 'public' | 'internal', clusterName: string, s: RenderSettings): string[] {
   const pub = listener === 'public';
@@ -19,14 +41,15 @@ export function extProcFilter(listener: 'public' | 'internal', clusterName: stri
       ? '    - { key: x-kvgate-listener, value: public }'
       : '    - { key: x-kvgate-listener, value: internal }   # the only way a stream is treated as a hop',
     '  failure_mode_allow: false                      # fail closed: gate down -> 500, slow -> 504',
-    '  message_timeout: 2s                            # a decision normally takes well under 1 ms',
+    pub && s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
+      ? '  message_timeout: 2s                            # response headers; Envoy arms no timer on FULL_DUPLEX_STREAMED bodies'
+      : '  message_timeout: 2s                            # a decision normally takes well under 1 ms',
   ];
   if (pub) lines.push('  max_message_timeout: 30s                       # the gate extends it while a request waits in its queue');
   lines.push(
     '  processing_mode:',
     '    request_header_mode: SEND',
-    '    request_body_mode: BUFFERED                  # the gate routes on the JSON body (model, tenant scope)',
-    '    request_trailer_mode: SKIP',
+    ...requestBodyLines(pub && s.requestBodyMode === 'FULL_DUPLEX_STREAMED'),
     pub
       ? '    response_header_mode: SEND                   # so x-kvgate-group/-revision/-binding reach the client'
       : '    response_header_mode: SKIP',

@@ -8,6 +8,18 @@
 export const ENVOY_VERSIONS = ['1.36', '1.37'] as const;
 export type EnvoyVersion = (typeof ENVOY_VERSIONS)[number];
 
+/**
+ * Request body modes the gate routes under that a rendered config may set: BUFFERED (Envoy holds the body; 413 over
+ * the connection buffer) or FULL_DUPLEX_STREAMED (what GIE's gateways send; the gate collects the chunks).
+ */
+export const REQUEST_BODY_MODES = ['BUFFERED', 'FULL_DUPLEX_STREAMED'] as const;
+export type RequestBodyMode = (typeof REQUEST_BODY_MODES)[number];
+
+/** The public listener's body mode when none is given: GIE mode follows GIE's gateways (ext-proc-filter.ts). */
+export function defaultRequestBodyMode(gie: boolean): RequestBodyMode {
+  return gie ? 'FULL_DUPLEX_STREAMED' : 'BUFFERED';
+}
+
 export const RENDER_TARGETS = [
   'bootstrap',
   'configmap',
@@ -49,6 +61,8 @@ export interface RenderSettings {
   readonly adminPort: number;
   /** Gateway API Inference Extension / llm-d data planes: keep the gate's `envoy.lb` dynamic metadata. */
   readonly gie: boolean;
+  /** How the public listener sends request bodies to the gate (default `defaultRequestBodyMode(gie)`). */
+  readonly requestBodyMode: RequestBodyMode;
   /** Envoy is the edge: take x-forwarded-for from the peer (HCM `use_remote_address`). */
   readonly useRemoteAddress: boolean;
   /** Kubernetes namespace of the gate, the gateways and the pool Services. */
@@ -69,6 +83,7 @@ export const DEFAULT_SETTINGS: Omit<RenderSettings, 'policy'> = {
   internalPort: 10001,
   adminPort: 9901,
   gie: false,
+  requestBodyMode: 'BUFFERED',
   useRemoteAddress: false,
   namespace: 'kvgate',
   gateService: 'kvgate-gate',
@@ -102,6 +117,7 @@ export function renderFlags(target: RenderTarget, s: RenderSettings): string {
   add('--internal-port', s.internalPort, d.internalPort);
   add('--admin-port', s.adminPort, d.adminPort);
   if (s.gie) out.push('--gie');
+  if (s.requestBodyMode !== defaultRequestBodyMode(s.gie)) out.push('--request-body-mode', s.requestBodyMode);
   if (s.useRemoteAddress) out.push('--use-remote-address');
   add('--namespace', s.namespace, d.namespace);
   add('--gate-service', s.gateService, d.gateService);
