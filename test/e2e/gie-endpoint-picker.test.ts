@@ -19,6 +19,9 @@ import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { clone, twoRevisionTableValue } from '../../src/policy/testing.js';
 import {
+  chunkedRequest,
+  ENVOY_VERSIONS,
+  type EnvoyVersion,
   mustLoadEnvoyConfig,
   ok,
   request as rawRequest,
@@ -31,8 +34,25 @@ import {
 const SEED = 'e2e-gie';
 const silent = pino({ level: 'silent' });
 
+/** BUFFERED request bodies, response headers: what this file's first gateway sends the picker. */
+const BUFFERED_MODE = { request_body_mode: 'BUFFERED', response_header_mode: 'SEND' };
+
+/**
+ * What Istio's InferencePool support configures (istio/istio pilot/pkg/xds/filters/filters.go
+ * `BuildInferencePoolExtProcFilter`): FULL_DUPLEX_STREAMED bodies both ways with trailers SEND (Envoy requires it),
+ * response headers SEND, a 1000 s message timeout, envoy.lb forwarded and received.
+ */
+const ISTIO_INFERENCE_POOL_MODE = {
+  request_header_mode: 'SEND',
+  request_body_mode: 'FULL_DUPLEX_STREAMED',
+  request_trailer_mode: 'SEND',
+  response_header_mode: 'SEND',
+  response_body_mode: 'FULL_DUPLEX_STREAMED',
+  response_trailer_mode: 'SEND',
+};
+
 /** A GIE-style gateway: ext_proc with the envoy.lb namespaces, one pool cluster with the override_host policy. */
-function gatewayYaml(gatePort: number, members: readonly string[]): string {
+function gatewayYaml(gatePort: number, members: readonly string[], mode: Record<string, string> = BUFFERED_MODE): string {
   const ep = (a: string) => {
     const [address, port] = [a.slice(0, a.lastIndexOf(':')), Number(a.slice(a.lastIndexOf(':') + 1))];
     return { endpoint: { address: { socket_address: { address, port_value: port } } } };
@@ -63,8 +83,8 @@ function gatewayYaml(gatePort: number, members: readonly string[]): string {
                           '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
                           grpc_service: { envoy_grpc: { cluster_name: 'epp' } },
                           failure_mode_allow: false, // FailClose
-                          message_timeout: '5s',
-                          processing_mode: { request_body_mode: 'BUFFERED', response_header_mode: 'SEND' },
+                          message_timeout: mode === BUFFERED_MODE ? '5s' : '1000s',
+                          processing_mode: mode,
                           metadata_options: {
                             forwarding_namespaces: { untyped: ['envoy.lb.subset_hint', 'envoy.lb'] },
                             receiving_namespaces: { untyped: ['envoy.lb'] },
@@ -146,7 +166,10 @@ interface Rig {
 }
 
 /** Three decode pods of llama-a (static view: the gate believes the table); the gateway's cluster has `members`. */
-async function startRig(members?: (pods: FakeUpstream[]) => string[]): Promise<Rig> {
+async function startRig(
+  members?: (pods: FakeUpstream[]) => string[],
+  opts: { mode?: Record<string, string>; envoyVersion?: EnvoyVersion } = {},
+): Promise<Rig> {
   const pods = await Promise.all(['p1', 'p2', 'p3'].map((n) => startFakeUpstream(n)));
   for (const p of pods) cleanup.push(() => p.close());
   const v = clone(twoRevisionTableValue()) as { pools: unknown[]; models: Record<string, { rollout: Record<string, unknown> }> };
@@ -179,8 +202,11 @@ async function startRig(members?: (pods: FakeUpstream[]) => string[]): Promise<R
   });
   cleanup.push(() => gate.close());
   const harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(gatewayYaml(gate.grpcPort, members ? members(pods) : pods.map((p) => p.address)), { listenerPorts: { http: 0 } }),
+    mustLoadEnvoyConfig(gatewayYaml(gate.grpcPort, members ? members(pods) : pods.map((p) => p.address), opts.mode), {
+      listenerPorts: { http: 0 },
+    }),
     {
+      ...(opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion }),
       reportServedEndpoint: true,
       requestMetadata: (h) => {
         const subset = h['x-test-subset'];
@@ -291,5 +317,42 @@ describe('kvgate as an InferencePool endpoint picker (GIE protocol, through the 
     } finally {
       client.close();
     }
+  });
+});
+
+describe.each(ENVOY_VERSIONS)("behind Istio's InferencePool filter (FULL_DUPLEX_STREAMED both ways), Envoy %s", (envoyVersion) => {
+  it('a body in chunks is bound and routed to a listed endpoint; the response reaches the client as the gate streams it back', async () => {
+    const rig = await startRig(undefined, { mode: ISTIO_INFERENCE_POOL_MODE, envoyVersion });
+    const body = Buffer.from(JSON.stringify({ model: 'llama-3-8b', prompt: 'Grüße aus 東京', max_tokens: 12 }));
+    const cut = body.indexOf(Buffer.from('東')) + 1; // inside the 3-byte character
+    const num = body.indexOf(Buffer.from('12')) + 1; // inside the JSON number
+    const parts = [body.subarray(0, cut), body.subarray(cut, num), body.subarray(num)];
+    const headers = { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': `duplex-${envoyVersion}` };
+    const r = ok(await chunkedRequest(rig.harness.listeners['http']!.url, parts, { path: '/v1/completions', headers }));
+    expect(r.status).toBe(200);
+    const { pod, list } = lastServed(rig);
+    expect(pod.address).toBe(list[0]);
+    // What the pod received is the client's body, whole, with only the tenant's cache_salt added.
+    const received = JSON.parse(pod.requests.at(-1)!.body.toString()) as Record<string, unknown>;
+    expect(received).toMatchObject({ model: 'llama-3-8b', prompt: 'Grüße aus 東京', max_tokens: 12 });
+    expect(typeof received['cache_salt']).toBe('string');
+    // The fake pod's answer came back through the gate chunk by chunk (Envoy drained its own copy).
+    expect(JSON.parse(r.body)).toMatchObject({ upstream: pod.name, method: 'POST', path: '/v1/completions' });
+    const stats = rig.harness.stats();
+    expect(stats['http.ingress.ext_proc.spurious_msgs_received'] ?? 0).toBe(0);
+    // headers + 3 chunks + the empty end_of_stream chunk, then response headers and at least one response chunk.
+    expect(stats['http.ingress.ext_proc.stream_msgs_sent']).toBeGreaterThanOrEqual(7);
+  });
+
+  it('an unknown model gets the gate refusal, not a 500', async () => {
+    const rig = await startRig(undefined, { mode: ISTIO_INFERENCE_POOL_MODE, envoyVersion });
+    const body = JSON.stringify({ model: 'no-such-model', prompt: 'hi' });
+    const headers = { 'content-type': 'application/json', 'x-tenant-id': 'acme' };
+    const r = ok(
+      await chunkedRequest(rig.harness.listeners['http']!.url, [body.slice(0, 9), body.slice(9)], { path: '/v1/completions', headers }),
+    );
+    expect(r.status).toBe(404);
+    expect(JSON.parse(r.body).error.code).toBe('unknown_model');
+    expect(rig.pods.every((p) => p.requests.length === 0)).toBe(true);
   });
 });
