@@ -155,8 +155,10 @@ describe('ext_proc_graceful_grpc_close', () => {
     const closeLate: FakeHandler = (s) => {
       result = (async () => {
         for (let m = await s.recv(); m !== null; m = await s.recv()) s.send(reply(m));
-        // Up to 500 ms (half of Envoy's 1 s remote-close timeout) for a reset to arrive.
-        for (let waited = 0; waited < 500 && !s.wasCancelled(); waited += 10) await sleep(10);
+        // Up to 500 ms (half of Envoy's 1 s remote-close timeout) for a reset to arrive, by the clock: on a loaded
+        // machine 50 sleeps of 10 ms can take longer than the timeout itself, and then the reset is the timeout's.
+        const until = Date.now() + 500;
+        while (Date.now() < until && !s.wasCancelled()) await sleep(10);
         const reset = s.wasCancelled();
         s.closeOk();
         return reset;
