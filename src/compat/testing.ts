@@ -3,12 +3,12 @@
  * time instead of restating thirty. Not used by product code.
  */
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
+import { PACKAGE_ROOT } from '../package-root.js';
 import { parseDescriptor, type CompatDescriptor, type CompatDescriptorInput } from './descriptor.js';
 
-const EXAMPLE_FILE = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'examples', 'descriptors', 'llama-3.1-8b.yaml');
+const EXAMPLE_FILE = join(PACKAGE_ROOT, 'examples', 'descriptors', 'llama-3.1-8b.yaml');
 
 /**
  * examples/descriptors/llama-3.1-8b.yaml: Llama-3.1-8B on vLLM 0.14 with NixlConnector v12, pull mode, bfloat16 KV,

@@ -4,24 +4,23 @@
  * differ only in their weights revision: the pair that passes vLLM's NIXL handshake and still corrupts output.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { PACKAGE_ROOT } from '../package-root.js';
 import { parseDescriptor, type CompatDescriptor, type CompatDescriptorInput } from '../compat/descriptor.js';
 import { formatIssues } from '../config/issues.js';
 import type { CompiledRouteTable } from './compile.js';
 import { parse as parseYaml } from 'yaml';
 import { descriptorFilesOf, descriptorPath, parseRouteTable, routeTableFromValue, type RouteTableOptions } from './load.js';
 
-const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /**
  * The one fixture source: the example descriptors and route tables under `examples/` (what an operator starts from)
  * are what tests load and mutate. `examples/route-tables/two-revisions.yaml` is the two-revision table.
  */
-export const EXAMPLES_DIR = join(REPO_ROOT, 'examples');
+export const EXAMPLES_DIR = join(PACKAGE_ROOT, 'examples');
 export const ROUTE_TABLES_DIR = join(EXAMPLES_DIR, 'route-tables');
 /** Deliberately broken route tables (a typo, a YAML syntax error): bad input, so not examples. */
-export const BAD_TABLES_DIR = join(REPO_ROOT, 'test', 'fixtures', 'policy');
+export const BAD_TABLES_DIR = join(PACKAGE_ROOT, 'test', 'fixtures', 'policy');
 
 /** An example descriptor file's plain value (`llama-a`, `llama-b`, ...). A fresh object each call. */
 export function exampleDescriptorValue(name: string): CompatDescriptorInput {

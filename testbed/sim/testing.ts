@@ -4,13 +4,14 @@
  * text reader. Test support, not product code.
  */
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { CompatDescriptorInput } from '../../src/compat/descriptor.js';
+import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { deepMerge, parseSimConfig, type SimConfig, type SimSettingsInput } from './config.js';
 import { createSimServer, type SimServer, type SimServerOptions } from './server.js';
 
-const EXAMPLE_A = fileURLToPath(new URL('../../examples/descriptors/llama-a.yaml', import.meta.url));
+const EXAMPLE_A = join(PACKAGE_ROOT, 'examples', 'descriptors', 'llama-a.yaml');
 
 /**
  * The simulator's test worker: examples/descriptors/llama-a.yaml (Llama-3-8B geometry on vLLM 0.11, NixlConnector
