@@ -9,7 +9,7 @@ import type { CompiledPool, CompiledRouteTable } from '../policy/compile.js';
 import { tenantAllowed } from '../policy/schema.js';
 import { finalRetryAfter } from './fallback.js';
 import type { DecideContext } from './types.js';
-import { eligibleEndpoints, pickLeastLoaded } from './pick.js';
+import { eligibleFor, pickLeastLoaded } from './pick.js';
 import { refuse } from './refusal.js';
 import type { BoundGroup, Decision, HopFacts, RequestFacts } from './types.js';
 import type { WorkerView } from './worker-view.js';
@@ -200,7 +200,7 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
 
 function pickHopEndpoint(h: HopScope, pools: readonly CompiledPool[], exclude: ReadonlySet<string>): Decision {
   const { id, c, trace } = h;
-  const e = eligibleEndpoints(pools, h.view, c.fingerprint, c.tenant, exclude);
+  const e = eligibleFor(pools, h.view, c.fingerprint, c.tenant, { requestId: id, exclude });
   const picked = pickLeastLoaded(e.candidates, id);
   if (picked === undefined) {
     const retryAfterSeconds = finalRetryAfter(h.table);

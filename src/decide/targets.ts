@@ -5,7 +5,7 @@
  * could help (some endpoint is merely busy), which is what the fallback chain needs to choose its step.
  */
 import type { CompiledRevision } from '../policy/compile.js';
-import { eligibleEndpoints, type Candidate } from './pick.js';
+import { eligibleFor, type Candidate, type Eligibility } from './pick.js';
 import { pickScored, rankAlternates } from './score.js';
 import type { BoundGroup } from './types.js';
 import type { WorkerView } from './worker-view.js';
@@ -48,26 +48,22 @@ export function pickTargets(
 ): Targets {
   const fp = group.fingerprint;
   const decodePools = rev.transfer.allowed ? [...rev.pools.decode, ...rev.pools.both] : rev.pools.both;
-  const de = eligibleEndpoints(decodePools, view, fp, group.tenant);
+  const de = eligibleFor(decodePools, view, fp, group.tenant, { requestId, affinity: opts.affinity ?? null });
   const picked = pickScored(de.candidates, requestId, opts.affinity ?? null);
   if (picked === undefined) {
     return { ok: false, shortage: { missing: 'decode', reasons: de.reasons, busy: de.busy, decode: null } };
   }
   const decode = picked.candidate;
   const alternates = rankAlternates(de.candidates, decode, requestId, Math.min(MAX_ALTERNATES, opts.alternates ?? MAX_ALTERNATES));
-  trace.push(
-    `decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${describeLoad(decode)}, ${picked.why} of ${de.candidates.length})`,
-  );
+  trace.push(`decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${describeLoad(decode)}, ${picked.why} of ${countOf(de)})`);
   if (!rev.transfer.allowed) {
     trace.push('prefill: none (served without disaggregation by a role: both pool)');
     return { ok: true, decode, prefill: null, alternates };
   }
-  const pe = eligibleEndpoints(rev.pools.prefill, view, fp, group.tenant);
+  const pe = eligibleFor(rev.pools.prefill, view, fp, group.tenant, { requestId });
   const prefill = pickScored(pe.candidates, requestId, null)?.candidate;
   if (prefill !== undefined) {
-    trace.push(
-      `prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${describeLoad(prefill)}, least cost of ${pe.candidates.length})`,
-    );
+    trace.push(`prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${describeLoad(prefill)}, least cost of ${countOf(pe)})`);
     return { ok: true, decode, prefill, alternates };
   }
   if (decode.pool.role === 'both') {
@@ -76,7 +72,7 @@ export function pickTargets(
     );
     return { ok: true, decode, prefill: null, alternates };
   }
-  const be = eligibleEndpoints(rev.pools.both, view, fp, group.tenant, decode.endpoint.address);
+  const be = eligibleFor(rev.pools.both, view, fp, group.tenant, { requestId, exclude: decode.endpoint.address });
   const viaBoth = pickScored(be.candidates, requestId, null)?.candidate;
   if (viaBoth === undefined) {
     return { ok: false, shortage: { missing: 'prefill', reasons: [...pe.reasons, ...be.reasons], busy: pe.busy + be.busy, decode } };
@@ -91,4 +87,8 @@ function describeLoad(c: Candidate): string {
   return l === undefined
     ? own
     : `${own}, worker reports ${l.running} running, ${l.waiting} waiting, KV ${Math.round(l.kvCacheUsage * 100)}%`;
+}
+
+function countOf(e: Eligibility): string {
+  return e.sampledFrom === undefined ? String(e.candidates.length) : `${e.candidates.length} sampled from ${e.sampledFrom}`;
 }

@@ -7,10 +7,8 @@ import { createDevKeyRing, type KeyRing } from '../contract/keys.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { parseOpenAiBody } from './request-facts.js';
 import type { HopFacts, QueueView, RequestFacts } from './types.js';
-import type { EndpointState, WorkerView } from './worker-view.js';
+import { indexRoutable, routableOf, type EndpointState, type RoutableIndex, type WorkerView } from './worker-view.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
-
-/** A fixed instant for tests (2023-11-14T22:13:20Z). */
 
 /** The dev key ring tests share; INSECURE by design. */
 export function testKeys(seed = 'kvgate-test'): KeyRing {
@@ -63,6 +61,8 @@ export type EndpointPatch = Partial<Omit<EndpointState, 'address'>>;
 /** A worker view whose endpoints a test can change after creating it. */
 export interface TestWorkerView extends WorkerView {
   set(address: string, patch: EndpointPatch): void;
+  /** With `indexed`: rebuild the routable index from the endpoints as they are now (until then it keeps the old one). */
+  reindex(): void;
 }
 
 /**
@@ -72,28 +72,43 @@ export interface TestWorkerView extends WorkerView {
 export function createTestWorkerView(
   compiled: CompiledRouteTable,
   patches: Readonly<Record<string, EndpointPatch>> = {},
-  options: { reverse?: boolean } = {},
+  options: { reverse?: boolean; indexed?: boolean } = {},
 ): TestWorkerView {
   const state = new Map<string, EndpointPatch>(Object.entries(patches));
-  return {
+  const stateOf = (address: string, fingerprint: string): EndpointState => ({
+    address,
+    fingerprint,
+    verified: true,
+    draining: false,
+    inFlight: 0,
+    observedAtMs: TEST_NOW_MS,
+    ...(state.get(address) ?? {}),
+  });
+  let indexes = new Map<string, ReadonlyMap<string, RoutableIndex>>();
+  const view: TestWorkerView = {
     endpoints(pool) {
       const p = compiled.pools.get(pool);
       if (p === undefined) return [];
-      const eps = p.endpoints.map((e) => ({
-        address: e.address,
-        fingerprint: e.fingerprint,
-        verified: true,
-        draining: false,
-        inFlight: 0,
-        observedAtMs: TEST_NOW_MS,
-        ...(state.get(e.address) ?? {}),
-      }));
+      const eps = p.endpoints.map((e) => stateOf(e.address, e.fingerprint));
       return options.reverse ? eps.reverse() : eps;
     },
     set(address, patch) {
       state.set(address, { ...(state.get(address) ?? {}), ...patch });
     },
+    reindex() {
+      indexes = new Map([...compiled.pools.keys()].map((pool) => [pool, indexRoutable(view.endpoints(pool))]));
+    },
   };
+  if (options.indexed !== true) return view;
+  view.reindex();
+  const byAddress = new Map([...compiled.pools].map(([name, p]) => [name, new Map(p.endpoints.map((e) => [e.address, e.fingerprint]))]));
+  return Object.assign(view, {
+    routable: (pool: string, fingerprint: string) => routableOf(indexes.get(pool) ?? new Map(), fingerprint),
+    endpoint: (pool: string, address: string) => {
+      const fingerprint = byAddress.get(pool)?.get(address);
+      return fingerprint === undefined ? undefined : stateOf(address, fingerprint);
+    },
+  });
 }
 
 /** A queue view with fixed answers, for tests of the `queue` and `recompute` steps. */

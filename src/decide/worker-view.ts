@@ -7,6 +7,7 @@
  * issue adds a live poller behind the same interface.
  */
 import type { CompiledRouteTable } from '../policy/compile.js';
+import { fnv1a } from './hash32.js';
 
 export interface EndpointState {
   /** `ip:port`, as Envoy's ORIGINAL_DST routes to it. */
@@ -41,6 +42,42 @@ export interface WorkerView {
   endpoints(pool: string): readonly EndpointState[];
   /** Age of the oldest observation behind this view, when it is a live view. */
   readonly ageMs?: number;
+  /**
+   * An index for large pools (optional): which of `pool`'s endpoints were routable for `fingerprint` (observed,
+   * verified, not draining) when the view last changed. A hint of where to look, nothing more: the picker reads each
+   * address it considers again with `endpoint` and checks it exactly as it checks `endpoints` (src/decide/pick.ts).
+   */
+  routable?(pool: string, fingerprint: string): RoutableIndex;
+  /** One endpoint's state now, as `endpoints(pool)` would give it; undefined when the pool does not list it. */
+  endpoint?(pool: string, address: string): EndpointState | undefined;
+}
+
+/** Addresses in a stable order, with their 32-bit tie-break/affinity hashes (`fnv1a(address)`). */
+export interface RoutableIndex {
+  readonly addresses: readonly string[];
+  readonly hashes: Uint32Array;
+}
+
+const EMPTY_INDEX: RoutableIndex = Object.freeze({ addresses: Object.freeze([]), hashes: new Uint32Array(0) });
+
+/** The routable addresses of `states` per fingerprint (in-flight counts are left out: they change per request). */
+export function indexRoutable(states: readonly EndpointState[]): ReadonlyMap<string, RoutableIndex> {
+  const by = new Map<string, string[]>();
+  for (const e of states) {
+    if (e.fingerprint === null || !e.verified || e.draining) continue;
+    const list = by.get(e.fingerprint);
+    if (list === undefined) by.set(e.fingerprint, [e.address]);
+    else list.push(e.address);
+  }
+  const out = new Map<string, RoutableIndex>();
+  for (const [fp, addresses] of by)
+    out.set(fp, Object.freeze({ addresses: Object.freeze(addresses), hashes: Uint32Array.from(addresses, fnv1a) }));
+  return out;
+}
+
+/** `index.get(fingerprint)`, or an empty index. */
+export function routableOf(index: ReadonlyMap<string, RoutableIndex>, fingerprint: string): RoutableIndex {
+  return index.get(fingerprint) ?? EMPTY_INDEX;
 }
 
 /**
@@ -91,18 +128,33 @@ export function createInFlightTracker(): InFlightTracker {
  */
 export function createStaticWorkerView(compiled: CompiledRouteTable, inFlight: InFlightTracker): WorkerView {
   const declared = new Map(
-    [...compiled.pools.values()].map((p) => [p.name, p.endpoints.map((e) => ({ address: e.address, fingerprint: e.fingerprint }))]),
+    [...compiled.pools.values()].map((p) => [p.name, new Map(p.endpoints.map((e) => [e.address, e.fingerprint] as const))]),
   );
-  return {
+  const stateOf = (address: string, fingerprint: string): EndpointState => ({
+    address,
+    fingerprint,
+    verified: true,
+    draining: false,
+    inFlight: inFlight.inFlight(address),
+    observedAtMs: 0,
+  });
+  const indexes = new Map<string, ReadonlyMap<string, RoutableIndex>>();
+  const view: WorkerView = {
     endpoints(pool) {
-      return (declared.get(pool) ?? []).map((e) => ({
-        address: e.address,
-        fingerprint: e.fingerprint,
-        verified: true,
-        draining: false,
-        inFlight: inFlight.inFlight(e.address),
-        observedAtMs: 0,
-      }));
+      return [...(declared.get(pool) ?? [])].map(([address, fingerprint]) => stateOf(address, fingerprint));
+    },
+    routable(pool, fingerprint) {
+      let index = indexes.get(pool);
+      if (index === undefined) {
+        index = indexRoutable(view.endpoints(pool));
+        indexes.set(pool, index);
+      }
+      return routableOf(index, fingerprint);
+    },
+    endpoint(pool, address) {
+      const fingerprint = declared.get(pool)?.get(address);
+      return fingerprint === undefined ? undefined : stateOf(address, fingerprint);
     },
   };
+  return view;
 }

@@ -3,6 +3,7 @@ import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { createInFlightTracker } from '../decide/worker-view.js';
 import { tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
+import { eligibleFor } from '../decide/pick.js';
 import { createWorkerPoller } from './worker-poller.js';
 
 function tableWithStatus() {
@@ -106,5 +107,42 @@ describe('live worker view', () => {
     expect(await value({ ...decode, state: 'unverified' })).toBe(1);
     // Every pool of the table has a series per state, so an absent routable endpoint reads 0, not "no data".
     for (const p of table.pools.values()) expect(await value({ pool: p.name, state: 'routable' })).toBeTypeOf('number');
+  });
+});
+
+describe('live worker view: the routable index of a large pool', () => {
+  it('follows what the sidecars report: rebuilt when an endpoint turns routable, and never trusted alone', async () => {
+    const v = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string; status?: string }> }> };
+    const pool = v.pools.find((p) => p.name === 'a-decode')!;
+    pool.endpoints = Array.from({ length: 200 }, (_, i) => ({
+      address: `10.9.${i >> 8}.${i & 255}:8000`,
+      status: `http://10.9.${i >> 8}.${i & 255}:9000`,
+    }));
+    const table = tableFromValue(v);
+    const decode = table.pools.get('a-decode')!;
+    let verified = false;
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => table,
+        fetch: (async () => new Response(JSON.stringify({ fingerprint: decode.fingerprint, verified, draining: false }))) as typeof fetch,
+      },
+    );
+    const view = poller.viewFor(table);
+    const pick = () => eligibleFor([decode], view, decode.fingerprint, 'acme', { requestId: 'r' });
+    await poller.pollOnce();
+    expect(view.routable!('a-decode', decode.fingerprint).addresses).toHaveLength(0);
+    expect(pick().candidates).toEqual([]);
+    verified = true;
+    await poller.pollOnce();
+    expect(view.routable!('a-decode', decode.fingerprint).addresses).toHaveLength(200);
+    expect(pick().sampledFrom).toBe(200);
+    verified = false; // every sidecar now reports a failed probe: the next poll rebuilds, and the pick re-checks anyway
+    await poller.pollOnce();
+    expect(pick().candidates).toEqual([]);
+    expect(view.endpoint!('a-decode', '10.9.0.7:8000')).toMatchObject({ verified: false });
   });
 });

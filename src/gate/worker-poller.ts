@@ -15,7 +15,16 @@
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { EndpointLoad, EndpointState, InFlightTracker, RequestReport, WorkerView } from '../decide/worker-view.js';
+import {
+  indexRoutable,
+  routableOf,
+  type EndpointLoad,
+  type EndpointState,
+  type InFlightTracker,
+  type RequestReport,
+  type RoutableIndex,
+  type WorkerView,
+} from '../decide/worker-view.js';
 import type { CompiledEndpoint, CompiledPool, CompiledRouteTable } from '../policy/compile.js';
 
 /** The states `kvgate_worker_endpoints` and `/status` name; a pool's endpoints are in exactly one each. */
@@ -95,7 +104,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   const now = deps.now ?? Date.now;
   const doFetch = deps.fetch ?? fetch;
   const endpointsOf = deps.endpointsOf ?? ((p: CompiledPool) => p.endpoints);
-  const seen = new Map<string, Observation & { status: string }>();
+  const seen = new ObservationMap(() => now(), opts.staleAfterMs);
   const polls = new Counter({
     name: 'kvgate_worker_status_polls_total',
     help: 'Polls of sidecar status endpoints by result (ok, error).',
@@ -182,6 +191,25 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     }
   }
 
+  /** What the decision core sees of one endpoint now: fail closed when its sidecar's answer is missing or stale. */
+  function stateOfEndpoint(e: CompiledEndpoint): EndpointState {
+    const inFlight = deps.inFlight.inFlight(e.address);
+    if (e.status === null) {
+      return { address: e.address, fingerprint: e.fingerprint, verified: true, draining: false, inFlight, observedAtMs: 0 };
+    }
+    const o = seen.get(keyOf(e));
+    const fresh = o !== undefined && o.observedAtMs > 0 && now() - o.observedAtMs <= opts.staleAfterMs;
+    return {
+      address: e.address,
+      fingerprint: fresh ? o.fingerprint : null,
+      verified: fresh && o.verified,
+      draining: o?.draining ?? false,
+      inFlight,
+      observedAtMs: o?.observedAtMs ?? 0,
+      ...(fresh && o.load !== undefined ? { load: o.load } : {}),
+    };
+  }
+
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
   const refreshing = new Map<string, { again: boolean }>();
@@ -203,27 +231,35 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   }
   const poller: WorkerPoller = {
     viewFor(table) {
+      // Per pool, the routable index (src/decide/pick.ts samples large groups from it), rebuilt when an observation
+      // that changes routing lands or the pool's endpoint list changes; never trusted alone (the picker re-checks).
+      const indexes = new Map<string, PoolIndex>();
+      const indexOf = (pool: string): PoolIndex | undefined => {
+        const p = table.pools.get(pool);
+        if (p === undefined) return undefined;
+        const list = endpointsOf(p);
+        const hit = indexes.get(pool);
+        if (hit !== undefined && hit.version === seen.version && hit.list === list) return hit;
+        const built: PoolIndex = {
+          version: seen.version,
+          list,
+          byAddress: new Map(list.map((e) => [e.address, e])),
+          routable: indexRoutable(list.map(stateOfEndpoint)),
+        };
+        indexes.set(pool, built);
+        return built;
+      };
       return {
         endpoints(pool: string): readonly EndpointState[] {
           const p = table.pools.get(pool);
-          if (!p) return [];
-          return endpointsOf(p).map((e) => {
-            const inFlight = deps.inFlight.inFlight(e.address);
-            if (e.status === null) {
-              return { address: e.address, fingerprint: e.fingerprint, verified: true, draining: false, inFlight, observedAtMs: 0 };
-            }
-            const o = seen.get(keyOf(e));
-            const fresh = o !== undefined && o.observedAtMs > 0 && now() - o.observedAtMs <= opts.staleAfterMs;
-            return {
-              address: e.address,
-              fingerprint: fresh ? o.fingerprint : null,
-              verified: fresh && o.verified,
-              draining: o?.draining ?? false,
-              inFlight,
-              observedAtMs: o?.observedAtMs ?? 0,
-              ...(fresh && o.load !== undefined ? { load: o.load } : {}),
-            };
-          });
+          return p === undefined ? [] : endpointsOf(p).map(stateOfEndpoint);
+        },
+        routable(pool: string, fingerprint: string) {
+          return routableOf(indexOf(pool)?.routable ?? new Map(), fingerprint);
+        },
+        endpoint(pool: string, address: string) {
+          const e = indexOf(pool)?.byAddress.get(address);
+          return e === undefined ? undefined : stateOfEndpoint(e);
         },
         get ageMs() {
           return oldestAgeMs();
@@ -300,4 +336,44 @@ function requestReportOf(v: unknown): RequestReport | undefined {
   const inFlight = ids(o['inFlight']);
   const received = ids(o['received']);
   return inFlight === undefined || received === undefined ? undefined : { inFlight, received };
+}
+
+interface PoolIndex {
+  readonly version: number;
+  readonly list: readonly CompiledEndpoint[];
+  readonly byAddress: ReadonlyMap<string, CompiledEndpoint>;
+  readonly routable: ReadonlyMap<string, RoutableIndex>;
+}
+
+/**
+ * The observations by endpoint key, with a version that moves whenever one lands that can change what is routable
+ * (fingerprint, verified, draining, or an answer after none or after a stale one), so the routable index is rebuilt
+ * only then and not on every poll of an unchanged worker.
+ */
+class ObservationMap extends Map<string, Observation & { status: string }> {
+  version = 0;
+  constructor(
+    private readonly now: () => number,
+    private readonly staleAfterMs: number,
+  ) {
+    super();
+  }
+  override set(key: string, o: Observation & { status: string }): this {
+    const prev = this.get(key);
+    if (
+      prev === undefined ||
+      prev.fingerprint !== o.fingerprint ||
+      prev.verified !== o.verified ||
+      prev.draining !== o.draining ||
+      prev.observedAtMs === 0 ||
+      this.now() - prev.observedAtMs > this.staleAfterMs
+    ) {
+      this.version++;
+    }
+    return super.set(key, o);
+  }
+  override delete(key: string): boolean {
+    this.version++;
+    return super.delete(key);
+  }
 }

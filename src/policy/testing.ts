@@ -12,7 +12,6 @@ import type { CompiledRouteTable } from './compile.js';
 import { parse as parseYaml } from 'yaml';
 import { descriptorFilesOf, descriptorPath, parseRouteTable, routeTableFromValue, type RouteTableOptions } from './load.js';
 
-
 /**
  * The one fixture source: the example descriptors and route tables under `examples/` (what an operator starts from)
  * are what tests load and mutate. `examples/route-tables/two-revisions.yaml` is the two-revision table.
