@@ -22,6 +22,11 @@ export const GateConfigSchema = z
   .object({
     /** ext_proc + grpc.health.v1, the address Envoy's ext_proc cluster points at. */
     listen: hostPort.default('0.0.0.0:9002'),
+    /**
+     * A plaintext gRPC port with only grpc.health.v1 (liveness, readiness, the ext_proc service; the main port's
+     * statuses), for kubelet gRPC probes, which cannot present a client certificate to the mTLS port. Empty: off.
+     */
+    health: z.union([hostPort, z.literal('')]).default(''),
     /** Plain HTTP: /metrics (Prometheus), /status (JSON), /healthz. Empty string disables it. */
     admin: z.union([hostPort, z.literal('')]).default('0.0.0.0:9003'),
     /** The route table file (YAML or JSON), relative to this config file. */

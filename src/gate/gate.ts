@@ -32,6 +32,8 @@ const QUEUED_POLL_MS = 250;
 
 export interface RunningGate {
   readonly grpcPort: number;
+  /** The plaintext grpc.health.v1 port (`health` in the config), or null when off. */
+  readonly healthPort: number | null;
   readonly adminPort: number | null;
   readonly policy: PolicyStore;
   readonly registry: Registry;
@@ -179,6 +181,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     logger: log,
     metrics: createGateMetrics(registry),
     listen: config.listen,
+    healthListen: config.health === '' ? undefined : config.health,
     gieHeaders: config.envoy.gieHeaders,
     decisionLog: config.log.decisions ? log.child({ log: DECISION_LOG_TAG }) : undefined,
     tracer: deps.tracer,
@@ -224,6 +227,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   };
   return {
     grpcPort: grpc.port,
+    healthPort: grpc.healthPort ?? null,
     adminPort: admin?.port ?? null,
     policy,
     registry,

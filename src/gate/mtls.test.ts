@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -184,6 +185,62 @@ describe('insecure: true', () => {
       expect(facts[0]?.listener).toBe('internal');
     } finally {
       plain.close();
+    }
+  });
+});
+
+describe('the plaintext health port (kubelet gRPC probes carry no client certificate)', () => {
+  it('answers grpc.health.v1 without TLS, follows readiness and drain, and serves no ext_proc', async () => {
+    const h = await startGateServer({
+      admission: {} as Admission,
+      logger: pino({ level: 'silent' }),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      healthListen: '127.0.0.1:0',
+      drainAnnounceMs: 200,
+      drainGraceMs: 100,
+      transport: {
+        kind: 'mtls',
+        cert: await readFile(pki.files.gateCert),
+        key: await readFile(pki.files.gateKey),
+        clientCa: await readFile(pki.files.ca),
+        roles: { public: [DEV_IDENTITIES.public.spiffe], internal: [`dns:${DEV_IDENTITIES.internal.dns}`] },
+      },
+    });
+    const Health = grpc.makeGenericClientConstructor(healthService, 'Health');
+    const client = new Health(`127.0.0.1:${h.healthPort}`, grpc.credentials.createInsecure()) as unknown as {
+      Check(req: { service: string }, cb: (e: grpc.ServiceError | null, r: { status: string | number }) => void): void;
+      close(): void;
+    };
+    const check = (service: string) =>
+      new Promise<string | number>((res, rej) => client.Check({ service }, (e, r) => (e ? rej(e) : res(r.status))));
+    try {
+      expect(h.healthPort).toBeGreaterThan(0);
+      expect(h.healthPort).not.toBe(h.port);
+      for (const svc of ['liveness', 'readiness', 'envoy.service.ext_proc.v3.ExternalProcessor', ''])
+        expect(await check(svc)).toBe('SERVING');
+      h.setReady(false);
+      expect(await check('readiness')).toBe('NOT_SERVING');
+      expect(await check('liveness')).toBe('SERVING');
+      h.setReady(true);
+      // The health port serves health only: an ext_proc stream there is UNIMPLEMENTED.
+      const ExtProc = extProcClientConstructor();
+      const ext = new ExtProc(`127.0.0.1:${h.healthPort}`, grpc.credentials.createInsecure()) as any;
+      const call: grpc.ClientDuplexStream<Msg, Msg> = ext.Process(new grpc.Metadata());
+      const status = await new Promise<grpc.StatusObject>((resolve) => {
+        call.on('status', resolve);
+        call.on('error', () => undefined);
+        call.write({ requestHeaders: { headers: { headers: [] } } });
+      });
+      expect(status.code).toBe(grpc.status.UNIMPLEMENTED);
+      ext.close();
+      // Drain: readiness goes NOT_SERVING on the health port too, before the server stops.
+      const drained = h.drain();
+      expect(await check('readiness')).toBe('NOT_SERVING');
+      await drained;
+    } finally {
+      client.close();
+      h.close();
     }
   });
 });

@@ -37,6 +37,11 @@ export interface GateServerOptions {
   readonly metrics: GateMetrics;
   /** `host:port`; port 0 picks a free port. */
   readonly listen: string;
+  /**
+   * `host:port` of a plaintext gRPC port serving only grpc.health.v1 (the same statuses as the main port), for
+   * kubelet gRPC probes, which present no client certificate; undefined: none.
+   */
+  readonly healthListen?: string | undefined;
   /** mTLS with roles from the verified peer, or (tests, `insecure: true`) plaintext with caller-claimed roles. */
   readonly transport: GateTransport;
   /** Whether the gate can route yet (every pod watch listed once); default true. */
@@ -70,6 +75,8 @@ export interface GateServer {
   setReady(ready: boolean): void;
   readonly port: number;
   readonly address: string;
+  /** The plaintext health port, when `healthListen` asked for one. */
+  readonly healthPort?: number;
   /** Streams currently open. */
   activeStreams(): number;
   /** NOT_SERVING, let streams in flight finish (bounded by the grace period), then stop. */
@@ -150,18 +157,23 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     );
   }
   opts.logger.info({ listen: `${host}:${port}`, transport: opts.transport.kind }, 'kvgate gate listening (ext_proc + grpc.health.v1)');
+  const healthOnly = opts.healthListen === undefined ? undefined : await startHealthPort(opts.healthListen, health, opts.logger);
 
   return {
     port,
     address: `${host}:${port}`,
+    ...(healthOnly === undefined ? {} : { healthPort: healthOnly.port }),
     activeStreams: () => active.size,
-    drain: () => (draining ??= drainServer(server, health, active, opts)),
+    drain: () => (draining ??= drainServer(server, health, active, opts).finally(() => healthOnly?.server.forceShutdown())),
     setReady(ready) {
       if (draining !== undefined) return;
       const st = ready ? 'SERVING' : 'NOT_SERVING';
       for (const svc of ['', EXT_PROC_SERVICE, READINESS_SERVICE]) health.setStatus(svc, st);
     },
-    close: () => server.forceShutdown(),
+    close: () => {
+      server.forceShutdown();
+      healthOnly?.server.forceShutdown();
+    },
   };
 }
 
@@ -300,4 +312,27 @@ async function drainServer(
     for (const s of [...active]) s.closeWhenSettled();
   });
   opts.logger.info('drained');
+}
+
+/**
+ * The health services alone on a plaintext port: kubelet's gRPC probes cannot present a client certificate, so with
+ * mTLS on the ext_proc port they need one of their own. GIE's EPP does the same: a separate `grpc.NewServer()` with
+ * no credentials on its health port, 9003 by default (kubernetes-sigs/gateway-api-inference-extension @1748e829,
+ * cmd/epp/runner/runner.go `registerHealthServer`). Only grpc.health.v1 is served there, never ext_proc.
+ */
+async function startHealthPort(
+  listen: string,
+  health: HealthImplementation,
+  logger: Logger,
+): Promise<{ server: grpc.Server; port: number }> {
+  const server = new grpc.Server();
+  health.addToServer(server);
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(listen, grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))),
+  );
+  logger.info(
+    { listen: `${listen.slice(0, listen.lastIndexOf(':'))}:${port}` },
+    'kvgate health port listening (grpc.health.v1 only, plaintext)',
+  );
+  return { server, port };
 }
