@@ -132,20 +132,28 @@ describe('the gate restarted under traffic', () => {
     const before = t.harness.accessLog().length;
     let recovered = false;
     const load = traffic('restart', 3, () => recovered);
+    let outageSeen = (): void => undefined;
+    const seen = new Promise<void>((resolve) => (outageSeen = resolve));
     try {
       await new Promise((r) => setTimeout(r, 50));
-      // restartGate stops the gate's gRPC server at once, then waits downMs before starting a new gate on the port.
-      const restart = t.restartGate({ downMs: 600 });
+      // restartGate stops the gate's gRPC server at once and starts a new gate on the port after downMs, and not before
+      // this test has seen the outage (a fixed window can close before a request of ours lands in it on a slow machine).
+      const restart = t.restartGate({ downMs: 600, downUntil: seen });
       // A request of our own while the gate is down: Envoy's ext_proc filter fails closed.
-      expect(
-        await eventually(async () => (await complete(t, PROMPTS[0], MAX_TOKENS, client('acme', 'outage'))).status === 500, 5_000, 10),
-      ).toBe(true);
+      const failedClosed = await eventually(
+        async () => (await complete(t, PROMPTS[0], MAX_TOKENS, client('acme', 'outage'))).status === 500,
+        10_000,
+        10,
+      );
+      outageSeen();
+      expect(failedClosed, 'a request during the outage fails closed with 500').toBe(true);
       await restart;
       // Envoy reconnects to the new gate (gRPC reconnect backoff, at most 1 s in the harness).
       expect(
         await eventually(async () => (await complete(t, PROMPTS[0], MAX_TOKENS, client('acme', 'after'))).status === 200, 10_000, 50),
       ).toBe(true);
     } finally {
+      outageSeen();
       recovered = true;
     }
     const results = await load;
@@ -158,8 +166,8 @@ describe('the gate restarted under traffic', () => {
     // failed closed): its decode sidecar refused with worker_error before any token. How many there are depends on
     // timing only; each is a clean refusal, never output.
     for (const { r } of results.filter((x) => x.r.status === 502)) {
-      expect(r.headers['x-kvgate-reject-reason'], r.body).toBe('worker_error');
-      expect(r.body).toMatch(/prefill/i);
+      expect(r.headers.get('x-kvgate-reject-reason'), JSON.stringify(r.json)).toBe('worker_error');
+      expect(JSON.stringify(r.json)).toMatch(/prefill/i);
     }
     for (const { prompt, r } of results) if (r.status === 200) expectBaseline(r, prompt);
     // Every 500 is Envoy failing closed because its ext_proc stream failed. Requests that arrived in the outage went to

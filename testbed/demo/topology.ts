@@ -131,7 +131,7 @@ export interface Topology {
    */
   restartWorker(revision: RevisionName, role: Role, sim?: SimSettingsInput, index?: number): Promise<Worker>;
   /** Stop the gate (`drain`: gracefully, else at once), wait `downMs`, start it again on the same port. */
-  restartGate(opts?: { drain?: boolean; downMs?: number }): Promise<RunningGate>;
+  restartGate(opts?: { drain?: boolean; downMs?: number; downUntil?: Promise<void> }): Promise<RunningGate>;
   close(): Promise<void>;
 }
 
@@ -288,9 +288,10 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         });
         return w;
       },
-      restartGate: async ({ drain = false, downMs = 0 } = {}) => {
+      restartGate: async ({ drain = false, downMs = 0, downUntil } = {}) => {
         await (drain ? topology.gate.drain() : topology.gate.close());
         if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
+        await downUntil; // a test holds the outage until it has observed it, however slow the machine
         gate = await launchGate();
         topology.gate = gate;
         return gate;
