@@ -146,3 +146,57 @@ describe('live worker view: the routable index of a large pool', () => {
     expect(view.endpoint!('a-decode', '10.9.0.7:8000')).toMatchObject({ verified: false });
   });
 });
+
+describe('live worker view: a discovered pod is routed only when its own sidecar answers', () => {
+  const table = tableFromValue(twoRevisionTableValue());
+  const pool = table.pools.get('a-decode')!;
+  const address = '10.7.0.1:9090';
+  function viewWith(reported: string | undefined) {
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => table,
+        endpointsOf: (p) =>
+          p.name === 'a-decode' ? [{ address, status: `http://${address}`, fingerprint: pool.fingerprint, podUid: 'uid-1' }] : [],
+        fetch: (async () =>
+          new Response(
+            JSON.stringify({
+              fingerprint: pool.fingerprint,
+              verified: true,
+              draining: false,
+              ...(reported === undefined ? {} : { podUid: reported }),
+            }),
+          )) as typeof fetch,
+      },
+    );
+    return { poller, view: poller.viewFor(table) };
+  }
+  const reasonOf = (poller: ReturnType<typeof createWorkerPoller>) =>
+    poller
+      .poolStates()
+      .find((p) => p.pool === 'a-decode')
+      ?.endpoints[0]?.reasons.join('; ');
+
+  it('the pod the watch lists answers: routable', async () => {
+    const { poller, view } = viewWith('uid-1');
+    await poller.pollOnce();
+    expect(view.endpoints('a-decode')[0]).toMatchObject({ address, verified: true });
+  });
+
+  it('another pod answers at that IP (reused before the watch saw the deletion): unverified, and /status says why', async () => {
+    const { poller, view } = viewWith('uid-2');
+    await poller.pollOnce();
+    expect(view.endpoints('a-decode')[0]).toMatchObject({ address, verified: false });
+    expect(reasonOf(poller)).toMatch(/is pod uid-2, but discovery lists pod uid-1 there \(the pod IP was reused\)/);
+  });
+
+  it('a sidecar that does not report its pod UID is not trusted for a discovered pod, with the fix', async () => {
+    const { poller, view } = viewWith(undefined);
+    await poller.pollOnce();
+    expect(view.endpoints('a-decode')[0]).toMatchObject({ verified: false });
+    expect(reasonOf(poller)).toMatch(/does not report its pod UID.*--pod-uid/);
+  });
+});

@@ -93,6 +93,22 @@ interface Deps {
 }
 
 /**
+ * For an endpoint found by selector: whether the sidecar that answered at its address is the pod the watch named.
+ * A pod IP can be reused by a new pod before the old pod's deletion reaches the gate; the sidecar reports its own pod
+ * UID (the downward API's `metadata.uid`, `--pod-uid`), and any other answer, or none, leaves the endpoint
+ * unverified. Null when it matches, or when the endpoint is a static address (no pod UID to compare).
+ */
+function podUidProblem(key: string, address: string, reported: unknown): string | null {
+  const bar = key.indexOf('|');
+  if (bar < 0) return null;
+  const expected = key.slice(bar + 1);
+  if (reported === expected) return null;
+  if (typeof reported !== 'string' || reported === '')
+    return `the sidecar at ${address} does not report its pod UID, so it cannot be told apart from a pod that reused the IP; start it with --pod-uid "$(POD_UID)" (env POD_UID from fieldRef metadata.uid)`;
+  return `the sidecar at ${address} is pod ${reported}, but discovery lists pod ${expected} there (the pod IP was reused); not routed until the watch catches up`;
+}
+
+/**
  * Observations are kept per (address, pod UID): a pod IP reused by a new pod is a new endpoint, and nothing its
  * predecessor's sidecar said carries over.
  */
@@ -167,12 +183,14 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const body = (await res.json()) as Record<string, unknown>;
       const fingerprint = typeof body['fingerprint'] === 'string' ? body['fingerprint'] : null;
+      const wrongPod = podUidProblem(key, address, body['podUid']);
+      const reasons = Array.isArray(body['reasons']) ? (body['reasons'] as unknown[]).map(String) : [];
       seen.set(key, {
         status,
         fingerprint,
-        verified: body['verified'] === true,
+        verified: body['verified'] === true && wrongPod === null,
         draining: body['draining'] === true,
-        reasons: Array.isArray(body['reasons']) ? (body['reasons'] as unknown[]).map(String) : [],
+        reasons: wrongPod === null ? reasons : [wrongPod, ...reasons],
         observedAtMs: now(),
         ...loadOf(body['load']),
       });
@@ -288,8 +306,9 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         revision: p.revision,
         role: p.role,
         cluster: p.cluster,
-        endpoints: p.endpoints.map((e) => {
-          const o = seen.get(e.address);
+        // The pool's endpoints now (discovered pods for a selector pool), each with what its own sidecar said.
+        endpoints: endpointsOf(p).map((e) => {
+          const o = seen.get(keyOf(e));
           const state = endpointState(p.draining, e, o);
           const why = p.draining
             ? ['the route table drains this pool']

@@ -24,13 +24,15 @@ export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
                       [--admin 127.0.0.1:port (drain/undrain, loopback only; '' disables)] [--metrics host:port ('' disables)]
                       (--keys FILE | --dev-keys SEED) [--prefill-via direct|URL] [--on-transfer-failure fail|recompute]
                       [--worker-api-key-file FILE | --worker-api-key-env NAME]   (the worker's --api-key)
-                      [--trust recorded|declared-only] [--nixl-side-channel host:port|unchecked]
+                      [--trust recorded|declared-only] [--nixl-side-channel host:port|unchecked] [--pod-uid UID]
 
 The descriptor must carry the canary digests recorded on a known-good worker (kvgate verify --record, or kvgate
 fingerprint --worker URL --descriptor FILE); --trust declared-only accepts a worker without them, and says so loudly.
 From vLLM 0.13 the worker's NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_HOST:PORT) is required, to read its live
 handshake hash; --nixl-side-channel unchecked opts out, and says so loudly. --nixl-side-channel may be given with
---config (it overrides the file's nixlSideChannel: the pod IP is known only at run time).
+--config (it overrides the file's nixlSideChannel: the pod IP is known only at run time), and so may --pod-uid
+(this pod's metadata.uid, reported on /status so a gate that discovers pods by selector can tell this pod from one
+that reused its IP).
 
 Runs beside one vLLM worker: probes it against its declared descriptor, verifies transfer contracts, and
 (decode) coordinates the prefill leg and verifies its attestation before any KV is consumed.
@@ -52,6 +54,7 @@ const OPTIONS = {
   'worker-api-key-env': { type: 'string' },
   trust: { type: 'string' },
   'nixl-side-channel': { type: 'string' },
+  'pod-uid': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -82,15 +85,19 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
   }
   if (values.help === true) return ok('help');
   if (values.config !== undefined) {
-    // --nixl-side-channel may accompany --config: the side channel listens on the pod IP, known only at run time
-    // (Kubernetes expands $(POD_IP) in args, never inside a mounted file).
-    const others = Object.keys(values).filter((k) => k !== 'config' && k !== 'nixl-side-channel');
+    // --nixl-side-channel and --pod-uid may accompany --config: the pod IP and UID are known only at run time
+    // (Kubernetes expands $(POD_IP) and $(POD_UID) in args, never inside a mounted file).
+    const others = Object.keys(values).filter((k) => k !== 'config' && k !== 'nixl-side-channel' && k !== 'pod-uid');
     if (others.length > 0)
       return err([
         issue('command line', [], `--config cannot be combined with --${others.join(', --')}`, 'put those settings in the config file'),
       ]);
     const side = values['nixl-side-channel'];
-    return loadSidecarConfig(values.config, side === undefined ? {} : { nixlSideChannel: side });
+    const podUid = values['pod-uid'];
+    return loadSidecarConfig(values.config, {
+      ...(side === undefined ? {} : { nixlSideChannel: side }),
+      ...(podUid === undefined ? {} : { podUid }),
+    });
   }
   if (values.descriptor === undefined) {
     return err([
@@ -122,6 +129,7 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ...workerApiKeyFlags(values['worker-api-key-file'], values['worker-api-key-env']),
     ...(values.trust === undefined ? {} : { trust: values.trust }),
     ...(values['nixl-side-channel'] === undefined ? {} : { nixlSideChannel: values['nixl-side-channel'] }),
+    ...(values['pod-uid'] === undefined ? {} : { podUid: values['pod-uid'] }),
   };
   return parseSidecarConfig(raw, 'command line');
 }

@@ -9,6 +9,7 @@ import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { configFromArgs } from './command.js';
 import { loadSidecarConfig, parseSidecarConfig } from './config.js';
+import { staticStatusOf, toStatus } from './status.js';
 
 const base = () => ({
   role: 'decode',
@@ -149,6 +150,29 @@ describe('nixlSideChannel: safe by default', () => {
     expect(r.ok && r.value !== 'help' && r.value.nixlSideChannel).toBe('10.1.2.3:5600');
     const mixed = await configFromArgs(['--config', file, '--role', 'decode']);
     expect(mixed.ok ? '' : formatIssues(mixed.error)).toContain('--config cannot be combined with --role');
+  });
+
+  it('--pod-uid may accompany --config (known only at run time) and is reported on /status', async () => {
+    const file = path.join(dir, 'pod-uid.yaml');
+    await writeFile(file, stringify(versioned('0.14.2')));
+    const r = await configFromArgs(['--config', file, '--nixl-side-channel', '10.1.2.3:5600', '--pod-uid', '6f1c-uid']);
+    if (!r.ok || r.value === 'help') throw new Error('expected a config');
+    expect(r.value.podUid).toBe('6f1c-uid');
+    const status = toStatus(r.value, staticStatusOf(r.value), {
+      verdict: null,
+      checkedAtMs: null,
+      draining: false,
+      inFlight: 0,
+      engineId: null,
+    });
+    expect(status.podUid).toBe('6f1c-uid');
+    const none = await configFromArgs(['--config', file, '--nixl-side-channel', '10.1.2.3:5600']);
+    expect(
+      none.ok &&
+        none.value !== 'help' &&
+        toStatus(none.value, staticStatusOf(none.value), { verdict: null, checkedAtMs: null, draining: false, inFlight: 0, engineId: null })
+          .podUid,
+    ).toBeNull();
   });
 
   it('is optional before vLLM 0.13 (no hash to read); unchecked is the explicit opt-out', () => {

@@ -78,6 +78,11 @@ export const SidecarConfigSchema = z
     nixlSideChannel: z
       .union([hostPort, z.literal(NIXL_UNCHECKED).describe('skip the live handshake-hash check (loud: /status and logs say so)')])
       .optional(),
+    /**
+     * This pod's UID (the downward API's `metadata.uid`; usually `--pod-uid "$(POD_UID)"`), reported on /status: a gate
+     * that found this pod by selector routes here only when the UID is the one its watch lists at this IP.
+     */
+    podUid: z.string().min(1).optional(),
     /** The worker's `--served-model-name`, when it differs from the model path. */
     servedModelName: z.string().min(1).optional(),
     keys: KeySourceSchema.optional(),

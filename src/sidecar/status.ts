@@ -57,6 +57,8 @@ export interface SidecarStatus {
    */
   readonly engineId: string | null;
   readonly tenantScopes: readonly string[];
+  /** This pod's UID (`podUid`), so a gate can tell this sidecar from a pod that reused its IP; null when not set. */
+  readonly podUid: string | null;
   /** When the last probe finished (ms since the epoch); null before the first. */
   readonly checkedAtMs: number | null;
   /**
@@ -110,6 +112,7 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
     connector: fixed.connector,
     engineId: s.engineId,
     tenantScopes: config.tenantScopes,
+    podUid: config.podUid ?? null,
     checkedAtMs: s.checkedAtMs,
     requests: s.requests ?? { inFlight: [], received: [] },
   };

@@ -45,6 +45,8 @@ function tableValue(port: number): Record<string, unknown> {
 /** A pod's servers: the worker (answers with its name) and its sidecar status (what revision it runs now). */
 interface FakePod {
   name: string;
+  /** The pod UID its sidecar reports (`--pod-uid`), as the API server lists it. */
+  uid: string;
   fingerprint: string;
   served: number;
 }
@@ -59,7 +61,7 @@ async function startPodServer(ip: string, port: number, pod: FakePod): Promise<v
   const server: Server = createServer((req, res) => {
     if (req.url === '/kvgate/v1/status') {
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ fingerprint: pod.fingerprint, verified: true, draining: false, reasons: [] }));
+      res.end(JSON.stringify({ fingerprint: pod.fingerprint, verified: true, draining: false, reasons: [], podUid: pod.uid }));
       return;
     }
     req.resume();
@@ -153,8 +155,8 @@ const podLabels = (rev: string) => ({ app: 'llama', 'kvgate.io/revision': rev })
 describe('a pool found by selector, through the harness', () => {
   it('receives traffic on pods as they become Ready and stops at deletion', async () => {
     const rig = await startRig();
-    const p0: FakePod = { name: 'a-0', fingerprint: rig.fp.a, served: 0 };
-    const p1: FakePod = { name: 'a-1', fingerprint: rig.fp.a, served: 0 };
+    const p0: FakePod = { name: 'a-0', uid: 'uid-a0', fingerprint: rig.fp.a, served: 0 };
+    const p1: FakePod = { name: 'a-1', uid: 'uid-a1', fingerprint: rig.fp.a, served: 0 };
     await startPodServer('127.0.0.2', rig.port, p0);
     await startPodServer('127.0.0.3', rig.port, p1);
     // No pods yet: refused, nothing served.
@@ -184,12 +186,13 @@ describe('a pool found by selector, through the harness', () => {
 
   it('a pod IP reused by a pod of another revision is never routed as the old one', async () => {
     const rig = await startRig();
-    const pod: FakePod = { name: 'a-0', fingerprint: rig.fp.a, served: 0 };
+    const pod: FakePod = { name: 'a-0', uid: 'uid-a0', fingerprint: rig.fp.a, served: 0 };
     await startPodServer('127.0.0.4', rig.port, pod);
     rig.api.store.create(readyPod('a-0', NS, '127.0.0.4', podLabels('llama-a'), 'uid-a0'));
     await until(async () => (await send(rig, 'warm')).status === 200, 'a-0 serving llama-a');
     // The IP now belongs to a llama-b pod; the old pod's deletion has not reached the gate yet.
     pod.name = 'b-0';
+    pod.uid = 'uid-b0';
     pod.fingerprint = rig.fp.b;
     rig.api.store.create(readyPod('b-0', NS, '127.0.0.4', podLabels('llama-b'), 'uid-b0'));
     await until(
@@ -202,5 +205,30 @@ describe('a pool found by selector, through the harness', () => {
     expect(r.status).toBe(503);
     expect(r.headers['x-kvgate-reject-reason']).toBe('no_compatible_capacity');
     expect(pod.served).toBe(served);
+  });
+
+  it('a pod IP reused by a new pod of the same revision is not the old endpoint until the watch says so', async () => {
+    const rig = await startRig();
+    const pod: FakePod = { name: 'a-0', uid: 'uid-a0', fingerprint: rig.fp.a, served: 0 };
+    await startPodServer('127.0.0.5', rig.port, pod);
+    rig.api.store.create(readyPod('a-0', NS, '127.0.0.5', podLabels('llama-a'), 'uid-a0'));
+    await until(async () => (await send(rig, 'warm')).status === 200, 'a-0 serving');
+    // a-0 is gone and a new pod answers on its IP, but the watch still lists a-0 there: the answer is not a-0's.
+    pod.name = 'a-9';
+    pod.uid = 'uid-a9';
+    await rig.gate.refreshWorkerView();
+    const served = pod.served;
+    const r = await send(rig, 'during-reuse');
+    expect(r.status).toBe(503);
+    expect(pod.served).toBe(served);
+    const states = (rig.gate.status() as { workerView: { pools: Array<{ pool: string; endpoints: Array<{ reasons: string[] }> }> } })
+      .workerView.pools;
+    expect(states.find((p) => p.pool === 'a-decode')!.endpoints[0]!.reasons.join(' ')).toMatch(
+      /is pod uid-a9, but discovery lists pod uid-a0/,
+    );
+    // The watch catches up: the new pod is listed under its own UID and takes traffic.
+    rig.api.store.delete(NS, 'a-0');
+    rig.api.store.create(readyPod('a-9', NS, '127.0.0.5', podLabels('llama-a'), 'uid-a9'));
+    await until(async () => (await send(rig, `after-${Math.random()}`)).status === 200, 'a-9 serving under its own UID');
   });
 });
