@@ -12,8 +12,8 @@ import { bound, contractFor, restartSimInPlace, sidecarConfigFor, startTestSidec
 const MAIN = { engine: { version: '0.20.1' }, connector: { version: 12 }, hybridKvCacheManager: false };
 const N = 5;
 
-let sims: SimServer[] = [];
-let sidecars: TestSidecar[] = [];
+const sims: SimServer[] = [];
+const sidecars: TestSidecar[] = [];
 afterEach(async () => {
   await Promise.all(sidecars.splice(0).map((t) => t.sidecar.close()));
   await Promise.all(sims.splice(0).map((s) => s.close()));
