@@ -1,7 +1,7 @@
 /**
  * `kvgate sidecar`: the composition root of one sidecar process. Reads the config (a file, or flags for the
- * common case), loads the key ring, starts the sidecar, and on SIGTERM/SIGINT drains (no new work, in-flight
- * requests finish, bounded by `drainGraceMs`) before it exits. Every config problem is printed with its file, path
+ * common case), loads the key ring, starts the sidecar, and on SIGTERM/SIGINT drains (announced at once, new work
+ * refused after `drainAnnounceMs`, in-flight requests finish, all bounded by `drainGraceMs`) before it exits. Every config problem is printed with its file, path
  * and fix, and the process exits before opening a port.
  *
  *   kvgate sidecar --config sidecar.yaml
@@ -25,6 +25,7 @@ export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
                       (--keys FILE | --dev-keys SEED) [--prefill-via direct|URL] [--on-transfer-failure fail|recompute]
                       [--worker-api-key-file FILE | --worker-api-key-env NAME]   (the worker's --api-key)
                       [--trust recorded|declared-only] [--nixl-side-channel host:port|unchecked] [--pod-uid UID]
+                      [--drain-announce-ms N]
 
 The descriptor must carry the canary digests recorded on a known-good worker (kvgate verify --record, or kvgate
 fingerprint --worker URL --descriptor FILE); --trust declared-only accepts a worker without them, and says so loudly.
@@ -55,6 +56,7 @@ const OPTIONS = {
   trust: { type: 'string' },
   'nixl-side-channel': { type: 'string' },
   'pod-uid': { type: 'string' },
+  'drain-announce-ms': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -130,8 +132,14 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ...(values.trust === undefined ? {} : { trust: values.trust }),
     ...(values['nixl-side-channel'] === undefined ? {} : { nixlSideChannel: values['nixl-side-channel'] }),
     ...(values['pod-uid'] === undefined ? {} : { podUid: values['pod-uid'] }),
+    ...(values['drain-announce-ms'] === undefined ? {} : { drainAnnounceMs: numberFlag(values['drain-announce-ms']) }),
   };
   return parseSidecarConfig(raw, 'command line');
+}
+
+/** A numeric flag as a number when it is one; otherwise the text, so the schema names the flag in its error. */
+function numberFlag(v: string): number | string {
+  return /^\d+$/.test(v) ? Number(v) : v;
 }
 
 /** `--worker-api-key-file` / `--worker-api-key-env` as a `workerApiKey` config entry (both given: the schema refuses). */

@@ -62,6 +62,15 @@ describe('parseSidecarConfig', () => {
     expect(parseSidecarConfig({ ...base(), keys: { devSeed: 'x', file: 'k.yaml' } }, 'f').ok).toBe(false);
   });
 
+  it('announces a drain for 4 s by default, and refuses an announce window longer than the drain grace', () => {
+    const r = parseSidecarConfig(base(), 'f');
+    expect(r.ok && [r.value.drainAnnounceMs, r.value.drainGraceMs]).toEqual([4_000, 30_000]);
+    const long = parseSidecarConfig({ ...base(), drainAnnounceMs: 6_000, drainGraceMs: 5_000 }, 'f');
+    expect(long.ok ? '' : formatIssues(long.error)).toMatch(
+      /f: error: drainAnnounceMs: drainAnnounceMs \(6000\) is longer than drainGraceMs \(5000\).*Fix: lower drainAnnounceMs or raise drainGraceMs/,
+    );
+  });
+
   it('refuses a descriptor that cannot be fingerprinted, naming the field', () => {
     const bad = base();
     bad.descriptor.modelDtype = 'auto';

@@ -48,6 +48,9 @@ const PrefillViaSchema = z.union([
   z.object({ envoy: httpUrl.describe("Envoy's internal listener, e.g. http://127.0.0.1:10001") }).strict(),
 ]);
 
+/** The gate's default worker-view poll (2 s) and its timeout (1 s), plus 1 s for a routed request on its way. */
+export const DEFAULT_DRAIN_ANNOUNCE_MS = 4_000;
+
 export const SidecarConfigSchema = z
   .object({
     role: z.enum(['prefill', 'decode']),
@@ -125,6 +128,13 @@ export const SidecarConfigSchema = z
     attestationTtlMs: z.number().int().min(1_000).max(600_000).default(60_000),
     /** How long SIGTERM waits for in-flight requests before the command exits anyway. */
     drainGraceMs: z.number().int().min(0).default(30_000),
+    /**
+     * After a drain starts (SIGTERM or the admin port), how long requests that still arrive are admitted before new
+     * ones are refused with `draining`. The status says `draining` at once; the gate stops routing here at its next
+     * poll of this sidecar, so this must outlast the gate's `workerView.intervalMs` + `timeoutMs` (2 s + 1 s by
+     * default) plus the time a routed request takes to arrive. Part of `drainGraceMs`, so at most that.
+     */
+    drainAnnounceMs: z.number().int().min(0).default(DEFAULT_DRAIN_ANNOUNCE_MS),
     /** W3C trace context is always passed on; spans are exported only when `tracing.otlpUrl` is set (src/tracing.ts). */
     tracing: TracingConfigSchema,
     log: z
@@ -186,6 +196,16 @@ export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?
   if (rest.keys === undefined) {
     return err([
       issue(file, 'keys', 'no signing keys configured', 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)'),
+    ]);
+  }
+  if (rest.drainAnnounceMs > rest.drainGraceMs) {
+    return err([
+      issue(
+        file,
+        'drainAnnounceMs',
+        `drainAnnounceMs (${rest.drainAnnounceMs}) is longer than drainGraceMs (${rest.drainGraceMs}): SIGTERM would exit while requests are still being admitted`,
+        'lower drainAnnounceMs or raise drainGraceMs (the announce window is part of the grace period)',
+      ),
     ]);
   }
   return ok(deepFreeze({ ...rest, descriptor, fingerprint: fp.value }));

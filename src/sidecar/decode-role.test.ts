@@ -277,6 +277,8 @@ describe('transfer failures', () => {
     expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
     expect(r.body.error.message).toContain('could not load the prefilled KV');
     expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_transfer_failures_total{action="fail"} 1');
+    // Direct mode: the contract names one prefill endpoint, so no second leg runs anywhere else.
+    expect(await scrape(D.sidecar)).not.toContain('kvgate_sidecar_prefill_reruns_total{');
   });
 
   it('onTransferFailure recompute: the same failure is recomputed locally and matches the baseline, streamed too', async () => {

@@ -14,18 +14,18 @@
  */
 import type http from 'node:http';
 import type { TransferContract } from '../contract/contract.js';
-import { KvgateError, ok, type Result } from '../errors.js';
+import { KvgateError, ok } from '../errors.js';
 import { checkAttestedTransfer } from './attestation-check.js';
 import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { sendError } from './http-io.js';
 import { confirmDecodeWorker } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody } from './openai-body.js';
 import type { Outcome } from './outcome.js';
-import { runPrefillLeg, type PrefillLegInput } from './prefill-leg.js';
+import type { PrefillLegInput } from './prefill-leg.js';
+import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
 import { countPromptTokens } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 import { judgeRise, readFailedTransfers, type TransferWindow } from './transfer-watch.js';
-import { inChildSpan } from './spans.js';
 
 /** Handle one decode request whose contract already verified (server.ts). */
 export async function serveDecode(
@@ -61,24 +61,44 @@ export async function serveDecode(
     return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
   }
 
-  const window = ctx.transfers.begin();
+  const legInput: PrefillLegInput = {
+    contract,
+    contractToken,
+    path: call.path,
+    body: toPrefillBody(call.body),
+    headers: leg,
+    signal: call.signal,
+  };
+  let window = ctx.transfers.begin();
   try {
     const [count, prefill, launch, failedBefore] = await Promise.all([
       countPromptTokens(ctx, call, headers),
       coordinated !== undefined
-        ? Promise.resolve(ok({ body: { kv_transfer_params: coordinated }, ms: 0 }))
-        : timedPrefillLeg(ctx, call, {
-            contract,
-            contractToken,
-            path: call.path,
-            body: toPrefillBody(call.body),
-            headers: leg,
-            signal: call.signal,
-          }),
+        ? Promise.resolve(ok({ body: { kv_transfer_params: coordinated }, ms: 0, servedBy: undefined }))
+        : timedPrefillLeg(ctx, call, legInput),
       confirmDecodeWorker(ctx, call.signal, call.logger),
       readFailedTransfers(ctx, call.signal),
     ]);
-    return await decodeAfterPrefill(ctx, call, res, { contract, requestId, headers, count, prefill, launch, window, failedBefore });
+    const base = { contract, requestId, headers, count, launch };
+    const mayRerun = mayRerunPrefill(ctx.config, coordinated !== undefined);
+    const first = await decodeAfterPrefill(ctx, call, res, { ...base, prefill, window, failedBefore, mayRerun });
+    if (!('rerun' in first)) return first;
+    // The first leg's KV could not be loaded and nothing reached the client: once more, elsewhere in the group.
+    const exclude = prefill.ok && prefill.value.servedBy !== undefined ? [prefill.value.servedBy] : [];
+    noteRerun(ctx, call, first, exclude);
+    window.end();
+    window = ctx.transfers.begin();
+    const [again, before] = await Promise.all([
+      timedPrefillLeg(ctx, call, { ...legInput, exclude }),
+      readFailedTransfers(ctx, call.signal),
+    ]);
+    return (await decodeAfterPrefill(ctx, call, res, {
+      ...base,
+      prefill: again,
+      window,
+      failedBefore: before,
+      mayRerun: false,
+    })) as Outcome;
   } finally {
     window.end();
   }
@@ -93,10 +113,20 @@ interface AfterPrefill {
   readonly launch: Awaited<ReturnType<typeof confirmDecodeWorker>>;
   readonly window: TransferWindow;
   readonly failedBefore: number | undefined;
+  /** Hand back a `Rerun` instead of failing when the KV cannot be loaded before any output (prefill-rerun.ts). */
+  readonly mayRerun: boolean;
 }
 
-/** The prefill leg is back: check everything, then decode with the attested KV. */
-async function decodeAfterPrefill(ctx: SidecarContext, call: IncomingCall, res: http.ServerResponse, a: AfterPrefill): Promise<Outcome> {
+/**
+ * The prefill leg is back: check everything, then decode with the attested KV. With `mayRerun`, a KV load failure
+ * before any output comes back as a `Rerun` with nothing sent; without it, the answer is always an `Outcome`.
+ */
+async function decodeAfterPrefill(
+  ctx: SidecarContext,
+  call: IncomingCall,
+  res: http.ServerResponse,
+  a: AfterPrefill,
+): Promise<Outcome | Rerun> {
   const { contract, requestId, headers, count, prefill, launch } = a;
   const refuse = (e: KvgateError, outcome: Outcome['outcome'] = 'refused'): Outcome => {
     sendError(res, e, requestId);
@@ -153,6 +183,9 @@ async function decodeAfterPrefill(ctx: SidecarContext, call: IncomingCall, res: 
     return fail ? SILENT_RECOMPUTE : undefined;
   };
   const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true, beforeCommit });
+  const unsent = relayed.kind === 'failed_before_tokens' && !res.headersSent;
+  if (silent.seen && unsent && a.mayRerun) return { rerun: 'silent_recompute', message: SILENT_RECOMPUTE };
+  if (unsent && !silent.seen && a.mayRerun && rerunsAfter(relayed.message)) return { rerun: 'kv_load_failed', message: relayed.message };
   if (silent.seen && relayed.kind === 'failed_before_tokens')
     return refuse(
       new KvgateError(
@@ -253,27 +286,6 @@ function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId:
       return { outcome: 'failed', code: 'worker_error' };
     }
   }
-}
-
-/** The prefill leg, timed into `kvgate_sidecar_prefill_leg_seconds`; its duration comes back for the added-TTFT figure. */
-async function timedPrefillLeg(
-  ctx: SidecarContext,
-  call: IncomingCall,
-  input: PrefillLegInput,
-): Promise<Result<{ body: Record<string, unknown>; ms: number }, KvgateError>> {
-  const started = performance.now();
-  // The leg's traceparent reaches the gate's hop check and, through it, the prefill sidecar.
-  const leg = await inChildSpan(
-    ctx,
-    call,
-    'kvgate.sidecar prefill leg',
-    input.headers,
-    (headers) => runPrefillLeg(ctx, { ...input, headers }),
-    (r) => !r.ok,
-  );
-  const ms = performance.now() - started;
-  ctx.metrics.prefillLegSeconds.observe({ outcome: leg.ok ? 'ok' : 'failed' }, ms / 1000);
-  return leg.ok ? ok({ body: leg.value, ms }) : leg;
 }
 
 /**

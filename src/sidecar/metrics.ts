@@ -11,6 +11,8 @@ export interface SidecarMetrics {
   readonly contractFailures: Counter<'reason'>;
   readonly attestationFailures: Counter<'reason'>;
   readonly prefillRetries: Counter<'status'>;
+  /** Prefill legs run a second time, on another prefill endpoint of the group, by reason (prefill-rerun.ts). */
+  readonly prefillReruns: Counter<'reason'>;
   readonly transferFailures: Counter<'action'>;
   readonly probes: Counter<'result'>;
   /** Workers found restarted in place between probes (another engine id or version), by role and what followed. */
@@ -59,9 +61,15 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       labelNames: ['status'] as const,
       registers,
     }),
+    prefillReruns: new Counter({
+      name: 'kvgate_sidecar_prefill_reruns_total',
+      help: "Prefill legs run a second time on another prefill endpoint of the bound group because the decode worker could not load the first leg's KV before any output, by reason (kv_load_failed, silent_recompute).",
+      labelNames: ['reason'] as const,
+      registers,
+    }),
     transferFailures: new Counter({
       name: 'kvgate_sidecar_transfer_failures_total',
-      help: 'KV transfers the decode worker reported as failed, by what the sidecar did (recompute, fail, after_tokens).',
+      help: 'KV transfers the decode worker reported as failed, by what the sidecar did (recompute, fail, rerun, after_tokens).',
       labelNames: ['action'] as const,
       registers,
     }),

@@ -62,6 +62,17 @@ export interface PrefillLegInput {
   readonly body: Record<string, unknown>;
   readonly headers: Record<string, string>;
   readonly signal: AbortSignal;
+  /**
+   * Prefill endpoints this request must not use again (a leg run again after its KV could not be loaded): sent as
+   * `x-kvgate-retry-exclude` from the first attempt, so the gate's hop check picks another one of the same group.
+   */
+  readonly exclude?: readonly string[];
+}
+
+/** The prefill answer, and the prefill endpoint that gave it (as its sidecar named itself) when known. */
+export interface PrefillLegResult {
+  readonly body: Record<string, unknown>;
+  readonly servedBy: string | undefined;
 }
 
 /** Backoff before attempt `n` (1-based retries): doubling from `backoffMs`, capped at `maxBackoffMs`. */
@@ -83,11 +94,11 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 /** Run the prefill leg. Resolves to the prefill response JSON, or a kvgate error for the client. */
-export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput): Promise<Result<Record<string, unknown>, KvgateError>> {
+export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput): Promise<Result<PrefillLegResult, KvgateError>> {
   const target = prefillTargetUrl(ctx.config.prefill.via, input.contract, input.path);
   if (!target.ok) return target;
   const cfg = ctx.config.prefill;
-  const excluded: string[] = [];
+  const excluded: string[] = [...(input.exclude ?? [])];
   let last: { reply?: UpstreamReply; error?: string } = {};
   for (let attempt = 1; attempt <= cfg.maxAttempts; attempt++) {
     if (attempt > 1) await sleep(backoffMs(attempt - 1, cfg), input.signal);
@@ -107,7 +118,8 @@ export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput)
       ctx.metrics.prefillRetries.inc({ status: '0' });
     } else if (reply.value.status === 200) {
       const parsed = parseJsonObject(reply.value.text, 'the prefill answer');
-      return parsed.ok ? parsed : err(new KvgateError('worker_error', parsed.error.reason));
+      if (!parsed.ok) return err(new KvgateError('worker_error', parsed.error.reason));
+      return ok({ body: parsed.value, servedBy: servedByOf(reply.value, input.contract, excluded) });
     } else {
       last = { reply: reply.value };
       if (!RETRYABLE.has(reply.value.status) || attempt === cfg.maxAttempts) break;
@@ -121,6 +133,16 @@ export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput)
     );
   }
   return err(prefillFailure(last, cfg.maxAttempts));
+}
+
+/**
+ * The endpoint that answered: as the prefill sidecar named itself, else the contract's when nothing was excluded (the
+ * gate's hop check then serves the planned endpoint while it is usable; unknown otherwise).
+ */
+function servedByOf(reply: UpstreamReply, contract: TransferContract, excluded: readonly string[]): string | undefined {
+  const named = reply.headers.get(H.servedBy) ?? undefined;
+  if (named !== undefined && isIpPortLiteral(named)) return named;
+  return excluded.length === 0 ? (contract.prefill?.endpoint ?? undefined) : undefined;
 }
 
 /** The endpoint that just failed: as the prefill sidecar named itself, else (first try) the one the contract named. */

@@ -87,7 +87,7 @@ describe('status, health and metrics', () => {
 
 describe('admission and drain', () => {
   it('drain: the in-flight request completes, new ones are refused with 503 draining', async () => {
-    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'));
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { drainAnnounceMs: 0 }));
     try {
       slowNext(t, 1000);
       const first = postJson(
@@ -116,8 +116,40 @@ describe('admission and drain', () => {
     }
   });
 
+  it('announces a drain first: draining and not ready at once, admitting for drainAnnounceMs, then refusing', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { drainAnnounceMs: 400 }));
+    try {
+      let drained = false;
+      const draining = t.sidecar.drain().then(() => {
+        drained = true;
+      });
+      // What the gate polls says draining at once, and when new requests will start being refused.
+      const s = (await (await fetch(`${t.sidecar.url}/kvgate/v1/status`)).json()) as Record<string, unknown>;
+      expect(s['draining']).toBe(true);
+      expect(typeof s['drainAdmitsUntilMs']).toBe('number');
+      expect((await fetch(`${t.sidecar.url}/healthz`)).status).toBe(503);
+      // A request the gate routed before it saw the drain is still served.
+      const routedBefore = await postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'in-window' }), { model: MODEL, prompt: 'x', max_tokens: 1 }),
+      );
+      expect(routedBefore.status).toBe(200);
+      // Nothing in flight, but the window is still open: the drain is not over yet (SIGTERM must not exit).
+      expect(drained).toBe(false);
+      await draining;
+      expect(t.sidecar.status()).toMatchObject({ draining: true, drainAdmitsUntilMs: null, inFlight: 0 });
+      const late = await postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'after-window' }), { model: MODEL, prompt: 'x', max_tokens: 1 }),
+      );
+      expect([late.status, late.body.error.code]).toEqual([503, 'draining']);
+    } finally {
+      await t.sidecar.close();
+    }
+  });
+
   it('undrain on the admin port admits work again; the metrics port serves /metrics and nothing else', async () => {
-    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'));
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { drainAnnounceMs: 0 }));
     try {
       expect((await fetch(`${t.sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' })).status).toBe(202);
       const refused = await postJson(
@@ -147,7 +179,7 @@ describe('admission and drain', () => {
   });
 
   it('POST /kvgate/v1/drain starts a drain; a full sidecar answers 429 with retry-after', async () => {
-    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1 }));
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1, drainAnnounceMs: 0 }));
     try {
       slowNext(t, 800);
       const first = postJson(
@@ -167,7 +199,7 @@ describe('admission and drain', () => {
       expect(t.sidecar.status().draining).toBe(false);
       expect(t.lines.filter((l) => l['audit'] === 'refusal' && String(l['reason']).includes('loopback admin port'))).toHaveLength(1);
       const d = await fetch(`${t.sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' });
-      expect([d.status, await d.json()]).toEqual([202, { draining: true, inFlight: 1 }]);
+      expect([d.status, await d.json()]).toEqual([202, { draining: true, inFlight: 1, drainAdmitsUntilMs: null }]);
       expect((await first).status).toBe(200);
       expect(t.sidecar.status().draining).toBe(true);
     } finally {
@@ -185,7 +217,7 @@ describe('kvgate sidecar command', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  it('starts from flags, serves, and on SIGTERM drains and exits 0', async () => {
+  it('starts from flags, serves, and on SIGTERM announces the drain, drains and exits 0', async () => {
     const descriptor = path.join(dir, 'd.json');
     await writeFile(descriptor, JSON.stringify(await withRecordedCanaries(sim.config.descriptor as CompatDescriptorInput)));
     const signals = new EventEmitter();
@@ -208,6 +240,8 @@ describe('kvgate sidecar command', () => {
         '',
         '--dev-keys',
         'cmd-test',
+        '--drain-announce-ms',
+        '300',
       ],
       {
         signals: signals as unknown as NodeJS.Process,
@@ -221,6 +255,9 @@ describe('kvgate sidecar command', () => {
     const status = (await (await fetch(`${base}/kvgate/v1/status`)).json()) as { role: string; verified: boolean };
     expect(status).toMatchObject({ role: 'prefill', verified: true });
     signals.emit('SIGTERM');
+    // Announced, but still serving inside the window: the process has not exited.
+    const during = (await (await fetch(`${base}/kvgate/v1/status`)).json()) as { draining: boolean; drainAdmitsUntilMs: unknown };
+    expect([during.draining, typeof during.drainAdmitsUntilMs]).toEqual([true, 'number']);
     expect(await exit).toBe(0);
     await expect(fetch(`${base}/healthz`)).rejects.toThrow();
   });

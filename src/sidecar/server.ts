@@ -267,7 +267,11 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
     return sendJson(res, 200, load === null ? rt.state.status() : { ...rt.state.status(), load });
   }
   if (req.method === 'GET' && path === '/healthz') {
-    const refusal = admissionRefusal(rt.state.status());
+    // Not ready from the first moment of a drain (readiness takes the pod out of Services), even while the announce
+    // window still admits requests routed here before the gate saw it.
+    const status = rt.state.status();
+    if (status.draining) return sendText(res, 503, 'text/plain', 'draining\n');
+    const refusal = admissionRefusal(status);
     if (refusal === undefined || refusal.code === 'queue_full') return sendText(res, 200, 'text/plain', 'ok\n');
     return sendText(res, 503, 'text/plain', `${refusal.code}\n`);
   }

@@ -1,6 +1,6 @@
 /**
- * The sidecar's two small ports beside its main one. The admin port serves `POST /kvgate/v1/drain` and
- * `POST /kvgate/v1/undrain` and listens on loopback only (config refuses anything else): taking a worker in and out
+ * The sidecar's two small ports beside its main one. The admin port serves `POST /kvgate/v1/drain` (announced first:
+ * new requests are refused only after `drainAnnounceMs`, sidecar-state.ts) and `POST /kvgate/v1/undrain` and listens on loopback only (config refuses anything else): taking a worker in and out
  * of service is for the pod itself (a preStop hook, `kubectl exec`), never for whoever reaches the request port. The
  * metrics port serves `GET /metrics` alone, so monitoring can be allowed to it without reaching the port that serves
  * completions (deploy/kubernetes/network-policies.yaml).
@@ -43,7 +43,8 @@ export async function startSidePorts(
     if (req.method === 'POST' && path === DRAIN_PATH) {
       logger.warn({ event: 'admin', action: 'drain' }, 'drain requested on the admin port');
       void state.drain();
-      return sendJson(res, 202, { draining: true, inFlight: state.status().inFlight });
+      const s = state.status();
+      return sendJson(res, 202, { draining: true, inFlight: s.inFlight, drainAdmitsUntilMs: s.drainAdmitsUntilMs });
     }
     if (req.method === 'POST' && path === UNDRAIN_PATH) {
       logger.warn({ event: 'admin', action: 'undrain' }, 'undrain requested on the admin port');

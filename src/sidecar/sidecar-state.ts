@@ -25,6 +25,9 @@ export class SidecarState {
   #verdict: ProbeVerdict | null = null;
   #checkedAtMs: number | null = null;
   #draining = false;
+  /** While draining: until when requests that arrive anyway are still admitted (the announce window); null otherwise. */
+  #admitsUntilMs: number | null = null;
+  #announceTimer: NodeJS.Timeout | undefined;
   #inFlight = 0;
   /** Request ids in flight (a count per id: a retried leg may bring the same id twice). */
   readonly #active = new Map<string, number>();
@@ -46,6 +49,7 @@ export class SidecarState {
       verdict: this.#verdict,
       checkedAtMs: this.#checkedAtMs,
       draining: this.#draining,
+      drainAdmitsUntilMs: this.#admitsUntilMs,
       inFlight: this.#inFlight,
       engineId: this.#engineId,
       requests: { inFlight: [...this.#active.keys()], received: [...this.#received] },
@@ -100,22 +104,55 @@ export class SidecarState {
       else this.#active.set(requestId, n);
     }
     this.#metrics.inFlight.set(this.#inFlight);
-    if (this.#inFlight === 0) for (const w of this.#drainWaiters.splice(0)) w();
+    this.#settleDrain();
+  }
+
+  /** Drain waiters resolve once the announce window is over and nothing is in flight. */
+  #settleDrain(): void {
+    if (this.#admitsUntilMs === null && this.#inFlight === 0) for (const w of this.#drainWaiters.splice(0)) w();
   }
 
   /** Admit work again after a drain (an operator's undrain); requests refused meanwhile stay refused. */
   undrain(): void {
     if (this.#draining) this.#logger.info({ event: 'undrain' }, 'undrained: admitting new requests again');
     this.#draining = false;
+    this.#endAnnounce();
     this.#metrics.draining.set(0);
   }
 
-  /** Stop admitting work; resolves once nothing is in flight. Idempotent. */
+  /**
+   * Stop taking work, without refusing a request the gate already sent here: `draining` shows in the status at once
+   * (the gate stops picking this endpoint at its next poll of it), and for `drainAnnounceMs` requests that arrive
+   * anyway are still admitted; only after that window are new requests refused with `draining`. Resolves once the
+   * window is over and nothing is in flight. Idempotent: a second call keeps the first call's window.
+   */
   drain(): Promise<void> {
-    if (!this.#draining)
-      this.#logger.info({ event: 'drain', inFlight: this.#inFlight }, 'draining: no new requests, waiting for in-flight ones');
-    this.#draining = true;
-    this.#metrics.draining.set(1);
-    return this.#inFlight === 0 ? Promise.resolve() : new Promise((resolve) => this.#drainWaiters.push(resolve));
+    if (!this.#draining) {
+      const announceMs = this.#config.drainAnnounceMs;
+      this.#logger.info(
+        { event: 'drain', inFlight: this.#inFlight, announceMs },
+        `draining: announced to the gate; admitting for ${announceMs} ms more, then refusing new requests; waiting for in-flight ones`,
+      );
+      this.#draining = true;
+      this.#metrics.draining.set(1);
+      if (announceMs > 0) {
+        this.#admitsUntilMs = this.#now() + announceMs;
+        this.#announceTimer = setTimeout(() => {
+          this.#logger.info({ event: 'drain_refusing', inFlight: this.#inFlight }, 'drain announce window over: refusing new requests');
+          this.#endAnnounce();
+          this.#settleDrain();
+        }, announceMs);
+        this.#announceTimer.unref();
+      }
+    }
+    const done = new Promise<void>((resolve) => this.#drainWaiters.push(resolve));
+    this.#settleDrain();
+    return done;
+  }
+
+  #endAnnounce(): void {
+    clearTimeout(this.#announceTimer);
+    this.#announceTimer = undefined;
+    this.#admitsUntilMs = null;
   }
 }

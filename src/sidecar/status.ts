@@ -22,7 +22,13 @@ export interface SidecarStatus {
   readonly measured: Readonly<Record<string, unknown>>;
   /** Descriptor fields taken from the declaration because no endpoint exposes them (not verified). */
   readonly declaredOnly: readonly string[];
+  /** True from the moment a drain starts: the gate routes nothing new here once it has seen it. */
   readonly draining: boolean;
+  /**
+   * While draining, until when (ms since the epoch) requests that arrive anyway are still admitted, so a request the
+   * gate routed before it saw the drain is served, not refused (`drainAnnounceMs`); null once new ones are refused.
+   */
+  readonly drainAdmitsUntilMs: number | null;
   readonly inFlight: number;
   readonly capacity: { readonly maxInFlight: number; readonly available: number };
   /** vLLM's NIXL handshake hash as predicted from the descriptor, with how sure the prediction is. */
@@ -72,6 +78,7 @@ export interface StatusSnapshot {
   readonly verdict: ProbeVerdict | null;
   readonly checkedAtMs: number | null;
   readonly draining: boolean;
+  readonly drainAdmitsUntilMs?: number | null;
   readonly inFlight: number;
   readonly engineId: string | null;
   readonly requests?: SidecarStatus['requests'];
@@ -105,6 +112,7 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
     measured: verdict.measured,
     declaredOnly: verdict.declaredOnly,
     draining: s.draining,
+    drainAdmitsUntilMs: s.draining ? (s.drainAdmitsUntilMs ?? null) : null,
     inFlight: s.inFlight,
     capacity: { maxInFlight: config.maxInFlight, available: Math.max(0, config.maxInFlight - s.inFlight) },
     nixlHash: { ...fixed.nixlHash, live: liveHashOf(config, fixed.nixlHash.hash, verdict.measured['nixlHash']) },
@@ -153,11 +161,14 @@ function liveHashOf(config: SidecarConfig, predicted: string, measured: unknown)
   return { state: measured === predicted ? 'match' : 'mismatch', observed: measured, note: null };
 }
 
-/** Why this sidecar takes no new work right now, or undefined when it does. Ordered: draining, unverified, full. */
+/**
+ * Why this sidecar takes no new work right now, or undefined when it does. Ordered: draining, unverified, full. A
+ * drain inside its announce window still admits (the gate may not have seen it yet); the other checks still apply.
+ */
 export function admissionRefusal(
   status: SidecarStatus,
 ): { code: 'draining' | 'worker_unverified' | 'queue_full'; message: string } | undefined {
-  if (status.draining)
+  if (status.draining && status.drainAdmitsUntilMs === null)
     return { code: 'draining', message: 'this worker is draining and takes no new requests; the gate will route elsewhere' };
   if (!status.verified) {
     const m = status.mismatch;

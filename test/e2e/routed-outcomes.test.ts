@@ -28,6 +28,8 @@ beforeAll(async () => {
     logDecisions: true,
     workerViewIntervalMs: 60_000,
     sidecarProbeIntervalMs: 60_000,
+    // No announce window: a drained sidecar refuses at once, so the refusal's accounting can be seen.
+    sidecar: { drainAnnounceMs: 0 },
   });
 });
 afterAll(() => t.close());
