@@ -5,10 +5,10 @@
  * with a reason (a kvgate error code), or failed visibly (an error status or an SSE error event). The two numbers
  * that must be zero: silently wrong completions, and requests without any response.
  */
-import { readFile, writeFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { H } from '../../src/headers.js';
+import { attributeToFaults, type FaultAttribution, type UnservedRequest } from './fault-attribution.js';
+import { faultSchedule } from './load-faults.js';
 import { baseline, completion, firstDivergence, PROMPTS } from './scenarios.js';
 import type { EnvoyVersion } from '../harness/runtime-config.js';
 import { REVISIONS, startTopology, type RevisionName, type Topology } from './topology.js';
@@ -39,17 +39,29 @@ export interface LoadReport {
   readonly events: readonly string[];
   readonly wrongExamples: readonly string[];
   readonly failedExamples: readonly string[];
+  /**
+   * Refusals and visible failures the faults caused, per fault: a planned drain and a prefill worker killed mid-leg
+   * must cause none (fault-attribution.ts says how each is attributed).
+   */
+  readonly byFault: FaultAttribution;
 }
 
 type Outcome =
   | { kind: 'completed'; revision: string; streamed: boolean }
-  | { kind: 'refused'; code: string }
-  | { kind: 'failed'; reason: string; detail?: string; id?: string }
+  | ({ kind: 'refused'; code: string } & Unserved)
+  | ({ kind: 'failed'; reason: string; detail?: string } & Unserved)
   | { kind: 'wrong'; detail: string }
   | { kind: 'none' };
 
-const MAX_TOKENS = 12;
+/** Who a request that was not served was, to attribute it to a fault: ours (`load-N`), the gate's id, when it ended. */
+interface Unserved {
+  readonly id: string;
+  readonly gateId?: string;
+  readonly message?: string;
+  readonly endedAtMs: number;
+}
 
+const MAX_TOKENS = 12;
 /** Deterministic PRNG (mulberry32): the same seed sends the same request mix. */
 function prng(seed: number): () => number {
   let a = seed >>> 0;
@@ -122,61 +134,22 @@ async function drive(
   };
   await Promise.all(Array.from({ length: opts.concurrency }, worker));
   await t.harness.waitForAccessLog(outcomes.length, 2000).catch(() => undefined);
-  return summarize(withEnvoyDetails(t, outcomes), events, Date.now() - started);
+  const report = summarize(withEnvoyDetails(t, outcomes), events, Date.now() - started);
+  const unserved = outcomes.filter((o): o is Outcome & UnservedRequest => o.kind === 'refused' || o.kind === 'failed');
+  return { ...report, byFault: attributeToFaults(unserved, faults, t.harness.accessLog()) };
 }
 
 /** Name each visible failure by what the data plane recorded (Envoy's %RESPONSE_CODE_DETAILS%). */
-function withEnvoyDetails(t: Topology, outcomes: readonly (Outcome & { id?: string })[]): Outcome[] {
+function withEnvoyDetails(t: Topology, outcomes: readonly Outcome[]): Outcome[] {
   const details = new Map<string, string>();
   for (const e of t.harness.accessLog()) if (e.listener === 'public') details.set(e.requestId, e.responseCodeDetails);
   return outcomes.map((o) => {
-    if (o.kind !== 'failed' || o.id === undefined) return o;
+    if (o.kind !== 'failed') return o;
     const d = details.get(o.id);
     return d === undefined || d === 'via_upstream'
       ? o
       : { ...o, reason: `${o.reason} (${d.replace(/\{.*$/, '')})`, detail: `${o.detail ?? ''} ${d}` };
   });
-}
-
-interface Fault {
-  readonly at: number;
-  fired: boolean;
-  run(): Promise<string>;
-}
-
-function faultSchedule(t: Topology, n: number): Fault[] {
-  return [
-    {
-      at: Math.floor(n * 0.25),
-      fired: false,
-      async run() {
-        const w = t.worker('llama-a', 'decode', 1);
-        // The admin port is loopback-only; the load runner is in the pod's place here (everything on loopback).
-        await fetch(`${w.sidecar.adminUrl}/kvgate/v1/drain`, { method: 'POST' });
-        return `drained decode worker llama-a #1 (${w.address})`;
-      },
-    },
-    {
-      at: Math.floor(n * 0.5),
-      fired: false,
-      async run() {
-        const w = t.worker('llama-b', 'prefill', 0);
-        await w.sim.close();
-        return `killed prefill worker llama-b #0 (vLLM behind ${w.address})`;
-      },
-    },
-    {
-      at: Math.floor(n * 0.75),
-      fired: false,
-      async run() {
-        const table = parseYaml(await readFile(t.routeTablePath, 'utf8')) as { models: Record<string, { rollout: { weight: number } }> };
-        for (const m of Object.values(table.models)) m.rollout.weight = 60;
-        await writeFile(t.routeTablePath, toYaml(table));
-        const r = await t.gate.policy.reload('load test');
-        return `reloaded the route table (candidate weight 30% -> 60%): ${r.ok ? `applied, version ${r.version}` : `rejected: ${r.message}`}`;
-      },
-    },
-  ];
 }
 
 interface Planned {
@@ -197,28 +170,23 @@ async function one(t: Topology, r: Planned, baselines: ReadonlyMap<string, numbe
       signal: AbortSignal.timeout(timeoutMs),
     });
   } catch (e) {
-    return (e as Error).name === 'TimeoutError' ? { kind: 'none' } : { kind: 'failed', reason: 'connection reset' };
+    return (e as Error).name === 'TimeoutError' ? { kind: 'none' } : { kind: 'failed', reason: 'connection reset', ...unserved(r) };
   }
   let text: string;
   try {
     text = await res.text();
   } catch (e) {
-    return (e as Error).name === 'TimeoutError' ? { kind: 'none' } : { kind: 'failed', reason: 'stream reset' };
+    return (e as Error).name === 'TimeoutError' ? { kind: 'none' } : { kind: 'failed', reason: 'stream reset', ...unserved(r) };
   }
   if (res.status !== 200) {
-    const code = kvgateCode(text);
-    return code !== undefined
-      ? { kind: 'refused', code }
-      : {
-          kind: 'failed',
-          id: `load-${r.i}`,
-          reason: `HTTP ${res.status}`,
-          detail: `load-${r.i}: HTTP ${res.status} ${text.slice(0, 160)}`,
-        };
+    const e = kvgateError(text);
+    return e !== undefined
+      ? { kind: 'refused', code: e.code, ...unserved(r, e) }
+      : { kind: 'failed', reason: `HTTP ${res.status}`, detail: `load-${r.i}: HTTP ${res.status} ${text.slice(0, 160)}`, ...unserved(r) };
   }
   const revision = res.headers.get(H.revision) as RevisionName | null;
   const parsed = r.stream ? idsFromSse(text) : idsFromJson(text);
-  if ('error' in parsed) return { kind: 'failed', reason: parsed.error };
+  if ('error' in parsed) return { kind: 'failed', reason: parsed.error, ...unserved(r) };
   const base = revision === null ? undefined : baselines.get(`${revision}|${r.prompt}`);
   if (base === undefined)
     return { kind: 'wrong', detail: `request load-${r.i}: 200 without a known revision header (${String(revision)})` };
@@ -227,10 +195,25 @@ async function one(t: Topology, r: Planned, baselines: ReadonlyMap<string, numbe
   return { kind: 'completed', revision: revision ?? '', streamed: r.stream };
 }
 
-function kvgateCode(text: string): string | undefined {
+function unserved(r: Planned, e?: { requestId?: string; message?: string }): Unserved {
+  return {
+    id: `load-${r.i}`,
+    endedAtMs: Date.now(),
+    ...(e?.requestId === undefined ? {} : { gateId: e.requestId }),
+    ...(e?.message === undefined ? {} : { message: e.message }),
+  };
+}
+
+/** A kvgate error body: its code, the gate's request id (to find the request's prefill leg) and the message. */
+function kvgateError(text: string): { code: string; requestId?: string; message?: string } | undefined {
   try {
-    const j = JSON.parse(text) as { error?: { type?: string; code?: string } };
-    return j.error?.type === 'kvgate_error' ? j.error.code : undefined;
+    const e = (JSON.parse(text) as { error?: { type?: string; code?: string; request_id?: unknown; message?: unknown } }).error;
+    if (e?.type !== 'kvgate_error' || typeof e.code !== 'string') return undefined;
+    return {
+      code: e.code,
+      ...(typeof e.request_id === 'string' && e.request_id !== '' ? { requestId: e.request_id } : {}),
+      ...(typeof e.message === 'string' ? { message: e.message.slice(0, 300) } : {}),
+    };
   } catch {
     return undefined;
   }
@@ -262,7 +245,7 @@ function idsFromSse(text: string): { ids: number[] } | { error: string } {
   return sawDone ? { ids } : { error: 'stream ended without [DONE]' };
 }
 
-function summarize(outcomes: readonly Outcome[], events: readonly string[], durationMs: number): LoadReport {
+function summarize(outcomes: readonly Outcome[], events: readonly string[], durationMs: number): Omit<LoadReport, 'byFault'> {
   const refused: Record<string, number> = {};
   const failedVisibly: Record<string, number> = {};
   const byRevision: Record<string, number> = {};
@@ -314,7 +297,10 @@ export function formatLoadReport(r: LoadReport): string {
     `failed visibly                 ${Object.values(r.failedVisibly).reduce((a, b) => a + b, 0)} (${fmt(r.failedVisibly)})`,
     `silently wrong                 ${r.silentlyWrong}${r.wrongExamples.length ? `: ${r.wrongExamples.join('; ')}` : ''}`,
     `without any response           ${r.noResponse}`,
+    `caused by the decode drain     ${r.byFault.drain.length} (target 0)`,
+    `caused by the prefill kill     ${r.byFault.prefillKill.length} (target 0)`,
     ...r.failedExamples.map((e) => `e.g. failed: ${e}`),
+    ...[...r.byFault.drain, ...r.byFault.prefillKill].slice(0, 5).map((e) => `e.g. caused by a fault: ${e}`),
     ...r.events.map((e) => `fault: ${e}`),
   ].join('\n');
 }
