@@ -92,6 +92,11 @@ export async function serveDecode(
       timedPrefillLeg(ctx, call, { ...legInput, exclude }),
       readFailedTransfers(ctx, call.signal),
     ]);
+    if (!again.ok) {
+      // No other prefill endpoint of the group could run it (e.g. the only one is excluded): the first failure stands.
+      call.logger.warn({ event: 'prefill_rerun_failed', code: again.error.code }, again.error.reason);
+      return await first.answer();
+    }
     return (await decodeAfterPrefill(ctx, call, res, {
       ...base,
       prefill: again,
@@ -183,18 +188,22 @@ async function decodeAfterPrefill(
     return fail ? SILENT_RECOMPUTE : undefined;
   };
   const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true, beforeCommit });
-  const unsent = relayed.kind === 'failed_before_tokens' && !res.headersSent;
-  if (silent.seen && unsent && a.mayRerun) return { rerun: 'silent_recompute', message: SILENT_RECOMPUTE };
-  if (unsent && !silent.seen && a.mayRerun && rerunsAfter(relayed.message)) return { rerun: 'kv_load_failed', message: relayed.message };
-  if (silent.seen && relayed.kind === 'failed_before_tokens')
-    return refuse(
-      new KvgateError(
-        'worker_error',
-        `${SILENT_RECOMPUTE}; onTransferFailure is "fail": retry the request, or set onTransferFailure: recompute to accept local prefills`,
-      ),
-      'failed',
-    );
-  return afterTransfer(ctx, call, res, headers, requestId, relayed);
+  const answer = async (): Promise<Outcome> => {
+    if (silent.seen && relayed.kind === 'failed_before_tokens')
+      return refuse(
+        new KvgateError(
+          'worker_error',
+          `${SILENT_RECOMPUTE}; onTransferFailure is "fail": retry the request, or set onTransferFailure: recompute to accept local prefills`,
+        ),
+        'failed',
+      );
+    return afterTransfer(ctx, call, res, headers, requestId, relayed);
+  };
+  if (relayed.kind === 'failed_before_tokens' && !res.headersSent && a.mayRerun && (silent.seen || rerunsAfter(relayed.message)))
+    return silent.seen
+      ? { rerun: 'silent_recompute', message: SILENT_RECOMPUTE, answer }
+      : { rerun: 'kv_load_failed', message: relayed.message, answer };
+  return answer();
 }
 
 const SILENT_RECOMPUTE =

@@ -69,7 +69,7 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
     }),
     transferFailures: new Counter({
       name: 'kvgate_sidecar_transfer_failures_total',
-      help: 'KV transfers the decode worker reported as failed, by what the sidecar did (recompute, fail, rerun, after_tokens).',
+      help: 'KV transfers the decode worker reported as failed, by what the sidecar did (recompute, fail, after_tokens).',
       labelNames: ['action'] as const,
       registers,
     }),

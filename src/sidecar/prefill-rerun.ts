@@ -10,7 +10,8 @@
  *
  * When it runs: a prefill worker that dies after its prefill and before the decode worker has read its blocks (a
  * crash, an OOM kill, a node loss) leaves KV that can no longer be read. Under `onTransferFailure: fail` the client
- * would get 502 `worker_error` for a fault of one worker of a group that has others. At most once per request;
+ * would get 502 `worker_error` for a fault of one worker of a group that has others. At most once per request, and
+ * when the gate finds no other prefill endpoint the client gets the first failure, as without a rerun;
  * never in `direct` mode (the signed contract names one prefill endpoint, and no other may be called), never for a
  * coordinated prefill (a P/D coordinator in front ran it), never after a reported compatibility-hash mismatch (a
  * safety signal the operator must see, not a fault to route around), never under `recompute` (the worker then
@@ -20,6 +21,7 @@ import type { KvgateError, Result } from '../errors.js';
 import { ok } from '../errors.js';
 import type { SidecarConfig } from './config.js';
 import type { IncomingCall, SidecarContext } from './context.js';
+import type { Outcome } from './outcome.js';
 import { runPrefillLeg, type PrefillLegInput } from './prefill-leg.js';
 import { inChildSpan } from './spans.js';
 
@@ -31,6 +33,8 @@ export type RerunReason = (typeof RERUN_REASONS)[number];
 export interface Rerun {
   readonly rerun: RerunReason;
   readonly message: string;
+  /** Answer the client with the first failure, as without a rerun (when the second leg finds no endpoint). */
+  readonly answer: () => Promise<Outcome>;
 }
 
 export interface TimedLeg {
@@ -56,7 +60,6 @@ export function rerunsAfter(message: string): boolean {
 /** Count and log one second run (one line per request that gets one). */
 export function noteRerun(ctx: SidecarContext, call: IncomingCall, r: Rerun, excluded: readonly string[]): void {
   ctx.metrics.prefillReruns.inc({ reason: r.rerun });
-  if (r.rerun === 'kv_load_failed') ctx.metrics.transferFailures.inc({ action: 'rerun' });
   call.logger.warn(
     { event: 'prefill_rerun', reason: r.rerun, excluded, cause: r.message },
     'the decode worker could not load the prefilled KV before any output; running the prefill leg again on another prefill endpoint of the bound group',

@@ -62,14 +62,18 @@ describe('KV transfer failures with onTransferFailure: fail', () => {
   // First in this file on purpose: D handshakes once per remote engine and caches it, so a refusal must come before
   // any successful transfer from this P. The counter below proves the refusal really happened.
   it('a refused NIXL handshake is a clear error before any token, streamed or not', async () => {
-    const { P, D } = workersOf(t);
+    const { P, D, dSidecar } = workersOf(t);
     const failedBefore = await counter(D.url, LOAD_FAILURES, { reason: 'handshake_failed' });
     const generatedBefore = await counter(D.url, GENERATED);
+    const rerunsBefore = await counter(dSidecar, 'kvgate_sidecar_prefill_reruns_total', { reason: 'kv_load_failed' });
     P.setFaults({ handshakeRefusal: true });
     await expectCleanFailure(await complete(t, PROMPTS[1], 8), generatedBefore);
     const res = await stream(t, PROMPTS[2], 8);
     await expectCleanFailure({ status: res.status, headers: res.headers, json: await res.json() }, generatedBefore);
     expect(await counter(D.url, LOAD_FAILURES, { reason: 'handshake_failed' })).toBe(failedBefore + 2);
+    // Each failure ran the prefill leg once more; the group's only prefill worker was excluded, so the gate found no
+    // other one and the first failure is what the client got (src/sidecar/prefill-rerun.ts).
+    expect(await counter(dSidecar, 'kvgate_sidecar_prefill_reruns_total', { reason: 'kv_load_failed' })).toBe(rerunsBefore + 2);
     P.setFaults({ reset: true });
     // The group itself is healthy again once the handshake is accepted.
     const ok = await complete(t, PROMPTS[1], 8);
