@@ -3,14 +3,17 @@
  * running a topology by hand where no Envoy binary is available: it loads the Envoy bootstrap (its listeners and
  * clusters, checked as the harness checks every config: anything it does not implement is refused with its YAML
  * path), prints each listener's address, serves until SIGTERM or SIGINT, then stops accepting, lets requests in
- * flight finish (up to `--drain-ms`) and exits 0. Exit 2 on usage errors, 1 when the config is refused or a port
- * cannot be bound. Test support: a deployment runs Envoy with the same file.
+ * flight finish (up to `--drain-ms`) and exits 0. With `--policy FILE` it first checks that every cluster the route
+ * table routes to exists in the config (cluster-match.ts). Exit 2 on usage errors, 1 when the config is refused, does
+ * not serve the table, or a port cannot be bound. Test support: a deployment runs Envoy with the same file.
  */
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { startEnvoyHarness } from '../harness/data-plane.js';
-import { loadEnvoyConfig, type EnvoyConfigOverrides } from '../harness/envoy-config.js';
+import { checkPolicyFile, formatCheckReport } from '../../src/policy/check-report.js';
+import { loadEnvoyConfig, type EnvoyConfig, type EnvoyConfigOverrides } from '../harness/envoy-config.js';
 import { ENVOY_VERSIONS, type EnvoyVersion } from '../harness/runtime-config.js';
+import { clusterMismatches } from './cluster-match.js';
 
 const HELP = `usage: npm run testbed -- harness --config envoy.yaml [options]
 
@@ -21,6 +24,8 @@ ext_proc filters and clusters. Prints each listener's address; SIGTERM or SIGINT
   --listener NAME=PORT       bind listener NAME on PORT instead of the file's (0 = any free port); repeatable
   --cluster NAME=HOST:PORT[,HOST:PORT]   endpoints of a STATIC / STRICT_DNS cluster instead of the file's; repeatable
   --file-root PREFIX=DIR     read files the config names under PREFIX from DIR instead (TLS certificates); repeatable
+  --policy FILE              the route table the gate serves: refuse to start when a cluster it routes to is missing
+                             from the config (Envoy would answer 503 NC for it) or reads another endpoint header
   --drain-ms N               how long in-flight requests may finish after a signal (default 5000)
 `;
 
@@ -38,6 +43,7 @@ const OPTIONS = {
   cluster: { type: 'string', multiple: true },
   'file-root': { type: 'string', multiple: true },
   'drain-ms': { type: 'string' },
+  policy: { type: 'string' },
   help: { type: 'boolean' },
 } as const;
 
@@ -46,6 +52,7 @@ interface Args {
   readonly envoyVersion: EnvoyVersion;
   readonly overrides: EnvoyConfigOverrides;
   readonly drainMs: number;
+  readonly policy?: string;
 }
 
 export async function harnessCommand(argv: readonly string[], io: HarnessCommandIo = defaultIo()): Promise<number> {
@@ -69,6 +76,13 @@ export async function harnessCommand(argv: readonly string[], io: HarnessCommand
   if (!loaded.ok) {
     io.err(`harness: ${args.config}: ${loaded.error.message}`);
     return 1;
+  }
+  if (args.policy !== undefined) {
+    const problems = await policyMismatches(args.policy, loaded.value);
+    if (problems.length > 0) {
+      io.err(`harness: ${args.config} does not serve the route table ${args.policy}:\n  ${problems.join('\n  ')}`);
+      return 1;
+    }
   }
   const shutdown = io.shutdown ?? waitForSignal();
   let harness;
@@ -127,7 +141,16 @@ function parse(argv: readonly string[]): Args | string | 'help' {
     envoyVersion: (v.envoy as EnvoyVersion | undefined) ?? '1.37',
     overrides: { listenerPorts, clusterEndpoints, fileRoots },
     drainMs: Number(drain),
+    ...(v.policy === undefined ? {} : { policy: v.policy }),
   };
+}
+
+/** What keeps `config` from serving the table in `file` (the table's own errors first, when it cannot be compiled). */
+async function policyMismatches(file: string, config: EnvoyConfig): Promise<string[]> {
+  // allowInvalid: a table that fails only semantic checks (e.g. canaries not recorded yet) still names its clusters.
+  const checked = await checkPolicyFile(file, { allowInvalid: true });
+  if (!checked.ok) return [`the route table cannot be read:\n${formatCheckReport(checked.report)}`];
+  return clusterMismatches(checked.table, config, file);
 }
 
 function waitForSignal(): Promise<string> {

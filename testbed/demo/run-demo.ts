@@ -1,5 +1,5 @@
 /**
- * `kvgate demo`: start the local topology, send the sample traffic, print what happened, and return a summary
+ * `npm run testbed -- demo`: start the local topology, send the sample traffic, print what happened, and return a summary
  * whose checks decide the exit code (so the demo doubles as a smoke test of the whole path).
  */
 import type { Logger } from 'pino';

@@ -1,6 +1,6 @@
 /**
  * The demo's sample traffic, each scenario a small function that returns what happened with real numbers from the
- * run. Used by `kvgate demo` (printed) and by the end-to-end test of the demo (asserted).
+ * run. Used by `npm run testbed -- demo` (printed) and by the end-to-end test of the demo (asserted).
  */
 import { randomUUID } from 'node:crypto';
 import { mintContract } from '../../src/contract/contract.js';

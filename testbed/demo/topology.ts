@@ -1,7 +1,7 @@
 /**
  * The full local P/D topology on loopback: simulated vLLM workers of two revisions (prefill and decode each), a
  * sidecar in front of each, the gate, and the Envoy-faithful harness running the shipped `envoy/envoy.yaml`.
- * `kvgate demo` and the end-to-end tests start exactly this, so the demo shows what the tests prove.
+ * The demo (`npm start`) and the end-to-end tests start exactly this, so the demo shows what the tests prove.
  *
  * The gate's gRPC port runs mTLS as in a deployment: at start the topology mints a throwaway CA and certificates in
  * its run folder (testbed/tls/dev-pki.ts), starts the gate with `tls` (one allowed identity per listener role), and
