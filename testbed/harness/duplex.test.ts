@@ -85,6 +85,32 @@ describe('FULL_DUPLEX_STREAMED request bodies', () => {
     expect(scenario.extProcStat('message_timeouts')).toBe(0);
   });
 
+  it('a headers answer before the body lets the headers go on at once; chunks echoed as they come follow them', async () => {
+    let upstreamStartedBeforeBodyEnd: boolean | undefined;
+    scenario = await startScenario({
+      filter: { processing_mode: DUPLEX },
+      handler: async (s) => {
+        await s.recv(); // headers
+        s.send(headersReply({ header_mutation: { set_headers: [setHeader('x-early', 'yes')] } }));
+        for (let m = await s.recv(); m !== null; m = await s.recv()) {
+          const eos = m.request_body?.end_of_stream === true;
+          // When the body's end arrives, the upstream request has long started (its headers went on at once).
+          if (eos) upstreamStartedBeforeBodyEnd = scenario?.stat('cluster.backend_a.upstream_rq_total') === 1;
+          s.send(streamed('request_body', text(m).toUpperCase(), eos));
+          if (eos) break;
+        }
+      },
+      upstreamHandler: (req, res) => {
+        res.writeHead(200, { 'content-length': String(req.body.length) });
+        res.end(req.body);
+      },
+    });
+    const r = ok(await chunkedRequest(scenario.url, ['one;', 'two;', 'three'], { headers: TO_A, gapMs: 40 }));
+    expect(r.body).toBe('ONE;TWO;THREE');
+    expect(scenario.upstreams['backend_a']?.requests[0]?.headers['x-early']).toBe('yes');
+    expect(upstreamStartedBeforeBodyEnd).toBe(true);
+  });
+
   it('a body with trailers ends with the trailers message; the trailers reply lets the (mutated) trailers go on', async () => {
     let seen: WireProcessingRequest[] = [];
     scenario = await startScenario({
