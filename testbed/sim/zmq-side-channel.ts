@@ -42,6 +42,9 @@ export interface RunningZmqSideChannel {
   close(): Promise<void>;
 }
 
+/** How long after the last request served the ROUTER waits before it closes (see close()). */
+const SETTLE_MS = 150;
+
 export async function startZmqSideChannel(o: ZmqSideChannelOptions): Promise<RunningZmqSideChannel> {
   const sock = new Router({ linger: 0 });
   await sock.bind(`tcp://${o.host}:${o.port}`);
@@ -49,9 +52,11 @@ export async function startZmqSideChannel(o: ZmqSideChannelOptions): Promise<Run
   const wire = sideChannelWire(o.connectorVersion);
   // msgspec encodes a dataclass as a map of its fields in declaration order, bytes as msgpack bin.
   const payload = encode({ compatibility_hash: o.compatibilityHash ?? '', agent_metadata_bytes: encode(o.agentMetadata) });
+  let lastActivityMs = 0;
   const serving = (async () => {
     try {
       for await (const frames of sock) {
+        lastActivityMs = performance.now();
         const [identity, , msg] = frames;
         if (identity === undefined || msg === undefined) continue;
         const req = decode(msg) as unknown;
@@ -76,6 +81,11 @@ export async function startZmqSideChannel(o: ZmqSideChannelOptions): Promise<Run
     port,
     async close() {
       if (sock.closed) return; // idempotent: a test may close a restarted server twice
+      // In tests the reader's REQ socket lives in this same process (never in a deployment, where vLLM is another
+      // process). Closing the ROUTER while libzmq still tears down a connection it just served has aborted the whole
+      // process under load (libzmq 4.3.5, pipe.cpp:355 assertion), so give that teardown a moment first.
+      const settle = SETTLE_MS - (performance.now() - lastActivityMs);
+      if (settle > 0) await new Promise((resolve) => setTimeout(resolve, settle));
       // Unbind first: a restart binds the same port again at once (zmq's close releases it asynchronously).
       const endpoint = sock.lastEndpoint;
       if (endpoint !== null) await sock.unbind(endpoint).catch(() => undefined);
