@@ -39,6 +39,8 @@ export interface LoadReport {
   readonly events: readonly string[];
   readonly wrongExamples: readonly string[];
   readonly failedExamples: readonly string[];
+  /** The first few refusals, with the gate's request id and message. */
+  readonly refusedExamples: readonly string[];
   /**
    * Refusals and visible failures the faults caused, per fault: a planned drain and a prefill worker killed mid-leg
    * must cause none (fault-attribution.ts says how each is attributed).
@@ -251,6 +253,7 @@ function summarize(outcomes: readonly Outcome[], events: readonly string[], dura
   const byRevision: Record<string, number> = {};
   const wrongExamples: string[] = [];
   const failedExamples: string[] = [];
+  const refusedExamples: string[] = [];
   let completed = 0;
   let silentlyWrong = 0;
   let noResponse = 0;
@@ -260,8 +263,10 @@ function summarize(outcomes: readonly Outcome[], events: readonly string[], dura
       completed++;
       byRevision[o.revision] = (byRevision[o.revision] ?? 0) + 1;
       if (o.streamed) streamed++;
-    } else if (o.kind === 'refused') refused[o.code] = (refused[o.code] ?? 0) + 1;
-    else if (o.kind === 'failed') {
+    } else if (o.kind === 'refused') {
+      refused[o.code] = (refused[o.code] ?? 0) + 1;
+      if (refusedExamples.length < 5) refusedExamples.push(`${o.id} (${o.gateId ?? 'no gate id'}): ${o.code}: ${o.message ?? ''}`);
+    } else if (o.kind === 'failed') {
       failedVisibly[o.reason] = (failedVisibly[o.reason] ?? 0) + 1;
       if (o.detail !== undefined && failedExamples.length < 3) failedExamples.push(o.detail);
     } else if (o.kind === 'wrong') {
@@ -282,6 +287,7 @@ function summarize(outcomes: readonly Outcome[], events: readonly string[], dura
     events,
     wrongExamples,
     failedExamples,
+    refusedExamples,
   };
 }
 
@@ -299,6 +305,7 @@ export function formatLoadReport(r: LoadReport): string {
     `without any response           ${r.noResponse}`,
     `caused by the decode drain     ${r.byFault.drain.length} (target 0)`,
     `caused by the prefill kill     ${r.byFault.prefillKill.length} (target 0)`,
+    ...r.refusedExamples.map((e) => `e.g. refused: ${e}`),
     ...r.failedExamples.map((e) => `e.g. failed: ${e}`),
     ...[...r.byFault.drain, ...r.byFault.prefillKill].slice(0, 5).map((e) => `e.g. caused by a fault: ${e}`),
     ...r.events.map((e) => `fault: ${e}`),
