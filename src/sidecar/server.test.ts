@@ -148,6 +148,21 @@ describe('admission and drain', () => {
     }
   });
 
+  it('an undrain inside the announce window ends the drain: not draining, ready, and the drain promise settles', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { drainAnnounceMs: 20_000 }));
+    try {
+      const draining = t.sidecar.drain();
+      expect(t.sidecar.status()).toMatchObject({ draining: true });
+      const u = await fetch(`${t.sidecar.adminUrl}/kvgate/v1/undrain`, { method: 'POST' });
+      expect(u.status).toBe(200);
+      expect(t.sidecar.status()).toMatchObject({ draining: false, drainAdmitsUntilMs: null });
+      expect((await fetch(`${t.sidecar.url}/healthz`)).status).toBe(200);
+      await draining; // nothing in flight and no window left: settles at once, not after 20 s
+    } finally {
+      await t.sidecar.close();
+    }
+  });
+
   it('undrain on the admin port admits work again; the metrics port serves /metrics and nothing else', async () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { drainAnnounceMs: 0 }));
     try {

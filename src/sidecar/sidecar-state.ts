@@ -118,6 +118,7 @@ export class SidecarState {
     this.#draining = false;
     this.#endAnnounce();
     this.#metrics.draining.set(0);
+    this.#settleDrain(); // a drain ended by an operator is over for its waiters once nothing is in flight
   }
 
   /**
