@@ -2,7 +2,8 @@
  * `kvgate status --gate URL [--json]`: one look at a running deployment. Reads the gate's admin `/status`, then the
  * status of every sidecar the route table names (`GET <status>/kvgate/v1/status`), and prints the gate (serving,
  * route table version and last reload, streams, queues) and one row per endpoint: pool, revision, role, the gate's
- * state for it (routable, unverified, draining, stale, unreached) and why, and what its sidecar says (verified,
+ * state for it (routable, unverified, draining, stale, unreached) and why (a worker that does not match its
+ * declaration named first: address, engine id, each field with both values), and what its sidecar says (verified,
  * draining, in flight / capacity). `--json` prints the same as one JSON document.
  */
 import { parseArgs } from 'node:util';
@@ -120,7 +121,8 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
             ? 'unreachable'
             : `${s.verified ? 'verified' : 'UNVERIFIED'}${s.draining ? ', draining' : ''}`;
       const load = s === undefined || s.error !== undefined ? '-' : `${s.inFlight ?? 0}/${s.capacity?.maxInFlight ?? '?'}`;
-      const why = [...e.reasons, ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? []))]
+      // A worker its sidecar found lying comes first, named: address, engine id, each field with both values.
+      const why = [...(e.named == null ? [] : [e.named]), ...e.reasons, ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? []))]
         .filter((r, i, all) => all.indexOf(r) === i)
         .join('; ');
       rows.push([p.pool, p.revision, p.role, e.address, e.state, sidecar, load, why === '' ? '-' : why]);

@@ -62,6 +62,48 @@ describe('live worker view', () => {
     expect(poller.snapshot()[polled.address]!.reasons).toEqual(['tokenizer canary differs']);
   });
 
+  it("routes an endpoint only when the worker's observed NIXL hash is the revision's prediction, naming both hashes", async () => {
+    const rev = table.revisions.get(pool.revision)!;
+    const live = (observed: string | null, state = observed === null ? 'none' : 'match') => ({ state, observed, note: null });
+    let body: object = { fingerprint: pool.fingerprint, verified: true, draining: false, nixlHash: { live: live(rev.nixlHash) } };
+    const { poller, view } = setup(() => status(body));
+    const polledState = () => view.endpoints('a-decode').find((e) => e.address === polled.address)!;
+    const entry = () =>
+      poller
+        .poolStates()
+        .find((p) => p.pool === 'a-decode')!
+        .endpoints.find((e) => e.address === polled.address)!;
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(true);
+    // The sidecar vouches for its worker, but the hash it observed is not this revision's (e.g. it declares another
+    // model.path: same fingerprint, another handshake hash). The gate does not route it, and says why.
+    const other = 'a'.repeat(64);
+    body = { fingerprint: pool.fingerprint, verified: true, draining: false, nixlHash: { live: live(other, 'match') } };
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(false);
+    expect(entry().state).toBe('unverified');
+    expect(entry().reasons[0]).toContain(`serves ${other}, revision ${rev.name} predicts ${rev.nixlHash}`);
+    // No hash observed (vLLM before 0.13, or the sidecar's explicit opt-out): the sidecar's verdict stands.
+    body = { fingerprint: pool.fingerprint, verified: true, draining: false, nixlHash: { live: live(null) } };
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(true);
+  });
+
+  it("shows the worker a sidecar named (address, engine id, field, both values) on the gate's /status", async () => {
+    const mismatch = {
+      worker: { address: 'http://127.0.0.1:8000', endpoint: polled.address, engineId: 'eng-7' },
+      fields: [{ field: 'canaries.generation', declared: 'aa', observed: 'bb' }],
+    };
+    const { poller } = setup(() => status({ fingerprint: pool.fingerprint, verified: false, draining: false, reasons: ['x'], mismatch }));
+    await poller.pollOnce();
+    const entry = poller
+      .poolStates()
+      .find((p) => p.pool === 'a-decode')!
+      .endpoints.find((e) => e.address === polled.address)!;
+    expect(entry.state).toBe('unverified');
+    expect(entry.named).toBe('worker http://127.0.0.1:8000, engine id eng-7: canaries.generation declared "aa", observed "bb"');
+  });
+
   it('keeps the last good observation through a failed poll, until it goes stale', async () => {
     let up = true;
     const { poller, view, advance } = setup(() =>

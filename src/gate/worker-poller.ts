@@ -26,6 +26,14 @@ import {
   type WorkerView,
 } from '../decide/worker-view.js';
 import type { CompiledEndpoint, CompiledPool, CompiledRouteTable } from '../policy/compile.js';
+import {
+  describeNamedMismatch,
+  liveHashOf,
+  namedMismatchOf,
+  observedHashProblem,
+  type LiveHash,
+  type NamedMismatch,
+} from './observed-hash.js';
 
 /** The states `kvgate_worker_endpoints` and `/status` name; a pool's endpoints are in exactly one each. */
 export const ENDPOINT_STATES = ['routable', 'unverified', 'draining', 'stale', 'unreached'] as const;
@@ -42,6 +50,8 @@ export interface PoolState {
     readonly status: string | null;
     readonly state: EndpointStateName;
     readonly reasons: readonly string[];
+    /** The worker its sidecar named as not matching its declaration (address, engine id, fields, both values). */
+    readonly named: string | null;
   }>;
 }
 
@@ -61,6 +71,10 @@ export interface Observation {
   readonly load?: EndpointLoad;
   /** Why the last poll failed, when it did (the previous good observation is kept until it goes stale). */
   readonly error?: string;
+  /** The live NIXL hash the sidecar read from its worker (observed-hash.ts compares it with the prediction). */
+  readonly nixlHash?: LiveHash;
+  /** The worker the sidecar named as not matching its declaration. */
+  readonly mismatch?: NamedMismatch;
 }
 
 export interface WorkerPoller {
@@ -146,20 +160,28 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
       for (const p of deps.table().pools.values()) {
         const base = { pool: p.name, revision: p.revision, role: p.role };
         for (const state of ENDPOINT_STATES) this.set({ ...base, state }, 0);
-        for (const e of endpointsOf(p)) this.inc({ ...base, state: endpointState(p.draining, e, seen.get(keyOf(e))) });
+        for (const e of endpointsOf(p)) this.inc({ ...base, state: endpointState(p, e, seen.get(keyOf(e))) });
       }
     },
   });
   void routable;
 
   /** An endpoint without a status URL is routable by declaration (the static view's rule); a drained pool routes none. */
-  function endpointState(poolDraining: boolean, e: CompiledEndpoint, o: Observation | undefined): EndpointStateName {
-    if (poolDraining) return 'draining';
+  function endpointState(p: CompiledPool, e: CompiledEndpoint, o: Observation | undefined): EndpointStateName {
+    if (p.draining) return 'draining';
     if (e.status === null) return 'routable';
     if (o === undefined) return 'unreached';
     const state = stateOf(o);
     // A worker upgraded in place reports another fingerprint: verified as itself, but not as this pool's group.
-    return state === 'routable' && o.fingerprint !== e.fingerprint ? 'unverified' : state;
+    // A worker whose live NIXL hash is not the revision's prediction is not routed either (observed-hash.ts).
+    if (state !== 'routable') return state;
+    return o.fingerprint !== e.fingerprint || hashProblem(deps.table(), p, e, o) !== null ? 'unverified' : state;
+  }
+
+  function hashProblem(table: CompiledRouteTable, p: CompiledPool, e: CompiledEndpoint, o: Observation | undefined): string | null {
+    const rev = table.revisions.get(p.revision);
+    if (o === undefined || rev === undefined) return null;
+    return observedHashProblem(o.nixlHash, e.nixlHash ?? rev.nixlHash, rev, e.address);
   }
 
   function stateOf(o: Observation): EndpointStateName {
@@ -193,6 +215,8 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         reasons: wrongPod === null ? reasons : [wrongPod, ...reasons],
         observedAtMs: now(),
         ...loadOf(body['load']),
+        ...optional('nixlHash', liveHashOf(body['nixlHash'])),
+        ...optional('mismatch', namedMismatchOf(body['mismatch'])),
       });
       deps.inFlight.observe?.(address, requestReportOf(body['requests']), startedAtMs);
       polls.inc({ result: 'ok' });
@@ -210,7 +234,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   }
 
   /** What the decision core sees of one endpoint now: fail closed when its sidecar's answer is missing or stale. */
-  function stateOfEndpoint(e: CompiledEndpoint): EndpointState {
+  function stateOfEndpoint(table: CompiledRouteTable, p: CompiledPool, e: CompiledEndpoint): EndpointState {
     const inFlight = deps.inFlight.inFlight(e.address);
     if (e.status === null) {
       return { address: e.address, fingerprint: e.fingerprint, verified: true, draining: false, inFlight, observedAtMs: 0 };
@@ -220,7 +244,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     return {
       address: e.address,
       fingerprint: fresh ? o.fingerprint : null,
-      verified: fresh && o.verified,
+      verified: fresh && o.verified && hashProblem(table, p, e, o) === null,
       draining: o?.draining ?? false,
       inFlight,
       observedAtMs: o?.observedAtMs ?? 0,
@@ -262,7 +286,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
           version: seen.version,
           list,
           byAddress: new Map(list.map((e) => [e.address, e])),
-          routable: indexRoutable(list.map(stateOfEndpoint)),
+          routable: indexRoutable(list.map((e) => stateOfEndpoint(table, p, e))),
         };
         indexes.set(pool, built);
         return built;
@@ -270,14 +294,15 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
       return {
         endpoints(pool: string): readonly EndpointState[] {
           const p = table.pools.get(pool);
-          return p === undefined ? [] : endpointsOf(p).map(stateOfEndpoint);
+          return p === undefined ? [] : endpointsOf(p).map((e) => stateOfEndpoint(table, p, e));
         },
         routable(pool: string, fingerprint: string) {
           return routableOf(indexOf(pool)?.routable ?? new Map(), fingerprint);
         },
         endpoint(pool: string, address: string) {
+          const p = table.pools.get(pool);
           const e = indexOf(pool)?.byAddress.get(address);
-          return e === undefined ? undefined : stateOfEndpoint(e);
+          return e === undefined || p === undefined ? undefined : stateOfEndpoint(table, p, e);
         },
         get ageMs() {
           return oldestAgeMs();
@@ -309,17 +334,19 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         // The pool's endpoints now (discovered pods for a selector pool), each with what its own sidecar said.
         endpoints: endpointsOf(p).map((e) => {
           const o = seen.get(keyOf(e));
-          const state = endpointState(p.draining, e, o);
+          const state = endpointState(p, e, o);
+          const hash = p.draining || e.status === null ? null : hashProblem(deps.table(), p, e, o);
           const why = p.draining
             ? ['the route table drains this pool']
             : e.status === null
               ? ['no status URL: routable by declaration']
-              : (o?.reasons ?? ['not polled yet']);
+              : [...(hash === null ? [] : [hash]), ...(o?.reasons ?? ['not polled yet'])];
           return {
             address: e.address,
             status: e.status,
             state,
             reasons: state === 'stale' ? [`last answer older than ${opts.staleAfterMs} ms`, ...why] : why,
+            named: o?.mismatch === undefined ? null : describeNamedMismatch(o.mismatch),
           };
         }),
       })),
@@ -334,6 +361,10 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     },
   };
   return poller;
+}
+
+function optional<K extends string, V>(key: K, v: V | undefined): Partial<Record<K, V>> {
+  return v === undefined ? {} : ({ [key]: v } as Record<K, V>);
 }
 
 /** The sidecar's `load` block, when it is well-formed (numbers, KV use in 0..1). */
@@ -366,7 +397,7 @@ interface PoolIndex {
 
 /**
  * The observations by endpoint key, with a version that moves whenever one lands that can change what is routable
- * (fingerprint, verified, draining, or an answer after none or after a stale one), so the routable index is rebuilt
+ * (fingerprint, verified, draining, the observed NIXL hash, or an answer after none or after a stale one), so the routable index is rebuilt
  * only then and not on every poll of an unchanged worker.
  */
 class ObservationMap extends Map<string, Observation & { status: string }> {
@@ -384,6 +415,7 @@ class ObservationMap extends Map<string, Observation & { status: string }> {
       prev.fingerprint !== o.fingerprint ||
       prev.verified !== o.verified ||
       prev.draining !== o.draining ||
+      prev.nixlHash?.observed !== o.nixlHash?.observed ||
       prev.observedAtMs === 0 ||
       this.now() - prev.observedAtMs > this.staleAfterMs
     ) {

@@ -30,6 +30,8 @@ export interface CompiledEndpoint {
   readonly fingerprint: string;
   /** The Kubernetes pod behind a discovered endpoint (its UID): a reused IP is another endpoint. */
   readonly podUid?: string;
+  /** vLLM's predicted NIXL handshake hash of an endpoint with its own descriptor; absent: the revision's. */
+  readonly nixlHash?: string;
 }
 
 export interface CompiledPool {
@@ -129,6 +131,7 @@ export function compileRouteTable(table: RouteTable, checked: CheckedRevisions):
       address: e.address,
       status: e.status ?? null,
       fingerprint: e.descriptor === undefined ? fingerprint : fingerprintOf(e.descriptor as CompatDescriptor),
+      ...(e.descriptor === undefined ? {} : { nixlHash: predictNixlHash(e.descriptor as CompatDescriptor).hash }),
     }));
     const { name, cluster, role, revision, tenants, maxInFlightPerEndpoint, draining } = p;
     const discovery = p.discovery ?? null;

@@ -7,6 +7,7 @@
  */
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { statusCommand } from '../../src/cli/status-command.js';
 import { H } from '../../src/headers.js';
 import { predictNixlHash } from '../../src/compat/nixl-hash.js';
 import { completion, post, PROMPTS, sessionOn } from '../../testbed/demo/scenarios.js';
@@ -59,6 +60,19 @@ describe("the live worker's real NIXL hash", () => {
     expect(reason).toContain(observed);
     expect(reason).toContain(predicted);
     expect(reason).toMatch(/is_hma_enabled: the worker hashes true, the descriptor declares false/);
+    // The lying worker is named: by its sidecar (address, engine id from the side channel, field, both values) and,
+    // from that, on the gate's /status as `kvgate status` prints it.
+    expect(status.mismatch).toEqual({
+      worker: { address: w.sim.url, endpoint: w.address, engineId: w.sim.engineId },
+      fields: [{ field: 'nixlHash', declared: predicted, observed }],
+    });
+    let out = '';
+    expect(await statusCommand(['--gate', `http://127.0.0.1:${t.gate.adminPort}`], { stdout: (x) => (out += x), stderr: () => {} })).toBe(
+      0,
+    );
+    const row = out.split('\n').find((l) => l.startsWith('b-decode ')) ?? '';
+    expect(row).toMatch(/\bunverified\b/);
+    expect(row).toContain(`worker ${w.sim.url}, engine id ${w.sim.engineId}: nixlHash declared "${predicted}", observed "${observed}"`);
     // Only the hash tells it apart: the canaries still match.
     expect(status.reasons.filter((r) => /canary/.test(r))).toEqual([]);
     const log = t.harness.accessLog().length;
