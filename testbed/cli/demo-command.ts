@@ -12,6 +12,7 @@ import { runTableDemo } from '../demo/run-table-demo.js';
 import { curlOf, suggestRequest } from '../demo/suggested-request.js';
 import { callerFor } from '../demo/table-traffic.js';
 import { SERVED_MODEL } from '../demo/topology.js';
+import { userPath } from './user-path.js';
 
 const HELP = `usage: npm run testbed -- demo [--policy FILE] [--keep-running] [--log-level LEVEL]
 
@@ -74,7 +75,7 @@ export async function demoCommand(argv: readonly string[], io: DemoIo = defaultI
     close = () => topology.close();
   } else {
     const r = await runTableDemo({
-      file: values.policy,
+      file: userPath(values.policy),
       logger,
       print: io.out,
       keepRunning,

@@ -14,6 +14,7 @@ import { checkPolicyFile, formatCheckReport } from '../../src/policy/check-repor
 import { loadEnvoyConfig, type EnvoyConfig, type EnvoyConfigOverrides } from '../harness/envoy-config.js';
 import { ENVOY_VERSIONS, type EnvoyVersion } from '../harness/runtime-config.js';
 import { clusterMismatches } from './cluster-match.js';
+import { userPath } from './user-path.js';
 
 const HELP = `usage: npm run testbed -- harness --config envoy.yaml [options]
 
@@ -134,14 +135,14 @@ function parse(argv: readonly string[]): Args | string | 'help' {
   for (const item of v['file-root'] ?? []) {
     const m = /^([^=]+)=(.+)$/.exec(item);
     if (!m) return `--file-root must be PREFIX=DIR, got ${JSON.stringify(item)}`;
-    fileRoots[m[1]!] = m[2]!;
+    fileRoots[m[1]!] = userPath(m[2]!);
   }
   return {
-    config: v.config,
+    config: userPath(v.config),
     envoyVersion: (v.envoy as EnvoyVersion | undefined) ?? '1.37',
     overrides: { listenerPorts, clusterEndpoints, fileRoots },
     drainMs: Number(drain),
-    ...(v.policy === undefined ? {} : { policy: v.policy }),
+    ...(v.policy === undefined ? {} : { policy: userPath(v.policy) }),
   };
 }
 
