@@ -86,6 +86,13 @@ export const SidecarConfigSchema = z
      * that found this pod by selector routes here only when the UID is the one its watch lists at this IP.
      */
     podUid: z.string().min(1).optional(),
+    /**
+     * How long an idle keep-alive connection to the request port stays open. Keep it above the idle timeout of the
+     * proxy in front (the rendered Envoy configs use 60 s; Envoy's default is one hour, Istio's DestinationRule
+     * `idleTimeout` likewise): a sidecar that closes first can race the proxy reusing the connection, which resets
+     * that request.
+     */
+    keepAliveTimeoutMs: z.number().int().min(1_000).default(75_000),
     /** The worker's `--served-model-name`, when it differs from the model path. */
     servedModelName: z.string().min(1).optional(),
     keys: KeySourceSchema.optional(),

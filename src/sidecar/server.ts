@@ -132,7 +132,9 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
       sendError(res, KvgateError.from(e), headerValue(req.headers, H.requestId) ?? '');
     });
   });
-  server.keepAliveTimeout = 5_000;
+  // Above the proxy's idle timeout (config.ts keepAliveTimeoutMs), so the proxy, not the sidecar, ends idle connections.
+  server.keepAliveTimeout = config.keepAliveTimeoutMs;
+  server.headersTimeout = Math.max(server.headersTimeout, config.keepAliveTimeoutMs + 1_000);
   const { port, host } = await listen(server, config.listen);
   const side = await startSidePorts(config, state, deps.registry, deps.logger);
   await loop.probe();

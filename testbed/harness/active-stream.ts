@@ -5,7 +5,7 @@
  * resets the stream instead, as Envoy does.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type http from 'node:http';
+import type { UpstreamAgents } from './upstream-agents.js';
 import { BodyReader } from './body-reader.js';
 import type { ClusterManager } from './cluster-manager.js';
 import type { ClusterConfig, ListenerConfig } from './envoy-config-types.js';
@@ -32,7 +32,7 @@ export interface StreamDeps {
     | { readonly client: ExtProcClient; readonly stats: CounterScope<ExtProcCounter>; readonly closeAfterLastResponse: boolean }
     | undefined;
   readonly semantics: AppendSemantics;
-  readonly agent: http.Agent;
+  readonly agents: UpstreamAgents;
   /** Write the chosen host as envoy.lb / x-gateway-destination-endpoint-served (EnvoyHarnessOptions). */
   readonly reportServedEndpoint?: boolean;
   log(entry: AccessLogEntry): void;
@@ -184,7 +184,7 @@ export class ActiveStream implements FilterCallbacks {
       path: headers.get(':path') ?? '/',
       headers: upstreamRequestHeaders(headers, hasBody),
       connectTimeoutMs: cluster.connectTimeoutMs,
-      agent: this.#deps.agent,
+      agent: this.#deps.agents.agentFor(cluster),
     });
     this.#upstream = up;
     const touch = (): void => {

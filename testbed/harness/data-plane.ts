@@ -4,6 +4,7 @@
  * for Envoy in tests and the local demo and never replaces Envoy in a deployment (README.md).
  */
 import http from 'node:http';
+import { createUpstreamAgents, type UpstreamAgents } from './upstream-agents.js';
 import type { Json } from './ext-proc-messages.js';
 import type { AddressInfo, Socket } from 'node:net';
 import { AccessLog, type AccessLogEntry } from './access-log.js';
@@ -67,7 +68,7 @@ interface Shared {
   readonly store: StatStore;
   readonly clusters: ReturnType<typeof createClusterManager>;
   readonly clusterStats: Map<string, CounterScope<ClusterCounter>>;
-  readonly agent: http.Agent;
+  readonly agents: UpstreamAgents;
   readonly clients: ExtProcClient[];
   readonly log: AccessLog;
 }
@@ -83,7 +84,7 @@ export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarne
     store,
     clusters: createClusterManager(config.clusters, options.random),
     clusterStats,
-    agent: new http.Agent({ keepAlive: true }),
+    agents: createUpstreamAgents(),
     clients: [],
     log: new AccessLog(),
   };
@@ -125,7 +126,7 @@ export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarne
       await Promise.race([drained, timeout]);
       for (const s of sockets) s.destroy();
       await closed;
-      shared.agent.destroy();
+      shared.agents.destroy();
       for (const c of shared.clients) c.close();
     },
   };
@@ -160,7 +161,7 @@ function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
     clusterStats: (name) => shared.clusterStats.get(name) ?? shared.store.scope(`cluster.${name}.`, CLUSTER_COUNTERS),
     extProc,
     semantics: shared.options.appendSemantics ?? 'envoy',
-    agent: shared.agent,
+    agents: shared.agents,
     log: (entry) => shared.log.push(entry),
   };
 }

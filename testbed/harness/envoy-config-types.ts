@@ -163,6 +163,11 @@ export interface ClusterConfig {
   readonly http2: boolean;
   /** `common_http_protocol_options.max_requests_per_connection`: a new connection after this many streams. */
   readonly maxRequestsPerConnection: number | undefined;
+  /**
+   * `common_http_protocol_options.idle_timeout`: an upstream connection idle this long is closed by Envoy
+   * (source/common/http/conn_pool_base.cc, the idle timer of an active client); undefined: Envoy's one hour.
+   */
+  readonly idleTimeoutMs?: number | undefined;
   readonly originalDst: OriginalDstConfig | undefined;
   readonly overrideHost: OverrideHostConfig | undefined;
   readonly healthChecks: readonly HealthCheckConfig[];

@@ -22,6 +22,8 @@ export interface FakeUpstream {
   readonly port: number;
   readonly address: string;
   readonly requests: readonly RecordedRequest[];
+  /** Connections the upstream accepted, and how many of them have closed since. */
+  connections(): { readonly opened: number; readonly closed: number };
   setHandler(handler: UpstreamHandler): void;
   close(): Promise<void>;
 }
@@ -53,9 +55,15 @@ export async function startFakeUpstream(name: string, handler: UpstreamHandler =
       Promise.resolve(current(recorded, res, name)).catch(() => res.destroy());
     });
   });
+  let opened = 0;
+  let closed = 0;
   server.on('connection', (s: Socket) => {
+    opened++;
     sockets.add(s);
-    s.once('close', () => sockets.delete(s));
+    s.once('close', () => {
+      closed++;
+      sockets.delete(s);
+    });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   const port = (server.address() as AddressInfo).port;
@@ -64,6 +72,7 @@ export async function startFakeUpstream(name: string, handler: UpstreamHandler =
     port,
     address: `127.0.0.1:${port}`,
     requests,
+    connections: () => ({ opened, closed }),
     setHandler(h) {
       current = h;
     },

@@ -241,6 +241,14 @@ function gateTransportSocket(s: RenderSettings, role: 'public' | 'internal'): st
   ];
 }
 
+/**
+ * Envoy's idle timeout for connections to the sidecars, below the sidecar's HTTP keep-alive timeout
+ * (src/sidecar/config.ts `keepAliveTimeoutMs`, 75 s by default), so the sidecar never closes a connection Envoy may
+ * pick at that moment. Envoy's own default is one hour (envoyproxy/envoy api/envoy/config/core/v3/protocol.proto,
+ * HttpProtocolOptions.idle_timeout).
+ */
+export const POOL_IDLE_TIMEOUT_S = 60;
+
 function poolCluster(name: string, role: 'prefill' | 'decode', pools: readonly string[], capacity: number): string[] {
   const headerName = role === 'prefill' ? 'x-kvgate-prefill-endpoint' : 'x-kvgate-decode-endpoint';
   return [
@@ -249,6 +257,13 @@ function poolCluster(name: string, role: 'prefill' | 'decode', pools: readonly s
     '  lb_policy: CLUSTER_PROVIDED',
     '  connect_timeout: 1s',
     `  original_dst_lb_config: { use_http_header: true, http_header_name: ${headerName} }`,
+    '  # Envoy closes an idle upstream connection before the sidecar would (its keepAliveTimeoutMs, 75 s by default):',
+    '  # reusing a connection the sidecar is closing resets the request (503 upstream_reset_before_response_started).',
+    '  typed_extension_protocol_options:',
+    '    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:',
+    '      "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+    '      explicit_http_config: { http_protocol_options: {} }',
+    `      common_http_protocol_options: { idle_timeout: ${String(POOL_IDLE_TIMEOUT_S)}s }`,
     ...indent(breakerLines(poolBreakers(capacity)), 2),
   ];
 }

@@ -3,9 +3,10 @@
  * stamped pool header (Gateways + VirtualServices), and DestinationRules sizing the gate's and the pools' connection
  * pools and capping requests per gate connection. DestinationRule field names follow istio/api
  * networking/v1alpha3/destination_rule.proto (commit 02462985): connectionPool.tcp.maxConnections,
- * connectionPool.http.{http1MaxPendingRequests,http2MaxRequests,maxRequestsPerConnection}, tls (ClientTLSSettings).
+ * connectionPool.http.{http1MaxPendingRequests,http2MaxRequests,maxRequestsPerConnection,idleTimeout}, tls
+ * (ClientTLSSettings). A pool's idleTimeout stays below the sidecar's keep-alive timeout (bootstrap.ts POOL_IDLE_TIMEOUT_S).
  */
-import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
+import { GATE_MAX_REQUESTS_PER_CONNECTION, POOL_IDLE_TIMEOUT_S } from './bootstrap.js';
 import { extProcFilter } from './ext-proc-filter.js';
 import { gateBreakers, poolBreakers, type RenderCluster, type RenderInput } from './input.js';
 import { type RenderSettings, renderFlags } from './settings.js';
@@ -280,7 +281,7 @@ export function renderIstioDestinationRules(input: RenderInput, s: RenderSetting
       '  trafficPolicy:',
       '    connectionPool:',
       `      tcp: { maxConnections: ${String(b.maxConnections)} }`,
-      `      http: { http1MaxPendingRequests: ${String(b.maxPendingRequests)}, http2MaxRequests: ${String(b.maxRequests)} }`,
+      `      http: { http1MaxPendingRequests: ${String(b.maxPendingRequests)}, http2MaxRequests: ${String(b.maxRequests)}, idleTimeout: ${String(POOL_IDLE_TIMEOUT_S)}s }`,
     );
   }
   return `${lines.join('\n')}\n`;
