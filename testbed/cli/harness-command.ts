@@ -15,6 +15,7 @@ import { loadEnvoyConfig, type EnvoyConfig, type EnvoyConfigOverrides } from '..
 import { ENVOY_VERSIONS, type EnvoyVersion } from '../harness/runtime-config.js';
 import { clusterMismatches } from './cluster-match.js';
 import { userPath } from './user-path.js';
+import { waitForSignal } from '../wait-for-signal.js';
 
 const HELP = `usage: npm run testbed -- harness --config envoy.yaml [options]
 
@@ -152,20 +153,6 @@ async function policyMismatches(file: string, config: EnvoyConfig): Promise<stri
   const checked = await checkPolicyFile(file, { allowInvalid: true });
   if (!checked.ok) return [`the route table cannot be read:\n${formatCheckReport(checked.report)}`];
   return clusterMismatches(checked.table, config, file);
-}
-
-function waitForSignal(): Promise<string> {
-  return new Promise((resolve) => {
-    const on = (sig: string) => () => {
-      process.off('SIGTERM', term);
-      process.off('SIGINT', int);
-      resolve(sig);
-    };
-    const term = on('SIGTERM');
-    const int = on('SIGINT');
-    process.once('SIGTERM', term);
-    process.once('SIGINT', int);
-  });
 }
 
 function defaultIo(): HarnessCommandIo {

@@ -6,6 +6,7 @@
 import { pino, type Logger } from 'pino';
 import { loadSimConfigFile, type SimConfig } from './config.js';
 import { createSimServer } from './server.js';
+import { waitForSignal } from '../wait-for-signal.js';
 
 export interface SimCommandIo {
   readonly out: (line: string) => void;
@@ -87,20 +88,6 @@ function withPorts(c: SimConfig, port: number | undefined, side: number | undefi
     ...c,
     sim: { ...c.sim, ...(port === undefined ? {} : { port }), ...(side === undefined ? {} : { sideChannelPort: side }) },
   };
-}
-
-function waitForSignal(): Promise<string> {
-  return new Promise((resolve) => {
-    const on = (sig: string) => () => {
-      process.off('SIGTERM', term);
-      process.off('SIGINT', int);
-      resolve(sig);
-    };
-    const term = on('SIGTERM');
-    const int = on('SIGINT');
-    process.once('SIGTERM', term);
-    process.once('SIGINT', int);
-  });
 }
 
 function defaultIo(): SimCommandIo {
