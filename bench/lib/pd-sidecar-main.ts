@@ -11,6 +11,7 @@ import { Registry } from 'prom-client';
 import { createDevKeyRing } from '../../src/contract/keys.js';
 import { parseSidecarConfig } from '../../src/sidecar/config.js';
 import { createSidecar } from '../../src/sidecar/server.js';
+import { simCanaryDigests } from '../../testbed/sim/recorded-canaries.js';
 import { PD_KEY_SEED, PD_MODEL, pdDescriptor } from './pd-stack.js';
 
 const args = JSON.parse(process.argv[2] ?? '{}') as { role: 'prefill' | 'decode'; worker: string };
@@ -19,7 +20,9 @@ const parsed = parseSidecarConfig(
     role: args.role,
     worker: args.worker,
     listen: '127.0.0.1:0',
-    descriptor: pdDescriptor(),
+    // The behaviour a known-good worker of this descriptor shows, recorded as an operator records it: the sidecar
+    // verifies its worker only against recorded canaries.
+    descriptor: { ...pdDescriptor(), canaries: await simCanaryDigests(pdDescriptor()) },
     servedModelName: PD_MODEL,
     keys: { devSeed: PD_KEY_SEED },
     probe: { intervalMs: 60_000, timeoutMs: 5_000 },
