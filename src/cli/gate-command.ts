@@ -39,7 +39,7 @@ export async function gateCommand(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const logger = pino({ level: config.log.level, base: { component: 'gate' } });
-  const tracing = createTracing(config.tracing, 'gate');
+  const tracing = await createTracing(config.tracing, 'gate');
   let gate;
   try {
     gate = await startGate(config, { logger, keys: keys.value, tracer: tracing.tracer });

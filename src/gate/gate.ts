@@ -4,7 +4,7 @@
  * wiring.
  */
 import { readFile } from 'node:fs/promises';
-import { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
@@ -25,7 +25,7 @@ import { rolloutStatus, trustStatus } from '../policy/rollout-status.js';
 import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
 import { type GateTransport, transportStatus } from './transport.js';
 import { createWorkerPoller } from './worker-poller.js';
-import { createDiscovery, type Discovery } from '../discovery/discovery.js';
+import type { Discovery } from '../discovery/discovery.js';
 
 /** Poll period while requests wait in the fallback queue (their slots free when a sidecar reports the end). */
 const QUEUED_POLL_MS = 250;
@@ -65,12 +65,8 @@ function hasSelectorPools(t: CompiledRouteTable): boolean {
   return [...t.pools.values()].some((p) => p.discovery !== null);
 }
 
-function kubeConfigFor(config: GateConfig): KubeConfig {
-  const kc = new KubeConfig();
-  if (config.discovery.kubeconfig !== undefined) kc.loadFromFile(config.discovery.kubeconfig);
-  else kc.loadFromCluster();
-  return kc;
-}
+/** The discovery runtime (and with it the Kubernetes client), loaded on first need: see src/discovery/runtime.ts. */
+type DiscoveryRuntime = Pick<typeof import('../discovery/runtime.js'), 'createDiscovery' | 'kubeConfigFrom'>;
 
 export async function startGate(config: GateConfig, deps: StartGateDeps): Promise<RunningGate> {
   const registry = deps.registry ?? new Registry();
@@ -92,15 +88,32 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   // Selector pools: created on first need (a reload may add one) and fed every table; a static-only gate never
   // touches the Kubernetes API and needs no credentials.
   let discovery: Discovery | undefined;
+  let runtime: DiscoveryRuntime | undefined;
+  let loading: Promise<void> | undefined;
+  const loadRuntime = (): Promise<void> =>
+    (loading ??= import('../discovery/runtime.js').then(({ createDiscovery, kubeConfigFrom }) => {
+      runtime = { createDiscovery, kubeConfigFrom };
+    }));
+  if (hasSelectorPools(policy.current())) await loadRuntime();
+  // Not ready while the runtime a selector pool needs is still loading, then until every pod watch has listed once.
+  const discoveryReady = (): boolean => (loading !== undefined && runtime === undefined ? false : (discovery?.ready() ?? true));
   // Assigned once the poller and decider exist: new pods are polled at once, then queued requests re-decide.
   let onDiscoveryChange = (): void => undefined;
   const syncDiscovery = (t: CompiledRouteTable): void => {
     if (discovery === undefined && !hasSelectorPools(t)) return;
+    if (runtime === undefined) {
+      // A reload brought the first selector pool: its endpoints stay empty (fail closed) until the runtime is loaded.
+      void loadRuntime().then(
+        () => syncDiscovery(policy.current()),
+        (e: unknown) => log.error({ err: e }, 'the Kubernetes discovery runtime failed to load; selector pools stay empty'),
+      );
+      return;
+    }
     if (discovery === undefined) {
       if (config.workerView.mode !== 'live')
         log.error('pools found by selector need workerView.mode live: their endpoints stay empty until each sidecar is verified');
-      discovery = createDiscovery({
-        kubeConfig: deps.kubeConfig ?? kubeConfigFor(config),
+      discovery = runtime.createDiscovery({
+        kubeConfig: deps.kubeConfig ?? runtime.kubeConfigFrom(config.discovery.kubeconfig),
         staleAfterMs: config.discovery.staleAfterMs,
         logger: log,
         registry,
@@ -170,7 +183,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   });
   let setReady = (_ready: boolean): void => undefined;
   onDiscoveryChange = () => {
-    setReady(discovery?.ready() ?? true);
+    setReady(discoveryReady());
     void (poller ? poller.pollOnce() : Promise.resolve()).then(() => admission.notifyChanged());
   };
   policy.watch();
@@ -186,7 +199,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     decisionLog: config.log.decisions ? log.child({ log: DECISION_LOG_TAG }) : undefined,
     tracer: deps.tracer,
     gieFallbackEndpoints: config.envoy.gieFallbackEndpoints,
-    ready: () => discovery?.ready() ?? true,
+    ready: () => discoveryReady(),
     drainAnnounceMs: config.drain.announceMs,
     drainGraceMs: config.drain.graceMs,
     maxReceiveMessageBytes: receiveLimit,
@@ -194,7 +207,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     now,
   });
   setReady = (r) => grpc.setReady(r);
-  setReady(discovery?.ready() ?? true);
+  setReady(discoveryReady());
   let draining = false;
   const status = () => ({
     serving: !draining,

@@ -182,7 +182,7 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
       "nixlSideChannel: unchecked - the worker's live NIXL compatibility hash is NOT read; runtime flags that change it " +
         '(hybrid KV cache manager, cross-layer blocks, speculative config, transfer mode) are taken on trust',
     );
-  const tracing = createTracing(config.tracing, 'sidecar');
+  const tracing = await createTracing(config.tracing, 'sidecar');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;
   try {
     const registry = new Registry();
