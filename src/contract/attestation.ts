@@ -14,7 +14,7 @@ import { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import type { TransferContract } from './contract.js';
 import { epochMs, hasValidWindow, nonEmpty, sha256Hex, WINDOW_MESSAGE } from './payload-schemas.js';
-import { openToken, signToken } from './token.js';
+import { openToken, signToken, type EnvelopeFailureReason } from './token.js';
 import { err, ok, type Result } from '../errors.js';
 
 export interface Attestation {
@@ -45,13 +45,7 @@ export interface Attestation {
 
 export type AttestationFailure = {
   reason:
-    | 'malformed'
-    | 'unknown_key'
-    | 'bad_signature'
-    | 'wrong_kind'
-    | 'expired'
-    | 'not_yet_valid'
-    | 'lifetime_exceeded'
+    | EnvelopeFailureReason
     | 'request_mismatch'
     | 'group_mismatch'
     | 'fingerprint_mismatch'

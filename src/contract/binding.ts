@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import { epochMs, hasValidWindow, nonEmpty, WINDOW_MESSAGE } from './payload-schemas.js';
-import { openToken, signToken } from './token.js';
+import { openToken, signToken, type EnvelopeFailureReason } from './token.js';
 import { err, ok, type Result } from '../errors.js';
 
 export interface Binding {
@@ -22,17 +22,7 @@ export interface Binding {
 }
 
 export type BindingFailure = {
-  reason:
-    | 'malformed'
-    | 'unknown_key'
-    | 'bad_signature'
-    | 'wrong_kind'
-    | 'expired'
-    | 'not_yet_valid'
-    | 'lifetime_exceeded'
-    | 'model_mismatch'
-    | 'tenant_mismatch'
-    | 'session_mismatch';
+  reason: EnvelopeFailureReason | 'model_mismatch' | 'tenant_mismatch' | 'session_mismatch';
   message: string;
 };
 

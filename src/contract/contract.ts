@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import { epochMs, hasValidWindow, nonEmpty, sha256Hex, WINDOW_MESSAGE } from './payload-schemas.js';
-import { openToken, signToken } from './token.js';
+import { openToken, signToken, type EnvelopeFailureReason } from './token.js';
 import { err, ok, type Result } from '../errors.js';
 
 export interface TransferContract {
@@ -32,18 +32,7 @@ export interface TransferContract {
 }
 
 export type ContractFailure = {
-  reason:
-    | 'malformed'
-    | 'unknown_key'
-    | 'bad_signature'
-    | 'wrong_kind'
-    | 'expired'
-    | 'not_yet_valid'
-    | 'lifetime_exceeded'
-    | 'request_mismatch'
-    | 'group_mismatch'
-    | 'fingerprint_mismatch'
-    | 'tenant_mismatch';
+  reason: EnvelopeFailureReason | 'request_mismatch' | 'group_mismatch' | 'fingerprint_mismatch' | 'tenant_mismatch';
   message: string;
 };
 
