@@ -112,11 +112,8 @@ interface Deps {
  * UID (the downward API's `metadata.uid`, `--pod-uid`), and any other answer, or none, leaves the endpoint
  * unverified. Null when it matches, or when the endpoint is a static address (no pod UID to compare).
  */
-function podUidProblem(key: string, address: string, reported: unknown): string | null {
-  const bar = key.indexOf('|');
-  if (bar < 0) return null;
-  const expected = key.slice(bar + 1);
-  if (reported === expected) return null;
+function podUidProblem(expected: string | undefined, address: string, reported: unknown): string | null {
+  if (expected === undefined || reported === expected) return null;
   if (typeof reported !== 'string' || reported === '')
     return `the sidecar at ${address} does not report its pod UID, so it cannot be told apart from a pod that reused the IP; start it with --pod-uid "$(POD_UID)" (env POD_UID from fieldRef metadata.uid)`;
   return `the sidecar at ${address} is pod ${reported}, but discovery lists pod ${expected} there (the pod IP was reused); not routed until the watch catches up`;
@@ -197,7 +194,10 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     return Number.isFinite(oldest) ? oldest : opts.staleAfterMs;
   }
 
-  async function pollEndpoint(key: string, address: string, status: string): Promise<void> {
+  /** Poll one endpoint's sidecar; `e` has a status URL. */
+  async function pollEndpoint(e: CompiledEndpoint & { readonly status: string }): Promise<void> {
+    const { address, status } = e;
+    const key = keyOf(e);
     const prev = seen.get(key);
     const startedAtMs = now();
     try {
@@ -205,7 +205,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const body = (await res.json()) as Record<string, unknown>;
       const fingerprint = typeof body['fingerprint'] === 'string' ? body['fingerprint'] : null;
-      const wrongPod = podUidProblem(key, address, body['podUid']);
+      const wrongPod = podUidProblem(e.podUid, address, body['podUid']);
       const reasons = Array.isArray(body['reasons']) ? (body['reasons'] as unknown[]).map(String) : [];
       seen.set(key, {
         status,
@@ -255,17 +255,32 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
   const refreshing = new Map<string, { again: boolean }>();
+  // refresh() runs at the end of every ext_proc stream: find the endpoint by address without scanning every pool's
+  // endpoints each time. Rebuilt when the table or a pool's endpoint list (discovery) changes: O(pools) per call.
+  let byAddress: { table: CompiledRouteTable; lists: (readonly CompiledEndpoint[])[]; map: Map<string, CompiledEndpoint> } | undefined;
+  function polledEndpointAt(address: string): (CompiledEndpoint & { readonly status: string }) | undefined {
+    const table = deps.table();
+    const lists = [...table.pools.values()].map((p) => endpointsOf(p));
+    if (byAddress === undefined || byAddress.table !== table || lists.some((l, i) => l !== byAddress!.lists[i])) {
+      const map = new Map<string, CompiledEndpoint>();
+      for (const list of lists) for (const e of list) if (e.status !== null && !map.has(e.address)) map.set(e.address, e);
+      byAddress = { table, lists, map };
+    }
+    const e = byAddress.map.get(address);
+    return e === undefined || e.status === null ? undefined : { ...e, status: e.status };
+  }
+
   function refresh(address: string): void {
     const r = refreshing.get(address);
     if (r !== undefined) {
       r.again = true;
       return;
     }
-    const e = [...deps.table().pools.values()].flatMap((p) => endpointsOf(p)).find((x) => x.address === address && x.status !== null);
+    const e = polledEndpointAt(address);
     if (e === undefined) return;
     const state = { again: false };
     refreshing.set(address, state);
-    void pollEndpoint(keyOf(e), address, e.status!).finally(() => {
+    void pollEndpoint(e).finally(() => {
       refreshing.delete(address);
       deps.onPolled?.();
       if (state.again) refresh(address);
@@ -311,12 +326,12 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     },
     pollOnce() {
       running ??= (async () => {
-        const targets = new Map<string, { address: string; status: string }>();
+        const targets = new Map<string, CompiledEndpoint & { readonly status: string }>();
         for (const p of deps.table().pools.values()) {
-          for (const e of endpointsOf(p)) if (e.status !== null) targets.set(keyOf(e), { address: e.address, status: e.status });
+          for (const e of endpointsOf(p)) if (e.status !== null) targets.set(keyOf(e), { ...e, status: e.status });
         }
         for (const key of [...seen.keys()]) if (!targets.has(key)) seen.delete(key);
-        await Promise.all([...targets].map(([key, t]) => pollEndpoint(key, t.address, t.status)));
+        await Promise.all([...targets.values()].map(pollEndpoint));
       })().finally(() => {
         running = undefined;
         deps.onPolled?.();
