@@ -19,6 +19,7 @@ import { intFlag, intListFlag, parseBenchArgs, writeSummary, type TargetResult }
 import { describeEnvironment, formatEnvironment } from './lib/bench-env.js';
 import { postCompletion, type CompletionTiming } from './lib/completion-client.js';
 import { startStack, stopStack, type Stack } from './lib/pd-processes.js';
+import { TOY_PROXY_PREFILL_KV } from '../testbed/sim/testing.js';
 import { createProfileDir } from './lib/profile-dir.js';
 import { DEFAULT_PD_LATENCY, PD_KEY_SEED, PD_MODEL } from './lib/pd-stack.js';
 import { fmt, fmtInt, formatTable, median, summarize, verdict } from './lib/stats.js';
@@ -52,20 +53,10 @@ function requestBody(i: number, tokens: number, stream: boolean): Record<string,
   };
 }
 
-/** What vLLM's proxies send P: keep the KV for a remote decode. */
-const PREFILL_KV = {
-  do_remote_decode: true,
-  do_remote_prefill: false,
-  remote_engine_id: null,
-  remote_block_ids: null,
-  remote_host: null,
-  remote_port: null,
-};
-
 /** vLLM's toy proxy: P (max_tokens 1, do_remote_decode, not streamed), then D with P's kv_transfer_params. */
 async function viaDirect(stack: Stack, id: string, body: Record<string, unknown>): Promise<CompletionTiming> {
   const t0 = performance.now();
-  const pBody: Record<string, unknown> = { ...body, stream: false, max_tokens: 1, kv_transfer_params: PREFILL_KV };
+  const pBody: Record<string, unknown> = { ...body, stream: false, max_tokens: 1, kv_transfer_params: TOY_PROXY_PREFILL_KV };
   delete pBody['stream_options'];
   const p = await postCompletion(`${stack.prefillSim.info.url}/v1/completions`, pBody, { 'x-request-id': id });
   if (p.error !== undefined) return p;
@@ -104,7 +95,7 @@ async function prefillLegAlone(stack: Stack, n: number, ids: { n: number }): Pro
   for (let k = 0; k < 2 * n; k++) {
     const i = ids.n++;
     const id = `bench-prefill-${i}`;
-    const body = { ...requestBody(i, 1, false), kv_transfer_params: PREFILL_KV };
+    const body = { ...requestBody(i, 1, false), kv_transfer_params: TOY_PROXY_PREFILL_KV };
     const viaSidecar = k % 2 === 1;
     const contract = contractFor(
       stack.decodeSidecar.info.fingerprint,

@@ -7,6 +7,7 @@ import { mintContract } from '../../src/contract/contract.js';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
 import { H } from '../../src/headers.js';
 import type { SimServer } from '../sim/server.js';
+import { TOY_PROXY_PREFILL_KV } from '../sim/testing.js';
 import { SERVED_MODEL, type RevisionName, type Topology } from './topology.js';
 
 export interface HttpResult {
@@ -124,14 +125,7 @@ export async function naivePairing(
     {
       ...body,
       max_tokens: 1,
-      kv_transfer_params: {
-        do_remote_decode: true,
-        do_remote_prefill: false,
-        remote_engine_id: null,
-        remote_block_ids: null,
-        remote_host: null,
-        remote_port: null,
-      },
+      kv_transfer_params: { ...TOY_PROXY_PREFILL_KV },
     },
     { 'x-request-id': requestId },
   );

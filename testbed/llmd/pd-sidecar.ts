@@ -23,6 +23,7 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
+import { TOY_PROXY_PREFILL_KV } from '../sim/testing.js';
 
 export const PREFILL_ENDPOINT_HEADER = 'x-prefiller-host-port';
 
@@ -84,14 +85,7 @@ async function handle(
   headers.append('x-request-id', uuid);
   const prefillBody: Record<string, unknown> = {
     ...original,
-    kv_transfer_params: {
-      do_remote_decode: true,
-      do_remote_prefill: false,
-      remote_engine_id: null,
-      remote_block_ids: null,
-      remote_host: null,
-      remote_port: null,
-    },
+    kv_transfer_params: { ...TOY_PROXY_PREFILL_KV },
     stream: false,
   };
   delete prefillBody['stream_options'];

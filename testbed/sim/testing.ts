@@ -28,6 +28,20 @@ export function testDescriptor(overrides: Record<string, unknown> = {}): CompatD
   return deepMerge(deepMerge(example, identity), overrides) as CompatDescriptorInput;
 }
 
+/**
+ * The prefill request's `kv_transfer_params` as vLLM's `toy_proxy_server.py` and llm-d's routing sidecar send them
+ * (keep the KV for a remote decode). Written here, independently of the product's copy, because the testbed models
+ * what those proxies send.
+ */
+export const TOY_PROXY_PREFILL_KV = Object.freeze({
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+});
+
 /** A valid config (throws on invalid input: a test bug). */
 export function testSimConfig(descriptorOverrides: Record<string, unknown> = {}, sim: SimSettingsInput = {}): SimConfig {
   const r = parseSimConfig({ descriptor: testDescriptor(descriptorOverrides), sim: { maxModelLen: 2048, numGpuBlocks: 512, ...sim } });
@@ -95,14 +109,7 @@ export async function runDisaggregated(
   const requestId = `req-${Math.random().toString(16).slice(2)}`;
   const pReq: Record<string, unknown> = {
     ...request,
-    kv_transfer_params: {
-      do_remote_decode: true,
-      do_remote_prefill: false,
-      remote_engine_id: null,
-      remote_block_ids: null,
-      remote_host: null,
-      remote_port: null,
-    },
+    kv_transfer_params: { ...TOY_PROXY_PREFILL_KV },
     stream: false,
     max_tokens: 1,
   };
