@@ -20,6 +20,7 @@ import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { stringify as toYaml, parse as parseYaml } from 'yaml';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
+import { exampleDescriptorValue } from '../../src/policy/testing.js';
 import { createDevKeyRing, type KeyRing } from '../../src/contract/keys.js';
 import { registerProcessMetrics } from '../../src/process-metrics.js';
 import { parseGateConfig } from '../../src/gate/config.js';
@@ -154,10 +155,7 @@ export async function reservePorts(n: number): Promise<number[]> {
 }
 
 export async function loadExampleDescriptor(revision: RevisionName): Promise<Record<string, unknown>> {
-  return parseYaml(await readFile(path.join(PACKAGE_ROOT, 'examples', 'descriptors', `${revision}.yaml`), 'utf8')) as Record<
-    string,
-    unknown
-  >;
+  return exampleDescriptorValue(revision) as unknown as Record<string, unknown>;
 }
 
 /**

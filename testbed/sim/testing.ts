@@ -3,15 +3,10 @@
  * proxy that drives a prefill and a decode worker exactly as vLLM's `toy_proxy_server.py` does, and a Prometheus
  * text reader. Test support, not product code.
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import type { CompatDescriptorInput } from '../../src/compat/descriptor.js';
-import { PACKAGE_ROOT } from '../../src/package-root.js';
+import { exampleDescriptorValue } from '../../src/policy/testing.js';
 import { deepMerge, parseSimConfig, type SimConfig, type SimSettingsInput } from './config.js';
 import { createSimServer, type SimServer, type SimServerOptions } from './server.js';
-
-const EXAMPLE_A = join(PACKAGE_ROOT, 'examples', 'descriptors', 'llama-a.yaml');
 
 /**
  * The simulator's test worker: examples/descriptors/llama-a.yaml (Llama-3-8B geometry on vLLM 0.11, NixlConnector
@@ -19,7 +14,7 @@ const EXAMPLE_A = join(PACKAGE_ROOT, 'examples', 'descriptors', 'llama-a.yaml');
  * fixed because the simulated tokenizer derives from it, and the sim's tests count tokens under it. Override any part.
  */
 export function testDescriptor(overrides: Record<string, unknown> = {}): CompatDescriptorInput {
-  const { canaries: _recorded, ...example } = parseYaml(readFileSync(EXAMPLE_A, 'utf8')) as CompatDescriptorInput;
+  const { canaries: _recorded, ...example } = exampleDescriptorValue('llama-a');
   const identity = {
     model: { id: 'acme/llama-3-8b-instruct', revision: 'rev-a', path: '/models/acme-llama-3-8b' },
     tokenizer: { id: 'acme/llama-3-8b-instruct', revision: 'tok-a' },
