@@ -16,10 +16,7 @@ const sims: SimServer[] = [];
 const sidecars: TestSidecar[] = [];
 afterEach(async () => {
   await Promise.all(sidecars.splice(0).map((t) => t.sidecar.close()));
-  // The sidecar's REQ socket and the sim's ROUTER live in one process here (never in a deployment): let libzmq finish
-  // tearing down the last handshake connection before the ROUTER closes. Closing both at once has aborted the test
-  // process under load (libzmq 4.3.5 pipe.cpp:355 assertion).
-  await new Promise((resolve) => setTimeout(resolve, 100));
+  // The simulated side channel waits for an in-process peer's teardown before it closes (testbed/sim/zmq-side-channel.ts).
   await Promise.all(sims.splice(0).map((s) => s.close()));
 });
 
