@@ -25,7 +25,7 @@ import { mustLoadEnvoyConfig } from '../harness/envoy-config.js';
 import { startEnvoyHarness, type EnvoyHarness } from '../harness/data-plane.js';
 import { createDevPki, DEV_IDENTITIES, devGateTls } from '../tls/dev-pki.js';
 import type { TablePlan } from './table-plan.js';
-import { DEMO_KEY_SEED, reservePorts, startWorker, type Worker } from './topology.js';
+import { DEMO_KEY_SEED, onFreshPorts, reservePorts, startWorker, type Worker } from './topology.js';
 
 /** A started worker and the pool of the table it serves. */
 export interface TableWorker extends Worker<string> {
@@ -66,6 +66,10 @@ export interface TableTopologyOptions {
 
 /** Start the topology a plan describes. Everything started is stopped again when any step fails. */
 export async function startTableTopology(plan: TablePlan, opts: TableTopologyOptions): Promise<TableTopology> {
+  return onFreshPorts(opts.logger, () => startTableTopologyOnce(plan, opts));
+}
+
+async function startTableTopologyOnce(plan: TablePlan, opts: TableTopologyOptions): Promise<TableTopology> {
   const envoyVersion = opts.envoyVersion ?? '1.37';
   const keys = createDevKeyRing(DEMO_KEY_SEED);
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-demo-'));

@@ -171,14 +171,21 @@ async function descriptorFor(revision: RevisionName, opts: TopologyOptions): Pro
 }
 
 export async function startTopology(opts: TopologyOptions): Promise<Topology> {
-  // Ports are reserved before the servers bind them (the route table and Envoy config need them up front); another
-  // process can take one in between. Start again on fresh ports rather than fail.
+  return onFreshPorts(opts.logger, () => startTopologyOnce(opts));
+}
+
+/**
+ * Ports are reserved before the servers bind them (the route table and Envoy config need them up front); another
+ * process can take one in between. `start` must stop everything it started when it fails; it is then run again on
+ * fresh ports (at most three attempts) rather than failing.
+ */
+export async function onFreshPorts<T>(logger: Logger, start: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await startTopologyOnce(opts);
+      return await start();
     } catch (e) {
       if (attempt >= 3 || !String((e as { code?: unknown }).code ?? (e as Error).message).includes('EADDRINUSE')) throw e;
-      opts.logger.warn({ attempt }, 'a reserved port was taken before it was bound; starting the topology again');
+      logger.warn({ attempt }, 'a reserved port was taken before it was bound; starting the topology again');
     }
   }
 }
