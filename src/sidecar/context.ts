@@ -6,6 +6,9 @@ import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { KeyRing } from '../contract/keys.js';
 import type { SidecarConfig } from './config.js';
+import type { FailedTransferReads } from './failed-transfer-reads.js';
+import type { SharedRead } from './shared-read.js';
+import type { KvgateError, Result } from '../errors.js';
 import type { FetchFn } from './http-io.js';
 import type { SidecarMetrics } from './metrics.js';
 import type { SidecarStatus } from './status.js';
@@ -27,6 +30,10 @@ export interface SidecarContext {
   readonly workerAuth: WorkerAuth;
   /** Transfers in flight on this (decode) worker, to pin a failed-transfer counter rise on one (transfer-watch.ts). */
   readonly transfers: TransferWatch;
+  /** The worker's failed-transfer counter, read filtered and shared between concurrent requests. */
+  readonly failedTransfers: FailedTransferReads;
+  /** The worker's `GET /version` (launch-check.ts), shared between concurrent requests. */
+  readonly workerVersion: SharedRead<Result<string, KvgateError>>;
   /** Fires when the sidecar closes: every upstream call listens to it. */
   readonly closed: AbortSignal;
   /** The sidecar's status now: the last verdict, the engine id and version it verified, drain and load. */

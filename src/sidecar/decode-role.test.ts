@@ -3,6 +3,7 @@
  * the prefill leg in direct mode: tokens equal the non-disaggregated baseline, every bad contract or attestation is
  * refused before any KV is consumed, retries stay inside the group, transfer failures recompute or fail cleanly.
  */
+import type { Counter } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricValue, postJson, postSse, scrape, startTestSim } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
@@ -318,6 +319,46 @@ describe('transfer failures', () => {
     expect(s.events.at(-2)).toMatchObject({ error: { type: 'kvgate_error', code: 'worker_error' } });
     expect(s.events.at(-1)).toBe('[DONE]');
     expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_transfer_failures_total{action="after_tokens"} 1');
+  });
+});
+
+describe('the failed-transfer counter around the first output', () => {
+  it('overlapping transfers do not hold their first output for the second read; a rise is still counted as unattributed', async () => {
+    const sim = track(await startTestSim({}, { flavour: 'main', latency: { decodeMsPerToken: 5 } }));
+    // Counter reads that start once a relay has begun (the reads at first output) wait until released; armed after
+    // the startup probe, whose canaries are completions too.
+    let armed = false;
+    let relaying = false;
+    const held: (() => void)[] = [];
+    const O = await startTestSidecar(
+      sidecarConfigFor(sim, 'decode', { probe: { intervalMs: 60_000, timeoutMs: 20_000 } }),
+      undefined,
+      (f) => {
+        return async (url, init) => {
+          if (armed && url === `${sim.url}/v1/completions` && init?.method === 'POST') relaying = true;
+          if (relaying && url.startsWith(`${sim.url}/metrics?`)) await new Promise<void>((r) => held.push(r));
+          return f(url, init);
+        };
+      },
+    );
+    track(O.sidecar);
+    armed = true;
+    const send = (id: string) =>
+      postSse(
+        `${O.sidecar.url}/v1/completions`,
+        ...bound(contractFor(O.config.fingerprint, endpointOf(P.sidecar.url), { requestId: id }), completion({ stream: true })),
+      );
+    // Sent together: each one's transfer window overlaps the other's, so no rise could be pinned on either.
+    const [a, b] = await Promise.all([send('ovl-1'), send('ovl-2')]);
+    for (const s of [a, b]) {
+      expect(s.status).toBe(200);
+      expect(streamedIds(s.events).length).toBeGreaterThan(0);
+    }
+    expect(held.length).toBeGreaterThan(0); // both streams finished while their counter reads were still held
+    const c = sim.registry.getSingleMetric('vllm:nixl_num_failed_transfers_total') as Counter<string>;
+    c.inc({ model_name: sim.config.sim.servedModelName ?? MODEL, engine: '0' }, 1);
+    held.splice(0).forEach((r) => r());
+    await expect.poll(async () => await scrape(O.sidecar)).toContain('kvgate_sidecar_silent_recomputes_total{result="unattributed"}');
   });
 });
 

@@ -25,7 +25,7 @@ import type { PrefillLegInput } from './prefill-leg.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
 import { countPromptTokens } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
-import { judgeRise, readFailedTransfers, type TransferWindow } from './transfer-watch.js';
+import { judgeRise, type TransferWindow } from './transfer-watch.js';
 
 /** Handle one decode request whose contract already verified (server.ts). */
 export async function serveDecode(
@@ -56,7 +56,7 @@ export async function serveDecode(
     );
   }
   if (contract.prefill === null) {
-    const launch = await confirmDecodeWorker(ctx, call.signal, call.logger);
+    const launch = await confirmDecodeWorker(ctx, call);
     if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
     return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
   }
@@ -71,13 +71,14 @@ export async function serveDecode(
   };
   let window = ctx.transfers.begin();
   try {
-    const [count, prefill, launch, failedBefore] = await Promise.all([
-      countPromptTokens(ctx, call, headers),
+    // The prefill leg goes out first: it is the critical path, the checks on this worker only have to beat it.
+    const [prefill, count, launch, failedBefore] = await Promise.all([
       coordinated !== undefined
         ? Promise.resolve(ok({ body: { kv_transfer_params: coordinated }, ms: 0, servedBy: undefined }))
         : timedPrefillLeg(ctx, call, legInput),
-      confirmDecodeWorker(ctx, call.signal, call.logger),
-      readFailedTransfers(ctx, call.signal),
+      countPromptTokens(ctx, call, headers),
+      confirmDecodeWorker(ctx, call),
+      ctx.failedTransfers.read(window.startedAt, call.signal),
     ]);
     const base = { contract, requestId, headers, count, launch };
     const mayRerun = mayRerunPrefill(ctx.config, coordinated !== undefined);
@@ -90,7 +91,7 @@ export async function serveDecode(
     window = ctx.transfers.begin();
     const [again, before] = await Promise.all([
       timedPrefillLeg(ctx, call, { ...legInput, exclude }),
-      readFailedTransfers(ctx, call.signal),
+      ctx.failedTransfers.read(window.startedAt, call.signal),
     ]);
     if (!again.ok) {
       // No other prefill endpoint of the group could run it (e.g. the only one is excluded): the first failure stands.
@@ -168,19 +169,34 @@ async function decodeAfterPrefill(
     Math.max(0, performance.now() - call.receivedAt - prefill.value.ms) / 1000,
   );
   const silent = { seen: false };
+  const unattributed = (): undefined => {
+    ctx.metrics.silentRecomputes.inc({ result: 'unattributed' });
+    call.logger.warn(
+      { event: 'silent_recompute_unattributed' },
+      'the worker counted a failed KV transfer while other transfers ran too; it may have recomputed this request',
+    );
+    return undefined;
+  };
   const beforeCommit = async (): Promise<string | undefined> => {
-    const after = a.failedBefore === undefined ? undefined : await readFailedTransfers(ctx, call.signal);
-    const verdict = judgeRise(a.failedBefore, after, a.window.overlapped);
-    a.window.end(); // the KV load is over once output flows: later transfers do not blur this one
-    if (verdict === 'none') return undefined;
-    if (verdict === 'unattributed') {
-      ctx.metrics.silentRecomputes.inc({ result: 'unattributed' });
-      call.logger.warn(
-        { event: 'silent_recompute_unattributed' },
-        'the worker counted a failed KV transfer while other transfers ran too; it may have recomputed this request',
-      );
+    const before = a.failedBefore;
+    if (before === undefined) {
+      a.window.end();
       return undefined;
     }
+    const firstOutput = performance.now();
+    if (a.window.overlapped) {
+      // A rise could only be counted, never pinned on this request: the output need not wait for the read.
+      a.window.end();
+      void ctx.failedTransfers.read(firstOutput, ctx.closed).then((after) => {
+        if (judgeRise(before, after, true) !== 'none') unattributed();
+      });
+      return undefined;
+    }
+    const after = await ctx.failedTransfers.read(firstOutput, call.signal);
+    const verdict = judgeRise(before, after, a.window.overlapped);
+    a.window.end(); // the KV load is over once output flows: later transfers do not blur this one
+    if (verdict === 'none') return undefined;
+    if (verdict === 'unattributed') return unattributed();
     silent.seen = true;
     const fail = ctx.config.onTransferFailure === 'fail';
     ctx.metrics.silentRecomputes.inc({ result: fail ? 'refused' : 'served' });

@@ -15,7 +15,7 @@
  */
 import type { Logger } from 'pino';
 import { err, KvgateError, ok, type Result } from '../errors.js';
-import type { SidecarContext } from './context.js';
+import type { IncomingCall, SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, upstreamMessage } from './http-io.js';
 import type { SidecarStatus } from './status.js';
 
@@ -121,11 +121,17 @@ export function confirmPrefillEngine(ctx: SidecarContext, engineId: string, logg
   return confirmLaunch(ctx, 'prefill', engineId, logger);
 }
 
-/** Decode role, before any KV is consumed: is the local worker still the vLLM version the last probe verified? */
-export async function confirmDecodeWorker(ctx: SidecarContext, signal: AbortSignal, logger: Logger): Promise<Result<void, KvgateError>> {
+/**
+ * This decode worker's `GET /version`, or why it could not be read (never rejects). Shared between concurrent
+ * requests (`SidecarContext.workerVersion`, shared-read.ts): a read that started after a request arrived tells as
+ * much about the worker that request will run on as a read of its own.
+ */
+export async function readWorkerVersion(
+  ctx: Pick<SidecarContext, 'fetch' | 'workerUrl' | 'workerAuth' | 'config' | 'closed'>,
+): Promise<Result<string, KvgateError>> {
   const reply = await callUpstream(ctx.fetch, `${ctx.workerUrl}/version`, {
     timeoutMs: ctx.config.probe.timeoutMs,
-    signal,
+    signal: ctx.closed,
     headers: { ...ctx.workerAuth },
   });
   if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker did not answer GET /version: ${reply.error.message}`));
@@ -141,5 +147,17 @@ export async function confirmDecodeWorker(ctx: SidecarContext, signal: AbortSign
   const version = parsed.ok ? parsed.value['version'] : undefined;
   if (typeof version !== 'string')
     return err(new KvgateError('worker_error', 'this decode worker answered GET /version without { version }'));
-  return confirmLaunch(ctx, 'decode', version, logger);
+  return ok(version);
+}
+
+const CANCELLED = err(new KvgateError('worker_error', 'the request was cancelled while its decode worker was checked'));
+
+/** Decode role, before any KV is consumed: is the local worker still the vLLM version the last probe verified? */
+export async function confirmDecodeWorker(
+  ctx: SidecarContext,
+  call: Pick<IncomingCall, 'receivedAt' | 'signal' | 'logger'>,
+): Promise<Result<void, KvgateError>> {
+  const version = await ctx.workerVersion.read(call.receivedAt, call.signal, CANCELLED);
+  if (!version.ok) return version;
+  return confirmLaunch(ctx, 'decode', version.value, call.logger);
 }

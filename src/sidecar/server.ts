@@ -34,6 +34,9 @@ import { SidecarState } from './sidecar-state.js';
 import { DRAIN_PATH, startSidePorts, UNDRAIN_PATH } from './side-ports.js';
 import { endRequestSpan, NOOP_TRACER, startRequestSpan } from './spans.js';
 import { admissionRefusal, type SidecarStatus } from './status.js';
+import { FailedTransferReads } from './failed-transfer-reads.js';
+import { readWorkerVersion } from './launch-check.js';
+import { SharedRead } from './shared-read.js';
 import { TransferWatch } from './transfer-watch.js';
 import { loadWorkerAuth, type WorkerAuth } from './worker-auth.js';
 
@@ -103,6 +106,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   if (!auth.ok) throw new Error(auth.error);
   // Pooled keep-alive connections to the worker and the prefill leg's target (keep-alive-fetch.ts).
   const pool = createKeepAliveFetch();
+  const workerUrl = config.worker.replace(/\/+$/, '');
   const ctx: SidecarContext = {
     config,
     keys: deps.keys,
@@ -111,9 +115,19 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     logger: deps.logger,
     metrics,
     tracer: deps.tracer ?? NOOP_TRACER,
-    workerUrl: config.worker.replace(/\/+$/, ''),
+    workerUrl,
     workerAuth: auth.value,
     transfers: new TransferWatch(),
+    failedTransfers: new FailedTransferReads({
+      fetch: deps.fetch ?? pool.fetch,
+      workerUrl,
+      workerAuth: auth.value,
+      timeoutMs: config.probe.timeoutMs,
+      closed: closed.signal,
+    }),
+    workerVersion: new SharedRead(() =>
+      readWorkerVersion({ fetch: deps.fetch ?? pool.fetch, workerUrl, workerAuth: auth.value, config, closed: closed.signal }),
+    ),
     closed: closed.signal,
     status: () => state.status(),
     reverify: (accept) => loop.reverify(accept),

@@ -62,7 +62,7 @@ export function createFetchSpy(): FetchSpy {
       calls.filter(
         (c) =>
           c.url.startsWith(prefix) &&
-          !PROBE_PATHS.some((p) => c.url === `${prefix}${p}`) &&
+          !PROBE_PATHS.some((p) => c.url.split('?')[0] === `${prefix}${p}`) &&
           !(c.headers['x-request-id'] ?? '').startsWith(ENGINE_CANARY_REQUEST_PREFIX) &&
           !isCanaryProbe(c.body),
       ),
@@ -139,7 +139,12 @@ export interface TestSidecar {
   readonly config: SidecarConfig;
 }
 
-export async function startTestSidecar(configOrPromise: SidecarConfig | Promise<SidecarConfig>, now?: () => number): Promise<TestSidecar> {
+export async function startTestSidecar(
+  configOrPromise: SidecarConfig | Promise<SidecarConfig>,
+  now?: () => number,
+  /** Wraps the spy's fetch (a test that must hold or rewrite some upstream answers). */
+  wrap?: (fetchFn: FetchFn) => FetchFn,
+): Promise<TestSidecar> {
   const config = await configOrPromise;
   const spy = createFetchSpy();
   const registry = new Registry();
@@ -148,7 +153,7 @@ export async function startTestSidecar(configOrPromise: SidecarConfig | Promise<
     logger,
     registry,
     keys: TEST_KEYS,
-    fetch: spy.fetch,
+    fetch: wrap === undefined ? spy.fetch : wrap(spy.fetch),
     ...(now === undefined ? {} : { now }),
   });
   return { sidecar, spy, registry, lines, config };

@@ -31,3 +31,17 @@ describe('TransferWatch and judgeRise', () => {
     expect(judgeRise(undefined, 5, false)).toBe('none');
   });
 });
+
+describe('failedTransfersIn reads only the counter', () => {
+  it('finds the counter past a malformed line of another metric, and gives no evidence when its own line is malformed', () => {
+    const other = 'vllm:cache_config_info{block_size="16" 1\n';
+    expect(failedTransfersIn(`${other}vllm:nixl_num_failed_transfers_total{engine="0"} 5\n`)).toBe(5);
+    expect(failedTransfersIn('vllm:nixl_num_failed_transfers_total{engine="0" 5\n')).toBeUndefined();
+  });
+
+  it('matches the exact sample name only, and prefers _total over the bare name', () => {
+    expect(failedTransfersIn('vllm:nixl_num_failed_transfers_total_created{engine="0"} 1.7e9\n')).toBeUndefined();
+    const both = 'vllm:nixl_num_failed_transfers 9\nvllm:nixl_num_failed_transfers_total{engine="0"} 2\r\n';
+    expect(failedTransfersIn(both)).toBe(2);
+  });
+});

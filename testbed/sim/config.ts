@@ -53,6 +53,13 @@ export const SimSettingsSchema = z
     flavour: z.enum(SIM_FLAVOURS).optional(),
     /** `--api-key`: every `/v1` path needs `Authorization: Bearer <key>` (401 `{"error": "Unauthorized"}` otherwise). */
     apiKey: z.string().min(1).optional(),
+    /**
+     * `--api-server-count`; only its effect on `/metrics` is modelled: above 1 vLLM sets `PROMETHEUS_MULTIPROC_DIR`
+     * (vllm `vllm/entrypoints/cli/serve.py` `run_multi_api_server`) and serves a `MultiProcessCollector` registry, which
+     * registers no names, so a `name[]` filter that prometheus_client honours finds nothing (client_python
+     * `prometheus_client/registry.py` `RestrictedRegistry` at 009d885).
+     */
+    apiServerCount: z.number().int().min(1).max(64).default(1),
     /** `--data-parallel-size`: engine ranks behind one API server, engine ids `<id>_dp<rank>`, one side channel each. */
     dataParallelSize: z.number().int().min(1).max(16).default(1),
     /** A reasoning model: the first N generated tokens of a chat completion are reasoning, not content. */

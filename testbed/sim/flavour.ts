@@ -27,6 +27,14 @@ export interface FlavourTraits {
   readonly defaultKvLoadFailurePolicy: 'fail' | 'recompute';
   /** The request's `truncation_side` is honoured (newer protocol field); older versions ignore it and cut on the left. */
   readonly truncationSide: boolean;
+  /**
+   * `GET /metrics?name[]=...`: `ignored` where prometheus-fastapi-instrumentator's `expose()` route answers /metrics
+   * (vllm `vllm/v1/metrics/prometheus.py` `mount_metrics` at 0fa7aac; `vllm/entrypoints/serve/instrumentator/metrics.py`
+   * at 02a69ad; the route calls `generate_latest(registry)`, trallnag/prometheus-fastapi-instrumentator
+   * `instrumentation.py` at 069ffff), `honoured` where prometheus_client's `make_asgi_app` alone does (later copies of
+   * that file; prometheus/client_python `exposition.py` `_bake_output` at 021ef04).
+   */
+  readonly metricsNameFilter: 'ignored' | 'honoured';
 }
 
 const LEGACY: FlavourTraits = {
@@ -39,6 +47,7 @@ const LEGACY: FlavourTraits = {
   reasoningFields: ['reasoning_content'],
   defaultKvLoadFailurePolicy: 'fail',
   truncationSide: true,
+  metricsNameFilter: 'honoured',
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -52,6 +61,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     reasoningFields: ['reasoning_content'],
     defaultKvLoadFailurePolicy: 'recompute',
     truncationSide: false,
+    metricsNameFilter: 'ignored',
   },
   '0.13': {
     hashCheck: true,
@@ -63,6 +73,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     reasoningFields: ['reasoning', 'reasoning_content'],
     defaultKvLoadFailurePolicy: 'recompute',
     truncationSide: false,
+    metricsNameFilter: 'ignored',
   },
   main: {
     hashCheck: true,
@@ -74,6 +85,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     reasoningFields: ['reasoning'],
     defaultKvLoadFailurePolicy: 'fail',
     truncationSide: true,
+    metricsNameFilter: 'honoured',
   },
 };
 

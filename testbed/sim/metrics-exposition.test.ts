@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { traitsOf } from './flavour.js';
+import { metricsFor, restricted } from './metrics-exposition.js';
+
+const FULL = [
+  '# HELP vllm:nixl_num_failed_transfers_total Number of failed NIXL KV Cache transfers.',
+  '# TYPE vllm:nixl_num_failed_transfers_total counter',
+  'vllm:nixl_num_failed_transfers_total{model_name="m",engine="0"} 2',
+  '# HELP vllm:nixl_xfer_time_seconds Histogram of transfer duration.',
+  '# TYPE vllm:nixl_xfer_time_seconds histogram',
+  'vllm:nixl_xfer_time_seconds_bucket{le="0.1",model_name="m",engine="0"} 1',
+  'vllm:nixl_xfer_time_seconds_sum{model_name="m",engine="0"} 0.05',
+  '',
+].join('\n');
+
+describe("the simulated worker's /metrics filter", () => {
+  it('keeps exactly the named samples with their family comments, as a restricted prometheus_client registry does', () => {
+    expect(restricted(FULL, new Set(['vllm:nixl_num_failed_transfers_total']))).toBe(`${FULL.split('\n').slice(0, 3).join('\n')}\n`);
+    expect(restricted(FULL, new Set(['vllm:nixl_xfer_time_seconds_sum']))).toBe(
+      `${[...FULL.split('\n').slice(3, 5), FULL.split('\n')[6]].join('\n')}\n`,
+    );
+    expect(restricted(FULL, new Set(['vllm:nope']))).toBe('');
+  });
+
+  it('answers name[] by version: honoured on main, ignored on 0.11 and 0.13, empty under several API servers', () => {
+    const q = new URLSearchParams('name%5B%5D=vllm%3Anixl_num_failed_transfers_total');
+    expect(metricsFor(FULL, q, traitsOf('main'), 1)).toContain('failed_transfers_total{');
+    expect(metricsFor(FULL, q, traitsOf('main'), 1)).not.toContain('xfer_time');
+    expect(metricsFor(FULL, q, traitsOf('0.13'), 1)).toBe(FULL);
+    expect(metricsFor(FULL, q, traitsOf('0.11'), 4)).toBe(FULL);
+    expect(metricsFor(FULL, q, traitsOf('main'), 2)).toBe('');
+    expect(metricsFor(FULL, new URLSearchParams(''), traitsOf('main'), 2)).toBe(FULL);
+  });
+});
