@@ -10,7 +10,7 @@
  */
 import { normalizeKvLayout } from '../compat/normalize.js';
 import type { CompatDescriptor } from '../compat/descriptor.js';
-import { checkTransfer, type CompatMode } from '../compat/connector-rules.js';
+import { checkTransfer, type CompatMode, type CompatVerdict } from '../compat/connector-rules.js';
 import { transferParamsDigestOf, verifyAttestation, type Attestation, type AttestationFailure } from '../contract/attestation.js';
 import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
@@ -89,15 +89,7 @@ export function checkAttestedTransfer(
       'the kv_transfer_params that arrived are not the ones the prefill sidecar attested (block ids, engine or side channel changed in transit); no KV is read',
     );
   }
-  const mine = {
-    ...input.descriptor,
-    kvCache: {
-      ...input.descriptor.kvCache,
-      layout: normalizeKvLayout(input.descriptor.kvCache.layout) as CompatDescriptor['kvCache']['layout'],
-    },
-  };
-  const prefillSide: CompatDescriptor = { ...mine, kvCache: { ...mine.kvCache, blockSize: a.blockSize, layout: a.layout } };
-  const verdict = checkTransfer(prefillSide, mine, input.compatMode);
+  const verdict = transferVerdict(input.descriptor, a.blockSize, a.layout, input.compatMode);
   if (verdict.verdict === 'refuse') {
     return refuse(
       'transfer_rules',
@@ -106,4 +98,30 @@ export function checkAttestedTransfer(
     );
   }
   return ok({ attestation: a, params });
+}
+
+/** Verdicts by local descriptor, then attested block size, layout and mode: the same few inputs on every request. */
+const VERDICTS = new WeakMap<CompatDescriptor, Map<string, CompatVerdict>>();
+const MAX_VERDICTS = 32;
+
+/**
+ * The connector's rules for KV of `blockSize` and `layout` (what the prefill side attested) read by this worker.
+ * Deterministic in its inputs, and two descriptor normalisations and fingerprints per call, so it is remembered per
+ * descriptor (a bounded handful of entries: the attested values come from signed attestations of this deployment).
+ */
+function transferVerdict(descriptor: CompatDescriptor, blockSize: number, layout: 'HND' | 'NHD', mode: CompatMode): CompatVerdict {
+  const byInput = VERDICTS.get(descriptor) ?? new Map<string, CompatVerdict>();
+  VERDICTS.set(descriptor, byInput);
+  const key = `${blockSize}|${layout}|${mode}`;
+  const known = byInput.get(key);
+  if (known !== undefined) return known;
+  const mine = {
+    ...descriptor,
+    kvCache: { ...descriptor.kvCache, layout: normalizeKvLayout(descriptor.kvCache.layout) as CompatDescriptor['kvCache']['layout'] },
+  };
+  const prefillSide: CompatDescriptor = { ...mine, kvCache: { ...mine.kvCache, blockSize, layout } };
+  const verdict = checkTransfer(prefillSide, mine, mode);
+  if (byInput.size >= MAX_VERDICTS) byInput.delete(byInput.keys().next().value!);
+  byInput.set(key, verdict);
+  return verdict;
 }

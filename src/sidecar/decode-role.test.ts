@@ -323,6 +323,40 @@ describe('transfer failures', () => {
 });
 
 describe('the failed-transfer counter around the first output', () => {
+  it('under onTransferFailure: recompute a silent recompute is served without waiting, and counted beside the stream', async () => {
+    const sim = track(await startTestSim({}, { kvLoadFailurePolicy: 'recompute', transferTimeoutMs: 200 }));
+    let armed = false;
+    const afterReads: string[] = [];
+    const R = await startTestSidecar(
+      sidecarConfigFor(sim, 'decode', { onTransferFailure: 'recompute' }),
+      undefined,
+      (f) => async (url, init) => {
+        if (armed && url.startsWith(`${sim.url}/metrics`)) afterReads.push(url);
+        return f(url, init);
+      },
+    );
+    track(R.sidecar);
+    const expected = await (async () => {
+      const r = await postJson(`${sim.url}/v1/completions`, completion());
+      sim.resetPrefixCache();
+      return r.body.choices[0].token_ids as number[];
+    })();
+    armed = true;
+    prefillSim.setFaults({ transferTimeout: true });
+    try {
+      const s = await postSse(
+        `${R.sidecar.url}/v1/completions`,
+        ...bound(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'silent-1' }), completion({ stream: true })),
+      );
+      expect(s.status).toBe(200);
+      expect(streamedIds(s.events)).toEqual(expected); // the worker's own prefill: the group's baseline
+    } finally {
+      prefillSim.setFaults({ reset: true });
+    }
+    await expect.poll(async () => await scrape(R.sidecar)).toContain('kvgate_sidecar_silent_recomputes_total{result="served"} 1');
+    expect(afterReads).toHaveLength(2); // before the transfer, and at its first output
+  });
+
   it('overlapping transfers do not hold their first output for the second read; a rise is still counted as unattributed', async () => {
     const sim = track(await startTestSim({}, { flavour: 'main', latency: { decodeMsPerToken: 5 } }));
     // Counter reads that start once a relay has begun (the reads at first output) wait until released; armed after

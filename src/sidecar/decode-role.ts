@@ -25,7 +25,8 @@ import type { PrefillLegInput } from './prefill-leg.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
 import { countPromptTokens } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
-import { judgeRise, type TransferWindow } from './transfer-watch.js';
+import { SILENT_RECOMPUTE, silentRecomputeCheck } from './silent-recompute.js';
+import type { TransferWindow } from './transfer-watch.js';
 
 /** Handle one decode request whose contract already verified (server.ts). */
 export async function serveDecode(
@@ -169,40 +170,7 @@ async function decodeAfterPrefill(
     Math.max(0, performance.now() - call.receivedAt - prefill.value.ms) / 1000,
   );
   const silent = { seen: false };
-  const unattributed = (): undefined => {
-    ctx.metrics.silentRecomputes.inc({ result: 'unattributed' });
-    call.logger.warn(
-      { event: 'silent_recompute_unattributed' },
-      'the worker counted a failed KV transfer while other transfers ran too; it may have recomputed this request',
-    );
-    return undefined;
-  };
-  const beforeCommit = async (): Promise<string | undefined> => {
-    const before = a.failedBefore;
-    if (before === undefined) {
-      a.window.end();
-      return undefined;
-    }
-    const firstOutput = performance.now();
-    if (a.window.overlapped) {
-      // A rise could only be counted, never pinned on this request: the output need not wait for the read.
-      a.window.end();
-      void ctx.failedTransfers.read(firstOutput, ctx.closed).then((after) => {
-        if (judgeRise(before, after, true) !== 'none') unattributed();
-      });
-      return undefined;
-    }
-    const after = await ctx.failedTransfers.read(firstOutput, call.signal);
-    const verdict = judgeRise(before, after, a.window.overlapped);
-    a.window.end(); // the KV load is over once output flows: later transfers do not blur this one
-    if (verdict === 'none') return undefined;
-    if (verdict === 'unattributed') return unattributed();
-    silent.seen = true;
-    const fail = ctx.config.onTransferFailure === 'fail';
-    ctx.metrics.silentRecomputes.inc({ result: fail ? 'refused' : 'served' });
-    call.logger.warn({ event: 'silent_recompute', action: ctx.config.onTransferFailure }, SILENT_RECOMPUTE);
-    return fail ? SILENT_RECOMPUTE : undefined;
-  };
+  const beforeCommit = silentRecomputeCheck(ctx, call, a.failedBefore, a.window, silent);
   const relayed = await relayCompletion(ctx, call, res, { requestId, body, headers, holdUntilOutput: true, beforeCommit });
   const answer = async (): Promise<Outcome> => {
     if (silent.seen && relayed.kind === 'failed_before_tokens')
@@ -221,10 +189,6 @@ async function decodeAfterPrefill(
       : { rerun: 'kv_load_failed', message: relayed.message, answer };
   return answer();
 }
-
-const SILENT_RECOMPUTE =
-  'the decode worker failed to load the prefilled KV and recomputed the prompt itself (its vllm:nixl_num_failed_transfers rose; ' +
-  'vLLM kv_load_failure_policy "recompute", the default before vLLM PR #34896)';
 
 /**
  * The prefill leg failed. Only one failure may be answered with a local prefill: the prefill side refusing its own
