@@ -35,7 +35,8 @@ const HELP = `usage: node dist/bench/sidecar.js [options]
 `;
 
 const PROMPT = 'Summarise the following incident report for an on-call engineer in three bullet points. '.repeat(12);
-const TARGET_TTFT_MS = 2;
+/** Issue 17: TTFT overhead p50 at most 2 ms at concurrency 1 and 5 ms at concurrency 8 (and above). */
+const targetTtftMs = (c: number): number => (c <= 1 ? 2 : 5);
 const TARGET_TOKENS_PCT = 5;
 
 type PathName = 'direct' | 'kvgate';
@@ -264,9 +265,9 @@ function targetsOf(cells: readonly Cell[]): TargetResult[] {
       const ms = cell.kvgate.ttftP50 - cell.direct.ttftP50;
       out.push({
         name: `TTFT overhead (p50), ${label}`,
-        target: `<= ${TARGET_TTFT_MS} ms`,
+        target: `<= ${targetTtftMs(cell.c)} ms`,
         measured: `${fmt(ms, 2)} ms (${fmt(cell.kvgate.ttftP50, 2)} vs ${fmt(cell.direct.ttftP50, 2)} ms)`,
-        ok: clean ? ms <= TARGET_TTFT_MS : undefined,
+        ok: clean ? ms <= targetTtftMs(cell.c) : undefined,
       });
     }
   }
