@@ -364,6 +364,8 @@ describe('the failed-transfer counter around the first output', () => {
     let armed = false;
     let relaying = false;
     const held: (() => void)[] = [];
+    // Both prefill legs wait until both were sent, so each transfer window certainly overlaps the other.
+    const legs: (() => void)[] = [];
     const O = await startTestSidecar(
       sidecarConfigFor(sim, 'decode', { probe: { intervalMs: 60_000, timeoutMs: 20_000 } }),
       undefined,
@@ -371,6 +373,11 @@ describe('the failed-transfer counter around the first output', () => {
         return async (url, init) => {
           if (armed && url === `${sim.url}/v1/completions` && init?.method === 'POST') relaying = true;
           if (relaying && url.startsWith(`${sim.url}/metrics?`)) await new Promise<void>((r) => held.push(r));
+          if (armed && url.startsWith(P.sidecar.url)) {
+            const both = new Promise<void>((r) => legs.push(r));
+            if (legs.length === 2) for (const release of legs) release();
+            await both;
+          }
           return f(url, init);
         };
       },
@@ -382,7 +389,7 @@ describe('the failed-transfer counter around the first output', () => {
         `${O.sidecar.url}/v1/completions`,
         ...bound(contractFor(O.config.fingerprint, endpointOf(P.sidecar.url), { requestId: id }), completion({ stream: true })),
       );
-    // Sent together: each one's transfer window overlaps the other's, so no rise could be pinned on either.
+    // Sent together, their legs held until both are out: no rise could be pinned on either transfer.
     const [a, b] = await Promise.all([send('ovl-1'), send('ovl-2')]);
     for (const s of [a, b]) {
       expect(s.status).toBe(200);
