@@ -8,7 +8,16 @@ import { BoundedCache } from '../bounded-cache.js';
 import type { AnswerDecision, HopDecision, Refusal, RouteDecision } from '../decide/types.js';
 import { H } from '../headers.js';
 import { setHeader } from './headers.js';
-import { answerStamps, hopStamps, refusalStamps, responseStamps, routeStamps, type StampOptions, type UpstreamStamps } from './stamps.js';
+import {
+  answerStamps,
+  hopStamps,
+  refusalStamps,
+  responseStamps,
+  routeStamps,
+  type ResponseStampFacts,
+  type StampOptions,
+  type UpstreamStamps,
+} from './stamps.js';
 import { toStruct } from './struct.js';
 import type { WireCommonResponse, WireHeaderValueOption, WireImmediateResponse, WireProcessingResponse, WireStruct } from './wire.js';
 
@@ -103,7 +112,7 @@ export function stripForged(forged: readonly string[]): WireCommonResponse {
 }
 
 /** Response headers to the client: the group, the revision and the sticky binding. */
-export function responseHeadersMutation(d: RouteDecision): WireCommonResponse {
+export function responseHeadersMutation(d: ResponseStampFacts): WireCommonResponse {
   return { header_mutation: { set_headers: responseStamps(d).map(([k, v]) => stampHeader(k, v)) } };
 }
 

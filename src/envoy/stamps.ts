@@ -104,8 +104,14 @@ export function hopStamps(d: HopDecision, forged: readonly string[]): UpstreamSt
   return { set, remove: notOverwritten(forged, set) };
 }
 
+/** What the response stamps read of a route decision (a session keeps only this once the request is bound). */
+export interface ResponseStampFacts {
+  readonly group: { readonly id: string; readonly revision: string };
+  readonly binding: string;
+}
+
 /** Response headers to the client of a routed request: the group, the revision and the sticky binding. */
-export function responseStamps(d: RouteDecision): readonly HeaderStamp[] {
+export function responseStamps(d: ResponseStampFacts): readonly HeaderStamp[] {
   return [
     [H.group, d.group.id],
     [H.revision, d.group.revision],

@@ -14,6 +14,7 @@ import { readSubsetHint, restrictToSubset, SUBSET_KEY, SUBSET_NAMESPACE } from '
 import { decideRequest, type RawRequestFacts } from '../decide/decide-request.js';
 import { waitCapMs } from '../decide/queue-step.js';
 import type { Decision } from '../decide/types.js';
+import type { InFlightTracker } from '../decide/worker-view.js';
 import type { AdmissionDeps, Admitted, WaitHooks } from './admission-types.js';
 import { parkRequest, type QueueContext } from './queued-request.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
@@ -64,38 +65,21 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
       queue.wake();
     });
   };
+  const wakeIfWaiting = (): void => {
+    if (queue.size() > 0) scheduleWake();
+  };
   /** Count the request on the endpoint it occupies for its whole life; its end frees capacity for the queue. */
   const settle = (d: Decision, body?: Uint8Array): Admitted => {
-    let busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
-    const held = busy === null ? undefined : deps.inFlight.acquire(busy, d.requestId);
-    let holding = held;
-    const release =
-      held === undefined
-        ? undefined
-        : () => {
-            holding?.();
-            holding = undefined;
-            if (queue.size() > 0) scheduleWake();
-          };
+    const busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
     // The data plane may have walked the EPP fallback list: count the request where it was actually served, and
     // only on an endpoint of the list (anything else is ignored: never trust the data plane past the group).
     const listed = d.kind === 'route' && d.decode.endpoint !== null ? [d.decode.endpoint, ...(d.decode.alternates ?? [])] : [];
-    const served =
-      listed.length === 0
-        ? undefined
-        : (address: string): boolean => {
-            if (!listed.includes(address) || holding === undefined) return false;
-            if (address === busy) return true;
-            holding();
-            holding = deps.inFlight.acquire(address, d.requestId);
-            busy = address;
-            return true;
-          };
+    const held = busy === null ? undefined : holdInFlight(deps.inFlight, busy, d.requestId, listed, wakeIfWaiting);
     return {
       decision: d,
       ...(body === undefined ? {} : { body }),
-      ...(release === undefined ? {} : { release }),
-      ...(served === undefined ? {} : { served }),
+      ...(held === undefined ? {} : { release: held.release }),
+      ...(held?.served === undefined ? {} : { served: held.served }),
     };
   };
   const qctx: QueueContext = { deps, queue, metrics, maxMessageTimeoutMs, settle };
@@ -127,6 +111,38 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
 }
 
 /** The GIE protocol's answer to an explicitly empty subset hint: 503, nothing to pick from. */
+/**
+ * The in-flight count of one admitted request, and how it moves when the data plane reports another listed endpoint.
+ * Built apart from `settle` so that the closures, which live as long as the stream, hold the endpoint addresses and
+ * the request id only, never the decision (its contract, binding and trace would otherwise stay in memory for the
+ * whole response).
+ */
+function holdInFlight(
+  inFlight: InFlightTracker,
+  first: string,
+  requestId: string,
+  listed: readonly string[],
+  onRelease: () => void,
+): { release: () => void; served?: (address: string) => boolean } {
+  let busy = first;
+  let holding: (() => void) | undefined = inFlight.acquire(first, requestId);
+  const release = (): void => {
+    holding?.();
+    holding = undefined;
+    onRelease();
+  };
+  if (listed.length === 0) return { release };
+  const served = (address: string): boolean => {
+    if (!listed.includes(address) || holding === undefined) return false;
+    if (address === busy) return true;
+    holding();
+    holding = inFlight.acquire(address, requestId);
+    busy = address;
+    return true;
+  };
+  return { release, served };
+}
+
 function emptySubsetRefusal(requestId: string): Decision {
   return {
     kind: 'refuse',

@@ -71,7 +71,10 @@ export function createEndpointLoad(opts: EndpointLoadOptions): EndpointLoad {
   return {
     acquire(address, requestId) {
       const entry: Bridged = { id: requestId ?? '', atMs: opts.now(), endedAtMs: undefined };
-      bridge.set(address, [...(bridge.get(address) ?? []), entry]);
+      // Appended in place: copying the list made every request cost as much as the requests already in flight there.
+      const list = bridge.get(address);
+      if (list === undefined) bridge.set(address, [entry]);
+      else list.push(entry);
       local.set(address, (local.get(address) ?? 0) + 1);
       let released = false;
       return () => {

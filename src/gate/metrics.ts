@@ -1,15 +1,24 @@
 /**
  * The gate's Prometheus metrics, registered on a registry the caller passes in (tests run in parallel, each with
  * its own registry). Names are `kvgate_*`; labels are bounded sets (codes, outcomes, revisions from the table).
+ * The counters bumped on every request are counted through `PendingCounter` (pending-counts.ts): same metric, its
+ * increments summed until a scrape reads it.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { PendingCounter } from './pending-counts.js';
 
 export interface GateMetrics {
   readonly decisions: Counter<'outcome' | 'code' | 'revision'>;
+  /** `decisions` on the request path: `inc(outcome, code, revision)`. */
+  readonly decisionCounts: PendingCounter<'outcome' | 'code' | 'revision'>;
   readonly decisionSeconds: Histogram<'outcome'>;
   readonly streamsActive: Gauge;
   readonly streamsTotal: Counter<'listener'>;
+  /** `streamsTotal` on the request path: `inc(listener)`. */
+  readonly streamCounts: PendingCounter<'listener'>;
   readonly messages: Counter<'type'>;
+  /** `messages` on the request path: `inc(type)`. */
+  readonly messageCounts: PendingCounter<'type'>;
   readonly forgedHeaders: Counter;
   readonly streamErrors: Counter<'reason'>;
   /** Streams refused before any message: the peer's certificate is in no role's allowlist. */
@@ -18,17 +27,39 @@ export interface GateMetrics {
   readonly insecureTransport: Gauge;
   /** What came back for routed requests (routed-outcome.ts): served, refused behind the route, failed. */
   readonly routedResponses: Counter<'revision' | 'outcome' | 'code'>;
+  /** `routedResponses` on the request path: `inc(revision, outcome, code)`. */
+  readonly routedResponseCounts: PendingCounter<'revision' | 'outcome' | 'code'>;
 }
 
 export function createGateMetrics(registry: Registry): GateMetrics {
   const registers = [registry];
+  const decisionCounts = new PendingCounter({
+    name: 'kvgate_decisions_total',
+    help: 'Routing decisions by outcome (route, hop, refuse, answer), refusal code and bound revision.',
+    labelNames: ['outcome', 'code', 'revision'] as const,
+    registers,
+  });
+  const messageCounts = new PendingCounter({
+    name: 'kvgate_ext_proc_messages_total',
+    help: 'ext_proc ProcessingRequest messages received, by type.',
+    labelNames: ['type'] as const,
+    registers,
+  });
+  const routedResponseCounts = new PendingCounter({
+    name: 'kvgate_routed_responses_total',
+    help: 'Responses to routed requests, by bound revision and outcome: served (status < 400), refused (a sidecar refused; code = its x-kvgate-reject-reason), failed (code = http_4xx / http_5xx).',
+    labelNames: ['revision', 'outcome', 'code'] as const,
+    registers,
+  });
+  const streamCounts = new PendingCounter({
+    name: 'kvgate_ext_proc_streams_total',
+    help: 'ext_proc streams opened, by Envoy listener (public or internal).',
+    labelNames: ['listener'] as const,
+    registers,
+  });
   return {
-    decisions: new Counter({
-      name: 'kvgate_decisions_total',
-      help: 'Routing decisions by outcome (route, hop, refuse, answer), refusal code and bound revision.',
-      labelNames: ['outcome', 'code', 'revision'] as const,
-      registers,
-    }),
+    decisions: decisionCounts.counter,
+    decisionCounts,
     decisionSeconds: new Histogram({
       name: 'kvgate_decision_duration_seconds',
       help: 'Time from the last ext_proc message needed for a decision to the decision, by outcome.',
@@ -41,18 +72,10 @@ export function createGateMetrics(registry: Registry): GateMetrics {
       help: 'ext_proc streams currently open (one per HTTP request in flight through Envoy).',
       registers,
     }),
-    streamsTotal: new Counter({
-      name: 'kvgate_ext_proc_streams_total',
-      help: 'ext_proc streams opened, by Envoy listener (public or internal).',
-      labelNames: ['listener'] as const,
-      registers,
-    }),
-    messages: new Counter({
-      name: 'kvgate_ext_proc_messages_total',
-      help: 'ext_proc ProcessingRequest messages received, by type.',
-      labelNames: ['type'] as const,
-      registers,
-    }),
+    streamsTotal: streamCounts.counter,
+    streamCounts,
+    messages: messageCounts.counter,
+    messageCounts,
     forgedHeaders: new Counter({
       name: 'kvgate_forged_headers_total',
       help: 'Requests on the public listener that carried gate-owned headers (x-kvgate-*, routing aliases); removed.',
@@ -75,11 +98,7 @@ export function createGateMetrics(registry: Registry): GateMetrics {
       labelNames: ['reason'] as const,
       registers,
     }),
-    routedResponses: new Counter({
-      name: 'kvgate_routed_responses_total',
-      help: 'Responses to routed requests, by bound revision and outcome: served (status < 400), refused (a sidecar refused; code = its x-kvgate-reject-reason), failed (code = http_4xx / http_5xx).',
-      labelNames: ['revision', 'outcome', 'code'] as const,
-      registers,
-    }),
+    routedResponses: routedResponseCounts.counter,
+    routedResponseCounts,
   };
 }

@@ -28,7 +28,8 @@ import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wir
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import type { Admission } from './admission.js';
 import type { GateMetrics } from './metrics.js';
-import { ExtProcSession } from './session.js';
+import type { Listener } from '../envoy/inbound.js';
+import { ExtProcSession, type SessionDeps } from './session.js';
 import { type GateTransport, serverCredentials, streamRole } from './transport.js';
 
 export interface GateServerOptions {
@@ -105,7 +106,10 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
   });
   health.addToServer(server);
   const active = new Set<ServedStream>();
-  const deps = {
+  const onStreamClosed = (s: ServedStream): void => {
+    if (active.delete(s)) opts.metrics.streamsActive.dec();
+  };
+  const deps: SessionDeps = {
     admission: opts.admission,
     logger: opts.logger,
     metrics: opts.metrics,
@@ -135,10 +139,8 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
       }
       const listener = role.role;
       opts.metrics.streamsActive.inc();
-      opts.metrics.streamsTotal.inc({ listener });
-      const served = serveStream(call, new ExtProcSession(deps, listener, (r) => call.write(r)), opts, () => {
-        if (active.delete(served)) opts.metrics.streamsActive.dec();
-      });
+      opts.metrics.streamCounts.inc(listener);
+      const served = new StreamServer(call, listener, deps, opts, onStreamClosed);
       active.add(served);
       if (draining !== undefined) served.closeWhenSettled();
     },
@@ -197,75 +199,102 @@ interface ServedStream {
   cancel(): void;
 }
 
-function serveStream(
-  call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>,
-  session: ExtProcSession,
-  opts: GateServerOptions,
-  onClosed: () => void,
-): ServedStream {
-  let chain: Promise<void> = Promise.resolve();
-  let busy = 0; // messages received and not yet answered
-  let closed = false;
-  let closeWhenSettled = false;
-  const close = (reason?: string): void => {
-    if (closed) return;
-    closed = true;
-    if (reason) opts.metrics.streamErrors.inc({ reason });
-    session.finish();
-    onClosed();
-  };
-  /** Status OK: Envoy carries on without the gate; the request keeps the routing it was given. */
-  const endOk = (): boolean => {
-    if (closed || busy > 0) return false;
-    call.end();
-    close();
-    return true;
-  };
-  const settle = (): void => {
-    if (closeWhenSettled && session.closableWithOk) endOk();
-  };
-  call.on('data', (msg: WireProcessingRequest) => {
-    busy++;
+/**
+ * One stream being served: a class, not a set of closures, because Envoy holds a stream open for the whole response
+ * and 10,000 open streams should not each carry a dozen functions.
+ */
+class StreamServer implements ServedStream {
+  readonly #call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>;
+  readonly #session: ExtProcSession;
+  readonly #opts: GateServerOptions;
+  readonly #onClosed: (s: StreamServer) => void;
+  #chain: Promise<void> = Promise.resolve();
+  /** Messages received and not yet answered. */
+  #busy = 0;
+  #closed = false;
+  #closeWhenSettled = false;
+
+  constructor(
+    call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>,
+    listener: Listener,
+    deps: SessionDeps,
+    opts: GateServerOptions,
+    onClosed: (s: StreamServer) => void,
+  ) {
+    this.#call = call;
+    this.#session = new ExtProcSession(deps, listener, call);
+    this.#opts = opts;
+    this.#onClosed = onClosed;
+    call.on('data', (msg: WireProcessingRequest) => this.#onData(msg));
+    call.on('end', () => {
+      void this.#chain.then(() => {
+        if (!this.#closed) call.end();
+        this.#close();
+      });
+    });
+    // Envoy resets a stream it no longer needs once the request is done; only a cancel with a message unanswered is
+    // an abnormal end (the client went away, or Envoy timed the gate out).
+    call.on('cancelled', () => this.#close(this.#busy > 0 ? 'cancelled_unanswered' : undefined));
+    call.on('error', () => this.#close('error'));
+    call.on('close', () => this.#close());
+  }
+
+  #onData(msg: WireProcessingRequest): void {
+    this.#busy++;
     // Strictly one message at a time: the answer to message n is written before message n+1 is looked at.
-    chain = chain.then(async () => {
-      if (closed) return;
-      try {
-        const response = await session.onMessage(msg);
-        if (response !== null && !closed) call.write(response);
-      } catch (e) {
-        opts.logger.error({ err: e, request_id: session.requestId }, 'ext_proc stream failed');
-        // A gRPC error makes Envoy fail the request (500) unless failure_mode_allow: fail closed.
-        call.destroy(Object.assign(new Error('kvgate: internal error'), { code: grpc.status.INTERNAL }));
-        close('internal');
-      } finally {
-        busy--;
-      }
-      settle();
-    });
-  });
-  call.on('end', () => {
-    void chain.then(() => {
-      if (!closed) call.end();
-      close();
-    });
-  });
-  // Envoy resets a stream it no longer needs once the request is done; only a cancel with a message unanswered is
-  // an abnormal end (the client went away, or Envoy timed the gate out).
-  call.on('cancelled', () => close(busy > 0 ? 'cancelled_unanswered' : undefined));
-  call.on('error', () => close('error'));
-  call.on('close', () => close());
-  return {
-    closeWhenSettled() {
-      closeWhenSettled = true;
-      settle();
-    },
-    closeIfDecided: () => session.decisionAnswered && !session.inDuplexResponse && endOk(),
-    cancel() {
-      if (closed) return;
-      call.destroy(Object.assign(new Error('kvgate: the gate is shutting down'), { code: grpc.status.UNAVAILABLE }));
-      close('drain_cancelled');
-    },
-  };
+    this.#chain = this.#chain.then(() => this.#process(msg));
+  }
+
+  async #process(msg: WireProcessingRequest): Promise<void> {
+    if (this.#closed) return;
+    try {
+      const response = await this.#session.onMessage(msg);
+      if (response !== null && !this.#closed) this.#call.write(response);
+    } catch (e) {
+      this.#opts.logger.error({ err: e, request_id: this.#session.requestId }, 'ext_proc stream failed');
+      // A gRPC error makes Envoy fail the request (500) unless failure_mode_allow: fail closed.
+      this.#call.destroy(Object.assign(new Error('kvgate: internal error'), { code: grpc.status.INTERNAL }));
+      this.#close('internal');
+    } finally {
+      this.#busy--;
+    }
+    this.#settle();
+  }
+
+  #close(reason?: string): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (reason) this.#opts.metrics.streamErrors.inc({ reason });
+    this.#session.finish();
+    this.#onClosed(this);
+  }
+
+  /** Status OK: Envoy carries on without the gate; the request keeps the routing it was given. */
+  #endOk(): boolean {
+    if (this.#closed || this.#busy > 0) return false;
+    this.#call.end();
+    this.#close();
+    return true;
+  }
+
+  #settle(): void {
+    if (this.#closeWhenSettled && this.#session.closableWithOk) this.#endOk();
+  }
+
+  closeWhenSettled(): void {
+    this.#closeWhenSettled = true;
+    this.#settle();
+  }
+
+  closeIfDecided(): boolean {
+    return this.#session.decisionAnswered && !this.#session.inDuplexResponse && this.#endOk();
+  }
+
+  cancel(): void {
+    if (this.#closed) return;
+    this.#call.destroy(Object.assign(new Error('kvgate: the gate is shutting down'), { code: grpc.status.UNAVAILABLE }));
+    this.#close('drain_cancelled');
+  }
 }
 
 async function drainServer(

@@ -27,6 +27,7 @@ import {
   stripForged,
   type RequestMutation,
 } from '../envoy/responses.js';
+import type { ResponseStampFacts } from '../envoy/stamps.js';
 import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { type Listener, toRequestFacts } from '../envoy/inbound.js';
@@ -59,16 +60,30 @@ export interface SessionDeps {
   readonly gieFallbackEndpoints?: number;
 }
 
+/** What a routed request keeps for its response phase (`ResponseStampFacts` plus what its outcome is counted under). */
+interface RoutedState extends ResponseStampFacts {
+  readonly tenant: string | null;
+  readonly trust?: 'declared-only';
+}
+
+/** The metadata of a stream that has none (or no longer needs it): shared, never written (only ever replaced). */
+const NO_METADATA: Readonly<Record<string, Readonly<Record<string, unknown>>>> = Object.freeze({});
+
 /** Body modes under which the gate can route: the headers are held until the body response. */
 const ROUTABLE_BODY_MODES: ReadonlySet<BodySendMode> = new Set(['BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED']);
 
 /** Writes a message to the stream outside the one-answer-per-message flow (only `override_message_timeout`). */
 export type SendEarly = (response: WireProcessingResponse) => void;
 
+/** The same as an object with a `write` method (the gRPC call itself), so a stream needs no closure for it. */
+export interface EarlyWriter {
+  write(response: WireProcessingResponse): unknown;
+}
+
 export class ExtProcSession {
   readonly #deps: SessionDeps;
   readonly #listener: Listener;
-  readonly #send: SendEarly | undefined;
+  readonly #writer: EarlyWriter | undefined;
   /** Created only for a decision in progress, so finished streams do not each pay for an abort. */
   #abort: AbortController | undefined;
   /** The message state an `override_message_timeout` was already sent for (Envoy honours one per state). */
@@ -81,12 +96,15 @@ export class ExtProcSession {
   /** The client's own `x-request-id` on the public listener, cut for logs; never the request's identity. */
   #clientRequestId: string | undefined;
   #bodyMode: BodySendMode | undefined;
-  #metadata: Record<string, Record<string, unknown>> = {};
-  #chunks: Uint8Array[] = [];
-  /** What the response-headers answer stamps, kept instead of the whole decision once the request is bound. */
-  #responseMutation: WireCommonResponse | undefined;
-  /** The revision and tenant a routed request was bound to, for counting what came back (routed-outcome.ts). */
-  #routed: { readonly revision: string; readonly tenant: string | null; readonly trust?: 'declared-only' } | undefined;
+  #metadata: Readonly<Record<string, Readonly<Record<string, unknown>>>> = NO_METADATA;
+  /** The request body so far; undefined before the first chunk and once decided (an open stream holds no body). */
+  #chunks: Uint8Array[] | undefined;
+  /**
+   * What a routed request's response phase needs, kept instead of the whole decision once the request is bound:
+   * the response headers to stamp (group, revision, binding) and what to count the outcome under (routed-outcome.ts).
+   * Cleared once the response headers are answered.
+   */
+  #routed: RoutedState | undefined;
   #release: (() => void) | undefined;
   #served: ((address: string) => boolean) | undefined;
   #finished = false;
@@ -106,10 +124,10 @@ export class ExtProcSession {
    * `send` writes to the gRPC stream directly; without it the session cannot extend Envoy's message timer, so
    * admission is told it must not hold the request.
    */
-  constructor(deps: SessionDeps, listener: Listener, send?: SendEarly) {
+  constructor(deps: SessionDeps, listener: Listener, send?: SendEarly | EarlyWriter) {
     this.#deps = deps;
     this.#listener = listener;
-    this.#send = send;
+    this.#writer = typeof send === 'function' ? { write: send } : send;
   }
 
   #log(): Logger {
@@ -134,7 +152,7 @@ export class ExtProcSession {
   get closableWithOk(): boolean {
     // A FULL_DUPLEX_STREAMED response body reaches the client only as the gate streams it back; Envoy has drained its
     // own copy, so an OK close mid-body would lose the chunks in flight (`ProcessorState::clearAsyncState`).
-    return this.#decidedAnswered && this.#responseMutation === undefined && !this.#duplexResponseOpen;
+    return this.#decidedAnswered && this.#routed === undefined && !this.#duplexResponseOpen;
   }
 
   /**
@@ -156,7 +174,7 @@ export class ExtProcSession {
    * allowed), or a FULL_DUPLEX_STREAMED request is still arriving (its headers and body are answered at its end).
    */
   async onMessage(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
-    this.#deps.metrics.messages.inc({ type: msg.request ?? 'unknown' });
+    this.#deps.metrics.messageCounts.inc(msg.request ?? 'unknown');
     if (msg.protocol_config?.request_body_mode !== undefined) this.#bodyMode = msg.protocol_config.request_body_mode;
     if (msg.protocol_config?.response_body_mode !== undefined) this.#responseBodyMode = msg.protocol_config.response_body_mode;
     if (msg.metadata_context?.filter_metadata) {
@@ -173,13 +191,16 @@ export class ExtProcSession {
       case 'request_body': {
         const chunk = msg.request_body?.body;
         if (this.#decided) return { request_body: { response: {} } }; // later STREAMED chunks: nothing left to decide
-        if (chunk !== undefined && chunk.length > 0) this.#chunks.push(chunk);
+        if (chunk !== undefined && chunk.length > 0) {
+          if (this.#chunks === undefined) this.#chunks = [chunk];
+          else this.#chunks.push(chunk);
+        }
         const eos = msg.request_body?.end_of_stream === true;
         if (this.#bodyMode === 'FULL_DUPLEX_STREAMED') return this.#onDuplexChunk(chunk?.length ?? 0, eos);
         // BUFFERED sends the whole body in one message; end_of_stream is false when trailers follow. An Envoy that
         // does not announce its mode (before ~1.34) is taken to be BUFFERED, as envoy.yaml configures it. Only
         // BUFFERED_PARTIAL cuts a body at the buffer limit, and a cut JSON object never parses.
-        const truncated = !eos && this.#bodyMode === 'BUFFERED_PARTIAL' && !parsesAsJson(this.#chunks);
+        const truncated = !eos && this.#bodyMode === 'BUFFERED_PARTIAL' && !parsesAsJson(this.#chunks ?? []);
         return this.#decideAndAnswer('request_body', truncated);
       }
       case 'request_trailers':
@@ -198,11 +219,11 @@ export class ExtProcSession {
         // Recorded while answering: from Envoy 1.37 the stream may close right after this message (routed-outcome.ts).
         this.#duplexResponseOpen =
           this.#routed !== undefined && this.#responseBodyMode === 'FULL_DUPLEX_STREAMED' && msg.response_headers?.end_of_stream !== true;
-        if (this.#routed !== undefined) this.#recordOutcome(readHeaderMap(msg.response_headers?.headers));
+        const routed = this.#routed;
+        this.#routed = undefined; // one count and one stamp per request, whatever Envoy sends after
+        if (routed !== undefined) this.#recordOutcome(routed, readHeaderMap(msg.response_headers?.headers));
         this.#noteServed();
-        const response = this.#responseMutation ?? {};
-        this.#responseMutation = undefined; // stamped: nothing is left for the gate to add to this request
-        return { response_headers: { response } };
+        return { response_headers: { response: routed === undefined ? {} : responseHeadersMutation(routed) } };
       }
       case 'response_body': {
         if (this.#responseBodyMode !== 'FULL_DUPLEX_STREAMED') return { response_body: { response: {} } };
@@ -229,7 +250,7 @@ export class ExtProcSession {
     this.#duplexTrailers = true;
     const answer = await this.#onDuplexChunk(0, true);
     if (answer === null || answer.request_body === undefined) return answer ?? { request_trailers: {} };
-    this.#send?.(answer);
+    this.#writer?.write(answer);
     return { request_trailers: {} };
   }
 
@@ -238,7 +259,7 @@ export class ExtProcSession {
     this.#duplexBytes += length;
     const tooLarge = this.#duplexBytes > (this.#deps.maxBodyBytes?.() ?? Number.POSITIVE_INFINITY);
     if (!eos && !tooLarge) return null;
-    if (this.#send === undefined) {
+    if (this.#writer === undefined) {
       return this.#refuse(
         'request_body',
         new KvgateError('internal', 'this gate stream cannot answer FULL_DUPLEX_STREAMED bodies; configure request_body_mode BUFFERED'),
@@ -282,7 +303,7 @@ export class ExtProcSession {
       headers: this.#received ?? { headers: {}, gateOwned: {}, forged: [], invalid: [] },
       metadata: this.#metadata,
       bodyTruncated: truncated,
-      ...(phase === 'request_body' ? { body: concat(this.#chunks) } : {}),
+      ...(phase === 'request_body' ? { body: concat(this.#chunks ?? []) } : {}),
     });
     const span = this.#startSpan();
     let decided: Admitted;
@@ -309,10 +330,10 @@ export class ExtProcSession {
     this.#record(d, Number(process.hrtime.bigint() - started) / 1e9);
     // Decided: hold neither the body (nor its buffer slab), nor the headers and metadata, for the life of the stream.
     const forged = this.#received?.forged ?? [];
-    const body = concat(this.#chunks);
-    this.#chunks = [];
+    const body = concat(this.#chunks ?? []);
+    this.#chunks = undefined;
     this.#received = undefined;
-    this.#metadata = {};
+    this.#metadata = NO_METADATA;
     switch (d.kind) {
       case 'refuse':
         return { immediate_response: refusalResponse(d) };
@@ -331,8 +352,12 @@ export class ExtProcSession {
         });
         const common = withTraceHeaders(m.common, span);
         // Keep only what the response phase needs, not the decision's trace, body and contract.
-        this.#responseMutation = responseHeadersMutation(d);
-        this.#routed = { revision: d.group.revision, tenant: d.group.tenant, ...(d.trust === undefined ? {} : { trust: d.trust }) };
+        this.#routed = {
+          group: { id: d.group.id, revision: d.group.revision },
+          binding: d.binding,
+          tenant: d.group.tenant,
+          ...(d.trust === undefined ? {} : { trust: d.trust }),
+        };
         if (this.#duplex(phase)) return this.#sendDuplex({ ...m, common }, m.common.body_mutation?.body ?? body);
         const out = wrap(phase, common);
         if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
@@ -363,26 +388,28 @@ export class ExtProcSession {
   /** The held headers answer goes out first, then the body answer is returned (`fullDuplexAnswers`). */
   #sendDuplex(m: RequestMutation, body: Uint8Array): WireProcessingResponse {
     const answers = fullDuplexAnswers(m, body, !this.#duplexTrailers);
-    this.#send!(answers.headers);
+    this.#writer!.write(answers.headers);
     return answers.body;
   }
 
   #hooks(phase: 'request_headers' | 'request_body'): WaitHooks {
-    const can = (): boolean => this.#send !== undefined && this.#extendedFor !== phase && !this.#finished;
-    return {
-      get canExtendTimeout() {
-        return can();
-      },
-      extendTimeout: (ms: number): boolean => {
-        if (!can()) return false;
-        this.#extendedFor = phase;
-        const whole = Math.max(1, Math.ceil(ms));
-        this.#send!({ override_message_timeout: { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 } });
-        if (this.#deps.logger.isLevelEnabled('debug'))
-          this.#log().debug({ timeout_ms: whole }, 'request queued: asked Envoy to extend its message timeout');
-        return true;
-      },
-    };
+    return new SessionWaitHooks(this, phase);
+  }
+
+  /** Whether `override_message_timeout` can still be sent for `phase` (WaitHooks.canExtendTimeout). */
+  canExtendTimeoutFor(phase: 'request_headers' | 'request_body'): boolean {
+    return this.#writer !== undefined && this.#extendedFor !== phase && !this.#finished;
+  }
+
+  /** Send `override_message_timeout` for `phase` (WaitHooks.extendTimeout); false when it cannot be sent. */
+  extendTimeoutFor(phase: 'request_headers' | 'request_body', ms: number): boolean {
+    if (!this.canExtendTimeoutFor(phase)) return false;
+    this.#extendedFor = phase;
+    const whole = Math.max(1, Math.ceil(ms));
+    this.#writer!.write({ override_message_timeout: { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 } });
+    if (this.#deps.logger.isLevelEnabled('debug'))
+      this.#log().debug({ timeout_ms: whole }, 'request queued: asked Envoy to extend its message timeout');
+    return true;
   }
 
   #refuse(phase: 'request_headers' | 'request_body' | 'request_trailers', e: KvgateError): WireProcessingResponse {
@@ -403,7 +430,7 @@ export class ExtProcSession {
   #record(d: Decision, seconds: number): void {
     const revision = d.kind === 'refuse' || d.kind === 'answer' ? '' : d.group.revision;
     const code = d.kind === 'refuse' ? d.code : '';
-    this.#deps.metrics.decisions.inc({ outcome: d.kind, code, revision });
+    this.#deps.metrics.decisionCounts.inc(d.kind, code, revision);
     this.#deps.metrics.decisionSeconds.observe({ outcome: d.kind }, seconds);
     if (d.kind === 'answer') return; // the gateway's own answer (model list, health): nothing bound, nothing refused
     if (d.kind === 'refuse') {
@@ -434,18 +461,16 @@ export class ExtProcSession {
   }
 
   /** A routed request's response came back: count it per revision; a refusal behind the route gets its audit line. */
-  #recordOutcome(response: ReceivedHeaders): void {
-    const routed = this.#routed!;
-    this.#routed = undefined; // one count per request, whatever Envoy sends after
+  #recordOutcome(routed: RoutedState, response: ReceivedHeaders): void {
     const o = routedOutcome(response.headers[':status'], response.gateOwned[H.rejectReason]);
-    this.#deps.metrics.routedResponses.inc({ revision: routed.revision, outcome: o.outcome, code: o.code });
+    this.#deps.metrics.routedResponseCounts.inc(routed.group.revision, o.outcome, o.code);
     if (o.outcome === 'refused') {
       this.#log().warn(
         {
           audit: 'upstream_refusal',
           code: o.code,
           status: response.headers[':status'] ?? null,
-          revision: routed.revision,
+          revision: routed.group.revision,
           tenant: routed.tenant,
           ...(routed.trust === undefined ? {} : { trust: routed.trust }),
         },
@@ -471,6 +496,28 @@ export class ExtProcSession {
     this.#finished = true;
     this.#abort?.abort(); // only while a decision is in progress (a queued request whose client went away)
     this.#release?.();
+  }
+}
+
+/**
+ * The wait hooks of one decision: a two-field object with its methods on the prototype (an object literal with a
+ * getter and closures cost a dictionary-mode object and two closures on every request, queued or not).
+ */
+class SessionWaitHooks implements WaitHooks {
+  readonly #session: ExtProcSession;
+  readonly #phase: 'request_headers' | 'request_body';
+
+  constructor(session: ExtProcSession, phase: 'request_headers' | 'request_body') {
+    this.#session = session;
+    this.#phase = phase;
+  }
+
+  get canExtendTimeout(): boolean {
+    return this.#session.canExtendTimeoutFor(this.#phase);
+  }
+
+  extendTimeout(ms: number): boolean {
+    return this.#session.extendTimeoutFor(this.#phase, ms);
   }
 }
 
