@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import { epochMs, hasValidWindow, nonEmpty, sha256Hex, WINDOW_MESSAGE } from './payload-schemas.js';
+import { digest, epoch, failFor, type Fail, MAX_ALTERNATES, object, onlyKeys, text, textOrNull, window } from './mint-payload.js';
 import { openToken, signToken, type EnvelopeFailureReason } from './token.js';
 import { err, ok, type Result } from '../errors.js';
 
@@ -72,8 +73,76 @@ export const TransferContractSchema = z
  * would refuse the token anyway).
  */
 export function mintContract(fields: Omit<TransferContract, 'kind'>, keys: KeyRing): string {
-  const payload = TransferContractSchema.parse({ kind: 'contract', ...fields });
-  return signToken(payload, keys);
+  // The schema's checks, by hand (mint-payload.ts): this runs on every routed request.
+  return signToken(contractPayload(fields), keys);
+}
+
+const CONTRACT_KEYS: ReadonlySet<string> = new Set([
+  'requestId',
+  'groupId',
+  'fingerprint',
+  'tenantScope',
+  'tenant',
+  'model',
+  'revision',
+  'adapter',
+  'cacheSaltDigest',
+  'promptDigest',
+  'issuedAtMs',
+  'expiresAtMs',
+  'decode',
+  'prefill',
+]);
+const TARGET_KEYS: ReadonlySet<string> = new Set(['cluster', 'endpoint']);
+const DECODE_KEYS: ReadonlySet<string> = new Set(['cluster', 'endpoint', 'alternates']);
+
+function decodeTarget(v: unknown, fail: Fail): TransferContract['decode'] {
+  const d = object(v, 'decode', fail);
+  onlyKeys(d, DECODE_KEYS, 'decode.', fail);
+  const out: TransferContract['decode'] = {
+    cluster: text(d['cluster'], 'decode.cluster', fail),
+    endpoint: textOrNull(d['endpoint'], 'decode.endpoint', fail),
+  };
+  const alternates = d['alternates'];
+  if (alternates !== undefined) {
+    if (!Array.isArray(alternates) || alternates.length > MAX_ALTERNATES)
+      fail('decode.alternates', `must be a list of at most ${MAX_ALTERNATES}`);
+    out.alternates = (alternates as unknown[]).map((a, i) => text(a, `decode.alternates.${i}`, fail));
+  }
+  return out;
+}
+
+function prefillTarget(v: unknown, fail: Fail): TransferContract['prefill'] {
+  if (v === null) return null;
+  const p = object(v, 'prefill', fail);
+  onlyKeys(p, TARGET_KEYS, 'prefill.', fail);
+  return { cluster: text(p['cluster'], 'prefill.cluster', fail), endpoint: textOrNull(p['endpoint'], 'prefill.endpoint', fail) };
+}
+
+/** The contract payload for `fields`, in `TransferContractSchema`'s key order; throws what the schema would refuse. */
+export function contractPayload(fields: Omit<TransferContract, 'kind'>): TransferContract {
+  const fail = failFor('contract');
+  const f = object(fields, '(root)', fail);
+  onlyKeys(f, CONTRACT_KEYS, '', fail);
+  const payload: TransferContract = {
+    kind: 'contract',
+    requestId: text(f['requestId'], 'requestId', fail),
+    groupId: text(f['groupId'], 'groupId', fail),
+    fingerprint: text(f['fingerprint'], 'fingerprint', fail),
+    tenantScope: text(f['tenantScope'], 'tenantScope', fail),
+    tenant: textOrNull(f['tenant'], 'tenant', fail),
+    model: text(f['model'], 'model', fail),
+    revision: text(f['revision'], 'revision', fail),
+    adapter: textOrNull(f['adapter'], 'adapter', fail),
+    cacheSaltDigest: digest(f['cacheSaltDigest'], 'cacheSaltDigest', fail),
+    promptDigest: digest(f['promptDigest'], 'promptDigest', fail),
+    issuedAtMs: epoch(f['issuedAtMs'], 'issuedAtMs', fail),
+    expiresAtMs: epoch(f['expiresAtMs'], 'expiresAtMs', fail),
+    decode: decodeTarget(f['decode'], fail),
+    prefill: prefillTarget(f['prefill'], fail),
+  };
+  window(payload.issuedAtMs, payload.expiresAtMs, fail);
+  return payload;
 }
 
 /** Verify signature, kind, shape and time window, then each expectation given. Never throws. */
