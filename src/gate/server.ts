@@ -24,6 +24,7 @@ import { HealthImplementation } from 'grpc-health-check';
 import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { EXT_PROC_SERVICE, extProcService } from '../envoy/protos.js';
+import { encodeAnswer } from '../envoy/response-encoder.js';
 import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import type { Admission } from './admission.js';
@@ -122,7 +123,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     gieFallbackEndpoints: opts.gieFallbackEndpoints ?? 0,
   };
 
-  server.addService(extProcService(), {
+  server.addService(gateExtProcService(), {
     Process: (call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>) => {
       const role = streamRole(opts.transport, call);
       if (!role.ok) {
@@ -176,6 +177,21 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
       server.forceShutdown();
       healthOnly?.server.forceShutdown();
     },
+  };
+}
+
+/**
+ * The ext_proc service with the gate's answers encoded directly (src/envoy/response-encoder.ts); every other
+ * message (refusals, dynamic metadata, streamed bodies, timeout extensions) through proto-loader's serializer.
+ */
+function gateExtProcService(): grpc.ServiceDefinition {
+  const def = extProcService();
+  const process = def['Process'];
+  if (process === undefined) throw new Error('kvgate: the loaded ext_proc service has no Process method');
+  const generic = process.responseSerialize;
+  return {
+    ...def,
+    Process: { ...process, responseSerialize: (r: WireProcessingResponse) => encodeAnswer(r) ?? generic(r) },
   };
 }
 
