@@ -55,4 +55,9 @@ export interface WaitHooks {
    * could not be sent; the request must then be answered within Envoy's `message_timeout`.
    */
   extendTimeout(ms: number): boolean;
+  /**
+   * The signal that aborts when the stream ends, made only when a request is actually parked (most never are);
+   * used when `admit` was given no signal.
+   */
+  abortSignal?(): AbortSignal;
 }

@@ -27,10 +27,11 @@ export const DEFAULT_MAX_MESSAGE_TIMEOUT_MS = 30_000;
 /** What the session needs: one answer per request. Tests supply fakes; the gate supplies `createAdmission`. */
 export interface Admission {
   /**
-   * Admit one request. `signal` aborts when the stream ends (the client went away); `hooks` is absent where the
+   * Admit one request. `signal` aborts when the stream ends (the client went away), or, when undefined,
+   * `hooks.abortSignal()` is asked for one if the request is parked; `hooks` is absent where the
    * caller cannot extend Envoy's timer, and then the request must not be held.
    */
-  admit(facts: RawRequestFacts, signal: AbortSignal, hooks?: WaitHooks): Admitted | Promise<Admitted>;
+  admit(facts: RawRequestFacts, signal: AbortSignal | undefined, hooks?: WaitHooks): Admitted | Promise<Admitted>;
 }
 
 export interface QueueStatus {
@@ -85,7 +86,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
   const qctx: QueueContext = { deps, queue, metrics, maxMessageTimeoutMs, settle };
 
   return {
-    admit(facts: RawRequestFacts, signal: AbortSignal, hooks?: WaitHooks): Admitted | Promise<Admitted> {
+    admit(facts: RawRequestFacts, signal: AbortSignal | undefined, hooks?: WaitHooks): Admitted | Promise<Admitted> {
       const { table, view: fullView } = deps.state();
       // GIE endpoint-picker protocol: a subset hint restricts the serving pools to the listed endpoints, and the
       // answer must come now (503 when none is eligible), so such a request never waits in the queue.
@@ -102,7 +103,9 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
         if (r.skipped !== undefined) metrics.queueSkipped.inc({ reason: r.skipped.reason });
       }
       if (d.kind !== 'wait') return settle(d, outcome.request === undefined ? undefined : facts.body);
-      return parkRequest(qctx, d, outcome.facts!, signal, hooks!, outcome.request === undefined ? undefined : facts.body);
+      const abort = signal ?? hooks!.abortSignal?.();
+      if (abort === undefined) throw new Error('kvgate bug: a request was parked without a signal for its stream end');
+      return parkRequest(qctx, d, outcome.facts!, abort, hooks!, outcome.request === undefined ? undefined : facts.body);
     },
     notifyChanged: () => queue.wake(),
     queueStatus: () => ({ waiting: queue.size(), groups: queue.groups() }),

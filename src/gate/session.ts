@@ -84,7 +84,7 @@ export class ExtProcSession {
   readonly #deps: SessionDeps;
   readonly #listener: Listener;
   readonly #writer: EarlyWriter | undefined;
-  /** Created only for a decision in progress, so finished streams do not each pay for an abort. */
+  /** Created only when admission parks the request (abortSignalFor), so most requests never pay for one. */
   #abort: AbortController | undefined;
   /** The message state an `override_message_timeout` was already sent for (Envoy honours one per state). */
   #extendedFor: 'request_headers' | 'request_body' | undefined;
@@ -308,8 +308,8 @@ export class ExtProcSession {
     const span = this.#startSpan();
     let decided: Admitted;
     try {
-      this.#abort = new AbortController();
-      decided = await this.#deps.admission.admit(facts, this.#abort.signal, this.#hooks(phase));
+      // No signal up front: the hooks make one (abortSignalFor) only if admission parks the request.
+      decided = await this.#deps.admission.admit(facts, undefined, this.#hooks(phase));
     } catch (e) {
       span.end();
       return this.#refuse(phase, KvgateError.from(e));
@@ -399,6 +399,13 @@ export class ExtProcSession {
   /** Whether `override_message_timeout` can still be sent for `phase` (WaitHooks.canExtendTimeout). */
   canExtendTimeoutFor(phase: 'request_headers' | 'request_body'): boolean {
     return this.#writer !== undefined && this.#extendedFor !== phase && !this.#finished;
+  }
+
+  /** The signal that aborts when this stream ends, for a request admission parks (WaitHooks.abortSignal). */
+  abortSignalFor(): AbortSignal {
+    this.#abort ??= new AbortController();
+    if (this.#finished) this.#abort.abort();
+    return this.#abort.signal;
   }
 
   /** Send `override_message_timeout` for `phase` (WaitHooks.extendTimeout); false when it cannot be sent. */
@@ -518,6 +525,10 @@ class SessionWaitHooks implements WaitHooks {
 
   extendTimeout(ms: number): boolean {
     return this.#session.extendTimeoutFor(this.#phase, ms);
+  }
+
+  abortSignal(): AbortSignal {
+    return this.#session.abortSignalFor();
   }
 }
 
