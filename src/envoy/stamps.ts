@@ -160,6 +160,7 @@ export function retryAfterValue(seconds: number): string {
 
 /** Remove only the forged headers that are not overwritten: Envoy's order of remove vs. set is not part of its API. */
 function notOverwritten(forged: readonly string[], set: readonly HeaderStamp[]): string[] {
+  if (forged.length === 0) return []; // the usual case: no set of stamped names to build
   const overwritten = new Set(set.map(([name]) => name));
   return forged.filter((name) => !overwritten.has(name));
 }
