@@ -215,50 +215,76 @@ interface ServedStream {
   cancel(): void;
 }
 
+type GateCall = grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>;
+
+/** The StreamServer of each open call, for the listeners all streams share. */
+const streamServers = new WeakMap<GateCall, StreamServer>();
+
+const SETTLED: Promise<void> = Promise.resolve();
+
 /**
  * One stream being served: a class, not a set of closures, because Envoy holds a stream open for the whole response
  * and 10,000 open streams should not each carry a dozen functions.
  */
 class StreamServer implements ServedStream {
-  readonly #call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>;
+  readonly #call: GateCall;
   readonly #session: ExtProcSession;
   readonly #opts: GateServerOptions;
   readonly #onClosed: (s: StreamServer) => void;
-  #chain: Promise<void> = Promise.resolve();
+  /** The answer in progress (the last message's); a shared settled promise while none is. */
+  #chain: Promise<void> = SETTLED;
   /** Messages received and not yet answered. */
   #busy = 0;
   #closed = false;
   #closeWhenSettled = false;
 
-  constructor(
-    call: grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>,
-    listener: Listener,
-    deps: SessionDeps,
-    opts: GateServerOptions,
-    onClosed: (s: StreamServer) => void,
-  ) {
+  constructor(call: GateCall, listener: Listener, deps: SessionDeps, opts: GateServerOptions, onClosed: (s: StreamServer) => void) {
     this.#call = call;
     this.#session = new ExtProcSession(deps, listener, call);
     this.#opts = opts;
     this.#onClosed = onClosed;
-    call.on('data', (msg: WireProcessingRequest) => this.#onData(msg));
-    call.on('end', () => {
-      void this.#chain.then(() => {
-        if (!this.#closed) call.end();
-        this.#close();
-      });
-    });
-    // Envoy resets a stream it no longer needs once the request is done; only a cancel with a message unanswered is
-    // an abnormal end (the client went away, or Envoy timed the gate out).
-    call.on('cancelled', () => this.#close(this.#busy > 0 ? 'cancelled_unanswered' : undefined));
-    call.on('error', () => this.#close('error'));
-    call.on('close', () => this.#close());
+    // The listeners are shared by every stream (EventEmitter calls them with `this` = the call) and find this
+    // object through `streamServers`, so an open stream carries no closures of its own.
+    streamServers.set(call, this);
+    call.on('data', StreamServer.#dataListener);
+    call.on('end', StreamServer.#endListener);
+    call.on('cancelled', StreamServer.#cancelledListener);
+    call.on('error', StreamServer.#errorListener);
+    call.on('close', StreamServer.#closeListener);
   }
 
-  #onData(msg: WireProcessingRequest): void {
-    this.#busy++;
+  static #dataListener(this: GateCall, msg: WireProcessingRequest): void {
+    const s = streamServers.get(this);
+    if (s === undefined) return;
+    s.#busy++;
     // Strictly one message at a time: the answer to message n is written before message n+1 is looked at.
-    this.#chain = this.#chain.then(() => this.#process(msg));
+    s.#chain = s.#chain.then(() => s.#process(msg));
+  }
+
+  static #endListener(this: GateCall): void {
+    const s = streamServers.get(this);
+    if (s === undefined) return;
+    void s.#chain.then(() => {
+      if (!s.#closed) s.#call.end();
+      s.#close();
+    });
+  }
+
+  // Envoy resets a stream it no longer needs once the request is done; only a cancel with a message unanswered is
+  // an abnormal end (the client went away, or Envoy timed the gate out).
+  static #cancelledListener(this: GateCall): void {
+    const s = streamServers.get(this);
+    if (s !== undefined) s.#close(s.#busy > 0 ? 'cancelled_unanswered' : undefined);
+  }
+
+  static #errorListener(this: GateCall): void {
+    const s = streamServers.get(this);
+    if (s !== undefined) s.#close('error');
+  }
+
+  static #closeListener(this: GateCall): void {
+    const s = streamServers.get(this);
+    if (s !== undefined) s.#close();
   }
 
   async #process(msg: WireProcessingRequest): Promise<void> {
@@ -274,6 +300,8 @@ class StreamServer implements ServedStream {
     } finally {
       this.#busy--;
     }
+    // Nothing in flight: drop the finished answer's promise (the next message chains on a shared settled one).
+    if (this.#busy === 0) this.#chain = SETTLED;
     this.#settle();
   }
 

@@ -60,8 +60,12 @@ export interface SessionDeps {
   readonly gieFallbackEndpoints?: number;
 }
 
-/** What a routed request keeps for its response phase (`ResponseStampFacts` plus what its outcome is counted under). */
-interface RoutedState extends ResponseStampFacts {
+/** What a routed request keeps for its response phase: what to stamp, and what its outcome is counted under. One flat
+ * object, as every open stream holds one. */
+interface RoutedState {
+  readonly groupId: string;
+  readonly revision: string;
+  readonly binding: string;
   readonly tenant: string | null;
   readonly trust?: 'declared-only';
 }
@@ -223,7 +227,7 @@ export class ExtProcSession {
         this.#routed = undefined; // one count and one stamp per request, whatever Envoy sends after
         if (routed !== undefined) this.#recordOutcome(routed, readHeaderMap(msg.response_headers?.headers));
         this.#noteServed();
-        return { response_headers: { response: routed === undefined ? {} : responseHeadersMutation(routed) } };
+        return { response_headers: { response: routed === undefined ? {} : responseHeadersMutation(stampFactsOf(routed)) } };
       }
       case 'response_body': {
         if (this.#responseBodyMode !== 'FULL_DUPLEX_STREAMED') return { response_body: { response: {} } };
@@ -353,7 +357,8 @@ export class ExtProcSession {
         const common = withTraceHeaders(m.common, span);
         // Keep only what the response phase needs, not the decision's trace, body and contract.
         this.#routed = {
-          group: { id: d.group.id, revision: d.group.revision },
+          groupId: d.group.id,
+          revision: d.group.revision,
           binding: d.binding,
           tenant: d.group.tenant,
           ...(d.trust === undefined ? {} : { trust: d.trust }),
@@ -470,14 +475,14 @@ export class ExtProcSession {
   /** A routed request's response came back: count it per revision; a refusal behind the route gets its audit line. */
   #recordOutcome(routed: RoutedState, response: ReceivedHeaders): void {
     const o = routedOutcome(response.headers[':status'], response.gateOwned[H.rejectReason]);
-    this.#deps.metrics.routedResponseCounts.inc(routed.group.revision, o.outcome, o.code);
+    this.#deps.metrics.routedResponseCounts.inc(routed.revision, o.outcome, o.code);
     if (o.outcome === 'refused') {
       this.#log().warn(
         {
           audit: 'upstream_refusal',
           code: o.code,
           status: response.headers[':status'] ?? null,
-          revision: routed.group.revision,
+          revision: routed.revision,
           tenant: routed.tenant,
           ...(routed.trust === undefined ? {} : { trust: routed.trust }),
         },
@@ -531,6 +536,8 @@ class SessionWaitHooks implements WaitHooks {
     return this.#session.abortSignalFor();
   }
 }
+
+const stampFactsOf = (r: RoutedState): ResponseStampFacts => ({ group: { id: r.groupId, revision: r.revision }, binding: r.binding });
 
 function parsesAsJson(chunks: readonly Uint8Array[]): boolean {
   try {
