@@ -47,11 +47,11 @@ describe('admission as an endpoint picker', () => {
     if (a.decision.kind !== 'route') throw new Error(a.decision.kind);
     const [pick, alt] = [a.decision.decode.endpoint!, a.decision.decode.alternates![0]!];
     expect(inFlight.inFlight(pick)).toBe(1);
-    expect(a.served!('10.9.9.9:8000')).toBe(false);
+    expect(a.hold!.served('10.9.9.9:8000')).toBe(false);
     expect(inFlight.inFlight(pick)).toBe(1);
-    expect(a.served!(alt)).toBe(true);
+    expect(a.hold!.served(alt)).toBe(true);
     expect([inFlight.inFlight(pick), inFlight.inFlight(alt)]).toEqual([0, 1]);
-    a.release!();
+    a.hold!.release();
     expect(inFlight.snapshot().size).toBe(0);
   });
 

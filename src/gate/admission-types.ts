@@ -33,13 +33,23 @@ export interface Admitted {
   readonly decision: Decision;
   /** The client's body bytes, when the decision rewrites them (its `cache_salt`; src/envoy/body-rewrite.ts). */
   readonly body?: Uint8Array;
-  /** Called exactly once when the HTTP request ends (releases in-flight accounting). */
-  readonly release?: () => void;
+  /** The request's in-flight count, when it occupies an endpoint; absent otherwise. */
+  readonly hold?: InFlightHold;
+}
+
+/**
+ * One admitted request's in-flight count. An object with methods rather than closures: a decided stream holds it
+ * for the whole response, and closures over the decision would keep the decision alive with it.
+ */
+export interface InFlightHold {
+  /** Called exactly once when the HTTP request ends (releases in-flight accounting; later calls do nothing). */
+  release(): void;
   /**
    * The data plane reports the endpoint that served the request (`x-gateway-destination-endpoint-served`): moves
-   * the in-flight count there when it is one of the decision's listed endpoints; false when it is not.
+   * the in-flight count there when it is one of the decision's listed endpoints; false when it is not; undefined
+   * when the decision listed none (a hop), so there is nothing to compare with.
    */
-  readonly served?: (address: string) => boolean;
+  served(address: string): boolean | undefined;
 }
 
 /**

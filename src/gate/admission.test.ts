@@ -75,7 +75,7 @@ describe('admission: the fallback queue', () => {
     expect(hooks.extended[0]).toBeLessThanOrEqual(2250);
     expect(r.admission.queueStatus()).toMatchObject({ waiting: 1, groups: [{ groupId: route(first).group.id, depth: 1 }] });
     expect(await metric(r.registry, 'kvgate_queue_depth', { group: route(first).group.id })).toBe(1);
-    first.release!();
+    first.hold!.release();
     await tick();
     expect(waiting.done).toBe(true);
     const second = route(waiting.value!);
@@ -86,7 +86,7 @@ describe('admission: the fallback queue', () => {
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'waiting' })).toBe(1);
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'served' })).toBe(1);
     expect(r.admission.queueStatus().waiting).toBe(0);
-    waiting.value!.release!();
+    waiting.value!.hold!.release();
     expect(r.inFlight.inFlight(B_DECODE)).toBe(0);
   });
 
@@ -95,7 +95,7 @@ describe('admission: the fallback queue', () => {
     await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
     const d = await r.admission.admit(chatFacts('r2'), signal(), recordingHooks());
     expect(d.decision).toMatchObject({ kind: 'refuse', code: 'queue_deadline_exceeded' });
-    expect(d.release).toBeUndefined();
+    expect(d.hold).toBeUndefined();
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'deadline_exceeded' })).toBe(1);
     expect(await r.registry.getSingleMetricAsString('kvgate_queue_wait_seconds')).toMatch(
       /^kvgate_queue_wait_seconds_count\{outcome="deadline_exceeded"\} 1$/m,
@@ -123,7 +123,7 @@ describe('admission: the fallback queue', () => {
     await gone;
     expect(r.admission.queueStatus().waiting).toBe(0);
     expect(await metric(r.registry, 'kvgate_fallback_total', { step: 'queue', outcome: 'cancelled' })).toBe(1);
-    first.release!();
+    first.hold!.release();
     await tick();
     expect(r.inFlight.inFlight(B_DECODE)).toBe(0); // nobody took the freed slot
   });
@@ -160,7 +160,7 @@ describe('admission: the fallback queue', () => {
     let now = 1_700_000_000_000;
     r = rig(queueTableValue(), { now: () => now });
     for (let i = 0; i < 3; i++) {
-      (await r.admission.admit(chatFacts(`warm-${i}`), signal(), recordingHooks())).release!();
+      (await r.admission.admit(chatFacts(`warm-${i}`), signal(), recordingHooks())).hold!.release();
       now += 5000; // sparse: one request every 5 s, each long gone before the next
     }
     await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
@@ -239,7 +239,7 @@ describe('admission: reloads and drains under traffic', () => {
     await tick();
     expect(queued.done).toBe(false);
     expect(route(first).group.revision).toBe('llama-b');
-    first.release!();
+    first.hold!.release();
     await tick();
     expect(route(queued.value!).group).toEqual(route(first).group);
     expect(g.inFlight.inFlight(B_DECODE)).toBe(1);
@@ -255,7 +255,7 @@ describe('admission: reloads and drains under traffic', () => {
     expect(reload.ok).toBe(false);
     await g.file.write(queueTableValue((v) => (v['pools'][3]['revision'] = 'llama-z')));
     expect((await g.store.reload('test')).ok).toBe(false);
-    first.release!();
+    first.hold!.release();
     await tick();
     expect(route(queued.value!).group.revision).toBe('llama-b');
   });
@@ -286,7 +286,7 @@ describe('admission: reloads and drains under traffic', () => {
     // The bound request's decision is the one it was given; its end releases the endpoint it was counted on.
     expect(route(bound)).toBe(before);
     expect(g.inFlight.inFlight(B_DECODE)).toBe(1);
-    bound.release!();
+    bound.hold!.release();
     expect(g.inFlight.inFlight(B_DECODE)).toBe(0);
   });
 });

@@ -15,7 +15,7 @@ import { decideRequest, type RawRequestFacts } from '../decide/decide-request.js
 import { waitCapMs } from '../decide/queue-step.js';
 import type { Decision } from '../decide/types.js';
 import type { InFlightTracker } from '../decide/worker-view.js';
-import type { AdmissionDeps, Admitted, WaitHooks } from './admission-types.js';
+import type { AdmissionDeps, Admitted, InFlightHold, WaitHooks } from './admission-types.js';
 import { parkRequest, type QueueContext } from './queued-request.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
 import { createWaitQueue, type GroupQueueState } from './wait-queue.js';
@@ -74,14 +74,9 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
     const busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
     // The data plane may have walked the EPP fallback list: count the request where it was actually served, and
     // only on an endpoint of the list (anything else is ignored: never trust the data plane past the group).
-    const listed = d.kind === 'route' && d.decode.endpoint !== null ? [d.decode.endpoint, ...(d.decode.alternates ?? [])] : [];
-    const held = busy === null ? undefined : holdInFlight(deps.inFlight, busy, d.requestId, listed, wakeIfWaiting);
-    return {
-      decision: d,
-      ...(body === undefined ? {} : { body }),
-      ...(held === undefined ? {} : { release: held.release }),
-      ...(held?.served === undefined ? {} : { served: held.served }),
-    };
+    const listed = d.kind === 'route' && d.decode.endpoint !== null ? listedOf(d.decode.endpoint, d.decode.alternates) : NONE;
+    const hold = busy === null ? undefined : new Hold(deps.inFlight, busy, d.requestId, listed, wakeIfWaiting);
+    return { decision: d, ...(body === undefined ? {} : { body }), ...(hold === undefined ? {} : { hold }) };
   };
   const qctx: QueueContext = { deps, queue, metrics, maxMessageTimeoutMs, settle };
 
@@ -116,34 +111,48 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
 /** The GIE protocol's answer to an explicitly empty subset hint: 503, nothing to pick from. */
 /**
  * The in-flight count of one admitted request, and how it moves when the data plane reports another listed endpoint.
- * Built apart from `settle` so that the closures, which live as long as the stream, hold the endpoint addresses and
- * the request id only, never the decision (its contract, binding and trace would otherwise stay in memory for the
- * whole response).
+ * Holds the endpoint addresses and the request id only, never the decision (its contract, binding and trace would
+ * otherwise stay in memory for the whole response).
  */
-function holdInFlight(
-  inFlight: InFlightTracker,
-  first: string,
-  requestId: string,
-  listed: readonly string[],
-  onRelease: () => void,
-): { release: () => void; served?: (address: string) => boolean } {
-  let busy = first;
-  let holding: (() => void) | undefined = inFlight.acquire(first, requestId);
-  const release = (): void => {
-    holding?.();
-    holding = undefined;
-    onRelease();
-  };
-  if (listed.length === 0) return { release };
-  const served = (address: string): boolean => {
-    if (!listed.includes(address) || holding === undefined) return false;
-    if (address === busy) return true;
-    holding();
-    holding = inFlight.acquire(address, requestId);
-    busy = address;
+class Hold implements InFlightHold {
+  readonly #inFlight: InFlightTracker;
+  readonly #requestId: string;
+  /** The decision's decode endpoint and alternates (GIE fallback list); empty for a hop. */
+  readonly #listed: readonly string[];
+  readonly #onRelease: () => void;
+  #busy: string;
+  #holding: (() => void) | undefined;
+
+  constructor(inFlight: InFlightTracker, first: string, requestId: string, listed: readonly string[], onRelease: () => void) {
+    this.#inFlight = inFlight;
+    this.#requestId = requestId;
+    this.#listed = listed;
+    this.#onRelease = onRelease;
+    this.#busy = first;
+    this.#holding = inFlight.acquire(first, requestId);
+  }
+
+  release(): void {
+    this.#holding?.();
+    this.#holding = undefined;
+    this.#onRelease();
+  }
+
+  served(address: string): boolean | undefined {
+    if (this.#listed.length === 0) return undefined;
+    if (!this.#listed.includes(address) || this.#holding === undefined) return false;
+    if (address === this.#busy) return true;
+    this.#holding();
+    this.#holding = this.#inFlight.acquire(address, this.#requestId);
+    this.#busy = address;
     return true;
-  };
-  return { release, served };
+  }
+}
+
+const NONE: readonly string[] = Object.freeze([]);
+
+function listedOf(endpoint: string, alternates: readonly string[] | undefined): readonly string[] {
+  return alternates === undefined || alternates.length === 0 ? [endpoint] : [endpoint, ...alternates];
 }
 
 function emptySubsetRefusal(requestId: string): Decision {

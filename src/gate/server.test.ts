@@ -301,7 +301,7 @@ describe('gate gRPC server', () => {
 
   it('releases in-flight accounting once when the stream ends', async () => {
     let released = 0;
-    const g = await start({ admit: (req) => ({ decision: route(req), release: () => released++ }) });
+    const g = await start({ admit: (req) => ({ decision: route(req), hold: { release: () => released++, served: () => undefined } }) });
     const s = await openStream(g.port);
     s.send(hdrs({ ':method': 'GET', ':path': '/x' }, true));
     await s.next();

@@ -32,7 +32,7 @@ import { fromFilterMetadata } from '../envoy/struct.js';
 import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { type Listener, toRequestFacts } from '../envoy/inbound.js';
 import type { Admission } from './admission.js';
-import type { Admitted, WaitHooks } from './admission-types.js';
+import type { Admitted, InFlightHold, WaitHooks } from './admission-types.js';
 import { decisionLine } from './decision-log.js';
 import type { GateMetrics } from './metrics.js';
 import { routedOutcome } from './routed-outcome.js';
@@ -109,8 +109,10 @@ export class ExtProcSession {
    * Cleared once the response headers are answered.
    */
   #routed: RoutedState | undefined;
-  #release: (() => void) | undefined;
-  #served: ((address: string) => boolean) | undefined;
+  /** The in-flight count this request holds (released when the stream ends; moved where GIE says it was served). */
+  #hold: InFlightHold | undefined;
+  /** The served endpoint was noted already (GIE): at most once per request. */
+  #servedNoted = false;
   #finished = false;
   /** A decision (or refusal) was answered: later body chunks and trailers have nothing left to decide. */
   #decided = false;
@@ -324,12 +326,11 @@ export class ExtProcSession {
     if (this.#finished) {
       // The stream ended while admission held the request (a queued client went away): nothing is sent, and
       // whatever the late decision occupied is given back at once.
-      decided.release?.();
+      decided.hold?.release();
       return wrap(phase, {});
     }
-    this.#release = decided.release;
+    this.#hold = decided.hold;
     this.#decidedAnswered = true;
-    this.#served = decided.served;
     const d = decided.decision;
     this.#record(d, Number(process.hrtime.bigint() - started) / 1e9);
     // Decided: hold neither the body (nor its buffer slab), nor the headers and metadata, for the life of the stream.
@@ -497,9 +498,10 @@ export class ExtProcSession {
    */
   #noteServed(): void {
     const served = this.#metadata['envoy.lb']?.[GIE_SERVED_KEY];
-    if (typeof served !== 'string' || this.#served === undefined) return;
-    if (!this.#served(served)) this.#log().warn({ served }, 'the data plane reports a served endpoint kvgate did not list; ignored');
-    this.#served = undefined;
+    if (typeof served !== 'string' || this.#hold === undefined || this.#servedNoted) return;
+    if (this.#hold.served(served) === false)
+      this.#log().warn({ served }, 'the data plane reports a served endpoint kvgate did not list; ignored');
+    this.#servedNoted = true;
   }
 
   /** The HTTP request is over (stream ended, cancelled or failed): release accounting once. */
@@ -507,7 +509,7 @@ export class ExtProcSession {
     if (this.#finished) return;
     this.#finished = true;
     this.#abort?.abort(); // only while a decision is in progress (a queued request whose client went away)
-    this.#release?.();
+    this.#hold?.release();
   }
 }
 
