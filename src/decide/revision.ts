@@ -10,6 +10,7 @@ import type { KeyRing } from '../contract/keys.js';
 import { verifyBinding } from '../contract/binding.js';
 import type { CompiledModel, CompiledRevision, CompiledRouteTable } from '../policy/compile.js';
 import { tenantAllowed } from '../policy/schema.js';
+import { BoundedCache } from '../bounded-cache.js';
 import { stableUnit } from './pick.js';
 import type { QueuedRequest } from './types.js';
 
@@ -80,7 +81,7 @@ export function chooseRevision(input: ChooseInput, trace: string[]): RevisionCho
     return { revision: candidate, pinned: false };
   }
   const key = input.session ?? input.requestId;
-  const point = stableUnit('kvgate-cohort', model.name, key) * 100;
+  const point = cohortUnit(model.name, key, input.session !== null) * 100;
   const inCohort = point < model.weight;
   const keyName = input.session === null ? 'request id' : 'session';
   trace.push(
@@ -89,6 +90,18 @@ export function chooseRevision(input: ChooseInput, trace: string[]): RevisionCho
   );
   return { revision: inCohort ? candidate : stable, pinned: false };
 }
+
+/**
+ * The session's cohort point: `stableUnit`, kept per (model, session) because a session's requests repeat it (one
+ * sha256 less per request). Keyed by the very string stableUnit hashes, so a cached value is always the one it
+ * would compute. Request ids never repeat and are not kept.
+ */
+function cohortUnit(model: string, key: string, isSession: boolean): number {
+  if (!isSession) return stableUnit('kvgate-cohort', model, key);
+  return cohortPoints.get(`kvgate-cohort\n${model}\n${key}`, () => stableUnit('kvgate-cohort', model, key));
+}
+
+const cohortPoints = new BoundedCache<number>(4096);
 
 function fromBinding(input: ChooseInput, trace: string[]): CompiledRevision | undefined {
   if (input.binding === undefined) return undefined;
