@@ -217,8 +217,13 @@ interface ServedStream {
 
 type GateCall = grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>;
 
-/** The StreamServer of each open call, for the listeners all streams share. */
-const streamServers = new WeakMap<GateCall, StreamServer>();
+/**
+ * Where a call keeps its StreamServer, for the listeners all streams share: a property on the call itself (a
+ * WeakMap would make every stream an ephemeron the garbage collector has to trace specially).
+ */
+const STREAM_SERVER = Symbol('kvgate.streamServer');
+type ServedCall = GateCall & { [STREAM_SERVER]?: StreamServer };
+const serverOf = (call: GateCall): StreamServer | undefined => (call as ServedCall)[STREAM_SERVER];
 
 const SETTLED: Promise<void> = Promise.resolve();
 
@@ -244,8 +249,8 @@ class StreamServer implements ServedStream {
     this.#opts = opts;
     this.#onClosed = onClosed;
     // The listeners are shared by every stream (EventEmitter calls them with `this` = the call) and find this
-    // object through `streamServers`, so an open stream carries no closures of its own.
-    streamServers.set(call, this);
+    // object through `STREAM_SERVER`, so an open stream carries no closures of its own.
+    (call as ServedCall)[STREAM_SERVER] = this;
     call.on('data', StreamServer.#dataListener);
     call.on('end', StreamServer.#endListener);
     call.on('cancelled', StreamServer.#cancelledListener);
@@ -254,7 +259,7 @@ class StreamServer implements ServedStream {
   }
 
   static #dataListener(this: GateCall, msg: WireProcessingRequest): void {
-    const s = streamServers.get(this);
+    const s = serverOf(this);
     if (s === undefined) return;
     s.#busy++;
     // Strictly one message at a time: the answer to message n is written before message n+1 is looked at.
@@ -262,7 +267,7 @@ class StreamServer implements ServedStream {
   }
 
   static #endListener(this: GateCall): void {
-    const s = streamServers.get(this);
+    const s = serverOf(this);
     if (s === undefined) return;
     void s.#chain.then(() => {
       if (!s.#closed) s.#call.end();
@@ -273,17 +278,17 @@ class StreamServer implements ServedStream {
   // Envoy resets a stream it no longer needs once the request is done; only a cancel with a message unanswered is
   // an abnormal end (the client went away, or Envoy timed the gate out).
   static #cancelledListener(this: GateCall): void {
-    const s = streamServers.get(this);
+    const s = serverOf(this);
     if (s !== undefined) s.#close(s.#busy > 0 ? 'cancelled_unanswered' : undefined);
   }
 
   static #errorListener(this: GateCall): void {
-    const s = streamServers.get(this);
+    const s = serverOf(this);
     if (s !== undefined) s.#close('error');
   }
 
   static #closeListener(this: GateCall): void {
-    const s = streamServers.get(this);
+    const s = serverOf(this);
     if (s !== undefined) s.#close();
   }
 
