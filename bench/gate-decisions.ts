@@ -38,6 +38,7 @@ const HELP = `usage: node dist/bench/gate-decisions.js [options]
 export const GATE_TABLE = benchTableValue({ models: 1, endpointsPerPool: 4, maxInFlightPerEndpoint: 10_000 });
 
 const TARGET_P99_RATIO = 1.5;
+const TARGET_CPU_RATIO = 1.5;
 const TARGET_DECISIONS_PER_S = 5_000;
 
 interface Settings {
@@ -198,6 +199,16 @@ function verdicts(pure: PureRun, figures: ReturnType<typeof levelTable>['figures
       target: `<= ${TARGET_P99_RATIO}x`,
       measured: `${fmt(ratio)}x (${fmt(f.gate.p99, 3)} vs ${fmt(f.noop.p99, 3)} ms)`,
       ok: ratio <= TARGET_P99_RATIO,
+    });
+  }
+  // Issue 17: the gate's server CPU per decided request at most 1.5x the no-op floor's, at every level.
+  for (const f of figures) {
+    const ratio = f.gate.cpuUsPerRequest / f.noop.cpuUsPerRequest;
+    out.push({
+      name: `gate CPU per request / no-op's at c=${f.c}`,
+      target: `<= ${TARGET_CPU_RATIO}x`,
+      measured: `${fmt(ratio)}x (${fmt(f.gate.cpuUsPerRequest, 0)} vs ${fmt(f.noop.cpuUsPerRequest, 0)} us)`,
+      ok: ratio <= TARGET_CPU_RATIO,
     });
   }
   out.push({

@@ -39,6 +39,7 @@ const HELP = `usage: node dist/bench/scale.js [options]
 `;
 
 const TARGET_RSS_BYTES = 200e6;
+const TARGET_RSS_RATIO = 1.15;
 /**
  * The most the decision cost may grow from the smallest to the largest pool (issue target: 10 -> 1,000 endpoints at
  * most 2x; a linear scan grows ~100x). Large groups are sampled (src/decide/pick.ts), so the cost should be flat.
@@ -152,7 +153,9 @@ async function memoryOf(name: string, start: () => Promise<ChildServer>, streams
   }
 }
 
-async function memorySection(streams: number): Promise<{ text: string; gateWorst: MemoryRow }> {
+async function memorySection(
+  streams: number,
+): Promise<{ text: string; gateWorst: MemoryRow; gateDecided: MemoryRow; noopDecided: MemoryRow }> {
   const table = benchTableValue({ models: 1, endpointsPerPool: 4, maxInFlightPerEndpoint: 100_000 });
   const rows: MemoryRow[] = [];
   for (const withBody of [false, true]) {
@@ -175,7 +178,13 @@ async function memorySection(streams: number): Promise<{ text: string; gateWorst
     ]),
   );
   const gateRows = rows.filter((r) => r.server === 'kvgate gate');
-  return { text, gateWorst: gateRows.reduce((a, r) => (r.held > a.held ? r : a)) };
+  const decided = (server: string) => rows.find((r) => r.server === server && r.mode === 'headers + body (decided)')!;
+  return {
+    text,
+    gateWorst: gateRows.reduce((a, r) => (r.held > a.held ? r : a)),
+    gateDecided: decided('kvgate gate'),
+    noopDecided: decided('no-op'),
+  };
 }
 
 interface Settings {
@@ -280,6 +289,14 @@ export async function main(argv: readonly string[]): Promise<void> {
       target: '<= 200 MB',
       measured: `${fmt(w.held / 1e6, 0)} MB (${fmt(w.heldAfterGc / 1e6, 0)} MB after a forced GC)`,
       ok: w.failed === 0 ? w.held <= TARGET_RSS_BYTES : undefined,
+    });
+    // Issue 17: RSS at this many decided streams at most 1.15x the no-op floor's, measured in the same run.
+    const ratio = mem.gateDecided.held / mem.noopDecided.held;
+    targets.push({
+      name: `gate RSS / no-op RSS at ${fmtInt(s.streams)} decided streams`,
+      target: `<= ${TARGET_RSS_RATIO}x`,
+      measured: `${fmt(ratio)}x (${fmtMiB(mem.gateDecided.held)} vs ${fmtMiB(mem.noopDecided.held)})`,
+      ok: mem.gateDecided.failed + mem.noopDecided.failed === 0 ? ratio <= TARGET_RSS_RATIO : undefined,
     });
     if (w.failed > 0) notes.push(`memory: ${w.failed} streams failed to open on the gate (${w.firstError ?? ''})`);
   }
