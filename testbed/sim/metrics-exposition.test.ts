@@ -1,6 +1,7 @@
+import { Counter, Histogram, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { traitsOf } from './flavour.js';
-import { metricsFor, restricted } from './metrics-exposition.js';
+import { metricsExposition, restricted } from './metrics-exposition.js';
 
 const FULL = [
   '# HELP vllm:nixl_num_failed_transfers_total Number of failed NIXL KV Cache transfers.',
@@ -22,13 +23,34 @@ describe("the simulated worker's /metrics filter", () => {
     expect(restricted(FULL, new Set(['vllm:nope']))).toBe('');
   });
 
-  it('answers name[] by version: honoured on main, ignored on 0.11 and 0.13, empty under several API servers', () => {
-    const q = new URLSearchParams('name%5B%5D=vllm%3Anixl_num_failed_transfers_total');
-    expect(metricsFor(FULL, q, traitsOf('main'), 1)).toContain('failed_transfers_total{');
-    expect(metricsFor(FULL, q, traitsOf('main'), 1)).not.toContain('xfer_time');
-    expect(metricsFor(FULL, q, traitsOf('0.13'), 1)).toBe(FULL);
-    expect(metricsFor(FULL, q, traitsOf('0.11'), 4)).toBe(FULL);
-    expect(metricsFor(FULL, q, traitsOf('main'), 2)).toBe('');
-    expect(metricsFor(FULL, new URLSearchParams(''), traitsOf('main'), 2)).toBe(FULL);
+  it('answers name[] by version: honoured on main, ignored on 0.11 and 0.13, empty under several API servers', async () => {
+    const registry = new Registry();
+    const failed = new Counter({
+      name: 'vllm:nixl_num_failed_transfers_total',
+      help: 'failed',
+      labelNames: ['engine'],
+      registers: [registry],
+    });
+    const xfer = new Histogram({
+      name: 'vllm:nixl_xfer_time_seconds',
+      help: 'time',
+      labelNames: ['engine'],
+      buckets: [0.1],
+      registers: [registry],
+    });
+    failed.inc({ engine: '0' }, 2);
+    xfer.observe({ engine: '0' }, 0.05);
+    const full = await registry.metrics();
+    const q = (s: string) => new URLSearchParams(s);
+    const counter = q('name%5B%5D=vllm%3Anixl_num_failed_transfers_total');
+    const onMain = await metricsExposition(registry, counter, traitsOf('main'), 1);
+    expect(onMain).toContain('vllm:nixl_num_failed_transfers_total{engine="0"} 2');
+    expect(onMain).not.toContain('xfer_time');
+    const sum = await metricsExposition(registry, q('name%5B%5D=vllm%3Anixl_xfer_time_seconds_sum'), traitsOf('main'), 1);
+    expect(sum.split('\n').filter((l) => l !== '' && !l.startsWith('#'))).toEqual(['vllm:nixl_xfer_time_seconds_sum{engine="0"} 0.05']);
+    expect(await metricsExposition(registry, counter, traitsOf('0.13'), 1)).toBe(full);
+    expect(await metricsExposition(registry, counter, traitsOf('0.11'), 4)).toBe(full);
+    expect(await metricsExposition(registry, counter, traitsOf('main'), 2)).toBe('');
+    expect(await metricsExposition(registry, q(''), traitsOf('main'), 2)).toBe(full);
   });
 });

@@ -6,14 +6,33 @@
  * the `# HELP`/`# TYPE` lines of the families that kept a sample; or nothing at all under several API servers, whose
  * multiprocess registry registers no names to restrict by.
  */
+import type { Registry } from 'prom-client';
 import type { FlavourTraits } from './flavour.js';
 
-/** The body `/metrics?query` answers, given the full exposition the registry renders. */
-export function metricsFor(full: string, query: URLSearchParams, traits: FlavourTraits, apiServerCount: number): string {
+/** Sample-name suffixes prometheus_client registers a family under besides its name (`CollectorRegistry._get_names`). */
+const SUFFIXES = ['_total', '_created', '_bucket', '_sum', '_count', '_gsum', '_gcount', '_info'];
+
+/**
+ * The body `/metrics?query` answers. Like a restricted prometheus_client registry, a filtered answer collects only the
+ * families a requested sample name belongs to, so it costs what it returns, not a whole exposition.
+ */
+export async function metricsExposition(
+  registry: Registry,
+  query: URLSearchParams,
+  traits: FlavourTraits,
+  apiServerCount: number,
+): Promise<string> {
   const names = query.getAll('name[]');
-  if (names.length === 0 || traits.metricsNameFilter === 'ignored') return full;
+  if (names.length === 0 || traits.metricsNameFilter === 'ignored') return registry.metrics();
   if (apiServerCount > 1) return '';
-  return restricted(full, new Set(names));
+  const families = new Set<string>();
+  for (const n of names) {
+    for (const base of [n, ...SUFFIXES.filter((x) => n.endsWith(x)).map((x) => n.slice(0, -x.length))]) {
+      if (registry.getSingleMetric(base) !== undefined) families.add(base);
+    }
+  }
+  const texts = await Promise.all([...families].map((f) => registry.getSingleMetricAsString(f)));
+  return restricted(texts.join('\n'), new Set(names));
 }
 
 /** Keep the sample lines named in `names`, with their family's comment lines. Pure. */

@@ -2,7 +2,7 @@
  * `createSimServer`: one simulated vLLM worker on two ports, the OpenAI API (node:http, no framework) and the NIXL
  * side channel. A thin shell: the parts are wired in `worker.ts`, the logic lives in the modules they come from.
  */
-import { metricsFor } from './metrics-exposition.js';
+import { metricsExposition } from './metrics-exposition.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -207,7 +207,7 @@ async function route(
     case '/metrics':
       if (allow('GET')) {
         const query = new URLSearchParams((req.url ?? '').split('?')[1] ?? '');
-        const body = metricsFor(await admin.registry.metrics(), query, ctx.traits, ctx.config.sim.apiServerCount);
+        const body = await metricsExposition(admin.registry, query, ctx.traits, ctx.config.sim.apiServerCount);
         res.writeHead(200, { 'content-type': admin.registry.contentType }).end(body);
       }
       return;
