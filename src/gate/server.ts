@@ -231,6 +231,24 @@ const SETTLED: Promise<void> = Promise.resolve();
  * One stream being served: a class, not a set of closures, because Envoy holds a stream open for the whole response
  * and 10,000 open streams should not each carry a dozen functions.
  */
+// The stream listeners, shared by every stream: EventEmitter calls them with `this` = the call, and each finds its
+// StreamServer through `STREAM_SERVER`, so an open stream carries no closures of its own.
+function onData(this: GateCall, msg: WireProcessingRequest): void {
+  serverOf(this)?.received(msg);
+}
+function onEnd(this: GateCall): void {
+  serverOf(this)?.ended();
+}
+function onCancelled(this: GateCall): void {
+  serverOf(this)?.cancelled();
+}
+function onError(this: GateCall): void {
+  serverOf(this)?.errored();
+}
+function onClose(this: GateCall): void {
+  serverOf(this)?.peerClosed();
+}
+
 class StreamServer implements ServedStream {
   readonly #call: GateCall;
   readonly #session: ExtProcSession;
@@ -251,45 +269,40 @@ class StreamServer implements ServedStream {
     // The listeners are shared by every stream (EventEmitter calls them with `this` = the call) and find this
     // object through `STREAM_SERVER`, so an open stream carries no closures of its own.
     (call as ServedCall)[STREAM_SERVER] = this;
-    call.on('data', StreamServer.#dataListener);
-    call.on('end', StreamServer.#endListener);
-    call.on('cancelled', StreamServer.#cancelledListener);
-    call.on('error', StreamServer.#errorListener);
-    call.on('close', StreamServer.#closeListener);
+    call.on('data', onData);
+    call.on('end', onEnd);
+    call.on('cancelled', onCancelled);
+    call.on('error', onError);
+    call.on('close', onClose);
   }
 
-  static #dataListener(this: GateCall, msg: WireProcessingRequest): void {
-    const s = serverOf(this);
-    if (s === undefined) return;
-    s.#busy++;
+  /** A message arrived (`data`). */
+  received(msg: WireProcessingRequest): void {
+    this.#busy++;
     // Strictly one message at a time: the answer to message n is written before message n+1 is looked at.
-    s.#chain = s.#chain.then(() => s.#process(msg));
+    this.#chain = this.#chain.then(() => this.#process(msg));
   }
 
-  static #endListener(this: GateCall): void {
-    const s = serverOf(this);
-    if (s === undefined) return;
-    void s.#chain.then(() => {
-      if (!s.#closed) s.#call.end();
-      s.#close();
+  /** Envoy half-closed (`end`): answer what is pending, then close. */
+  ended(): void {
+    void this.#chain.then(() => {
+      if (!this.#closed) this.#call.end();
+      this.#close();
     });
   }
 
   // Envoy resets a stream it no longer needs once the request is done; only a cancel with a message unanswered is
   // an abnormal end (the client went away, or Envoy timed the gate out).
-  static #cancelledListener(this: GateCall): void {
-    const s = serverOf(this);
-    if (s !== undefined) s.#close(s.#busy > 0 ? 'cancelled_unanswered' : undefined);
+  cancelled(): void {
+    this.#close(this.#busy > 0 ? 'cancelled_unanswered' : undefined);
   }
 
-  static #errorListener(this: GateCall): void {
-    const s = serverOf(this);
-    if (s !== undefined) s.#close('error');
+  errored(): void {
+    this.#close('error');
   }
 
-  static #closeListener(this: GateCall): void {
-    const s = serverOf(this);
-    if (s !== undefined) s.#close();
+  peerClosed(): void {
+    this.#close();
   }
 
   async #process(msg: WireProcessingRequest): Promise<void> {
