@@ -8,8 +8,14 @@ import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
 import { H } from '../headers.js';
 import { jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
 
-/** The fetch the sidecar uses (keep-alive-fetch.ts over a pooled http.Agent, unless a test injects one). */
-export type FetchFn = (input: string, init?: RequestInit) => Promise<Response>;
+/**
+ * The fetch the sidecar uses (keep-alive-fetch.ts over a pooled http.Agent, unless a test injects one). It may also
+ * carry `whole`, which reads an entire answer without building a WHATWG Response; `callUpstream` uses it when present.
+ */
+export type FetchFn = ((input: string, init?: RequestInit) => Promise<Response>) & { readonly whole?: WholeCall };
+
+/** Read an `http:` upstream's whole answer; the same results and failures as `callUpstream` over fetch. */
+export type WholeCall = (url: string, call: UpstreamCall) => Promise<Result<UpstreamReply, UpstreamFailure>>;
 
 /** Read a request body up to `limit` bytes; a larger body is refused without buffering the rest. */
 export function readBody(req: http.IncomingMessage, limit: number): Promise<Result<Buffer, KvgateError>> {
@@ -104,8 +110,13 @@ export interface UpstreamFailure {
   readonly timedOut: boolean;
 }
 
-/** Call an upstream and read its whole answer. A network failure or timeout is a described error, not a throw. */
+/**
+ * Call an upstream and read its whole answer. A network failure or timeout is a described error, not a throw. Over
+ * the sidecar's own pool (`fetchFn.whole`) no Response, Headers stream or composite AbortSignal is built per call:
+ * most of a small call's client-side CPU went there (keep-alive-fetch.ts).
+ */
 export async function callUpstream(fetchFn: FetchFn, url: string, call: UpstreamCall): Promise<Result<UpstreamReply, UpstreamFailure>> {
+  if (fetchFn.whole !== undefined && url.startsWith('http:')) return fetchFn.whole(url, call);
   const res = await openUpstream(fetchFn, url, call);
   if (!res.ok) return res;
   try {

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { describeFetchError } from './http-io.js';
+import { callUpstream, describeFetchError } from './http-io.js';
 import { createKeepAliveFetch, type KeepAliveFetch } from './keep-alive-fetch.js';
 
 const cleanups: (() => void)[] = [];
@@ -173,5 +173,78 @@ describe('a pooled connection the worker dropped while idle', () => {
     // A POST on the (again pooled) connection fails rather than risk running twice on the worker.
     await expect(c.fetch(`${up.url}/v1/completions`, { method: 'POST', body: '{}' })).rejects.toThrow('fetch failed');
     expect(up.ports).toHaveLength(4);
+  });
+});
+
+describe("callUpstream over the pool's whole-answer path", () => {
+  it('reads status, headers and body on one pooled connection, and sends JSON bodies as fetch does', async () => {
+    const seen: { method: string | undefined; type: string | undefined; length: string | undefined; body: string }[] = [];
+    const up = await serve((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        seen.push({ method: req.method, type: req.headers['content-type'], length: req.headers['content-length'], body });
+        res.writeHead(200, { 'content-type': 'application/json', 'x-served-by': '10.0.0.1:8000' });
+        // A byte order mark and a multi-byte character split across two writes: decoded as Response.text() would.
+        res.write(Buffer.from([0xef, 0xbb, 0xbf, 0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xe2, 0x82]));
+        res.end(Buffer.from([0xac, 0x22, 0x7d]));
+      });
+    });
+    const c = client();
+    expect(c.fetch.whole).toBeDefined();
+    for (let i = 0; i < 2; i++) {
+      const r = await callUpstream(c.fetch, `${up.url}/tokenize`, {
+        body: { prompt: 'é' },
+        headers: { Authorization: 'Bearer k' },
+        timeoutMs: 2_000,
+      });
+      expect(r.ok && [r.value.status, r.value.headers.get('x-served-by'), r.value.text]).toEqual([200, '10.0.0.1:8000', '{"a":"€"}']);
+    }
+    expect(seen[0]).toEqual({
+      method: 'POST',
+      type: 'application/json',
+      length: String(Buffer.byteLength('{"prompt":"é"}')),
+      body: '{"prompt":"é"}',
+    });
+    expect(new Set(up.ports).size).toBe(1);
+  });
+
+  it('a timeout, even while the body is read, is timedOut; an abort and a refused connection are not', async () => {
+    const up = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"partial":'); // and never more
+    });
+    const c = client();
+    const slow = await callUpstream(c.fetch, `${up.url}/v1/completions`, { body: {}, timeoutMs: 100 });
+    expect(slow).toEqual({ ok: false, error: { message: `no answer from ${up.url}/v1/completions within 100 ms`, timedOut: true } });
+    const gone = new AbortController();
+    const pending = callUpstream(c.fetch, `${up.url}/v1/completions`, { body: {}, timeoutMs: 5_000, signal: gone.signal });
+    gone.abort();
+    const aborted = await pending;
+    expect(!aborted.ok && aborted.error.timedOut).toBe(false);
+    for (const x of cleanups.splice(0, 1)) x(); // the server closes: its port refuses
+    const refused = await callUpstream(c.fetch, `${up.url}/version`, { timeoutMs: 2_000 });
+    expect(!refused.ok && refused.error.message).toMatch(/ECONNREFUSED|ECONNRESET/);
+  });
+
+  it('a body cut short is an error, and a GET on a stale pooled socket is sent once more', async () => {
+    const seen = new WeakSet<object>();
+    const up = await serve((req, res) => {
+      if (req.url === '/cut') {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
+        res.write('{"short":');
+        return void setTimeout(() => req.socket.destroy(), 20);
+      }
+      if (seen.has(req.socket)) return void req.socket.destroy();
+      seen.add(req.socket);
+      res.end('{"version":"x"}');
+    });
+    const c = client();
+    const cut = await callUpstream(c.fetch, `${up.url}/cut`, { timeoutMs: 2_000 });
+    expect(!cut.ok && cut.error.message).toMatch(/closed before the response body ended|ECONNRESET|aborted/);
+    for (let i = 0; i < 2; i++) {
+      const v = await callUpstream(c.fetch, `${up.url}/version`, { timeoutMs: 2_000 });
+      expect(v.ok && v.value.text).toBe('{"version":"x"}');
+    }
   });
 });

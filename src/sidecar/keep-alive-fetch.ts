@@ -15,7 +15,8 @@
  * (Node's `Agent.keepSocketAlive`). URLs other than `http:` (TLS) go to the global fetch unchanged.
  */
 import http from 'node:http';
-import type { FetchFn } from './http-io.js';
+import { err, ok, type Result } from '../errors.js';
+import type { FetchFn, UpstreamCall, UpstreamFailure, UpstreamReply } from './http-io.js';
 
 /** Idle time after which a pooled connection is closed (uvicorn's `timeout_keep_alive` default is 5 s). */
 export const FREE_SOCKET_MS = 4_000;
@@ -32,10 +33,105 @@ export interface KeepAliveFetch {
 /** A fetch over a keep-alive agent of its own; `fallback` serves what it does not (https). */
 export function createKeepAliveFetch(fallback: FetchFn = (input, init) => fetch(input, init)): KeepAliveFetch {
   const agent = new http.Agent({ keepAlive: true, timeout: FREE_SOCKET_MS, scheduling: 'lifo' });
-  return {
-    fetch: (input, init) => (input.startsWith('http:') ? request(agent, input, init ?? {}) : fallback(input, init)),
-    close: () => agent.destroy(),
-  };
+  const fetchFn: FetchFn = Object.assign(
+    (input: string, init?: RequestInit) => (input.startsWith('http:') ? request(agent, input, init ?? {}) : fallback(input, init)),
+    { whole: (url: string, call: UpstreamCall) => readWhole(agent, url, call) },
+  );
+  return { fetch: fetchFn, close: () => agent.destroy() };
+}
+
+/**
+ * One call whose whole answer is wanted (`callUpstream`: /tokenize, /version, /metrics, the prefill leg), straight
+ * over `http.request`: the body is collected as bytes and decoded once, the timeout is one unref'd timer cleared
+ * with the call, and the caller's signal gets one listener, removed with it. Measured in one process against a local
+ * server, this path costs well under half the client CPU of fetch + `text()`, which builds a Response, a Headers
+ * object, a ReadableStream and a composite AbortSignal per call. A timeout at any point, the body included, is
+ * `timedOut` (the upstream may still be working); a stale pooled socket is handled as `request` does.
+ */
+function readWhole(agent: http.Agent, url: string, call: UpstreamCall, retried = false): Promise<Result<UpstreamReply, UpstreamFailure>> {
+  return new Promise((resolve) => {
+    const signal = call.signal;
+    if (signal?.aborted) return resolve(err({ message: `${url}: ${abortMessage(signal)}`, timedOut: false }));
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(call.headers ?? {})) headers[name.toLowerCase()] = value;
+    const body = call.body === undefined ? undefined : JSON.stringify(call.body);
+    if (body !== undefined) {
+      headers['content-type'] = 'application/json';
+      headers['content-length'] = String(Buffer.byteLength(body));
+    }
+    const method = call.method ?? (body === undefined ? 'GET' : 'POST');
+    let settled = false;
+    let timer: NodeJS.Timeout | undefined;
+    const finish = (r: Result<UpstreamReply, UpstreamFailure>): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      resolve(r);
+    };
+    let req: http.ClientRequest;
+    try {
+      req = http.request(url, { method, agent, headers }, onResponse);
+    } catch (e) {
+      // An invalid header value or URL is refused before anything is sent.
+      return resolve(err({ message: `${url}: ${(e as Error).message}`, timedOut: false }));
+    }
+    function onResponse(res: http.IncomingMessage): void {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => {
+        try {
+          finish(ok({ status: res.statusCode ?? 0, headers: responseHeaders(res.rawHeaders), text: utf8(chunks) }));
+        } catch (e) {
+          // A header the Fetch standard refuses (as fetch would have): no answer rather than a crash.
+          finish(err({ message: `${url}: ${(e as Error).message}`, timedOut: false }));
+        }
+      });
+      res.on('error', (e) => finish(err({ message: `${url}: ${(e as NodeJS.ErrnoException).code ?? e.message}`, timedOut: false })));
+      res.on('close', () => {
+        if (!res.complete) finish(err({ message: `${url}: the connection closed before the response body ended`, timedOut: false }));
+      });
+    }
+    timer = setTimeout(() => {
+      finish(err({ message: `no answer from ${url} within ${call.timeoutMs} ms`, timedOut: true }));
+      req.destroy();
+    }, call.timeoutMs);
+    timer.unref();
+    const onAbort = (): void => {
+      finish(err({ message: `${url}: ${abortMessage(signal!)}`, timedOut: false }));
+      req.destroy();
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    req.on('error', (e) => {
+      if (settled) return;
+      const stale = req.reusedSocket && (e as NodeJS.ErrnoException).code === 'ECONNRESET' && method === 'GET';
+      if (stale && !retried) {
+        settled = true;
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        return void readWhole(agent, url, call, true).then(resolve);
+      }
+      finish(err({ message: `${url}: ${(e as NodeJS.ErrnoException).code ?? e.message}`, timedOut: false }));
+    });
+    req.end(body);
+  });
+}
+
+function abortMessage(signal: AbortSignal): string {
+  const reason: unknown = signal.reason;
+  return reason instanceof Error ? reason.message : 'the call was aborted';
+}
+
+/** UTF-8 as `Response.text()` decodes it: invalid sequences replaced, a leading byte order mark dropped. */
+function utf8(chunks: Buffer[]): string {
+  const text = (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).toString('utf8');
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
+}
+
+function responseHeaders(raw: readonly string[]): Headers {
+  const headers = new Headers();
+  for (let i = 0; i + 1 < raw.length; i += 2) headers.append(raw[i]!, raw[i + 1]!);
+  return headers;
 }
 
 /**
@@ -69,9 +165,7 @@ function request(agent: http.Agent, url: string, init: RequestInit, retried = fa
 }
 
 function toResponse(res: http.IncomingMessage): Response {
-  const headers = new Headers();
-  const raw = res.rawHeaders;
-  for (let i = 0; i + 1 < raw.length; i += 2) headers.append(raw[i]!, raw[i + 1]!);
+  const headers = responseHeaders(res.rawHeaders);
   const status = res.statusCode ?? 0;
   if (NULL_BODY.has(status)) {
     res.resume();
