@@ -52,8 +52,7 @@ function readWhole(agent: http.Agent, url: string, call: UpstreamCall, retried =
   return new Promise((resolve) => {
     const signal = call.signal;
     if (signal?.aborted) return resolve(err({ message: `${url}: ${abortMessage(signal)}`, timedOut: false }));
-    const headers: Record<string, string> = {};
-    for (const [name, value] of Object.entries(call.headers ?? {})) headers[name.toLowerCase()] = value;
+    const headers = headersOf(call.headers);
     const body = call.body === undefined ? undefined : JSON.stringify(call.body);
     if (body !== undefined) {
       headers['content-type'] = 'application/json';
@@ -104,7 +103,7 @@ function readWhole(agent: http.Agent, url: string, call: UpstreamCall, retried =
     signal?.addEventListener('abort', onAbort, { once: true });
     req.on('error', (e) => {
       if (settled) return;
-      const stale = req.reusedSocket && (e as NodeJS.ErrnoException).code === 'ECONNRESET' && method === 'GET';
+      const stale = staleSocket(req, e, method);
       if (stale && !retried) {
         settled = true;
         clearTimeout(timer);
@@ -115,6 +114,11 @@ function readWhole(agent: http.Agent, url: string, call: UpstreamCall, retried =
     });
     req.end(body);
   });
+}
+
+/** A GET or HEAD cut on a pooled socket before any answer: the worker closed that idle connection (see `request`). */
+function staleSocket(req: http.ClientRequest, e: Error, method: string): boolean {
+  return req.reusedSocket && (e as NodeJS.ErrnoException).code === 'ECONNRESET' && (method === 'GET' || method === 'HEAD');
 }
 
 function abortMessage(signal: AbortSignal): string {
@@ -156,7 +160,7 @@ function request(agent: http.Agent, url: string, init: RequestInit, retried = fa
     });
     req.on('error', (e) => {
       const method = (init.method ?? 'GET').toUpperCase();
-      const stale = req.reusedSocket && (e as NodeJS.ErrnoException).code === 'ECONNRESET' && (method === 'GET' || method === 'HEAD');
+      const stale = staleSocket(req, e, method);
       if (stale && !retried && !signal?.aborted) return void request(agent, url, init, true).then(resolve, reject);
       reject(signal?.aborted ? signal.reason : new TypeError('fetch failed', { cause: e }));
     });
