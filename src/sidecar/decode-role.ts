@@ -72,12 +72,14 @@ export async function serveDecode(
   };
   let window = ctx.transfers.begin();
   try {
-    // The prefill leg goes out first: it is the critical path, the checks on this worker only have to beat it.
+    // The prefill leg goes out first: it is the critical path, the checks on this worker only have to beat it. They
+    // start one turn later (the shared reads by themselves, the prompt count here), so under a burst every arrived
+    // request's prefill leg is written before any check's call.
     const [prefill, count, launch, failedBefore] = await Promise.all([
       coordinated !== undefined
         ? Promise.resolve(ok({ body: { kv_transfer_params: coordinated }, ms: 0, servedBy: undefined }))
         : timedPrefillLeg(ctx, call, legInput),
-      countPromptTokens(ctx, call, headers),
+      nextTurn().then(() => countPromptTokens(ctx, call, headers)),
       confirmDecodeWorker(ctx, call),
       ctx.failedTransfers.read(window.startedAt, call.signal),
     ]);
@@ -286,6 +288,11 @@ export function coordinatedParams(body: Readonly<Record<string, unknown>>): Reco
   if (p === null || typeof p !== 'object' || Array.isArray(p)) return undefined;
   const params = p as Record<string, unknown>;
   return typeof params[ATTESTATION_KEY] === 'string' && params['do_remote_prefill'] === true ? params : undefined;
+}
+
+/** After the I/O callbacks of this event-loop turn (other requests' arrivals among them). */
+function nextTurn(): Promise<void> {
+  return new Promise((r) => setImmediate(r));
 }
 
 function withoutKvParams(body: Record<string, unknown>): Record<string, unknown> {

@@ -108,6 +108,8 @@ describe('FailedTransferReads against the simulated vLLM, version by version', (
 });
 
 describe('FailedTransferReads sharing', () => {
+  /** One event-loop turn: a shared read starts after the turn it was first asked for in (shared-read.ts). */
+  const turn = () => new Promise<void>((r) => setImmediate(r));
   /** A fetch whose answers wait until released, counting calls. */
   function gatedFetch(value: () => number) {
     const pending: (() => void)[] = [];
@@ -127,20 +129,38 @@ describe('FailedTransferReads sharing', () => {
     const r = reader({ url: 'http://127.0.0.1:9' }, g.fetchFn, never, () => now);
     const a = r.read(100, never); // starts a read at t=100
     const b = r.read(90, never); // a window that began at 90: the read started at 100 is evidence for it
-    await Promise.resolve();
+    await turn();
     expect(g.calls()).toBe(1);
     now = 120;
     const c = r.read(110, never); // its first output came at 110: the read from 100 may predate a failure
-    await Promise.resolve();
+    await turn();
     expect(g.calls()).toBe(2);
     counter = 2;
     g.release();
     expect(await Promise.all([a, b, c])).toEqual([2, 2, 2]);
     const d = r.read(120, never); // nothing in flight any more: a fresh read
-    await Promise.resolve();
+    await turn();
     expect(g.calls()).toBe(3);
     g.release();
     expect(await d).toBe(2);
+  });
+
+  it('starts a read one turn after it is asked for, so every request of that turn joins it', async () => {
+    let now = 100;
+    const g = gatedFetch(() => 3);
+    const r = reader({ url: 'http://127.0.0.1:9' }, g.fetchFn, never, () => now);
+    const a = r.read(100, never);
+    now = 130; // later in the same turn (other requests' callbacks ran): the pending read has not started yet
+    const b = r.read(125, never);
+    expect(g.calls()).toBe(0);
+    await turn();
+    expect(g.calls()).toBe(1); // started at 130, after both moments
+    now = 140;
+    const c = r.read(135, never); // in flight since 130: no evidence about 135
+    await turn();
+    expect(g.calls()).toBe(2);
+    g.release();
+    expect(await Promise.all([a, b, c])).toEqual([3, 3, 3]);
   });
 
   it('one caller giving up does not abort the read the others share; the sidecar closing does', async () => {
@@ -152,6 +172,7 @@ describe('FailedTransferReads sharing', () => {
     const b = r.read(0, never);
     gone.abort();
     expect(await a).toBeUndefined();
+    await turn();
     g.release();
     expect(await b).toBe(7);
     expect(g.calls()).toBe(1);

@@ -104,7 +104,11 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
   const splitter = new SseSplitter();
   const held: Uint8Array[] = [];
   let committed = !opts.holdUntilOutput;
-  if (committed) writeStreamHead(res, opts.requestId);
+  if (committed) {
+    // Nothing to hold back: the client learns at once that the worker took the request, as from vLLM itself.
+    writeStreamHead(res, opts.requestId);
+    res.flushHeaders();
+  }
   try {
     for (;;) {
       const { done, value } = await reader.read();
@@ -130,6 +134,8 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
         }
       }
       if (committed) {
+        // Headers and the held events leave in one write (the socket is corked for the tick): on the time to first
+        // token, each extra write is one more wake-up of the client.
         writeStreamHead(res, opts.requestId);
         for (const chunk of held.splice(0)) if (!(await writeWithBackpressure(res, chunk))) return cancel(reader);
       }
@@ -156,7 +162,6 @@ function cancel(reader: ReadableStreamDefaultReader<Uint8Array>): RelayResult {
 
 function writeStreamHead(res: http.ServerResponse, requestId: string): void {
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-request-id': requestId });
-  res.flushHeaders();
 }
 
 /** Write one chunk; when the socket buffer is full wait for `drain`. False when the client went away. */
