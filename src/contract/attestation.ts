@@ -13,6 +13,7 @@ import { canonicalJson } from '../compat/canonical-json.js';
 import { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import type { TransferContract } from './contract.js';
+import { count, digest, epoch, failFor, object, onlyKeys, positive, text, window } from './mint-payload.js';
 import { epochMs, hasValidWindow, nonEmpty, sha256Hex, WINDOW_MESSAGE } from './payload-schemas.js';
 import { openToken, signToken, type EnvelopeFailureReason } from './token.js';
 import { err, ok, type Result } from '../errors.js';
@@ -109,7 +110,51 @@ export const AttestationSchema = z
 
 /** Sign an attestation with the ring's current key. Throws on invalid fields (a caller bug). */
 export function mintAttestation(fields: Omit<Attestation, 'kind'>, keys: KeyRing): string {
-  return signToken(AttestationSchema.parse({ kind: 'attestation', ...fields }), keys);
+  return signToken(attestationPayload(fields), keys);
+}
+
+const ATTESTATION_KEYS: ReadonlySet<string> = new Set([
+  'requestId',
+  'groupId',
+  'fingerprint',
+  'tenantScope',
+  'promptTokens',
+  'promptTokenDigest',
+  'transferDigest',
+  'blockSize',
+  'layout',
+  'engineId',
+  'issuedAtMs',
+  'expiresAtMs',
+]);
+
+/**
+ * The attestation payload for `fields`, `AttestationSchema`'s rules by hand in its key order (mint-payload.ts); throws
+ * what the schema would refuse. Both sidecars run it on every transfer: the prefill side to mint, the decode side to
+ * verify (token.ts `openToken`).
+ */
+export function attestationPayload(fields: Omit<Attestation, 'kind'>): Attestation {
+  const fail = failFor('attestation');
+  const f = object(fields, '(root)', fail);
+  onlyKeys(f, ATTESTATION_KEYS, '', fail);
+  const promptTokenDigest = f['promptTokenDigest'];
+  const payload: Attestation = {
+    kind: 'attestation',
+    requestId: text(f['requestId'], 'requestId', fail),
+    groupId: text(f['groupId'], 'groupId', fail),
+    fingerprint: text(f['fingerprint'], 'fingerprint', fail),
+    tenantScope: text(f['tenantScope'], 'tenantScope', fail),
+    promptTokens: count(f['promptTokens'], 'promptTokens', fail),
+    ...(promptTokenDigest === undefined ? {} : { promptTokenDigest: digest(promptTokenDigest, 'promptTokenDigest', fail) }),
+    transferDigest: digest(f['transferDigest'], 'transferDigest', fail),
+    blockSize: positive(f['blockSize'], 'blockSize', fail),
+    layout: f['layout'] === 'HND' || f['layout'] === 'NHD' ? f['layout'] : fail('layout', 'must be HND or NHD'),
+    engineId: text(f['engineId'], 'engineId', fail),
+    issuedAtMs: epoch(f['issuedAtMs'], 'issuedAtMs', fail),
+    expiresAtMs: epoch(f['expiresAtMs'], 'expiresAtMs', fail),
+  };
+  window(payload.issuedAtMs, payload.expiresAtMs, fail);
+  return payload;
 }
 
 /**
@@ -123,7 +168,14 @@ export function verifyAttestation(
   nowMs: number,
   expect: AttestationExpectations,
 ): Result<Attestation, AttestationFailure> {
-  const opened = openToken(token, keys, nowMs, 'attestation', AttestationSchema);
+  const opened = openToken(
+    token,
+    keys,
+    nowMs,
+    'attestation',
+    AttestationSchema,
+    attestationPayload as (f: Record<string, unknown>) => Attestation,
+  );
   if (!opened.ok) return opened;
   const mismatch = attestationMismatch(opened.value, expect);
   return mismatch === undefined ? ok(opened.value) : err(mismatch);

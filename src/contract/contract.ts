@@ -152,7 +152,14 @@ export function verifyContract(
   nowMs: number,
   expect?: ContractExpectations,
 ): Result<TransferContract, ContractFailure> {
-  const opened = openToken(token, keys, nowMs, 'contract', TransferContractSchema);
+  const opened = openToken(
+    token,
+    keys,
+    nowMs,
+    'contract',
+    TransferContractSchema,
+    contractPayload as (f: Record<string, unknown>) => TransferContract,
+  );
   if (!opened.ok) return opened;
   const c = opened.value;
   const mismatch = contractMismatch(c, expect ?? {});

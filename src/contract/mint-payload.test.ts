@@ -1,40 +1,65 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { AttestationSchema, attestationPayload } from './attestation.js';
 import { BindingSchema, bindingPayload } from './binding.js';
 import { contractPayload, TransferContractSchema } from './contract.js';
-import { exampleContractFields } from './testing.js';
+import { createDevKeyRing } from './keys.js';
+import { exampleAttestationFields, exampleContractFields } from './testing.js';
+import { openToken, signToken } from './token.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
 
 type Fields = Record<string, unknown>;
 
 /** Values a field may be set to: valid ones, and each way a schema refuses one. */
-const value = fc.oneof(
-  fc.constantFrom(
-    '',
-    'x',
-    'a'.repeat(64),
-    'A'.repeat(64),
-    'f'.repeat(63),
-    '0'.repeat(65),
-    null,
-    undefined,
-    0,
-    -1,
-    1.5,
-    2 ** 53,
-    Number.NaN,
-  ),
-  fc.constantFrom(TEST_NOW_MS, TEST_NOW_MS + 1, TEST_NOW_MS - 1),
-  fc.constantFrom(
-    [],
-    ['10.0.0.1:1'],
-    [''],
-    Array.from({ length: 9 }, (_, i) => `10.0.0.${i}:1`),
-    {},
-    { cluster: 'c', endpoint: null },
-  ),
-  fc.string({ maxLength: 3 }),
-);
+const EDGE_VALUES: readonly unknown[] = [
+  '',
+  'x',
+  'a'.repeat(64),
+  'A'.repeat(64),
+  'f'.repeat(63),
+  '0'.repeat(65),
+  null,
+  undefined,
+  0,
+  -1,
+  1.5,
+  2 ** 53,
+  Number.NaN,
+  TEST_NOW_MS,
+  TEST_NOW_MS + 1,
+  TEST_NOW_MS - 1,
+  16,
+  'HND',
+  'NHD',
+  'hnd',
+  [],
+  ['10.0.0.1:1'],
+  [''],
+  Array.from({ length: 9 }, (_, i) => `10.0.0.${i}:1`),
+  {},
+  { cluster: 'c', endpoint: null },
+];
+const value = fc.oneof(fc.constantFrom(...EDGE_VALUES), fc.string({ maxLength: 3 }));
+
+const REMOVE = Symbol('remove');
+
+/** Every payload one edit away from `base`: each path set to each edge value, or removed. Deterministic. */
+function singleEdits(base: Fields, paths: readonly string[]): Fields[] {
+  const out: Fields[] = [];
+  for (const path of [...paths, 'extra']) {
+    for (const v of [...EDGE_VALUES, REMOVE]) {
+      const f = structuredClone(base) as Fields;
+      const [head, tail] = path.split('.') as [string, string | undefined];
+      const target = tail === undefined ? f : (f[head] as Fields | null);
+      if (target === null || typeof target !== 'object') continue;
+      const key = tail ?? head;
+      if (v === REMOVE) delete target[key];
+      else target[key] = structuredClone(v);
+      out.push(f);
+    }
+  }
+  return out;
+}
 
 /** Fields with 0-3 of them replaced (or added, or removed), nested targets included. */
 function mutated(base: Fields, paths: readonly string[]): fc.Arbitrary<Fields> {
@@ -100,6 +125,8 @@ describe('mint payloads: the schema rule for rule, and the schema key order byte
 
   it('accepts exactly what TransferContractSchema accepts, and writes the same JSON', () => {
     expect(byHand(contractPayload, contract)).toBe(bySchema((v) => TransferContractSchema.parse(v), 'contract', contract));
+    for (const f of singleEdits(contract, contractPaths))
+      expect(byHand(contractPayload, f)).toBe(bySchema((v) => TransferContractSchema.parse(v), 'contract', f));
     fc.assert(
       fc.property(mutated(contract, contractPaths), (f) => {
         expect(byHand(contractPayload, f)).toBe(bySchema((v) => TransferContractSchema.parse(v), 'contract', f));
@@ -110,12 +137,62 @@ describe('mint payloads: the schema rule for rule, and the schema key order byte
 
   it('accepts exactly what BindingSchema accepts, and writes the same JSON', () => {
     expect(byHand(bindingPayload, binding)).toBe(bySchema((v) => BindingSchema.parse(v), 'binding', binding));
+    for (const f of singleEdits(binding, Object.keys(binding)))
+      expect(byHand(bindingPayload, f)).toBe(bySchema((v) => BindingSchema.parse(v), 'binding', f));
     fc.assert(
       fc.property(mutated(binding, Object.keys(binding)), (f) => {
         expect(byHand(bindingPayload, f)).toBe(bySchema((v) => BindingSchema.parse(v), 'binding', f));
       }),
       { numRuns: 2000 },
     );
+  });
+
+  const attestation = { ...exampleAttestationFields(), promptTokenDigest: 'b'.repeat(64) };
+
+  it('accepts exactly what AttestationSchema accepts, and writes the same JSON', () => {
+    expect(byHand(attestationPayload, attestation)).toBe(bySchema((v) => AttestationSchema.parse(v), 'attestation', attestation));
+    for (const f of singleEdits(attestation, Object.keys(attestation)))
+      expect(byHand(attestationPayload, f)).toBe(bySchema((v) => AttestationSchema.parse(v), 'attestation', f));
+    fc.assert(
+      fc.property(mutated(attestation, Object.keys(attestation)), (f) => {
+        expect(byHand(attestationPayload, f)).toBe(bySchema((v) => AttestationSchema.parse(v), 'attestation', f));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('verifying with the hand-written builder answers exactly as the schema alone, refusals worded by the schema', () => {
+    const keys = createDevKeyRing('mint-payload-test');
+    const cases = [
+      { kind: 'contract' as const, base: contract, paths: contractPaths, schema: TransferContractSchema, build: contractPayload },
+      {
+        kind: 'attestation' as const,
+        base: attestation,
+        paths: Object.keys(attestation),
+        schema: AttestationSchema,
+        build: attestationPayload,
+      },
+    ];
+    for (const c of cases) {
+      const verdicts = (f: Fields) => {
+        // Signed as they are, valid or not: what a verifier of another version could be handed.
+        const token = signToken(JSON.parse(JSON.stringify({ kind: c.kind, ...f })) as { kind: typeof c.kind }, keys);
+        const bySchemaAlone = openToken(token, keys, TEST_NOW_MS, c.kind, c.schema as never);
+        const withBuilder = openToken(token, keys, TEST_NOW_MS, c.kind, c.schema as never, c.build as never);
+        return [withBuilder, bySchemaAlone];
+      };
+      for (const f of singleEdits(c.base, c.paths)) {
+        const [withBuilder, bySchemaAlone] = verdicts(f);
+        expect(withBuilder).toEqual(bySchemaAlone);
+      }
+      fc.assert(
+        fc.property(mutated(c.base, c.paths), (f) => {
+          const [withBuilder, bySchemaAlone] = verdicts(f);
+          expect(withBuilder).toEqual(bySchemaAlone);
+        }),
+        { numRuns: 1000 },
+      );
+    }
   });
 
   it('says which field was wrong', () => {

@@ -1,12 +1,13 @@
 /**
- * Checks for the payloads the gate mints on every routed request (contract and binding), written by hand rather
- * than run through their zod schemas. Each builder (contract.ts `contractPayload`, binding.ts `bindingPayload`)
- * applies its schema's rules one for one (non-empty strings, lowercase sha256 hex, safe non-negative integer times,
- * a non-empty window, at most 8 alternates, no unknown keys) and writes the payload in the schema's key order, so a
- * token is byte for byte what `Schema.parse` then `signToken` wrote (mint-payload.test.ts holds both to that on
- * generated inputs). Why: in the gate, zod's generic parse runs hot beside the config and table schemas and cost
- * more than the HMAC itself. Verification still uses the zod schemas (token.ts `openToken`): this is only the
- * minting side, where a failure is a caller bug.
+ * Checks for the payloads minted and verified on every routed request (contract, binding, attestation), written by
+ * hand rather than run through their zod schemas. Each builder (contract.ts `contractPayload`, binding.ts
+ * `bindingPayload`, attestation.ts `attestationPayload`) applies its schema's rules one for one (non-empty strings,
+ * lowercase sha256 hex, safe non-negative integer times and counts, a non-empty window, at most 8 alternates, no
+ * unknown keys) and writes the payload in the schema's key order, so a token is byte for byte what `Schema.parse`
+ * then `signToken` wrote (mint-payload.test.ts holds both to that on generated inputs). Why: zod's generic parse
+ * cost more than the HMAC itself, in the gate and on the sidecars' time to first token. Verification (token.ts
+ * `openToken`) tries the builder first and lets the zod schema speak for a payload the builder refuses, so refusals
+ * keep the schema's wording.
  */
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 
@@ -44,6 +45,18 @@ export function textOrNull(v: unknown, where: string, fail: Fail): string | null
 
 export function epoch(v: unknown, where: string, fail: Fail): number {
   if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) fail(where, 'must be a non-negative integer (ms)');
+  return v as number;
+}
+
+/** `z.number().int().nonnegative()`: a safe integer, zero or more (zod 4's `int()` admits safe integers only). */
+export function count(v: unknown, where: string, fail: Fail): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) fail(where, 'must be a non-negative integer');
+  return v as number;
+}
+
+/** `z.number().int().positive()`. */
+export function positive(v: unknown, where: string, fail: Fail): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) fail(where, 'must be a positive integer');
   return v as number;
 }
 
