@@ -22,6 +22,7 @@ import { startStack, stopStack, type Stack } from './lib/pd-processes.js';
 import { TOY_PROXY_PREFILL_KV } from '../testbed/sim/testing.js';
 import { createProfileDir } from './lib/profile-dir.js';
 import { DEFAULT_PD_LATENCY, PD_KEY_SEED, PD_MODEL } from './lib/pd-stack.js';
+import { measureHopFloor } from './lib/hop-floor.js';
 import { fmt, fmtInt, formatTable, median, summarize, verdict } from './lib/stats.js';
 
 const HELP = `usage: node dist/bench/sidecar.js [options]
@@ -344,6 +345,14 @@ export async function main(argv: readonly string[]): Promise<void> {
     process.stdout.write(
       `\nprefill leg alone (c=1, alternating): P direct p50 ${fmt(leg.direct, 2)} ms, via the prefill sidecar p50 ${fmt(leg.sidecar, 2)} ms: the prefill sidecar adds ${fmt(leg.sidecar - leg.direct, 2)} ms of the TTFT overhead; the decode sidecar the rest${leg.errors > 0 ? ` (${leg.errors} errors)` : ''}\n`,
     );
+    const hop = await measureHopFloor(s.quick ? 10 : 60);
+    const floor = 3 * hop.idleMs;
+    const hopLine =
+      `one hop on this machine (HTTP/1.1 keep-alive round trip between two Node processes, 1.1 KB body): p50 ${fmt(hop.hotMs, 3)} ms ` +
+      `back to back, ${fmt(hop.idleMs, 3)} ms after ${hop.gapMs} ms idle. Before its first token a request through kvgate makes three ` +
+      `round trips the direct path does not (client -> decode sidecar, decode sidecar -> prefill sidecar, the failed-transfer read ` +
+      `under onTransferFailure: fail): ~${fmt(floor, 2)} ms of the c=1 TTFT overhead before any check runs`;
+    process.stdout.write(`\n${hopLine}\n`);
     const targets = targetsOf(cells);
     process.stdout.write(
       `\n${formatTable(
@@ -351,7 +360,12 @@ export async function main(argv: readonly string[]): Promise<void> {
         targets.map((t) => [t.name, t.target, t.measured, verdict(t.ok)]),
       )}\n`,
     );
-    writeSummary(s.summary, { bench: 'sidecar', quick: s.quick, targets, notes: [`simulated decode ${lat.decodeMsPerToken} ms/token`] });
+    writeSummary(s.summary, {
+      bench: 'sidecar',
+      quick: s.quick,
+      targets,
+      notes: [`simulated decode ${lat.decodeMsPerToken} ms/token`, hopLine],
+    });
   } finally {
     await stopStack(stack);
   }
