@@ -23,7 +23,7 @@ import { createReplayGuard, type ReplayGuard } from './replay-guard.js';
 import { headerValue, type IncomingCall, type SidecarContext } from './context.js';
 import { serveDecode } from './decode-role.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
-import { listen, parseJsonObject, readBody, sendError, sendJson, sendText, type FetchFn } from './http-io.js';
+import { abortWith, listen, parseJsonObject, readBody, sendError, sendJson, sendText, type FetchFn } from './http-io.js';
 import { createSidecarMetrics } from './metrics.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
 import type { Outcome } from './outcome.js';
@@ -349,12 +349,15 @@ async function handleCompletion(
     return record({ outcome: 'refused', code: refusal.code, reason: refusal.message });
   }
   rt.state.enter(requestId);
+  // Aborted when the client goes away before the answer ended, or the sidecar closes.
   const aborter = new AbortController();
+  const unlink = abortWith(rt.ctx.closed, aborter);
   res.once('close', () => {
+    unlink();
     if (!res.writableFinished) aborter.abort();
     rt.state.leave(requestId);
   });
-  const signal = AbortSignal.any([aborter.signal, rt.ctx.closed]);
+  const signal = aborter.signal;
   record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger, who, receivedAt, trace: traced.context }));
 }
 
