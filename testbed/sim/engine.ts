@@ -213,10 +213,19 @@ export class SimEngine {
     });
     const out: number[] = [];
     const text = new StopText(s.stop, req.streaming);
+    // vLLM V1 runs the engine core in its own process (`VLLM_ENABLE_V1_MULTIPROCESSING`, on by default: vllm-project/vllm
+    // `vllm/envs.py`, `vllm/v1/engine/core_client.py` `AsyncMPClient`, v0.11.0 to main). Its steps keep their pace while
+    // the API server's event loop is busy with other calls (/tokenize, /metrics, other streams), whose outputs then
+    // arrive late and together. Here one Node thread plays both, so token n is due at start + n x decodeMs: a step timer
+    // that fired late shortens the next wait instead of pushing every later token back. A wait is never longer than one
+    // step, so a clock that stands still (a test's) keeps the plain per-token pacing.
+    const step = config.sim.latency.decodeMsPerToken;
+    let due = this.#d.pull.now();
     for (;;) {
       if (req.signal.aborted) return;
       const token = gen.next({ allowEos: !s.ignoreEos && out.length >= s.minTokens, topN: Math.max(1, s.topN) });
-      await this.#d.sleep(config.sim.latency.decodeMsPerToken);
+      due += step;
+      await this.#d.sleep(stepWait(step, due, this.#d.pull.now()));
       out.push(token.id);
       metrics.generationTokens.inc();
       const eos = token.id === tokenizer.eosId && !s.ignoreEos;
@@ -280,4 +289,12 @@ export class SimEngine {
     timer.unref();
     return () => clearInterval(timer);
   }
+}
+
+/**
+ * How long the engine waits before token due at `due` (see `#generate`): until it is due, at once when it is overdue
+ * (the loop was busy), never longer than one step.
+ */
+export function stepWait(step: number, due: number, now: number): number {
+  return Math.min(step, Math.max(0, due - now));
 }
