@@ -123,57 +123,25 @@ describe('mint payloads: the schema rule for rule, and the schema key order byte
     expiresAtMs: TEST_NOW_MS + 1000,
   };
 
-  it('accepts exactly what TransferContractSchema accepts, and writes the same JSON', () => {
-    expect(byHand(contractPayload, contract)).toBe(bySchema((v) => TransferContractSchema.parse(v), 'contract', contract));
-    for (const f of singleEdits(contract, contractPaths))
-      expect(byHand(contractPayload, f)).toBe(bySchema((v) => TransferContractSchema.parse(v), 'contract', f));
-    fc.assert(
-      fc.property(mutated(contract, contractPaths), (f) => {
-        expect(byHand(contractPayload, f)).toBe(bySchema((v) => TransferContractSchema.parse(v), 'contract', f));
-      }),
-      { numRuns: 2000 },
-    );
-  });
-
-  it('accepts exactly what BindingSchema accepts, and writes the same JSON', () => {
-    expect(byHand(bindingPayload, binding)).toBe(bySchema((v) => BindingSchema.parse(v), 'binding', binding));
-    for (const f of singleEdits(binding, Object.keys(binding)))
-      expect(byHand(bindingPayload, f)).toBe(bySchema((v) => BindingSchema.parse(v), 'binding', f));
-    fc.assert(
-      fc.property(mutated(binding, Object.keys(binding)), (f) => {
-        expect(byHand(bindingPayload, f)).toBe(bySchema((v) => BindingSchema.parse(v), 'binding', f));
-      }),
-      { numRuns: 2000 },
-    );
-  });
-
   const attestation = { ...exampleAttestationFields(), promptTokenDigest: 'b'.repeat(64) };
+  const builders = [
+    { kind: 'contract', base: contract, paths: contractPaths, schema: TransferContractSchema, build: contractPayload },
+    { kind: 'binding', base: binding, paths: Object.keys(binding), schema: BindingSchema, build: bindingPayload },
+    { kind: 'attestation', base: attestation, paths: Object.keys(attestation), schema: AttestationSchema, build: attestationPayload },
+  ] as const;
 
-  it('accepts exactly what AttestationSchema accepts, and writes the same JSON', () => {
-    expect(byHand(attestationPayload, attestation)).toBe(bySchema((v) => AttestationSchema.parse(v), 'attestation', attestation));
-    for (const f of singleEdits(attestation, Object.keys(attestation)))
-      expect(byHand(attestationPayload, f)).toBe(bySchema((v) => AttestationSchema.parse(v), 'attestation', f));
-    fc.assert(
-      fc.property(mutated(attestation, Object.keys(attestation)), (f) => {
-        expect(byHand(attestationPayload, f)).toBe(bySchema((v) => AttestationSchema.parse(v), 'attestation', f));
-      }),
-      { numRuns: 2000 },
-    );
+  it.each(builders)('accepts exactly what the $kind schema accepts, and writes the same JSON', (c) => {
+    const same = (f: Fields): void => {
+      expect(byHand(c.build, f)).toBe(bySchema((v) => c.schema.parse(v), c.kind, f));
+    };
+    same(c.base);
+    for (const f of singleEdits(c.base, c.paths)) same(f);
+    fc.assert(fc.property(mutated(c.base, c.paths), same), { numRuns: 2000 });
   });
 
   it('verifying with the hand-written builder answers exactly as the schema alone, refusals worded by the schema', () => {
     const keys = createDevKeyRing('mint-payload-test');
-    const cases = [
-      { kind: 'contract' as const, base: contract, paths: contractPaths, schema: TransferContractSchema, build: contractPayload },
-      {
-        kind: 'attestation' as const,
-        base: attestation,
-        paths: Object.keys(attestation),
-        schema: AttestationSchema,
-        build: attestationPayload,
-      },
-    ];
-    for (const c of cases) {
+    for (const c of builders.filter((b) => b.kind !== 'binding')) {
       const verdicts = (f: Fields) => {
         // Signed as they are, valid or not: what a verifier of another version could be handed.
         const token = signToken(JSON.parse(JSON.stringify({ kind: c.kind, ...f })) as { kind: typeof c.kind }, keys);
