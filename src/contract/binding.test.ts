@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createKeyRing } from './keys.js';
-import { mintBinding, verifyBinding, type Binding } from './binding.js';
+import { mintBinding, PendingBinding, verifyBinding, type Binding } from './binding.js';
 import { mintContract } from './contract.js';
 import { exampleContractFields } from './testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
@@ -31,6 +31,18 @@ describe('binding', () => {
     });
     const sessionless = mintBinding({ ...fields, session: null }, ring);
     expect(reasonOf(sessionless, { session: null })).toBe('ok');
+  });
+
+  it('a pending binding signs, when first asked, the token mintBinding gives for the same fields and ring', () => {
+    const pending = new PendingBinding(fields, ring);
+    expect(pending.token()).toBe(token);
+    expect(pending.token()).toBe(token);
+    expect(new PendingBinding({ ...fields, session: null }, ring).token()).toBe(mintBinding({ ...fields, session: null }, ring));
+  });
+
+  it('a pending binding refuses invalid fields when made, not when signed', () => {
+    expect(() => new PendingBinding({ ...fields, expiresAtMs: fields.issuedAtMs }, ring)).toThrow(/expiresAtMs must be after issuedAtMs/);
+    expect(() => new PendingBinding({ ...fields, model: '' }, ring)).toThrow();
   });
 
   it('fails on each mismatch and time bound', () => {

@@ -54,6 +54,31 @@ export function mintBinding(fields: Omit<Binding, 'kind'>, keys: KeyRing): strin
   return signToken(bindingPayload(fields), keys);
 }
 
+/**
+ * A binding checked now and signed when first asked for. The gate stamps the binding on the response, which may
+ * come seconds or minutes after the decision; an open stream holding this (the payload's fields are the bound
+ * group's own strings) instead of the ~0.4 KB token costs less memory per stream. The token is the one
+ * `mintBinding` returns for the same fields and ring: the ring's current key is fixed for the ring's life
+ * (keys.ts), and `issuedAtMs` is the decision's clock, not the signing time.
+ */
+export class PendingBinding {
+  readonly #payload: Binding;
+  readonly #keys: KeyRing;
+  #token: string | undefined;
+
+  /** Throws on invalid fields (a caller bug), as `mintBinding` does, at once rather than when signed. */
+  constructor(fields: Omit<Binding, 'kind'>, keys: KeyRing) {
+    this.#payload = bindingPayload(fields);
+    this.#keys = keys;
+  }
+
+  /** The signed token (signed on the first call, the same string after). */
+  token(): string {
+    this.#token ??= signToken(this.#payload, this.#keys);
+    return this.#token;
+  }
+}
+
 const BINDING_KEYS: ReadonlySet<string> = new Set([
   'model',
   'revision',

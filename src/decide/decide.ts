@@ -8,7 +8,7 @@
  * `routeVia` fallback, which binds a whole other group before any prefill (never a queued request).
  */
 import { deriveCacheSalt } from '../contract/cache-salt.js';
-import { mintBinding } from '../contract/binding.js';
+import { PendingBinding } from '../contract/binding.js';
 import { cacheSaltDigestOf, promptDigestOf } from '../contract/body-binding.js';
 import { mintContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
@@ -356,7 +356,8 @@ function bindRoute(
     },
     keys,
   );
-  const binding = mintBinding(
+  // Checked now, signed when first read: the gate reads it when the response headers come back (PendingBinding).
+  const binding = new PendingBinding(
     {
       model: group.model,
       revision: group.revision,
@@ -371,7 +372,7 @@ function bindRoute(
   trace.push(
     `contract minted (expires in ${table.contractTtlMs} ms); cache_salt derived${who.body.cacheSalt === undefined ? '' : " (client's salt folded in)"}`,
   );
-  return Object.freeze({
+  const decision = {
     kind: 'route' as const,
     requestId: facts.requestId,
     group,
@@ -379,12 +380,16 @@ function bindRoute(
     prefill,
     cacheSalt,
     contract,
-    binding,
+    get binding(): string {
+      return binding.token();
+    },
     trace: Object.freeze([...trace]),
     ...(fallback === undefined ? {} : { fallback }),
     // Named on every log line of the request (decision, refusal behind the route): this revision is not checked.
     ...(table.revisions.get(group.revision)?.trust === 'declared-only' ? { trust: 'declared-only' as const } : {}),
-  });
+  };
+  // Not enumerable: a decision printed or compared (`kvgate explain --json`, tests) shows `binding`, as before.
+  return Object.freeze(Object.defineProperty(decision, 'pendingBinding', { value: binding, enumerable: false }) as RouteDecision);
 }
 
 /**

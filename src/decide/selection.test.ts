@@ -160,6 +160,14 @@ describe('binding stickiness', () => {
     expect(again.group.revision).toBe('llama-a');
     expect(again.binding).not.toBe('');
   });
+
+  it('signs the binding when it is read: the stream keeps it unsigned, and printing a decision shows the token', () => {
+    const d = route(withWeight(0), { session: 'sess-9' });
+    expect(d.pendingBinding.token()).toBe(d.binding);
+    const printed = JSON.parse(JSON.stringify(d)) as Record<string, unknown>;
+    expect(printed['binding']).toBe(d.binding);
+    expect(Object.keys(printed)).not.toContain('pendingBinding');
+  });
 });
 
 describe('worker views', () => {

@@ -94,8 +94,10 @@ export interface RouteDecision {
   readonly cacheSalt: string;
   /** The signed transfer contract (`x-kvgate-contract`). */
   readonly contract: string;
-  /** A signed sticky token for the response (`x-kvgate-binding`). */
+  /** A signed sticky token for the response (`x-kvgate-binding`); signed on first read (`pendingBinding`). */
   readonly binding: string;
+  /** The same binding unsigned: what a stream keeps until its response headers, where `binding` is stamped. */
+  readonly pendingBinding: { token(): string };
   /** Human-readable steps that led here, for `kvgate explain` and debug logs. */
   readonly trace: readonly string[];
   /** Fallback steps walked before this route (routeVia, recompute), for `kvgate_fallback_total`; absent when none ran. */

@@ -21,6 +21,7 @@ function decision(requestId: string, contract: string): RouteDecision {
     cacheSalt: 'salt',
     contract,
     binding: `binding-${requestId}`,
+    pendingBinding: { token: () => `binding-${requestId}` },
     trace: [],
   };
 }

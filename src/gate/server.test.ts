@@ -27,6 +27,7 @@ const route = (req: RawRequestFacts): RouteDecision => ({
   cacheSalt: 'salt123',
   contract: 'kvgate.v1.k1.payload.sig',
   binding: 'kvgate.v1.k1.binding.sig',
+  pendingBinding: { token: () => 'kvgate.v1.k1.binding.sig' },
   trace: [],
 });
 

@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut, jsonNestingExceeds } from '../json-limits.js';
 import { H } from '../headers.js';
-import type { Decision, Refusal } from '../decide/types.js';
+import type { Decision, Refusal, RouteDecision } from '../decide/types.js';
 import { readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
 import { parentContext, traceHeaders } from '../trace-context.js';
 import {
@@ -65,7 +65,8 @@ export interface SessionDeps {
 interface RoutedState {
   readonly groupId: string;
   readonly revision: string;
-  readonly binding: string;
+  /** Signed when the response headers are stamped, not before: the token is ~0.4 KB per open stream. */
+  readonly binding: RouteDecision['pendingBinding'];
   readonly tenant: string | null;
   readonly trust?: 'declared-only';
 }
@@ -360,7 +361,7 @@ export class ExtProcSession {
         this.#routed = {
           groupId: d.group.id,
           revision: d.group.revision,
-          binding: d.binding,
+          binding: d.pendingBinding,
           tenant: d.group.tenant,
           ...(d.trust === undefined ? {} : { trust: d.trust }),
         };
@@ -539,7 +540,10 @@ class SessionWaitHooks implements WaitHooks {
   }
 }
 
-const stampFactsOf = (r: RoutedState): ResponseStampFacts => ({ group: { id: r.groupId, revision: r.revision }, binding: r.binding });
+const stampFactsOf = (r: RoutedState): ResponseStampFacts => ({
+  group: { id: r.groupId, revision: r.revision },
+  binding: r.binding.token(),
+});
 
 function parsesAsJson(chunks: readonly Uint8Array[]): boolean {
   try {
