@@ -42,23 +42,27 @@ export function findKvTransferParams(value: unknown, skipTopLevel = false): stri
   while (stack.length > 0) {
     const { v, path, top } = stack.pop()!;
     if (v === null || typeof v !== 'object') continue;
+    // Only objects and arrays are walked further (a string or number has no keys), and a path is spelled only for
+    // them: a body's prompt text and scalars cost no stack entry.
     if (Array.isArray(v)) {
       v.forEach((x, i) => {
-        stack.push({ v: x, path: `${path}[${i}]`, top: false });
+        if (x !== null && typeof x === 'object') stack.push({ v: x, path: `${path}[${i}]`, top: false });
       });
       continue;
     }
-    for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
-      const here = path === '' ? k : `${path}.${k}`;
-      if (isKvParamsKey(k) && !(top && skipTopLevel && k === 'kv_transfer_params')) return here.slice(0, 128);
-      stack.push({ v: x, path: here, top: false });
+    for (const k in v) {
+      if (!Object.hasOwn(v, k)) continue;
+      const x = (v as Record<string, unknown>)[k];
+      if (isKvParamsKey(k) && !(top && skipTopLevel && k === 'kv_transfer_params')) return (path === '' ? k : `${path}.${k}`).slice(0, 128);
+      if (x !== null && typeof x === 'object') stack.push({ v: x, path: path === '' ? k : `${path}.${k}`, top: false });
     }
   }
   return undefined;
 }
 
+/** `kvtransferparams` has 16 letters, so a shorter key never spells it (most keys: no lower-casing, no regex). */
 function isKvParamsKey(key: string): boolean {
-  return key.length <= 32 && key.toLowerCase().replace(/[-_]/g, '') === 'kvtransferparams';
+  return key.length >= 16 && key.length <= 32 && key.toLowerCase().replace(/[-_]/g, '') === 'kvtransferparams';
 }
 
 /** A client-supplied value as it may appear in an error message or an audit line: JSON-quoted, at most 128

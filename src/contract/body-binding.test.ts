@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { cacheSaltDigestOf, checkBodyBinding, promptDigestOf } from './body-binding.js';
 
@@ -39,5 +40,12 @@ describe('checkBodyBinding', () => {
     const r = checkBodyBinding(contract, { ...body, model: 'm'.repeat(5000) }, null);
     expect(r.ok).toBe(false);
     expect(!r.ok && r.error.message.length).toBeLessThan(400);
+  });
+});
+
+describe('digests', () => {
+  it('are sha256 in hex of the UTF-8 text (FIPS 180-2 test vector; a non-ASCII salt hashes its UTF-8 bytes)', () => {
+    expect(cacheSaltDigestOf('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+    expect(cacheSaltDigestOf('sel-é')).toBe(createHash('sha256').update(Buffer.from('sel-é', 'utf8')).digest('hex'));
   });
 });

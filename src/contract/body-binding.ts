@@ -5,7 +5,7 @@
  * another tenant's salt (prefix-cache probing across tenants), another prompt, or no salt at all (an unsalted,
  * shared cache) is refused by every sidecar before its worker is called. Pure (node:crypto).
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { canonicalJson } from '../compat/canonical-json.js';
 import { err, ok, type Result } from '../errors.js';
 
@@ -32,7 +32,8 @@ export const PROMPT_FIELDS = [
   'mm_processor_kwargs',
 ] as const;
 
-const sha256 = (text: string): string => createHash('sha256').update(text, 'utf8').digest('hex');
+// One-shot `crypto.hash` (Node >= 20.12): the same digest as createHash().update(text, 'utf8'), without a Hash object.
+const sha256 = (text: string): string => hash('sha256', text, 'hex');
 
 /** sha256 (hex) of the canonical JSON of the body's prompt fields: equal for equal prompts, whatever the key order. */
 export function promptDigestOf(body: Readonly<Record<string, unknown>>): string {

@@ -7,6 +7,7 @@
  * drawn from endpoints that run exactly the group's fingerprint; the only branch that changes the group is the
  * `routeVia` fallback, which binds a whole other group before any prefill (never a queued request).
  */
+import { BoundedCache } from '../bounded-cache.js';
 import { deriveCacheSalt } from '../contract/cache-salt.js';
 import { PendingBinding } from '../contract/binding.js';
 import { cacheSaltDigestOf, promptDigestOf } from '../contract/body-binding.js';
@@ -304,6 +305,12 @@ function unknownModelMessage(name: string, table: CompiledRouteTable, tenant: st
   return `model ${shown} is not served by this gateway; served models: ${list}`;
 }
 
+/**
+ * Digests of derived cache salts (no client part): one per group and tenant scope, so they repeat as the salts do
+ * (cache-salt.ts keeps the salts the same way). A client's own salt is digested afresh: the client picks it.
+ */
+const derivedSaltDigests = new BoundedCache<string>(4096);
+
 const targetOf = (c: Candidate): Target => Object.freeze({ pool: c.pool.name, cluster: c.pool.cluster, endpoint: c.endpoint.address });
 
 function bindRoute(
@@ -343,7 +350,8 @@ function bindRoute(
       revision: group.revision,
       adapter: group.adapter,
       // The contract binds the body the gate forwards: this tenant's salt and this prompt, nothing else.
-      cacheSaltDigest: cacheSaltDigestOf(cacheSalt),
+      cacheSaltDigest:
+        who.body.cacheSalt === undefined ? derivedSaltDigests.get(cacheSalt, cacheSaltDigestOf) : cacheSaltDigestOf(cacheSalt),
       promptDigest: promptDigestOf(who.body.json),
       issuedAtMs: now,
       expiresAtMs: now + table.contractTtlMs,

@@ -1,0 +1,65 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { findKvTransferParams } from './json-limits.js';
+
+/** The walk as first written (every value stacked, every path spelled): the oracle for the cheaper one. */
+function reference(value: unknown, skipTopLevel = false): string | undefined {
+  const stack: { v: unknown; path: string; top: boolean }[] = [{ v: value, path: '', top: true }];
+  while (stack.length > 0) {
+    const { v, path, top } = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (Array.isArray(v)) {
+      v.forEach((x, i) => {
+        stack.push({ v: x, path: `${path}[${i}]`, top: false });
+      });
+      continue;
+    }
+    for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+      const here = path === '' ? k : `${path}.${k}`;
+      const isKey = k.length <= 32 && k.toLowerCase().replace(/[-_]/g, '') === 'kvtransferparams';
+      if (isKey && !(top && skipTopLevel && k === 'kv_transfer_params')) return here.slice(0, 128);
+      stack.push({ v: x, path: here, top: false });
+    }
+  }
+  return undefined;
+}
+
+const kvKey = fc.constantFrom(
+  'kv_transfer_params',
+  'KV-Transfer-Params',
+  'kvtransferparams',
+  'kv__transfer__params',
+  'k_v_transfer_params',
+);
+const key = fc.oneof(fc.string({ maxLength: 20 }), kvKey, fc.constantFrom('model', 'messages', 'vllm_xargs', '__proto__', '0', '10'));
+const json = fc.letrec((tie) => ({
+  value: fc.oneof(
+    { depthSize: 'small', withCrossShrink: true },
+    fc.oneof(fc.string(), fc.integer(), fc.boolean(), fc.constant(null)),
+    fc.array(tie('value'), { maxLength: 4 }),
+    fc.dictionary(key, tie('value'), { maxKeys: 5 }),
+  ),
+})).value;
+
+describe('findKvTransferParams', () => {
+  it('finds the same path as the full walk, on random JSON and on parsed JSON text', () => {
+    fc.assert(
+      fc.property(json, fc.boolean(), (v, skip) => {
+        expect(findKvTransferParams(v, skip)).toBe(reference(v, skip));
+        const parsed: unknown = JSON.parse(JSON.stringify(v));
+        expect(findKvTransferParams(parsed, skip)).toBe(reference(parsed, skip));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('names where vLLM would read it, top level or nested, in any spelling', () => {
+    expect(findKvTransferParams({ model: 'm', kv_transfer_params: {} })).toBe('kv_transfer_params');
+    expect(findKvTransferParams({ model: 'm', kv_transfer_params: {} }, true)).toBeUndefined();
+    expect(findKvTransferParams({ vllm_xargs: { 'KV-Transfer-Params': 1 } }, true)).toBe('vllm_xargs.KV-Transfer-Params');
+    expect(findKvTransferParams({ messages: [{ role: 'user', content: 'x' }, { kvtransferparams: null }] })).toBe(
+      'messages[1].kvtransferparams',
+    );
+    expect(findKvTransferParams({ prompt: 'kv_transfer_params', max_tokens: 3 })).toBeUndefined();
+  });
+});
