@@ -24,6 +24,7 @@ import { HealthImplementation } from 'grpc-health-check';
 import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { EXT_PROC_SERVICE, extProcService } from '../envoy/protos.js';
+import { decodeRequest } from '../envoy/request-decoder.js';
 import { encodeAnswer } from '../envoy/response-encoder.js';
 import type { WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
@@ -181,17 +182,23 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
 }
 
 /**
- * The ext_proc service with the gate's answers encoded directly (src/envoy/response-encoder.ts); every other
- * message (refusals, dynamic metadata, streamed bodies, timeout extensions) through proto-loader's serializer.
+ * The ext_proc service with Envoy's everyday messages decoded directly (src/envoy/request-decoder.ts) and the gate's
+ * answers encoded directly (src/envoy/response-encoder.ts); every other message (forwarded metadata and attributes;
+ * refusals, dynamic metadata, streamed bodies, timeout extensions) through proto-loader's deserializer and serializer.
  */
 function gateExtProcService(): grpc.ServiceDefinition {
   const def = extProcService();
   const process = def['Process'];
   if (process === undefined) throw new Error('kvgate: the loaded ext_proc service has no Process method');
-  const generic = process.responseSerialize;
+  const genericDecode = process.requestDeserialize;
+  const genericEncode = process.responseSerialize;
   return {
     ...def,
-    Process: { ...process, responseSerialize: (r: WireProcessingResponse) => encodeAnswer(r) ?? generic(r) },
+    Process: {
+      ...process,
+      requestDeserialize: (b: Buffer) => decodeRequest(b) ?? genericDecode(b),
+      responseSerialize: (r: WireProcessingResponse) => encodeAnswer(r) ?? genericEncode(r),
+    },
   };
 }
 
