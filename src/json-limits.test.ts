@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { findKvTransferParams } from './json-limits.js';
+import { findKvTransferParams, jsonNestingExceeds, jsonStringEnd } from './json-limits.js';
 
 /** The walk as first written (every value stacked, every path spelled): the oracle for the cheaper one. */
 function reference(value: unknown, skipTopLevel = false): string | undefined {
@@ -61,5 +61,63 @@ describe('findKvTransferParams', () => {
       'messages[1].kvtransferparams',
     );
     expect(findKvTransferParams({ prompt: 'kv_transfer_params', max_tokens: 3 })).toBeUndefined();
+  });
+});
+
+/** The scans as first written, a character at a time: the oracles for the indexOf-based ones. */
+function stringEndByChar(text: string, quote: number): number {
+  for (let j = quote + 1; j < text.length; j++) {
+    const c = text.charCodeAt(j);
+    if (c === 0x5c) j++;
+    else if (c === 0x22) return j + 1;
+  }
+  return -1;
+}
+
+function nestingExceedsByChar(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) {
+      if (++depth > max) return true;
+    } else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return false;
+}
+
+/** Texts dense in the characters that matter: quotes, backslashes, brackets. */
+const jsonish = fc.array(fc.constantFrom('"', '\\', '{', '}', '[', ']', 'a', ' ', ',', ':', 'é'), { maxLength: 60 }).map((a) => a.join(''));
+
+describe('the string and nesting scans', () => {
+  it('end a string where a character-by-character scan does, escapes and unterminated strings included', () => {
+    fc.assert(
+      fc.property(jsonish, (body) => {
+        const text = `"${body}`;
+        expect(jsonStringEnd(text, 0)).toBe(stringEndByChar(text, 0));
+      }),
+      { numRuns: 3000 },
+    );
+    expect(jsonStringEnd('"a\\"b\\\\"c', 0)).toBe(8);
+  });
+
+  it('measure nesting as a character-by-character scan does, on dense and on real JSON text', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          jsonish,
+          json.map((v) => JSON.stringify(v)),
+        ),
+        fc.integer({ min: 0, max: 4 }),
+        (text, max) => {
+          expect(jsonNestingExceeds(text, max)).toBe(nestingExceedsByChar(text, max));
+        },
+      ),
+      { numRuns: 3000 },
+    );
   });
 });

@@ -13,19 +13,34 @@ export const MAX_JSON_DEPTH = 64;
  * count). Linear, no recursion; for text that is not JSON the answer is only a bound. */
 export function jsonNestingExceeds(text: string, max: number = MAX_JSON_DEPTH): boolean {
   let depth = 0;
-  let inString = false;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c)
-        i++; // backslash: skip the escaped character
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x7b || c === 0x5b) {
+    if (c === 0x22) {
+      // A string: jump past it (a prompt is most of a body, and nothing inside a string nests).
+      const end = jsonStringEnd(text, i);
+      if (end === -1) return false; // unterminated: the rest is inside it
+      i = end - 1;
+    } else if (c === 0x7b || c === 0x5b) {
       if (++depth > max) return true;
     } else if (c === 0x7d || c === 0x5d) depth--;
   }
   return false;
+}
+
+/**
+ * The index just after the JSON string whose opening quote is at `quote`, or -1 when it is not closed. A backslash
+ * escapes the character after it, so the string ends at the first quote preceded by an even run of backslashes;
+ * the quotes are found with `indexOf` rather than by stepping through every character of the string.
+ */
+export function jsonStringEnd(text: string, quote: number): number {
+  let q = text.indexOf('"', quote + 1);
+  while (q !== -1) {
+    let b = q - 1;
+    while (text.charCodeAt(b) === 0x5c) b--; // stops at the opening quote at the latest
+    if ((q - 1 - b) % 2 === 0) return q + 1;
+    q = text.indexOf('"', q + 1);
+  }
+  return -1;
 }
 
 /**

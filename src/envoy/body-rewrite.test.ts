@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { withCacheSalt } from './body-rewrite.js';
 
@@ -32,5 +33,25 @@ describe('withCacheSalt: only the cache_salt member changes', () => {
     expect(rewrite(' {} ')).toBe(' {"cache_salt":"S"} ');
     for (const bad of ['[]', '{"a":1', '{"a":1}x', '"s"', '{"a" 1}']) expect(rewrite(bad), bad).toBeUndefined();
     expect(withCacheSalt(new Uint8Array([0x7b, 0xff, 0x7d]), 'S')).toBeUndefined();
+  });
+
+  it('on generated objects: the bytes before the closing brace are kept, and the salt parses back', () => {
+    const value = fc.jsonValue({ maxDepth: 3 });
+    const object = fc.dictionary(
+      fc.string({ maxLength: 8 }).filter((k) => k !== 'cache_salt' && k !== '__proto__'),
+      value,
+      { maxKeys: 5 },
+    );
+    fc.assert(
+      fc.property(object, fc.constantFrom(0, 1, '\t'), fc.string({ maxLength: 50 }), (obj, space, salt) => {
+        const text = JSON.stringify(obj, null, space);
+        const out = rewrite(text, salt)!;
+        const close = text.lastIndexOf('}');
+        const member = `"cache_salt":${JSON.stringify(salt)}`;
+        expect(out).toBe(`${text.slice(0, close)}${Object.keys(obj).length === 0 ? member : `,${member}`}${text.slice(close)}`);
+        expect(JSON.parse(out)).toEqual({ ...(JSON.parse(text) as object), cache_salt: salt });
+      }),
+      { numRuns: 500 },
+    );
   });
 });

@@ -9,7 +9,8 @@
  * fails closed.
  */
 
-const encoder = new TextEncoder();
+import { jsonStringEnd } from '../json-limits.js';
+
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 /** The body with every top-level `cache_salt` member's value replaced by `salt`, or one appended; undefined if not a JSON object. */
@@ -39,7 +40,8 @@ export function withCacheSalt(body: Uint8Array, salt: string): Uint8Array | unde
     const close = members.closeAt;
     out = text.slice(0, close) + (members.members.length === 0 ? member : `,${member}`) + text.slice(close);
   }
-  return encoder.encode(out);
+  // Buffer.from, not TextEncoder: the same UTF-8 bytes, in a quarter of the time for a body this size.
+  return Buffer.from(out, 'utf8');
 }
 
 interface Member {
@@ -91,31 +93,31 @@ function skipWs(text: string, i: number): number {
 
 /** The index after the string token starting at `i` (which must be `"`). */
 function stringEnd(text: string, i: number): number | undefined {
-  if (text[i] !== '"') return undefined;
-  for (let j = i + 1; j < text.length; j++) {
-    const c = text[j];
-    if (c === '\\') j++;
-    else if (c === '"') return j + 1;
-  }
-  return undefined;
+  if (text.charCodeAt(i) !== QUOTE) return undefined;
+  const end = jsonStringEnd(text, i);
+  return end === -1 ? undefined : end;
 }
+
+const QUOTE = 0x22;
 
 /** The index after the value starting at `i`: a string, or a nested value balanced by brackets outside strings. */
 function valueEndAt(text: string, i: number): number | undefined {
-  if (text[i] === '"') return stringEnd(text, i);
+  if (text.charCodeAt(i) === QUOTE) return stringEnd(text, i);
   let depth = 0;
   for (let j = i; j < text.length; j++) {
-    const c = text[j];
-    if (c === '"') {
+    const c = text.charCodeAt(j);
+    if (c === QUOTE) {
       const end = stringEnd(text, j);
       if (end === undefined) return undefined;
       j = end - 1;
-    } else if (c === '{' || c === '[') depth++;
-    else if (c === '}' || c === ']') {
+    } else if (c === 0x7b || c === 0x5b)
+      depth++; // { [
+    else if (c === 0x7d || c === 0x5d) {
+      // } ]
       if (depth === 0) return trimEnd(text, i, j);
       depth--;
       if (depth === 0) return j + 1;
-    } else if (c === ',' && depth === 0) return trimEnd(text, i, j);
+    } else if (c === 0x2c && depth === 0) return trimEnd(text, i, j); // ,
   }
   return undefined;
 }

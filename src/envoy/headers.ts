@@ -92,9 +92,10 @@ class HeaderCollector {
   }
 }
 
-const encoder = new TextEncoder();
-
-/** One header to set, always as `raw_value`, overwriting whatever the client sent. */
+/**
+ * One header to set, always as `raw_value`, overwriting whatever the client sent. Buffer.from gives the bytes
+ * TextEncoder gives, at a fraction of the cost per call (a routed request sets a handful of headers).
+ */
 export function setHeader(key: string, value: string, action: AppendAction = 'OVERWRITE_IF_EXISTS_OR_ADD'): WireHeaderValueOption {
-  return { header: { key, raw_value: encoder.encode(value) }, append_action: action };
+  return { header: { key, raw_value: Buffer.from(value, 'utf8') }, append_action: action };
 }
