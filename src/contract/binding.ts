@@ -62,19 +62,46 @@ export function mintBinding(fields: Omit<Binding, 'kind'>, keys: KeyRing): strin
  * (keys.ts), and `issuedAtMs` is the decision's clock, not the signing time.
  */
 export class PendingBinding {
-  readonly #payload: Binding;
+  // The checked payload's fields kept flat (one object per stream, not two), the window as a start and a length
+  // (a small integer, where the end would be a second boxed number).
+  readonly #model: string;
+  readonly #revision: string;
+  readonly #fingerprint: string;
+  readonly #tenantScope: string;
+  readonly #session: string | null;
+  readonly #issuedAtMs: number;
+  readonly #lifetimeMs: number;
   readonly #keys: KeyRing;
   #token: string | undefined;
 
   /** Throws on invalid fields (a caller bug), as `mintBinding` does, at once rather than when signed. */
   constructor(fields: Omit<Binding, 'kind'>, keys: KeyRing) {
-    this.#payload = bindingPayload(fields);
+    const p = bindingPayload(fields);
+    this.#model = p.model;
+    this.#revision = p.revision;
+    this.#fingerprint = p.fingerprint;
+    this.#tenantScope = p.tenantScope;
+    this.#session = p.session;
+    this.#issuedAtMs = p.issuedAtMs;
+    this.#lifetimeMs = p.expiresAtMs - p.issuedAtMs;
     this.#keys = keys;
   }
 
   /** The signed token (signed on the first call, the same string after). */
   token(): string {
-    this.#token ??= signToken(this.#payload, this.#keys);
+    if (this.#token !== undefined) return this.#token;
+    // The payload `bindingPayload` returned, rebuilt in its key order: the same JSON, so the same token.
+    const payload: Binding = {
+      kind: 'binding',
+      model: this.#model,
+      revision: this.#revision,
+      fingerprint: this.#fingerprint,
+      tenantScope: this.#tenantScope,
+      session: this.#session,
+      issuedAtMs: this.#issuedAtMs,
+      expiresAtMs: this.#issuedAtMs + this.#lifetimeMs,
+    };
+    this.#token = signToken(payload, this.#keys);
     return this.#token;
   }
 }

@@ -77,6 +77,16 @@ const NO_METADATA: Readonly<Record<string, Readonly<Record<string, unknown>>>> =
 /** Body modes under which the gate can route: the headers are held until the body response. */
 const ROUTABLE_BODY_MODES: ReadonlySet<BodySendMode> = new Set(['BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED']);
 
+/** The bits of `ExtProcSession`'s yes/no states. */
+const Flag = {
+  servedNoted: 1,
+  finished: 2,
+  decided: 4,
+  duplexTrailers: 8,
+  duplexResponseOpen: 16,
+  decidedAnswered: 32,
+} as const;
+
 /** Writes a message to the stream outside the one-answer-per-message flow (only `override_message_timeout`). */
 export type SendEarly = (response: WireProcessingResponse) => void;
 
@@ -112,20 +122,59 @@ export class ExtProcSession {
   #routed: RoutedState | undefined;
   /** The in-flight count this request holds (released when the stream ends; moved where GIE says it was served). */
   #hold: InFlightHold | undefined;
-  /** The served endpoint was noted already (GIE): at most once per request. */
-  #servedNoted = false;
-  #finished = false;
-  /** A decision (or refusal) was answered: later body chunks and trailers have nothing left to decide. */
-  #decided = false;
   /** Bytes of a FULL_DUPLEX_STREAMED body received so far. */
   #duplexBytes = 0;
-  /** A FULL_DUPLEX_STREAMED request body ended with trailers: its streamed answer must not end the body. */
-  #duplexTrailers = false;
   #responseBodyMode: BodySendMode | undefined;
+  /**
+   * The stream's yes/no states, one bit each (`Flag`) in one field rather than six: every open stream carries them.
+   * Read and written through the private accessors below.
+   */
+  #flags = 0;
+
+  /** The served endpoint was noted already (GIE): at most once per request. */
+  get #servedNoted(): boolean {
+    return (this.#flags & Flag.servedNoted) !== 0;
+  }
+  set #servedNoted(on: boolean) {
+    this.#setFlag(Flag.servedNoted, on);
+  }
+  get #finished(): boolean {
+    return (this.#flags & Flag.finished) !== 0;
+  }
+  set #finished(on: boolean) {
+    this.#setFlag(Flag.finished, on);
+  }
+  /** A decision (or refusal) was answered: later body chunks and trailers have nothing left to decide. */
+  get #decided(): boolean {
+    return (this.#flags & Flag.decided) !== 0;
+  }
+  set #decided(on: boolean) {
+    this.#setFlag(Flag.decided, on);
+  }
+  /** A FULL_DUPLEX_STREAMED request body ended with trailers: its streamed answer must not end the body. */
+  get #duplexTrailers(): boolean {
+    return (this.#flags & Flag.duplexTrailers) !== 0;
+  }
+  set #duplexTrailers(on: boolean) {
+    this.#setFlag(Flag.duplexTrailers, on);
+  }
   /** A routed response whose FULL_DUPLEX_STREAMED body is still passing through the gate (see `closableWithOk`). */
-  #duplexResponseOpen = false;
+  get #duplexResponseOpen(): boolean {
+    return (this.#flags & Flag.duplexResponseOpen) !== 0;
+  }
+  set #duplexResponseOpen(on: boolean) {
+    this.#setFlag(Flag.duplexResponseOpen, on);
+  }
   /** The decision's answer has been produced (unlike `#decided`, which is set as soon as deciding starts). */
-  #decidedAnswered = false;
+  get #decidedAnswered(): boolean {
+    return (this.#flags & Flag.decidedAnswered) !== 0;
+  }
+  set #decidedAnswered(on: boolean) {
+    this.#setFlag(Flag.decidedAnswered, on);
+  }
+  #setFlag(flag: number, on: boolean): void {
+    this.#flags = on ? this.#flags | flag : this.#flags & ~flag;
+  }
 
   /**
    * `send` writes to the gRPC stream directly; without it the session cannot extend Envoy's message timer, so
