@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { verifyBinding } from '../contract/binding.js';
 import { deriveCacheSalt } from '../contract/cache-salt.js';
@@ -309,5 +310,22 @@ describe('decideRequest: body checks run before any decision', () => {
       code: 'body_too_large',
     });
     expect(refusal(decideRequest(raw(chat, { bodyTruncated: true }), table, view, ctx).decision).code).toBe('body_too_large');
+  });
+});
+
+describe('the prompt prefix the affinity key reads (decide.ts affinityKey)', () => {
+  it('is the same whether the whole prompt or only its first 512 characters is JSON-encoded', () => {
+    // Escapes, control characters and surrogate pairs (lone and split at the cut) are where the two could differ.
+    const unit = fc.oneof(
+      fc.string({ unit: 'grapheme', maxLength: 4 }),
+      fc.constantFrom('"', '\\', '\n', '\u0001', '\u2028', '😀', '\ud83d', '\ude00'),
+    );
+    const prompt = fc.array(unit, { minLength: 200, maxLength: 600 }).map((a) => a.join(''));
+    fc.assert(
+      fc.property(prompt, (p) => {
+        expect(JSON.stringify(p.length > 512 ? p.slice(0, 512) : p).slice(0, 512)).toBe(JSON.stringify(p).slice(0, 512));
+      }),
+      { numRuns: 500 },
+    );
   });
 });

@@ -407,7 +407,11 @@ function bindRoute(
 function affinityKey(groupId: string, body: Readonly<Record<string, unknown>>): string | null {
   const prompt = body['messages'] ?? body['prompt'];
   if (prompt === undefined) return null;
-  const text = JSON.stringify(prompt);
+  // A long string prompt: only its start is encoded. JSON escapes each character on its own, so the first
+  // AFFINITY_PREFIX_CHARS characters of the two encodings agree (a surrogate pair the cut splits lands past them).
+  const text = JSON.stringify(
+    typeof prompt === 'string' && prompt.length > AFFINITY_PREFIX_CHARS ? prompt.slice(0, AFFINITY_PREFIX_CHARS) : prompt,
+  );
   // A short prompt fills few KV blocks: a cache hit saves little, and keeping it on one endpoint would cost balance.
   if (text.length < AFFINITY_MIN_CHARS) return null;
   return `${groupId}\n${text.slice(0, AFFINITY_PREFIX_CHARS)}`;

@@ -2,6 +2,7 @@
  * Reading a request: the OpenAI body (only what routing needs, strictly), and the tenant, user and session the
  * route table's tenancy config says to trust. Pure: bytes and header maps in, values or refusal errors out.
  */
+import { BoundedCache } from '../bounded-cache.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { findKvTransferParams, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
@@ -200,6 +201,11 @@ export function sessionOf(facts: Pick<RequestFacts, 'headers'>, session: Session
 export function tenantScopeOf(scope: PrefixScope, tenant: string | null, user: string | null): string {
   if (scope === 'shared') return 'shared';
   if (tenant === null) return 'anonymous';
-  const t = encodeURIComponent(tenant);
-  return scope === 'tenant' ? `tenant:${t}` : `tenant-user:${t}/${encodeURIComponent(user ?? '')}`;
+  // Per tenant the scope is one string, kept: a routed stream holds it until its response (in its binding), and a
+  // string built per request would be one more per open stream.
+  if (scope === 'tenant') return tenantScopes.get(tenant, tenantScopeText);
+  return `tenant-user:${encodeURIComponent(tenant)}/${encodeURIComponent(user ?? '')}`;
 }
+
+const tenantScopes = new BoundedCache<string>(4096);
+const tenantScopeText = (tenant: string): string => `tenant:${encodeURIComponent(tenant)}`;
