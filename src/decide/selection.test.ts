@@ -6,7 +6,7 @@ import { decide } from './decide.js';
 import { createTestWorkerView, testFacts, testKeys, type TestFactsInput } from './testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
 import type { CoreDecision, RouteDecision } from './types.js';
-import { createInFlightTracker, createStaticWorkerView, type WorkerView } from './worker-view.js';
+import { createInFlightTracker, createStaticWorkerView, type InFlightTicket, type WorkerView } from './worker-view.js';
 
 const keys = testKeys();
 const ctx = { nowMs: TEST_NOW_MS, keys };
@@ -72,7 +72,7 @@ describe('least-in-flight picking', () => {
     const t = withWeight(0);
     const tracker = createInFlightTracker();
     const view = createStaticWorkerView(t, tracker);
-    const releases: (() => void)[] = [];
+    const releases: InFlightTicket[] = [];
     const seen: string[] = [];
     for (let i = 0; i < 4; i++) {
       const d = route(t, { requestId: `r-${i}` }, view);
@@ -81,7 +81,7 @@ describe('least-in-flight picking', () => {
     }
     expect(seen.filter((a) => a === '10.0.2.1:8000')).toHaveLength(2);
     expect(seen.filter((a) => a === '10.0.2.2:8000')).toHaveLength(2);
-    for (const r of releases) r();
+    for (const r of releases) tracker.release(r);
     expect(tracker.snapshot().size).toBe(0);
   });
 });
@@ -195,8 +195,8 @@ describe('worker views', () => {
         observedAtMs: 0,
       },
     ]);
-    release();
-    release(); // idempotent
+    tracker.release(release);
+    tracker.release(release); // idempotent
     expect(tracker.inFlight('10.0.2.1:8000')).toBe(1);
     expect(view.endpoints('no-such-pool')).toEqual([]);
   });

@@ -95,27 +95,41 @@ export interface RequestReport {
  * (src/gate/endpoint-load.ts) keeps counting until the endpoint's sidecar says the request is over.
  */
 export interface InFlightTracker {
-  /** Count one request on `address`; the returned function releases it (calling it again does nothing). */
-  acquire(address: string, requestId?: string): () => void;
+  /**
+   * Count one request on `address`; `release(ticket)` ends it (a second release does nothing). A ticket rather than
+   * a release closure: a routed stream holds it for its whole response, and a closure with its context costs more.
+   */
+  acquire(address: string, requestId?: string): InFlightTicket;
+  release(ticket: InFlightTicket): void;
   inFlight(address: string): number;
   /** Every endpoint with requests in flight, for status pages. */
   snapshot(): ReadonlyMap<string, number>;
+}
+
+/** One counted request, as its tracker handed it out; only that tracker reads it. */
+export interface InFlightTicket {
+  readonly address: string;
+}
+
+interface CountedTicket extends InFlightTicket {
+  released: boolean;
 }
 
 /** In-memory per-replica counts: least-in-flight only needs this replica's view of its own routing. */
 export function createInFlightTracker(): InFlightTracker {
   const counts = new Map<string, number>();
   return {
-    acquire(address) {
+    acquire(address): CountedTicket {
       counts.set(address, (counts.get(address) ?? 0) + 1);
-      let released = false;
-      return () => {
-        if (released) return;
-        released = true;
-        const n = (counts.get(address) ?? 1) - 1;
-        if (n <= 0) counts.delete(address);
-        else counts.set(address, n);
-      };
+      return { address, released: false };
+    },
+    release(ticket) {
+      const t = ticket as CountedTicket;
+      if (t.released) return;
+      t.released = true;
+      const n = (counts.get(ticket.address) ?? 1) - 1;
+      if (n <= 0) counts.delete(ticket.address);
+      else counts.set(ticket.address, n);
     },
     inFlight: (address) => counts.get(address) ?? 0,
     snapshot: () => new Map(counts),

@@ -14,7 +14,7 @@ import { readSubsetHint, restrictToSubset, SUBSET_KEY, SUBSET_NAMESPACE } from '
 import { decideRequest, type RawRequestFacts } from '../decide/decide-request.js';
 import { waitCapMs } from '../decide/queue-step.js';
 import type { Decision } from '../decide/types.js';
-import type { InFlightTracker } from '../decide/worker-view.js';
+import type { InFlightTicket, InFlightTracker } from '../decide/worker-view.js';
 import type { AdmissionDeps, Admitted, InFlightHold, WaitHooks } from './admission-types.js';
 import { parkRequest, type QueueContext } from './queued-request.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
@@ -121,7 +121,7 @@ class Hold implements InFlightHold {
   readonly #listed: readonly string[];
   readonly #onRelease: () => void;
   #busy: string;
-  #holding: (() => void) | undefined;
+  #holding: InFlightTicket | undefined;
 
   constructor(inFlight: InFlightTracker, first: string, requestId: string, listed: readonly string[], onRelease: () => void) {
     this.#inFlight = inFlight;
@@ -133,7 +133,7 @@ class Hold implements InFlightHold {
   }
 
   release(): void {
-    this.#holding?.();
+    if (this.#holding !== undefined) this.#inFlight.release(this.#holding);
     this.#holding = undefined;
     this.#onRelease();
   }
@@ -142,7 +142,7 @@ class Hold implements InFlightHold {
     if (this.#listed.length === 0) return undefined;
     if (!this.#listed.includes(address) || this.#holding === undefined) return false;
     if (address === this.#busy) return true;
-    this.#holding();
+    this.#inFlight.release(this.#holding);
     this.#holding = this.#inFlight.acquire(address, this.#requestId);
     this.#busy = address;
     return true;

@@ -17,7 +17,7 @@ describe('in flight per endpoint: the sidecar is the source, the gate bridges', 
     const release = load.acquire(A, 'r1');
     expect(load.inFlight(A)).toBe(1); // bridged: decided, not reported yet
     tick(50);
-    release(); // Envoy 1.37 closes the stream after the response headers answer
+    load.release(release); // Envoy 1.37 closes the stream after the response headers answer
     expect(ended).toEqual([A]); // the gate asks for a poll now
     expect(load.inFlight(A)).toBe(1);
     tick(10);
@@ -52,7 +52,7 @@ describe('in flight per endpoint: the sidecar is the source, the gate bridges', 
     const release = load.acquire(A, 'r1');
     const pollStart = at(); // a poll begun before the stream ended cannot clear it
     tick(10);
-    release();
+    load.release(release);
     load.observe(A, { inFlight: [], received: [] }, pollStart);
     expect(load.inFlight(A)).toBe(1);
     tick(10);
@@ -74,7 +74,7 @@ describe('in flight per endpoint: the sidecar is the source, the gate bridges', 
     const { load, ended, at } = setup();
     const release = load.acquire(A, 'r1');
     expect(load.inFlight(A)).toBe(1);
-    release();
+    load.release(release);
     expect(load.inFlight(A)).toBe(0);
     expect(ended).toEqual([]);
     load.observe(A, { inFlight: ['x'], received: [] }, at());
@@ -82,8 +82,8 @@ describe('in flight per endpoint: the sidecar is the source, the gate bridges', 
     expect(load.inFlight(A)).toBe(0);
     const again = load.acquire(A, 'r2');
     expect(load.inFlight(A)).toBe(1);
-    again();
-    again();
+    load.release(again);
+    load.release(again);
     expect(load.inFlight(A)).toBe(0);
   });
 });

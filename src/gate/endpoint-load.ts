@@ -29,10 +29,12 @@ export interface EndpointLoadOptions {
   readonly onStreamEnd?: (address: string) => void;
 }
 
+/** A request routed to `address` and not yet reported by its sidecar; also the request's ticket (InFlightTicket). */
 interface Bridged {
+  readonly address: string;
   readonly id: string;
   readonly atMs: number;
-  /** When its ext_proc stream ended; undefined while it lasts. */
+  /** When its ext_proc stream ended (it was released); undefined while it lasts. */
   endedAtMs: number | undefined;
 }
 
@@ -70,28 +72,29 @@ export function createEndpointLoad(opts: EndpointLoadOptions): EndpointLoad {
 
   return {
     acquire(address, requestId) {
-      const entry: Bridged = { id: requestId ?? '', atMs: opts.now(), endedAtMs: undefined };
+      const entry: Bridged = { address, id: requestId ?? '', atMs: opts.now(), endedAtMs: undefined };
       // Appended in place: copying the list made every request cost as much as the requests already in flight there.
       const list = bridge.get(address);
       if (list === undefined) bridge.set(address, [entry]);
       else list.push(entry);
       local.set(address, (local.get(address) ?? 0) + 1);
-      let released = false;
-      return () => {
-        if (released) return;
-        released = true;
-        entry.endedAtMs = opts.now();
-        const n = (local.get(address) ?? 1) - 1;
-        if (n <= 0) local.delete(address);
-        else local.set(address, n);
-        // Without request ids from the sidecar nothing else would ever clear the entry: the stream is all we know.
-        if (!reported.has(address) || entry.id === '')
-          setBridge(
-            address,
-            (bridge.get(address) ?? []).filter((b) => b !== entry),
-          );
-        else opts.onStreamEnd?.(address);
-      };
+      return entry;
+    },
+    release(ticket) {
+      const entry = ticket as Bridged;
+      if (entry.endedAtMs !== undefined) return;
+      const address = entry.address;
+      entry.endedAtMs = opts.now();
+      const n = (local.get(address) ?? 1) - 1;
+      if (n <= 0) local.delete(address);
+      else local.set(address, n);
+      // Without request ids from the sidecar nothing else would ever clear the entry: the stream is all we know.
+      if (!reported.has(address) || entry.id === '')
+        setBridge(
+          address,
+          (bridge.get(address) ?? []).filter((b) => b !== entry),
+        );
+      else opts.onStreamEnd?.(address);
     },
     inFlight(address) {
       const r = reported.get(address);
