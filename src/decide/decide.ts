@@ -242,7 +242,8 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
   if (found.kind === 'invalid') {
     return refuse(id, 'bad_request', `the tenant identity (${found.from}) is not valid UTF-8`, trace);
   } else if (found.kind === 'found') {
-    tenant = found.tenant;
+    // One string per tenant: the request's own copy would otherwise live as long as its stream (group, audit fields).
+    tenant = tenantNames.get(found.tenant, sameName);
     trace.push(`tenant: ${tenant} (from ${found.from})`);
   } else if (found.kind === 'ambiguous') {
     return refuse(
@@ -304,6 +305,9 @@ function unknownModelMessage(name: string, table: CompiledRouteTable, tenant: st
   const list = all.length > 20 ? `${all.slice(0, 20).join(', ')}, ...` : all.join(', ');
   return `model ${shown} is not served by this gateway; served models: ${list}`;
 }
+
+const tenantNames = new BoundedCache<string>(4096);
+const sameName = (name: string): string => name;
 
 /**
  * Digests of derived cache salts (no client part): one per group and tenant scope, so they repeat as the salts do

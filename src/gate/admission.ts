@@ -69,13 +69,14 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
   const wakeIfWaiting = (): void => {
     if (queue.size() > 0) scheduleWake();
   };
+  const holdContext: HoldContext = { inFlight: deps.inFlight, onRelease: wakeIfWaiting };
   /** Count the request on the endpoint it occupies for its whole life; its end frees capacity for the queue. */
   const settle = (d: Decision, body?: Uint8Array): Admitted => {
     const busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
     // The data plane may have walked the EPP fallback list: count the request where it was actually served, and
     // only on an endpoint of the list (anything else is ignored: never trust the data plane past the group).
     const listed = d.kind === 'route' && d.decode.endpoint !== null ? listedOf(d.decode.endpoint, d.decode.alternates) : NONE;
-    const hold = busy === null ? undefined : new Hold(deps.inFlight, busy, d.requestId, listed, wakeIfWaiting);
+    const hold = busy === null ? undefined : new Hold(holdContext, busy, d.requestId, listed);
     return { decision: d, ...(body === undefined ? {} : { body }), ...(hold === undefined ? {} : { hold }) };
   };
   const qctx: QueueContext = { deps, queue, metrics, maxMessageTimeoutMs, settle };
@@ -115,38 +116,40 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
  * otherwise stay in memory for the whole response).
  */
 class Hold implements InFlightHold {
-  readonly #inFlight: InFlightTracker;
+  /** The admission's tracker and release hook, shared by every hold it makes. */
+  readonly #ctx: HoldContext;
   readonly #requestId: string;
   /** The decision's decode endpoint and alternates (GIE fallback list); empty for a hop. */
   readonly #listed: readonly string[];
-  readonly #onRelease: () => void;
-  #busy: string;
+  /** The count this request holds now (its address is where it is counted); undefined once released. */
   #holding: InFlightTicket | undefined;
 
-  constructor(inFlight: InFlightTracker, first: string, requestId: string, listed: readonly string[], onRelease: () => void) {
-    this.#inFlight = inFlight;
+  constructor(ctx: HoldContext, first: string, requestId: string, listed: readonly string[]) {
+    this.#ctx = ctx;
     this.#requestId = requestId;
     this.#listed = listed;
-    this.#onRelease = onRelease;
-    this.#busy = first;
-    this.#holding = inFlight.acquire(first, requestId);
+    this.#holding = ctx.inFlight.acquire(first, requestId);
   }
 
   release(): void {
-    if (this.#holding !== undefined) this.#inFlight.release(this.#holding);
+    if (this.#holding !== undefined) this.#ctx.inFlight.release(this.#holding);
     this.#holding = undefined;
-    this.#onRelease();
+    this.#ctx.onRelease();
   }
 
   served(address: string): boolean | undefined {
     if (this.#listed.length === 0) return undefined;
     if (!this.#listed.includes(address) || this.#holding === undefined) return false;
-    if (address === this.#busy) return true;
-    this.#inFlight.release(this.#holding);
-    this.#holding = this.#inFlight.acquire(address, this.#requestId);
-    this.#busy = address;
+    if (address === this.#holding.address) return true;
+    this.#ctx.inFlight.release(this.#holding);
+    this.#holding = this.#ctx.inFlight.acquire(address, this.#requestId);
     return true;
   }
+}
+
+interface HoldContext {
+  readonly inFlight: InFlightTracker;
+  readonly onRelease: () => void;
 }
 
 const NONE: readonly string[] = Object.freeze([]);
