@@ -14,6 +14,7 @@ import { deriveCacheSalt } from '../../src/contract/cache-salt.js';
 import { mintContract, type TransferContract } from '../../src/contract/contract.js';
 import { gateSigned } from '../../src/contract/testing.js';
 import { baseline, completion, firstDivergence, post, PROMPTS, tokenIds } from '../../testbed/demo/scenarios.js';
+import { TOY_PROXY_PREFILL_KV } from '../../testbed/sim/testing.js';
 import { DEMO_KEY_SEED, loadExampleDescriptor, SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
 import { parseSidecarConfig, type SidecarConfigInput } from '../../src/sidecar/config.js';
@@ -94,14 +95,7 @@ function legBody(prompt: string): Record<string, unknown> {
   return {
     ...completion(prompt, 1),
     stream: false,
-    kv_transfer_params: {
-      do_remote_decode: true,
-      do_remote_prefill: false,
-      remote_engine_id: null,
-      remote_block_ids: null,
-      remote_host: null,
-      remote_port: null,
-    },
+    kv_transfer_params: TOY_PROXY_PREFILL_KV,
   };
 }
 

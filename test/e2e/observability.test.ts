@@ -17,6 +17,7 @@ import { groupIdOf } from '../../src/compat/fingerprint.js';
 import { mintContract, type TransferContract } from '../../src/contract/contract.js';
 import { createDevKeyRing } from '../../src/contract/keys.js';
 import { completion, crossGroupHop, post, PROMPTS, type HttpResult } from '../../testbed/demo/scenarios.js';
+import { TOY_PROXY_PREFILL_KV } from '../../testbed/sim/testing.js';
 import { DEMO_KEY_SEED, SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
 import { client, complete, counter, eventually, metricSum, metricsOf } from './failure-matrix-support.js';
@@ -70,14 +71,7 @@ function contractFields(requestId: string, edit: Partial<Omit<TransferContract, 
 function directLeg(requestId: string, contract: string | undefined): Promise<HttpResult> {
   const body = {
     ...completion(secretPrompt(requestId), 1),
-    kv_transfer_params: {
-      do_remote_decode: true,
-      do_remote_prefill: false,
-      remote_engine_id: null,
-      remote_block_ids: null,
-      remote_host: null,
-      remote_port: null,
-    },
+    kv_transfer_params: TOY_PROXY_PREFILL_KV,
   };
   return post(`${workerOf(t, 'prefill')}/v1/completions`, body, {
     'x-request-id': requestId,

@@ -13,6 +13,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runVerifyCommand } from '../../src/cli/verify-command.js';
 import { sessionOn } from '../../testbed/demo/scenarios.js';
+import { TOY_PROXY_PREFILL_KV } from '../../testbed/sim/testing.js';
 import { SERVED_MODEL, startTopology, type RevisionName, type Topology } from '../../testbed/demo/topology.js';
 
 const silent = pino({ level: 'silent' });
@@ -70,14 +71,7 @@ function naiveProxy(t: Topology): Promise<{ url: string; server: Server }> {
       ...body,
       stream: false,
       max_tokens: 1,
-      kv_transfer_params: {
-        do_remote_decode: true,
-        do_remote_prefill: false,
-        remote_engine_id: null,
-        remote_block_ids: null,
-        remote_host: null,
-        remote_port: null,
-      },
+      kv_transfer_params: TOY_PROXY_PREFILL_KV,
     };
     delete pre.stream_options;
     const prefill = await postRaw(`${p}${route}`, pre, { 'x-request-id': requestId });

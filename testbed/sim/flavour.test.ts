@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SimServer } from './server.js';
-import { getJson, metricValue, parseLabels, postJson, postSse, scrape, startTestSim } from './testing.js';
+import { getJson, metricValue, parseLabels, postJson, postSse, scrape, startTestSim, TOY_PROXY_PREFILL_KV } from './testing.js';
 
 const servers: SimServer[] = [];
 async function sim(...args: Parameters<typeof startTestSim>): Promise<SimServer> {
@@ -13,14 +13,7 @@ afterEach(async () => {
 });
 
 const PROMPT = 'Disaggregated serving splits prefill and decode across two pools of GPUs.';
-const P_PARAMS = {
-  do_remote_decode: true,
-  do_remote_prefill: false,
-  remote_engine_id: null,
-  remote_block_ids: null,
-  remote_host: null,
-  remote_port: null,
-};
+const P_PARAMS = TOY_PROXY_PREFILL_KV;
 
 function cacheLabels(text: string): Record<string, string> {
   const line = text.split('\n').find((l) => l.startsWith('vllm:cache_config_info{'))!;
