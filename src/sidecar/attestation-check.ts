@@ -8,6 +8,7 @@
  * layout or connector rule that does not fit is 409 `incompatible_transfer` (the KV would be read as something
  * else); a missing, forged, expired or misdirected attestation is 409 `attestation_invalid`.
  */
+import { BoundedCache } from '../bounded-cache.js';
 import { normalizeKvLayout } from '../compat/normalize.js';
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { checkTransfer, type CompatMode, type CompatVerdict } from '../compat/connector-rules.js';
@@ -101,8 +102,7 @@ export function checkAttestedTransfer(
 }
 
 /** Verdicts by local descriptor, then attested block size, layout and mode: the same few inputs on every request. */
-const VERDICTS = new WeakMap<CompatDescriptor, Map<string, CompatVerdict>>();
-const MAX_VERDICTS = 32;
+const VERDICTS = new WeakMap<CompatDescriptor, BoundedCache<CompatVerdict>>();
 
 /**
  * The connector's rules for KV of `blockSize` and `layout` (what the prefill side attested) read by this worker.
@@ -110,18 +110,17 @@ const MAX_VERDICTS = 32;
  * descriptor (a bounded handful of entries: the attested values come from signed attestations of this deployment).
  */
 function transferVerdict(descriptor: CompatDescriptor, blockSize: number, layout: 'HND' | 'NHD', mode: CompatMode): CompatVerdict {
-  const byInput = VERDICTS.get(descriptor) ?? new Map<string, CompatVerdict>();
-  VERDICTS.set(descriptor, byInput);
-  const key = `${blockSize}|${layout}|${mode}`;
-  const known = byInput.get(key);
-  if (known !== undefined) return known;
-  const mine = {
-    ...descriptor,
-    kvCache: { ...descriptor.kvCache, layout: normalizeKvLayout(descriptor.kvCache.layout) as CompatDescriptor['kvCache']['layout'] },
-  };
-  const prefillSide: CompatDescriptor = { ...mine, kvCache: { ...mine.kvCache, blockSize, layout } };
-  const verdict = checkTransfer(prefillSide, mine, mode);
-  if (byInput.size >= MAX_VERDICTS) byInput.delete(byInput.keys().next().value!);
-  byInput.set(key, verdict);
-  return verdict;
+  let byInput = VERDICTS.get(descriptor);
+  if (byInput === undefined) {
+    byInput = new BoundedCache<CompatVerdict>(32);
+    VERDICTS.set(descriptor, byInput);
+  }
+  return byInput.get(`${blockSize}|${layout}|${mode}`, () => {
+    const mine = {
+      ...descriptor,
+      kvCache: { ...descriptor.kvCache, layout: normalizeKvLayout(descriptor.kvCache.layout) as CompatDescriptor['kvCache']['layout'] },
+    };
+    const prefillSide: CompatDescriptor = { ...mine, kvCache: { ...mine.kvCache, blockSize, layout } };
+    return checkTransfer(prefillSide, mine, mode);
+  });
 }
