@@ -61,12 +61,16 @@ function readWhole(agent: http.Agent, url: string, call: UpstreamCall, retried =
     const method = call.method ?? (body === undefined ? 'GET' : 'POST');
     let settled = false;
     let timer: NodeJS.Timeout | undefined;
-    const finish = (r: Result<UpstreamReply, UpstreamFailure>): void => {
-      if (settled) return;
+    /** Settle this attempt: its timer and abort listener go, whatever answers the caller. */
+    const settle = (): boolean => {
+      if (settled) return false;
       settled = true;
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
-      resolve(r);
+      return true;
+    };
+    const finish = (r: Result<UpstreamReply, UpstreamFailure>): void => {
+      if (settle()) resolve(r);
     };
     let req: http.ClientRequest;
     try {
@@ -103,11 +107,8 @@ function readWhole(agent: http.Agent, url: string, call: UpstreamCall, retried =
     signal?.addEventListener('abort', onAbort, { once: true });
     req.on('error', (e) => {
       if (settled) return;
-      const stale = staleSocket(req, e, method);
-      if (stale && !retried) {
-        settled = true;
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
+      if (staleSocket(req, e, method) && !retried) {
+        settle();
         return void readWhole(agent, url, call, true).then(resolve);
       }
       finish(err({ message: `${url}: ${(e as NodeJS.ErrnoException).code ?? e.message}`, timedOut: false }));
