@@ -234,10 +234,6 @@ const serverOf = (call: GateCall): StreamServer | undefined => (call as ServedCa
 
 const SETTLED: Promise<void> = Promise.resolve();
 
-/**
- * One stream being served: a class, not a set of closures, because Envoy holds a stream open for the whole response
- * and 10,000 open streams should not each carry a dozen functions.
- */
 // The stream listeners, shared by every stream: EventEmitter calls them with `this` = the call, and each finds its
 // StreamServer through `STREAM_SERVER`, so an open stream carries no closures of its own.
 function onData(this: GateCall, msg: WireProcessingRequest): void {
@@ -256,6 +252,10 @@ function onClose(this: GateCall): void {
   serverOf(this)?.peerClosed();
 }
 
+/**
+ * One stream being served: a class, not a set of closures, because Envoy holds a stream open for the whole response
+ * and 10,000 open streams should not each carry a dozen functions.
+ */
 class StreamServer implements ServedStream {
   readonly #call: GateCall;
   readonly #session: ExtProcSession;
@@ -273,9 +273,7 @@ class StreamServer implements ServedStream {
     this.#session = new ExtProcSession(deps, listener, call);
     this.#opts = opts;
     this.#onClosed = onClosed;
-    // The listeners are shared by every stream (EventEmitter calls them with `this` = the call) and find this
-    // object through `STREAM_SERVER`, so an open stream carries no closures of its own.
-    (call as ServedCall)[STREAM_SERVER] = this;
+    (call as ServedCall)[STREAM_SERVER] = this; // how the shared listeners above find this object
     call.on('data', onData);
     call.on('end', onEnd);
     call.on('cancelled', onCancelled);
