@@ -25,6 +25,7 @@ import type { PrefillLegInput } from './prefill-leg.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
 import { countPromptTokens } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
+import { nextTurn } from './shared-read.js';
 import { SILENT_RECOMPUTE, silentRecomputeCheck } from './silent-recompute.js';
 import type { TransferWindow } from './transfer-watch.js';
 
@@ -288,11 +289,6 @@ export function coordinatedParams(body: Readonly<Record<string, unknown>>): Reco
   if (p === null || typeof p !== 'object' || Array.isArray(p)) return undefined;
   const params = p as Record<string, unknown>;
   return typeof params[ATTESTATION_KEY] === 'string' && params['do_remote_prefill'] === true ? params : undefined;
-}
-
-/** After the I/O callbacks of this event-loop turn (other requests' arrivals among them). */
-function nextTurn(): Promise<void> {
-  return new Promise((r) => setImmediate(r));
 }
 
 function withoutKvParams(body: Record<string, unknown>): Record<string, unknown> {

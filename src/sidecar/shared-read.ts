@@ -40,7 +40,7 @@ export class SharedRead<T> {
 
   #start(): Promise<T> {
     const entry: { startedAt: number | undefined; value?: Promise<T> } = { startedAt: undefined };
-    const value = new Promise<void>((r) => setImmediate(r))
+    const value = nextTurn()
       .then(() => {
         entry.startedAt = this.#clock();
         return this.#readOnce();
@@ -51,4 +51,9 @@ export class SharedRead<T> {
     this.#current = Object.assign(entry, { value });
     return value;
   }
+}
+
+/** After the I/O callbacks of this event-loop turn (other requests' arrivals among them). */
+export function nextTurn(): Promise<void> {
+  return new Promise((r) => setImmediate(r));
 }
