@@ -50,7 +50,15 @@ export async function startLlmdSidecar(opts: { decoderUrl: string; host?: string
       res.end(`llm-d sidecar: ${(e as Error).message}`);
     });
   });
-  await new Promise<void>((resolve) => server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', resolve));
+  // A listen error must reject (not throw out of the event loop), so the topology's onFreshPorts can start again
+  // on fresh ports when a reserved port was taken in between.
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
   const port = (server.address() as AddressInfo).port;
   return {
     url: `http://${opts.host ?? '127.0.0.1'}:${port}`,
