@@ -29,7 +29,11 @@ const sidecarReady = jsonLine((v) =>
     : undefined,
 );
 
-export async function startStack(decodeMs: number, profiles?: { prefill: ProfileDir; decode: ProfileDir }): Promise<Stack> {
+export async function startStack(
+  decodeMs: number,
+  onTransferFailure: 'fail' | 'recompute' = 'fail',
+  profiles?: { prefill: ProfileDir; decode: ProfileDir },
+): Promise<Stack> {
   const started: ChildServer<any>[] = [];
   const track = <T extends ChildServer<any>>(c: T): T => {
     started.push(c);
@@ -42,7 +46,7 @@ export async function startStack(decodeMs: number, profiles?: { prefill: Profile
     const sidecar = (role: 'prefill' | 'decode', worker: string) =>
       spawnNodeServer(
         `${role} sidecar`,
-        [path.join(LIB, 'pd-sidecar-main.js'), JSON.stringify({ role, worker })],
+        [path.join(LIB, 'pd-sidecar-main.js'), JSON.stringify({ role, worker, onTransferFailure })],
         profiles === undefined ? {} : { nodeFlags: profiles[role].nodeFlags },
         sidecarReady,
       );

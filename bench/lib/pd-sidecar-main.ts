@@ -14,7 +14,11 @@ import { createSidecar } from '../../src/sidecar/server.js';
 import { simCanaryDigests } from '../../testbed/sim/recorded-canaries.js';
 import { PD_KEY_SEED, PD_MODEL, pdDescriptor } from './pd-stack.js';
 
-const args = JSON.parse(process.argv[2] ?? '{}') as { role: 'prefill' | 'decode'; worker: string };
+const args = JSON.parse(process.argv[2] ?? '{}') as {
+  role: 'prefill' | 'decode';
+  worker: string;
+  onTransferFailure?: 'fail' | 'recompute';
+};
 const parsed = parseSidecarConfig(
   {
     role: args.role,
@@ -27,6 +31,7 @@ const parsed = parseSidecarConfig(
     keys: { devSeed: PD_KEY_SEED },
     probe: { intervalMs: 60_000, timeoutMs: 5_000 },
     prefill: { via: 'direct', maxAttempts: 1, timeoutMs: 30_000 },
+    ...(args.onTransferFailure === undefined ? {} : { onTransferFailure: args.onTransferFailure }),
     maxInFlight: 4096,
     admin: '',
     metrics: '',
