@@ -15,7 +15,7 @@
 import { pathToFileURL } from 'node:url';
 import { createDevKeyRing } from '../src/contract/keys.js';
 import { bound, contractFor } from '../src/sidecar/testing.js';
-import { intFlag, intListFlag, parseBenchArgs, writeSummary, type TargetResult } from './lib/args.js';
+import { choiceFlag, intFlag, intListFlag, parseBenchArgs, writeSummary, type TargetResult } from './lib/args.js';
 import { describeEnvironment, formatEnvironment } from './lib/bench-env.js';
 import { postCompletion, type CompletionTiming } from './lib/completion-client.js';
 import { startStack, stopStack, type Stack } from './lib/pd-processes.js';
@@ -294,16 +294,13 @@ function settingsFrom(argv: readonly string[]): Settings {
     HELP,
   );
   const quick = v.quick === true;
-  const onTransferFailure = v['on-transfer-failure'] ?? 'fail';
-  if (onTransferFailure !== 'fail' && onTransferFailure !== 'recompute')
-    throw new Error(`--on-transfer-failure: ${JSON.stringify(onTransferFailure)} is neither fail nor recompute`);
   return {
     quick,
     levels: intListFlag(v.concurrency, 'concurrency', quick ? [1] : [1, 8]),
     rounds: intFlag(v.rounds, 'rounds', quick ? 1 : 3),
     tokens: intFlag(v.tokens, 'tokens', 32),
     decodeMs: intFlag(v['decode-ms'], 'decode-ms', DEFAULT_PD_LATENCY.decodeMsPerToken),
-    onTransferFailure,
+    onTransferFailure: choiceFlag(v['on-transfer-failure'], 'on-transfer-failure', ['fail', 'recompute'] as const),
     profile: v.profile === true,
     summary: v.summary,
   };

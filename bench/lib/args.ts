@@ -70,6 +70,16 @@ export function intListFlag(value: unknown, name: string, fallback: readonly num
   return parts;
 }
 
+/** One of `choices`; the first is the default. */
+export function choiceFlag<T extends string>(value: unknown, name: string, choices: readonly [T, ...T[]]): T {
+  if (value === undefined) return choices[0];
+  if (!choices.includes(value as T)) {
+    process.stderr.write(`--${name} must be one of ${choices.join(', ')}, got ${String(value)}\n`);
+    process.exit(2);
+  }
+  return value as T;
+}
+
 export function writeSummary(file: string | undefined, summary: BenchSummary): void {
   if (file !== undefined) writeFileSync(file, `${JSON.stringify(summary, null, 2)}\n`);
 }
