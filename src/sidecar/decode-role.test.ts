@@ -425,8 +425,14 @@ describe('streaming relay', () => {
     expect(first).toMatch(/^data: \{/);
     // The first event reached us while the worker is still generating 200 tokens: nothing waited for the end.
     expect(S.sidecar.status().inFlight).toBe(1);
+    // Past the first output the stream is piped from the worker's socket (relay.ts pipeCommitted): a few more events
+    // still come through it.
+    for (let i = 0; i < 3; i++) expect(new TextDecoder().decode((await reader.read()).value)).toMatch(/^data: \{/);
+    expect(metricValue(await scrape(slowSim), 'vllm:num_requests_running')).toBe(1);
     aborter.abort();
     for (let i = 0; i < 400 && S.sidecar.status().inFlight > 0; i++) await new Promise((r) => setTimeout(r, 5));
     expect(S.sidecar.status().inFlight).toBe(0);
+    // ...and the client going away reaches the worker, which stops generating (its connection was closed).
+    await expect.poll(async () => metricValue(await scrape(slowSim), 'vllm:num_requests_running')).toBe(0);
   });
 });

@@ -2,7 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { callUpstream, describeFetchError } from './http-io.js';
-import { createKeepAliveFetch, type KeepAliveFetch } from './keep-alive-fetch.js';
+import { bodyTapOf, createKeepAliveFetch, type BodySink, type KeepAliveFetch } from './keep-alive-fetch.js';
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
@@ -107,6 +107,75 @@ describe('createKeepAliveFetch', () => {
     }
     expect(text).toBe('data: a\n\ndata: b\n\ndata: c\n\n');
     expect(failed).toBe(true);
+  });
+
+  it('a diverted body gives the chunks read so far first, then the live ones in order, then its end', async () => {
+    let more: (() => void) | undefined;
+    const up = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: 1\n\n');
+      more = () => {
+        res.write('data: 3\n\n');
+        res.end('data: [DONE]\n\n');
+      };
+      setTimeout(() => res.write('data: 2\n\n'), 20);
+    });
+    const r = await client().fetch(`${up.url}/s`);
+    const reader = r.body!.getReader();
+    expect(Buffer.from((await reader.read()).value!).toString()).toBe('data: 1\n\n');
+    await new Promise((resolve) => setTimeout(resolve, 60)); // "data: 2" waits in the body's queue, unread
+    const got: string[] = [];
+    const ended = new Promise<string>((resolve) => {
+      const sink: BodySink = { chunk: (c) => got.push(c.toString()), end: () => resolve('end'), fail: () => resolve('fail') };
+      bodyTapOf(r)!.divert(sink);
+    });
+    expect(got).toEqual(['data: 2\n\n']);
+    more!();
+    expect(await ended).toBe('end');
+    expect(got.join('')).toBe('data: 2\n\ndata: 3\n\ndata: [DONE]\n\n');
+    expect(() => bodyTapOf(r)!.divert({ chunk: () => undefined, end: () => undefined, fail: () => undefined })).toThrow(/twice/);
+    // Only this module's answers can be tapped; another fetch's are read as streams.
+    expect(bodyTapOf(new Response('x'))).toBeUndefined();
+  });
+
+  it('a diverted body that breaks fails after every chunk before the break; pause holds the upstream back', async () => {
+    const big = 'x'.repeat(64 * 1024);
+    let written = 0;
+    let blocked: (() => void) | undefined;
+    const backpressured = new Promise<void>((r) => (blocked = r));
+    const up = await serve((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const pump = (): void => {
+        while (written < 400) {
+          written++;
+          if (!res.write(big)) {
+            blocked?.();
+            res.once('drain', pump);
+            return;
+          }
+        }
+        req.socket.destroy(); // cut, no end
+      };
+      pump();
+    });
+    const r = await client().fetch(`${up.url}/s`);
+    const tap = bodyTapOf(r)!;
+    let bytes = 0;
+    const outcome = new Promise<string>((resolve) => {
+      tap.divert({ chunk: (c) => (bytes += c.length), end: () => resolve('end'), fail: () => resolve(`fail after ${bytes} bytes`) });
+    });
+    tap.pause();
+    await backpressured;
+    // Paused, nothing more is read, so the worker cannot write more than the sockets' buffers hold (without the pause
+    // all 25 MiB would be through in milliseconds): wait until it stands still.
+    let last = -1;
+    for (let i = 0; i < 20 && written !== last; i++) {
+      last = written;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(written).toBeLessThan(400);
+    tap.resume();
+    expect(await outcome).toBe(`fail after ${400 * big.length} bytes`);
   });
 
   it('an abort fails the call, and the body of an answer already under way', async () => {

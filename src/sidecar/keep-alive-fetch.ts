@@ -176,62 +176,144 @@ function toResponse(res: http.IncomingMessage): Response {
     res.resume();
     return new Response(null, { status, statusText: res.statusMessage ?? '', headers });
   }
-  return new Response(bodyStream(res), { status, statusText: res.statusMessage ?? '', headers });
+  const body = new NodeBody(res);
+  const response = new Response(body.stream(), { status, statusText: res.statusMessage ?? '', headers });
+  TAPS.set(response, body);
+  return response;
+}
+
+/** Where a body's chunks go once it is diverted (`BodyTap.divert`). */
+export interface BodySink {
+  chunk(chunk: Buffer): void;
+  end(): void;
+  fail(error: unknown): void;
+}
+
+/**
+ * A body read as Node chunks instead of through its ReadableStream: for a relay that passes every chunk on as it is
+ * (a streamed completion after its first output), the stream's pull, its promises and the reader's read cost more
+ * per token than the socket write itself.
+ */
+export interface BodyTap {
+  /**
+   * From now on every chunk goes to `sink`, those already queued first, in order; the end or failure too (a failure
+   * only after every chunk that arrived before it). The Response's body must not be read after this.
+   */
+  divert(sink: BodySink): void;
+  /** Stop reading from the upstream (backpressure) until `resume`. */
+  pause(): void;
+  resume(): void;
+  /** Give up the body: the upstream connection is closed. */
+  destroy(): void;
+}
+
+const TAPS = new WeakMap<Response, BodyTap>();
+
+/** The Node-level tap of a Response this module made, undefined for any other (the global fetch's, a test's). */
+export function bodyTapOf(response: Response): BodyTap | undefined {
+  return TAPS.get(response);
 }
 
 /** Chunks a body may queue before the socket is paused (backpressure toward the upstream). */
 const MAX_QUEUED = 16;
 
 /**
- * The response body as a pull stream. Unlike `Readable.toWeb`, a connection that breaks mid-body first delivers every
- * chunk that arrived before the break and only then fails the read (as undici does), so a relay passes on all the
- * output the worker produced before it ends the stream with an error event.
+ * The response body as a pull stream, or diverted to a sink. Unlike `Readable.toWeb`, a connection that breaks
+ * mid-body first delivers every chunk that arrived before the break and only then fails the read (as undici does),
+ * so a relay passes on all the output the worker produced before it ends the stream with an error event.
  */
-function bodyStream(res: http.IncomingMessage): ReadableStream<Uint8Array> {
-  const queue: Uint8Array[] = [];
-  let ended = false;
-  let failure: unknown;
-  let wake: (() => void) | undefined;
-  const notify = (): void => {
-    const w = wake;
-    wake = undefined;
+class NodeBody implements BodyTap {
+  readonly #res: http.IncomingMessage;
+  readonly #queue: Buffer[] = [];
+  #ended = false;
+  #failure: unknown;
+  #wake: (() => void) | undefined;
+  #sink: BodySink | undefined;
+
+  constructor(res: http.IncomingMessage) {
+    this.#res = res;
+    res.on('data', (chunk: Buffer) => {
+      if (this.#sink !== undefined) return this.#sink.chunk(chunk);
+      this.#queue.push(chunk);
+      if (this.#queue.length >= MAX_QUEUED) res.pause();
+      this.#notify();
+    });
+    res.on('end', () => {
+      this.#ended = true;
+      this.#notify();
+    });
+    res.on('error', (e) => {
+      this.#failure ??= e;
+      this.#notify();
+    });
+    res.on('close', () => {
+      if (!this.#ended) this.#failure ??= new Error('the connection closed before the response body ended');
+      this.#notify();
+    });
+  }
+
+  stream(): ReadableStream<Uint8Array> {
+    return new ReadableStream<Uint8Array>(
+      {
+        pull: async (controller) => {
+          while (this.#queue.length === 0 && !this.#ended && this.#failure === undefined) await new Promise<void>((r) => (this.#wake = r));
+          const chunk = this.#queue.shift();
+          if (chunk !== undefined) {
+            controller.enqueue(chunk);
+            if (this.#queue.length < MAX_QUEUED / 2 && this.#res.isPaused()) this.#res.resume();
+          } else if (this.#ended) controller.close();
+          else controller.error(this.#failure);
+        },
+        cancel: () => {
+          this.#res.destroy();
+        },
+      },
+      { highWaterMark: 0 },
+    );
+  }
+
+  divert(sink: BodySink): void {
+    if (this.#sink !== undefined) throw new Error('kvgate: a response body was diverted twice');
+    this.#sink = sink;
+    this.#wake = undefined; // no reader waits any more
+    for (const chunk of this.#queue.splice(0)) sink.chunk(chunk);
+    this.#notify();
+    if (this.#res.isPaused()) this.#res.resume();
+  }
+
+  pause(): void {
+    this.#res.pause();
+  }
+
+  resume(): void {
+    this.#res.resume();
+  }
+
+  destroy(): void {
+    this.#res.destroy();
+  }
+
+  /** Tell whoever waits (the stream's pull, or a diverted sink) that the body ended or failed. */
+  #notify(): void {
+    const sink = this.#sink;
+    if (sink !== undefined) {
+      if (this.#ended) {
+        this.#sink = DONE;
+        sink.end();
+      } else if (this.#failure !== undefined) {
+        this.#sink = DONE;
+        sink.fail(this.#failure);
+      }
+      return;
+    }
+    const w = this.#wake;
+    this.#wake = undefined;
     w?.();
-  };
-  res.on('data', (chunk: Buffer) => {
-    queue.push(chunk);
-    if (queue.length >= MAX_QUEUED) res.pause();
-    notify();
-  });
-  res.on('end', () => {
-    ended = true;
-    notify();
-  });
-  res.on('error', (e) => {
-    failure ??= e;
-    notify();
-  });
-  res.on('close', () => {
-    if (!ended) failure ??= new Error('the connection closed before the response body ended');
-    notify();
-  });
-  return new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        while (queue.length === 0 && !ended && failure === undefined) await new Promise<void>((r) => (wake = r));
-        const chunk = queue.shift();
-        if (chunk !== undefined) {
-          controller.enqueue(chunk);
-          if (queue.length < MAX_QUEUED / 2 && res.isPaused()) res.resume();
-        } else if (ended) controller.close();
-        else controller.error(failure);
-      },
-      cancel() {
-        res.destroy();
-      },
-    },
-    { highWaterMark: 0 },
-  );
+  }
 }
+
+/** The sink of a body that has ended or failed: anything later (a `close` after `end`) goes nowhere. */
+const DONE: BodySink = { chunk: () => undefined, end: () => undefined, fail: () => undefined };
 
 function bodyOf(body: RequestInit['body']): string | Uint8Array | undefined {
   if (body === undefined || body === null) return undefined;

@@ -13,6 +13,7 @@ import type http from 'node:http';
 import { toErrorBody } from '../errors.js';
 import type { IncomingCall, SidecarContext } from './context.js';
 import { describeFetchError, openUpstream, upstreamMessage } from './http-io.js';
+import { bodyTapOf, type BodyTap } from './keep-alive-fetch.js';
 import { inChildSpan } from './spans.js';
 import { classifyEvent, SseSplitter, sseErrorFrames } from './sse.js';
 
@@ -103,11 +104,13 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
   const decoder = new TextDecoder();
   const splitter = new SseSplitter();
   const held: Uint8Array[] = [];
+  const tap = bodyTapOf(response);
   let committed = !opts.holdUntilOutput;
   if (committed) {
     // Nothing to hold back: the client learns at once that the worker took the request, as from vLLM itself.
     writeStreamHead(res, opts.requestId);
     res.flushHeaders();
+    if (tap !== undefined) return pipeCommitted(tap, res, call, opts.requestId);
   }
   try {
     for (;;) {
@@ -138,6 +141,8 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
         // token, each extra write is one more wake-up of the client.
         writeStreamHead(res, opts.requestId);
         for (const chunk of held.splice(0)) if (!(await writeWithBackpressure(res, chunk))) return cancel(reader);
+        // From here every chunk is passed on as it is: over the sidecar's own pool, straight from the socket.
+        if (tap !== undefined) return pipeCommitted(tap, res, call, opts.requestId);
       }
     }
   } catch (e) {
@@ -153,6 +158,64 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
   }
   res.end();
   return { kind: 'sent' };
+}
+
+/**
+ * The rest of a committed stream, chunk by chunk from the worker's socket to the client's, with backpressure: what
+ * the read loop above does, without a stream pull, a read and a write promise per token. A break in the worker's
+ * stream ends the client's with an SSE error event, after every chunk that arrived before it.
+ */
+function pipeCommitted(tap: BodyTap, res: http.ServerResponse, call: IncomingCall, requestId: string): Promise<RelayResult> {
+  return new Promise((resolve) => {
+    let done = false;
+    let waiting = false;
+    const finish = (r: RelayResult): void => {
+      if (done) return;
+      done = true;
+      res.off('close', onClientClose);
+      res.off('drain', onDrain);
+      resolve(r);
+    };
+    const onDrain = (): void => {
+      waiting = false;
+      tap.resume();
+    };
+    const onClientClose = (): void => {
+      tap.destroy();
+      finish({ kind: 'client_gone' });
+    };
+    if (res.destroyed) return onClientClose();
+    res.on('close', onClientClose);
+    tap.divert({
+      chunk(chunk) {
+        if (done) return;
+        if (res.destroyed) return onClientClose();
+        let accepted: boolean;
+        try {
+          accepted = res.write(chunk);
+        } catch {
+          return onClientClose(); // a write the client's response refuses: this runs in a 'data' event, never throw
+        }
+        if (!accepted && !waiting) {
+          waiting = true;
+          tap.pause();
+          res.once('drain', onDrain);
+        }
+      },
+      end() {
+        if (done) return;
+        res.end();
+        finish({ kind: 'sent' });
+      },
+      fail(e) {
+        if (done) return;
+        if (call.signal.aborted || res.destroyed) return onClientClose();
+        const message = `the worker's stream broke: ${describeFetchError(e, 'worker')}`;
+        res.end(sseErrorFrames(toErrorBody('worker_error', `${message}; the output above is incomplete`, requestId)));
+        finish({ kind: 'failed_after_tokens', message });
+      },
+    });
+  });
 }
 
 function cancel(reader: ReadableStreamDefaultReader<Uint8Array>): RelayResult {
