@@ -1,6 +1,7 @@
 /**
  * Child-process entry: one kvgate sidecar (its own process, as it runs beside its worker) in front of the
- * simulated worker in argv[2] (JSON `{"role":"prefill"|"decode","worker":URL}`); a decode sidecar runs its
+ * simulated worker in argv[2] (JSON `{"role":"prefill"|"decode","worker":URL,"onTransferFailure"?:"fail"|"recompute"}`,
+ * the last left to the sidecar's default when absent); a decode sidecar runs its
  * prefill leg in direct mode (to the endpoint the contract names). It probes its worker at start and exits with
  * an error unless the worker matches the declared descriptor. Prints one JSON line
  * `{"port":N,"url":URL,"endpoint":"ip:port","fingerprint":HEX}`, then serves until SIGINT/SIGTERM. Logs (warn
