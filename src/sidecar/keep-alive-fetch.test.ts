@@ -178,6 +178,39 @@ describe('createKeepAliveFetch', () => {
     expect(await outcome).toBe(`fail after ${400 * big.length} bytes`);
   });
 
+  it("a sink that pauses while it takes the queued chunks stays paused (the queue's own pause is lifted first)", async () => {
+    const big = 'y'.repeat(64 * 1024);
+    const up = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const pump = (): void => {
+        while (res.write(big));
+        res.once('drain', pump);
+      };
+      pump();
+    });
+    const r = await client().fetch(`${up.url}/s`);
+    await new Promise((resolve) => setTimeout(resolve, 100)); // unread: the body queues chunks, then pauses itself
+    const tap = bodyTapOf(r)!;
+    let queued = 0;
+    let later = 0;
+    let flushing = true;
+    tap.divert({
+      chunk: () => {
+        if (flushing) {
+          queued++;
+          tap.pause(); // a full client socket, as the relay sees it
+        } else later++;
+      },
+      end: () => undefined,
+      fail: () => undefined,
+    });
+    flushing = false;
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(queued).toBeGreaterThan(0);
+    expect(later).toBe(0);
+    tap.destroy();
+  });
+
   it('an abort fails the call, and the body of an answer already under way', async () => {
     const up = await serve((_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });

@@ -276,9 +276,11 @@ class NodeBody implements BodyTap {
     if (this.#sink !== undefined) throw new Error('kvgate: a response body was diverted twice');
     this.#sink = sink;
     this.#wake = undefined; // no reader waits any more
+    // Lift the queue's own pause first: the sink may pause the body again while it takes the queued chunks, and that
+    // pause must hold (no 'data' event runs before this returns, so the order stays queued chunks first).
+    if (this.#res.isPaused()) this.#res.resume();
     for (const chunk of this.#queue.splice(0)) sink.chunk(chunk);
     this.#notify();
-    if (this.#res.isPaused()) this.#res.resume();
   }
 
   pause(): void {
