@@ -35,6 +35,9 @@ const HELP = `usage: node dist/bench/sidecar.js [options]
                        the decode sidecar's onTransferFailure (default fail, the product's default). Under
                        recompute the first output is not held for the failed-transfer read, so the run shows what
                        that read costs; the targets are judged on the default
+  --warmup N           requests per path before measuring, half streamed, at concurrency 4 with 4 tokens
+                       each (default 200; 0 for a cold process): the figures are a long-running sidecar's,
+                       with its request path compiled by V8, not a fresh process's first requests
   --profile            run both sidecars under node --cpu-prof and print what is hot in each afterwards
   --summary FILE       write target verdicts as JSON (used by run-all)
 `;
@@ -147,6 +150,21 @@ async function runRound(
   return out;
 }
 
+/**
+ * Warm-up before anything is measured: `count` requests per path, alternating streamed and not, at concurrency 4
+ * with 4 tokens each, so both sidecars' request paths (and the workers') have been compiled by V8 as a long-running
+ * process's are. Two warm-up requests, as before, left the first measured cell paying for compilation (its sidecar CPU
+ * per request was twice the next cell's).
+ */
+async function warmUp(stack: Stack, count: number, ids: { n: number }): Promise<void> {
+  for (let done = 0; done < count; ) {
+    const n = Math.min(4, count - done);
+    const stream = done % 8 === 0;
+    for (const p of ['direct', 'kvgate'] as const) await runRound(stack, p, n, 4, 4, stream, ids);
+    done += n;
+  }
+}
+
 async function blocksPulled(stack: Stack): Promise<number> {
   try {
     const text = await (await fetch(`${stack.decodeSim.info.url}/metrics`)).text();
@@ -208,6 +226,7 @@ interface Settings {
   readonly tokens: number;
   readonly decodeMs: number;
   readonly onTransferFailure: 'fail' | 'recompute';
+  readonly warmup: number;
   readonly profile: boolean;
   readonly summary: string | undefined;
 }
@@ -289,6 +308,7 @@ function settingsFrom(argv: readonly string[]): Settings {
       tokens: { type: 'string' },
       'decode-ms': { type: 'string' },
       'on-transfer-failure': { type: 'string' },
+      warmup: { type: 'string' },
       profile: { type: 'boolean', default: false },
     },
     HELP,
@@ -301,6 +321,7 @@ function settingsFrom(argv: readonly string[]): Settings {
     tokens: intFlag(v.tokens, 'tokens', 32),
     decodeMs: intFlag(v['decode-ms'], 'decode-ms', DEFAULT_PD_LATENCY.decodeMsPerToken),
     onTransferFailure: choiceFlag(v['on-transfer-failure'], 'on-transfer-failure', ['fail', 'recompute'] as const),
+    warmup: intFlag(v.warmup, 'warmup', quick ? 4 : 200, 0),
     profile: v.profile === true,
     summary: v.summary,
   };
@@ -324,7 +345,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   const stack = await startStack(s.decodeMs, s.onTransferFailure, profiles);
   try {
     const ids = { n: 0 };
-    for (const p of ['direct', 'kvgate'] as const) await runRound(stack, p, 2, 1, s.tokens, true, ids); // warm-up (handshake, JIT)
+    await warmUp(stack, s.warmup, ids);
     const cells: Cell[] = [];
     for (const stream of [true, false]) {
       for (const c of s.levels) {

@@ -47,11 +47,11 @@ export function parseBenchArgs<O extends Options>(argv: readonly string[], own: 
 }
 
 /** A positive integer flag value, or the default; exits with a clear message on garbage. */
-export function intFlag(value: unknown, name: string, fallback: number): number {
+export function intFlag(value: unknown, name: string, fallback: number, min = 1): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) {
-    process.stderr.write(`--${name} must be a positive integer, got ${String(value)}\n`);
+  if (!Number.isInteger(n) || n < min) {
+    process.stderr.write(`--${name} must be an integer of at least ${min}, got ${String(value)}\n`);
     process.exit(2);
   }
   return n;
