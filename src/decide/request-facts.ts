@@ -167,9 +167,14 @@ export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'inv
   }
   const ns = metadata!.namespace;
   const from = `metadata ${ns} ${metadata!.path.join('.')}`;
-  let cur: unknown = facts.metadata[ns];
+  // Own properties only, at every step: an inherited one (`constructor`, `toString`, or whatever a prototype carries)
+  // is never a tenant.
+  let cur: unknown = Object.hasOwn(facts.metadata, ns) ? facts.metadata[ns] : undefined;
   for (const key of metadata!.path) {
-    cur = cur !== null && typeof cur === 'object' && !Array.isArray(cur) ? (cur as Record<string, unknown>)[key] : undefined;
+    cur =
+      cur !== null && typeof cur === 'object' && !Array.isArray(cur) && Object.hasOwn(cur, key)
+        ? (cur as Record<string, unknown>)[key]
+        : undefined;
   }
   if (cur === undefined || cur === null || cur === '') return { kind: 'missing', from };
   if (typeof cur === 'string') return { kind: 'found', tenant: cur, from };

@@ -4,9 +4,19 @@
  */
 import type { WireStruct, WireValue } from './wire.js';
 
+/**
+ * Sets `out[key]` as an own data property whatever the key. A plain assignment of `__proto__` would replace the
+ * object's prototype instead, and everything under it (say a JWT claim named `__proto__` that jwt_authn copied
+ * into the metadata) would then be read as inherited fields of the object, a `tenant` among them.
+ */
+function setOwn(out: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === '__proto__') Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+  else out[key] = value;
+}
+
 export function fromStruct(s: WireStruct | undefined): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(s?.fields ?? {})) out[k] = fromValue(v);
+  for (const [k, v] of Object.entries(s?.fields ?? {})) setOwn(out, k, fromValue(v));
   return out;
 }
 
@@ -39,6 +49,6 @@ export function toValue(v: unknown): WireValue {
 /** Envoy's `metadata_context.filter_metadata` as namespace -> plain object. */
 export function fromFilterMetadata(md: Record<string, WireStruct> | undefined): Record<string, Record<string, unknown>> {
   const out: Record<string, Record<string, unknown>> = {};
-  for (const [ns, s] of Object.entries(md ?? {})) out[ns] = fromStruct(s);
+  for (const [ns, s] of Object.entries(md ?? {})) setOwn(out, ns, fromStruct(s));
   return out;
 }
