@@ -227,19 +227,25 @@ describe('gate gRPC server', () => {
     t.client.close();
   });
 
-  it('BUFFERED_PARTIAL: a cut body is marked truncated, a complete one followed by trailers is not', async () => {
+  it('BUFFERED_PARTIAL: a non-final chunk is the whole body (trailers follow) only when it is as long as the content-length', async () => {
     const seen: RawRequestFacts[] = [];
     const g = await start({ admit: (req) => (seen.push(req), { decision: route(req) }) });
-    for (const body of ['{"model":"m","prompt":"aaaa', '{"model":"m"}']) {
+    const whole = '{"model":"m"}';
+    for (const [body, length] of [
+      ['{"model":"m","prompt":"aaaa', '40'],
+      [whole, String(whole.length)],
+      [whole, undefined], // parses, but nothing says it is all of it
+    ] as const) {
       const s = await openStream(g.port);
-      s.send({ ...hdrs({ ':method': 'POST', ':path': '/v1/completions' }), protocol_config: { request_body_mode: 'BUFFERED_PARTIAL' } });
+      const h = { ':method': 'POST', ':path': '/v1/completions', ...(length === undefined ? {} : { 'content-length': length }) };
+      s.send({ ...hdrs(h), protocol_config: { request_body_mode: 'BUFFERED_PARTIAL' } });
       await s.next();
       s.send({ request_body: { body: Buffer.from(body), end_of_stream: false } });
       await s.next();
       s.call.end();
       s.client.close();
     }
-    expect(seen.map((r) => r.bodyTruncated)).toEqual([true, false]);
+    expect(seen.map((r) => r.bodyTruncated)).toEqual([true, false, true]);
   });
 
   it('an older Envoy that does not announce its mode and streams the body: the first chunk is decided (fail closed)', async () => {

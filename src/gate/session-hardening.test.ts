@@ -58,7 +58,14 @@ function gate() {
     s.finish();
     return r;
   };
-  return { send, lines, registry, audits: () => lines.filter((l) => l['audit'] === 'refusal') };
+  return {
+    send,
+    lines,
+    registry,
+    inFlight,
+    session: () => new ExtProcSession(deps, 'public', () => undefined),
+    audits: () => lines.filter((l) => l['audit'] === 'refusal'),
+  };
 }
 
 const chat = JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] });
@@ -136,5 +143,80 @@ describe('JSON nested too deep', () => {
     const decisions = await g.registry.getSingleMetricAsString('kvgate_decisions_total');
     expect(decisions).toContain('outcome="refuse",code="bad_request"');
     expect(decisions).not.toContain('outcome="route"');
+  });
+});
+
+const headersMsg = (h: Record<string, string>, mode: 'BUFFERED' | 'BUFFERED_PARTIAL' = 'BUFFERED'): WireProcessingRequest => ({
+  request: 'request_headers',
+  request_headers: {
+    headers: {
+      headers: Object.entries({
+        ':method': 'POST',
+        ':path': '/v1/chat/completions',
+        'x-session-id': 's1',
+        'x-tenant-id': 'acme',
+        ...h,
+      }).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })),
+    },
+    end_of_stream: false,
+  },
+  protocol_config: { request_body_mode: mode },
+});
+const bodyMsg = (body: string, eos: boolean): WireProcessingRequest => ({
+  request: 'request_body',
+  request_body: { body: Buffer.from(body), end_of_stream: eos },
+});
+
+describe('messages out of the protocol order', () => {
+  it('a second request_headers on a routed stream is refused (internal, one audit line); the first hold is still given back', async () => {
+    const g = gate();
+    const s = g.session();
+    await s.onMessage(headersMsg({}));
+    const routed = await s.onMessage(bodyMsg(chat, true));
+    expect(stamped(routed, 'x-kvgate-group')).not.toBe('');
+    const busy = g.inFlight.snapshot().size;
+    expect(busy).toBeGreaterThan(0);
+    const again = await s.onMessage({ ...headersMsg({}), request_headers: { headers: { headers: [] }, end_of_stream: true } });
+    expect(refusal(again)).toMatchObject({ code: 'internal', message: expect.stringContaining('second request_headers') });
+    expect(g.audits()).toHaveLength(1);
+    s.finish();
+    // Without the check the second decision's hold replaced the first's, which then stayed taken forever.
+    expect([...g.inFlight.snapshot().values()].reduce((a, b) => a + b, 0)).toBe(0);
+  });
+
+  it('an unknown message kind is refused with a code, a reason and one audit line, not a bare stream error', async () => {
+    const g = gate();
+    const s = g.session();
+    const r = await s.onMessage({} as WireProcessingRequest);
+    expect(refusal(r)).toMatchObject({ code: 'internal', message: expect.stringContaining('unexpected ext_proc message kind') });
+    expect(g.audits()).toHaveLength(1);
+    expect(g.audits()[0]!['request_id']).toBe(refusal(r)!.request_id);
+  });
+});
+
+describe('BUFFERED_PARTIAL: a non-final chunk is the whole body only when its length is the content-length', () => {
+  it('a complete JSON object padded to the buffer limit, with more to come, is refused 413 and never routed', async () => {
+    const g = gate();
+    const s = g.session();
+    await s.onMessage(headersMsg({}, 'BUFFERED_PARTIAL'));
+    const r = await s.onMessage(bodyMsg(`${chat}${' '.repeat(100)}`, false));
+    expect(refusal(r)).toMatchObject({ code: 'body_too_large' });
+    expect(g.audits()).toHaveLength(1);
+    s.finish();
+  });
+
+  it('a chunk as long as the declared content-length (trailers follow) is routed; a shorter one is refused', async () => {
+    const g = gate();
+    for (const [declared, routed] of [
+      [String(Buffer.byteLength(chat)), true],
+      [String(Buffer.byteLength(chat) + 10), false],
+      ['0x40', false],
+    ] as const) {
+      const s = g.session();
+      await s.onMessage(headersMsg({ 'content-length': declared }, 'BUFFERED_PARTIAL'));
+      const r = await s.onMessage(bodyMsg(chat, false));
+      expect(refusal(r)?.code).toBe(routed ? undefined : 'body_too_large');
+      s.finish();
+    }
   });
 });

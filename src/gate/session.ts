@@ -12,7 +12,7 @@
 import { type Span, SpanKind, SpanStatusCode, trace, type Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
-import { AUDIT_REASON_MAX, auditCut, jsonNestingExceeds } from '../json-limits.js';
+import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import { H } from '../headers.js';
 import type { Decision, Refusal, RouteDecision } from '../decide/types.js';
 import { readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
@@ -243,6 +243,13 @@ export class ExtProcSession {
   async #answer(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
     switch (msg.request) {
       case 'request_headers':
+        // One stream carries one request. A second request_headers would be decided again, its hold replacing (and
+        // never releasing) the first's; Envoy does not send one, so it is refused, fail closed.
+        if (this.#requestId !== '')
+          return this.#refuse(
+            'request_headers',
+            new KvgateError('internal', 'a second request_headers message arrived on one ext_proc stream; one stream carries one request'),
+          );
         return this.#onRequestHeaders(msg.request_headers?.end_of_stream === true, msg);
       case 'request_body': {
         const chunk = msg.request_body?.body;
@@ -253,10 +260,13 @@ export class ExtProcSession {
         }
         const eos = msg.request_body?.end_of_stream === true;
         if (this.#bodyMode === 'FULL_DUPLEX_STREAMED') return this.#onDuplexChunk(chunk?.length ?? 0, eos);
-        // BUFFERED sends the whole body in one message; end_of_stream is false when trailers follow. An Envoy that
-        // does not announce its mode (before ~1.34) is taken to be BUFFERED, as envoy.yaml configures it. Only
-        // BUFFERED_PARTIAL cuts a body at the buffer limit, and a cut JSON object never parses.
-        const truncated = !eos && this.#bodyMode === 'BUFFERED_PARTIAL' && !parsesAsJson(this.#chunks ?? []);
+        // BUFFERED sends the whole body in one message; end_of_stream is false only when trailers follow.
+        // BUFFERED_PARTIAL sends what it holds once its buffer is full, also with end_of_stream false, so a
+        // non-final chunk there is the whole body only when it is as long as the client's content-length said. That
+        // it parses as JSON proves nothing: a client can send a complete object, pad it up to the limit and put more
+        // after it, which upstream would receive unchecked (and past the content-length stamped from the part).
+        // An Envoy that does not announce its mode (before ~1.34) is held to the same rule: it may be streaming.
+        const truncated = !eos && this.#bodyMode !== 'BUFFERED' && !this.#wholeByLength();
         return this.#decideAndAnswer('request_body', truncated);
       }
       case 'request_trailers':
@@ -293,7 +303,15 @@ export class ExtProcSession {
         this.#duplexResponseOpen = false;
         return { response_trailers: {} };
       default:
-        throw new KvgateError('bad_request', `unexpected ext_proc message kind ${auditCut(String(msg.request))}`);
+        // Refused, not thrown: a thrown error ends the stream with gRPC INTERNAL, which Envoy turns into a bare 500
+        // with no code, reason or audit line.
+        return this.#refuse(
+          'unknown message',
+          new KvgateError(
+            'internal',
+            `unexpected ext_proc message kind ${auditCut(String(msg.request))}; this gate answers Envoy's ext_proc protocol v3`,
+          ),
+        );
     }
   }
 
@@ -475,12 +493,13 @@ export class ExtProcSession {
     return true;
   }
 
-  #refuse(phase: 'request_headers' | 'request_body' | 'request_trailers', e: KvgateError): WireProcessingResponse {
+  #refuse(phase: 'request_headers' | 'request_body' | 'request_trailers' | 'unknown message', e: KvgateError): WireProcessingResponse {
     this.#decided = true;
     this.#decidedAnswered = true;
+    this.#requestId ||= this.#deps.newRequestId(); // the refusal and its log lines name one id
     const refusal: Refusal = {
       kind: 'refuse',
-      requestId: this.#requestId || this.#deps.newRequestId(),
+      requestId: this.#requestId,
       code: e.code,
       message: e.reason,
       trace: [`${phase}: ${e.reason}`],
@@ -554,6 +573,15 @@ export class ExtProcSession {
     this.#servedNoted = true;
   }
 
+  /** Whether the body received so far is exactly as long as the request's `content-length` (a decimal integer). */
+  #wholeByLength(): boolean {
+    const declared = this.#received?.headers['content-length'];
+    if (declared === undefined || !/^[0-9]{1,15}$/.test(declared)) return false;
+    let received = 0;
+    for (const c of this.#chunks ?? []) received += c.byteLength;
+    return received === Number(declared);
+  }
+
   /** The HTTP request is over (stream ended, cancelled or failed): release accounting once. */
   finish(): void {
     if (this.#finished) return;
@@ -593,18 +621,6 @@ const stampFactsOf = (r: RoutedState): ResponseStampFacts => ({
   group: { id: r.groupId, revision: r.revision },
   binding: r.binding.token(),
 });
-
-function parsesAsJson(chunks: readonly Uint8Array[]): boolean {
-  try {
-    const text = Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength))).toString('utf8');
-    // Too deep to look at: not a cut body; the decision refuses it as too deep, with its own audit line.
-    if (jsonNestingExceeds(text)) return true;
-    JSON.parse(text);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 function misconfigured(mode: string): KvgateError {
   return new KvgateError(
