@@ -72,6 +72,13 @@ describe('each failure reason', () => {
     expect(f.message).toMatch(/groupId/);
   });
 
+  it('is never minted longer than a verifier accepts: the signer refuses with a coded error instead', () => {
+    expect(() => signToken({ kind: 'contract', requestId: 'r'.repeat(7000) } as never, ring1)).toThrow(
+      expect.objectContaining({ code: 'bad_request', reason: expect.stringMatching(/over the 8192 a verifier accepts/) }),
+    );
+    expect(signToken({ kind: 'contract', requestId: 'r'.repeat(5000) } as never, ring1).length).toBeLessThanOrEqual(8192);
+  });
+
   it('unknown_key', () => {
     const f = failure(mintContract(fields, ring12), ring1);
     expect(f.reason).toBe('unknown_key');

@@ -12,7 +12,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import { KEY_ID_PATTERN } from './keys.js';
-import { err, ok, type Result } from '../errors.js';
+import { err, KvgateError, ok, type Result } from '../errors.js';
 
 export const TOKEN_PREFIX = 'kvgate.v1';
 
@@ -73,7 +73,16 @@ export function signToken(payload: { readonly kind: TokenKind }, keys: KeyRing):
   const signed = [TOKEN_PREFIX, kid, body].join('.');
   // join, not a template: one flat string rather than a tree of concatenations (a gate keeps each routed request's
   // binding for the whole response, so the tree's nodes would live that long too).
-  return [signed, mac(secret, signed).toString('base64url')].join('.');
+  const token = [signed, mac(secret, signed).toString('base64url')].join('.');
+  // Never mint what no verifier accepts: the caller bounds what goes in (decide.ts MAX_IDENTITY_BYTES), this is the
+  // backstop, so a request is refused at the gate rather than routed with a token every sidecar refuses.
+  if (token.length > MAX_TOKEN_CHARS) {
+    throw new KvgateError(
+      'bad_request',
+      `the ${payload.kind} token for this request would be ${token.length} characters, over the ${MAX_TOKEN_CHARS} a verifier accepts; shorten the ids it carries (tenant, user, session)`,
+    );
+  }
+  return token;
 }
 
 const fail = <R extends string>(reason: R, message: string): { ok: false; error: TokenFailure<R> } => err({ reason, message });

@@ -242,6 +242,8 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
   if (found.kind === 'invalid') {
     return refuse(id, 'bad_request', `the tenant identity (${found.from}) is not valid UTF-8`, trace);
   } else if (found.kind === 'found') {
+    const long = overlong([['the tenant identity', found.tenant]]);
+    if (long !== undefined) return refuse(id, 'bad_request', overlongMessage(`${long.what} (${found.from})`, long.bytes), trace);
     // One string per tenant: the request's own copy would otherwise live as long as its stream (group, audit fields).
     tenant = tenantNames.get(found.tenant, sameName);
     trace.push(`tenant: ${tenant} (from ${found.from})`);
@@ -288,12 +290,37 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
       { tenant },
     );
   }
-  const tenantScope = tenantScopeOf(tenancy.prefixScope, tenant, userOf(facts, tenancy));
+  const user = userOf(facts, tenancy);
   const session = sessionOf(facts, table.session);
+  // Every identity travels in the signed contract and binding, which a verifier accepts up to MAX_TOKEN_CHARS: a
+  // 20 KB `user` would be routed with a contract no sidecar can read, and held in every open stream's binding.
+  const long = overlong([
+    [tenancy.userHeader === undefined ? 'the body field user' : `header ${tenancy.userHeader}`, user],
+    [`header ${table.session.header}`, session],
+  ]);
+  if (long !== undefined) return refuse(id, 'bad_request', overlongMessage(long.what, long.bytes), trace, { tenant });
+  const tenantScope = tenantScopeOf(tenancy.prefixScope, tenant, user);
   trace.push(
     `model: ${model.name} (rollout: stable ${model.stable}${model.candidate === null ? '' : `, candidate ${model.candidate} at ${model.weight}%`})`,
   );
   return { body, tenant, model, serving, tenantScope, session };
+}
+
+/** The longest tenant, user or session id a request may carry, in UTF-8 bytes (all three ride in signed tokens). */
+export const MAX_IDENTITY_BYTES = 256;
+
+function overlong(ids: readonly (readonly [string, string | null])[]): { what: string; bytes: number } | undefined {
+  for (const [what, v] of ids) {
+    // Cheap first: a string of n UTF-16 units is at most 3n bytes.
+    if (v === null || v.length * 3 <= MAX_IDENTITY_BYTES) continue;
+    const bytes = Buffer.byteLength(v, 'utf8');
+    if (bytes > MAX_IDENTITY_BYTES) return { what, bytes };
+  }
+  return undefined;
+}
+
+function overlongMessage(what: string, bytes: number): string {
+  return `${what} is ${bytes} bytes long; identities are at most ${MAX_IDENTITY_BYTES} bytes of UTF-8, send a shorter id (or a hash of it)`;
 }
 
 function unknownModelMessage(name: string, table: CompiledRouteTable, tenant: string | null): string {

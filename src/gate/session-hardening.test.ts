@@ -220,3 +220,28 @@ describe('BUFFERED_PARTIAL: a non-final chunk is the whole body only when its le
     }
   });
 });
+
+describe('identities longer than a signed token can carry', () => {
+  it('a 20 KB user, tenant or session id is refused 400 before anything is minted: one audit line each', async () => {
+    const g = gate();
+    const long = 'é'.repeat(20_000);
+    const asks = [
+      {
+        h: { 'x-tenant-id': 'acme' },
+        body: JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }], user: long }),
+      },
+      { h: { 'x-tenant-id': `acme${long}` }, body: chat },
+      { h: { 'x-tenant-id': 'acme', 'x-session-id': long }, body: chat },
+    ];
+    for (const a of asks) {
+      const r = await g.send(a.h, a.body);
+      expect(refusal(r)).toMatchObject({ code: 'bad_request', message: expect.stringContaining('at most 256 bytes') });
+      expect(stamped(r, 'x-kvgate-contract')).toBe('');
+    }
+    expect(g.audits()).toHaveLength(3);
+    // At the limit it routes, and the contract it carries is one a verifier accepts.
+    const ok = await g.send({ 'x-tenant-id': 'acme', 'x-session-id': 'é'.repeat(128) }, chat);
+    expect(refusal(ok)).toBeUndefined();
+    expect(stamped(ok, 'x-kvgate-contract').length).toBeLessThanOrEqual(8192);
+  });
+});
