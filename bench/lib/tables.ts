@@ -28,7 +28,7 @@ export function benchModelName(i: number): string {
   return i === 0 ? 'llama-3-8b' : `model-${i}`;
 }
 
-/** A unique IPv4 endpoint address for counter `n` (10.0.0.1:8000, 10.0.0.2:8000, ...). */
+/** A unique IPv4 endpoint address for counter `n` (10.0.0.1:9090, 10.0.0.2:9090, ...). */
 export function benchAddress(n: number): string {
   const v = n + 1;
   return `10.${(v >> 16) & 255}.${(v >> 8) & 255}.${v & 255}:8000`;

@@ -46,7 +46,7 @@ const json = async (args: string[], opts: { table?: Value; request?: unknown } =
   return JSON.parse(r.out) as Record<string, any>;
 };
 const tenant = ['--tenant', 'acme', '--session', 's-1'];
-const B_BUSY = ['--worker', '10.0.4.1:8000=busy'];
+const B_BUSY = ['--worker', '10.0.4.1:9090=busy'];
 
 describe('kvgate explain: a route', () => {
   it('prints the rollout, each step, and the headers stamped toward upstream and back to the client', async () => {
@@ -56,7 +56,7 @@ describe('kvgate explain: a route', () => {
       /^kvgate explain: request explain-request\nrollout:\n {2}llama-3-8b: stable llama-a 0%; verification not required\n {2}llama-3-8b: candidate llama-b 100%; verification not required\nsteps:\n {2}1\. request explain-request: POST \/v1\/chat\/completions\n {2}2\. tenant: acme \(from header x-tenant-id\)/,
     );
     expect(r.out).toMatch(
-      /decision: route to group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b, tenant acme, scope tenant:acme\)\n {2}decode: b_decode 10\.0\.4\.1:8000 \(pool b-decode\)\n {2}prefill: b_prefill 10\.0\.3\.1:8000 \(pool b-prefill\)\n {2}body: cache_salt set to [A-Za-z0-9_-]+ \(derived from the group and tenant scope\)\n {2}headers stamped toward upstream:\n {4}x-request-id: explain-request\n {4}x-kvgate-group: g_/,
+      /decision: route to group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b, tenant acme, scope tenant:acme\)\n {2}decode: b_decode 10\.0\.4\.1:9090 \(pool b-decode\)\n {2}prefill: b_prefill 10\.0\.3\.1:9090 \(pool b-prefill\)\n {2}body: cache_salt set to [A-Za-z0-9_-]+ \(derived from the group and tenant scope\)\n {2}headers stamped toward upstream:\n {4}x-request-id: explain-request\n {4}x-kvgate-group: g_/,
     );
     expect(r.out).toMatch(
       /headers added to the response to the client:\n {4}x-kvgate-group: g_[0-9a-f]+\n {4}x-kvgate-revision: llama-b\n {4}x-kvgate-binding: kvgate\.v1\.dev-insecure\./,
@@ -186,9 +186,9 @@ describe('kvgate explain: each fallback branch', () => {
       (v) =>
         (v['fallback'] = [{ recompute: { prefillMsPerToken: 1, maxPromptTokens: 2000 } }, { queue: { deadlineMs: 2000, maxDepth: 2 } }]),
     );
-    const r = await explain([...tenant, '--worker', '10.0.3.1:8000=busy'], { table: t });
+    const r = await explain([...tenant, '--worker', '10.0.3.1:9090=busy'], { table: t });
     expect(r.out).toMatch(
-      /fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 \(pool b-decode\) without a prefill leg: about 7 tokens x 1 ms = 7 ms, cheaper than the expected wait of 2000 ms/,
+      /fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:9090 \(pool b-decode\) without a prefill leg: about 7 tokens x 1 ms = 7 ms, cheaper than the expected wait of 2000 ms/,
     );
     expect(r.out).toMatch(/revision llama-b[\s\S]*prefill: none \(served without disaggregation\)/);
   });

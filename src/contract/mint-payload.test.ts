@@ -103,7 +103,7 @@ function byHand(build: (f: never) => unknown, f: Fields): string | undefined {
 describe('mint payloads: the schema rule for rule, and the schema key order byte for byte', () => {
   const contract = {
     ...exampleContractFields(),
-    decode: { cluster: 'decode-a', endpoint: '10.0.0.7:8000', alternates: ['10.0.0.8:8000'] },
+    decode: { cluster: 'decode-a', endpoint: '10.0.0.7:9090', alternates: ['10.0.0.8:9090'] },
   };
   const contractPaths = [
     ...Object.keys(contract),

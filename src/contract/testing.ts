@@ -26,7 +26,7 @@ export function exampleContractFields(nowMs = TEST_NOW_MS): Omit<TransferContrac
     promptDigest: 'd'.repeat(64),
     issuedAtMs: nowMs,
     expiresAtMs: nowMs + 60_000,
-    decode: { cluster: 'decode-a', endpoint: '10.0.0.7:8000' },
+    decode: { cluster: 'decode-a', endpoint: '10.0.0.7:9090' },
     prefill: { cluster: 'prefill-a', endpoint: null },
   };
 }

@@ -60,7 +60,7 @@ describe('decide: routes inside one group', () => {
     });
     expect(d.decode.cluster).toBe('a_decode');
     expect(d.prefill?.cluster).toBe('a_prefill');
-    expect(['10.0.2.1:8000', '10.0.2.2:8000']).toContain(d.decode.endpoint);
+    expect(['10.0.2.1:9090', '10.0.2.2:9090']).toContain(d.decode.endpoint);
     const c = verifyContract(d.contract, keys, TEST_NOW_MS, { requestId: 'r-a', groupId: d.group.id });
     expect(c.ok && c.value).toMatchObject({
       revision: 'llama-a',
@@ -95,31 +95,31 @@ describe('decide: routes inside one group', () => {
 
   it('mixed pool: an endpoint whose live fingerprint differs is never used, even when it is the least loaded', () => {
     const view = createTestWorkerView(onlyA, {
-      '10.0.2.1:8000': { fingerprint: fpOf(onlyA, 'llama-b') },
-      '10.0.2.2:8000': { inFlight: 40 },
+      '10.0.2.1:9090': { fingerprint: fpOf(onlyA, 'llama-b') },
+      '10.0.2.2:9090': { inFlight: 40 },
     });
-    for (let i = 0; i < 50; i++) expect(route(run(onlyA, { requestId: `r-${i}` }, view)).decode.endpoint).toBe('10.0.2.2:8000');
-    view.set('10.0.2.2:8000', { fingerprint: fpOf(onlyA, 'llama-b') });
+    for (let i = 0; i < 50; i++) expect(route(run(onlyA, { requestId: `r-${i}` }, view)).decode.endpoint).toBe('10.0.2.2:9090');
+    view.set('10.0.2.2:9090', { fingerprint: fpOf(onlyA, 'llama-b') });
     const r = refusal(run(onlyA, {}, view));
     expect(r.code).toBe('no_compatible_capacity');
     expect(r.message).toMatch(
-      /^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-a\) is available: pool a-decode: 2 endpoints \(10\.0\.2\.1:8000, 10\.0\.2\.2:8000\) are running another fingerprint \([0-9a-f]{12}…\), never used for this group; retry after 5 s or ask the operator to add capacity$/,
+      /^no decode endpoint of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-a\) is available: pool a-decode: 2 endpoints \(10\.0\.2\.1:9090, 10\.0\.2\.2:9090\) are running another fingerprint \([0-9a-f]{12}…\), never used for this group; retry after 5 s or ask the operator to add capacity$/,
     );
   });
 
   it('skips unverified, unobserved and draining endpoints, and endpoints at their in-flight limit', () => {
     const t = compiled((v) => (v['pools'][1]['maxInFlightPerEndpoint'] = 4));
-    const view = createTestWorkerView(t, { '10.0.2.1:8000': { verified: false }, '10.0.2.2:8000': { inFlight: 4 } });
+    const view = createTestWorkerView(t, { '10.0.2.1:9090': { verified: false }, '10.0.2.2:9090': { inFlight: 4 } });
     const r = refusal(run(t, {}, view));
     expect(r.message).toMatch(
-      /pool a-decode: endpoint 10\.0\.2\.1:8000 is not verified; pool a-decode: endpoint 10\.0\.2\.2:8000 is at its in-flight limit of 4/,
+      /pool a-decode: endpoint 10\.0\.2\.1:9090 is not verified; pool a-decode: endpoint 10\.0\.2\.2:9090 is at its in-flight limit of 4/,
     );
-    view.set('10.0.2.1:8000', { verified: true, fingerprint: null });
-    expect(refusal(run(t, {}, view)).message).toMatch(/endpoint 10\.0\.2\.1:8000 is not yet observed/);
-    view.set('10.0.2.1:8000', { fingerprint: fpOf(t, 'llama-a'), draining: true });
-    expect(refusal(run(t, {}, view)).message).toMatch(/endpoint 10\.0\.2\.1:8000 is draining/);
-    view.set('10.0.2.2:8000', { inFlight: 3 });
-    expect(route(run(t, {}, view)).decode.endpoint).toBe('10.0.2.2:8000');
+    view.set('10.0.2.1:9090', { verified: true, fingerprint: null });
+    expect(refusal(run(t, {}, view)).message).toMatch(/endpoint 10\.0\.2\.1:9090 is not yet observed/);
+    view.set('10.0.2.1:9090', { fingerprint: fpOf(t, 'llama-a'), draining: true });
+    expect(refusal(run(t, {}, view)).message).toMatch(/endpoint 10\.0\.2\.1:9090 is draining/);
+    view.set('10.0.2.2:9090', { inFlight: 3 });
+    expect(route(run(t, {}, view)).decode.endpoint).toBe('10.0.2.2:9090');
   });
 
   it('drained pool: refuses with 503, the reason, and retry-after from the fallback chain', () => {
@@ -154,11 +154,11 @@ describe('decide: routes inside one group', () => {
         cluster: 'b_both',
         role: 'both',
         revision: 'llama-b',
-        endpoints: [{ address: '10.0.6.1:8000' }],
+        endpoints: [{ address: '10.0.6.1:9090' }],
       });
     });
     const d = route(run(t));
-    expect(d.decode).toEqual({ pool: 'b-both', cluster: 'b_both', endpoint: '10.0.6.1:8000' });
+    expect(d.decode).toEqual({ pool: 'b-both', cluster: 'b_both', endpoint: '10.0.6.1:9090' });
     expect(d.prefill).toBeNull();
     const c = verifyContract(d.contract, keys, TEST_NOW_MS);
     expect(c.ok && c.value.prefill).toBeNull();
@@ -167,12 +167,12 @@ describe('decide: routes inside one group', () => {
   it('a both pool acts as the prefill side for a decode pool when no prefill-role capacity exists', () => {
     const t = compiled((v) => {
       v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
-      v['pools'][0] = { name: 'a-both', cluster: 'a_both', role: 'both', revision: 'llama-a', endpoints: [{ address: '10.0.1.1:8000' }] };
+      v['pools'][0] = { name: 'a-both', cluster: 'a_both', role: 'both', revision: 'llama-a', endpoints: [{ address: '10.0.1.1:9090' }] };
     });
-    const view = createTestWorkerView(t, { '10.0.1.1:8000': { inFlight: 9 } });
+    const view = createTestWorkerView(t, { '10.0.1.1:9090': { inFlight: 9 } });
     const d = route(run(t, {}, view));
     expect(d.decode.cluster).toBe('a_decode');
-    expect(d.prefill).toEqual({ pool: 'a-both', cluster: 'a_both', endpoint: '10.0.1.1:8000' });
+    expect(d.prefill).toEqual({ pool: 'a-both', cluster: 'a_both', endpoint: '10.0.1.1:9090' });
   });
 });
 
@@ -187,9 +187,9 @@ describe('decide: LoRA adapters', () => {
           cluster: 'sql_prefill',
           role: 'prefill',
           revision: 'sql-lora-r1',
-          endpoints: [{ address: '10.0.7.1:8000' }],
+          endpoints: [{ address: '10.0.7.1:9090' }],
         },
-        { name: 'sql-decode', cluster: 'sql_decode', role: 'decode', revision: 'sql-lora-r1', endpoints: [{ address: '10.0.8.1:8000' }] },
+        { name: 'sql-decode', cluster: 'sql_decode', role: 'decode', revision: 'sql-lora-r1', endpoints: [{ address: '10.0.8.1:9090' }] },
       );
     });
     const d = route(run(t, { model: 'llama-3-8b-sql' }));

@@ -21,11 +21,11 @@ export interface EndpointPatch {
 /** The states `--worker` accepts, for help text and error messages. */
 export const WORKER_STATES = ['busy', 'inflight=N', 'draining', 'unverified', 'unobserved', 'foreign'] as const;
 
-/** Parse `ADDR=STATE[,STATE...]`, e.g. `10.0.4.1:8000=busy` or `10.0.2.1:8000=inflight=3,draining`. */
+/** Parse `ADDR=STATE[,STATE...]`, e.g. `10.0.4.1:9090=busy` or `10.0.2.1:9090=inflight=3,draining`. */
 export function parseWorkerFlag(flag: string): Result<{ address: string; patch: EndpointPatch }, string> {
   const i = flag.indexOf('=');
   if (i <= 0)
-    return err(`--worker ${JSON.stringify(flag)}: write ADDR=STATE, e.g. 10.0.4.1:8000=busy (states: ${WORKER_STATES.join(', ')})`);
+    return err(`--worker ${JSON.stringify(flag)}: write ADDR=STATE, e.g. 10.0.4.1:9090=busy (states: ${WORKER_STATES.join(', ')})`);
   const address = flag.slice(0, i);
   const patch: { -readonly [K in keyof EndpointPatch]: EndpointPatch[K] } = {};
   for (const state of flag.slice(i + 1).split(',')) {

@@ -61,9 +61,9 @@ describe('explainRequest', () => {
     const view = createExplainWorkerView(
       table,
       new Map([
-        ['10.0.4.1:8000', { busy: true }],
-        ['10.0.2.1:8000', { busy: true }],
-        ['10.0.2.2:8000', { busy: true }],
+        ['10.0.4.1:9090', { busy: true }],
+        ['10.0.2.1:9090', { busy: true }],
+        ['10.0.2.2:9090', { busy: true }],
       ]),
     );
     const v = clone(twoRevisionTableValue()) as Record<string, any>;
@@ -81,14 +81,14 @@ describe('explainRequest', () => {
 
 describe('explain worker flags', () => {
   it('parses states and refuses unknown ones with the list', () => {
-    expect(parseWorkerFlag('10.0.4.1:8000=busy')).toEqual({ ok: true, value: { address: '10.0.4.1:8000', patch: { busy: true } } });
-    expect(parseWorkerFlag('10.0.4.1:8000=inflight=3,draining,unverified,foreign')).toEqual({
+    expect(parseWorkerFlag('10.0.4.1:9090=busy')).toEqual({ ok: true, value: { address: '10.0.4.1:9090', patch: { busy: true } } });
+    expect(parseWorkerFlag('10.0.4.1:9090=inflight=3,draining,unverified,foreign')).toEqual({
       ok: true,
-      value: { address: '10.0.4.1:8000', patch: { inFlight: 3, draining: true, verified: false, fingerprint: 'foreign' } },
+      value: { address: '10.0.4.1:9090', patch: { inFlight: 3, draining: true, verified: false, fingerprint: 'foreign' } },
     });
-    const bad = parseWorkerFlag('10.0.4.1:8000=sleepy');
+    const bad = parseWorkerFlag('10.0.4.1:9090=sleepy');
     expect(!bad.ok && bad.error).toBe(
-      '--worker "10.0.4.1:8000=sleepy": unknown state "sleepy"; use busy, inflight=N, draining, unverified, unobserved, foreign',
+      '--worker "10.0.4.1:9090=sleepy": unknown state "sleepy"; use busy, inflight=N, draining, unverified, unobserved, foreign',
     );
     expect(parseWorkerFlag('busy').ok).toBe(false);
   });
@@ -97,8 +97,8 @@ describe('explain worker flags', () => {
     const view = createExplainWorkerView(
       table,
       new Map([
-        ['10.0.4.1:8000', { busy: true }],
-        ['10.0.3.1:8000', { fingerprint: 'foreign' }],
+        ['10.0.4.1:9090', { busy: true }],
+        ['10.0.3.1:9090', { fingerprint: 'foreign' }],
       ]),
     );
     expect(view.endpoints('b-decode')[0]).toMatchObject({ inFlight: 64, verified: true, draining: false });

@@ -11,8 +11,8 @@ import type { WorkerView } from './worker-view.js';
 
 type Value = Record<string, any>;
 const keys = testKeys();
-const B_DECODE = '10.0.4.1:8000';
-const B_PREFILL = '10.0.3.1:8000';
+const B_DECODE = '10.0.4.1:9090';
+const B_PREFILL = '10.0.3.1:9090';
 const QUEUE = { queue: { deadlineMs: 2000, maxDepth: 2 } };
 const REFUSE = { refuse: { retryAfterSeconds: 7 } };
 
@@ -144,7 +144,7 @@ describe('fallback: a queued request decided again', () => {
     const late = refusalOf(run(t, view, {}, ctx({ nowMs: TEST_NOW_MS + 2000, bound })));
     expect(late).toMatchObject({ code: 'queue_deadline_exceeded', fallback: [{ step: 'queue', outcome: 'deadline_exceeded' }] });
     expect(late.message).toMatch(
-      /^request waited 2000 ms for decode capacity of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) and its queue deadline of 2000 ms passed: pool b-decode: endpoint 10\.0\.4\.1:8000 is at its in-flight limit of 2; retry later/,
+      /^request waited 2000 ms for decode capacity of group g_[0-9a-f]+ \(model llama-3-8b, revision llama-b\) and its queue deadline of 2000 ms passed: pool b-decode: endpoint 10\.0\.4\.1:9090 is at its in-flight limit of 2; retry later/,
     );
     expect(late.retryAfterSeconds).toBeUndefined();
   });
@@ -234,7 +234,7 @@ describe('fallback: routeVia', () => {
     expect(refusalOf(run(otherModel, busy(otherModel, B_DECODE))).trace.join('\n')).toMatch(
       /llama-a serves another model \(mistral\/Mistral-7B\)/,
     );
-    const full = busy(t, B_DECODE, '10.0.2.1:8000', '10.0.2.2:8000');
+    const full = busy(t, B_DECODE, '10.0.2.1:9090', '10.0.2.2:9090');
     const r = refusalOf(run(t, full));
     expect(r.trace.join('\n')).toMatch(/llama-a has no decode capacity/);
     expect(r.fallback).toEqual([
@@ -257,7 +257,7 @@ describe('fallback: recompute', () => {
     expect(c.ok && c.value.prefill).toBeNull();
     expect(d.fallback).toEqual([{ step: 'recompute', outcome: 'recomputed' }]);
     expect(d.trace.join('\n')).toMatch(
-      /fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:8000 .* about 7 tokens x 0\.5 ms = 4 ms, cheaper than the expected wait of 2000 ms \(queue step 2's longest wait\)/,
+      /fallback step 1 \(recompute\): serve on decode endpoint 10\.0\.4\.1:9090 .* about 7 tokens x 0\.5 ms = 4 ms, cheaper than the expected wait of 2000 ms \(queue step 2's longest wait\)/,
     );
   });
 

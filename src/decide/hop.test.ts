@@ -41,7 +41,7 @@ describe('internal hop', () => {
   it('picks another endpoint of the same cluster when the planned one is no longer usable', () => {
     const r = routed();
     const planned = r.prefill!.endpoint!;
-    const other = planned === '10.0.1.1:8000' ? '10.0.1.2:8000' : '10.0.1.1:8000';
+    const other = planned === '10.0.1.1:9090' ? '10.0.1.2:9090' : '10.0.1.1:9090';
     const drained = createTestWorkerView(table, { [planned]: { draining: true } });
     const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillCluster: 'a_prefill' } }), table, drained, ctx);
     expect(d).toMatchObject({ kind: 'hop', prefill: { cluster: 'a_prefill', endpoint: other } });
@@ -54,7 +54,7 @@ describe('internal hop', () => {
   it('a retry excludes the endpoints that failed and stays inside the group, or is refused', () => {
     const r = routed();
     const planned = r.prefill!.endpoint!;
-    const other = planned === '10.0.1.1:8000' ? '10.0.1.2:8000' : '10.0.1.1:8000';
+    const other = planned === '10.0.1.1:9090' ? '10.0.1.2:9090' : '10.0.1.1:9090';
     const retry = hop({ contract: r.contract, retryExclude: [planned] });
     expect(retry).toMatchObject({ kind: 'hop', group: r.group, prefill: { cluster: 'a_prefill', endpoint: other } });
     expect(retry.trace.join('\n')).toContain(`excluding prefill endpoints that already failed (${planned})`);
@@ -71,7 +71,7 @@ describe('internal hop', () => {
   it('a named prefill endpoint that drains or is at its limit is replaced by another of the group', () => {
     const r = routed();
     const planned = r.prefill!.endpoint!;
-    const other = planned === '10.0.1.1:8000' ? '10.0.1.2:8000' : '10.0.1.1:8000';
+    const other = planned === '10.0.1.1:9090' ? '10.0.1.2:9090' : '10.0.1.1:9090';
     const draining = createTestWorkerView(table, { [planned]: { draining: true } });
     const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillEndpoint: planned } }), table, draining, ctx);
     expect(d).toMatchObject({ kind: 'hop', prefill: { endpoint: other } });
@@ -92,12 +92,12 @@ describe('internal hop', () => {
 
   it('refuses a prefill endpoint that is not in the cluster, or runs another fingerprint', () => {
     const r = routed();
-    expect(hop({ contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.3.1:8000' })).toMatchObject({
+    expect(hop({ contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.3.1:9090' })).toMatchObject({
       code: 'mixed_revision',
     });
-    const mixed = createTestWorkerView(table, { '10.0.1.2:8000': { fingerprint: table.revisions.get('llama-b')!.fingerprint } });
+    const mixed = createTestWorkerView(table, { '10.0.1.2:9090': { fingerprint: table.revisions.get('llama-b')!.fingerprint } });
     const d = decide(
-      testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.1.2:8000' } }),
+      testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillCluster: 'a_prefill', prefillEndpoint: '10.0.1.2:9090' } }),
       table,
       mixed,
       ctx,

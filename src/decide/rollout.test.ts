@@ -122,10 +122,10 @@ describe('drain', () => {
 
   it('a worker-view drain of one endpoint moves new requests to its peer only', () => {
     const t = table(0);
-    const view = createTestWorkerView(t, { '10.0.2.1:8000': { draining: true } });
+    const view = createTestWorkerView(t, { '10.0.2.1:9090': { draining: true } });
     for (let i = 0; i < 10; i++) {
       const d = decide(testFacts({ tenant: 'acme', requestId: `r-${i}` }), t, view, { nowMs: TEST_NOW_MS, keys });
-      expect(d.kind === 'route' && d.decode.endpoint).toBe('10.0.2.2:8000');
+      expect(d.kind === 'route' && d.decode.endpoint).toBe('10.0.2.2:9090');
     }
   });
 });

@@ -43,14 +43,14 @@ describe('least-in-flight picking', () => {
   it('picks the endpoint with the fewest requests in flight', () => {
     const t = withWeight(0);
     const view = createTestWorkerView(t, {
-      '10.0.2.1:8000': { inFlight: 3 },
-      '10.0.2.2:8000': { inFlight: 2 },
-      '10.0.1.1:8000': { inFlight: 0 },
-      '10.0.1.2:8000': { inFlight: 1 },
+      '10.0.2.1:9090': { inFlight: 3 },
+      '10.0.2.2:9090': { inFlight: 2 },
+      '10.0.1.1:9090': { inFlight: 0 },
+      '10.0.1.2:9090': { inFlight: 1 },
     });
     for (let i = 0; i < 20; i++) {
       const d = route(t, { requestId: `r-${i}` }, view);
-      expect([d.decode.endpoint, d.prefill?.endpoint]).toEqual(['10.0.2.2:8000', '10.0.1.1:8000']);
+      expect([d.decode.endpoint, d.prefill?.endpoint]).toEqual(['10.0.2.2:9090', '10.0.1.1:9090']);
     }
   });
 
@@ -64,8 +64,8 @@ describe('least-in-flight picking', () => {
       expect(route(t, { requestId: `r-${i}` }, backward).decode).toEqual(d.decode);
       counts.set(d.decode.endpoint!, (counts.get(d.decode.endpoint!) ?? 0) + 1);
     }
-    expect(counts.get('10.0.2.1:8000')).toBeGreaterThan(60);
-    expect(counts.get('10.0.2.2:8000')).toBeGreaterThan(60);
+    expect(counts.get('10.0.2.1:9090')).toBeGreaterThan(60);
+    expect(counts.get('10.0.2.2:9090')).toBeGreaterThan(60);
   });
 
   it('follows the in-flight tracker the gate updates around each request', () => {
@@ -79,8 +79,8 @@ describe('least-in-flight picking', () => {
       seen.push(d.decode.endpoint!);
       releases.push(tracker.acquire(d.decode.endpoint!));
     }
-    expect(seen.filter((a) => a === '10.0.2.1:8000')).toHaveLength(2);
-    expect(seen.filter((a) => a === '10.0.2.2:8000')).toHaveLength(2);
+    expect(seen.filter((a) => a === '10.0.2.1:9090')).toHaveLength(2);
+    expect(seen.filter((a) => a === '10.0.2.2:9090')).toHaveLength(2);
     for (const r of releases) tracker.release(r);
     expect(tracker.snapshot().size).toBe(0);
   });
@@ -174,12 +174,12 @@ describe('worker views', () => {
   it('the static view declares every endpoint verified with its pool fingerprint and live in-flight counts', () => {
     const t = withWeight(0);
     const tracker = createInFlightTracker();
-    const release = tracker.acquire('10.0.2.1:8000');
-    tracker.acquire('10.0.2.1:8000');
+    const release = tracker.acquire('10.0.2.1:9090');
+    tracker.acquire('10.0.2.1:9090');
     const view = createStaticWorkerView(t, tracker);
     expect(view.endpoints('a-decode')).toEqual([
       {
-        address: '10.0.2.1:8000',
+        address: '10.0.2.1:9090',
         fingerprint: t.revisions.get('llama-a')!.fingerprint,
         verified: true,
         draining: false,
@@ -187,7 +187,7 @@ describe('worker views', () => {
         observedAtMs: 0,
       },
       {
-        address: '10.0.2.2:8000',
+        address: '10.0.2.2:9090',
         fingerprint: t.revisions.get('llama-a')!.fingerprint,
         verified: true,
         draining: false,
@@ -197,7 +197,7 @@ describe('worker views', () => {
     ]);
     tracker.release(release);
     tracker.release(release); // idempotent
-    expect(tracker.inFlight('10.0.2.1:8000')).toBe(1);
+    expect(tracker.inFlight('10.0.2.1:9090')).toBe(1);
     expect(view.endpoints('no-such-pool')).toEqual([]);
   });
 });
@@ -205,7 +205,7 @@ describe('worker views', () => {
 describe('the group invariant', () => {
   it('never routes to an endpoint of another group, whatever the live view says', () => {
     const base = compiled((v) => {
-      v['pools'].push({ name: 'b-both', cluster: 'b_both', role: 'both', revision: 'llama-b', endpoints: [{ address: '10.0.9.1:8000' }] });
+      v['pools'].push({ name: 'b-both', cluster: 'b_both', role: 'both', revision: 'llama-b', endpoints: [{ address: '10.0.9.1:9090' }] });
     });
     const fps = [base.revisions.get('llama-a')!.fingerprint, base.revisions.get('llama-b')!.fingerprint, null];
     const addresses = [...base.pools.values()].flatMap((p) => p.endpoints.map((e) => e.address));

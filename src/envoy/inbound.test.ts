@@ -11,16 +11,16 @@ describe('ext_proc messages -> request facts', () => {
   const hopHeaders = {
     'x-kvgate-contract': 'tok',
     'x-kvgate-prefill-cluster': 'a_prefill',
-    'x-kvgate-prefill-endpoint': '10.0.1.1:8000',
-    'x-kvgate-retry-exclude': ' 10.0.1.2:8000, ,10.0.1.3:8000',
+    'x-kvgate-prefill-endpoint': '10.0.1.1:9090',
+    'x-kvgate-retry-exclude': ' 10.0.1.2:9090, ,10.0.1.3:9090',
   };
 
   it('a hop is read from gate-owned headers on the internal listener only', () => {
     expect(facts('internal', hopHeaders).hop).toEqual({
       contract: 'tok',
       prefillCluster: 'a_prefill',
-      prefillEndpoint: '10.0.1.1:8000',
-      retryExclude: ['10.0.1.2:8000', '10.0.1.3:8000'],
+      prefillEndpoint: '10.0.1.1:9090',
+      retryExclude: ['10.0.1.2:9090', '10.0.1.3:9090'],
     });
     const pub = facts('public', hopHeaders);
     expect(pub.hop).toBeUndefined();

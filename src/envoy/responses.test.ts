@@ -16,8 +16,8 @@ function decision(requestId: string, contract: string): RouteDecision {
       revision: 'r1',
       adapter: null,
     },
-    decode: { pool: 'd', cluster: 'kvgate_d', endpoint: '10.0.0.2:8000' },
-    prefill: { pool: 'p', cluster: 'kvgate_p', endpoint: '10.0.0.1:8000' },
+    decode: { pool: 'd', cluster: 'kvgate_d', endpoint: '10.0.0.2:9090' },
+    prefill: { pool: 'p', cluster: 'kvgate_p', endpoint: '10.0.0.1:9090' },
     cacheSalt: 'salt',
     contract,
     binding: `binding-${requestId}`,
@@ -39,12 +39,12 @@ describe('routeMutation', () => {
         ['x-kvgate-group', 'g_0123456789abcdef01234567'],
         ['x-kvgate-revision', 'r1'],
         ['x-kvgate-decode-cluster', 'kvgate_d'],
-        ['x-kvgate-decode-endpoint', '10.0.0.2:8000'],
+        ['x-kvgate-decode-endpoint', '10.0.0.2:9090'],
         ['x-kvgate-prefill-cluster', 'kvgate_p'],
-        ['x-kvgate-prefill-endpoint', '10.0.0.1:8000'],
+        ['x-kvgate-prefill-endpoint', '10.0.0.1:9090'],
         ['x-kvgate-contract', `c-${id}`],
-        ['x-gateway-destination-endpoint', '10.0.0.2:8000'],
-        ['x-prefiller-host-port', '10.0.0.1:8000'],
+        ['x-gateway-destination-endpoint', '10.0.0.2:9090'],
+        ['x-prefiller-host-port', '10.0.0.1:9090'],
       ]);
       expect(set.every((o) => o.append_action === 'OVERWRITE_IF_EXISTS_OR_ADD' && o.header.value === undefined)).toBe(true);
       expect(m.common.header_mutation?.remove_headers).toEqual(['x-kvgate-forged']);

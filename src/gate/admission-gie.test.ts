@@ -12,7 +12,7 @@ import { createRolloutMetrics } from './rollout-metrics.js';
 import { chatFacts, queueTableValue, recordingHooks } from './testing.js';
 
 const keys = createDevKeyRing('admission-gie');
-const A = ['10.0.2.1:8000', '10.0.2.2:8000'];
+const A = ['10.0.2.1:9090', '10.0.2.2:9090'];
 
 function rig() {
   const inFlight = createInFlightTracker();

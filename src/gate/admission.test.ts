@@ -13,7 +13,7 @@ import type { Admitted, RoutingState } from './admission-types.js';
 import { createTableFile, queueTableValue, chatFacts, recordingHooks, tick, type TableFile, type TableValue } from './testing.js';
 
 const keys = createDevKeyRing('admission-test');
-const B_DECODE = '10.0.4.1:8000';
+const B_DECODE = '10.0.4.1:9090';
 
 interface Rig {
   readonly admission: AdmissionControl;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createEndpointLoad } from './endpoint-load.js';
 
-const A = '10.0.0.1:8000';
+const A = '10.0.0.1:9090';
 
 function setup(ttl = 30_000) {
   let now = 1_000;

@@ -78,6 +78,12 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   const policy = created.store;
   const now = deps.now ?? Date.now;
   const staleAfterMs = config.workerView.mode === 'live' ? config.workerView.staleAfterMs : 0;
+  if (config.workerView.mode === 'static') {
+    log.warn(
+      { workerView: 'static' },
+      "STATIC worker view (workerView.mode: static): every endpoint the route table lists is routed on the table's word, no sidecar is polled and nothing checks that a worker is verified; tests and demos only",
+    );
+  }
   let onPolled = (): void => undefined;
   // In flight = what each sidecar reports + the gate's requests it has not reported yet (src/gate/endpoint-load.ts).
   const inFlight = createEndpointLoad({

@@ -11,7 +11,7 @@ import type { RoutingState } from './admission-types.js';
 import { ExtProcSession } from './session.js';
 import { queueTableValue, tick, type TableValue } from './testing.js';
 
-const B_DECODE = '10.0.4.1:8000';
+const B_DECODE = '10.0.4.1:9090';
 
 /** A fixed clock: the override's size is then exact (real timers still run the queue's deadlines). */
 const NOW = 1_700_000_000_000;

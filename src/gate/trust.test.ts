@@ -34,7 +34,7 @@ describe('trust: declared-only is loud', () => {
 
   it('a refusal after binding to a declared-only revision names the revision and its trust (the audit line carries both)', () => {
     const table = tableFromValue(declaredOnlyB());
-    const view = createTestWorkerView(table, { '10.0.4.1:8000': { verified: false } });
+    const view = createTestWorkerView(table, { '10.0.4.1:9090': { verified: false } });
     const d = decide(testFacts({ tenant: 'acme' }), table, view, { nowMs: TEST_NOW_MS, keys: testKeys() });
     expect(d).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', revision: 'llama-b', trust: 'declared-only' });
   });

@@ -6,10 +6,13 @@ import { tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { eligibleFor } from '../decide/pick.js';
 import { createWorkerPoller } from './worker-poller.js';
 
-function tableWithStatus() {
+/** a-decode's first endpoint polled at its own address, its second with no status URL (opted in as unverified, or not). */
+function tableWithStatus(optIn = false) {
   const v = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string; status?: string }> }> };
   const pool = v.pools.find((p) => p.name === 'a-decode')!;
-  pool.endpoints = pool.endpoints.map((e, i) => (i === 0 ? { ...e, status: `http://${e.address}` } : e));
+  pool.endpoints = pool.endpoints.map((e, i) =>
+    i === 0 ? { ...e, status: `http://${e.address}` } : { address: e.address, ...(optIn ? { unverified: true } : {}) },
+  );
   return tableFromValue(v);
 }
 
@@ -44,11 +47,35 @@ describe('live worker view', () => {
     await poller.pollOnce();
     const after = view.endpoints('a-decode').find((e) => e.address === polled.address)!;
     expect(after).toMatchObject({ fingerprint: pool.fingerprint, verified: true, draining: false });
-    // An endpoint without a status URL keeps its declared fingerprint.
+    // An endpoint without a status URL is never routed: nothing vouches for its worker.
+    expect(view.endpoints('a-decode').find((e) => e.address === declaredOnly.address)).toMatchObject({
+      fingerprint: null,
+      verified: false,
+    });
+  });
+
+  it('routes an endpoint without a status URL only when the table declares it unverified: true', async () => {
+    const optedIn = tableWithStatus(true);
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => optedIn,
+        fetch: (async () => status({ fingerprint: pool.fingerprint, verified: true, draining: false })) as typeof fetch,
+      },
+    );
+    const view = poller.viewFor(optedIn);
     expect(view.endpoints('a-decode').find((e) => e.address === declaredOnly.address)).toMatchObject({
       fingerprint: pool.fingerprint,
       verified: true,
     });
+    const shown = poller
+      .poolStates()
+      .find((p) => p.pool === 'a-decode')!
+      .endpoints.find((e) => e.address === declaredOnly.address)!;
+    expect(shown.reasons.join(' ')).toMatch(/routed UNCHECKED \(the table declares unverified: true\)/);
   });
 
   it('drops an endpoint whose worker was upgraded in place (other fingerprint) or failed its probe', async () => {
@@ -140,13 +167,14 @@ describe('live worker view', () => {
     };
     const decode = { pool: 'a-decode', revision: pool.revision, role: pool.role };
     expect(await value({ ...decode, state: 'unreached' })).toBe(1); // polled endpoint, no answer yet
-    expect(await value({ ...decode, state: 'routable' })).toBe(1); // the one without a status URL
+    expect(await value({ ...decode, state: 'unverified' })).toBe(1); // the one without a status URL: never routed
+    expect(await value({ ...decode, state: 'routable' })).toBe(0);
     await poller.pollOnce();
-    expect(await value({ ...decode, state: 'routable' })).toBe(2);
+    expect(await value({ ...decode, state: 'routable' })).toBe(1);
     expect(await value({ ...decode, state: 'unreached' })).toBe(0);
     verified = false;
     await poller.pollOnce();
-    expect(await value({ ...decode, state: 'unverified' })).toBe(1);
+    expect(await value({ ...decode, state: 'unverified' })).toBe(2);
     // Every pool of the table has a series per state, so an absent routable endpoint reads 0, not "no data".
     for (const p of table.pools.values()) expect(await value({ pool: p.name, state: 'routable' })).toBeTypeOf('number');
   });

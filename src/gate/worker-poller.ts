@@ -163,10 +163,13 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   });
   void routable;
 
-  /** An endpoint without a status URL is routable by declaration (the static view's rule); a drained pool routes none. */
+  /**
+   * An endpoint without a status URL is routable only when the table declares it `unverified: true` (the loud opt-in);
+   * otherwise nothing vouches for its worker and it is never routed. A drained pool routes none.
+   */
   function endpointState(p: CompiledPool, e: CompiledEndpoint, o: Observation | undefined): EndpointStateName {
     if (p.draining) return 'draining';
-    if (e.status === null) return 'routable';
+    if (e.status === null) return e.unverified === true ? 'routable' : 'unverified';
     if (o === undefined) return 'unreached';
     const state = stateOf(o);
     // A worker upgraded in place reports another fingerprint: verified as itself, but not as this pool's group.
@@ -237,7 +240,15 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   function stateOfEndpoint(table: CompiledRouteTable, p: CompiledPool, e: CompiledEndpoint): EndpointState {
     const inFlight = deps.inFlight.inFlight(e.address);
     if (e.status === null) {
-      return { address: e.address, fingerprint: e.fingerprint, verified: true, draining: false, inFlight, observedAtMs: 0 };
+      const declared = e.unverified === true;
+      return {
+        address: e.address,
+        fingerprint: declared ? e.fingerprint : null,
+        verified: declared,
+        draining: false,
+        inFlight,
+        observedAtMs: 0,
+      };
     }
     const o = seen.get(keyOf(e));
     const fresh = o !== undefined && o.observedAtMs > 0 && now() - o.observedAtMs <= opts.staleAfterMs;
@@ -354,7 +365,11 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
           const why = p.draining
             ? ['the route table drains this pool']
             : e.status === null
-              ? ['no status URL: routable by declaration']
+              ? [
+                  e.unverified === true
+                    ? 'no status URL: routed UNCHECKED (the table declares unverified: true)'
+                    : "no status URL: never routed (add the sidecar's status URL, or declare unverified: true)",
+                ]
               : [...(hash === null ? [] : [hash]), ...(o?.reasons ?? ['not polled yet'])];
           return {
             address: e.address,

@@ -27,6 +27,8 @@ import {
 export interface CompiledEndpoint {
   readonly address: string;
   readonly status: string | null;
+  /** Declared `unverified: true`: routed without a status URL, on the table's word (only ever by opt-in). */
+  readonly unverified?: true;
   readonly fingerprint: string;
   /** The Kubernetes pod behind a discovered endpoint (its UID): a reused IP is another endpoint. */
   readonly podUid?: string;
@@ -130,6 +132,7 @@ export function compileRouteTable(table: RouteTable, checked: CheckedRevisions):
     const endpoints = p.endpoints.map((e) => ({
       address: e.address,
       status: e.status ?? null,
+      ...(e.unverified === true ? { unverified: true as const } : {}),
       fingerprint: e.descriptor === undefined ? fingerprint : fingerprintOf(e.descriptor as CompatDescriptor),
       ...(e.descriptor === undefined ? {} : { nixlHash: predictNixlHash(e.descriptor as CompatDescriptor).hash }),
     }));

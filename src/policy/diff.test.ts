@@ -49,17 +49,17 @@ describe('diffRouteTables', () => {
     const lines = diffAfter((v) => {
       v['revisions']['llama-c'] = { descriptor: testDescriptorInput({ chatTemplate: { revision: 'tmpl-9' } }) };
       v['pools'][3]['draining'] = true;
-      v['pools'][1]['endpoints'].push({ address: '10.0.2.3:8000' });
+      v['pools'][1]['endpoints'].push({ address: '10.0.2.3:9090' });
       v['pools'][0]['tenants'] = ['acme'];
       v['models']['llama-3-8b']['tenants'] = ['acme'];
-      v['pools'].push({ name: 'c-both', cluster: 'c_both', role: 'both', revision: 'llama-c', endpoints: [{ address: '10.0.9.1:8000' }] });
+      v['pools'].push({ name: 'c-both', cluster: 'c_both', role: 'both', revision: 'llama-c', endpoints: [{ address: '10.0.9.1:9090' }] });
     });
     expect(lines).toEqual([
       expect.stringMatching(/^revisions: revision llama-c added \(fingerprint [0-9a-f]{12}…\)$/),
       'models: model llama-3-8b: tenants removed: globex (their requests are refused with 403)',
       'pools: pool a-prefill: tenants added: acme',
       'pools: pool a-prefill: tenants removed: * (their requests are refused with 403)',
-      'pools: pool a-decode endpoints added: 10.0.2.3:8000',
+      'pools: pool a-decode endpoints added: 10.0.2.3:9090',
       'pools: pool b-decode now draining: it takes no new requests; requests in flight there finish',
       'pools: pool c-both added: role both, revision llama-c, cluster c_both, 1 endpoint(s)',
     ]);

@@ -105,8 +105,8 @@ describe('parseRouteTable', () => {
 
   it('gives semantic issues a line number too', () => {
     const text = readFixture('two-revisions.yaml').replace(
-      'revision: llama-b\n    endpoints:\n      - { address: 10.0.4.1:8000 }',
-      'revision: llama-c\n    endpoints:\n      - { address: 10.0.4.1:8000 }',
+      'revision: llama-b\n    endpoints:\n      - { address: 10.0.4.1:9090',
+      'revision: llama-c\n    endpoints:\n      - { address: 10.0.4.1:9090',
     );
     const r = parseRouteTable(text, { file: 'two.yaml', descriptorFiles: descriptorFilesFor('two-revisions.yaml') });
     expect(r.ok).toBe(false);

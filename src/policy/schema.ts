@@ -33,7 +33,7 @@ export const TenantListSchema = z
 
 /** `ip:port` or `[ipv6]:port`: what Envoy's ORIGINAL_DST cluster connects to. Host names are not resolved. */
 export const EndpointAddressSchema = z.string().refine(isIpPort, {
-  message: "must be 'ip:port' (IPv4) or '[ipv6]:port', e.g. 10.0.0.12:8000",
+  message: "must be 'ip:port' (IPv4) or '[ipv6]:port', e.g. 10.0.0.12:9090",
 });
 
 function isIpPort(s: string): boolean {
@@ -60,11 +60,23 @@ export const EndpointSchema = z
   .object({
     address: EndpointAddressSchema,
     status: StatusUrlSchema.optional(),
+    /**
+     * The explicit opt-in to route to an endpoint without a status URL, on the table's word alone: nothing checks that
+     * its worker is verified. Without it, the live worker view never routes to such an endpoint.
+     */
+    unverified: z.literal(true).optional(),
     /** Optional per-endpoint declaration (e.g. a heterogeneous pool); must fingerprint like the pool's revision. */
     descriptor: CompatDescriptorSchema.optional(),
   })
   .strict()
   .superRefine((e, ctx) => {
+    if (e.unverified === true && e.status !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['unverified'],
+        message: 'contradicts status: an endpoint with a status URL is checked through it; remove unverified',
+      });
+    }
     // The status URL vouches for this endpoint: on another host, one worker's verified sidecar would make a different
     // (perhaps unverified) endpoint look verified, and the gate would route to it.
     if (e.status === undefined) return;

@@ -75,7 +75,7 @@ describe('checkRouteTable', () => {
       'pools[1].endpoints[1].descriptor',
     );
     expect(i.message).toMatch(
-      /^endpoint 10\.0\.2\.2:8000 of pool "a-decode" declares fingerprint [0-9a-f]{12}…, but the pool's revision "llama-a" is [0-9a-f]{12}…, so one pool would mix two compatibility groups/,
+      /^endpoint 10\.0\.2\.2:9090 of pool "a-decode" declares fingerprint [0-9a-f]{12}…, but the pool's revision "llama-a" is [0-9a-f]{12}…, so one pool would mix two compatibility groups/,
     );
     expect(i.message).toMatch(/weights revision: revision llama-a runs "5f0b/);
   });
@@ -122,7 +122,7 @@ describe('checkRouteTable', () => {
     expect(i.fix).toMatch(/role: both pools only/);
     const served = issuesAfter((v) => {
       v['revisions']['llama-b'] = { descriptor: fp8DynamicDescriptorInput('b') };
-      v['pools'].splice(2, 2, pool('b-both', 'both', 'llama-b', ['10.0.6.1:8000']));
+      v['pools'].splice(2, 2, pool('b-both', 'both', 'llama-b', ['10.0.6.1:9090']));
     });
     expect(served.filter((x) => x.severity === 'error')).toEqual([]);
   });
@@ -132,8 +132,8 @@ describe('checkRouteTable', () => {
       v['revisions']['llama-a'] = { descriptor: testDescriptorInput({ model: { path: '/models/llama-3-8b' } }) };
       v['revisions']['llama-a-hub'] = { descriptor: testDescriptorInput({ model: { path: 'meta-llama/Meta-Llama-3-8B-Instruct' } }) };
       v['pools'].push(
-        pool('a2-prefill', 'prefill', 'llama-a-hub', ['10.0.7.1:8000']),
-        pool('a2-decode', 'decode', 'llama-a-hub', ['10.0.8.1:8000']),
+        pool('a2-prefill', 'prefill', 'llama-a-hub', ['10.0.7.1:9090']),
+        pool('a2-decode', 'decode', 'llama-a-hub', ['10.0.8.1:9090']),
       );
     });
     const i = issues.find((x) => x.path === 'pools[5].revision' && /NIXL handshake/.test(x.message));
@@ -150,7 +150,7 @@ describe('checkRouteTable', () => {
     );
     const i = only(issues, 'pools[1].endpoints[1].descriptor');
     expect(i.message).toMatch(
-      /^pool "a-prefill" \(revision llama-a\) and endpoint 10\.0\.2\.2:8000 of pool "a-decode" are one compatibility group, but KV cannot move/,
+      /^pool "a-prefill" \(revision llama-a\) and endpoint 10\.0\.2\.2:9090 of pool "a-decode" are one compatibility group, but KV cannot move/,
     );
     expect(i.message).toMatch(/differing factors: model "\/models\/llama-3-8b-instruct" vs "\/mnt\/llama"/);
   });
@@ -188,17 +188,17 @@ describe('checkRouteTable', () => {
 
   it('refuses an address in pools of two revisions, or twice in one pool', () => {
     const across = only(
-      issuesAfter((v) => (v['pools'][3]['endpoints'][0]['address'] = '10.0.2.1:8000')),
+      issuesAfter((v) => (v['pools'][3]['endpoints'][0] = { address: '10.0.2.1:9090', status: 'http://10.0.2.1:9090' })),
       'pools[3].endpoints[0].address',
     );
     expect(across.message).toBe(
-      'endpoint 10.0.2.1:8000 is in pool "a-decode" (revision llama-a) and in pool "b-decode" (revision llama-b); one worker serves one revision',
+      'endpoint 10.0.2.1:9090 is in pool "a-decode" (revision llama-a) and in pool "b-decode" (revision llama-b); one worker serves one revision',
     );
     const twice = only(
-      issuesAfter((v) => (v['pools'][1]['endpoints'][1]['address'] = '10.0.2.1:8000')),
+      issuesAfter((v) => (v['pools'][1]['endpoints'][1] = { address: '10.0.2.1:9090', status: 'http://10.0.2.1:9090' })),
       'pools[1].endpoints[1].address',
     );
-    expect(twice.message).toBe('endpoint 10.0.2.1:8000 is listed twice in pool "a-decode"');
+    expect(twice.message).toBe('endpoint 10.0.2.1:9090 is listed twice in pool "a-decode"');
   });
 
   it('refuses gate-owned headers as tenant, user or session sources', () => {
@@ -263,16 +263,16 @@ describe('checkObservedEndpoints', () => {
     const issues = checkObservedEndpoints(compiled, (p) =>
       p === 'a-decode'
         ? [
-            { address: '10.0.2.1:8000', fingerprint: compiled.revisions.get('llama-a')!.fingerprint },
-            { address: '10.0.2.2:8000', fingerprint: bFp },
-            { address: '10.0.2.3:8000', fingerprint: null },
+            { address: '10.0.2.1:9090', fingerprint: compiled.revisions.get('llama-a')!.fingerprint },
+            { address: '10.0.2.2:9090', fingerprint: bFp },
+            { address: '10.0.2.3:9090', fingerprint: null },
           ]
         : [],
     );
     expect(issues).toHaveLength(1);
     expect(issues[0]).toMatchObject({ path: 'pools[1].endpoints', severity: 'error' });
     expect(issues[0]!.message).toBe(
-      `endpoint 10.0.2.2:8000 of pool "a-decode" reports fingerprint ${bFp.slice(0, 12)}…, but revision "llama-a" is ${compiled.revisions.get('llama-a')!.fingerprint.slice(0, 12)}…; the pool mixes two compatibility groups and kvgate will not route to that endpoint`,
+      `endpoint 10.0.2.2:9090 of pool "a-decode" reports fingerprint ${bFp.slice(0, 12)}…, but revision "llama-a" is ${compiled.revisions.get('llama-a')!.fingerprint.slice(0, 12)}…; the pool mixes two compatibility groups and kvgate will not route to that endpoint`,
     );
   });
 });

@@ -64,6 +64,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkModelTenants(ctx);
   checkTenancy(ctx);
   checkFallback(ctx);
+  checkUncheckedEndpoints(ctx);
   checkFallbackSteps(ctx);
   checkVerification(ctx);
   checkRecordedBehaviour(ctx);
@@ -235,6 +236,34 @@ function checkTenancy(ctx: CheckContext): void {
       'warning',
     );
   }
+}
+
+/**
+ * An endpoint without a status URL: the live worker view cannot see whether its worker is verified, so it never routes
+ * to it unless the table opts in with `unverified: true`, which is then reported on every check.
+ */
+function checkUncheckedEndpoints(ctx: CheckContext): void {
+  ctx.table.pools.forEach((p, i) => {
+    (p.endpoints ?? []).forEach((e, j) => {
+      if (e.status !== undefined) return;
+      const host = e.address.slice(0, e.address.lastIndexOf(':'));
+      if (e.unverified === true) {
+        ctx.add(
+          ['pools', i, 'endpoints', j, 'unverified'],
+          `pool ${p.name} routes to ${e.address} with NO check that its worker is verified (unverified: true): a worker of another revision there would be given this revision's requests`,
+          `give it its sidecar's status URL (status: http://${host}:9090) and remove unverified`,
+          'warning',
+        );
+      } else {
+        ctx.add(
+          ['pools', i, 'endpoints', j],
+          `pool ${p.name}'s endpoint ${e.address} has no status URL, so the gate's live worker view never routes to it (only workerView: static, for tests and demos, does)`,
+          `add its sidecar's status URL (status: http://${host}:9090), or declare unverified: true to route to it unchecked`,
+          'warning',
+        );
+      }
+    });
+  });
 }
 
 function checkFallback(ctx: CheckContext): void {

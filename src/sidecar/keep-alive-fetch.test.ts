@@ -286,7 +286,7 @@ describe("callUpstream over the pool's whole-answer path", () => {
       req.on('data', (c: Buffer) => (body += c.toString()));
       req.on('end', () => {
         seen.push({ method: req.method, type: req.headers['content-type'], length: req.headers['content-length'], body });
-        res.writeHead(200, { 'content-type': 'application/json', 'x-served-by': '10.0.0.1:8000' });
+        res.writeHead(200, { 'content-type': 'application/json', 'x-served-by': '10.0.0.1:9090' });
         // A byte order mark and a multi-byte character split across two writes: decoded as Response.text() would.
         res.write(Buffer.from([0xef, 0xbb, 0xbf, 0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xe2, 0x82]));
         res.end(Buffer.from([0xac, 0x22, 0x7d]));
@@ -300,7 +300,7 @@ describe("callUpstream over the pool's whole-answer path", () => {
         headers: { Authorization: 'Bearer k' },
         timeoutMs: 2_000,
       });
-      expect(r.ok && [r.value.status, r.value.headers.get('x-served-by'), r.value.text]).toEqual([200, '10.0.0.1:8000', '{"a":"€"}']);
+      expect(r.ok && [r.value.status, r.value.headers.get('x-served-by'), r.value.text]).toEqual([200, '10.0.0.1:9090', '{"a":"€"}']);
     }
     expect(seen[0]).toEqual({
       method: 'POST',

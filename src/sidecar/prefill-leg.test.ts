@@ -15,16 +15,16 @@ const reply = (status: number, body: unknown, headers: Record<string, string> = 
 
 describe('prefillTargetUrl (SSRF guard)', () => {
   it('through Envoy, always the configured internal listener, whatever the contract says', () => {
-    expect(prefillTargetUrl({ envoy: 'http://127.0.0.1:10001/' }, contract('10.0.0.5:8000'), '/v1/completions')).toEqual({
+    expect(prefillTargetUrl({ envoy: 'http://127.0.0.1:10001/' }, contract('10.0.0.5:9090'), '/v1/completions')).toEqual({
       ok: true,
       value: 'http://127.0.0.1:10001/v1/completions',
     });
   });
 
   it('direct: only the ip:port literal the signed contract names', () => {
-    expect(prefillTargetUrl('direct', contract('10.0.0.5:8000'), '/v1/chat/completions')).toEqual({
+    expect(prefillTargetUrl('direct', contract('10.0.0.5:9090'), '/v1/chat/completions')).toEqual({
       ok: true,
-      value: 'http://10.0.0.5:8000/v1/chat/completions',
+      value: 'http://10.0.0.5:9090/v1/chat/completions',
     });
     expect(prefillTargetUrl('direct', contract('[::1]:8000'), '/v1/completions')).toEqual({
       ok: true,
@@ -75,7 +75,7 @@ describe('retry policy and failures', () => {
       'worker_unverified',
       'the prefill leg was refused after 3 attempts inside the bound group: tokenizer canary differs',
     ]);
-    const down = prefillFailure({ error: 'http://10.0.0.5:8000/v1/completions: ECONNREFUSED' }, 3);
+    const down = prefillFailure({ error: 'http://10.0.0.5:9090/v1/completions: ECONNREFUSED' }, 3);
     expect([down.code, down.status]).toEqual(['worker_error', 502]);
   });
 });

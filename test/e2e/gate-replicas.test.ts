@@ -112,7 +112,7 @@ describe('two gate replicas behind one Envoy', () => {
       for (const h of ['x-kvgate-group', 'x-kvgate-revision', 'x-kvgate-decode-cluster', 'x-kvgate-prefill-cluster']) {
         expect(two.seen![h], `${h} for session s-${i}`).toBe(one.seen![h]);
       }
-      const prefillOf = (rev: unknown) => (rev === 'llama-a' ? ['10.0.1.1:8000', '10.0.1.2:8000'] : ['10.0.3.1:8000']);
+      const prefillOf = (rev: unknown) => (rev === 'llama-a' ? ['10.0.1.1:9090', '10.0.1.2:9090'] : ['10.0.3.1:9090']);
       for (const s of [one.seen!, two.seen!]) expect(prefillOf(s['x-kvgate-revision'])).toContain(s['x-kvgate-prefill-endpoint']);
       // A contract minted by either replica verifies with the shared keys (what every sidecar does).
       for (const s of [one.seen!, two.seen!]) {

@@ -175,7 +175,7 @@ async function startRig(
   const v = clone(twoRevisionTableValue()) as { pools: unknown[]; models: Record<string, { rollout: Record<string, unknown> }> };
   v.pools = [
     { name: 'a-decode', cluster: 'a_decode', role: 'both', revision: 'llama-a', endpoints: pods.map((p) => ({ address: p.address })) },
-    { name: 'b-decode', cluster: 'b_decode', role: 'both', revision: 'llama-b', endpoints: [{ address: '10.0.4.1:8000' }] },
+    { name: 'b-decode', cluster: 'b_decode', role: 'both', revision: 'llama-b', endpoints: [{ address: '10.0.4.1:9090' }] },
   ];
   v.models['llama-3-8b']!.rollout = { stable: 'llama-a' };
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-gie-'));

@@ -255,7 +255,7 @@ describe('dynamic metadata', () => {
           reply(
             m,
             {},
-            { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.0.0.1:8000' }, other: { dropped: true } }) },
+            { dynamic_metadata: toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.0.0.1:9090' }, other: { dropped: true } }) },
           ),
         );
         await continueAll(s);
@@ -263,7 +263,7 @@ describe('dynamic metadata', () => {
     });
     ok(await request(scenario.url, { headers: TO_A, body: 'b' }));
     const [entry] = await scenario.harness.waitForAccessLog(1);
-    expect(entry?.dynamicMetadata).toEqual({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.0.0.1:8000' } });
+    expect(entry?.dynamicMetadata).toEqual({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.0.0.1:9090' } });
     const [first, second] = scenario.extProc.requests();
     expect(first?.metadata_context?.filter_metadata ?? {}).toEqual({});
     expect(Object.keys(second?.metadata_context?.filter_metadata ?? {})).toEqual(['envoy.lb']);
