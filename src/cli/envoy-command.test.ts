@@ -39,7 +39,9 @@ describe('kvgate envoy render', () => {
       v['fallback'] = [{ queue: { deadlineMs: 1000, maxDepth: 300 } }, { refuse: { retryAfterSeconds: 5 } }];
     });
     const r = await run(['render', 'bootstrap', '--policy', policy]);
-    expect(r.err).toBe('');
+    // Without --gate-tls-* flags: plaintext to the gate, said on stderr and in the file's header.
+    expect(r.err).toMatch(/WARNING: no --gate-tls-\* flags, so this bootstrap speaks PLAINTEXT gRPC to the gate/);
+    expect(r.out).toContain('# PLAINTEXT to the gate: rendered without --gate-tls-* flags');
     expect(r.code).toBe(0);
     const doc = parse(r.out) as Value;
     const clusters = doc['static_resources']['clusters'] as Value[];
@@ -82,6 +84,10 @@ describe('kvgate envoy render', () => {
     [['render', 'bootstrap', '--policy', 'x', '--envoy', '1.35'], /--envoy must be 1.36 or 1.37/],
     [['render', 'bootstrap', '--policy', 'x', '--gate', 'gate'], /--gate must be HOST:PORT/],
     [['render', 'bootstrap', '--policy', 'x', '--gate-tls-ca', 'ca.pem'], /all three of --gate-tls-ca/],
+    [
+      ['render', 'bootstrap', '--policy', 'x', '--gate-tls-ca', 'ca.pem', '--gate-tls-cert', 'c.pem', '--gate-tls-key', 'k.pem'],
+      /needs the internal listener's own client certificate too: add --gate-tls-internal-cert/,
+    ],
     [['render', 'bootstrap', '--policy', 'x', '--public-port', '70000'], /--public-port must be a port/],
     [['render', 'bootstrap', '--policy', 'x', '--pool-service', 'vllm'], /must contain \{pool\}/],
   ])('usage error %j', async (args, message) => {

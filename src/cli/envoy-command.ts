@@ -99,6 +99,11 @@ export function parseRenderArgs(argv: readonly string[]): RenderRequest | string
   if (v.policy === undefined) return '--policy FILE is required';
   const settings = settingsOf(v);
   if (typeof settings === 'string') return settings;
+  if (target === 'bootstrap' && settings.gateTls !== undefined && settings.gateTls.internalCertFile === undefined) {
+    // The gate tells the two listeners apart by their client certificates and refuses one identity for both roles
+    // (src/gate/transport.ts), so this bootstrap could never serve a prefill leg.
+    return "gate mTLS in the bootstrap needs the internal listener's own client certificate too: add --gate-tls-internal-cert and --gate-tls-internal-key (the gate tells the public and internal listeners apart by their certificates and refuses one identity for both)";
+  }
   return {
     target: target as RenderTarget,
     settings,
@@ -202,6 +207,11 @@ export async function envoyCommand(argv: readonly string[], io: CommandIo = defa
   if (typeof req === 'string') {
     io.err(`kvgate envoy: ${req}\n\n${HELP}`);
     return 2;
+  }
+  if (req.target === 'bootstrap' && req.settings.gateTls === undefined) {
+    io.err(
+      'kvgate envoy render: WARNING: no --gate-tls-* flags, so this bootstrap speaks PLAINTEXT gRPC to the gate, which only a gate with insecure: true accepts; for a local test only (the file says so in its header)\n',
+    );
   }
   const rendered = await renderRequest(req);
   if (!rendered.ok) {

@@ -117,7 +117,13 @@ describe('rendered variants pass the proto check', () => {
   ];
 
   it('gate mTLS: an UpstreamTlsContext with the client certificate, the CA and the gate name', async () => {
-    const text = await render([...base, '--gate', 'kvgate-gate-headless.kvgate.svc.cluster.local:9002', ...tls]);
+    const internalTls = [
+      '--gate-tls-internal-cert',
+      '/etc/kvgate/tls/envoy-internal.pem',
+      '--gate-tls-internal-key',
+      '/etc/kvgate/tls/envoy-internal-key.pem',
+    ];
+    const text = await render([...base, '--gate', 'kvgate-gate-headless.kvgate.svc.cluster.local:9002', ...tls, ...internalTls]);
     expect(errorsOf(text)).toEqual([]);
     expect(text).toContain('type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext');
     expect(text).toContain('exact: kvgate-gate-headless.kvgate.svc.cluster.local');

@@ -42,6 +42,14 @@ export function renderBootstrap(input: RenderInput, s: RenderSettings): string {
       'Security: the gate removes every client-sent x-kvgate-* header and always overwrites the routing headers it',
       'sets; with failure_mode_allow: false a gate that is down or slow fails the request closed (500 / 504) instead',
       'of letting a client-chosen route through.',
+      ...(s.gateTls === undefined
+        ? [
+            '',
+            'PLAINTEXT to the gate: rendered without --gate-tls-* flags, so Envoy speaks plaintext gRPC to the gate, and only',
+            'a gate with insecure: true accepts it (any client reaching its port could then claim the internal role). For a',
+            'local test only; render with --gate-tls-ca/-cert/-key and --gate-tls-internal-cert/-key for anything else.',
+          ]
+        : []),
     ]),
     'admin:',
     `  address: { socket_address: { address: 127.0.0.1, port_value: ${String(s.adminPort)} } }   # loopback: the admin API can stop Envoy`,
