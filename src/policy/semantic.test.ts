@@ -276,3 +276,35 @@ describe('checkObservedEndpoints', () => {
     );
   });
 });
+
+describe('tenant names that look like typos', () => {
+  it('a pool tenant no model of its revision accepts; the candidate then leaves that tenant out of the rollout', () => {
+    // two-revisions: llama-3-8b accepts acme and globex; b-decode (pools[3]) mistyped globex.
+    const issues = issuesAfter((v) => (v['pools'][3]['tenants'] = ['acme', 'globexx']));
+    expect(only(issues, 'pools[3].tenants')).toMatchObject({
+      severity: 'warning',
+      message: expect.stringMatching(
+        /^pool b-decode serves tenant\(s\) globexx, which no model of revision llama-b accepts \(they accept: acme, globex\); a typo\?/,
+      ),
+    });
+    expect(only(issues, 'models.llama-3-8b.rollout.candidate')).toMatchObject({
+      severity: 'warning',
+      message: expect.stringMatching(
+        /tenant\(s\) globex of model "llama-3-8b" never join its rollout: .* candidate llama-b .* always get llama-a/,
+      ),
+    });
+    // Spelled right, neither is reported.
+    const fine = issuesAfter((v) => (v['pools'][3]['tenants'] = ['acme', 'globex']));
+    expect(fine.filter((i) => i.path === 'pools[3].tenants' || i.path === 'models.llama-3-8b.rollout.candidate')).toEqual([]);
+  });
+
+  it('tenancy.default naming a tenant no model accepts: every anonymous request would be refused', () => {
+    const issues = issuesAfter((v) => (v['tenancy'] = { ...v['tenancy'], required: false, default: 'initech' }));
+    expect(only(issues, 'tenancy.default')).toMatchObject({
+      severity: 'warning',
+      message: expect.stringContaining('tenancy.default "initech" is a tenant no model accepts'),
+    });
+    const ok = issuesAfter((v) => (v['tenancy'] = { ...v['tenancy'], required: false, default: 'acme' }));
+    expect(ok.filter((i) => i.path === 'tenancy.default')).toEqual([]);
+  });
+});

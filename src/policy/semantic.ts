@@ -63,6 +63,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkRoleCoverage(ctx);
   checkModelTenants(ctx);
   checkTenancy(ctx);
+  checkTenantNames(ctx);
   checkFallback(ctx);
   checkUncheckedEndpoints(ctx);
   checkFallbackSteps(ctx);
@@ -201,6 +202,56 @@ function checkModelTenants(ctx: CheckContext): void {
       open
         ? `list the model's tenants explicitly, or set tenants: ['*'] on its pools`
         : `add ${listOf(missing)} to the tenants of the model's pools, or remove them from models.${model}.tenants`,
+    );
+  }
+}
+
+/** Whether `revision` has a prefill and a decode (or a both) pool open to `tenant` (null: any tenant, '*'). */
+function revisionServes(table: CheckContext['table'], revision: string, tenant: string | null): boolean {
+  const ok = table.pools.filter((p) => p.revision === revision && tenantAllowed(p.tenants, tenant));
+  return ok.some((p) => p.role === 'both') || (ok.some((p) => p.role === 'decode') && ok.some((p) => p.role === 'prefill'));
+}
+
+/**
+ * Tenant names that look like typos: a pool tenant no model of its revision accepts, a tenant a rollout's candidate
+ * cannot serve (it silently never joins the rollout), a `tenancy.default` no model accepts (every anonymous request
+ * would be refused 403).
+ */
+function checkTenantNames(ctx: CheckContext): void {
+  const { table } = ctx;
+  const models = Object.entries(table.models);
+  table.pools.forEach((p, i) => {
+    const accepting = models.filter(([, m]) => m.rollout.stable === p.revision || m.rollout.candidate === p.revision);
+    if (accepting.length === 0 || accepting.some(([, m]) => m.tenants.includes('*'))) return;
+    const known = new Set(accepting.flatMap(([, m]) => m.tenants));
+    const unknown = p.tenants.filter((t) => t !== '*' && !known.has(t));
+    if (unknown.length === 0) return;
+    ctx.add(
+      ['pools', i, 'tenants'],
+      `pool ${p.name} serves tenant(s) ${listOf(unknown)}, which no model of revision ${p.revision} accepts (they accept: ${listOf([...known])}); a typo?`,
+      `spell them as in models.<model>.tenants, or add them there`,
+      'warning',
+    );
+  });
+  for (const [model, m] of models) {
+    const candidate = m.rollout.candidate;
+    if (candidate === undefined || m.tenants.includes('*')) continue;
+    const left = m.tenants.filter((t) => revisionServes(table, m.rollout.stable, t) && !revisionServes(table, candidate, t));
+    if (left.length === 0) continue;
+    ctx.add(
+      ['models', model, 'rollout', 'candidate'],
+      `tenant(s) ${listOf(left)} of model "${model}" never join its rollout: no prefill/decode (or both) pool of the candidate ${candidate} serves them, so they always get ${m.rollout.stable}`,
+      `add ${listOf(left)} to the tenants of ${candidate}'s pools (check their spelling), if they should join the rollout`,
+      'warning',
+    );
+  }
+  const fallback = table.tenancy.default;
+  if (fallback !== undefined && !table.tenancy.required && !models.some(([, m]) => tenantAllowed(m.tenants, fallback))) {
+    ctx.add(
+      ['tenancy', 'default'],
+      `tenancy.default "${fallback}" is a tenant no model accepts, so every request without a tenant would be refused 403 tenant_scope_denied`,
+      `add "${fallback}" to the tenants of the models anonymous requests may use, or fix its spelling`,
+      'warning',
     );
   }
 }
