@@ -78,8 +78,20 @@ export function fromZodIssues(
 ): ConfigIssue[] {
   const out: ConfigIssue[] = [];
   const prefix = ctx.prefix ?? [];
+  const segments = (zi: ZodIssue) => zi.path.filter((p): p is PathSegment => typeof p === 'string' || typeof p === 'number');
+  // A misspelt key is reported once, as the unknown key with its "did you mean": not also as the key it meant missing.
+  const meant = new Set<string>();
   for (const zi of issues) {
-    const path = zi.path.filter((p): p is PathSegment => typeof p === 'string' || typeof p === 'number');
+    if (zi.code !== 'unrecognized_keys') continue;
+    const path = segments(zi);
+    for (const key of zi.keys) {
+      const guess = closestMatch(key, knownKeys(ctx.root, path));
+      if (guess !== undefined) meant.add(JSON.stringify([...path, guess]));
+    }
+  }
+  for (const zi of issues) {
+    const path = segments(zi);
+    if (zi.code !== 'unrecognized_keys' && valueAt(ctx.data, path) === undefined && meant.has(JSON.stringify(path))) continue;
     if (zi.code === 'unrecognized_keys') {
       const known = knownKeys(ctx.root, path);
       for (const key of zi.keys) {
@@ -108,6 +120,12 @@ function describe(zi: ZodIssue, path: readonly PathSegment[], root: unknown, val
   const name = typeof last === 'string' ? last : 'this value';
   switch (zi.code) {
     case 'invalid_type': {
+      if (path.length === 0 && (value === undefined || value === null)) {
+        return {
+          message: 'the file is empty (or holds only comments)',
+          fix: `write the configuration in it, a ${zi.expected === 'object' ? 'mapping' : zi.expected} at the top`,
+        };
+      }
       if (value === undefined) {
         const hint = schemaAt(root, path)?.description;
         return {
@@ -115,10 +133,15 @@ function describe(zi: ZodIssue, path: readonly PathSegment[], root: unknown, val
           fix: `add ${name}: <${zi.expected}>${hint ? ` (${hint})` : ''}`,
         };
       }
-      return { message: `expected ${zi.expected}, got ${kindOf(value)}`, fix: `write ${name} as a ${zi.expected}` };
+      const expected = zi.expected === 'object' ? 'mapping' : zi.expected;
+      return {
+        message: `expected ${expected}, got ${kindOf(value)}`,
+        fix: `write ${name} as ${/^[aeiou]/.test(expected) ? 'an' : 'a'} ${expected}`,
+      };
     }
     case 'invalid_value': {
       const allowed = zi.values.map((v) => String(v));
+      if (value === undefined) return { message: `${name} is required`, fix: `add ${name}: one of ${listOf(allowed)}` };
       const guess = typeof value === 'string' ? closestMatch(value, allowed) : undefined;
       const msg = zi.message.startsWith('Invalid') ? `${JSON.stringify(value)} is not allowed here` : zi.message;
       const fix = guess ? `did you mean "${guess}"?` : `use one of: ${listOf(allowed)}`;
@@ -141,5 +164,7 @@ function kindOf(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'a list';
   if (typeof v === 'object') return 'a mapping';
-  return `${typeof v} ${JSON.stringify(v)}`;
+  // Never the whole of what was written: a binary file read as YAML is one long string.
+  const shown = JSON.stringify(v);
+  return `${typeof v} ${shown.length > 80 ? `${shown.slice(0, 77)}...` : shown}`;
 }

@@ -36,4 +36,28 @@ describe('config issues (one type for every file kvgate reads)', () => {
     expect(hasErrors([warning])).toBe(false);
     expect(hasErrors([warning, error])).toBe(true);
   });
+
+  it('says a file is empty, never echoes more than 80 characters of a value, and reports a misspelt required key once', () => {
+    const Required = z.object({ role: z.enum(['prefill', 'decode']), name: z.string(), nested: z.object({ a: z.string() }) }).strict();
+    const msg = (data: unknown) => {
+      const r = Required.safeParse(data);
+      return formatIssues(fromZodIssues(r.error!.issues, { file: 'c.yaml', root: Required, data }));
+    };
+    expect(msg(null)).toBe(
+      'c.yaml: error: (root): the file is empty (or holds only comments). Fix: write the configuration in it, a mapping at the top',
+    );
+    const binary = msg('\u0000'.repeat(2000));
+    expect(binary).toMatch(/^c\.yaml: error: \(root\): expected mapping, got string ".*\.\.\.\.? Fix: write this value as a mapping$/);
+    expect(binary.length).toBeLessThan(200);
+    const missing = msg({ name: 'x', nested: { a: 'y' } });
+    expect(missing).toContain('c.yaml: error: role: role is required. Fix: add role: one of prefill, decode');
+    // "rol" is the misspelt "role": one issue, the unknown key with its "did you mean", not also "role is required".
+    const typo = msg({ rol: 'decode', name: 'x', nested: { a: 'y' } }).split('\n');
+    expect(typo).toEqual([
+      'c.yaml: error: rol: unknown key "rol". Fix: did you mean "role"? Rename the key (keys accepted here: role, name, nested)',
+    ]);
+    expect(msg({ role: 'decode', name: 'x', nested: 5 })).toContain(
+      'nested: expected mapping, got number 5. Fix: write nested as a mapping',
+    );
+  });
 });
