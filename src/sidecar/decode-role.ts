@@ -19,11 +19,11 @@ import { checkAttestedTransfer } from './attestation-check.js';
 import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { sendError } from './http-io.js';
 import { confirmDecodeWorker } from './launch-check.js';
-import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody } from './openai-body.js';
+import { ATTESTATION_KEY, checkClientKvParams, checkPromptFits, checkRequestShape, kvParamsOf, toPrefillBody } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import type { PrefillLegInput } from './prefill-leg.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
-import { countPromptTokens } from './prompt-count.js';
+import { countPromptTokens, probedMaxModelLen } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 import { nextTurn } from './shared-read.js';
 import { SILENT_RECOMPUTE, silentRecomputeCheck } from './silent-recompute.js';
@@ -63,6 +63,10 @@ export async function serveDecode(
     return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
   }
 
+  // The cheap checks before the prefill leg: the leg forces max_tokens 1, so the prefill side would compute and hold
+  // the KV of a request this side then refuses (a batch, a truncation vLLM refuses, a max_tokens that cannot fit).
+  const shape = checkRequestShape(call.endpoint, call.body, probedMaxModelLen(ctx));
+  if (!shape.ok) return refuse(shape.error);
   const legInput: PrefillLegInput = {
     contract,
     contractToken,
@@ -84,7 +88,7 @@ export async function serveDecode(
       confirmDecodeWorker(ctx, call),
       ctx.failedTransfers.read(window.startedAt, call.signal),
     ]);
-    const base = { contract, requestId, headers, count, launch };
+    const base = { contract, requestId, headers, count, launch, maxTokens: shape.value.maxTokens };
     const mayRerun = mayRerunPrefill(ctx.config, coordinated !== undefined);
     const first = await decodeAfterPrefill(ctx, call, res, { ...base, prefill, window, failedBefore, mayRerun });
     if (!('rerun' in first)) return first;
@@ -121,6 +125,8 @@ interface AfterPrefill {
   readonly count: Awaited<ReturnType<typeof countPromptTokens>>;
   readonly prefill: Awaited<ReturnType<typeof timedPrefillLeg>>;
   readonly launch: Awaited<ReturnType<typeof confirmDecodeWorker>>;
+  /** The completion length the request asks for (`RequestShape.maxTokens`). */
+  readonly maxTokens: number | undefined;
   readonly window: TransferWindow;
   readonly failedBefore: number | undefined;
   /** Hand back a `Rerun` instead of failing when the KV cannot be loaded before any output (prefill-rerun.ts). */
@@ -144,6 +150,12 @@ async function decodeAfterPrefill(
   };
   // This worker first: if it is no longer what was verified, nothing may run on it, not even a local prefill.
   if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
+  // The prompt as this worker counts it must leave room for the completion asked for (the check vLLM makes), so a
+  // request it would refuse is refused here, before any KV is pulled for it.
+  if (count.ok) {
+    const fits = checkPromptFits(count.value.count, a.maxTokens, probedMaxModelLen(ctx));
+    if (!fits.ok) return refuse(fits.error);
+  }
   if (!prefill.ok) return afterPrefillRefusal(ctx, call, res, headers, requestId, prefill.error);
   const params = kvParamsOf(prefill.value.body);
   if (params === undefined) return local(ctx, call, res, headers, requestId, 'the prefill worker kept no KV for this request');

@@ -17,7 +17,8 @@ import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext }
 import { inChildSpan } from './spans.js';
 import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
 import { confirmPrefillEngine } from './launch-check.js';
-import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
+import { ATTESTATION_KEY, checkClientKvParams, checkRequestShape, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
+import { probedMaxModelLen } from './prompt-count.js';
 import { H } from '../headers.js';
 import type { Outcome } from './outcome.js';
 import { attestableDigest, clientWantsTokenIds, withoutTokenIds, withTokenIdsRequested } from './prompt-ids.js';
@@ -51,6 +52,10 @@ export async function servePrefill(
     sendError(res, forbidden.error, requestId, servedBy(ctx));
     return { outcome: 'refused', code: forbidden.error.code, reason: forbidden.error.reason };
   }
+  // The decode side makes the same checks before its leg; a caller that did not (a coordinator, another decode
+  // sidecar) must not have this worker compute and hold KV that no decode will use.
+  const shape = checkRequestShape(call.endpoint, call.body, probedMaxModelLen(ctx));
+  if (!shape.ok) return fail(shape.error, 'refused');
   const reply = await inChildSpan(
     ctx,
     call,
