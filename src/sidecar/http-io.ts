@@ -85,7 +85,25 @@ export function parseJsonObject(body: Buffer | string, what = 'the request body'
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return err(new KvgateError('bad_request', `${what} must be a JSON object`));
   }
+  // JSON.parse reads a literal beyond a double's range (1e400) as Infinity: canonical JSON, and so the contract's
+  // prompt digest and the attestation's transfer digest, cannot represent it (it throws), and JSON.stringify would
+  // pass it on as null. Refused here, so every walk and digest after this sees finite numbers only.
+  if (hasNonFiniteNumber(value)) {
+    return err(new KvgateError('bad_request', `${what} holds a number beyond the range of a double (such as 1e400); send finite numbers`));
+  }
   return ok(value as Record<string, unknown>);
+}
+
+/** Whether a parsed JSON value holds Infinity anywhere (depth is bounded by MAX_JSON_DEPTH before parsing). */
+function hasNonFiniteNumber(v: unknown): boolean {
+  if (typeof v === 'number') return !Number.isFinite(v);
+  if (v === null || typeof v !== 'object') return false;
+  if (Array.isArray(v)) {
+    for (const x of v) if (hasNonFiniteNumber(x)) return true;
+    return false;
+  }
+  for (const x of Object.values(v)) if (hasNonFiniteNumber(x)) return true;
+  return false;
 }
 
 /** Send a JSON answer; after headers went out (a stream) it can only end the response. */

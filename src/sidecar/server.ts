@@ -381,8 +381,9 @@ async function handleCompletion(
     rt.state.leave(requestId);
   });
   const signal = aborter.signal;
-  record(
-    await runCompletion(rt, req, res, {
+  let outcome: Outcome;
+  try {
+    outcome = await runCompletion(rt, req, res, {
       path,
       endpoint,
       requestId,
@@ -392,8 +393,16 @@ async function handleCompletion(
       logger,
       receivedAt,
       trace: traced.context,
-    }),
-  );
+    });
+  } catch (e) {
+    // A bug, not a refusal: the client gets 500 (or its stream ends), and the request is still counted, logged and
+    // its span ended like every other.
+    const error = KvgateError.from(e);
+    logger.error({ err: e }, 'sidecar request handler failed');
+    sendError(res, error, requestId ?? '');
+    outcome = { outcome: 'failed', code: error.code };
+  }
+  record(outcome);
 }
 
 /** Body (within `bodyTimeoutMs`), its binding to the verified contract, then the role's handler. Every refusal here happens before any worker call. */
