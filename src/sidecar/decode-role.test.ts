@@ -265,6 +265,81 @@ describe('requests this worker would refuse never reach the prefill pool', () =>
   });
 });
 
+describe('refusals are recorded on the sidecar that makes them, once', () => {
+  /** The request's outcome line and audit lines on one sidecar. */
+  const record = (t: TestSidecar, id: string) => {
+    const mine = t.lines.filter((l) => l['request_id'] === id);
+    const done = mine.find((l) => l['msg'] === 'request done');
+    return {
+      outcome: done?.['outcome'],
+      code: done?.['code'],
+      relayed: done?.['relayed'],
+      audits: mine.filter((l) => l['audit'] === 'refusal').length,
+    };
+  };
+  const fault = (t: TestSidecar, url: string, value: string) =>
+    t.spy.onNext(
+      (u) => u === url,
+      (h) => {
+        h['x-sim-fault'] = value;
+      },
+    );
+
+  it('the decode worker refusing the decode leg (400) is a refusal on D with one audit line, not "served"', async () => {
+    const c = contract();
+    fault(D, `${decodeSim.url}/v1/completions`, 'error=400');
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect(r.status).toBe(400);
+    expect(r.body.error.message).toContain('Injected fault: HTTP 400');
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+    expect(record(P, c.requestId)).toMatchObject({ outcome: 'served', audits: 0 });
+  });
+
+  it('the decode worker refusing a local request (n: 2) is a refusal on D with one audit line', async () => {
+    const c = contract({}, null);
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));
+    expect(r.status).toBe(400);
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+  });
+
+  it('the prefill worker refusing the leg is audited on P; D relays it as refused without a second audit line', async () => {
+    const c = contract();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toMatch(/^the prefill worker refused the request \(HTTP 400\): n > 1 is not supported/);
+    expect(record(P, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: true, audits: 0 });
+  });
+
+  it('a prefill sidecar refusing the leg itself (its contract check) is relayed the same way', async () => {
+    // Signed for D's group but not P's scope: P refuses 403 tenant_scope_denied and audits it.
+    const scoped = await startTestSidecar(sidecarConfigFor(prefillSim, 'prefill', { tenantScopes: ['tenant:other'] }));
+    track(scoped.sidecar);
+    const c = contract({}, endpointOf(scoped.sidecar.url));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect([r.status, r.body.error.code]).toEqual([403, 'tenant_scope_denied']);
+    expect(record(scoped, c.requestId)).toMatchObject({ outcome: 'refused', code: 'tenant_scope_denied', audits: 1 });
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'tenant_scope_denied', relayed: true, audits: 0 });
+  });
+
+  it('a prompt the decode worker cannot tokenize (its /tokenize answers 400) is refused on D, audited once', async () => {
+    let armed = false;
+    const D2 = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode'), undefined, (f) => async (url, init) => {
+      if (armed && url === `${decodeSim.url}/tokenize`) {
+        return new Response(JSON.stringify({ error: { message: 'the prompt is not valid for this tokenizer' } }), { status: 400 });
+      }
+      return f(url, init);
+    });
+    track(D2.sidecar);
+    armed = true;
+    const c = contractFor(D2.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'tok-400' });
+    const r = await postJson(`${D2.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toContain('the prompt is not valid for this tokenizer');
+    expect(record(D2, 'tok-400')).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+  });
+});
+
 describe('prefill leg retries', () => {
   it('a prefill worker answering 503 once is retried inside the group and the request succeeds', async () => {
     const expected = await baseline('/v1/completions', completion());

@@ -179,4 +179,22 @@ describe('prefill role', () => {
     expect(res.headers.get('x-kvgate-served-by')).toBe('127.0.0.1:9999');
     expect(((await res.json()) as { error: { message: string } }).error.message).toContain('Injected fault: HTTP 503');
   });
+
+  it("records its worker's refusal (400) as its own refusal, with one audit line, and still relays the answer verbatim", async () => {
+    p.spy.onNext(
+      (u) => u === `${sim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'error=400';
+      },
+    );
+    const c = contract();
+    const r = await postJson(`${p.sidecar.url}/v1/completions`, ...bound(c, { model: MODEL, prompt: 'x' }));
+    expect(r.status).toBe(400);
+    expect(r.body.error.message).toContain('Injected fault: HTTP 400');
+    const mine = p.lines.filter((l) => l['request_id'] === c.requestId);
+    expect(mine.find((l) => l['msg'] === 'request done')).toMatchObject({ outcome: 'refused', code: 'bad_request' });
+    const audits = mine.filter((l) => l['audit'] === 'refusal');
+    expect(audits).toHaveLength(1);
+    expect(String(audits[0]!['reason'])).toMatch(/^the prefill worker refused the request \(HTTP 400\): Injected fault/);
+  });
 });

@@ -68,6 +68,17 @@ describe('status, health and metrics', () => {
     expect(s['declaredOnly']).toContain('architecture.attentionBackend');
   });
 
+  it('refuses the Responses API with 400, one audit line and a counted refusal', async () => {
+    const r = await fetch(`${t.sidecar.url}/v1/responses`, { method: 'POST', body: '{}', headers: { 'x-request-id': 'resp-1' } });
+    expect([r.status, r.headers.get('x-kvgate-reject-reason')]).toEqual([400, 'bad_request']);
+    const audits = t.lines.filter((l) => l['audit'] === 'refusal' && l['request_id'] === 'resp-1');
+    expect(audits).toHaveLength(1);
+    expect(audits[0]).toMatchObject({ code: 'bad_request', role: 'decode', tenant: null });
+    expect(String(audits[0]!['reason'])).toContain('POST /v1/responses');
+    const metrics = await (await fetch(`${t.sidecar.url}/metrics`)).text();
+    expect(metrics).toContain('kvgate_sidecar_requests_total{role="decode",outcome="refused",code="bad_request"} 1');
+  });
+
   it('answers unknown routes with 404, oversized and malformed bodies with kvgate errors', async () => {
     expect((await fetch(`${t.sidecar.url}/v1/embeddings`, { method: 'POST' })).status).toBe(404);
     const c = contractFor(t.config.fingerprint, null, {}, fixedNow);

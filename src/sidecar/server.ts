@@ -277,7 +277,23 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
       'bad_request',
       'kvgate does not route the Responses API (POST /v1/responses): its prompt and KV cannot be bound to a compatibility group; send the request as POST /v1/chat/completions',
     );
-    return sendError(res, e, contractRequestId(headerValue(req.headers, H.requestId)) ?? '');
+    const requestId = contractRequestId(headerValue(req.headers, H.requestId));
+    const { config, metrics } = rt.ctx;
+    metrics.requests.inc({ role: config.role, outcome: 'refused', code: e.code });
+    rt.ctx.logger.warn(
+      {
+        request_id: requestId === undefined ? undefined : auditCut(requestId),
+        role: config.role,
+        audit: 'refusal',
+        code: e.code,
+        reason: e.reason,
+        tenant: null,
+        trust: config.trust,
+        path,
+      },
+      `refused: ${e.code}`,
+    );
+    return sendError(res, e, requestId ?? '');
   }
   if (req.method === 'GET' && path === '/kvgate/v1/status') {
     const load = await rt.load();
@@ -335,8 +351,8 @@ async function handleCompletion(
   const record = (o: Outcome): void => {
     endRequestSpan(traced.span, o.outcome, o.code);
     metrics.requests.inc({ role: config.role, outcome: o.outcome, code: o.code ?? '' });
-    logger.info({ event: 'request', outcome: o.outcome, code: o.code }, 'request done');
-    if (o.outcome === 'refused') {
+    logger.info({ event: 'request', outcome: o.outcome, code: o.code, ...(o.relayed === true ? { relayed: true } : {}) }, 'request done');
+    if (o.outcome === 'refused' && o.relayed !== true) {
       // The audit trail, as the gate writes it: one line per refusal; code and reason, never prompt text or secrets.
       const reason = o.reason === undefined ? null : auditCut(o.reason, AUDIT_REASON_MAX);
       logger.warn(
