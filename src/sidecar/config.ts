@@ -132,6 +132,12 @@ export const SidecarConfigSchema = z
       .int()
       .positive()
       .default(8 * 1024 * 1024),
+    /**
+     * How long a request's body may take to arrive once its headers (and contract) were accepted; a slower one is
+     * refused with 408. The gate has the whole body before it stamps the contract, so a routed body arrives at once;
+     * this bounds how long one request can hold an admission slot without ever being served.
+     */
+    bodyTimeoutMs: z.number().int().min(100).default(10_000),
     attestationTtlMs: z.number().int().min(1_000).max(600_000).default(60_000),
     /** How long SIGTERM waits for in-flight requests before the command exits anyway. */
     drainGraceMs: z.number().int().min(0).default(30_000),

@@ -179,6 +179,167 @@ describe('decode role refusals before any KV is consumed', () => {
   });
 });
 
+describe('requests this worker would refuse never reach the prefill pool', () => {
+  // startTestSim's max_model_len, as the sidecars' probes read it from /v1/models.
+  const MAX_LEN = 2048;
+  /** The request's log lines on D: its outcome and its audit lines. */
+  const linesOf = (t: TestSidecar, id: string) => {
+    const mine = t.lines.filter((l) => l['request_id'] === id);
+    return { outcome: mine.find((l) => l['msg'] === 'request done')?.['outcome'], audits: mine.filter((l) => l['audit'] === 'refusal') };
+  };
+
+  const refusedBeforeTheLeg: [string, string, Record<string, unknown>, RegExp][] = [
+    [
+      'max_tokens beyond max_model_len',
+      '/v1/completions',
+      completion({ max_tokens: 10_000_000 }),
+      /max_tokens \(10000000\) leaves no room/,
+    ],
+    [
+      'max_completion_tokens of max_model_len',
+      '/v1/chat/completions',
+      chat({ max_completion_tokens: MAX_LEN }),
+      /max_completion_tokens \(2048\) leaves no room/,
+    ],
+    ['a negative max_tokens', '/v1/completions', completion({ max_tokens: -3 }), /max_tokens must be a positive integer/],
+    ['a batch of prompts', '/v1/completions', completion({ prompt: [PROMPT, `${PROMPT} again`] }), /send batches as separate requests/],
+    ['prompt_embeds without a prompt', '/v1/completions', { model: MODEL, prompt_embeds: 'AAAA', max_tokens: 5 }, /needs one prompt/],
+    [
+      'truncation_side "middle"',
+      '/v1/completions',
+      completion({ truncate_prompt_tokens: 4, truncation_side: 'middle' }),
+      /truncation_side/,
+    ],
+    ['truncate_prompt_tokens 0', '/v1/completions', completion({ truncate_prompt_tokens: 0 }), /truncate_prompt_tokens must be/],
+    ['truncate_prompt_tokens 2.5', '/v1/completions', completion({ truncate_prompt_tokens: 2.5 }), /truncate_prompt_tokens must be/],
+    [
+      'truncate_prompt_tokens above max_model_len',
+      '/v1/completions',
+      completion({ truncate_prompt_tokens: 5000 }),
+      /greater than this worker's max_model_len \(2048\)/,
+    ],
+    [
+      'token ids that leave no room for max_tokens',
+      '/v1/completions',
+      completion({ prompt: Array.from({ length: 2000 }, (_, i) => 100 + (i % 50)), max_tokens: 100 }),
+      /the prompt \(2000 tokens\) and max_tokens \(100\) exceed this worker's max_model_len \(2048\)/,
+    ],
+  ];
+  for (const [name, path, body, message] of refusedBeforeTheLeg) {
+    it(`${name}: 400 before the prefill leg, refused with one audit line`, async () => {
+      const c = contract();
+      D.spy.reset();
+      P.spy.reset();
+      const r = await postJson(`${D.sidecar.url}${path}`, ...bound(c, body));
+      expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+      expect(r.body.error.message).toMatch(message);
+      expect(D.spy.workCalls(P.sidecar.url)).toEqual([]);
+      expect(P.spy.calls).toEqual([]);
+      expect(D.spy.workCalls(decodeSim.url)).toEqual([]);
+      const { outcome, audits } = linesOf(D, c.requestId);
+      expect(outcome).toBe('refused');
+      expect(audits).toHaveLength(1);
+      expect(audits[0]).toMatchObject({ code: 'bad_request' });
+    });
+  }
+
+  it('a prompt that leaves no room for max_tokens as this worker counts it: refused before the decode leg', async () => {
+    const c = contract();
+    D.spy.reset();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ max_tokens: MAX_LEN - 8 })));
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toMatch(/^the prompt \(\d+ tokens\) and max_tokens \(2040\) exceed this worker's max_model_len \(2048\)/);
+    // Counted on the worker, never asked to decode.
+    expect(D.spy.workCalls(decodeSim.url).map((x) => new URL(x.url).pathname)).toEqual(['/tokenize']);
+    const { outcome, audits } = linesOf(D, c.requestId);
+    expect([outcome, audits.length]).toEqual(['refused', 1]);
+  });
+
+  it('a request that fits is still served, its prefill leg running beside the prompt count', async () => {
+    const c = contract();
+    D.spy.reset();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ max_tokens: 4 })));
+    expect(r.status).toBe(200);
+    expect(D.spy.workCalls(P.sidecar.url)).toHaveLength(1);
+    expect(linesOf(D, c.requestId).outcome).toBe('served');
+  });
+});
+
+describe('refusals are recorded on the sidecar that makes them, once', () => {
+  /** The request's outcome line and audit lines on one sidecar. */
+  const record = (t: TestSidecar, id: string) => {
+    const mine = t.lines.filter((l) => l['request_id'] === id);
+    const done = mine.find((l) => l['msg'] === 'request done');
+    return {
+      outcome: done?.['outcome'],
+      code: done?.['code'],
+      relayed: done?.['relayed'],
+      audits: mine.filter((l) => l['audit'] === 'refusal').length,
+    };
+  };
+  const fault = (t: TestSidecar, url: string, value: string) =>
+    t.spy.onNext(
+      (u) => u === url,
+      (h) => {
+        h['x-sim-fault'] = value;
+      },
+    );
+
+  it('the decode worker refusing the decode leg (400) is a refusal on D with one audit line, not "served"', async () => {
+    const c = contract();
+    fault(D, `${decodeSim.url}/v1/completions`, 'error=400');
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect(r.status).toBe(400);
+    expect(r.body.error.message).toContain('Injected fault: HTTP 400');
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+    expect(record(P, c.requestId)).toMatchObject({ outcome: 'served', audits: 0 });
+  });
+
+  it('the decode worker refusing a local request (n: 2) is a refusal on D with one audit line', async () => {
+    const c = contract({}, null);
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));
+    expect(r.status).toBe(400);
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+  });
+
+  it('the prefill worker refusing the leg is audited on P; D relays it as refused without a second audit line', async () => {
+    const c = contract();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toMatch(/^the prefill worker refused the request \(HTTP 400\): n > 1 is not supported/);
+    expect(record(P, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: true, audits: 0 });
+  });
+
+  it('a prefill sidecar refusing the leg itself (its contract check) is relayed the same way', async () => {
+    // Signed for D's group but not P's scope: P refuses 403 tenant_scope_denied and audits it.
+    const scoped = await startTestSidecar(sidecarConfigFor(prefillSim, 'prefill', { tenantScopes: ['tenant:other'] }));
+    track(scoped.sidecar);
+    const c = contract({}, endpointOf(scoped.sidecar.url));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect([r.status, r.body.error.code]).toEqual([403, 'tenant_scope_denied']);
+    expect(record(scoped, c.requestId)).toMatchObject({ outcome: 'refused', code: 'tenant_scope_denied', audits: 1 });
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'tenant_scope_denied', relayed: true, audits: 0 });
+  });
+
+  it('a prompt the decode worker cannot tokenize (its /tokenize answers 400) is refused on D, audited once', async () => {
+    let armed = false;
+    const D2 = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode'), undefined, (f) => async (url, init) => {
+      if (armed && url === `${decodeSim.url}/tokenize`) {
+        return new Response(JSON.stringify({ error: { message: 'the prompt is not valid for this tokenizer' } }), { status: 400 });
+      }
+      return f(url, init);
+    });
+    track(D2.sidecar);
+    armed = true;
+    const c = contractFor(D2.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'tok-400' });
+    const r = await postJson(`${D2.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toContain('the prompt is not valid for this tokenizer');
+    expect(record(D2, 'tok-400')).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+  });
+});
+
 describe('prefill leg retries', () => {
   it('a prefill worker answering 503 once is retried inside the group and the request succeeds', async () => {
     const expected = await baseline('/v1/completions', completion());
@@ -411,7 +572,7 @@ describe('streaming relay', () => {
     const aborter = new AbortController();
     const [body, headers] = bound(
       contractFor(S.config.fingerprint, null, { requestId: 'stream-1' }),
-      completion({ stream: true, max_tokens: 200 }),
+      completion({ stream: true, max_tokens: 100 }),
     );
     const res = await fetch(`${S.sidecar.url}/v1/completions`, {
       method: 'POST',

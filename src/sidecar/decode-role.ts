@@ -19,11 +19,11 @@ import { checkAttestedTransfer } from './attestation-check.js';
 import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { sendError } from './http-io.js';
 import { confirmDecodeWorker } from './launch-check.js';
-import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody } from './openai-body.js';
-import type { Outcome } from './outcome.js';
-import type { PrefillLegInput } from './prefill-leg.js';
+import { ATTESTATION_KEY, checkClientKvParams, checkPromptFits, checkRequestShape, kvParamsOf, toPrefillBody } from './openai-body.js';
+import { workerRefusalCode, type Outcome } from './outcome.js';
+import { PREFILL_STATUS, type PrefillLegInput } from './prefill-leg.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
-import { countPromptTokens } from './prompt-count.js';
+import { countPromptTokens, probedMaxModelLen } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 import { nextTurn } from './shared-read.js';
 import { SILENT_RECOMPUTE, silentRecomputeCheck } from './silent-recompute.js';
@@ -63,6 +63,10 @@ export async function serveDecode(
     return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
   }
 
+  // The cheap checks before the prefill leg: the leg forces max_tokens 1, so the prefill side would compute and hold
+  // the KV of a request this side then refuses (a batch, a truncation vLLM refuses, a max_tokens that cannot fit).
+  const shape = checkRequestShape(call.endpoint, call.body, probedMaxModelLen(ctx));
+  if (!shape.ok) return refuse(shape.error);
   const legInput: PrefillLegInput = {
     contract,
     contractToken,
@@ -84,7 +88,7 @@ export async function serveDecode(
       confirmDecodeWorker(ctx, call),
       ctx.failedTransfers.read(window.startedAt, call.signal),
     ]);
-    const base = { contract, requestId, headers, count, launch };
+    const base = { contract, requestId, headers, count, launch, maxTokens: shape.value.maxTokens };
     const mayRerun = mayRerunPrefill(ctx.config, coordinated !== undefined);
     const first = await decodeAfterPrefill(ctx, call, res, { ...base, prefill, window, failedBefore, mayRerun });
     if (!('rerun' in first)) return first;
@@ -121,6 +125,8 @@ interface AfterPrefill {
   readonly count: Awaited<ReturnType<typeof countPromptTokens>>;
   readonly prefill: Awaited<ReturnType<typeof timedPrefillLeg>>;
   readonly launch: Awaited<ReturnType<typeof confirmDecodeWorker>>;
+  /** The completion length the request asks for (`RequestShape.maxTokens`). */
+  readonly maxTokens: number | undefined;
   readonly window: TransferWindow;
   readonly failedBefore: number | undefined;
   /** Hand back a `Rerun` instead of failing when the KV cannot be loaded before any output (prefill-rerun.ts). */
@@ -144,10 +150,17 @@ async function decodeAfterPrefill(
   };
   // This worker first: if it is no longer what was verified, nothing may run on it, not even a local prefill.
   if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
+  // The prompt as this worker counts it must leave room for the completion asked for (the check vLLM makes), so a
+  // request it would refuse is refused here, before any KV is pulled for it.
+  if (count.ok) {
+    const fits = checkPromptFits(count.value.count, a.maxTokens, probedMaxModelLen(ctx));
+    if (!fits.ok) return refuse(fits.error);
+  }
   if (!prefill.ok) return afterPrefillRefusal(ctx, call, res, headers, requestId, prefill.error);
   const params = kvParamsOf(prefill.value.body);
   if (params === undefined) return local(ctx, call, res, headers, requestId, 'the prefill worker kept no KV for this request');
-  if (!count.ok) return refuse(count.error, 'failed');
+  // A prompt this worker's /tokenize refuses (4xx) is the client's; one it could not count is a worker failure.
+  if (!count.ok) return refuse(count.error, count.error.status < 500 ? 'refused' : 'failed');
   const checked = checkAttestedTransfer({
     params,
     contract,
@@ -199,7 +212,8 @@ async function decodeAfterPrefill(
  * configured. That is not a transfer failure, but the same trade the operator chose for one: this worker is verified
  * in the bound group (its launch was just confirmed), so its own prefill is that group's baseline, never mixed, and
  * nothing has reached the client yet. Logged and counted. Every other failure, and the default `fail`, is answered
- * with the prefill side's error.
+ * with the prefill side's error: a 4xx the prefill side answered is its refusal, audited where it was made (the
+ * prefill sidecar, or the gate's hop check), so it is recorded `refused` here without a second audit line.
  */
 async function afterPrefillRefusal(
   ctx: SidecarContext,
@@ -209,9 +223,11 @@ async function afterPrefillRefusal(
   requestId: string,
   e: KvgateError,
 ): Promise<Outcome> {
+  const relayed = refusedByPrefillSide(e);
   if (e.code !== 'incompatible_transfer') {
     sendError(res, e, requestId);
-    return { outcome: 'failed', code: e.code };
+    if (e.status >= 500) return { outcome: 'failed', code: e.code };
+    return { outcome: 'refused', code: e.code, reason: e.reason, ...(relayed ? { relayed } : {}) };
   }
   const action = ctx.config.onTransferFailure;
   ctx.metrics.prefillRefusals.inc({ action });
@@ -221,7 +237,12 @@ async function afterPrefillRefusal(
     return relayOutcome(relayed, res, requestId, 'recomputed');
   }
   sendError(res, e, requestId);
-  return { outcome: 'refused', code: e.code, reason: e.reason };
+  return { outcome: 'refused', code: e.code, reason: e.reason, ...(relayed ? { relayed } : {}) };
+}
+
+/** Whether a prefill leg error is the prefill side's own answer (`prefillFailure`), not one this sidecar made. */
+function refusedByPrefillSide(e: KvgateError): boolean {
+  return typeof e.detail[PREFILL_STATUS] === 'number';
 }
 
 /** Serve without a remote prefill: the worker computes the prompt itself (always correct, never mixed). */
@@ -267,8 +288,13 @@ async function afterTransfer(
 
 function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId: string, success: Outcome['outcome']): Outcome {
   switch (relayed.kind) {
-    case 'sent':
-      return { outcome: success };
+    case 'sent': {
+      if (relayed.status < 400) return { outcome: success };
+      // The worker's own error went to the client verbatim; a refusal of what the client sent is recorded as one.
+      const code = workerRefusalCode(relayed.status);
+      const reason = `the decode worker refused the request (HTTP ${relayed.status}): ${relayed.message ?? ''}`;
+      return code === undefined ? { outcome: 'failed', code: 'worker_error' } : { outcome: 'refused', code, reason };
+    }
     case 'client_gone':
       return { outcome: 'failed', code: 'worker_error' };
     case 'failed_after_tokens':

@@ -17,13 +17,32 @@ export type FetchFn = ((input: string, init?: RequestInit) => Promise<Response>)
 /** Read an `http:` upstream's whole answer; the same results and failures as `callUpstream` over fetch. */
 export type WholeCall = (url: string, call: UpstreamCall) => Promise<Result<UpstreamReply, UpstreamFailure>>;
 
-/** Read a request body up to `limit` bytes; a larger body is refused without buffering the rest. */
-export function readBody(req: http.IncomingMessage, limit: number): Promise<Result<Buffer, KvgateError>> {
+/** Why a request body was not read: the error for the client, and whether it was the deadline that passed. */
+export interface BodyFailure {
+  readonly error: KvgateError;
+  /** The body did not arrive within `timeoutMs`: answered 408, and the connection is closed (it may never end). */
+  readonly timedOut: boolean;
+}
+
+/**
+ * Read a request body up to `limit` bytes within `timeoutMs`; a larger body is refused without buffering the rest,
+ * and one still arriving after the deadline is refused too, so a client trickling bytes cannot hold its caller.
+ */
+export function readBody(req: http.IncomingMessage, limit: number, timeoutMs: number): Promise<Result<Buffer, BodyFailure>> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
-    const finish = (r: Result<Buffer, KvgateError>): void => {
+    const timer = setTimeout(() => {
+      const e = new KvgateError(
+        'bad_request',
+        `the request body did not arrive within ${timeoutMs} ms (bodyTimeoutMs); send the whole body at once, as the gate forwards it`,
+      );
+      finish(err({ error: e, timedOut: true }));
+    }, timeoutMs);
+    timer.unref();
+    const finish = (r: Result<Buffer, BodyFailure>): void => {
+      clearTimeout(timer);
       if (!done) {
         done = true;
         resolve(r);
@@ -32,16 +51,22 @@ export function readBody(req: http.IncomingMessage, limit: number): Promise<Resu
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
       if (size > limit) {
-        finish(
-          err(new KvgateError('body_too_large', `the request body exceeds ${limit} bytes; send a smaller request or raise maxBodyBytes`)),
+        const e = new KvgateError(
+          'body_too_large',
+          `the request body exceeds ${limit} bytes; send a smaller request or raise maxBodyBytes`,
         );
+        finish(err({ error: e, timedOut: false }));
         req.resume();
         return;
       }
       if (!done) chunks.push(chunk);
     });
     req.on('end', () => finish(ok(Buffer.concat(chunks))));
-    req.on('error', (e) => finish(err(new KvgateError('bad_request', `the request body could not be read: ${e.message}`, { cause: e }))));
+    req.on('error', (e) =>
+      finish(
+        err({ error: new KvgateError('bad_request', `the request body could not be read: ${e.message}`, { cause: e }), timedOut: false }),
+      ),
+    );
   });
 }
 
@@ -60,7 +85,25 @@ export function parseJsonObject(body: Buffer | string, what = 'the request body'
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return err(new KvgateError('bad_request', `${what} must be a JSON object`));
   }
+  // JSON.parse reads a literal beyond a double's range (1e400) as Infinity: canonical JSON, and so the contract's
+  // prompt digest and the attestation's transfer digest, cannot represent it (it throws), and JSON.stringify would
+  // pass it on as null. Refused here, so every walk and digest after this sees finite numbers only.
+  if (hasNonFiniteNumber(value)) {
+    return err(new KvgateError('bad_request', `${what} holds a number beyond the range of a double (such as 1e400); send finite numbers`));
+  }
   return ok(value as Record<string, unknown>);
+}
+
+/** Whether a parsed JSON value holds Infinity anywhere (depth is bounded by MAX_JSON_DEPTH before parsing). */
+function hasNonFiniteNumber(v: unknown): boolean {
+  if (typeof v === 'number') return !Number.isFinite(v);
+  if (v === null || typeof v !== 'object') return false;
+  if (Array.isArray(v)) {
+    for (const x of v) if (hasNonFiniteNumber(x)) return true;
+    return false;
+  }
+  for (const x of Object.values(v)) if (hasNonFiniteNumber(x)) return true;
+  return false;
 }
 
 /** Send a JSON answer; after headers went out (a stream) it can only end the response. */
@@ -74,12 +117,21 @@ export function sendJson(res: http.ServerResponse, status: number, body: unknown
   res.end(text);
 }
 
-/** The kvgate refusal shape (README.md, "The external contract"): JSON error body, status from the code, `x-kvgate-reject-reason`. */
-export function sendError(res: http.ServerResponse, e: KvgateError, requestId: string, headers: Record<string, string> = {}): void {
+/**
+ * The kvgate refusal shape (README.md, "The external contract"): JSON error body, status from the code (`status`
+ * overrides it only where HTTP has a more precise one, e.g. 408 for a body that never arrived), `x-kvgate-reject-reason`.
+ */
+export function sendError(
+  res: http.ServerResponse,
+  e: KvgateError,
+  requestId: string,
+  headers: Record<string, string> = {},
+  status: number = e.status,
+): void {
   const extra: Record<string, string> = { ...headers, [H.rejectReason]: e.code, [H.requestId]: requestId };
   const retry = e.detail['retryAfterSeconds'];
   if (retry !== undefined) extra['retry-after'] = String(retry);
-  sendJson(res, e.status, toErrorBody(e.code, e.reason, requestId), extra);
+  sendJson(res, status, toErrorBody(e.code, e.reason, requestId), extra);
 }
 
 /** Send a small non-JSON answer (health, metrics, 404). */

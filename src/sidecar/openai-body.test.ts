@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { checkClientKvParams, isPrefillKvParams, PREFILL_KV_PARAMS, toPrefillBody, toPromptCount } from './openai-body.js';
+import {
+  checkClientKvParams,
+  checkPromptFits,
+  checkRequestShape,
+  isPrefillKvParams,
+  PREFILL_KV_PARAMS,
+  toPrefillBody,
+  toPromptCount,
+} from './openai-body.js';
 
 describe('toPrefillBody', () => {
   it('builds the prefill leg exactly as vLLM proxies do', () => {
@@ -95,5 +103,48 @@ describe('toPromptCount', () => {
     expect(batch.ok ? undefined : batch.error.code).toBe('bad_request');
     expect(toPromptCount('completions', { prompt: 'x' }).ok).toBe(false);
     expect(toPromptCount('chat', { model: 'm', messages: [] }).ok).toBe(false);
+  });
+});
+
+describe('checkRequestShape and checkPromptFits', () => {
+  const maxTokensOf = (endpoint: 'chat' | 'completions', body: Record<string, unknown>, maxLen?: number) => {
+    const r = checkRequestShape(
+      endpoint,
+      { model: 'm', ...(endpoint === 'chat' ? { messages: [{ role: 'user', content: 'hi' }] } : { prompt: 'hi' }), ...body },
+      maxLen,
+    );
+    return r.ok ? r.value.maxTokens : r.error.reason;
+  };
+
+  it('reads the completion length as vLLM does: completions default to 16, chat takes max_completion_tokens or max_tokens', () => {
+    expect(maxTokensOf('completions', {})).toBe(16);
+    expect(maxTokensOf('completions', { max_tokens: null })).toBeUndefined();
+    expect(maxTokensOf('chat', {})).toBeUndefined();
+    expect(maxTokensOf('chat', { max_tokens: 7 })).toBe(7);
+    expect(maxTokensOf('chat', { max_tokens: 7, max_completion_tokens: 9 })).toBe(9);
+    expect(maxTokensOf('chat', { max_tokens: 7, max_completion_tokens: 0 })).toBe(7);
+    expect(maxTokensOf('completions', { max_tokens: '12' })).toBeUndefined(); // not a number: the worker judges it
+  });
+
+  it('refuses a length that leaves no room for a prompt only when max_model_len is known', () => {
+    expect(maxTokensOf('completions', { max_tokens: 100 }, 100)).toMatch(/^max_tokens \(100\) leaves no room .* at most 99 minus/);
+    expect(maxTokensOf('completions', { max_tokens: 99 }, 100)).toBe(99);
+    expect(maxTokensOf('completions', { max_tokens: 1_000_000 })).toBe(1_000_000);
+    expect(maxTokensOf('completions', { max_tokens: 1.5 })).toBe('max_tokens must be a positive integer');
+  });
+
+  it('checks a prompt of token ids as the worker will count it, after truncation', () => {
+    const ids = Array.from({ length: 90 }, (_, i) => i);
+    expect(checkRequestShape('completions', { model: 'm', prompt: ids, max_tokens: 20 }, 100).ok).toBe(false);
+    expect(checkRequestShape('completions', { model: 'm', prompt: ids, max_tokens: 20, truncate_prompt_tokens: 80 }, 100).ok).toBe(true);
+    expect(checkRequestShape('completions', { model: 'm', prompt: ids, max_tokens: 20, truncate_prompt_tokens: 101 }, 100).ok).toBe(false);
+  });
+
+  it('a prompt must be shorter than max_model_len and leave room for the completion asked for', () => {
+    expect(checkPromptFits(100, undefined, 100).ok).toBe(false);
+    expect(checkPromptFits(99, undefined, 100).ok).toBe(true);
+    expect(checkPromptFits(90, 10, 100).ok).toBe(true);
+    expect(checkPromptFits(90, 11, 100).ok).toBe(false);
+    expect(checkPromptFits(1_000_000, 1_000_000, undefined).ok).toBe(true);
   });
 });

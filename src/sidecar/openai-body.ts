@@ -172,6 +172,98 @@ export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, 
   );
 }
 
+/** What the pure checks learned of a request before any worker computed anything for it. */
+export interface RequestShape {
+  readonly prompt: PromptCount;
+  /**
+   * The completion length vLLM checks against `max_model_len`: chat's `max_completion_tokens`, else `max_tokens`
+   * (vLLM reads `max_completion_tokens or max_tokens`); a completion's `max_tokens`, 16 when absent (vLLM's
+   * default). Undefined when the request leaves it to vLLM (null: whatever room the prompt leaves) or sends a value
+   * that is not a number (the worker judges it).
+   */
+  readonly maxTokens: number | undefined;
+}
+
+/** vLLM's `max_completion_tokens or max_tokens` (chat) or `max_tokens` with its default of 16 (completions). */
+function requestedMaxTokens(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): unknown {
+  if (endpoint === 'chat') return body['max_completion_tokens'] || body['max_tokens'];
+  return Object.hasOwn(body, 'max_tokens') ? body['max_tokens'] : 16;
+}
+
+/**
+ * The checks a sidecar can make on a disaggregated request without any worker: one prompt in a form it can count
+ * (`toPromptCount`), a truncation vLLM takes, and a completion length that leaves room for a prompt in the worker's
+ * `max_model_len` (probed; unknown: not checked). A decode sidecar makes them before its prefill leg starts, since the
+ * leg forces `max_tokens: 1` and the prefill side would compute and hold the KV of a request this side then refuses;
+ * a prefill sidecar makes them before its worker is called.
+ */
+export function checkRequestShape(
+  endpoint: Endpoint,
+  body: Readonly<Record<string, unknown>>,
+  maxModelLen: number | undefined,
+): Result<RequestShape, KvgateError> {
+  const prompt = toPromptCount(endpoint, body);
+  if (!prompt.ok) return prompt;
+  const keep = prompt.value.truncation?.tokens;
+  if (maxModelLen !== undefined && keep !== undefined && keep > maxModelLen) {
+    return err(
+      new KvgateError(
+        'bad_request',
+        `truncate_prompt_tokens (${keep}) is greater than this worker's max_model_len (${maxModelLen}); ask for at most ${maxModelLen}, or -1`,
+      ),
+    );
+  }
+  const asked = requestedMaxTokens(endpoint, body);
+  const param = endpoint === 'chat' && body['max_completion_tokens'] ? 'max_completion_tokens' : 'max_tokens';
+  let maxTokens: number | undefined;
+  if (typeof asked === 'number') {
+    if (!Number.isInteger(asked) || asked < 1) return err(new KvgateError('bad_request', `${param} must be a positive integer`));
+    if (maxModelLen !== undefined && asked >= maxModelLen) {
+      return err(
+        new KvgateError(
+          'bad_request',
+          `${param} (${asked}) leaves no room for the prompt in this worker's max_model_len (${maxModelLen}); ask for at most ${maxModelLen - 1} minus the prompt's tokens`,
+        ),
+      );
+    }
+    maxTokens = asked;
+  }
+  if (prompt.value.kind === 'known') {
+    const fits = checkPromptFits(truncateIds(prompt.value.ids, prompt.value.truncation, maxModelLen).length, maxTokens, maxModelLen);
+    if (!fits.ok) return fits;
+  }
+  return ok({ prompt: prompt.value, maxTokens });
+}
+
+/**
+ * vLLM's length check (`_validate_input`): the prompt, as the worker counts it after truncation, must be shorter
+ * than `max_model_len`, and leave room for `maxTokens` when the request names them. Unknown `max_model_len`: ok.
+ */
+export function checkPromptFits(
+  promptTokens: number,
+  maxTokens: number | undefined,
+  maxModelLen: number | undefined,
+): Result<void, KvgateError> {
+  if (maxModelLen === undefined) return ok(undefined);
+  if (promptTokens >= maxModelLen) {
+    return err(
+      new KvgateError(
+        'bad_request',
+        `the prompt is ${promptTokens} tokens, and this worker's max_model_len is ${maxModelLen}; shorten it or set truncate_prompt_tokens`,
+      ),
+    );
+  }
+  if (maxTokens !== undefined && promptTokens + maxTokens > maxModelLen) {
+    return err(
+      new KvgateError(
+        'bad_request',
+        `the prompt (${promptTokens} tokens) and max_tokens (${maxTokens}) exceed this worker's max_model_len (${maxModelLen}); ask for at most ${maxModelLen - promptTokens} tokens`,
+      ),
+    );
+  }
+  return ok(undefined);
+}
+
 /** `usage.prompt_tokens` of a completion response, if present. */
 export function usagePromptTokens(response: Readonly<Record<string, unknown>>): number | undefined {
   const usage = response['usage'];

@@ -154,6 +154,12 @@ function failedEndpoint(reply: UpstreamReply | undefined, contract: TransferCont
 
 const STATUS_CODES: Readonly<Record<number, ErrorCode>> = { 404: 'unknown_model', 413: 'body_too_large', 429: 'queue_full' };
 
+/**
+ * The `detail` key of a prefill leg error that is the prefill side's own answer: the HTTP status it answered. Such a
+ * refusal was audited where it was made (the prefill sidecar, or the gate's hop check); the decode side only relays it.
+ */
+export const PREFILL_STATUS = 'prefillStatus';
+
 /** A final prefill failure as the client will see it: the prefill side's own code and message where it gave one. */
 export function prefillFailure(last: { reply?: UpstreamReply; error?: string }, attempts: number): KvgateError {
   if (last.reply === undefined) {
@@ -161,13 +167,18 @@ export function prefillFailure(last: { reply?: UpstreamReply; error?: string }, 
   }
   const { status, text } = last.reply;
   const message = upstreamMessage(text);
+  const detail = { detail: { [PREFILL_STATUS]: status } };
   const tried = RETRYABLE.has(status) && attempts > 1 ? ` after ${attempts} attempts inside the bound group` : '';
   const kvgateCode = kvgateErrorCode(text);
-  if (kvgateCode !== undefined) return new KvgateError(kvgateCode, `the prefill leg was refused${tried}: ${message}`);
+  if (kvgateCode !== undefined) return new KvgateError(kvgateCode, `the prefill leg was refused${tried}: ${message}`, detail);
   if (status >= 400 && status < 500) {
-    return new KvgateError(STATUS_CODES[status] ?? 'bad_request', `the prefill worker refused the request (HTTP ${status}): ${message}`);
+    return new KvgateError(
+      STATUS_CODES[status] ?? 'bad_request',
+      `the prefill worker refused the request (HTTP ${status}): ${message}`,
+      detail,
+    );
   }
-  return new KvgateError('worker_error', `the prefill worker failed (HTTP ${status})${tried}: ${message}`);
+  return new KvgateError('worker_error', `the prefill worker failed (HTTP ${status})${tried}: ${message}`, detail);
 }
 
 function kvgateErrorCode(text: string): ErrorCode | undefined {

@@ -145,6 +145,23 @@ describe('prefill role', () => {
     expect(p.spy.workCalls(sim.url)).toEqual([]);
   });
 
+  it('refuses what no decode could use (a batch, a truncation vLLM refuses) before calling the worker, with one audit line', async () => {
+    for (const [extra, message] of [
+      [{ prompt: ['one prompt', 'and another'] }, /send batches as separate requests/],
+      [{ prompt: 'x', truncate_prompt_tokens: 5000 }, /greater than this worker's max_model_len \(2048\)/],
+    ] as const) {
+      p.spy.reset();
+      const c = contract();
+      const r = await postJson(`${p.sidecar.url}/v1/completions`, ...bound(c, { model: MODEL, max_tokens: 1, ...extra }));
+      expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+      expect(r.body.error.message).toMatch(message);
+      expect(p.spy.workCalls(sim.url)).toEqual([]);
+      const mine = p.lines.filter((l) => l['request_id'] === c.requestId);
+      expect(mine.find((l) => l['msg'] === 'request done')?.['outcome']).toBe('refused');
+      expect(mine.filter((l) => l['audit'] === 'refusal')).toHaveLength(1);
+    }
+  });
+
   it("passes the worker's own error through verbatim, naming itself for retries", async () => {
     p.spy.onNext(
       (u) => u === `${sim.url}/v1/completions`,
@@ -161,5 +178,23 @@ describe('prefill role', () => {
     expect(res.status).toBe(503);
     expect(res.headers.get('x-kvgate-served-by')).toBe('127.0.0.1:9999');
     expect(((await res.json()) as { error: { message: string } }).error.message).toContain('Injected fault: HTTP 503');
+  });
+
+  it("records its worker's refusal (400) as its own refusal, with one audit line, and still relays the answer verbatim", async () => {
+    p.spy.onNext(
+      (u) => u === `${sim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'error=400';
+      },
+    );
+    const c = contract();
+    const r = await postJson(`${p.sidecar.url}/v1/completions`, ...bound(c, { model: MODEL, prompt: 'x' }));
+    expect(r.status).toBe(400);
+    expect(r.body.error.message).toContain('Injected fault: HTTP 400');
+    const mine = p.lines.filter((l) => l['request_id'] === c.requestId);
+    expect(mine.find((l) => l['msg'] === 'request done')).toMatchObject({ outcome: 'refused', code: 'bad_request' });
+    const audits = mine.filter((l) => l['audit'] === 'refusal');
+    expect(audits).toHaveLength(1);
+    expect(String(audits[0]!['reason'])).toMatch(/^the prefill worker refused the request \(HTTP 400\): Injected fault/);
   });
 });

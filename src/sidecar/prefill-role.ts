@@ -15,11 +15,12 @@ import { normalizeKvLayout } from '../compat/normalize.js';
 import { KvgateError } from '../errors.js';
 import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { inChildSpan } from './spans.js';
-import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
+import { callUpstream, parseJsonObject, sendError, sendJson, upstreamMessage } from './http-io.js';
 import { confirmPrefillEngine } from './launch-check.js';
-import { ATTESTATION_KEY, checkClientKvParams, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
+import { ATTESTATION_KEY, checkClientKvParams, checkRequestShape, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
+import { probedMaxModelLen } from './prompt-count.js';
 import { H } from '../headers.js';
-import type { Outcome } from './outcome.js';
+import { workerRefusalCode, type Outcome } from './outcome.js';
 import { attestableDigest, clientWantsTokenIds, withoutTokenIds, withTokenIdsRequested } from './prompt-ids.js';
 
 function servedBy(ctx: SidecarContext): Record<string, string> {
@@ -51,6 +52,10 @@ export async function servePrefill(
     sendError(res, forbidden.error, requestId, servedBy(ctx));
     return { outcome: 'refused', code: forbidden.error.code, reason: forbidden.error.reason };
   }
+  // The decode side makes the same checks before its leg; a caller that did not (a coordinator, another decode
+  // sidecar) must not have this worker compute and hold KV that no decode will use.
+  const shape = checkRequestShape(call.endpoint, call.body, probedMaxModelLen(ctx));
+  if (!shape.ok) return fail(shape.error, 'refused');
   const reply = await inChildSpan(
     ctx,
     call,
@@ -68,10 +73,14 @@ export async function servePrefill(
   if (!reply.ok) return fail(new KvgateError('worker_error', `the prefill worker did not answer: ${reply.error.message}`));
   if (reply.value.status !== 200) {
     // The worker's own error, verbatim (status and body), so the decode side can tell retryable from final.
+    const { status, text } = reply.value;
     const type = reply.value.headers.get('content-type') ?? 'application/json';
-    res.writeHead(reply.value.status, { 'content-type': type, ...servedBy(ctx), 'x-request-id': requestId });
-    res.end(reply.value.text);
-    return { outcome: 'failed', code: 'worker_error' };
+    res.writeHead(status, { 'content-type': type, ...servedBy(ctx), 'x-request-id': requestId });
+    res.end(text);
+    // A request the worker refused as the client sent it is this sidecar's refusal to audit (the decode side only relays it).
+    const code = workerRefusalCode(status);
+    if (code === undefined) return { outcome: 'failed', code: 'worker_error' };
+    return { outcome: 'refused', code, reason: `the prefill worker refused the request (HTTP ${status}): ${upstreamMessage(text)}` };
   }
   const parsed = parseJsonObject(reply.value.text, "the prefill worker's answer");
   if (!parsed.ok) return fail(new KvgateError('worker_error', parsed.error.reason));

@@ -75,7 +75,8 @@ export function tokenizedPrompt(answer: Readonly<Record<string, unknown>>, t: Tr
   return { count: Math.min(n, keep) };
 }
 
-function probedMaxModelLen(ctx: SidecarContext): number | undefined {
+/** The worker's `max_model_len` as the last probe read it (`/v1/models`), if it did. */
+export function probedMaxModelLen(ctx: Pick<SidecarContext, 'status'>): number | undefined {
   const v = ctx.status().measured['maxModelLen'];
   return typeof v === 'number' ? v : undefined;
 }

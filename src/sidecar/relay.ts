@@ -18,7 +18,8 @@ import { inChildSpan } from './spans.js';
 import { classifyEvent, SseSplitter, sseErrorFrames } from './sse.js';
 
 export type RelayResult =
-  | { readonly kind: 'sent' }
+  /** The worker's answer reached the client: its status, and for an error answer (4xx) the worker's message. */
+  | { readonly kind: 'sent'; readonly status: number; readonly message?: string }
   /** Nothing reached the client: the caller decides (recompute, or a kvgate error). */
   | { readonly kind: 'failed_before_tokens'; readonly message: string }
   /** Output reached the client, then the worker failed; the stream was ended with an error event. */
@@ -90,7 +91,9 @@ async function relay(ctx: SidecarContext, call: IncomingCall, res: http.ServerRe
   }
   res.writeHead(response.status, { 'content-type': type, 'content-length': Buffer.byteLength(text), 'x-request-id': opts.requestId });
   res.end(text);
-  return { kind: 'sent' };
+  return response.status < 400
+    ? { kind: 'sent', status: response.status }
+    : { kind: 'sent', status: response.status, message: upstreamMessage(text) };
 }
 
 /** A non-streamed 200 answer that is really a failure: an `error` object or a choice that finished with "error". */
@@ -157,7 +160,7 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
     for (const chunk of held) res.write(chunk);
   }
   res.end();
-  return { kind: 'sent' };
+  return { kind: 'sent', status: 200 };
 }
 
 /**
@@ -205,7 +208,7 @@ function pipeCommitted(tap: BodyTap, res: http.ServerResponse, call: IncomingCal
       end() {
         if (done) return;
         res.end();
-        finish({ kind: 'sent' });
+        finish({ kind: 'sent', status: 200 });
       },
       fail(e) {
         if (done) return;

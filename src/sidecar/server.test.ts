@@ -5,6 +5,7 @@
 import { EventEmitter } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestSim, postJson } from '../../testbed/sim/testing.js';
@@ -65,6 +66,17 @@ describe('status, health and metrics', () => {
     });
     expect((s['descriptor'] as { model: { revision: string } }).model.revision).toBe('rev-a');
     expect(s['declaredOnly']).toContain('architecture.attentionBackend');
+  });
+
+  it('refuses the Responses API with 400, one audit line and a counted refusal', async () => {
+    const r = await fetch(`${t.sidecar.url}/v1/responses`, { method: 'POST', body: '{}', headers: { 'x-request-id': 'resp-1' } });
+    expect([r.status, r.headers.get('x-kvgate-reject-reason')]).toEqual([400, 'bad_request']);
+    const audits = t.lines.filter((l) => l['audit'] === 'refusal' && l['request_id'] === 'resp-1');
+    expect(audits).toHaveLength(1);
+    expect(audits[0]).toMatchObject({ code: 'bad_request', role: 'decode', tenant: null });
+    expect(String(audits[0]!['reason'])).toContain('POST /v1/responses');
+    const metrics = await (await fetch(`${t.sidecar.url}/metrics`)).text();
+    expect(metrics).toContain('kvgate_sidecar_requests_total{role="decode",outcome="refused",code="bad_request"} 1');
   });
 
   it('answers unknown routes with 404, oversized and malformed bodies with kvgate errors', async () => {
@@ -217,6 +229,78 @@ describe('admission and drain', () => {
       expect([d.status, await d.json()]).toEqual([202, { draining: true, inFlight: 1, drainAdmitsUntilMs: null }]);
       expect((await first).status).toBe(200);
       expect(t.sidecar.status().draining).toBe(true);
+    } finally {
+      await t.sidecar.close();
+    }
+  });
+});
+
+/** A raw connection that sends `head` and the first chunk of a chunked body, and never ends it; collects what comes back. */
+async function trickle(url: string, head: string): Promise<{ socket: net.Socket; answer: () => string; closed: Promise<void> }> {
+  const { port } = new URL(url);
+  const socket = net.connect(Number(port), '127.0.0.1');
+  let answer = '';
+  socket.on('data', (d: Buffer) => (answer += d.toString('utf8')));
+  socket.on('error', () => undefined);
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  await new Promise((r) => socket.once('connect', r));
+  socket.write(
+    `POST /v1/completions HTTP/1.1\r\nhost: x\r\n${head}content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n1\r\n{\r\n`,
+  );
+  return { socket, answer: () => answer, closed };
+}
+
+describe("requests that are not the gate's hold no admission slot", () => {
+  it("bodies without a contract that never end are refused from their headers: no slot, no listed id, the gate's request is served", async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 4 }));
+    const open: net.Socket[] = [];
+    try {
+      for (let i = 0; i < 4; i++) {
+        const c = await trickle(t.sidecar.url, `x-request-id: junk-${i}\r\n`);
+        open.push(c.socket);
+        await until(() => c.answer().includes('\r\n\r\n'));
+        expect(c.answer()).toMatch(/^HTTP\/1\.1 403 /);
+        expect(c.answer()).toContain('x-kvgate-reject-reason: contract_invalid');
+      }
+      const s = t.sidecar.status();
+      expect(s.inFlight).toBe(0);
+      expect([...s.requests.inFlight, ...s.requests.received].filter((id) => id.startsWith('junk-'))).toEqual([]);
+      expect(t.lines.filter((l) => l['audit'] === 'refusal' && l['code'] === 'contract_invalid')).toHaveLength(4);
+      const r = await postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'legit-1' }), { model: MODEL, prompt: 'hello there', max_tokens: 2 }),
+      );
+      expect(r.status).toBe(200);
+      expect(t.sidecar.status().requests.received).toContain('legit-1');
+    } finally {
+      for (const s of open) s.destroy();
+      await t.sidecar.close();
+    }
+  });
+
+  it('a contracted body that does not arrive within bodyTimeoutMs is refused 408 with an audit line, and its slot freed', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1, bodyTimeoutMs: 300 }));
+    try {
+      const headers = gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'slow-body' }));
+      const head = Object.entries(headers)
+        .map(([k, v]) => `${k}: ${v}\r\n`)
+        .join('');
+      const c = await trickle(t.sidecar.url, head);
+      await until(() => t.sidecar.status().inFlight === 1);
+      expect(t.sidecar.status().requests.inFlight).toEqual(['slow-body']);
+      await c.closed; // the sidecar ends the connection with its answer
+      expect(c.answer()).toMatch(/^HTTP\/1\.1 408 /);
+      expect(c.answer()).toContain('bodyTimeoutMs');
+      expect(t.sidecar.status().inFlight).toBe(0);
+      const audit = t.lines.filter((l) => l['audit'] === 'refusal');
+      expect(audit).toHaveLength(1);
+      expect(audit[0]).toMatchObject({ request_id: 'slow-body', code: 'bad_request', tenant: 'acme' });
+      expect(String(audit[0]!['reason'])).toContain('did not arrive within 300 ms');
+      const r = await postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'after-slow' }), { model: MODEL, prompt: 'hello', max_tokens: 1 }),
+      );
+      expect(r.status).toBe(200);
     } finally {
       await t.sidecar.close();
     }

@@ -11,6 +11,7 @@ import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { checkBodyBinding } from '../contract/body-binding.js';
+import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
 import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
@@ -276,7 +277,23 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
       'bad_request',
       'kvgate does not route the Responses API (POST /v1/responses): its prompt and KV cannot be bound to a compatibility group; send the request as POST /v1/chat/completions',
     );
-    return sendError(res, e, contractRequestId(headerValue(req.headers, H.requestId)) ?? '');
+    const requestId = contractRequestId(headerValue(req.headers, H.requestId));
+    const { config, metrics } = rt.ctx;
+    metrics.requests.inc({ role: config.role, outcome: 'refused', code: e.code });
+    rt.ctx.logger.warn(
+      {
+        request_id: requestId === undefined ? undefined : auditCut(requestId),
+        role: config.role,
+        audit: 'refusal',
+        code: e.code,
+        reason: e.reason,
+        tenant: null,
+        trust: config.trust,
+        path,
+      },
+      `refused: ${e.code}`,
+    );
+    return sendError(res, e, requestId ?? '');
   }
   if (req.method === 'GET' && path === '/kvgate/v1/status') {
     const load = await rt.load();
@@ -313,7 +330,11 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
   );
 }
 
-/** Admission (draining, unverified, full), then in-flight accounting around the work itself. */
+/**
+ * The contract (from the headers alone), admission (draining, unverified, full), then in-flight accounting around
+ * the work itself. A request that is not the gate's is refused before it counts as load: it takes no admission slot
+ * and its id is not listed on the status (the gate reads listed ids as requests it routed here; src/gate/endpoint-load.ts).
+ */
 async function handleCompletion(
   rt: Runtime,
   req: http.IncomingMessage,
@@ -330,8 +351,8 @@ async function handleCompletion(
   const record = (o: Outcome): void => {
     endRequestSpan(traced.span, o.outcome, o.code);
     metrics.requests.inc({ role: config.role, outcome: o.outcome, code: o.code ?? '' });
-    logger.info({ event: 'request', outcome: o.outcome, code: o.code }, 'request done');
-    if (o.outcome === 'refused') {
+    logger.info({ event: 'request', outcome: o.outcome, code: o.code, ...(o.relayed === true ? { relayed: true } : {}) }, 'request done');
+    if (o.outcome === 'refused' && o.relayed !== true) {
       // The audit trail, as the gate writes it: one line per refusal; code and reason, never prompt text or secrets.
       const reason = o.reason === undefined ? null : auditCut(o.reason, AUDIT_REASON_MAX);
       logger.warn(
@@ -340,6 +361,24 @@ async function handleCompletion(
       );
     }
   };
+  const token = headerValue(req.headers, H.contract);
+  const contract = checkContract({
+    token,
+    requestId,
+    groupHeader: headerValue(req.headers, H.group),
+    fingerprint: config.fingerprint,
+    tenantScopes: config.tenantScopes,
+    keys: rt.ctx.keys,
+    nowMs: rt.ctx.now(),
+  });
+  if (!contract.ok) {
+    req.resume();
+    metrics.contractFailures.inc({ reason: contract.error.reason });
+    logger.warn({ event: 'contract_refused', reason: contract.error.reason }, contract.error.error.reason);
+    sendError(res, contract.error.error, requestId ?? '');
+    return record({ outcome: 'refused', code: contract.error.error.code, reason: contract.error.error.reason });
+  }
+  who.tenant = contract.value.tenant;
   rt.state.receive(requestId);
   const refusal = admissionRefusal(rt.state.status());
   if (refusal !== undefined) {
@@ -358,10 +397,31 @@ async function handleCompletion(
     rt.state.leave(requestId);
   });
   const signal = aborter.signal;
-  record(await runCompletion(rt, req, res, { path, endpoint, requestId, signal, logger, who, receivedAt, trace: traced.context }));
+  let outcome: Outcome;
+  try {
+    outcome = await runCompletion(rt, req, res, {
+      path,
+      endpoint,
+      requestId,
+      contract: contract.value,
+      contractToken: token!,
+      signal,
+      logger,
+      receivedAt,
+      trace: traced.context,
+    });
+  } catch (e) {
+    // A bug, not a refusal: the client gets 500 (or its stream ends), and the request is still counted, logged and
+    // its span ended like every other.
+    const error = KvgateError.from(e);
+    logger.error({ err: e }, 'sidecar request handler failed');
+    sendError(res, error, requestId ?? '');
+    outcome = { outcome: 'failed', code: error.code };
+  }
+  record(outcome);
 }
 
-/** Body, contract, then the role's handler. Every refusal here happens before any worker call. */
+/** Body (within `bodyTimeoutMs`), its binding to the verified contract, then the role's handler. Every refusal here happens before any worker call. */
 async function runCompletion(
   rt: Runtime,
   req: http.IncomingMessage,
@@ -370,9 +430,10 @@ async function runCompletion(
     path: string;
     endpoint: IncomingCall['endpoint'];
     requestId: string | undefined;
+    contract: TransferContract;
+    contractToken: string;
     signal: AbortSignal;
     logger: Logger;
-    who: { tenant: string | null };
     receivedAt: number;
     trace: Context;
   },
@@ -382,29 +443,20 @@ async function runCompletion(
     sendError(res, e, c.requestId ?? '');
     return { outcome: 'refused', code: e.code, reason: e.reason };
   };
-  const raw = await readBody(req, config.maxBodyBytes);
-  if (!raw.ok) return refuse(raw.error);
+  const raw = await readBody(req, config.maxBodyBytes, config.bodyTimeoutMs);
+  if (!raw.ok) {
+    if (!raw.error.timedOut) return refuse(raw.error.error);
+    // 408, and the connection goes with it: the rest of that body may never come.
+    sendError(res, raw.error.error, c.requestId ?? '', { connection: 'close' }, 408);
+    return { outcome: 'refused', code: raw.error.error.code, reason: raw.error.error.reason };
+  }
   const body = parseJsonObject(raw.value);
   if (!body.ok) return refuse(body.error);
-  const token = headerValue(req.headers, H.contract);
-  const contract = checkContract({
-    token,
-    requestId: c.requestId,
-    groupHeader: headerValue(req.headers, H.group),
-    fingerprint: config.fingerprint,
-    tenantScopes: config.tenantScopes,
-    keys: rt.ctx.keys,
-    nowMs: rt.ctx.now(),
-  });
-  if (!contract.ok) {
-    metrics.contractFailures.inc({ reason: contract.error.reason });
-    c.logger.warn({ event: 'contract_refused', reason: contract.error.reason }, contract.error.error.reason);
-    return refuse(contract.error.error);
-  }
-  const requestId = contract.value.requestId;
-  c.who.tenant = contract.value.tenant;
+  const contract = c.contract;
+  const token = c.contractToken;
+  const requestId = contract.requestId;
   // The contract authorises one body: this tenant's cache_salt, this model and adapter, this prompt.
-  const bound = checkBodyBinding(contract.value, body.value, config.descriptor.adapter?.id ?? null);
+  const bound = checkBodyBinding(contract, body.value, config.descriptor.adapter?.id ?? null);
   if (!bound.ok) {
     metrics.contractFailures.inc({ reason: bound.error.reason });
     c.logger.warn({ event: 'contract_refused', reason: bound.error.reason }, bound.error.message);
@@ -412,8 +464,8 @@ async function runCompletion(
   }
   // The gate names the decode endpoint it routed to; another decode worker of the group must not take the request.
   // In GIE mode the gate also names an ordered fallback list of the same group (the data plane walks it on retry).
-  const target = contract.value.decode.endpoint;
-  const allowed = target === null ? [] : [target, ...(contract.value.decode.alternates ?? [])];
+  const target = contract.decode.endpoint;
+  const allowed = target === null ? [] : [target, ...(contract.decode.alternates ?? [])];
   if (config.role === 'decode' && config.advertise !== undefined && target !== null && !allowed.includes(config.advertise)) {
     metrics.contractFailures.inc({ reason: 'wrong_endpoint' });
     return refuse(
@@ -425,8 +477,8 @@ async function runCompletion(
   }
   // Keyed by the contract itself (its signature), not the request id: a client that retries with the same
   // x-request-id gets a new contract from the gate, while a captured contract still admits one request per worker.
-  const contractKey = token!.slice(token!.lastIndexOf('.') + 1);
-  if (!rt.replay.claim(contractKey, contract.value.expiresAtMs, rt.ctx.now())) {
+  const contractKey = token.slice(token.lastIndexOf('.') + 1);
+  if (!rt.replay.claim(contractKey, contract.expiresAtMs, rt.ctx.now())) {
     metrics.contractFailures.inc({ reason: 'replayed' });
     c.logger.warn({ event: 'contract_refused', reason: 'replayed' }, 'contract replayed');
     return refuse(
@@ -448,9 +500,7 @@ async function runCompletion(
     trace: c.trace,
   };
   const outcome =
-    config.role === 'prefill'
-      ? await servePrefill(rt.ctx, call, contract.value, res)
-      : await serveDecode(rt.ctx, call, contract.value, token!, res);
+    config.role === 'prefill' ? await servePrefill(rt.ctx, call, contract, res) : await serveDecode(rt.ctx, call, contract, token, res);
   // A prefill attempt that did not run may be retried here (the decode side's retry names failed endpoints, but a
   // direct-mode retry can come back); a decode request is never admitted twice.
   if (config.role === 'prefill' && (outcome.outcome === 'failed' || outcome.outcome === 'refused')) rt.replay.release(contractKey);
