@@ -111,19 +111,24 @@ describe('createKeepAliveFetch', () => {
 
   it('a diverted body gives the chunks read so far first, then the live ones in order, then its end', async () => {
     let more: (() => void) | undefined;
+    let second: (() => Promise<void>) | undefined;
     const up = await serve((_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write('data: 1\n\n');
+      second = () => new Promise<void>((done) => res.write('data: 2\n\n', () => done()));
       more = () => {
         res.write('data: 3\n\n');
         res.end('data: [DONE]\n\n');
       };
-      setTimeout(() => res.write('data: 2\n\n'), 20);
     });
     const r = await client().fetch(`${up.url}/s`);
     const reader = r.body!.getReader();
     expect(Buffer.from((await reader.read()).value!).toString()).toBe('data: 1\n\n');
-    await new Promise((resolve) => setTimeout(resolve, 60)); // "data: 2" waits in the body's queue, unread
+    // "data: 2" into the body's queue, unread: the server (this process) has handed it to the kernel, and a few turns of
+    // the event loop (each with its poll phase) let the client's socket read it. Ordered by the loop, not by a timer,
+    // so a loaded machine cannot reorder it.
+    await second!();
+    for (let i = 0; i < 10; i++) await new Promise((resolve) => setImmediate(resolve));
     const got: string[] = [];
     const ended = new Promise<string>((resolve) => {
       const sink: BodySink = { chunk: (c) => got.push(c.toString()), end: () => resolve('end'), fail: () => resolve('fail') };

@@ -236,8 +236,10 @@ export function checkRequestShape(
 }
 
 /**
- * vLLM's length check (`_validate_input`): the prompt, as the worker counts it after truncation, must be shorter
- * than `max_model_len`, and leave room for `maxTokens` when the request names them. Unknown `max_model_len`: ok.
+ * vLLM's length check, `OpenAIServing._validate_input` (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
+ * @00bd1493; serving_engine.py in v0.10.x): the prompt, as the worker counts it after truncation, must be shorter than
+ * `max_model_len` (400 "your request has N input tokens"), and leave room for `maxTokens` when the request names them
+ * (400 "'max_tokens' or 'max_completion_tokens' is too large"). Unknown `max_model_len`: ok.
  */
 export function checkPromptFits(
   promptTokens: number,
