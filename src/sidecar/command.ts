@@ -176,6 +176,16 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
       { event: 'insecure_keys' },
       'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production',
     );
+  if (config.trust === 'declared-only')
+    logger.warn(
+      { event: 'trust_declared_only', probe_generation: config.probe.generation },
+      "trust: declared-only - what no probe can see (the worker's weights, unless a generation canary is recorded and run) is taken from the declaration; /status and every audit line say so",
+    );
+  if (config.compatMode === 'lenient')
+    logger.warn(
+      { event: 'compat_lenient' },
+      'compatMode: lenient - a transfer whose connector version has no kvgate rules is allowed with a warning instead of refused',
+    );
   if (config.nixlSideChannel === NIXL_UNCHECKED)
     logger.warn(
       { event: 'nixl_hash_unchecked' },

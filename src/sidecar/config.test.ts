@@ -71,6 +71,15 @@ describe('parseSidecarConfig', () => {
     );
   });
 
+  it('refuses probe.generation: never under trust: recorded (it would pass a worker with other weights); declared-only may', () => {
+    const r = parseSidecarConfig({ ...base(), probe: { generation: 'never' } }, 'f');
+    expect(r.ok ? '' : formatIssues(r.error)).toMatch(
+      /f: error: probe\.generation: probe\.generation: never turns off the generation canary.*Fix: use generation: declared .* or set trust: declared-only/,
+    );
+    expect(parseSidecarConfig({ ...base(), trust: 'declared-only', probe: { generation: 'never' } }, 'f').ok).toBe(true);
+    expect(parseSidecarConfig({ ...base(), probe: { generation: 'always' } }, 'f').ok).toBe(true);
+  });
+
   it('refuses a descriptor that cannot be fingerprinted, naming the field', () => {
     const bad = base();
     bad.descriptor.modelDtype = 'auto';

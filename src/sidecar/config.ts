@@ -206,6 +206,18 @@ export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?
       ),
     ]);
   }
+  if (rest.trust === 'recorded' && rest.probe.generation === 'never') {
+    // The generation canary is the one probe that tells two sets of weights (or adapters) with the same tokenizer and
+    // template apart; without it a worker serving another revision's weights would pass as verified.
+    return err([
+      issue(
+        file,
+        'probe.generation',
+        "probe.generation: never turns off the generation canary, the only probe that tells one revision's weights from another's, so trust: recorded cannot hold",
+        'use generation: declared (the default) or always; or set trust: declared-only, the loud opt-in to take the declared weights on trust',
+      ),
+    ]);
+  }
   if (rest.keys === undefined) {
     return err([
       issue(file, 'keys', 'no signing keys configured', 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)'),
