@@ -24,7 +24,18 @@ async function main(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const run = await command.load();
-  return run(rest);
+  try {
+    return await run(rest);
+  } catch (e) {
+    // node:util parseArgs: an unknown or malformed flag is a usage error (exit 2, as every command's own checks), not a
+    // failure of the command.
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_')) {
+      process.stderr.write(`kvgate ${name}: ${(e as Error).message}; see kvgate ${name} --help\n`);
+      return 2;
+    }
+    throw e;
+  }
 }
 
 main(process.argv.slice(2)).then(

@@ -46,7 +46,15 @@ export async function policyCommand(argv: readonly string[], io: CommandIo = def
   }
   if (sub === 'check' && files.length === 1) return check(files[0]!, json, io);
   if (sub === 'diff' && files.length === 2) return diff(files[0]!, files[1]!, json, io);
-  io.err(`kvgate policy: ${sub === undefined ? 'name a subcommand' : `unexpected arguments: ${parsed.positionals.join(' ')}`}\n\n${HELP}`);
+  const wrong =
+    sub === undefined
+      ? 'name a subcommand'
+      : sub === 'check'
+        ? `check takes one FILE, got ${files.length}`
+        : sub === 'diff'
+          ? `diff takes two files, OLD and NEW, got ${files.length}`
+          : `unknown subcommand ${JSON.stringify(sub)}: check or diff`;
+  io.err(`kvgate policy: ${wrong}\n\n${HELP}`);
   return 2;
 }
 
