@@ -101,15 +101,35 @@ export async function statusCommand(
   return 0;
 }
 
+/** The last reload as a sentence: the gate's /status gives `{ ok, version, atMs, message }` (policy-store.ts). */
+function reloadText(r: unknown): string {
+  if (r === undefined || r === null || typeof r !== 'object') return 'none';
+  const { ok, version, atMs, message } = r as { ok?: unknown; version?: unknown; atMs?: unknown; message?: unknown };
+  const when = typeof atMs === 'number' ? ` at ${new Date(atMs).toISOString()}` : '';
+  const note = typeof message === 'string' && message.trim() !== '' ? `: ${message.trim().split('\n')[0]}` : '';
+  return ok === false
+    ? `REJECTED${when} (the gate kept version ${String(version ?? '?')})${note}`
+    : `ok${when}, version ${String(version ?? '?')}${note === '' ? '' : ` (with warnings${note})`}`;
+}
+
+/** The queues as a sentence: `{ waiting, groups: [{ groupId, depth, oldestWaitMs }] }` (admission.ts queueStatus). */
+function queuesText(q: unknown): string {
+  const { waiting, groups } = (q ?? {}) as { waiting?: unknown; groups?: unknown };
+  const list = Array.isArray(groups) ? (groups as { groupId?: unknown; depth?: unknown; oldestWaitMs?: unknown }[]) : [];
+  if (typeof waiting !== 'number' || waiting === 0) return 'none waiting';
+  const parts = list.map((g) => `${String(g.groupId)} ${String(g.depth)} (oldest ${String(g.oldestWaitMs)} ms)`);
+  return `${waiting} waiting${parts.length > 0 ? `: ${parts.join(', ')}` : ''}`;
+}
+
 /** The terminal view: the gate in a few lines, then one row per endpoint. */
 export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string, SidecarView>>): string {
   const out: string[] = [];
-  const reload = gate.policy?.lastReload === undefined || gate.policy.lastReload === null ? 'none' : JSON.stringify(gate.policy.lastReload);
+  const reload = reloadText(gate.policy?.lastReload);
   out.push(
     `gate: ${gate.serving === false ? 'DRAINING' : 'serving'}, ${gate.streams ?? 0} streams open, worker view ${gate.workerView?.mode ?? '?'} (age ${gate.workerView?.ageMs ?? '?'} ms)`,
   );
   out.push(`route table: ${gate.policy?.file ?? '?'} version ${gate.policy?.version ?? '?'}; last reload: ${reload}`);
-  out.push(`queues: ${JSON.stringify(gate.queues ?? {})}`);
+  out.push(`queues: ${queuesText(gate.queues)}`);
   const rows: string[][] = [['POOL', 'REVISION', 'ROLE', 'ENDPOINT', 'STATE', 'SIDECAR', 'IN FLIGHT', 'WHY']];
   for (const p of gate.workerView?.pools ?? []) {
     for (const e of p.endpoints) {

@@ -3,7 +3,7 @@
  * pool, revision, role, state and why, in a table, and the same as JSON with `--json`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { statusCommand } from '../../src/cli/status-command.js';
+import { renderStatus, statusCommand } from '../../src/cli/status-command.js';
 import { startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { silent } from './failure-matrix-support.js';
 
@@ -27,7 +27,9 @@ describe('kvgate status', () => {
     const r = await run(['--gate', `http://127.0.0.1:${t.gate.adminPort}`]);
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^gate: serving/m);
-    expect(r.out).toMatch(/^route table: .*route-table\.yaml version /m);
+    expect(r.out).toMatch(/^route table: .*route-table\.yaml version \S+; last reload: ok at \d{4}-\d\d-\d\dT[^,]+, version \S+/m);
+    expect(r.out).toMatch(/^queues: none waiting$/m);
+    expect(r.out).not.toMatch(/[{}]/); // readable text, no raw JSON
     const row = (pool: string) => r.out.split('\n').find((l) => l.startsWith(`${pool} `)) ?? '';
     expect(row('a-decode')).toMatch(
       new RegExp(`a-decode\\s+llama-a\\s+decode\\s+${t.worker('llama-a', 'decode').address}\\s+routable\\s+verified\\s+0/\\d+`),
@@ -50,5 +52,17 @@ describe('kvgate status', () => {
     const r = await run(['--gate', 'http://127.0.0.1:1', '--timeout-ms', '500']);
     expect(r.code).toBe(1);
     expect(r.err).toContain('check --gate');
+  });
+
+  it('says a rejected reload and the groups waiting in words', () => {
+    const text = renderStatus(
+      {
+        policy: { file: 't.yaml', version: 'v2', lastReload: { ok: false, version: 'v1', atMs: 0, message: 't.yaml: error: x\nmore' } },
+        queues: { waiting: 3, groups: [{ groupId: 'g_a', depth: 3, oldestWaitMs: 120 }] },
+      },
+      {},
+    );
+    expect(text).toContain('last reload: REJECTED at 1970-01-01T00:00:00.000Z (the gate kept version v1): t.yaml: error: x');
+    expect(text).toContain('queues: 3 waiting: g_a 3 (oldest 120 ms)');
   });
 });
