@@ -84,3 +84,20 @@ describe('kvgate fingerprint', () => {
     }
   });
 });
+
+describe('kvgate fingerprint usage errors', () => {
+  it('--worker that is not an http(s) URL is a usage error (exit 2), not a failed probe', async () => {
+    const errs: string[] = [];
+    const spy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: unknown) => {
+      errs.push(String(chunk));
+      return true;
+    });
+    try {
+      expect(await fingerprintCommand(['--worker', 'notaurl'])).toBe(2);
+      expect(await fingerprintCommand(['--worker', 'ftp://127.0.0.1:8000'])).toBe(2);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(errs.join('')).toContain('--worker must be the worker\'s base URL, e.g. http://127.0.0.1:8000, got "notaurl"');
+  });
+});

@@ -60,6 +60,12 @@ export async function fingerprintCommand(argv: readonly string[]): Promise<numbe
     process.stdout.write(HELP);
     return values.help ? 0 : 2;
   }
+  if (values.worker !== undefined && !isHttpUrl(values.worker)) {
+    process.stderr.write(
+      `kvgate fingerprint: --worker must be the worker's base URL, e.g. http://127.0.0.1:8000, got ${JSON.stringify(values.worker.slice(0, 200))}\n`,
+    );
+    return 2;
+  }
   const out: Record<string, unknown> = {};
   let exit = 0;
   let declared: CompatDescriptor | undefined;
@@ -141,4 +147,13 @@ function render(out: Record<string, unknown>): string {
     if (only.length) lines.push(`declared, not verified by any probe: ${only.join(', ')}`);
   }
   return `${lines.join('\n')}\n`;
+}
+
+function isHttpUrl(s: string): boolean {
+  try {
+    const u = new URL(s);
+    return u.protocol === 'http:' || u.protocol === 'https:';
+  } catch {
+    return false;
+  }
 }
