@@ -44,7 +44,7 @@ export function e2eTableValue(echoPort: number): Record<string, unknown> {
     return {
       ...p,
       cluster: `${revision.endsWith('-a') ? 'a' : 'b'}_${role}`,
-      endpoints: [0, 1].map(() => ({ address: `${HOSTS[next++]}:${echoPort}` })),
+      endpoints: [0, 1].map(() => ({ address: `${HOSTS[next++]}:${echoPort}`, unverified: true })),
     };
   });
   return { ...value, pools };

@@ -50,7 +50,9 @@ export function benchTableValue(spec: BenchTableSpec = {}): Record<string, unkno
       const id = m === 0 ? base.model.id : `bench-org/${model}`;
       revisions[rev] = { descriptor: { ...base, model: { ...base.model, id } } };
       for (const role of ['prefill', 'decode'] as const) {
-        const endpoints = Array.from({ length: perPool }, () => ({ address: benchAddress(address++) }));
+        // No sidecars stand behind the bench's upstreams (echo servers, or none): the explicit opt-in to route without
+        // a status URL, as a deployment would have to declare it too.
+        const endpoints = Array.from({ length: perPool }, () => ({ address: benchAddress(address++), unverified: true }));
         pools.push({
           name: `${rev}-${role}`,
           cluster: `${rev}_${role}`.replaceAll('-', '_'),

@@ -295,25 +295,29 @@ function checkTenancy(ctx: CheckContext): void {
  */
 function checkUncheckedEndpoints(ctx: CheckContext): void {
   ctx.table.pools.forEach((p, i) => {
-    (p.endpoints ?? []).forEach((e, j) => {
-      if (e.status !== undefined) return;
-      const host = e.address.slice(0, e.address.lastIndexOf(':'));
-      if (e.unverified === true) {
-        ctx.add(
-          ['pools', i, 'endpoints', j, 'unverified'],
-          `pool ${p.name} routes to ${e.address} with NO check that its worker is verified (unverified: true): a worker of another revision there would be given this revision's requests`,
-          `give it its sidecar's status URL (status: http://${host}:9090) and remove unverified`,
-          'warning',
-        );
-      } else {
-        ctx.add(
-          ['pools', i, 'endpoints', j],
-          `pool ${p.name}'s endpoint ${e.address} has no status URL, so the gate's live worker view never routes to it (only workerView: static, for tests and demos, does)`,
-          `add its sidecar's status URL (status: http://${host}:9090), or declare unverified: true to route to it unchecked`,
-          'warning',
-        );
-      }
-    });
+    const endpoints = p.endpoints ?? [];
+    const optedIn = endpoints.flatMap((e, j) => (e.status === undefined && e.unverified === true ? [{ e, j }] : []));
+    const missing = endpoints.flatMap((e, j) => (e.status === undefined && e.unverified !== true ? [{ e, j }] : []));
+    // One warning per pool and kind (at its first endpoint), naming a few addresses: a pool of 1,000 is one line.
+    const named = (list: typeof optedIn): string =>
+      `${list.length === 1 ? 'endpoint' : `${list.length} endpoints`} ${listOf(list.slice(0, 3).map((x) => x.e.address))}${list.length > 3 ? ', ...' : ''}`;
+    const host = (x: (typeof optedIn)[number]): string => x.e.address.slice(0, x.e.address.lastIndexOf(':'));
+    if (optedIn.length > 0) {
+      ctx.add(
+        ['pools', i, 'endpoints', optedIn[0]!.j, 'unverified'],
+        `pool ${p.name} routes to ${named(optedIn)} with NO check that the worker is verified (unverified: true): a worker of another revision there would be given this revision's requests`,
+        `give each its sidecar's status URL (status: http://${host(optedIn[0]!)}:9090) and remove unverified`,
+        'warning',
+      );
+    }
+    if (missing.length > 0) {
+      ctx.add(
+        ['pools', i, 'endpoints', missing[0]!.j],
+        `pool ${p.name}'s ${named(missing)} ${missing.length === 1 ? 'has' : 'have'} no status URL, so the gate's live worker view never routes to ${missing.length === 1 ? 'it' : 'them'} (only workerView: static, for tests and demos, does)`,
+        `add each its sidecar's status URL (status: http://${host(missing[0]!)}:9090), or declare unverified: true to route there unchecked`,
+        'warning',
+      );
+    }
   });
 }
 

@@ -34,7 +34,7 @@ describe('an endpoint without a status URL', () => {
     const r = withEndpoint({ address: '10.0.1.1:9090' });
     expect(r.ok).toBe(true);
     const w = r.ok ? r.value.warnings.find((i) => String(i.path) === 'pools[0].endpoints[0]') : undefined;
-    expect(w?.message).toMatch(/has no status URL, so the gate's live worker view never routes to it/);
+    expect(w?.message).toMatch(/endpoint 10\.0\.1\.1:9090 has no status URL, so the gate's live worker view never routes to it/);
     expect(w?.fix).toMatch(/status: http:\/\/10\.0\.1\.1:9090\), or declare unverified: true/);
   });
 
@@ -42,7 +42,7 @@ describe('an endpoint without a status URL', () => {
     const r = withEndpoint({ address: '10.0.1.1:9090', unverified: true });
     expect(r.ok).toBe(true);
     const w = r.ok ? r.value.warnings.find((i) => String(i.path) === 'pools[0].endpoints[0].unverified') : undefined;
-    expect(w?.message).toMatch(/routes to 10\.0\.1\.1:9090 with NO check that its worker is verified/);
+    expect(w?.message).toMatch(/routes to endpoint 10\.0\.1\.1:9090 with NO check that the worker is verified/);
     expect(r.ok && r.value.pools.get('a-prefill')!.endpoints[0]).toMatchObject({ unverified: true, status: null });
   });
 
@@ -51,5 +51,14 @@ describe('an endpoint without a status URL', () => {
     expect(r.ok).toBe(false);
     expect(!r.ok && r.error.find((i) => String(i.path).endsWith('unverified'))?.message).toMatch(/contradicts status/);
     expect(withEndpoint({ address: '10.0.1.1:9090', unverified: false }).ok).toBe(false);
+  });
+
+  it('a pool of many is one warning per kind, naming the first few', () => {
+    const v = clone(twoRevisionTableValue()) as { pools: { endpoints: unknown[] }[] };
+    v.pools[0]!.endpoints = Array.from({ length: 50 }, (_, i) => ({ address: `10.0.7.${i}:9090`, unverified: true }));
+    const r = routeTableFromValue(v, { file: 't.yaml' });
+    const mine = r.ok ? r.value.warnings.filter((i) => String(i.path).startsWith('pools[0].endpoints')) : [];
+    expect(mine).toHaveLength(1);
+    expect(mine[0]!.message).toContain('routes to 50 endpoints 10.0.7.0:9090, 10.0.7.1:9090, 10.0.7.2:9090, ... with NO check');
   });
 });
