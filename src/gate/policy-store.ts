@@ -26,7 +26,11 @@ export interface PolicyStore {
   /** Short content hash of the table in use. */
   version(): string;
   lastReload(): ReloadResult;
-  /** Re-read the file; swaps only if everything checks out. Concurrent calls share one reload. */
+  /**
+   * Re-read the file; swaps only if everything checks out. A call while a reload is running gets a reload that starts
+   * after it (the running one may have read the file before the change that asked for this one); calls while that one
+   * waits share it.
+   */
   reload(reason: string): Promise<ReloadResult>;
   /** Reload when the file (or its folder entry, for editors that rename) changes. */
   watch(debounceMs?: number): void;
@@ -72,7 +76,9 @@ class FilePolicyStore implements PolicyStore {
   #table: CompiledRouteTable;
   #version: string;
   #last: ReloadResult;
+  /** The reload running now, and the one asked for while it runs (it reads the file again once the first is done). */
   #inFlight: Promise<ReloadResult> | undefined;
+  #next: Promise<ReloadResult> | undefined;
   #watcher: FSWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
 
@@ -105,10 +111,26 @@ class FilePolicyStore implements PolicyStore {
   }
 
   reload(reason: string): Promise<ReloadResult> {
-    this.#inFlight ??= this.#reload(reason).finally(() => {
-      this.#inFlight = undefined;
+    if (this.#next !== undefined) return this.#next; // not started yet: it will read the file after this call
+    const running = this.#inFlight;
+    if (running === undefined) return this.#start(reason);
+    // Joining the running reload would lose a change it read the file too early to see (an edit during a SIGHUP
+    // reload, a ConfigMap swap during a watch reload): the table in use would stay behind the file, shown as
+    // current. One more reload after it reads the file as it is then.
+    const after = (): Promise<ReloadResult> => {
+      this.#next = undefined;
+      return this.#start(reason);
+    };
+    this.#next = running.then(after, after);
+    return this.#next;
+  }
+
+  #start(reason: string): Promise<ReloadResult> {
+    const run: Promise<ReloadResult> = this.#reload(reason).finally(() => {
+      if (this.#inFlight === run) this.#inFlight = undefined;
     });
-    return this.#inFlight;
+    this.#inFlight = run;
+    return run;
   }
 
   async #reload(reason: string): Promise<ReloadResult> {
