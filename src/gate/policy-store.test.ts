@@ -1,8 +1,10 @@
+import { writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
-import { createTableFile, queueTableValue, type TableFile } from './testing.js';
+import { createTableFile, queueTableValue, type TableFile, type TableValue } from './testing.js';
 
 /**
  * Holds the next read of the route-table file after it has read the bytes, until `release()`: a reload that has read
@@ -79,5 +81,31 @@ describe('policy store: hot reload', () => {
     expect(store.current().pools.get('b-decode')?.draining).toBe(true);
     // Nothing is pending any more: the next reload runs at once.
     expect((await store.reload('SIGHUP')).version).toBe(store.version());
+  });
+
+  it("a SIGHUP after editing only a descriptor file applies it (the table's own text is unchanged)", async () => {
+    // llama-b's descriptor lives in its own file next to the table, as in the examples.
+    const value = queueTableValue();
+    const descriptor = value['revisions']['llama-b']['descriptor'] as TableValue;
+    const { descriptor: _inline, ...rest } = value['revisions']['llama-b'] as TableValue;
+    value['revisions']['llama-b'] = { descriptorFile: 'llama-b.json', ...rest };
+    file = await createTableFile(value);
+    const descriptorPath = join(dirname(file.path), 'llama-b.json');
+    await writeFile(descriptorPath, JSON.stringify(descriptor));
+    const created = await createPolicyStore({ file: file.path, logger: pino({ level: 'silent' }), registry: new Registry() });
+    if (!created.ok) throw new Error(created.message);
+    store = created.store;
+    const before = store.current().revisions.get('llama-b')!.fingerprint;
+    // The revision is redeclared: new weights (a new fingerprint), in the descriptor file only.
+    await writeFile(descriptorPath, JSON.stringify({ ...descriptor, model: { ...descriptor['model'], revision: 'b'.repeat(40) } }));
+    const r = await store.reload('SIGHUP');
+    expect(r.ok).toBe(true);
+    const after = store.current().revisions.get('llama-b')!.fingerprint;
+    expect(after).not.toBe(before);
+    expect(r.version).toBe(store.version());
+    // Nothing changed since: unchanged, and the version is stable.
+    const again = await store.reload('SIGHUP');
+    expect(again.version).toBe(r.version);
+    expect(store.current().revisions.get('llama-b')!.fingerprint).toBe(after);
   });
 });

@@ -23,7 +23,7 @@ export interface ReloadResult {
 
 export interface PolicyStore {
   current(): CompiledRouteTable;
-  /** Short content hash of the table in use. */
+  /** Short content hash of the table in use: its file and the descriptor files it names. */
   version(): string;
   lastReload(): ReloadResult;
   /**
@@ -62,10 +62,28 @@ async function loadCompiled(
   } catch (e) {
     return { ok: false, message: `${file}: cannot read the route table: ${(e as Error).message}` };
   }
-  const loaded = await loadRouteTable(file, { readText: async (f) => (f === file ? text : readFile(f, 'utf8')) });
+  // The descriptor files are part of the table: a SIGHUP after editing only one of them must be a change.
+  const descriptors: [string, string][] = [];
+  const readText = async (f: string): Promise<string> => {
+    if (f === file) return text;
+    const t = await readFile(f, 'utf8');
+    descriptors.push([f, t]);
+    return t;
+  };
+  const loaded = await loadRouteTable(file, { readText });
   if (!loaded.ok) return { ok: false, message: formatIssues(loaded.error) };
-  const version = createHash('sha256').update(text).digest('hex').slice(0, 12);
-  return { ok: true, table: loaded.value, version, warnings: formatIssues(loaded.value.warnings) };
+  return { ok: true, table: loaded.value, version: versionOf(text, descriptors), warnings: formatIssues(loaded.value.warnings) };
+}
+
+/**
+ * The table's content hash: its own text and, in the order they are named, every descriptor file it reads (a table
+ * without descriptor files keeps the hash of its text alone). Only a new version is swapped in, so a version of the
+ * table text alone made a changed descriptor file an "unchanged" reload, never applied.
+ */
+function versionOf(text: string, descriptors: readonly (readonly [string, string])[]): string {
+  const h = createHash('sha256').update(text);
+  for (const [f, t] of descriptors) h.update(`\0${f}\0${Buffer.byteLength(t)}\0`).update(t);
+  return h.digest('hex').slice(0, 12);
 }
 
 class FilePolicyStore implements PolicyStore {
@@ -95,7 +113,7 @@ class FilePolicyStore implements PolicyStore {
     });
     this.#info = new Gauge({
       name: 'kvgate_policy_info',
-      help: 'The route table in use (value 1), labelled with its content hash.',
+      help: 'The route table in use (value 1), labelled with its content hash (the table file and its descriptor files).',
       labelNames: ['version'] as const,
       registers: [deps.registry],
     });
