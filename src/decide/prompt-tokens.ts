@@ -5,9 +5,10 @@
  * Token ids are counted exactly. Text counts as ceil(characters / 4), the usual rule of thumb for English with
  * BPE tokenizers of the Llama and GPT families, plus 4 tokens per chat message for the role markers a chat template
  * adds. Text is everything the template renders: message content, tool calls, tool results, and the request's
- * `tools`, `functions` and `documents` (a 20 KB tool schema with a two-word question is a long prompt). It errs low for code and non-Latin scripts; policy authors should leave headroom in `maxPromptTokens`. The
- * estimate is deliberately not the revision's tokenizer: loading one per revision on the hot path costs more than
- * the decision it informs, and the decode sidecar counts exactly before it serves anyway.
+ * `tools`, `functions` and `documents` (a 20 KB tool schema with a two-word question is a long prompt). It errs low
+ * for code and non-Latin scripts; policy authors should leave headroom in `maxPromptTokens`. The estimate is
+ * deliberately not the revision's tokenizer: loading one per revision on the hot path costs more than the decision
+ * it informs, and the decode sidecar counts exactly before it serves anyway.
  */
 import type { OpenAiRequest } from './types.js';
 
