@@ -253,6 +253,23 @@ describe('decide: refusals before any target is chosen', () => {
     expect(r.message).toBe('model "llama-4" is not served by this gateway; served models: llama-3-8b, llama-3-8b-fp8');
   });
 
+  it('a body "user" that is not valid Unicode (a lone surrogate escape) -> 400 under tenant-user scope, never a throw', () => {
+    const t = compiled((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+      v['tenancy']['prefixScope'] = 'tenant-user';
+    }, false);
+    for (const user of ['\ud800', 'u-\udc00-1', '\ud83d']) {
+      const r = refusal(run(t, { user }));
+      expect(r).toMatchObject({ code: 'bad_request', tenant: 'acme' });
+      expect(r.message).toBe(
+        'the body field user is not valid Unicode text (it holds a lone surrogate, e.g. an unpaired \\ud800 escape); send the id as valid UTF-8',
+      );
+    }
+    // A well-formed pair (an emoji) is a user like any other; the tenant scope ignores the field.
+    expect(route(run(t, { user: 'u-\ud83d\ude00' })).group.tenantScope).toBe('tenant-user:acme/u-%F0%9F%98%80');
+    expect(route(run(onlyA, { user: '\ud800' })).group.tenantScope).toBe('tenant:acme');
+  });
+
   it('a request without a body -> 400', () => {
     const { body: _unused, ...noBody } = testFacts({ tenant: 'acme' });
     expect(refusal(decide(noBody, table, createTestWorkerView(table), ctx)).code).toBe('bad_request');

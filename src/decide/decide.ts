@@ -299,12 +299,27 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
     [`header ${table.session.header}`, session],
   ]);
   if (long !== undefined) return refuse(id, 'bad_request', overlongMessage(long.what, long.bytes), trace, { tenant });
+  // The body's JSON may spell a lone surrogate (`"\ud800"`), which no UTF-8 text holds: the scope cannot carry it (its
+  // URI encoding throws) and a lossy encoding would merge users. Headers are decoded strictly and never hold one.
+  if (tenancy.prefixScope === 'tenant-user' && user !== null && LONE_SURROGATE.test(user)) {
+    const what = tenancy.userHeader === undefined ? 'the body field user' : `header ${tenancy.userHeader}`;
+    return refuse(
+      id,
+      'bad_request',
+      `${what} is not valid Unicode text (it holds a lone surrogate, e.g. an unpaired \\ud800 escape); send the id as valid UTF-8`,
+      trace,
+      { tenant },
+    );
+  }
   const tenantScope = tenantScopeOf(tenancy.prefixScope, tenant, user);
   trace.push(
     `model: ${model.name} (rollout: stable ${model.stable}${model.candidate === null ? '' : `, candidate ${model.candidate} at ${model.weight}%`})`,
   );
   return { body, tenant, model, serving, tenantScope, session };
 }
+
+/** A UTF-16 surrogate without its pair (with the `u` flag a well-formed pair is one code point and never matches). */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
 /** The longest tenant, user or session id a request may carry, in UTF-8 bytes (all three ride in signed tokens). */
 export const MAX_IDENTITY_BYTES = 256;

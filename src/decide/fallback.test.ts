@@ -6,7 +6,8 @@ import { decide } from './decide.js';
 import type { DecideContext } from './types.js';
 import { createTestQueueView, createTestWorkerView, testFacts, testKeys, type TestFactsInput } from './testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
-import type { CoreDecision, QueuedRequest, Refusal, RouteDecision, WaitDecision } from './types.js';
+import { parseOpenAiBody } from './request-facts.js';
+import type { CoreDecision, QueuedRequest, Refusal, RequestFacts, RouteDecision, WaitDecision } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 type Value = Record<string, any>;
@@ -276,6 +277,50 @@ describe('fallback: recompute', () => {
   it('without a later queue step, recomputing is cheaper than refusing', () => {
     const t = table([recompute, REFUSE]);
     expect(routeOf(run(t, busy(t, B_PREFILL), { content: 'x'.repeat(8000) })).prefill).toBeNull();
+  });
+
+  it('counts what the chat template renders besides message text (tools), and never recomputes what it cannot estimate', () => {
+    const t = table([recompute, REFUSE]);
+    const view = busy(t, B_PREFILL);
+    const factsOf = (path: string, json: Record<string, unknown>): RequestFacts => {
+      const body = parseOpenAiBody(path, new TextEncoder().encode(JSON.stringify({ model: 'llama-3-8b', ...json })), {
+        maxBodyBytes: 1 << 24,
+      });
+      if (!body.ok) throw body.error;
+      return { ...testFacts({ tenant: 'acme', session: 's-1' }), path, body: body.value };
+    };
+    const hi = [{ role: 'user', content: 'hi' }];
+    // 20,000 characters of tool schema (about 5,000 tokens) go into the prompt: over maxPromptTokens 4000.
+    const tools = [{ type: 'function', function: { name: 'lookup', description: 'd'.repeat(20_000), parameters: {} } }];
+    const withTools = refusalOf(decide(factsOf('/v1/chat/completions', { messages: hi, tools }), t, view, ctx()));
+    expect(withTools.trace.join('\n')).toMatch(
+      /fallback step 1 \(recompute\): passed: the prompt is about 50\d\d tokens, over maxPromptTokens 4000/,
+    );
+    // Tool calls and their results are prompt text too.
+    const call = { id: 'c1', type: 'function', function: { name: 'lookup', arguments: 'a'.repeat(20_000) } };
+    const calls = [...hi, { role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }];
+    expect(refusalOf(decide(factsOf('/v1/chat/completions', { messages: calls }), t, view, ctx())).trace.join('\n')).toMatch(
+      /passed: the prompt is about 50\d\d tokens, over maxPromptTokens 4000/,
+    );
+    // An image, audio or embeddings: the prompt's length is not in the text; recompute passes, saying why.
+    const image = [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'what is this?' },
+          { type: 'image_url', image_url: { url: 'http://x/y.png' } },
+        ],
+      },
+    ];
+    expect(refusalOf(decide(factsOf('/v1/chat/completions', { messages: image }), t, view, ctx())).trace).toContain(
+      'fallback step 1 (recompute): passed: the prompt carries content the gate cannot count (content part image_url), so its length is unknown',
+    );
+    const embeds = refusalOf(decide(factsOf('/v1/completions', { prompt_embeds: 'AAAA' }), t, view, ctx()));
+    expect(embeds.trace).toContain(
+      'fallback step 1 (recompute): passed: the prompt carries content the gate cannot count (prompt_embeds), so its length is unknown',
+    );
+    // Plain text is still recomputed.
+    expect(routeOf(decide(factsOf('/v1/chat/completions', { messages: hi }), t, view, ctx())).prefill).toBeNull();
   });
 
   it('cannot help when decode capacity is missing', () => {

@@ -17,7 +17,7 @@
  */
 import type { FallbackStep } from '../policy/schema.js';
 import type { FallbackInput, FallbackOutcome, StepInput } from './fallback-step.js';
-import { estimatePromptTokens } from './prompt-tokens.js';
+import { estimatePrompt } from './prompt-tokens.js';
 import { queueStep } from './queue-step.js';
 import { DEFAULT_RETRY_AFTER_SECONDS } from './retry-after.js';
 import { routeViaStep } from './route-via.js';
@@ -96,7 +96,10 @@ function recomputeStep(step: RecomputeStep, i: number, s: StepInput): FallbackOu
   const decode = s.shortage.decode;
   if (s.shortage.missing !== 'prefill' || decode === null)
     return pass('decode capacity is missing, and recompute needs a decode endpoint with room');
-  const tokens = estimatePromptTokens(s.body);
+  const estimate = estimatePrompt(s.body);
+  if ('unknown' in estimate)
+    return pass(`the prompt carries content the gate cannot count (${estimate.unknown}), so its length is unknown`);
+  const tokens = estimate.tokens;
   if (tokens > step.maxPromptTokens) return pass(`the prompt is about ${tokens} tokens, over maxPromptTokens ${step.maxPromptTokens}`);
   const cost = tokens * step.prefillMsPerToken;
   const wait = expectedWaitAfter(i, s);

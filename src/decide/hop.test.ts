@@ -78,6 +78,18 @@ describe('internal hop', () => {
     expect(d.trace.join('\n')).toContain(`the named prefill endpoint ${planned} is draining`);
   });
 
+  it('replacing a named endpoint that drains still honours the retry exclusions: never the endpoint that failed', () => {
+    const r = routed();
+    const planned = r.prefill!.endpoint!;
+    const other = planned === '10.0.1.1:9090' ? '10.0.1.2:9090' : '10.0.1.1:9090';
+    // `other` already failed this request; the sidecar names `planned`, which is draining now.
+    const draining = createTestWorkerView(table, { [planned]: { draining: true } });
+    const h = { contract: r.contract, prefillEndpoint: planned, retryExclude: [other] };
+    const d = decide(testFacts({ requestId: 'req-hop', hop: h }), table, draining, ctx);
+    expect(d).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
+    expect(d.kind === 'refuse' && d.message).toMatch(/excluded by the sidecar after a failed attempt/);
+  });
+
   it("refuses a prefill cluster outside the contract's group with 409 mixed_revision", () => {
     const r = routed();
     const d = hop({ contract: r.contract, prefillCluster: 'b_prefill' });

@@ -136,7 +136,7 @@ function hopTarget(
   named: string | undefined,
   exclude: ReadonlySet<string>,
 ): Decision {
-  if (named !== undefined && !exclude.has(named)) return checkHopEndpoint(h, pools, named);
+  if (named !== undefined && !exclude.has(named)) return checkHopEndpoint(h, pools, named, exclude);
   const planned = h.c.prefill?.cluster === clusterName ? h.c.prefill.endpoint : null;
   if (planned !== null && !exclude.has(planned)) {
     const state = pools.flatMap((p) => h.view.endpoints(p.name).map((e) => ({ p, e }))).find((x) => x.e.address === planned);
@@ -156,7 +156,7 @@ function prefillClusters(table: CompiledRouteTable, fingerprint: string): string
     .join(', ');
 }
 
-function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: string): Decision {
+function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: string, exclude: ReadonlySet<string>): Decision {
   const { id, c, trace } = h;
   for (const pool of pools) {
     const ep = h.view.endpoints(pool.name).find((e) => e.address === address);
@@ -184,7 +184,8 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
       trace.push(
         `the named prefill endpoint ${address} is ${pool.draining || ep.draining ? 'draining' : `at its in-flight limit of ${pool.maxInFlightPerEndpoint}`}; picking another in cluster ${pool.cluster}`,
       );
-      return pickHopEndpoint(h, pools, new Set([address]));
+      // Its replacement honours the retry's exclusions too: never an endpoint that already failed this request.
+      return pickHopEndpoint(h, pools, new Set([...exclude, address]));
     }
     trace.push(`prefill endpoint ${address} (pool ${pool.name}) is in the group`);
     return hopDecision(h, { pool: pool.name, cluster: pool.cluster, endpoint: address });

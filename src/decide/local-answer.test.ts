@@ -33,6 +33,16 @@ describe('answers the gateway gives itself', () => {
     expect(answerLocally(get('/v1/models'), table(), NOW)).toMatchObject({ kind: 'refuse', code: 'tenant_required' });
   });
 
+  it('a tenant header that is not valid UTF-8 is refused 400, as on the routing path, never read as no tenant', () => {
+    const bad = { ...get('/v1/models', { 'x-tenant-id': 't-\ufffd' }), invalidHeaders: ['x-tenant-id'] };
+    const message = 'the tenant identity (header x-tenant-id) is not valid UTF-8';
+    expect(answerLocally(bad, table(), NOW)).toMatchObject({ kind: 'refuse', code: 'bad_request', message });
+    // Where anonymous requests get a default tenant, an undecodable tenant is still not that tenant.
+    const v = clone(twoRevisionTableValue()) as Record<string, any>;
+    v['tenancy'] = { ...v['tenancy'], required: false, default: 'acme' };
+    expect(answerLocally(bad, tableFromValue(v), NOW)).toMatchObject({ kind: 'refuse', code: 'bad_request', message });
+  });
+
   it('GET /health is 200 with an empty body; other paths and methods are not answered here', () => {
     expect(answerLocally(get('/health'), table(), NOW)).toMatchObject({ kind: 'answer', status: 200 });
     expect(answerLocally({ ...get('/v1/models'), method: 'POST' }, table(), NOW)).toBeUndefined();

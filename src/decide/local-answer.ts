@@ -15,7 +15,7 @@ import type { AnswerDecision, Refusal, RequestFacts } from './types.js';
 
 /** The gateway's own answer for this request, or undefined when it is not one the gateway answers. */
 export function answerLocally(
-  facts: Pick<RequestFacts, 'requestId' | 'method' | 'path' | 'headers' | 'metadata'>,
+  facts: Pick<RequestFacts, 'requestId' | 'method' | 'path' | 'headers' | 'metadata' | 'invalidHeaders'>,
   table: CompiledRouteTable,
   nowMs: number,
 ): AnswerDecision | Refusal | undefined {
@@ -29,7 +29,10 @@ export function answerLocally(
   const who = tenantOf(facts, table.tenancy);
   let tenant: string | null;
   if (who.kind === 'found') tenant = who.tenant;
-  else if (who.kind === 'ambiguous') {
+  else if (who.kind === 'invalid') {
+    // As on the routing path (decide.ts): never read as "no tenant", which would answer for the default tenant.
+    return refuse(facts.requestId, 'bad_request', `the tenant identity (${who.from}) is not valid UTF-8`, trace);
+  } else if (who.kind === 'ambiguous') {
     return refuse(
       facts.requestId,
       'tenant_required',

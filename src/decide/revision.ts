@@ -63,9 +63,11 @@ export function chooseRevision(input: ChooseInput, trace: string[]): RevisionCho
   if (candidate === undefined || model.weight <= 0) {
     const r = stable ?? (offered === undefined ? serving[0]! : undefined);
     if (r === undefined) {
-      return {
-        refuse: `model ${model.name}'s only revision open to this tenant is candidate ${offered!.name}, which ${unverifiedReason(offered!)}`,
-      };
+      const closed =
+        candidate === undefined
+          ? `which ${unverifiedReason(offered!)}`
+          : `whose rollout weight is 0 (it takes no sessions); raise the weight or open stable ${model.stable} to this tenant`;
+      return { refuse: `model ${model.name}'s only revision open to this tenant is candidate ${offered!.name}, ${closed}` };
     }
     const why =
       offered === undefined

@@ -107,6 +107,19 @@ describe('verification of a candidate', () => {
   });
 });
 
+describe('weight 0 with stable closed to the tenant', () => {
+  it('refuses saying the verified candidate takes no sessions at weight 0, not that it is unverified', () => {
+    const t = table(0, (v) => {
+      for (const p of v['pools']) p['tenants'] = p['revision'] === 'llama-a' ? ['globex'] : ['acme', 'globex'];
+    });
+    const d = run(t, { session: 's-1' });
+    expect(d).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 5 });
+    expect(d.kind === 'refuse' && d.message).toBe(
+      "model llama-3-8b's only revision open to this tenant is candidate llama-b, whose rollout weight is 0 (it takes no sessions); raise the weight or open stable llama-a to this tenant",
+    );
+  });
+});
+
 describe('drain', () => {
   it('a draining pool takes no new bindings; a decision made before the drain still stands as it was', () => {
     const before = table(0);

@@ -171,6 +171,48 @@ describe('admission: the fallback queue', () => {
     expect(await metric(r.registry, 'kvgate_queue_skipped_total', {})).toBe(0);
   });
 
+  it('a reload that makes a queued request unreadable answers it (400), never throws out of the queue', async () => {
+    r = rig(queueTableValue());
+    await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());
+    const body = { model: 'llama-3-8b', user: '\ud800', messages: [{ role: 'user', content: 'Say hello.' }] };
+    const waiting = r.admission.admit(chatFacts('r2', {}, body), signal(), recordingHooks());
+    await tick();
+    expect(r.admission.queueStatus().waiting).toBe(1);
+    // tenant-user scope takes the user from the body: a lone surrogate cannot be part of a tenant scope.
+    r.setTable(compiled(queueTableValue((v) => (v['tenancy']['prefixScope'] = 'tenant-user'))));
+    expect((await waiting).decision).toMatchObject({ kind: 'refuse', code: 'bad_request' });
+    expect(r.admission.queueStatus().waiting).toBe(0);
+  });
+
+  it('a decision that throws while a request is queued answers that request (fail closed) and frees its slot', async () => {
+    const inFlight = createInFlightTracker();
+    const table = compiled(queueTableValue());
+    let broken = false;
+    const admission = createAdmission({
+      state: () => {
+        if (broken) throw new Error('kvgate bug: simulated');
+        return { table, view: createStaticWorkerView(table, inFlight) };
+      },
+      keys,
+      inFlight,
+      now: Date.now,
+      recheckMs: 0,
+    });
+    try {
+      const first = await admission.admit(chatFacts('r1'), signal(), recordingHooks());
+      const waiting = admission.admit(chatFacts('r2'), signal(), recordingHooks());
+      await tick();
+      broken = true;
+      expect(() => admission.notifyChanged()).not.toThrow();
+      expect((await waiting).decision).toMatchObject({ kind: 'refuse', code: 'internal' });
+      expect(admission.queueStatus().waiting).toBe(0);
+      broken = false;
+      first.hold!.release();
+    } finally {
+      admission.close();
+    }
+  });
+
   it('answers every queued request with 503 when the gate closes', async () => {
     r = rig(queueTableValue());
     await r.admission.admit(chatFacts('r1'), signal(), recordingHooks());

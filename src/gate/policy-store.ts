@@ -23,10 +23,14 @@ export interface ReloadResult {
 
 export interface PolicyStore {
   current(): CompiledRouteTable;
-  /** Short content hash of the table in use. */
+  /** Short content hash of the table in use: its file and the descriptor files it names. */
   version(): string;
   lastReload(): ReloadResult;
-  /** Re-read the file; swaps only if everything checks out. Concurrent calls share one reload. */
+  /**
+   * Re-read the file; swaps only if everything checks out. A call while a reload is running gets a reload that starts
+   * after it (the running one may have read the file before the change that asked for this one); calls while that one
+   * waits share it.
+   */
   reload(reason: string): Promise<ReloadResult>;
   /** Reload when the file (or its folder entry, for editors that rename) changes. */
   watch(debounceMs?: number): void;
@@ -58,10 +62,28 @@ async function loadCompiled(
   } catch (e) {
     return { ok: false, message: `${file}: cannot read the route table: ${(e as Error).message}` };
   }
-  const loaded = await loadRouteTable(file, { readText: async (f) => (f === file ? text : readFile(f, 'utf8')) });
+  // The descriptor files are part of the table: a SIGHUP after editing only one of them must be a change.
+  const descriptors: [string, string][] = [];
+  const readText = async (f: string): Promise<string> => {
+    if (f === file) return text;
+    const t = await readFile(f, 'utf8');
+    descriptors.push([f, t]);
+    return t;
+  };
+  const loaded = await loadRouteTable(file, { readText });
   if (!loaded.ok) return { ok: false, message: formatIssues(loaded.error) };
-  const version = createHash('sha256').update(text).digest('hex').slice(0, 12);
-  return { ok: true, table: loaded.value, version, warnings: formatIssues(loaded.value.warnings) };
+  return { ok: true, table: loaded.value, version: versionOf(text, descriptors), warnings: formatIssues(loaded.value.warnings) };
+}
+
+/**
+ * The table's content hash: its own text and, in the order they are named, every descriptor file it reads (a table
+ * without descriptor files keeps the hash of its text alone). Only a new version is swapped in, so a version of the
+ * table text alone made a changed descriptor file an "unchanged" reload, never applied.
+ */
+function versionOf(text: string, descriptors: readonly (readonly [string, string])[]): string {
+  const h = createHash('sha256').update(text);
+  for (const [f, t] of descriptors) h.update(`\0${f}\0${Buffer.byteLength(t)}\0`).update(t);
+  return h.digest('hex').slice(0, 12);
 }
 
 class FilePolicyStore implements PolicyStore {
@@ -72,7 +94,9 @@ class FilePolicyStore implements PolicyStore {
   #table: CompiledRouteTable;
   #version: string;
   #last: ReloadResult;
+  /** The reload running now, and the one asked for while it runs (it reads the file again once the first is done). */
   #inFlight: Promise<ReloadResult> | undefined;
+  #next: Promise<ReloadResult> | undefined;
   #watcher: FSWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
 
@@ -89,7 +113,7 @@ class FilePolicyStore implements PolicyStore {
     });
     this.#info = new Gauge({
       name: 'kvgate_policy_info',
-      help: 'The route table in use (value 1), labelled with its content hash.',
+      help: 'The route table in use (value 1), labelled with its content hash (the table file and its descriptor files).',
       labelNames: ['version'] as const,
       registers: [deps.registry],
     });
@@ -105,10 +129,26 @@ class FilePolicyStore implements PolicyStore {
   }
 
   reload(reason: string): Promise<ReloadResult> {
-    this.#inFlight ??= this.#reload(reason).finally(() => {
-      this.#inFlight = undefined;
+    if (this.#next !== undefined) return this.#next; // not started yet: it will read the file after this call
+    const running = this.#inFlight;
+    if (running === undefined) return this.#start(reason);
+    // Joining the running reload would lose a change it read the file too early to see (an edit during a SIGHUP
+    // reload, a ConfigMap swap during a watch reload): the table in use would stay behind the file, shown as
+    // current. One more reload after it reads the file as it is then.
+    const after = (): Promise<ReloadResult> => {
+      this.#next = undefined;
+      return this.#start(reason);
+    };
+    this.#next = running.then(after, after);
+    return this.#next;
+  }
+
+  #start(reason: string): Promise<ReloadResult> {
+    const run: Promise<ReloadResult> = this.#reload(reason).finally(() => {
+      if (this.#inFlight === run) this.#inFlight = undefined;
     });
-    return this.#inFlight;
+    this.#inFlight = run;
+    return run;
   }
 
   async #reload(reason: string): Promise<ReloadResult> {

@@ -7,7 +7,8 @@
  */
 import { decide } from '../decide/decide.js';
 import { overrideTimeoutMs, waitCapMs } from '../decide/queue-step.js';
-import { refuse } from '../decide/refusal.js';
+import { refuse, refusalFromError } from '../decide/refusal.js';
+import { KvgateError } from '../errors.js';
 import type { Decision, QueuedRequest, RequestFacts, WaitDecision } from '../decide/types.js';
 import type { AdmissionDeps, Admitted, WaitHooks } from './admission-types.js';
 import type { RolloutMetrics } from './rollout-metrics.js';
@@ -107,11 +108,20 @@ class Waiter implements QueueEntry {
   attempt(reason: 'wake' | 'deadline'): 'wait' | 'done' {
     if (!this.#open) return 'done';
     const { deps, metrics } = this.#q;
-    const { table, view } = deps.state();
-    // The deadline timer is the authority on "time is up", whatever the injected clock says.
-    const nowMs = reason === 'deadline' ? Math.max(deps.now(), this.deadlineAtMs) : deps.now();
-    const maxWaitMs = waitCapMs(this.#q.maxMessageTimeoutMs);
-    const d = decide(this.#facts, table, view, { nowMs, keys: deps.keys, queue: this.#q.queue, maxWaitMs, bound: this.#bound });
+    let d: ReturnType<typeof decide>;
+    try {
+      const { table, view } = deps.state();
+      // The deadline timer is the authority on "time is up", whatever the injected clock says.
+      const nowMs = reason === 'deadline' ? Math.max(deps.now(), this.deadlineAtMs) : deps.now();
+      const maxWaitMs = waitCapMs(this.#q.maxMessageTimeoutMs);
+      d = decide(this.#facts, table, view, { nowMs, keys: deps.keys, queue: this.#q.queue, maxWaitMs, bound: this.#bound });
+    } catch (e) {
+      // As for a first decision (the session refuses what admission throws): this request is answered, fail closed.
+      // Thrown on, it would escape a timer or a reload's swap, stop the queue from serving anyone behind it, and
+      // take the gate down with every stream it holds.
+      this.#answer(refusalFromError(this.requestId, KvgateError.from(e), this.#w.trace, this.#w.group.tenant));
+      return 'done';
+    }
     if (d.kind === 'wait') return 'wait';
     for (const r of d.kind === 'hop' || d.kind === 'answer' ? [] : (d.fallback ?? [])) {
       if (r.step !== 'queue' && r.outcome !== 'passed') metrics.fallback.inc({ step: r.step, outcome: r.outcome });

@@ -1,0 +1,111 @@
+import { writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createPolicyStore, type PolicyStore } from './policy-store.js';
+import { createTableFile, queueTableValue, type TableFile, type TableValue } from './testing.js';
+
+/**
+ * Holds the next read of the route-table file after it has read the bytes, until `release()`: a reload that has read
+ * the file and is still compiling it, the window in which the file can change under it.
+ */
+const hold = vi.hoisted(() => ({ path: undefined as string | undefined, gate: undefined as Promise<void> | undefined }));
+
+vi.mock('node:fs/promises', async (importOriginal) => {
+  const real = await importOriginal<typeof import('node:fs/promises')>();
+  const readFile = async (...args: Parameters<typeof real.readFile>) => {
+    const out = await real.readFile(...args);
+    if (hold.path !== undefined && args[0] === hold.path && hold.gate !== undefined) {
+      const gate = hold.gate;
+      hold.gate = undefined; // only the one read
+      await gate;
+    }
+    return out;
+  };
+  return { ...real, readFile, default: { ...real, readFile } };
+});
+
+describe('policy store: hot reload', () => {
+  let file: TableFile | undefined;
+  let store: PolicyStore | undefined;
+  afterEach(async () => {
+    store?.close();
+    await file?.remove();
+    hold.path = undefined;
+    hold.gate = undefined;
+  });
+
+  it('a change made while a reload is running is applied by a reload after it, never lost', async () => {
+    file = await createTableFile(queueTableValue());
+    const created = await createPolicyStore({ file: file.path, logger: pino({ level: 'silent' }), registry: new Registry() });
+    if (!created.ok) throw new Error(created.message);
+    store = created.store;
+    const v0 = store.version();
+    // Change 1 is on disk; a reload (SIGHUP) reads it and is held before it compiles.
+    await file.write(queueTableValue((v) => (v['models']['llama-3-8b']['rollout']['weight'] = 50)));
+    let release = (): void => undefined;
+    hold.path = file.path;
+    hold.gate = new Promise<void>((r) => (release = r));
+    const first = store.reload('SIGHUP');
+    await vi.waitFor(() => expect(hold.gate).toBeUndefined()); // the first reload has read change 1
+    // Change 2 lands (the file watch fires) while the first reload is still running.
+    await file.write(queueTableValue((v) => (v['pools'][3]['draining'] = true)));
+    const second = store.reload('file changed');
+    release();
+    const [a, b] = await Promise.all([first, second]);
+    expect(a.ok && b.ok).toBe(true);
+    expect(a.version).not.toBe(v0);
+    // The table in use is the file as it is now: change 2 (b-decode draining) applied, not only change 1.
+    expect(b.version).not.toBe(a.version);
+    expect(store.version()).toBe(b.version);
+    expect(store.current().pools.get('b-decode')?.draining).toBe(true);
+  });
+
+  it('reloads asked for while one is running share one follow-up reload', async () => {
+    file = await createTableFile(queueTableValue());
+    const created = await createPolicyStore({ file: file.path, logger: pino({ level: 'silent' }), registry: new Registry() });
+    if (!created.ok) throw new Error(created.message);
+    store = created.store;
+    let release = (): void => undefined;
+    hold.path = file.path;
+    hold.gate = new Promise<void>((r) => (release = r));
+    const first = store.reload('SIGHUP');
+    await vi.waitFor(() => expect(hold.gate).toBeUndefined());
+    await file.write(queueTableValue((v) => (v['pools'][3]['draining'] = true)));
+    const second = store.reload('file changed');
+    const third = store.reload('file changed');
+    expect(third).toBe(second);
+    release();
+    await Promise.all([first, second]);
+    expect(store.current().pools.get('b-decode')?.draining).toBe(true);
+    // Nothing is pending any more: the next reload runs at once.
+    expect((await store.reload('SIGHUP')).version).toBe(store.version());
+  });
+
+  it("a SIGHUP after editing only a descriptor file applies it (the table's own text is unchanged)", async () => {
+    // llama-b's descriptor lives in its own file next to the table, as in the examples.
+    const value = queueTableValue();
+    const descriptor = value['revisions']['llama-b']['descriptor'] as TableValue;
+    const { descriptor: _inline, ...rest } = value['revisions']['llama-b'] as TableValue;
+    value['revisions']['llama-b'] = { descriptorFile: 'llama-b.json', ...rest };
+    file = await createTableFile(value);
+    const descriptorPath = join(dirname(file.path), 'llama-b.json');
+    await writeFile(descriptorPath, JSON.stringify(descriptor));
+    const created = await createPolicyStore({ file: file.path, logger: pino({ level: 'silent' }), registry: new Registry() });
+    if (!created.ok) throw new Error(created.message);
+    store = created.store;
+    const before = store.current().revisions.get('llama-b')!.fingerprint;
+    // The revision is redeclared: new weights (a new fingerprint), in the descriptor file only.
+    await writeFile(descriptorPath, JSON.stringify({ ...descriptor, model: { ...descriptor['model'], revision: 'b'.repeat(40) } }));
+    const r = await store.reload('SIGHUP');
+    expect(r.ok).toBe(true);
+    const after = store.current().revisions.get('llama-b')!.fingerprint;
+    expect(after).not.toBe(before);
+    expect(r.version).toBe(store.version());
+    // Nothing changed since: unchanged, and the version is stable.
+    const again = await store.reload('SIGHUP');
+    expect(again.version).toBe(r.version);
+    expect(store.current().revisions.get('llama-b')!.fingerprint).toBe(after);
+  });
+});
