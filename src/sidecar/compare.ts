@@ -80,11 +80,14 @@ interface Acc {
   verified: Set<string>;
 }
 
+/** How a verdict's reasons begin when the worker did not answer the probe at all (launch-check.ts tells this apart). */
+export const WORKER_DOWN_REASON = 'the worker is down or unreachable';
+
 /** Compare one probe round with the declaration. Pure and total: every observation yields a verdict. */
 export function compareObservation(d: CompatDescriptor, o: Observation, opts: CompareOptions = {}): ProbeVerdict {
   const acc: Acc = { reasons: [], mismatches: [], measured: {}, verified: new Set() };
   if (o.down !== undefined) {
-    acc.reasons.push(`the worker is down or unreachable: ${o.down}`);
+    acc.reasons.push(`${WORKER_DOWN_REASON}: ${o.down}`);
   } else {
     compareVersion(d, o.version, acc);
     compareModels(d, o.models, opts, acc);

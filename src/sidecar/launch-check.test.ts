@@ -240,6 +240,17 @@ describe('judging a launch (pure)', () => {
     expect(judgeLaunch('decode', status({ measured: { 'engine.version': '0.11.0' } }), '0.11.1').kind).toBe('reprobe');
   });
 
+  it('a worker that stopped answering is a retryable worker failure (502), not a 409: nothing shows it became another revision', () => {
+    const down = status({ engineId: 'e1', verified: false, reasons: ['the worker is down or unreachable: connect ECONNREFUSED'] });
+    const judged = judgeLaunch('prefill', down, 'e1');
+    expect(judged.kind === 'refuse' && [judged.error.code, judged.error.status]).toEqual(['worker_error', 502]);
+    const after = restartRefusal('prefill', { ...down, engineId: null }, 'e2', 100);
+    expect([after.code, after.reason]).toEqual([
+      'worker_error',
+      'the prefill worker stopped answering since it was verified (the worker is down or unreachable: connect ECONNREFUSED); nothing from it is used, retry on another endpoint',
+    ]);
+  });
+
   it('says why after the re-probe: changed, timed out, or restarted again meanwhile', () => {
     expect(restartRefusal('prefill', status({ verified: false, reasons: ['a', 'b'] }), 'e2', 100).reason).toBe(
       'prefill worker restarted as something else since it was verified: a; b',

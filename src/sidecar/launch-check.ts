@@ -17,6 +17,7 @@ import type { Logger } from 'pino';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import type { IncomingCall, SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, upstreamMessage } from './http-io.js';
+import { WORKER_DOWN_REASON } from './compare.js';
 import type { SidecarStatus } from './status.js';
 
 type Role = 'prefill' | 'decode';
@@ -61,6 +62,7 @@ export function judgeLaunch(
 ): { kind: 'ok' } | { kind: 'reprobe' } | { kind: 'refuse'; error: KvgateError } {
   if (probedFact(role, status) !== launchOf(role, seen)) return { kind: 'reprobe' };
   if (status.verified) return { kind: 'ok' };
+  if (isDown(status)) return { kind: 'refuse', error: downError(role, status) };
   return {
     kind: 'refuse',
     error: new KvgateError(
@@ -68,6 +70,23 @@ export function judgeLaunch(
       `the ${WHO[role]} no longer matches its declared descriptor: ${status.reasons.join('; ')}`,
     ),
   };
+}
+
+/** The last probe found the worker not answering at all: not shown to be something else, just gone. */
+function isDown(status: SidecarStatus): boolean {
+  return status.reasons.some((r) => r.startsWith(WORKER_DOWN_REASON));
+}
+
+/**
+ * A worker that stopped answering is a worker failure (502, which the decode side retries on another endpoint of the
+ * group), not a 409: nothing says it became another revision, and its KV is lost with it either way. Still refused:
+ * nothing of this request is attested or used.
+ */
+function downError(role: Role, status: SidecarStatus): KvgateError {
+  return new KvgateError(
+    'worker_error',
+    `the ${WHO[role]} stopped answering since it was verified (${status.reasons.join('; ')}); nothing from it is used, retry on another endpoint`,
+  );
 }
 
 /** Pure: the refusal after a fresh probe that did not vouch for the launch a request saw (undefined: timed out). */
@@ -79,6 +98,7 @@ export function restartRefusal(role: Role, after: SidecarStatus | undefined, see
       `the ${who} restarted since it was verified (it now reports ${describeFact(role, seen)}), and a fresh probe did not finish within ${timeoutMs} ms; nothing from it is used until a probe verifies it`,
     );
   }
+  if (!after.verified && isDown(after)) return downError(role, after);
   if (!after.verified)
     return new KvgateError(
       'incompatible_transfer',
