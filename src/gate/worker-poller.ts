@@ -94,7 +94,11 @@ export interface WorkerPoller {
 
 interface Deps {
   /** The in-flight counts the view reports; `observe` (when present) receives each sidecar's request ids. */
-  readonly inFlight: InFlightTracker & { observe?(address: string, requests: RequestReport | undefined, startedAtMs: number): void };
+  readonly inFlight: InFlightTracker & {
+    observe?(address: string, requests: RequestReport | undefined, startedAtMs: number): void;
+    /** Forget the endpoints not in `addresses` (every pool's now): called on every poll round. */
+    retain?(addresses: ReadonlySet<string>): void;
+  };
   /** Called after every completed poll round or refresh (capacity may have freed: wake the queue). */
   readonly onPolled?: () => void;
   readonly logger: Logger;
@@ -338,10 +342,16 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     pollOnce() {
       running ??= (async () => {
         const targets = new Map<string, CompiledEndpoint & { readonly status: string }>();
+        const addresses = new Set<string>();
         for (const p of deps.table().pools.values()) {
-          for (const e of endpointsOf(p)) if (e.status !== null) targets.set(keyOf(e), { ...e, status: e.status });
+          for (const e of endpointsOf(p)) {
+            addresses.add(e.address);
+            if (e.status !== null) targets.set(keyOf(e), { ...e, status: e.status });
+          }
         }
         for (const key of [...seen.keys()]) if (!targets.has(key)) seen.delete(key);
+        // An endpoint gone from every pool (pod deleted, NotReady, a reload) is polled no more: forget its counts.
+        deps.inFlight.retain?.(addresses);
         await Promise.all([...targets.values()].map(pollEndpoint));
       })().finally(() => {
         running = undefined;
