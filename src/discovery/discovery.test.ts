@@ -168,4 +168,23 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     api.setAllowedNamespaces([NS]);
     await until(() => d.ready() && addrs(d, a).length === 1, 'synced after the RBAC fix');
   });
+
+  it('a watch stopped while it lists (a reload drops its pool, or the gate closes) never opens its watch afterwards', async () => {
+    api = await startKubeApiServer({ listDelayMs: 150 });
+    const { a } = selectorPools();
+    const d = start();
+    d.sync([a]);
+    await until(() => (api!.counts()['list'] ?? 0) >= 1, 'the list is under way');
+    d.sync([]); // the reload that removes the pool stops its watch before the list has answered
+    await new Promise((r) => setTimeout(r, 400));
+    expect(api.counts()['watch'] ?? 0).toBe(0);
+    expect(api.openWatches()).toBe(0);
+    // The same when the whole discovery closes mid-list.
+    d.sync([a]);
+    await until(() => (api!.counts()['list'] ?? 0) >= 2, 'the second list is under way');
+    await d.close();
+    await new Promise((r) => setTimeout(r, 400));
+    expect(api.counts()['watch'] ?? 0).toBe(0);
+    expect(api.openWatches()).toBe(0);
+  });
 });

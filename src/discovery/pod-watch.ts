@@ -1,6 +1,7 @@
 /**
  * The I/O adapter for one Kubernetes pod selector: list + watch through @kubernetes/client-node 1.4.0's informer
- * (`makeInformer`, `ListWatch` in dist/cache.js), restarted by us whenever it stops.
+ * (`ListWatch` in dist/cache.js, built as `makeInformer` in dist/informer.js builds it, but with our own `Watch`),
+ * restarted by us whenever it stops.
  *
  * How the library behaves (read in node_modules/@kubernetes/client-node@1.4.0, dist/cache.js and dist/watch.js),
  * and what this adapter does about it:
@@ -11,9 +12,14 @@
  *   returns are gone). Until that list succeeds the last known pods are kept and reported as stale;
  * - it does not ask for bookmarks; the watch path carries `allowWatchBookmarks=true` so that the server's
  *   BOOKMARK events keep the resourceVersion fresh and a re-opened watch rarely falls out of the history window
- *   (Kubernetes API concepts, "Watch bookmarks", kubernetes.io/docs/reference/using-api/api-concepts/).
+ *   (Kubernetes API concepts, "Watch bookmarks", kubernetes.io/docs/reference/using-api/api-concepts/);
+ * - `stop()` only aborts the watch request it already holds: an informer stopped while it lists (or while a watch
+ *   it re-opens is connecting) goes on to open its watch afterwards (`doneHandler` awaits the list, then
+ *   `this.request = await this.watch.watch(...)` without looking at `stopped` again), which then stays open until the
+ *   API server ends it (30 to 60 minutes on kube-apiserver). So each informer gets its own `Watch` that opens
+ *   nothing once we stopped the informer and aborts a watch that connected meanwhile (`GuardedWatch`).
  */
-import { CoreV1Api, type KubeConfig, makeInformer, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig, ListWatch, type V1Pod, Watch } from '@kubernetes/client-node';
 import type { PodLike } from './pods.js';
 
 export interface PodWatchState {
@@ -52,11 +58,27 @@ interface Informer {
   stop(): Promise<void>;
 }
 
+/** A library `Watch` that opens nothing once its informer was stopped, and aborts a watch that connected meanwhile. */
+class GuardedWatch extends Watch {
+  stopped = false;
+  override async watch(...args: Parameters<Watch['watch']>): Promise<AbortController> {
+    if (this.stopped) {
+      const none = new AbortController();
+      none.abort();
+      return none;
+    }
+    const controller = await super.watch(...args);
+    if (this.stopped) controller.abort();
+    return controller;
+  }
+}
+
 export function startPodWatch(opts: PodWatchOptions): PodWatch {
   const api = opts.kubeConfig.makeApiClient(CoreV1Api);
   const backoff = opts.backoff ?? { initialMs: 250, maxMs: 10_000 };
   const path = `/api/v1/namespaces/${encodeURIComponent(opts.namespace)}/pods?allowWatchBookmarks=true`;
   let current: Informer | undefined;
+  let currentGuard: GuardedWatch | undefined;
   let currentListed = false;
   let lastKnown: readonly PodLike[] = [];
   let synced = false;
@@ -70,9 +92,10 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
 
   const start = (): void => {
     const listed = { ok: false };
-    const informer = makeInformer(
-      opts.kubeConfig,
+    const guard = new GuardedWatch(opts.kubeConfig);
+    const informer = new ListWatch<V1Pod>(
       path,
+      guard,
       async () => {
         const list = await api.listNamespacedPod({ namespace: opts.namespace, labelSelector: opts.labelSelector });
         if (informer === current) {
@@ -90,19 +113,22 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
         }
         return list;
       },
+      false,
       opts.labelSelector,
     ) as unknown as Informer;
     current = informer;
+    currentGuard = guard;
     currentListed = false;
     for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, () => listed.ok && changed());
-    informer.on('error', (e) => onFailure(informer, e));
-    informer.start().catch((e: unknown) => onFailure(informer, e));
+    informer.on('error', (e) => onFailure(informer, guard, e));
+    informer.start().catch((e: unknown) => onFailure(informer, guard, e));
   };
 
-  const onFailure = (informer: Informer, e: unknown): void => {
-    if (informer !== current || stopped) return;
+  const onFailure = (informer: Informer, guard: GuardedWatch, e: unknown): void => {
+    if (informer !== current || stopped || guard.stopped) return;
     if (currentListed) lastKnown = informer.list(opts.namespace);
     currentListed = false;
+    guard.stopped = true;
     void informer.stop();
     const status = statusOf(e);
     lastError = describe(e, status, opts.namespace);
@@ -122,6 +148,7 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
     async stop() {
       stopped = true;
       clearTimeout(timer);
+      if (currentGuard !== undefined) currentGuard.stopped = true;
       await current?.stop();
     },
   };

@@ -33,6 +33,8 @@ export interface KubeApiServerOptions {
   readonly bookmarkIntervalMs?: number;
   /** How a too-old resourceVersion is answered on a watch (see the module comment). */
   readonly expiredAs?: 'event' | 'status';
+  /** How long a list takes to answer (ms): a slow API server, or a large namespace. Default 0. */
+  readonly listDelayMs?: number;
 }
 
 export interface KubeApiServer {
@@ -48,6 +50,8 @@ export interface KubeApiServer {
   setAllowedNamespaces(namespaces: readonly string[] | undefined): void;
   /** Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`). */
   counts(): Readonly<Record<string, number>>;
+  /** Watches open now. */
+  openWatches(): number;
   /** The API server goes down: every connection is dropped and the port refuses connections. */
   stop(): Promise<void>;
   /** Up again on the same port. */
@@ -95,8 +99,13 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     }
     if (!watch) {
       count('list');
-      const items = store.list(namespace).filter((p) => selector(p.metadata.labels));
-      return json(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) }, items });
+      const answer = (): void => {
+        const items = store.list(namespace).filter((p) => selector(p.metadata.labels));
+        json(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) }, items });
+      };
+      if ((opts.listDelayMs ?? 0) > 0) setTimeout(answer, opts.listDelayMs);
+      else answer();
+      return;
     }
     count('watch');
     serveWatch(req, res, namespace, selector, url.searchParams);
@@ -191,6 +200,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     bookmark: () => [...watches].forEach(sendBookmark),
     setAllowedNamespaces: (ns) => void (allowed = ns),
     counts: () => ({ ...counts }),
+    openWatches: () => watches.size,
     stop: down,
     start: async () => void (await listen(port)),
     close: down,
