@@ -112,6 +112,30 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(a.fingerprint).not.toBe(b.fingerprint);
   });
 
+  it('a terminal pod (evicted: Failed) keeps its pod IP in status but no longer owns it: the pod given the IP is routed', async () => {
+    api = await startKubeApiServer();
+    const { a, b } = selectorPools();
+    const d = start();
+    d.sync([a, b]);
+    await until(() => d.ready(), 'listed');
+    const waiting = readyPod('b-0', NS, '10.1.0.5', labels('llama-b'), 'uid-b0');
+    waiting.status = { phase: 'Pending', conditions: [] }; // created first, waits for a GPU
+    api.store.create(waiting);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0')); // created later, runs
+    await until(() => addrs(d, a).length === 1, 'a-0 Ready');
+    // a-0 is evicted: Failed, and the kubelet keeps status.podIP on a terminal pod (kubernetes/kubernetes#125404)
+    // while the IP goes back to the node's pool; b-0 lands on that node and gets it.
+    api.store.update(NS, 'a-0', (p) => {
+      p.status = { phase: 'Failed', podIP: '10.1.0.5', conditions: [{ type: 'Ready', status: 'False' }] };
+    });
+    api.store.update(NS, 'b-0', (p) => {
+      p.status = { phase: 'Running', podIP: '10.1.0.5', conditions: [{ type: 'Ready', status: 'True' }] };
+    });
+    await until(() => addrs(d, b).length === 1, 'b-0 routed although the older-looking a-0 still lists the IP');
+    expect(d.endpoints(b)[0]).toMatchObject({ address: '10.1.0.5:8000', podUid: 'uid-b0' });
+    expect(d.endpoints(a)).toEqual([]);
+  });
+
   it('a reset watch resumes from its resourceVersion; a 410 Gone makes it re-list and see what changed meanwhile', async () => {
     api = await startKubeApiServer(); // no bookmarks: the client's resourceVersion falls behind
     const { a } = selectorPools();

@@ -6,7 +6,8 @@
  * - Watch broken: the last known endpoints are kept, marked stale, for `staleAfterMs`; after that the pool has no
  *   endpoints until a re-list succeeds.
  * - A pod IP seen on two live pods (a deleted pod still cached while a new pod, of any watched revision, has its IP):
- *   only the newest pod keeps the address, so an old pod's verified state never stands for its IP's new owner.
+ *   only the newest pod keeps the address, so an old pod's verified state never stands for its IP's new owner. A
+ *   terminal pod (Succeeded, Failed) holds no IP, though its status still lists one (pods.ts, `heldPodIP`).
  * Every endpoint still has to pass the live worker view (its sidecar's verified status) before it takes traffic.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -14,7 +15,7 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { CompiledEndpoint, CompiledPool } from '../policy/compile.js';
 import { startPodWatch, type PodWatch, type PodWatchOptions } from './pod-watch.js';
-import { labelSelectorString, podEndpoints, selectorConflict, selectorLabels, type DiscoveredEndpoint } from './pods.js';
+import { heldPodIP, labelSelectorString, podEndpoints, selectorConflict, selectorLabels, type DiscoveredEndpoint } from './pods.js';
 
 export interface PoolDiscoveryState {
   readonly namespace: string;
@@ -89,13 +90,13 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
     return { key: `${d.kubernetes.namespace}\n${selector}`, namespace: d.kubernetes.namespace, selector };
   };
 
-  /** Across every watch: the newest pod UID per pod IP (IPs are unique among live pods). */
+  /** Across every watch: the newest pod UID per pod IP it holds (IPs are unique among pods that hold one; `heldPodIP`). */
   const newest = (): Map<string, string> => {
     if (newestByIp !== undefined) return newestByIp;
     const best = new Map<string, { uid: string; at: number }>();
     for (const e of watches.values()) {
       for (const pod of e.watch.pods()) {
-        const ip = pod.status?.podIP;
+        const ip = heldPodIP(pod);
         const uid = pod.metadata?.uid;
         if (!ip || !uid) continue;
         const at = Date.parse(String(pod.metadata?.creationTimestamp ?? '')) || 0;

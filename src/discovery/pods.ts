@@ -53,6 +53,20 @@ export function notReadyReason(pod: PodLike): string | null {
   return null;
 }
 
+/**
+ * The pod IP this pod holds now, for the IP-reuse guard; undefined when it holds none. A terminal pod (phase
+ * Succeeded or Failed: completed, evicted, OOM-killed with restartPolicy Never) keeps `status.podIP` in the API (the
+ * kubelet preserves it, kubernetes/kubernetes#125404) although its sandbox is gone and the IP is back in the node's
+ * pool for the next pod; Kubernetes' own endpoints leave terminal pods out for that reason (`ShouldPodBeInEndpoints`,
+ * staging/src/k8s.io/endpointslice/util/controller_utils.go, v1.33). Such a pod lingers until it is deleted or the
+ * terminated-pod GC reaps it, so it must not claim the IP from the pod that now has it.
+ */
+export function heldPodIP(pod: PodLike): string | undefined {
+  const phase = pod.status?.phase;
+  if (phase === 'Succeeded' || phase === 'Failed') return undefined;
+  return pod.status?.podIP || undefined;
+}
+
 /** The label selector the watch uses: the pool's labels plus its revision label. */
 export function selectorLabels(d: PoolDiscovery, revision: string): Readonly<Record<string, string>> {
   return { ...d.kubernetes.matchLabels, [d.kubernetes.revisionLabel]: revision };
