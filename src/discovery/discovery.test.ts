@@ -45,7 +45,7 @@ afterEach(async () => {
   api = undefined;
 });
 
-function start(skew = { ms: 0 }, staleAfterMs = 5000): Discovery {
+function start(skew = { ms: 0 }, staleAfterMs = 5000, watchIdleMs?: number): Discovery {
   discovery = createDiscovery({
     kubeConfig: api!.kubeConfig(),
     staleAfterMs,
@@ -53,6 +53,7 @@ function start(skew = { ms: 0 }, staleAfterMs = 5000): Discovery {
     registry: new Registry(),
     now: () => Date.now() + skew.ms,
     backoff: { initialMs: 20, maxMs: 100 },
+    ...(watchIdleMs === undefined ? {} : { watchIdleMs }),
   });
   return discovery;
 }
@@ -157,6 +158,25 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     await until(() => addrs(d, a).join() === '10.1.0.7:8000', 're-listed after 410');
     expect(api.counts()['expired']).toBeGreaterThanOrEqual(1);
     expect(api.counts()['list']).toBeGreaterThan(lists);
+  });
+
+  it('a watch gone silent without a close (half-open connection) is restarted: a pod that turned NotReady leaves', async () => {
+    api = await startKubeApiServer({ bookmarkIntervalMs: 50 });
+    const { a } = selectorPools();
+    const d = start({ ms: 0 }, 60_000, 600);
+    d.sync([a]);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    await until(() => addrs(d, a).length === 1, 'a-0');
+    await new Promise((r) => setTimeout(r, 900)); // a live watch (bookmarks) is not taken for a dead one
+    expect(d.status([a])['a-decode']).toMatchObject({ state: 'ok', restarts: 0 });
+    const lists = api.counts()['list'] ?? 0;
+    api.freezeWatches(); // the connection dies silently: the client never hears of it
+    api.store.update(NS, 'a-0', (p) => {
+      p.status.conditions = [{ type: 'Ready', status: 'False' }];
+    });
+    await until(() => addrs(d, a).length === 0, 'the NotReady pod dropped after the silent watch was replaced');
+    expect(api.counts()['list']).toBeGreaterThan(lists);
+    expect(d.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(1);
   });
 
   it('the API server down: last known endpoints are kept as stale, then dropped after staleAfterMs; back up: recovers', async () => {

@@ -47,6 +47,8 @@ export interface DiscoveryDeps {
   readonly registry: Registry;
   readonly now?: () => number;
   readonly backoff?: PodWatchOptions['backoff'];
+  /** A watch silent for this long (no event, bookmark or reconnect) is presumed dead and restarted; tests. */
+  readonly watchIdleMs?: number;
 }
 
 interface Entry {
@@ -145,6 +147,7 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
           labelSelector: selector,
           now,
           ...(deps.backoff === undefined ? {} : { backoff: deps.backoff }),
+          ...(deps.watchIdleMs === undefined ? {} : { idleMs: deps.watchIdleMs }),
           onChange: bump,
           onError: (message, status) => {
             restarts.inc({ status: status === null ? 'none' : String(status) });

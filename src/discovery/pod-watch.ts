@@ -10,6 +10,8 @@
  * - any other failure (connection refused, a failed list, 403) fires its `error` callback and the informer STOPS.
  *   We then start a fresh informer after a backoff, which lists again (a full re-list; the pods it no longer
  *   returns are gone). Until that list succeeds the last known pods are kept and reported as stale;
+ * - it sets no read timeout and sends no `timeoutSeconds`: a watch whose connection died without a close waits
+ *   forever. The path asks for `timeoutSeconds`, and a watch silent for `idleMs` is restarted (see `idleCheck`);
  * - it does not ask for bookmarks; the watch path carries `allowWatchBookmarks=true` so that the server's
  *   BOOKMARK events keep the resourceVersion fresh and a re-opened watch rarely falls out of the history window
  *   (Kubernetes API concepts, "Watch bookmarks", kubernetes.io/docs/reference/using-api/api-concepts/);
@@ -49,6 +51,11 @@ export interface PodWatchOptions {
   readonly now: () => number;
   /** Restart backoff: initial delay, doubled per failed attempt up to `maxMs`. */
   readonly backoff?: { readonly initialMs: number; readonly maxMs: number };
+  /**
+   * A watch that delivers nothing (no event, bookmark or reconnect) for this long is presumed dead and restarted
+   * with a fresh list. Default 150 s; the watch asks the server to end it within 0.8 of that (`timeoutSeconds`).
+   */
+  readonly idleMs?: number;
 }
 
 interface Informer {
@@ -58,16 +65,34 @@ interface Informer {
   stop(): Promise<void>;
 }
 
-/** A library `Watch` that opens nothing once its informer was stopped, and aborts a watch that connected meanwhile. */
+/**
+ * A library `Watch` that opens nothing once its informer was stopped, aborts a watch that connected meanwhile, and
+ * reports every sign of life (a watch opened, any line: event, bookmark or error) to the idle check.
+ */
 class GuardedWatch extends Watch {
   stopped = false;
-  override async watch(...args: Parameters<Watch['watch']>): Promise<AbortController> {
+  constructor(
+    config: KubeConfig,
+    private readonly alive: () => void,
+  ) {
+    super(config);
+  }
+  override async watch(...[path, query, callback, done]: Parameters<Watch['watch']>): Promise<AbortController> {
     if (this.stopped) {
       const none = new AbortController();
       none.abort();
       return none;
     }
-    const controller = await super.watch(...args);
+    this.alive();
+    const controller = await super.watch(
+      path,
+      query,
+      (phase, obj, raw) => {
+        this.alive();
+        callback(phase, obj, raw);
+      },
+      done,
+    );
     if (this.stopped) controller.abort();
     return controller;
   }
@@ -76,7 +101,11 @@ class GuardedWatch extends Watch {
 export function startPodWatch(opts: PodWatchOptions): PodWatch {
   const api = opts.kubeConfig.makeApiClient(CoreV1Api);
   const backoff = opts.backoff ?? { initialMs: 250, maxMs: 10_000 };
-  const path = `/api/v1/namespaces/${encodeURIComponent(opts.namespace)}/pods?allowWatchBookmarks=true`;
+  const idleMs = opts.idleMs ?? 150_000;
+  // The server ends each watch within timeoutSeconds (the library re-opens it from its resourceVersion), so even an
+  // API server that sends no bookmarks shows a sign of life before idleMs; only a dead connection stays silent.
+  const timeoutSeconds = Math.max(1, Math.floor((idleMs * 0.8) / 1000));
+  const path = `/api/v1/namespaces/${encodeURIComponent(opts.namespace)}/pods?allowWatchBookmarks=true&timeoutSeconds=${timeoutSeconds}`;
   let current: Informer | undefined;
   let currentGuard: GuardedWatch | undefined;
   let currentListed = false;
@@ -89,15 +118,26 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   const changed = (): void => void setImmediate(() => !stopped && opts.onChange());
+  // Real (monotonic) time, not opts.now: it measures the connection, not the gate's clock.
+  let lastAliveMs = performance.now();
+  let listing = 0;
+  const alive = (): void => {
+    lastAliveMs = performance.now();
+  };
 
   const start = (): void => {
     const listed = { ok: false };
-    const guard = new GuardedWatch(opts.kubeConfig);
+    const guard = new GuardedWatch(opts.kubeConfig, alive);
+    alive();
     const informer = new ListWatch<V1Pod>(
       path,
       guard,
       async () => {
-        const list = await api.listNamespacedPod({ namespace: opts.namespace, labelSelector: opts.labelSelector });
+        listing++;
+        const list = await api.listNamespacedPod({ namespace: opts.namespace, labelSelector: opts.labelSelector }).finally(() => {
+          listing--;
+          alive();
+        });
         if (informer === current) {
           // The library fills its cache right after this promise resolves; from the next tick on, it is current.
           setImmediate(() => {
@@ -141,6 +181,24 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
     changed();
   };
 
+  // A watch that delivers nothing for idleMs (no event, no bookmark: kube-apiserver's watch cache sends one about
+  // every minute, `defaultBookmarkFrequency` in staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go, v1.33; and
+  // no re-open, though the server ends it within timeoutSeconds) is a dead connection the library would wait on
+  // forever (it sets no read timeout; kubernetes-client/javascript#596): restart it with a fresh list.
+  const idleCheck = setInterval(
+    () => {
+      if (stopped || listing > 0 || current === undefined || currentGuard === undefined || currentGuard.stopped) return;
+      if (performance.now() - lastAliveMs <= idleMs) return;
+      onFailure(
+        current,
+        currentGuard,
+        new Error(`no event, bookmark or reconnect from the watch for ${idleMs} ms: the connection is presumed dead`),
+      );
+    },
+    Math.min(5000, Math.max(10, Math.floor(idleMs / 4))),
+  );
+  idleCheck.unref();
+
   start();
   return {
     pods: () => (currentListed && current ? current.list(opts.namespace) : lastKnown),
@@ -148,6 +206,7 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
     async stop() {
       stopped = true;
       clearTimeout(timer);
+      clearInterval(idleCheck);
       if (currentGuard !== undefined) currentGuard.stopped = true;
       await current?.stop();
     },

@@ -44,6 +44,12 @@ export interface KubeApiServer {
   kubeConfig(): KubeConfig;
   /** End every open watch cleanly (what a watch timeout or an apiserver rollout does). */
   endWatches(): void;
+  /**
+   * Every open watch goes silent without a close: no event, bookmark or end reaches its client any more (a
+   * half-open connection: a load balancer that dropped the flow, an API server host gone without a reset). New
+   * watches work.
+   */
+  freezeWatches(): void;
   /** Send a bookmark on every open watch that allows them. */
   bookmark(): void;
   /** Change who may list pods where (an RBAC edit). */
@@ -62,6 +68,8 @@ export interface KubeApiServer {
 interface OpenWatch {
   readonly res: ServerResponse;
   readonly bookmarks: boolean;
+  /** The connection goes dead without a close (see `freezeWatches`): nothing more reaches the client. */
+  freeze(): void;
   end(): void;
 }
 
@@ -124,7 +132,8 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
       return;
     }
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
-    const send = (type: string, object: unknown): void => void res.write(`${JSON.stringify({ type, object })}\n`);
+    let frozen = false;
+    const send = (type: string, object: unknown): void => void (frozen || res.write(`${JSON.stringify({ type, object })}\n`));
     const emit = (c: Change): void => {
       if (c.pod.metadata.namespace !== namespace) return;
       const now = selector(c.pod.metadata.labels);
@@ -141,11 +150,15 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     const bookmarks = q.get('allowWatchBookmarks') === 'true';
     const timeoutS = Number(q.get('timeoutSeconds') ?? '');
     const timeoutMs = Number.isFinite(timeoutS) && timeoutS > 0 ? timeoutS * 1000 : (opts.watchTimeoutMs ?? 60_000);
-    const timer = setTimeout(() => w.end(), timeoutMs);
-    const tick = bookmarks && (opts.bookmarkIntervalMs ?? 0) > 0 ? setInterval(() => sendBookmark(w), opts.bookmarkIntervalMs) : undefined;
+    const timer = setTimeout(() => (frozen ? undefined : w.end()), timeoutMs);
+    const tick =
+      bookmarks && (opts.bookmarkIntervalMs ?? 0) > 0 ? setInterval(() => frozen || sendBookmark(w), opts.bookmarkIntervalMs) : undefined;
     const w: OpenWatch = {
       res,
       bookmarks,
+      freeze() {
+        frozen = true;
+      },
       end() {
         if (!watches.delete(w)) return;
         clearTimeout(timer);
@@ -197,6 +210,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
       return kc;
     },
     endWatches: () => [...watches].forEach((w) => w.end()),
+    freezeWatches: () => [...watches].forEach((w) => w.freeze()),
     bookmark: () => [...watches].forEach(sendBookmark),
     setAllowedNamespaces: (ns) => void (allowed = ns),
     counts: () => ({ ...counts }),
