@@ -231,4 +231,24 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(api.counts()['watch'] ?? 0).toBe(0);
     expect(api.openWatches()).toBe(0);
   });
+
+  it('a watch refused after every successful list (RBAC without the watch verb) backs off instead of re-listing at once', async () => {
+    api = await startKubeApiServer();
+    api.setWatchForbidden(true);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    const { a } = selectorPools();
+    discovery = createDiscovery({
+      kubeConfig: api.kubeConfig(),
+      staleAfterMs: 5000,
+      logger: silent,
+      registry: new Registry(),
+      backoff: { initialMs: 20, maxMs: 400 },
+    });
+    discovery.sync([a]);
+    await new Promise((r) => setTimeout(r, 1500));
+    // Backing off 20, 40, 80, 160, 320, 400 ms: well under 15 lists; re-listing after 20 ms each time: about 50.
+    expect(api.counts()['list'] ?? 0).toBeLessThan(15);
+    expect(api.counts()['forbidden'] ?? 0).toBeGreaterThanOrEqual(2);
+    expect(discovery.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(2);
+  });
 });

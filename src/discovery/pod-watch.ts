@@ -73,7 +73,7 @@ class GuardedWatch extends Watch {
   stopped = false;
   constructor(
     config: KubeConfig,
-    private readonly alive: () => void,
+    private readonly alive: (what: 'open' | 'line') => void,
   ) {
     super(config);
   }
@@ -83,12 +83,12 @@ class GuardedWatch extends Watch {
       none.abort();
       return none;
     }
-    this.alive();
+    this.alive('open');
     const controller = await super.watch(
       path,
       query,
       (phase, obj, raw) => {
-        this.alive();
+        this.alive('line');
         callback(phase, obj, raw);
       },
       done,
@@ -121,8 +121,12 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
   // Real (monotonic) time, not opts.now: it measures the connection, not the gate's clock.
   let lastAliveMs = performance.now();
   let listing = 0;
-  const alive = (): void => {
+  const alive = (what?: 'open' | 'line'): void => {
     lastAliveMs = performance.now();
+    // The backoff starts over once a watch delivers: a list alone proves nothing about the watch (RBAC with
+    // get/list but not watch lists fine, then every watch is refused), and re-listing at once after each list
+    // would load the API server with a full list every initialMs, forever.
+    if (what === 'line') attempt = 0;
   };
 
   const start = (): void => {
@@ -147,7 +151,6 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
             synced = true;
             brokenSinceMs = null;
             lastError = null;
-            attempt = 0;
             opts.onChange();
           });
         }

@@ -54,6 +54,8 @@ export interface KubeApiServer {
   bookmark(): void;
   /** Change who may list pods where (an RBAC edit). */
   setAllowedNamespaces(namespaces: readonly string[] | undefined): void;
+  /** RBAC that grants get/list but not watch (a Role with `verbs: [get, list]`): watches get 403. */
+  setWatchForbidden(forbidden: boolean): void;
   /** Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`). */
   counts(): Readonly<Record<string, number>>;
   /** Watches open now. */
@@ -77,6 +79,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
   const store = new PodStore();
   const token = opts.token ?? 'test-token';
   let allowed = opts.allowedNamespaces;
+  let watchForbidden = false;
   const watches = new Set<OpenWatch>();
   const sockets = new Set<Socket>();
   const counts: Record<string, number> = {};
@@ -90,7 +93,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     if (req.headers.authorization !== `Bearer ${token}`) return status(res, 401, 'Unauthorized', 'Unauthorized');
     const namespace = decodeURIComponent(m[1]!);
     const watch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
-    if (allowed !== undefined && !allowed.includes(namespace)) {
+    if ((allowed !== undefined && !allowed.includes(namespace)) || (watch && watchForbidden)) {
       count('forbidden');
       return status(
         res,
@@ -213,6 +216,9 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     freezeWatches: () => [...watches].forEach((w) => w.freeze()),
     bookmark: () => [...watches].forEach(sendBookmark),
     setAllowedNamespaces: (ns) => void (allowed = ns),
+    setWatchForbidden(forbidden) {
+      watchForbidden = forbidden;
+    },
     counts: () => ({ ...counts }),
     openWatches: () => watches.size,
     stop: down,
