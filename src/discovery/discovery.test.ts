@@ -137,6 +137,32 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(d.endpoints(a)).toEqual([]);
   });
 
+  it('hostNetwork pods share their node IP by design: pools on other ports of the same node keep their pods', async () => {
+    api = await startKubeApiServer();
+    const v = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
+    for (const p of v.pools) {
+      if (p['role'] !== 'decode') continue;
+      const port = p['revision'] === 'llama-a' ? 8000 : 8100;
+      p['endpoints'] = [];
+      p['discovery'] = {
+        kubernetes: { namespace: NS, matchLabels: { app: 'llama', role: 'decode' }, targetPort: port, statusPort: port + 1 },
+      };
+    }
+    const t = tableFromValue(v);
+    const a = t.pools.get('a-decode')!;
+    const b = t.pools.get('b-decode')!;
+    const d = start();
+    d.sync([a, b]);
+    await until(() => d.ready(), 'listed');
+    const onNode = (pod: ReturnType<typeof readyPod>) => ({ ...pod, spec: { hostNetwork: true, nodeName: 'gpu-1' } });
+    api.store.create(onNode(readyPod('a-0', NS, '10.0.0.1', labels('llama-a'), 'uid-a0')));
+    api.store.create(onNode(readyPod('b-0', NS, '10.0.0.1', labels('llama-b'), 'uid-b0'))); // the same node, later
+    await until(() => addrs(d, b).length === 1, 'b-0');
+    await until(() => addrs(d, a).length === 1, 'a-0 kept: its node IP is not reused, it is shared');
+    expect(d.endpoints(a)[0]).toMatchObject({ address: '10.0.0.1:8000', podUid: 'uid-a0' });
+    expect(d.endpoints(b)[0]).toMatchObject({ address: '10.0.0.1:8100', podUid: 'uid-b0' });
+  });
+
   it('a reset watch resumes from its resourceVersion; a 410 Gone makes it re-list and see what changed meanwhile', async () => {
     api = await startKubeApiServer(); // no bookmarks: the client's resourceVersion falls behind
     const { a } = selectorPools();

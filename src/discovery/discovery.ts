@@ -7,7 +7,8 @@
  *   endpoints until a re-list succeeds.
  * - A pod IP seen on two live pods (a deleted pod still cached while a new pod, of any watched revision, has its IP):
  *   only the newest pod keeps the address, so an old pod's verified state never stands for its IP's new owner. A
- *   terminal pod (Succeeded, Failed) holds no IP, though its status still lists one (pods.ts, `heldPodIP`).
+ *   terminal pod (Succeeded, Failed) holds no IP, though its status still lists one, and a hostNetwork pod shares
+ *   its node's (pods.ts, `heldPodIP`).
  * Every endpoint still has to pass the live worker view (its sidecar's verified status) before it takes traffic.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -112,7 +113,11 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
 
   const discovered = (pool: CompiledPool, entry: Entry): DiscoveredEndpoint[] => {
     const owners = newest();
-    return podEndpoints(entry.watch.pods(), pool.discovery!, pool.revision).filter((ep) => owners.get(ep.podIP) === ep.podUid);
+    // No owner: no pod holds the IP alone (hostNetwork pods share their node's); address and pod UID tell them apart.
+    return podEndpoints(entry.watch.pods(), pool.discovery!, pool.revision).filter((ep) => {
+      const owner = owners.get(ep.podIP);
+      return owner === undefined || owner === ep.podUid;
+    });
   };
 
   const stateOf = (entry: Entry | undefined): PoolDiscoveryState['state'] => {

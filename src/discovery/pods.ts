@@ -22,6 +22,7 @@ export interface PodLike {
     readonly deletionTimestamp?: unknown;
     readonly creationTimestamp?: unknown;
   };
+  readonly spec?: { readonly hostNetwork?: boolean };
   readonly status?: {
     readonly phase?: string;
     readonly podIP?: string;
@@ -60,10 +61,15 @@ export function notReadyReason(pod: PodLike): string | null {
  * pool for the next pod; Kubernetes' own endpoints leave terminal pods out for that reason (`ShouldPodBeInEndpoints`,
  * staging/src/k8s.io/endpointslice/util/controller_utils.go, v1.33). Such a pod lingers until it is deleted or the
  * terminated-pod GC reaps it, so it must not claim the IP from the pod that now has it.
+ *
+ * A `hostNetwork` pod holds no IP of its own either: its `podIP` is its node's (the kubelet reports the host IPs for
+ * it, pkg/kubelet/kubelet_pods.go `generateAPIPodStatus`, v1.33), shared by every hostNetwork pod on the node, so
+ * two of them on one IP are neighbours on different ports, not a reuse. They are told apart by address and pod UID
+ * (the sidecar's `podUid` check in src/gate/worker-poller.ts).
  */
 export function heldPodIP(pod: PodLike): string | undefined {
   const phase = pod.status?.phase;
-  if (phase === 'Succeeded' || phase === 'Failed') return undefined;
+  if (phase === 'Succeeded' || phase === 'Failed' || pod.spec?.hostNetwork === true) return undefined;
   return pod.status?.podIP || undefined;
 }
 
