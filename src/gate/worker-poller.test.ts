@@ -307,4 +307,40 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
     expect(load.snapshot()).toEqual(new Map());
     expect(load.inFlight(address)).toBe(0);
   });
+
+  it('an answer too large for a status (whatever holds the IP now) is refused unread past the limit, not buffered whole', async () => {
+    let pulled = 0;
+    const chunk = new TextEncoder().encode(`"${'x'.repeat(64 * 1024 - 2)}",`);
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 5000, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => table,
+        endpointsOf: (p) =>
+          p.name === 'a-decode' ? [{ address, status: `http://${address}`, fingerprint: pool.fingerprint, podUid: 'uid-1' }] : [],
+        fetch: (async () => {
+          let sent = 0;
+          const body = new ReadableStream<Uint8Array>({
+            pull(c) {
+              if (sent === 0) c.enqueue(new TextEncoder().encode('{"fingerprint":"x","verified":true,"pad":['));
+              if (sent++ >= 1024) {
+                c.enqueue(new TextEncoder().encode('""]}'));
+                c.close();
+                return;
+              }
+              pulled += chunk.length;
+              c.enqueue(chunk);
+            },
+          });
+          return new Response(body, { status: 200, headers: { 'content-type': 'application/json' } });
+        }) as typeof fetch,
+      },
+    );
+    await poller.pollOnce(); // 64 MiB on offer
+    expect(pulled).toBeLessThan(8 * 1024 * 1024);
+    expect(poller.snapshot()[`${address}|uid-1`]).toMatchObject({ verified: false });
+    expect(reasonOf(poller)).toMatch(/larger than/);
+  });
 });
