@@ -277,4 +277,28 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(api.counts()['forbidden'] ?? 0).toBeGreaterThanOrEqual(2);
     expect(discovery.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(2);
   });
+
+  it('a reload that adds a pool whose watch cannot list (403) fails that pool closed, and leaves a ready gate ready', async () => {
+    api = await startKubeApiServer({ allowedNamespaces: [NS] });
+    const v = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
+    for (const p of v.pools) {
+      if (p['role'] !== 'decode') continue;
+      p['endpoints'] = [];
+      const namespace = p['revision'] === 'llama-a' ? NS : 'no-rbac-here';
+      p['discovery'] = { kubernetes: { namespace, matchLabels: { app: 'llama', role: 'decode' }, targetPort: 8000, statusPort: 9090 } };
+    }
+    const t = tableFromValue(v);
+    const a = t.pools.get('a-decode')!;
+    const b = t.pools.get('b-decode')!;
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    const d = start();
+    d.sync([a]);
+    await until(() => d.ready() && addrs(d, a).length === 1, 'serving pool a');
+    d.sync([a, b]); // the reload: pool b's namespace has no RBAC for the gate
+    await until(() => (api!.counts()['forbidden'] ?? 0) >= 2, 'pool b refused');
+    expect(d.ready()).toBe(true); // the gate keeps serving pool a
+    expect(addrs(d, a)).toEqual(['10.1.0.5:8000']);
+    expect(d.endpoints(b)).toEqual([]);
+    expect(d.status([b])['b-decode']).toMatchObject({ state: 'syncing', lastError: expect.stringMatching(/403 Forbidden/) });
+  });
 });

@@ -2,7 +2,8 @@
  * Pools by selector: one pod watch per (namespace, selector), shared by the pools that use it, and the endpoints
  * each pool has right now, failing closed.
  *
- * - Never listed: no endpoints (the gate's readiness stays NOT_SERVING until every watch has listed once).
+ * - Never listed: no endpoints (the gate's readiness stays NOT_SERVING until every watch it starts with has listed
+ *   once; a watch a later reload adds keeps only its own pools empty until it lists).
  * - Watch broken: the last known endpoints are kept, marked stale, for `staleAfterMs`; after that the pool has no
  *   endpoints until a re-list succeeds.
  * - A pod IP seen on two live pods (a deleted pod still cached while a new pod, of any watched revision, has its IP):
@@ -33,7 +34,10 @@ export interface Discovery {
   sync(pools: Iterable<CompiledPool>): void;
   /** The pool's endpoints now; [] when it has none that may take traffic (see the module comment). */
   endpoints(pool: CompiledPool): readonly CompiledEndpoint[];
-  /** True when every watch has listed at least once. */
+  /**
+   * True once every watch has listed at least once, and from then on: a watch a reload adds later fails its own pools
+   * closed until it lists (`syncing`), it does not take the whole gate out of service.
+   */
   ready(): boolean;
   /** Per selector pool, for the gate's /status. */
   status(pools: Iterable<CompiledPool>): Record<string, PoolDiscoveryState>;
@@ -65,6 +69,9 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
   let version = 0;
   const cache = new Map<string, { version: number; at: number; endpoints: readonly CompiledEndpoint[] }>();
   let newestByIp: Map<string, string> | undefined;
+  // Readiness gates the start only: a watch added by a reload that cannot list (a namespace without RBAC, a typo)
+  // would otherwise turn every replica NOT_SERVING and stop all traffic, other models' included.
+  let everReady = false;
   const restarts = new Counter({
     name: 'kvgate_discovery_watch_restarts_total',
     help: 'Pod watches restarted with a fresh list after they broke, by HTTP status (none for a connection error).',
@@ -179,7 +186,10 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
       cache.set(pool.name, { version, at: t, endpoints });
       return endpoints;
     },
-    ready: () => [...watches.values()].every((e) => e.watch.state().synced),
+    ready() {
+      everReady ||= [...watches.values()].every((e) => e.watch.state().synced);
+      return everReady;
+    },
     status(pools) {
       const out: Record<string, PoolDiscoveryState> = {};
       for (const p of pools) {
