@@ -205,6 +205,27 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(d.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(1);
   });
 
+  it('a re-list that hangs (after a 410) is given up after the idle limit, not trusted as current forever', async () => {
+    api = await startKubeApiServer({ bookmarkIntervalMs: 50 });
+    const { a } = selectorPools();
+    const d = start({ ms: 0 }, 60_000, 600);
+    d.sync([a]);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    await until(() => addrs(d, a).length === 1, 'a-0');
+    api.setListDelay(3_600_000); // lists hang from now on
+    api.store.create(readyPod('x-0', NS, '10.1.0.99', { app: 'other' }, 'uid-x0'));
+    api.store.compact();
+    api.endWatches(); // the re-watch gets 410 Gone: the library re-lists, and that list hangs
+    api.store.update(NS, 'a-0', (p) => {
+      p.status.conditions = [{ type: 'Ready', status: 'False' }];
+    });
+    await until(() => (api!.counts()['expired'] ?? 0) >= 1, '410');
+    await new Promise((r) => setTimeout(r, 1000));
+    api.setListDelay(0); // the API server answers again
+    await until(() => addrs(d, a).length === 0, 'a fresh list after the hung one: a-0 is NotReady');
+    expect(d.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(1);
+  });
+
   it('the API server down: last known endpoints are kept as stale, then dropped after staleAfterMs; back up: recovers', async () => {
     api = await startKubeApiServer();
     const { a } = selectorPools();

@@ -120,7 +120,6 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
   const changed = (): void => void setImmediate(() => !stopped && opts.onChange());
   // Real (monotonic) time, not opts.now: it measures the connection, not the gate's clock.
   let lastAliveMs = performance.now();
-  let listing = 0;
   const alive = (what?: 'open' | 'line'): void => {
     lastAliveMs = performance.now();
     // The backoff starts over once a watch delivers: a list alone proves nothing about the watch (RBAC with
@@ -137,11 +136,8 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
       path,
       guard,
       async () => {
-        listing++;
-        const list = await api.listNamespacedPod({ namespace: opts.namespace, labelSelector: opts.labelSelector }).finally(() => {
-          listing--;
-          alive();
-        });
+        alive();
+        const list = await api.listNamespacedPod({ namespace: opts.namespace, labelSelector: opts.labelSelector }).finally(() => alive());
         if (informer === current) {
           // The library fills its cache right after this promise resolves; from the next tick on, it is current.
           setImmediate(() => {
@@ -190,12 +186,14 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
   // forever (it sets no read timeout; kubernetes-client/javascript#596): restart it with a fresh list.
   const idleCheck = setInterval(
     () => {
-      if (stopped || listing > 0 || current === undefined || currentGuard === undefined || currentGuard.stopped) return;
+      // A list counts too: one that hangs (the library sets no timeout on it either) would leave the informer's last
+      // cache standing for current, a re-list after 410 Gone included. No pod list takes anywhere near idleMs.
+      if (stopped || current === undefined || currentGuard === undefined || currentGuard.stopped) return;
       if (performance.now() - lastAliveMs <= idleMs) return;
       onFailure(
         current,
         currentGuard,
-        new Error(`no event, bookmark or reconnect from the watch for ${idleMs} ms: the connection is presumed dead`),
+        new Error(`no answer, event, bookmark or reconnect from the list+watch for ${idleMs} ms: the connection is presumed dead`),
       );
     },
     Math.min(5000, Math.max(10, Math.floor(idleMs / 4))),

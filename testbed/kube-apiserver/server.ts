@@ -56,6 +56,8 @@ export interface KubeApiServer {
   setAllowedNamespaces(namespaces: readonly string[] | undefined): void;
   /** RBAC that grants get/list but not watch (a Role with `verbs: [get, list]`): watches get 403. */
   setWatchForbidden(forbidden: boolean): void;
+  /** From now on, lists answer after `ms` (a list that hangs: a large value). */
+  setListDelay(ms: number): void;
   /** Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`). */
   counts(): Readonly<Record<string, number>>;
   /** Watches open now. */
@@ -80,6 +82,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
   const token = opts.token ?? 'test-token';
   let allowed = opts.allowedNamespaces;
   let watchForbidden = false;
+  let listDelayMs = opts.listDelayMs ?? 0;
   const watches = new Set<OpenWatch>();
   const sockets = new Set<Socket>();
   const counts: Record<string, number> = {};
@@ -114,7 +117,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
         const items = store.list(namespace).filter((p) => selector(p.metadata.labels));
         json(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) }, items });
       };
-      if ((opts.listDelayMs ?? 0) > 0) setTimeout(answer, opts.listDelayMs);
+      if (listDelayMs > 0) setTimeout(answer, listDelayMs).unref();
       else answer();
       return;
     }
@@ -218,6 +221,9 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     setAllowedNamespaces: (ns) => void (allowed = ns),
     setWatchForbidden(forbidden) {
       watchForbidden = forbidden;
+    },
+    setListDelay(ms) {
+      listDelayMs = ms;
     },
     counts: () => ({ ...counts }),
     openWatches: () => watches.size,
