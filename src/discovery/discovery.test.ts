@@ -45,7 +45,7 @@ afterEach(async () => {
   api = undefined;
 });
 
-function start(skew = { ms: 0 }, staleAfterMs = 5000): Discovery {
+function start(skew = { ms: 0 }, staleAfterMs = 5000, watchIdleMs?: number): Discovery {
   discovery = createDiscovery({
     kubeConfig: api!.kubeConfig(),
     staleAfterMs,
@@ -53,6 +53,7 @@ function start(skew = { ms: 0 }, staleAfterMs = 5000): Discovery {
     registry: new Registry(),
     now: () => Date.now() + skew.ms,
     backoff: { initialMs: 20, maxMs: 100 },
+    ...(watchIdleMs === undefined ? {} : { watchIdleMs }),
   });
   return discovery;
 }
@@ -112,6 +113,56 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(a.fingerprint).not.toBe(b.fingerprint);
   });
 
+  it('a terminal pod (evicted: Failed) keeps its pod IP in status but no longer owns it: the pod given the IP is routed', async () => {
+    api = await startKubeApiServer();
+    const { a, b } = selectorPools();
+    const d = start();
+    d.sync([a, b]);
+    await until(() => d.ready(), 'listed');
+    const waiting = readyPod('b-0', NS, '10.1.0.5', labels('llama-b'), 'uid-b0');
+    waiting.status = { phase: 'Pending', conditions: [] }; // created first, waits for a GPU
+    api.store.create(waiting);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0')); // created later, runs
+    await until(() => addrs(d, a).length === 1, 'a-0 Ready');
+    // a-0 is evicted: Failed, and the kubelet keeps status.podIP on a terminal pod (kubernetes/kubernetes#125404)
+    // while the IP goes back to the node's pool; b-0 lands on that node and gets it.
+    api.store.update(NS, 'a-0', (p) => {
+      p.status = { phase: 'Failed', podIP: '10.1.0.5', conditions: [{ type: 'Ready', status: 'False' }] };
+    });
+    api.store.update(NS, 'b-0', (p) => {
+      p.status = { phase: 'Running', podIP: '10.1.0.5', conditions: [{ type: 'Ready', status: 'True' }] };
+    });
+    await until(() => addrs(d, b).length === 1, 'b-0 routed although the older-looking a-0 still lists the IP');
+    expect(d.endpoints(b)[0]).toMatchObject({ address: '10.1.0.5:8000', podUid: 'uid-b0' });
+    expect(d.endpoints(a)).toEqual([]);
+  });
+
+  it('hostNetwork pods share their node IP by design: pools on other ports of the same node keep their pods', async () => {
+    api = await startKubeApiServer();
+    const v = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
+    for (const p of v.pools) {
+      if (p['role'] !== 'decode') continue;
+      const port = p['revision'] === 'llama-a' ? 8000 : 8100;
+      p['endpoints'] = [];
+      p['discovery'] = {
+        kubernetes: { namespace: NS, matchLabels: { app: 'llama', role: 'decode' }, targetPort: port, statusPort: port + 1 },
+      };
+    }
+    const t = tableFromValue(v);
+    const a = t.pools.get('a-decode')!;
+    const b = t.pools.get('b-decode')!;
+    const d = start();
+    d.sync([a, b]);
+    await until(() => d.ready(), 'listed');
+    const onNode = (pod: ReturnType<typeof readyPod>) => ({ ...pod, spec: { hostNetwork: true, nodeName: 'gpu-1' } });
+    api.store.create(onNode(readyPod('a-0', NS, '10.0.0.1', labels('llama-a'), 'uid-a0')));
+    api.store.create(onNode(readyPod('b-0', NS, '10.0.0.1', labels('llama-b'), 'uid-b0'))); // the same node, later
+    await until(() => addrs(d, b).length === 1, 'b-0');
+    await until(() => addrs(d, a).length === 1, 'a-0 kept: its node IP is not reused, it is shared');
+    expect(d.endpoints(a)[0]).toMatchObject({ address: '10.0.0.1:8000', podUid: 'uid-a0' });
+    expect(d.endpoints(b)[0]).toMatchObject({ address: '10.0.0.1:8100', podUid: 'uid-b0' });
+  });
+
   it('a reset watch resumes from its resourceVersion; a 410 Gone makes it re-list and see what changed meanwhile', async () => {
     api = await startKubeApiServer(); // no bookmarks: the client's resourceVersion falls behind
     const { a } = selectorPools();
@@ -133,6 +184,46 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     await until(() => addrs(d, a).join() === '10.1.0.7:8000', 're-listed after 410');
     expect(api.counts()['expired']).toBeGreaterThanOrEqual(1);
     expect(api.counts()['list']).toBeGreaterThan(lists);
+  });
+
+  it('a watch gone silent without a close (half-open connection) is restarted: a pod that turned NotReady leaves', async () => {
+    api = await startKubeApiServer({ bookmarkIntervalMs: 50 });
+    const { a } = selectorPools();
+    const d = start({ ms: 0 }, 60_000, 600);
+    d.sync([a]);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    await until(() => addrs(d, a).length === 1, 'a-0');
+    await new Promise((r) => setTimeout(r, 900)); // a live watch (bookmarks) is not taken for a dead one
+    expect(d.status([a])['a-decode']).toMatchObject({ state: 'ok', restarts: 0 });
+    const lists = api.counts()['list'] ?? 0;
+    api.freezeWatches(); // the connection dies silently: the client never hears of it
+    api.store.update(NS, 'a-0', (p) => {
+      p.status.conditions = [{ type: 'Ready', status: 'False' }];
+    });
+    await until(() => addrs(d, a).length === 0, 'the NotReady pod dropped after the silent watch was replaced');
+    expect(api.counts()['list']).toBeGreaterThan(lists);
+    expect(d.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a re-list that hangs (after a 410) is given up after the idle limit, not trusted as current forever', async () => {
+    api = await startKubeApiServer({ bookmarkIntervalMs: 50 });
+    const { a } = selectorPools();
+    const d = start({ ms: 0 }, 60_000, 600);
+    d.sync([a]);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    await until(() => addrs(d, a).length === 1, 'a-0');
+    api.setListDelay(3_600_000); // lists hang from now on
+    api.store.create(readyPod('x-0', NS, '10.1.0.99', { app: 'other' }, 'uid-x0'));
+    api.store.compact();
+    api.endWatches(); // the re-watch gets 410 Gone: the library re-lists, and that list hangs
+    api.store.update(NS, 'a-0', (p) => {
+      p.status.conditions = [{ type: 'Ready', status: 'False' }];
+    });
+    await until(() => (api!.counts()['expired'] ?? 0) >= 1, '410');
+    await new Promise((r) => setTimeout(r, 1000));
+    api.setListDelay(0); // the API server answers again
+    await until(() => addrs(d, a).length === 0, 'a fresh list after the hung one: a-0 is NotReady');
+    expect(d.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(1);
   });
 
   it('the API server down: last known endpoints are kept as stale, then dropped after staleAfterMs; back up: recovers', async () => {
@@ -167,5 +258,68 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(d.status([a])['a-decode']!.lastError).toMatch(/403 Forbidden.*get\/list\/watch on pods/);
     api.setAllowedNamespaces([NS]);
     await until(() => d.ready() && addrs(d, a).length === 1, 'synced after the RBAC fix');
+  });
+
+  it('a watch stopped while it lists (a reload drops its pool, or the gate closes) never opens its watch afterwards', async () => {
+    api = await startKubeApiServer({ listDelayMs: 150 });
+    const { a } = selectorPools();
+    const d = start();
+    d.sync([a]);
+    await until(() => (api!.counts()['list'] ?? 0) >= 1, 'the list is under way');
+    d.sync([]); // the reload that removes the pool stops its watch before the list has answered
+    await new Promise((r) => setTimeout(r, 400));
+    expect(api.counts()['watch'] ?? 0).toBe(0);
+    expect(api.openWatches()).toBe(0);
+    // The same when the whole discovery closes mid-list.
+    d.sync([a]);
+    await until(() => (api!.counts()['list'] ?? 0) >= 2, 'the second list is under way');
+    await d.close();
+    await new Promise((r) => setTimeout(r, 400));
+    expect(api.counts()['watch'] ?? 0).toBe(0);
+    expect(api.openWatches()).toBe(0);
+  });
+
+  it('a watch refused after every successful list (RBAC without the watch verb) backs off instead of re-listing at once', async () => {
+    api = await startKubeApiServer();
+    api.setWatchForbidden(true);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    const { a } = selectorPools();
+    discovery = createDiscovery({
+      kubeConfig: api.kubeConfig(),
+      staleAfterMs: 5000,
+      logger: silent,
+      registry: new Registry(),
+      backoff: { initialMs: 20, maxMs: 400 },
+    });
+    discovery.sync([a]);
+    await new Promise((r) => setTimeout(r, 1500));
+    // Backing off 20, 40, 80, 160, 320, 400 ms: well under 15 lists; re-listing after 20 ms each time: about 50.
+    expect(api.counts()['list'] ?? 0).toBeLessThan(15);
+    expect(api.counts()['forbidden'] ?? 0).toBeGreaterThanOrEqual(2);
+    expect(discovery.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(2);
+  });
+
+  it('a reload that adds a pool whose watch cannot list (403) fails that pool closed, and leaves a ready gate ready', async () => {
+    api = await startKubeApiServer({ allowedNamespaces: [NS] });
+    const v = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
+    for (const p of v.pools) {
+      if (p['role'] !== 'decode') continue;
+      p['endpoints'] = [];
+      const namespace = p['revision'] === 'llama-a' ? NS : 'no-rbac-here';
+      p['discovery'] = { kubernetes: { namespace, matchLabels: { app: 'llama', role: 'decode' }, targetPort: 8000, statusPort: 9090 } };
+    }
+    const t = tableFromValue(v);
+    const a = t.pools.get('a-decode')!;
+    const b = t.pools.get('b-decode')!;
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    const d = start();
+    d.sync([a]);
+    await until(() => d.ready() && addrs(d, a).length === 1, 'serving pool a');
+    d.sync([a, b]); // the reload: pool b's namespace has no RBAC for the gate
+    await until(() => (api!.counts()['forbidden'] ?? 0) >= 2, 'pool b refused');
+    expect(d.ready()).toBe(true); // the gate keeps serving pool a
+    expect(addrs(d, a)).toEqual(['10.1.0.5:8000']);
+    expect(d.endpoints(b)).toEqual([]);
+    expect(d.status([b])['b-decode']).toMatchObject({ state: 'syncing', lastError: expect.stringMatching(/403 Forbidden/) });
   });
 });

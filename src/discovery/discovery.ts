@@ -2,11 +2,14 @@
  * Pools by selector: one pod watch per (namespace, selector), shared by the pools that use it, and the endpoints
  * each pool has right now, failing closed.
  *
- * - Never listed: no endpoints (the gate's readiness stays NOT_SERVING until every watch has listed once).
+ * - Never listed: no endpoints (the gate's readiness stays NOT_SERVING until every watch it starts with has listed
+ *   once; a watch a later reload adds keeps only its own pools empty until it lists).
  * - Watch broken: the last known endpoints are kept, marked stale, for `staleAfterMs`; after that the pool has no
  *   endpoints until a re-list succeeds.
  * - A pod IP seen on two live pods (a deleted pod still cached while a new pod, of any watched revision, has its IP):
- *   only the newest pod keeps the address, so an old pod's verified state never stands for its IP's new owner.
+ *   only the newest pod keeps the address, so an old pod's verified state never stands for its IP's new owner. A
+ *   terminal pod (Succeeded, Failed) holds no IP, though its status still lists one, and a hostNetwork pod shares
+ *   its node's (pods.ts, `heldPodIP`).
  * Every endpoint still has to pass the live worker view (its sidecar's verified status) before it takes traffic.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -14,7 +17,7 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { CompiledEndpoint, CompiledPool } from '../policy/compile.js';
 import { startPodWatch, type PodWatch, type PodWatchOptions } from './pod-watch.js';
-import { labelSelectorString, podEndpoints, selectorConflict, selectorLabels, type DiscoveredEndpoint } from './pods.js';
+import { heldPodIP, labelSelectorString, podEndpoints, selectorConflict, selectorLabels, type DiscoveredEndpoint } from './pods.js';
 
 export interface PoolDiscoveryState {
   readonly namespace: string;
@@ -31,7 +34,10 @@ export interface Discovery {
   sync(pools: Iterable<CompiledPool>): void;
   /** The pool's endpoints now; [] when it has none that may take traffic (see the module comment). */
   endpoints(pool: CompiledPool): readonly CompiledEndpoint[];
-  /** True when every watch has listed at least once. */
+  /**
+   * True once every watch has listed at least once, and from then on: a watch a reload adds later fails its own pools
+   * closed until it lists (`syncing`), it does not take the whole gate out of service.
+   */
   ready(): boolean;
   /** Per selector pool, for the gate's /status. */
   status(pools: Iterable<CompiledPool>): Record<string, PoolDiscoveryState>;
@@ -46,6 +52,8 @@ export interface DiscoveryDeps {
   readonly registry: Registry;
   readonly now?: () => number;
   readonly backoff?: PodWatchOptions['backoff'];
+  /** A watch silent for this long (no event, bookmark or reconnect) is presumed dead and restarted; tests. */
+  readonly watchIdleMs?: number;
 }
 
 interface Entry {
@@ -61,6 +69,9 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
   let version = 0;
   const cache = new Map<string, { version: number; at: number; endpoints: readonly CompiledEndpoint[] }>();
   let newestByIp: Map<string, string> | undefined;
+  // Readiness gates the start only: a watch added by a reload that cannot list (a namespace without RBAC, a typo)
+  // would otherwise turn every replica NOT_SERVING and stop all traffic, other models' included.
+  let everReady = false;
   const restarts = new Counter({
     name: 'kvgate_discovery_watch_restarts_total',
     help: 'Pod watches restarted with a fresh list after they broke, by HTTP status (none for a connection error).',
@@ -89,13 +100,13 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
     return { key: `${d.kubernetes.namespace}\n${selector}`, namespace: d.kubernetes.namespace, selector };
   };
 
-  /** Across every watch: the newest pod UID per pod IP (IPs are unique among live pods). */
+  /** Across every watch: the newest pod UID per pod IP it holds (IPs are unique among pods that hold one; `heldPodIP`). */
   const newest = (): Map<string, string> => {
     if (newestByIp !== undefined) return newestByIp;
     const best = new Map<string, { uid: string; at: number }>();
     for (const e of watches.values()) {
       for (const pod of e.watch.pods()) {
-        const ip = pod.status?.podIP;
+        const ip = heldPodIP(pod);
         const uid = pod.metadata?.uid;
         if (!ip || !uid) continue;
         const at = Date.parse(String(pod.metadata?.creationTimestamp ?? '')) || 0;
@@ -109,7 +120,11 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
 
   const discovered = (pool: CompiledPool, entry: Entry): DiscoveredEndpoint[] => {
     const owners = newest();
-    return podEndpoints(entry.watch.pods(), pool.discovery!, pool.revision).filter((ep) => owners.get(ep.podIP) === ep.podUid);
+    // No owner: no pod holds the IP alone (hostNetwork pods share their node's); address and pod UID tell them apart.
+    return podEndpoints(entry.watch.pods(), pool.discovery!, pool.revision).filter((ep) => {
+      const owner = owners.get(ep.podIP);
+      return owner === undefined || owner === ep.podUid;
+    });
   };
 
   const stateOf = (entry: Entry | undefined): PoolDiscoveryState['state'] => {
@@ -144,6 +159,7 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
           labelSelector: selector,
           now,
           ...(deps.backoff === undefined ? {} : { backoff: deps.backoff }),
+          ...(deps.watchIdleMs === undefined ? {} : { idleMs: deps.watchIdleMs }),
           onChange: bump,
           onError: (message, status) => {
             restarts.inc({ status: status === null ? 'none' : String(status) });
@@ -170,7 +186,10 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
       cache.set(pool.name, { version, at: t, endpoints });
       return endpoints;
     },
-    ready: () => [...watches.values()].every((e) => e.watch.state().synced),
+    ready() {
+      everReady ||= [...watches.values()].every((e) => e.watch.state().synced);
+      return everReady;
+    },
     status(pools) {
       const out: Record<string, PoolDiscoveryState> = {};
       for (const p of pools) {

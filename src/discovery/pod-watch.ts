@@ -1,6 +1,7 @@
 /**
  * The I/O adapter for one Kubernetes pod selector: list + watch through @kubernetes/client-node 1.4.0's informer
- * (`makeInformer`, `ListWatch` in dist/cache.js), restarted by us whenever it stops.
+ * (`ListWatch` in dist/cache.js, built as `makeInformer` in dist/informer.js builds it, but with our own `Watch`),
+ * restarted by us whenever it stops.
  *
  * How the library behaves (read in node_modules/@kubernetes/client-node@1.4.0, dist/cache.js and dist/watch.js),
  * and what this adapter does about it:
@@ -9,11 +10,18 @@
  * - any other failure (connection refused, a failed list, 403) fires its `error` callback and the informer STOPS.
  *   We then start a fresh informer after a backoff, which lists again (a full re-list; the pods it no longer
  *   returns are gone). Until that list succeeds the last known pods are kept and reported as stale;
+ * - it sets no read timeout and sends no `timeoutSeconds`: a watch whose connection died without a close waits
+ *   forever. The path asks for `timeoutSeconds`, and a watch silent for `idleMs` is restarted (see `idleCheck`);
  * - it does not ask for bookmarks; the watch path carries `allowWatchBookmarks=true` so that the server's
  *   BOOKMARK events keep the resourceVersion fresh and a re-opened watch rarely falls out of the history window
- *   (Kubernetes API concepts, "Watch bookmarks", kubernetes.io/docs/reference/using-api/api-concepts/).
+ *   (Kubernetes API concepts, "Watch bookmarks", kubernetes.io/docs/reference/using-api/api-concepts/);
+ * - `stop()` only aborts the watch request it already holds: an informer stopped while it lists (or while a watch
+ *   it re-opens is connecting) goes on to open its watch afterwards (`doneHandler` awaits the list, then
+ *   `this.request = await this.watch.watch(...)` without looking at `stopped` again), which then stays open until the
+ *   API server ends it (30 to 60 minutes on kube-apiserver). So each informer gets its own `Watch` that opens
+ *   nothing once we stopped the informer and aborts a watch that connected meanwhile (`GuardedWatch`).
  */
-import { CoreV1Api, type KubeConfig, makeInformer, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig, ListWatch, type V1Pod, Watch } from '@kubernetes/client-node';
 import type { PodLike } from './pods.js';
 
 export interface PodWatchState {
@@ -43,6 +51,11 @@ export interface PodWatchOptions {
   readonly now: () => number;
   /** Restart backoff: initial delay, doubled per failed attempt up to `maxMs`. */
   readonly backoff?: { readonly initialMs: number; readonly maxMs: number };
+  /**
+   * A watch that delivers nothing (no event, bookmark or reconnect) for this long is presumed dead and restarted
+   * with a fresh list. Default 150 s; the watch asks the server to end it within 0.8 of that (`timeoutSeconds`).
+   */
+  readonly idleMs?: number;
 }
 
 interface Informer {
@@ -52,11 +65,49 @@ interface Informer {
   stop(): Promise<void>;
 }
 
+/**
+ * A library `Watch` that opens nothing once its informer was stopped, aborts a watch that connected meanwhile, and
+ * reports every sign of life (a watch opened, any line: event, bookmark or error) to the idle check.
+ */
+class GuardedWatch extends Watch {
+  stopped = false;
+  constructor(
+    config: KubeConfig,
+    private readonly alive: (what: 'open' | 'line') => void,
+  ) {
+    super(config);
+  }
+  override async watch(...[path, query, callback, done]: Parameters<Watch['watch']>): Promise<AbortController> {
+    if (this.stopped) {
+      const none = new AbortController();
+      none.abort();
+      return none;
+    }
+    this.alive('open');
+    const controller = await super.watch(
+      path,
+      query,
+      (phase, obj, raw) => {
+        this.alive('line');
+        callback(phase, obj, raw);
+      },
+      done,
+    );
+    if (this.stopped) controller.abort();
+    return controller;
+  }
+}
+
 export function startPodWatch(opts: PodWatchOptions): PodWatch {
   const api = opts.kubeConfig.makeApiClient(CoreV1Api);
   const backoff = opts.backoff ?? { initialMs: 250, maxMs: 10_000 };
-  const path = `/api/v1/namespaces/${encodeURIComponent(opts.namespace)}/pods?allowWatchBookmarks=true`;
+  const idleMs = opts.idleMs ?? 150_000;
+  // The server ends each watch within timeoutSeconds (the library re-opens it from its resourceVersion), so even an
+  // API server that sends no bookmarks shows a sign of life before idleMs; only a dead connection stays silent.
+  const timeoutSeconds = Math.max(1, Math.floor((idleMs * 0.8) / 1000));
+  const path = `/api/v1/namespaces/${encodeURIComponent(opts.namespace)}/pods?allowWatchBookmarks=true&timeoutSeconds=${timeoutSeconds}`;
   let current: Informer | undefined;
+  let currentGuard: GuardedWatch | undefined;
   let currentListed = false;
   let lastKnown: readonly PodLike[] = [];
   let synced = false;
@@ -67,14 +118,26 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   const changed = (): void => void setImmediate(() => !stopped && opts.onChange());
+  // Real (monotonic) time, not opts.now: it measures the connection, not the gate's clock.
+  let lastAliveMs = performance.now();
+  const alive = (what?: 'open' | 'line'): void => {
+    lastAliveMs = performance.now();
+    // The backoff starts over once a watch delivers: a list alone proves nothing about the watch (RBAC with
+    // get/list but not watch lists fine, then every watch is refused), and re-listing at once after each list
+    // would load the API server with a full list every initialMs, forever.
+    if (what === 'line') attempt = 0;
+  };
 
   const start = (): void => {
     const listed = { ok: false };
-    const informer = makeInformer(
-      opts.kubeConfig,
+    const guard = new GuardedWatch(opts.kubeConfig, alive);
+    alive();
+    const informer = new ListWatch<V1Pod>(
       path,
+      guard,
       async () => {
-        const list = await api.listNamespacedPod({ namespace: opts.namespace, labelSelector: opts.labelSelector });
+        alive();
+        const list = await api.listNamespacedPod({ namespace: opts.namespace, labelSelector: opts.labelSelector }).finally(() => alive());
         if (informer === current) {
           // The library fills its cache right after this promise resolves; from the next tick on, it is current.
           setImmediate(() => {
@@ -84,25 +147,27 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
             synced = true;
             brokenSinceMs = null;
             lastError = null;
-            attempt = 0;
             opts.onChange();
           });
         }
         return list;
       },
+      false,
       opts.labelSelector,
     ) as unknown as Informer;
     current = informer;
+    currentGuard = guard;
     currentListed = false;
     for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, () => listed.ok && changed());
-    informer.on('error', (e) => onFailure(informer, e));
-    informer.start().catch((e: unknown) => onFailure(informer, e));
+    informer.on('error', (e) => onFailure(informer, guard, e));
+    informer.start().catch((e: unknown) => onFailure(informer, guard, e));
   };
 
-  const onFailure = (informer: Informer, e: unknown): void => {
-    if (informer !== current || stopped) return;
+  const onFailure = (informer: Informer, guard: GuardedWatch, e: unknown): void => {
+    if (informer !== current || stopped || guard.stopped) return;
     if (currentListed) lastKnown = informer.list(opts.namespace);
     currentListed = false;
+    guard.stopped = true;
     void informer.stop();
     const status = statusOf(e);
     lastError = describe(e, status, opts.namespace);
@@ -115,6 +180,26 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
     changed();
   };
 
+  // A watch that delivers nothing for idleMs (no event, no bookmark: kube-apiserver's watch cache sends one about
+  // every minute, `defaultBookmarkFrequency` in staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go, v1.33; and
+  // no re-open, though the server ends it within timeoutSeconds) is a dead connection the library would wait on
+  // forever (it sets no read timeout; kubernetes-client/javascript#596): restart it with a fresh list.
+  const idleCheck = setInterval(
+    () => {
+      // A list counts too: one that hangs (the library sets no timeout on it either) would leave the informer's last
+      // cache standing for current, a re-list after 410 Gone included. No pod list takes anywhere near idleMs.
+      if (stopped || current === undefined || currentGuard === undefined || currentGuard.stopped) return;
+      if (performance.now() - lastAliveMs <= idleMs) return;
+      onFailure(
+        current,
+        currentGuard,
+        new Error(`no answer, event, bookmark or reconnect from the list+watch for ${idleMs} ms: the connection is presumed dead`),
+      );
+    },
+    Math.min(5000, Math.max(10, Math.floor(idleMs / 4))),
+  );
+  idleCheck.unref();
+
   start();
   return {
     pods: () => (currentListed && current ? current.list(opts.namespace) : lastKnown),
@@ -122,6 +207,8 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
     async stop() {
       stopped = true;
       clearTimeout(timer);
+      clearInterval(idleCheck);
+      if (currentGuard !== undefined) currentGuard.stopped = true;
       await current?.stop();
     },
   };

@@ -22,6 +22,7 @@ export interface PodLike {
     readonly deletionTimestamp?: unknown;
     readonly creationTimestamp?: unknown;
   };
+  readonly spec?: { readonly hostNetwork?: boolean };
   readonly status?: {
     readonly phase?: string;
     readonly podIP?: string;
@@ -51,6 +52,25 @@ export function notReadyReason(pod: PodLike): string | null {
   if (ready?.status !== 'True') return 'not Ready';
   if (!pod.metadata?.uid) return 'no UID';
   return null;
+}
+
+/**
+ * The pod IP this pod holds now, for the IP-reuse guard; undefined when it holds none. A terminal pod (phase
+ * Succeeded or Failed: completed, evicted, OOM-killed with restartPolicy Never) keeps `status.podIP` in the API (the
+ * kubelet preserves it, kubernetes/kubernetes#125404) although its sandbox is gone and the IP is back in the node's
+ * pool for the next pod; Kubernetes' own endpoints leave terminal pods out for that reason (`ShouldPodBeInEndpoints`,
+ * staging/src/k8s.io/endpointslice/util/controller_utils.go, v1.33). Such a pod lingers until it is deleted or the
+ * terminated-pod GC reaps it, so it must not claim the IP from the pod that now has it.
+ *
+ * A `hostNetwork` pod holds no IP of its own either: its `podIP` is its node's (the kubelet reports the host IPs for
+ * it, pkg/kubelet/kubelet_pods.go `generateAPIPodStatus`, v1.33), shared by every hostNetwork pod on the node, so
+ * two of them on one IP are neighbours on different ports, not a reuse. They are told apart by address and pod UID
+ * (the sidecar's `podUid` check in src/gate/worker-poller.ts).
+ */
+export function heldPodIP(pod: PodLike): string | undefined {
+  const phase = pod.status?.phase;
+  if (phase === 'Succeeded' || phase === 'Failed' || pod.spec?.hostNetwork === true) return undefined;
+  return pod.status?.podIP || undefined;
 }
 
 /** The label selector the watch uses: the pool's labels plus its revision label. */

@@ -86,4 +86,21 @@ describe('in flight per endpoint: the sidecar is the source, the gate bridges', 
     load.release(again);
     expect(load.inFlight(A)).toBe(0);
   });
+
+  it('forgets an endpoint that left every pool: its last report stops counting, its requests leave as their streams end', () => {
+    const { load, tick, at } = setup();
+    const B = '10.0.0.2:9090';
+    load.observe(A, { inFlight: ['other-1', 'other-2'], received: ['other-1', 'other-2'] }, at());
+    load.observe(B, { inFlight: ['b-1'], received: ['b-1'] }, at());
+    const streaming = load.acquire(A, 'mine');
+    load.release(load.acquire(A, 'ended')); // its stream ended; the sidecar never reported it
+    tick(10);
+    load.retain(new Set([B]));
+    expect(load.inFlight(A)).toBe(1); // only the request still streaming there
+    expect(load.inFlight(B)).toBe(1); // kept
+    load.release(streaming);
+    expect(load.inFlight(A)).toBe(0);
+    expect(load.snapshot()).toEqual(new Map([[B, 1]]));
+    expect(load.bridged()).toEqual(new Map());
+  });
 });

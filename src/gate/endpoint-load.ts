@@ -18,6 +18,11 @@
  *   admitted by a sidecar after its contract expired).
  * Endpoints whose sidecar does not report request ids (no status URL, or an older sidecar) keep the gate's own count,
  * from the decision to the end of the ext_proc stream.
+ *
+ * An endpoint that leaves every pool (a pod deleted, NotReady or terminating, a table reload) is forgotten
+ * (`retain`): its last report would otherwise stay counted forever (nothing polls it any more), and a pod that later
+ * gets its IP would start with the old pod's requests. Requests still streaming there count by stream lifetime until
+ * they end, and then nothing is kept.
  */
 import type { InFlightTracker, RequestReport } from '../decide/worker-view.js';
 
@@ -50,6 +55,11 @@ export interface EndpointLoad extends InFlightTracker {
   observe(address: string, requests: RequestReport | undefined, startedAtMs: number): void;
   /** Bridged (not yet reported) requests per endpoint, for /status. */
   bridged(): ReadonlyMap<string, number>;
+  /**
+   * Forget every endpoint not in `addresses` (the endpoints of every pool now): its last report, and its requests
+   * whose streams have ended; those still streaming count by stream lifetime and leave when they end.
+   */
+  retain(addresses: ReadonlySet<string>): void;
 }
 
 export function createEndpointLoad(opts: EndpointLoadOptions): EndpointLoad {
@@ -122,6 +132,17 @@ export function createEndpointLoad(opts: EndpointLoadOptions): EndpointLoad {
     },
     bridged() {
       return new Map([...bridge].filter(([a]) => reported.has(a)).map(([a, l]) => [a, l.length]));
+    },
+    retain(addresses) {
+      for (const address of [...reported.keys()]) if (!addresses.has(address)) reported.delete(address);
+      for (const [address, list] of [...bridge]) {
+        if (addresses.has(address)) continue;
+        // Without a report for the address, release() drops an entry when its stream ends: keep only open streams.
+        setBridge(
+          address,
+          list.filter((b) => b.endedAtMs === undefined),
+        );
+      }
     },
   };
 }

@@ -101,8 +101,12 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
       runtime = { createDiscovery, kubeConfigFrom };
     }));
   if (hasSelectorPools(policy.current())) await loadRuntime();
-  // Not ready while the runtime a selector pool needs is still loading, then until every pod watch has listed once.
-  const discoveryReady = (): boolean => (loading !== undefined && runtime === undefined ? false : (discovery?.ready() ?? true));
+  // At start: not ready while the runtime a selector pool needs is still loading, then until every pod watch has
+  // listed once. Once ready, a reload that adds selector pools (the runtime loading, a watch's first list, a 403 for
+  // a namespace without RBAC) keeps only those pools empty: it never takes the whole gate out of service.
+  let readyOnce = false;
+  const discoveryReady = (): boolean =>
+    (readyOnce ||= loading !== undefined && runtime === undefined ? false : (discovery?.ready() ?? true));
   // Assigned once the poller and decider exist: new pods are polled at once, then queued requests re-decide.
   let onDiscoveryChange = (): void => undefined;
   const syncDiscovery = (t: CompiledRouteTable): void => {

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { createInFlightTracker } from '../decide/worker-view.js';
 import { tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { eligibleFor } from '../decide/pick.js';
+import { createEndpointLoad } from './endpoint-load.js';
 import { createWorkerPoller } from './worker-poller.js';
 
 /** a-decode's first endpoint polled at its own address, its second with no status URL (opted in as unverified, or not). */
@@ -268,5 +269,78 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
     await poller.pollOnce();
     expect(view.endpoints('a-decode')[0]).toMatchObject({ verified: false });
     expect(reasonOf(poller)).toMatch(/does not report its pod UID.*--pod-uid/);
+  });
+
+  it('an endpoint that leaves the pool (pod deleted) leaves the in-flight counts too: nothing stays counted for it', async () => {
+    let t = 1_000_000;
+    const load = createEndpointLoad({ now: () => t, bridgeTtlMs: () => 30_000 });
+    let listed = true;
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+      {
+        inFlight: load,
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => table,
+        now: () => t,
+        endpointsOf: (p) =>
+          p.name === 'a-decode' && listed ? [{ address, status: `http://${address}`, fingerprint: pool.fingerprint, podUid: 'uid-1' }] : [],
+        fetch: (async () =>
+          new Response(
+            JSON.stringify({
+              fingerprint: pool.fingerprint,
+              verified: true,
+              draining: false,
+              podUid: 'uid-1',
+              requests: { inFlight: ['r1', 'r2'], received: ['r1', 'r2'] },
+            }),
+          )) as typeof fetch,
+      },
+    );
+    await poller.pollOnce();
+    load.release(load.acquire(address, 'r3')); // routed, its stream ended before any poll listed it
+    expect(load.inFlight(address)).toBe(3);
+    listed = false; // the pod is deleted: discovery no longer lists it, nothing polls it any more
+    t += 1000;
+    await poller.pollOnce();
+    t += 60_000; // long after the bridge lifetime
+    expect(load.snapshot()).toEqual(new Map());
+    expect(load.inFlight(address)).toBe(0);
+  });
+
+  it('an answer too large for a status (whatever holds the IP now) is refused unread past the limit, not buffered whole', async () => {
+    let pulled = 0;
+    const chunk = new TextEncoder().encode(`"${'x'.repeat(64 * 1024 - 2)}",`);
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 5000, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => table,
+        endpointsOf: (p) =>
+          p.name === 'a-decode' ? [{ address, status: `http://${address}`, fingerprint: pool.fingerprint, podUid: 'uid-1' }] : [],
+        fetch: (async () => {
+          let sent = 0;
+          const body = new ReadableStream<Uint8Array>({
+            pull(c) {
+              if (sent === 0) c.enqueue(new TextEncoder().encode('{"fingerprint":"x","verified":true,"pad":['));
+              if (sent++ >= 1024) {
+                c.enqueue(new TextEncoder().encode('""]}'));
+                c.close();
+                return;
+              }
+              pulled += chunk.length;
+              c.enqueue(chunk);
+            },
+          });
+          return new Response(body, { status: 200, headers: { 'content-type': 'application/json' } });
+        }) as typeof fetch,
+      },
+    );
+    await poller.pollOnce(); // 64 MiB on offer
+    expect(pulled).toBeLessThan(8 * 1024 * 1024);
+    expect(poller.snapshot()[`${address}|uid-1`]).toMatchObject({ verified: false });
+    expect(reasonOf(poller)).toMatch(/larger than/);
   });
 });

@@ -94,7 +94,11 @@ export interface WorkerPoller {
 
 interface Deps {
   /** The in-flight counts the view reports; `observe` (when present) receives each sidecar's request ids. */
-  readonly inFlight: InFlightTracker & { observe?(address: string, requests: RequestReport | undefined, startedAtMs: number): void };
+  readonly inFlight: InFlightTracker & {
+    observe?(address: string, requests: RequestReport | undefined, startedAtMs: number): void;
+    /** Forget the endpoints not in `addresses` (every pool's now): called on every poll round. */
+    retain?(addresses: ReadonlySet<string>): void;
+  };
   /** Called after every completed poll round or refresh (capacity may have freed: wake the queue). */
   readonly onPolled?: () => void;
   readonly logger: Logger;
@@ -206,7 +210,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     try {
       const res = await doFetch(`${status.replace(/\/+$/, '')}/kvgate/v1/status`, { signal: AbortSignal.timeout(opts.timeoutMs) });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
-      const body = (await res.json()) as Record<string, unknown>;
+      const body = (await readStatusBody(res)) as Record<string, unknown>;
       const fingerprint = typeof body['fingerprint'] === 'string' ? body['fingerprint'] : null;
       const wrongPod = podUidProblem(e.podUid, address, body['podUid']);
       const reasons = Array.isArray(body['reasons']) ? (body['reasons'] as unknown[]).map(String) : [];
@@ -338,10 +342,16 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     pollOnce() {
       running ??= (async () => {
         const targets = new Map<string, CompiledEndpoint & { readonly status: string }>();
+        const addresses = new Set<string>();
         for (const p of deps.table().pools.values()) {
-          for (const e of endpointsOf(p)) if (e.status !== null) targets.set(keyOf(e), { ...e, status: e.status });
+          for (const e of endpointsOf(p)) {
+            addresses.add(e.address);
+            if (e.status !== null) targets.set(keyOf(e), { ...e, status: e.status });
+          }
         }
         for (const key of [...seen.keys()]) if (!targets.has(key)) seen.delete(key);
+        // An endpoint gone from every pool (pod deleted, NotReady, a reload) is polled no more: forget its counts.
+        deps.inFlight.retain?.(addresses);
         await Promise.all([...targets.values()].map(pollEndpoint));
       })().finally(() => {
         running = undefined;
@@ -391,6 +401,38 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     },
   };
   return poller;
+}
+
+/**
+ * The most a status answer may be. A sidecar's is tens of KiB (its 1,024 most recent request ids, those in flight,
+ * the descriptor); whatever answers at a pod IP is not necessarily one (an IP reused by any pod of the cluster, a
+ * broken sidecar), and buffering its answer whole would let it fill the gate's memory on every poll round.
+ */
+const MAX_STATUS_BYTES = 4 * 1024 * 1024;
+
+/** The answer's JSON, read up to MAX_STATUS_BYTES; a longer answer is cancelled there and refused. */
+async function readStatusBody(res: Response): Promise<unknown> {
+  const tooLarge = (): Error =>
+    new Error(`the answer is larger than ${MAX_STATUS_BYTES} bytes, so it is not a kvgate sidecar status; not read further`);
+  if (Number(res.headers.get('content-length') ?? 0) > MAX_STATUS_BYTES) {
+    await res.body?.cancel();
+    throw tooLarge();
+  }
+  if (res.body === null) throw new Error('an empty answer');
+  const reader = res.body.getReader();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_STATUS_BYTES) {
+      await reader.cancel();
+      throw tooLarge();
+    }
+    parts.push(value);
+  }
+  return JSON.parse(Buffer.concat(parts).toString('utf8'));
 }
 
 function optional<K extends string, V>(key: K, v: V | undefined): Partial<Record<K, V>> {

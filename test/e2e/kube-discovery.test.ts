@@ -9,6 +9,8 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -230,5 +232,63 @@ describe('a pool found by selector, through the harness', () => {
     rig.api.store.delete(NS, 'a-0');
     rig.api.store.create(readyPod('a-9', NS, '127.0.0.5', podLabels('llama-a'), 'uid-a9'));
     await until(async () => (await send(rig, `after-${Math.random()}`)).status === 200, 'a-9 serving under its own UID');
+  });
+});
+
+describe('readiness and reloads that add pools found by selector', () => {
+  /** The gate's grpc.health.v1 `readiness` status on its plaintext health port. */
+  async function readiness(port: number): Promise<string | number> {
+    const Health = grpc.makeGenericClientConstructor(healthService, 'Health');
+    const client = new Health(`127.0.0.1:${port}`, grpc.credentials.createInsecure()) as unknown as {
+      Check(req: { service: string }, cb: (e: grpc.ServiceError | null, r: { status: string | number }) => void): void;
+      close(): void;
+    };
+    try {
+      return await new Promise((res, rej) => client.Check({ service: 'readiness' }, (e, r) => (e ? rej(e) : res(r.status))));
+    } finally {
+      client.close();
+    }
+  }
+
+  it('a reload adding a pool in a namespace the gate may not watch (403) leaves a serving gate SERVING', async () => {
+    const api = await startKubeApiServer({ allowedNamespaces: [NS] });
+    cleanup.push(() => api.close());
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-kube-ready-'));
+    const table = path.join(dir, 'route-table.yaml');
+    const value = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
+    await writeFile(table, toYaml(value)); // static pools only: the gate needs no pod watch to start
+    const cfg = parseGateConfig(
+      toYaml({
+        listen: '127.0.0.1:0',
+        health: '127.0.0.1:0',
+        admin: '',
+        insecure: true,
+        policy: 'route-table.yaml',
+        keys: { devSeed: SEED },
+        workerView: { mode: 'live', intervalMs: 100, timeoutMs: 200, staleAfterMs: 2000 },
+      }),
+      path.join(dir, 'gate.yaml'),
+    );
+    if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
+    const gate = await startGate(cfg.value, {
+      logger: silent,
+      keys: createDevKeyRing(SEED),
+      registry: new Registry(),
+      defaultMetrics: false,
+      kubeConfig: api.kubeConfig(),
+      discoveryBackoff: { initialMs: 20, maxMs: 100 },
+    });
+    cleanup.push(() => gate.close());
+    expect(await readiness(gate.healthPort!)).toBe('SERVING');
+    // The reload: b-decode is now found by selector, in a namespace without RBAC for the gate.
+    const b = value.pools.find((p) => p['name'] === 'b-decode')!;
+    b['endpoints'] = [];
+    b['discovery'] = { kubernetes: { namespace: 'no-rbac-here', matchLabels: { app: 'llama' }, targetPort: 8000, statusPort: 9090 } };
+    await writeFile(table, toYaml(value));
+    expect((await gate.policy.reload('test')).ok).toBe(true);
+    await until(() => (api.counts()['forbidden'] ?? 0) >= 2, 'the new pool refused');
+    expect(await readiness(gate.healthPort!)).toBe('SERVING');
+    const discovery = (gate.status() as { discovery: Record<string, { state: string; lastError: string | null }> }).discovery;
+    expect(discovery['b-decode']).toMatchObject({ state: 'syncing', lastError: expect.stringMatching(/403 Forbidden/) });
   });
 });

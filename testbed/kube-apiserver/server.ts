@@ -33,6 +33,8 @@ export interface KubeApiServerOptions {
   readonly bookmarkIntervalMs?: number;
   /** How a too-old resourceVersion is answered on a watch (see the module comment). */
   readonly expiredAs?: 'event' | 'status';
+  /** How long a list takes to answer (ms): a slow API server, or a large namespace. Default 0. */
+  readonly listDelayMs?: number;
 }
 
 export interface KubeApiServer {
@@ -42,12 +44,24 @@ export interface KubeApiServer {
   kubeConfig(): KubeConfig;
   /** End every open watch cleanly (what a watch timeout or an apiserver rollout does). */
   endWatches(): void;
+  /**
+   * Every open watch goes silent without a close: no event, bookmark or end reaches its client any more (a
+   * half-open connection: a load balancer that dropped the flow, an API server host gone without a reset). New
+   * watches work.
+   */
+  freezeWatches(): void;
   /** Send a bookmark on every open watch that allows them. */
   bookmark(): void;
   /** Change who may list pods where (an RBAC edit). */
   setAllowedNamespaces(namespaces: readonly string[] | undefined): void;
+  /** RBAC that grants get/list but not watch (a Role with `verbs: [get, list]`): watches get 403. */
+  setWatchForbidden(forbidden: boolean): void;
+  /** From now on, lists answer after `ms` (a list that hangs: a large value). */
+  setListDelay(ms: number): void;
   /** Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`). */
   counts(): Readonly<Record<string, number>>;
+  /** Watches open now. */
+  openWatches(): number;
   /** The API server goes down: every connection is dropped and the port refuses connections. */
   stop(): Promise<void>;
   /** Up again on the same port. */
@@ -58,6 +72,8 @@ export interface KubeApiServer {
 interface OpenWatch {
   readonly res: ServerResponse;
   readonly bookmarks: boolean;
+  /** The connection goes dead without a close (see `freezeWatches`): nothing more reaches the client. */
+  freeze(): void;
   end(): void;
 }
 
@@ -65,6 +81,8 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
   const store = new PodStore();
   const token = opts.token ?? 'test-token';
   let allowed = opts.allowedNamespaces;
+  let watchForbidden = false;
+  let listDelayMs = opts.listDelayMs ?? 0;
   const watches = new Set<OpenWatch>();
   const sockets = new Set<Socket>();
   const counts: Record<string, number> = {};
@@ -78,7 +96,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     if (req.headers.authorization !== `Bearer ${token}`) return status(res, 401, 'Unauthorized', 'Unauthorized');
     const namespace = decodeURIComponent(m[1]!);
     const watch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
-    if (allowed !== undefined && !allowed.includes(namespace)) {
+    if ((allowed !== undefined && !allowed.includes(namespace)) || (watch && watchForbidden)) {
       count('forbidden');
       return status(
         res,
@@ -95,8 +113,13 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     }
     if (!watch) {
       count('list');
-      const items = store.list(namespace).filter((p) => selector(p.metadata.labels));
-      return json(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) }, items });
+      const answer = (): void => {
+        const items = store.list(namespace).filter((p) => selector(p.metadata.labels));
+        json(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) }, items });
+      };
+      if (listDelayMs > 0) setTimeout(answer, listDelayMs).unref();
+      else answer();
+      return;
     }
     count('watch');
     serveWatch(req, res, namespace, selector, url.searchParams);
@@ -115,7 +138,8 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
       return;
     }
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
-    const send = (type: string, object: unknown): void => void res.write(`${JSON.stringify({ type, object })}\n`);
+    let frozen = false;
+    const send = (type: string, object: unknown): void => void (frozen || res.write(`${JSON.stringify({ type, object })}\n`));
     const emit = (c: Change): void => {
       if (c.pod.metadata.namespace !== namespace) return;
       const now = selector(c.pod.metadata.labels);
@@ -132,11 +156,15 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     const bookmarks = q.get('allowWatchBookmarks') === 'true';
     const timeoutS = Number(q.get('timeoutSeconds') ?? '');
     const timeoutMs = Number.isFinite(timeoutS) && timeoutS > 0 ? timeoutS * 1000 : (opts.watchTimeoutMs ?? 60_000);
-    const timer = setTimeout(() => w.end(), timeoutMs);
-    const tick = bookmarks && (opts.bookmarkIntervalMs ?? 0) > 0 ? setInterval(() => sendBookmark(w), opts.bookmarkIntervalMs) : undefined;
+    const timer = setTimeout(() => (frozen ? undefined : w.end()), timeoutMs);
+    const tick =
+      bookmarks && (opts.bookmarkIntervalMs ?? 0) > 0 ? setInterval(() => frozen || sendBookmark(w), opts.bookmarkIntervalMs) : undefined;
     const w: OpenWatch = {
       res,
       bookmarks,
+      freeze() {
+        frozen = true;
+      },
       end() {
         if (!watches.delete(w)) return;
         clearTimeout(timer);
@@ -188,9 +216,17 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
       return kc;
     },
     endWatches: () => [...watches].forEach((w) => w.end()),
+    freezeWatches: () => [...watches].forEach((w) => w.freeze()),
     bookmark: () => [...watches].forEach(sendBookmark),
     setAllowedNamespaces: (ns) => void (allowed = ns),
+    setWatchForbidden(forbidden) {
+      watchForbidden = forbidden;
+    },
+    setListDelay(ms) {
+      listDelayMs = ms;
+    },
     counts: () => ({ ...counts }),
+    openWatches: () => watches.size,
     stop: down,
     start: async () => void (await listen(port)),
     close: down,

@@ -19,6 +19,8 @@ export interface Pod {
     creationTimestamp: string;
     deletionTimestamp?: string;
   };
+  /** The parts of the spec tests set (absent: a pod on the pod network). */
+  spec?: { hostNetwork?: boolean; nodeName?: string };
   status: {
     phase: string;
     podIP?: string;
@@ -78,6 +80,7 @@ export class PodStore {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { creationTimestamp: new Date(1_700_000_000_000 + rv * 1000).toISOString(), ...pod.metadata, resourceVersion: String(rv) },
+      ...(pod.spec === undefined ? {} : { spec: pod.spec }),
       status: pod.status,
     };
     this.#pods.set(key, created);
