@@ -344,3 +344,33 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
     expect(reasonOf(poller)).toMatch(/larger than/);
   });
 });
+
+describe('a sidecar of the other role', () => {
+  it('is never routed by the pool: a decode sidecar found by a prefill pool would take prefill legs as whole requests', async () => {
+    const v = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string; status?: string }> }> };
+    const prefill = v.pools.find((p) => p.name === 'a-prefill')!;
+    prefill.endpoints = [{ address: prefill.endpoints[0]!.address, status: `http://${prefill.endpoints[0]!.address}` }];
+    const table = tableFromValue(v);
+    const fp = table.pools.get('a-prefill')!.fingerprint;
+    let role = 'decode';
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => table,
+        fetch: (async () => new Response(JSON.stringify({ fingerprint: fp, verified: true, draining: false, role }))) as typeof fetch,
+      },
+    );
+    await poller.pollOnce();
+    const view = poller.viewFor(table);
+    expect(view.endpoints('a-prefill')[0]).toMatchObject({ verified: false });
+    const shown = poller.poolStates().find((p) => p.pool === 'a-prefill')!.endpoints[0]!;
+    expect(shown.state).toBe('unverified');
+    expect(shown.reasons.join(' ')).toContain('serves the decode role, and pool a-prefill is a prefill pool');
+    role = 'prefill';
+    await poller.pollOnce();
+    expect(poller.viewFor(table).endpoints('a-prefill')[0]).toMatchObject({ verified: true });
+  });
+});

@@ -75,6 +75,8 @@ export interface Observation {
   readonly nixlHash?: LiveHash;
   /** The worker the sidecar named as not matching its declaration. */
   readonly mismatch?: NamedMismatch;
+  /** The role the sidecar serves (its status `role`): a pool routes only to sidecars of its own role. */
+  readonly role?: 'prefill' | 'decode';
 }
 
 export interface WorkerPoller {
@@ -182,9 +184,18 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     return o.fingerprint !== e.fingerprint || hashProblem(deps.table(), p, e, o) !== null ? 'unverified' : state;
   }
 
+  /**
+   * Why this pool must not use what its endpoint's sidecar reported, when it must not: a live NIXL hash that is not the
+   * revision's prediction (observed-hash.ts), or a sidecar of the other role (a decode sidecar found by a prefill pool's
+   * selector would take prefill legs as whole requests). One observation serves every pool that lists the endpoint,
+   * so this is judged per pool.
+   */
   function hashProblem(table: CompiledRouteTable, p: CompiledPool, e: CompiledEndpoint, o: Observation | undefined): string | null {
     const rev = table.revisions.get(p.revision);
     if (o === undefined || rev === undefined) return null;
+    if (o.role !== undefined && p.role !== 'both' && o.role !== p.role) {
+      return `the sidecar at ${e.address} serves the ${o.role} role, and pool ${p.name} is a ${p.role} pool`;
+    }
     return observedHashProblem(o.nixlHash, e.nixlHash ?? rev.nixlHash, rev, e.address);
   }
 
@@ -222,6 +233,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         reasons: wrongPod === null ? reasons : [wrongPod, ...reasons],
         observedAtMs: now(),
         ...loadOf(body['load']),
+        ...optional('role', roleOf(body['role'])),
         ...optional('nixlHash', liveHashOf(body['nixlHash'])),
         ...optional('mismatch', namedMismatchOf(body['mismatch'])),
       });
@@ -433,6 +445,10 @@ async function readStatusBody(res: Response): Promise<unknown> {
     parts.push(value);
   }
   return JSON.parse(Buffer.concat(parts).toString('utf8'));
+}
+
+function roleOf(v: unknown): 'prefill' | 'decode' | undefined {
+  return v === 'prefill' || v === 'decode' ? v : undefined;
 }
 
 function optional<K extends string, V>(key: K, v: V | undefined): Partial<Record<K, V>> {
