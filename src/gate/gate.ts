@@ -109,12 +109,25 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     (readyOnce ||= loading !== undefined && runtime === undefined ? false : (discovery?.ready() ?? true));
   // Assigned once the poller and decider exist: new pods are polled at once, then queued requests re-decide.
   let onDiscoveryChange = (): void => undefined;
+  // At start a discovery that cannot start (a kubeconfig that does not load) fails the start; after it, a reload or a
+  // late runtime load must not throw: that would leave the table applied in the store but not in routing, or end the
+  // process on an unhandled rejection. Selector pools then stay empty (fail closed), and the error says why.
+  const syncDiscoveryAfterStart = (t: CompiledRouteTable): void => {
+    try {
+      syncDiscovery(t);
+    } catch (e) {
+      log.error(
+        { err: e },
+        'Kubernetes discovery could not start; pools found by selector stay empty (fail closed) until discovery.kubeconfig is fixed and the gate restarted',
+      );
+    }
+  };
   const syncDiscovery = (t: CompiledRouteTable): void => {
     if (discovery === undefined && !hasSelectorPools(t)) return;
     if (runtime === undefined) {
       // A reload brought the first selector pool: its endpoints stay empty (fail closed) until the runtime is loaded.
       void loadRuntime().then(
-        () => syncDiscovery(policy.current()),
+        () => syncDiscoveryAfterStart(policy.current()),
         (e: unknown) => log.error({ err: e }, 'the Kubernetes discovery runtime failed to load; selector pools stay empty'),
       );
       return;
@@ -180,7 +193,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     : undefined;
   queuedPoll?.unref();
   policy.onSwap((table) => {
-    syncDiscovery(table);
+    syncDiscoveryAfterStart(table);
     if (receiveLimitFor(table.limits.maxBodyBytes) > receiveLimit) {
       log.warn(
         { maxBodyBytes: table.limits.maxBodyBytes, receiveLimitBytes: receiveLimit },

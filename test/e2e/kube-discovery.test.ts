@@ -291,4 +291,36 @@ describe('readiness and reloads that add pools found by selector', () => {
     const discovery = (gate.status() as { discovery: Record<string, { state: string; lastError: string | null }> }).discovery;
     expect(discovery['b-decode']).toMatchObject({ state: 'syncing', lastError: expect.stringMatching(/403 Forbidden/) });
   });
+
+  it('a reload adding the first selector pool with a kubeconfig that does not load keeps the gate serving its other pools', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-kube-badcfg-'));
+    const table = path.join(dir, 'route-table.yaml');
+    const value = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
+    await writeFile(table, toYaml(value));
+    const cfg = parseGateConfig(
+      toYaml({
+        listen: '127.0.0.1:0',
+        health: '127.0.0.1:0',
+        admin: '',
+        insecure: true,
+        policy: 'route-table.yaml',
+        keys: { devSeed: SEED },
+        workerView: { mode: 'live', intervalMs: 100, timeoutMs: 200, staleAfterMs: 2000 },
+        discovery: { kubeconfig: 'no-such-kubeconfig.yaml' },
+      }),
+      path.join(dir, 'gate.yaml'),
+    );
+    if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
+    const lines: string[] = [];
+    const logger = pino({ level: 'error' }, { write: (l: string) => void lines.push(l) });
+    const gate = await startGate(cfg.value, { logger, keys: createDevKeyRing(SEED), registry: new Registry(), defaultMetrics: false });
+    cleanup.push(() => gate.close());
+    const b = value.pools.find((p) => p['name'] === 'b-decode')!;
+    b['endpoints'] = [];
+    b['discovery'] = { kubernetes: { namespace: NS, matchLabels: { app: 'llama' }, targetPort: 8000, statusPort: 9090 } };
+    await writeFile(table, toYaml(value));
+    expect((await gate.policy.reload('test')).ok).toBe(true);
+    await until(() => lines.some((l) => l.includes('Kubernetes discovery could not start')), 'the discovery error logged');
+    expect(await readiness(gate.healthPort!)).toBe('SERVING');
+  });
 });
