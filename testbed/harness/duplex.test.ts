@@ -187,6 +187,11 @@ describe('FULL_DUPLEX_STREAMED request bodies', () => {
     expect(r.status).toBe(500);
     expect(scenario.extProcStat('spurious_msgs_received')).toBe(1);
     expect(scenario.upstreams['backend_a']?.requests).toHaveLength(0);
+    // handleErrorResponse puts the status message in the details (processor_state.cc handleStreamedBodyCallback).
+    const [entry] = await scenario.harness.waitForAccessLog(1);
+    expect(entry?.responseCodeDetails).toBe(
+      'spurious_message:_Normal_body_mutation_response_is_received_while_body_mode__is_FULL_DUPLEX_STREAMED',
+    );
   });
 
   it('a body answer before the headers answer is spurious: the headers must be answered first', async () => {

@@ -285,7 +285,7 @@ export class ExtProcFilter {
     this.#setDynamicMetadata(msg);
     const r = route.handle(st, (msg[route.field] ?? {}) as object, this.#ctx);
     if (r.kind === 'ok') st.resolve('applied');
-    return r.kind === 'spurious' ? { kind: 'spurious', message: 'spurious message' } : r;
+    return r.kind === 'spurious' ? { kind: 'spurious', message: r.message ?? 'spurious message' } : r;
   }
 
   #inHeaderState(): boolean {
