@@ -150,7 +150,7 @@ export class ExtProcFilter {
     this.#complete = true;
     this.dec.finishCall();
     this.enc.finishCall();
-    this.#closeStream();
+    this.#closeStream(true);
     // Whoever still awaits a reply (the client went away) gives up.
     this.dec.resolve('stop');
     this.enc.resolve('stop');
@@ -226,9 +226,15 @@ export class ExtProcFilter {
     return this.#stream;
   }
 
-  #closeStream(): void {
+  /**
+   * `graceful`: Envoy's `closeStreamMaybeGraceful()` (onDestroy, the last-response and encodeHeaders closes, an
+   * ImmediateResponse), which half-closes and waits under `ext_proc_graceful_grpc_close`. Everything else (message
+   * timeout, spurious reply, mutation error, a stream the server already ended) is `closeStream()`: END_STREAM and
+   * RST_STREAM at once whatever the guard says (ext_proc.cc, client_impl.cc `ExternalProcessorStreamImpl::close`).
+   */
+  #closeStream(graceful = false): void {
     if (this.#stream === null) return;
-    if (this.#stream.close()) this.stats.inc('streams_closed');
+    if (this.#stream.close(graceful)) this.stats.inc('streams_closed');
     this.#stream = null;
   }
 
@@ -275,7 +281,7 @@ export class ExtProcFilter {
       this.#complete = true;
       this.dec.finishCall();
       this.enc.finishCall();
-      this.#closeStream();
+      this.#closeStream(true);
       this.#sendImmediateResponse(msg.immediate_response ?? {});
       return { kind: 'ok' };
     }
@@ -328,7 +334,7 @@ export class ExtProcFilter {
     if (!this.#closeAfterLastResponse) return;
     if (this.#stream !== null && isLastResponse(msg, this.dec, this.enc, this.#requestPathDone())) {
       this.#complete = true;
-      this.#closeStream();
+      this.#closeStream(true);
     }
   }
 
@@ -345,7 +351,7 @@ export class ExtProcFilter {
     if (enc.sendHeaders || enc.sendTrailers || enc.bodyMode !== 'NONE') return;
     if (!this.#requestPathDone()) return;
     this.#complete = true;
-    this.#closeStream();
+    this.#closeStream(true);
   }
 
   /**
