@@ -227,6 +227,12 @@ export class ActiveStream implements FilterCallbacks {
   async #respond(headers: HeaderMap, out: Extract<DirectionResult, { kind: 'continue' }>, touch: () => void): Promise<void> {
     const res = this.#res;
     headers.set('server', 'envoy');
+    // Envoy's HTTP/1 codec frames a response that ends with its headers as content-length: 0.
+    const empty = out.rest === null && (out.prefix === null || out.prefix.length === 0);
+    const status = Number(headers.get(':status') ?? 200);
+    if (empty && !headers.has('content-length') && !headers.has('transfer-encoding') && status >= 200 && status !== 204 && status !== 304) {
+      headers.set('content-length', '0');
+    }
     this.#responseStarted = true;
     res.writeHead(Number(headers.get(':status') ?? 200), headers.toNodeHeaders());
     res.flushHeaders();

@@ -47,15 +47,40 @@ describe('FULL_DUPLEX_STREAMED: load-time checks (config.cc verifyProcessingMode
   const load = (filter: Record<string, unknown>) =>
     loadEnvoyConfig(scenarioYaml({ filter }), { listenerPorts: { public: 0 }, clusterEndpoints: { ext_proc: ['127.0.0.1:1'] } });
 
-  it('refuses a duplex body without trailer mode SEND, and a duplex filter that fails open, with Envoy’s words', () => {
+  it('refuses a duplex body without trailer mode SEND, with Envoy’s words; a duplex filter may fail open (1.36+)', () => {
     const noTrailers = load({ processing_mode: { request_body_mode: 'FULL_DUPLEX_STREAMED' } });
     expect(noTrailers.ok).toBe(false);
     expect(JSON.stringify(noTrailers)).toContain('then the request_trailer_mode has to be set to SEND');
     const respNoTrailers = load({ processing_mode: { response_body_mode: 'FULL_DUPLEX_STREAMED' } });
     expect(JSON.stringify(respNoTrailers)).toContain('then the response_trailer_mode has to be set to SEND');
-    const failOpen = load({ processing_mode: DUPLEX, failure_mode_allow: true });
-    expect(JSON.stringify(failOpen)).toContain('failure_mode_allow has to be left as false');
+    // The refusal (#39740) was reverted before 1.36 (#40503; changelogs/1.36.0.yaml: "Reverted #39740 to re-enable
+    // fail_open + FULL_DUPLEX_STREAMED configuration combination"); #41276 then made it fail open only until the
+    // first body chunk reaches the filter (`Filter::failureModeAllow()` in ext_proc.cc).
+    expect(load({ processing_mode: DUPLEX, failure_mode_allow: true }).ok).toBe(true);
     expect(load({ processing_mode: DUPLEX }).ok).toBe(true);
+  });
+});
+
+describe('FULL_DUPLEX_STREAMED with failure_mode_allow (Filter::failureModeAllow, envoyproxy/envoy#41276)', () => {
+  const failOn = (kind: string) => async (s: FakeExtProcStream) => {
+    for (let m = await s.recv(); m !== null; m = await s.recv()) {
+      if (m.request === kind) return s.fail(14, 'processor gone');
+    }
+  };
+
+  it('fails open while no body chunk has reached the filter (a GET: the request goes on without the processor)', async () => {
+    scenario = await startScenario({ filter: { processing_mode: DUPLEX, failure_mode_allow: true }, handler: failOn('request_headers') });
+    const r = ok(await request(scenario.url, { headers: TO_A }));
+    expect(r.status).toBe(200);
+    expect(scenario.extProcStat('failure_mode_allowed')).toBe(1);
+  });
+
+  it('fails closed once body chunks went to the processor (Envoy kept no copy of them)', async () => {
+    scenario = await startScenario({ filter: { processing_mode: DUPLEX, failure_mode_allow: true }, handler: failOn('request_body') });
+    const r = await chunkedPost(scenario.url, ['{"model":', '"m"}']);
+    expect(r.status).toBe(500);
+    expect(scenario.extProcStat('failure_mode_allowed')).toBe(0);
+    expect(scenario.upstreams['backend_a']?.requests).toHaveLength(0);
   });
 });
 
@@ -162,6 +187,11 @@ describe('FULL_DUPLEX_STREAMED request bodies', () => {
     expect(r.status).toBe(500);
     expect(scenario.extProcStat('spurious_msgs_received')).toBe(1);
     expect(scenario.upstreams['backend_a']?.requests).toHaveLength(0);
+    // handleErrorResponse puts the status message in the details (processor_state.cc handleStreamedBodyCallback).
+    const [entry] = await scenario.harness.waitForAccessLog(1);
+    expect(entry?.responseCodeDetails).toBe(
+      'spurious_message:_Normal_body_mutation_response_is_received_while_body_mode__is_FULL_DUPLEX_STREAMED',
+    );
   });
 
   it('a body answer before the headers answer is spurious: the headers must be answered first', async () => {

@@ -41,8 +41,11 @@ export interface ExtProcStreamHandlers {
 
 export interface ExtProcStream {
   send(msg: WireProcessingRequest): void;
-  /** Half-close and reset; `true` if the stream was still open (Envoy then counts `streams_closed`). */
-  close(): boolean;
+  /**
+   * Half-close and reset; `true` if the stream was still open (Envoy then counts `streams_closed`). `graceful` (Envoy's
+   * `closeStreamMaybeGraceful`) waits for the server's status first when `ext_proc_graceful_grpc_close` is on.
+   */
+  close(graceful?: boolean): boolean;
 }
 
 export interface ExtProcClient {
@@ -183,11 +186,12 @@ function wrapCall(
     send(msg) {
       if (open) call.write(msg);
     },
-    close() {
+    close(graceful = false) {
       if (!open) return false;
       open = false;
       call.end();
-      if (options.gracefulClose === true) resetTimer = setTimeout(() => call.cancel(), options.remoteCloseTimeoutMs ?? 1000).unref();
+      if (graceful && options.gracefulClose === true)
+        resetTimer = setTimeout(() => call.cancel(), options.remoteCloseTimeoutMs ?? 1000).unref();
       else call.cancel();
       return true;
     },

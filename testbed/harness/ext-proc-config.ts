@@ -98,7 +98,7 @@ export function readExtProcFilter(r: ConfigReader, value: unknown, path: string)
   const statusOnError = readStatusOnError(r, o['status_on_error'], `${path}.status_on_error`);
   const processingMode = readProcessingMode(r, o['processing_mode'], `${path}.processing_mode`);
   const failureModeAllow = r.bool(o['failure_mode_allow'], `${path}.failure_mode_allow`, false);
-  verifyDuplex(r, processingMode, failureModeAllow, path);
+  verifyDuplex(r, processingMode, path);
 
   return {
     clusterName,
@@ -123,11 +123,12 @@ export function readExtProcFilter(r: ConfigReader, value: unknown, path: string)
 
 /**
  * Envoy's load-time checks for FULL_DUPLEX_STREAMED (source/extensions/filters/http/ext_proc/config.cc
- * `verifyProcessingModeConfig`, envoyproxy/envoy main 1.37.0-dev; the same checks are in 1.36): the direction's
- * trailer mode must be SEND (the processor learns where a body with trailers ends from the trailers message), and
- * the filter must fail closed (Envoy has drained its copy of the body, so it cannot carry on without the processor).
+ * `verifyProcessingModeConfig`): the direction's trailer mode must be SEND (the processor learns where a body with
+ * trailers ends from the trailers message). `failure_mode_allow: true` is accepted: the check that refused it
+ * (#39740) was reverted before 1.36 (#40503, changelogs/1.36.0.yaml), and the filter fails open only until the first
+ * body chunk reaches it (#41276, `Filter::failureModeAllow()`; ext-proc-filter.ts).
  */
-function verifyDuplex(r: ConfigReader, mode: ProcessingMode, failureModeAllow: boolean, path: string): void {
+function verifyDuplex(r: ConfigReader, mode: ProcessingMode, path: string): void {
   for (const dir of ['request', 'response'] as const) {
     if (mode[`${dir}_body_mode`] === 'FULL_DUPLEX_STREAMED' && mode[`${dir}_trailer_mode`] !== 'SEND') {
       r.issue(
@@ -135,14 +136,6 @@ function verifyDuplex(r: ConfigReader, mode: ProcessingMode, failureModeAllow: b
         `If the ext_proc filter has the ${dir}_body_mode set to FULL_DUPLEX_STREAMED, then the ${dir}_trailer_mode has to be set to SEND`,
       );
     }
-  }
-  const duplex = mode.request_body_mode === 'FULL_DUPLEX_STREAMED' || mode.response_body_mode === 'FULL_DUPLEX_STREAMED';
-  if (duplex && failureModeAllow) {
-    r.issue(
-      `${path}.failure_mode_allow`,
-      'If the ext_proc filter has either the request_body_mode or the response_body_mode set to FULL_DUPLEX_STREAMED, ' +
-        'then the failure_mode_allow has to be left as false',
-    );
   }
 }
 

@@ -41,7 +41,10 @@ const STOP: DirectionResult = { kind: 'stop' };
 
 export async function runDirection(f: ExtProcFilter, st: ProcessorState, headers: HeaderMap, body: BodyReader): Promise<DirectionResult> {
   if (st.bodyMode === 'FULL_DUPLEX_STREAMED' && !f.processingComplete) return runDuplex(f, st, headers, body);
-  st.headers = headers;
+  // Envoy holds the headers (and so lets a later reply mutate them) only when it sends them: `Filter::onHeaders` is
+  // the one caller of `state.setHeaders`. With header mode SKIP they continue at once (upstream, or downstream), and
+  // a body reply's header mutation finds none (`ProcessorState::processHeaderMutationIfAvailable`).
+  st.headers = st.sendHeaders && !f.processingComplete ? headers : null;
   st.noBody = body.ended;
   let collector: BodyCollector | undefined;
   if (st.sendHeaders && !f.processingComplete) {

@@ -65,8 +65,13 @@ export function receiveDynamicMetadata(store: DynamicMetadata, receiving: readon
  * Envoy 1.37's `closeGrpcStreamIfLastRespReceived`: after this reply nothing more can be sent. Body replies count
  * only under FULL_DUPLEX_STREAMED, when they end the body (`isLastBodyResponse`: a `streamed_response` with
  * `end_of_stream`); in the buffered modes they never do.
+ *
+ * `requestDone`: the request path will send the processor nothing more. A response-path reply closes the stream only
+ * then — envoyproxy/envoy#45617 (backported to v1.37 as #46836): "closeGrpcStreamIfLastRespReceived() could close the
+ * stream prematurely once the encoding direction finished while the decoding direction was still streaming request
+ * body ... The fix requires both directions to be complete (noMoreExternalProcess())". 1.37.0 itself did not check.
  */
-export function isLastResponse(msg: WireProcessingResponse, dec: ProcessorState, enc: ProcessorState): boolean {
+export function isLastResponse(msg: WireProcessingResponse, dec: ProcessorState, enc: ProcessorState, requestDone: boolean): boolean {
   const encIdle = !enc.sendHeaders && !enc.sendTrailers && enc.bodyMode === 'NONE';
   const endsDuplexBody = (st: ProcessorState, r: WireProcessingResponse['request_body']): boolean =>
     st.bodyMode === 'FULL_DUPLEX_STREAMED' && r?.response?.body_mutation?.streamed_response?.end_of_stream === true;
@@ -78,11 +83,11 @@ export function isLastResponse(msg: WireProcessingResponse, dec: ProcessorState,
     case 'request_trailers':
       return encIdle;
     case 'response_headers':
-      return enc.noBody || (enc.bodyMode === 'NONE' && !enc.sendTrailers);
+      return requestDone && (enc.noBody || (enc.bodyMode === 'NONE' && !enc.sendTrailers));
     case 'response_body':
-      return endsDuplexBody(enc, msg.response_body);
+      return requestDone && endsDuplexBody(enc, msg.response_body);
     case 'response_trailers':
-      return true;
+      return requestDone;
     default:
       return false;
   }

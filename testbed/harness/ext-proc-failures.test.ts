@@ -241,6 +241,54 @@ describe('spurious and late errors', () => {
   });
 });
 
+// With `ext_proc_graceful_grpc_close` on (the shipped envoy/envoy.yaml turns it on) only the "finished" closes are
+// graceful: `Filter::closeStreamMaybeGraceful()` runs from onDestroy, the last-response close, the encodeHeaders close
+// and an ImmediateResponse. A message timeout, a spurious reply and a mutation error call `Filter::closeStream()`,
+// i.e. `ExternalProcessorStreamImpl::close()`: END_STREAM then RST_STREAM at once (client_impl.cc). Read in
+// source/extensions/filters/http/ext_proc/ext_proc.cc and client_impl.cc, envoyproxy/envoy main copies in the public
+// code index (ext_proc.cc: the one with `closeGrpcStreamIfLastRespReceived`).
+describe('graceful close applies to finished streams only', () => {
+  const GRACEFUL = { 'envoy.reloadable_features.ext_proc_graceful_grpc_close': true };
+
+  /** A processor that never ends its side; reports how the client side ended. */
+  function watch(
+    onFirst: (s: Parameters<FakeHandler>[0], m: NonNullable<Awaited<ReturnType<Parameters<FakeHandler>[0]['recv']>>>) => void,
+  ) {
+    let stream: Parameters<FakeHandler>[0] | undefined;
+    const handler: FakeHandler = async (s) => {
+      stream = s;
+      const m = await s.recv();
+      if (m !== null) onFirst(s, m);
+      await s.ended;
+    };
+    return { handler, cancelled: () => stream?.wasCancelled() ?? false };
+  }
+
+  it('a message timeout resets the stream at once, graceful guard or not', async () => {
+    const w = watch(() => undefined);
+    scenario = await startScenario({ filter: { message_timeout: '0.050s' }, runtime: GRACEFUL, handler: w.handler });
+    expect(ok(await request(scenario.url, { headers: TO_A })).status).toBe(504);
+    await sleep(300); // well under the 1 s remote-close wait a graceful close would give
+    expect(w.cancelled()).toBe(true);
+  });
+
+  it('a spurious reply resets it at once too', async () => {
+    const w = watch((s) => s.send({ response_headers: { response: {} } }));
+    scenario = await startScenario({ filter: NO_RESPONSE, runtime: GRACEFUL, handler: w.handler });
+    expect(ok(await request(scenario.url, { headers: TO_A })).status).toBe(500);
+    await sleep(300);
+    expect(w.cancelled()).toBe(true);
+  });
+
+  it('an ImmediateResponse closes gracefully: half-close, no reset while the processor finishes', async () => {
+    const w = watch((s) => s.send({ immediate_response: { status: { code: 'TooManyRequests' } } }));
+    scenario = await startScenario({ filter: NO_RESPONSE, runtime: GRACEFUL, handler: w.handler });
+    expect(ok(await request(scenario.url, { headers: TO_A })).status).toBe(429);
+    await sleep(300);
+    expect(w.cancelled()).toBe(false);
+  });
+});
+
 describe('dynamic metadata', () => {
   it('is kept only for receiving namespaces and forwarded to later messages for forwarding namespaces', async () => {
     scenario = await startScenario({

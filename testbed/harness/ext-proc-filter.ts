@@ -96,6 +96,9 @@ export class ExtProcFilter {
   readonly #closeAfterLastResponse: boolean;
   #stream: ExtProcStream | null = null;
   #complete = false;
+  /** The request path will send the processor nothing more (its headers, body and trailers are through). */
+  #requestSettled = false;
+  #requestHeaders: HeaderMap | null = null;
   #protocolConfigSent = false;
 
   constructor(opts: ExtProcFilterOptions) {
@@ -121,18 +124,25 @@ export class ExtProcFilter {
   }
 
   /** Request path: headers (mutated in place) and the body the router should send upstream. */
-  decode(headers: HeaderMap, body: BodyReader): Promise<DirectionResult> {
-    return runDirection(this, this.dec, headers, body);
+  async decode(headers: HeaderMap, body: BodyReader): Promise<DirectionResult> {
+    this.#requestHeaders = headers;
+    const out = await runDirection(this, this.dec, headers, body);
+    // Trailers still to come are the only further request-path message once the body has been dealt with.
+    this.#requestSettled = out.kind === 'continue' && (out.rest === null || !this.dec.sendTrailers);
+    return out;
   }
 
   /** Response path: `:status` and headers (mutated in place) and the body to send downstream. */
   encode(headers: HeaderMap, body: BodyReader): Promise<DirectionResult> {
+    this.#closeIfResponsePathIdle();
     return runDirection(this, this.enc, headers, body);
   }
 
   /** Trailers that arrived after a streamed body (trailer mode SEND); mutated in place. */
-  processTrailers(direction: Direction, trailers: HeaderMap): Promise<'continue' | 'stop'> {
-    return runTrailers(this, direction === 'request' ? this.dec : this.enc, trailers);
+  async processTrailers(direction: Direction, trailers: HeaderMap): Promise<'continue' | 'stop'> {
+    const out = await runTrailers(this, direction === 'request' ? this.dec : this.enc, trailers);
+    if (direction === 'request') this.#requestSettled = true;
+    return out;
   }
 
   /** The request is over: stop timers and close the stream if it is still open. */
@@ -140,7 +150,7 @@ export class ExtProcFilter {
     this.#complete = true;
     this.dec.finishCall();
     this.enc.finishCall();
-    this.#closeStream();
+    this.#closeStream(true);
     // Whoever still awaits a reply (the client went away) gives up.
     this.dec.resolve('stop');
     this.enc.resolve('stop');
@@ -188,7 +198,8 @@ export class ExtProcFilter {
     const msg = payloadMessage(payload);
     msg.metadata_context = forwardedMetadata(this.cfg.forwardingNamespaces, this.callbacks.dynamicMetadata);
     if (st.direction === 'request' && !st.attributesSent && this.cfg.requestAttributes.length > 0) {
-      const source = payload.kind === 'request_headers' ? payload.headers : (st.headers ?? undefined);
+      // Envoy evaluates attributes against the stream's request headers, held or not.
+      const source = payload.kind === 'request_headers' ? payload.headers : (this.#requestHeaders ?? undefined);
       if (source !== undefined) {
         const attrs = requestAttributes(this.cfg.requestAttributes, source, this.callbacks.info);
         msg.attributes = { 'envoy.filters.http.ext_proc': toStruct(attrs) };
@@ -215,9 +226,15 @@ export class ExtProcFilter {
     return this.#stream;
   }
 
-  #closeStream(): void {
+  /**
+   * `graceful`: Envoy's `closeStreamMaybeGraceful()` (onDestroy, the last-response and encodeHeaders closes, an
+   * ImmediateResponse), which half-closes and waits under `ext_proc_graceful_grpc_close`. Everything else (message
+   * timeout, spurious reply, mutation error, a stream the server already ended) is `closeStream()`: END_STREAM and
+   * RST_STREAM at once whatever the guard says (ext_proc.cc, client_impl.cc `ExternalProcessorStreamImpl::close`).
+   */
+  #closeStream(graceful = false): void {
     if (this.#stream === null) return;
-    if (this.#stream.close()) this.stats.inc('streams_closed');
+    if (this.#stream.close(graceful)) this.stats.inc('streams_closed');
     this.#stream = null;
   }
 
@@ -241,7 +258,7 @@ export class ExtProcFilter {
       this.#closeIfLastResponse(msg);
     } else if (result.kind === 'spurious') {
       this.stats.inc('spurious_msgs_received');
-      if (this.cfg.failureModeAllow) {
+      if (this.#failureModeAllow()) {
         this.stats.inc('failure_mode_allowed');
         this.#closeStream();
         this.#complete = true;
@@ -264,7 +281,7 @@ export class ExtProcFilter {
       this.#complete = true;
       this.dec.finishCall();
       this.enc.finishCall();
-      this.#closeStream();
+      this.#closeStream(true);
       this.#sendImmediateResponse(msg.immediate_response ?? {});
       return { kind: 'ok' };
     }
@@ -274,7 +291,7 @@ export class ExtProcFilter {
     this.#setDynamicMetadata(msg);
     const r = route.handle(st, (msg[route.field] ?? {}) as object, this.#ctx);
     if (r.kind === 'ok') st.resolve('applied');
-    return r.kind === 'spurious' ? { kind: 'spurious', message: 'spurious message' } : r;
+    return r.kind === 'spurious' ? { kind: 'spurious', message: r.message ?? 'spurious message' } : r;
   }
 
   #inHeaderState(): boolean {
@@ -315,16 +332,52 @@ export class ExtProcFilter {
    */
   #closeIfLastResponse(msg: WireProcessingResponse): void {
     if (!this.#closeAfterLastResponse) return;
-    if (this.#stream !== null && isLastResponse(msg, this.dec, this.enc)) {
+    if (this.#stream !== null && isLastResponse(msg, this.dec, this.enc, this.#requestPathDone())) {
       this.#complete = true;
-      this.#closeStream();
+      this.#closeStream(true);
     }
+  }
+
+  /**
+   * Envoy 1.37's `Filter::encodeHeaders` (envoyproxy/envoy#41425): "If there is no external processing configured in
+   * the encoding path, closing the gRPC stream if it is still open" (`encoding_state_.noExternalProcess()`, then
+   * `closeStreamMaybeGraceful()`, which also marks processing complete). Played as the fixed 1.37 line has it
+   * (#45617, backported as #46836): under the `ext_proc_stream_close_optimization` guard and only once the request
+   * path is done with the processor (1.37.0 closed even while a request-path reply was pending, a bug).
+   */
+  #closeIfResponsePathIdle(): void {
+    if (!this.#closeAfterLastResponse || this.#complete || this.#stream === null) return;
+    const enc = this.enc;
+    if (enc.sendHeaders || enc.sendTrailers || enc.bodyMode !== 'NONE') return;
+    if (!this.#requestPathDone()) return;
+    this.#complete = true;
+    this.#closeStream(true);
+  }
+
+  /**
+   * Envoy's `Filter::failureModeAllow()` (envoyproxy/envoy#41276): under FULL_DUPLEX_STREAMED a direction that has
+   * received body data fails closed whatever the config says, since Envoy drained its copy of the chunks it sent.
+   */
+  #failureModeAllow(): boolean {
+    for (const st of [this.dec, this.enc]) {
+      if (st.bodyMode === 'FULL_DUPLEX_STREAMED' && st.duplex?.bodyReceived === true) return false;
+    }
+    return this.cfg.failureModeAllow;
+  }
+
+  /** Envoy's decoding-side `noMoreExternalProcess()`: no reply pending and nothing more to send on the request path. */
+  #requestPathDone(): boolean {
+    const dec = this.dec;
+    if (dec.callbackState !== 'Idle') return false;
+    // FULL_DUPLEX_STREAMED: done once the processor ended the body it streams back (or answered the trailers).
+    if (dec.duplex !== null && !dec.noBody) return dec.duplex.ended;
+    return this.#requestSettled;
   }
 
   #onGrpcError(code: number, details: string): void {
     this.stats.inc('streams_failed');
     if (this.#complete) return;
-    if (this.cfg.failureModeAllow) {
+    if (this.#failureModeAllow()) {
       this.#onGrpcClose();
       this.stats.inc('failure_mode_allowed');
       return;
@@ -353,7 +406,7 @@ export class ExtProcFilter {
     this.stats.inc('message_timeouts');
     this.#complete = true;
     this.#closeStream();
-    if (this.cfg.failureModeAllow) {
+    if (this.#failureModeAllow()) {
       this.stats.inc('failure_mode_allowed');
       this.#clearAsyncState('bypass');
       return;

@@ -194,6 +194,33 @@ describe('buffered body mutation', () => {
     expect(scenario.upstreams['backend_a']?.requests[0]?.body.length).toBe(0);
   });
 
+  // With request_header_mode SKIP the filter never holds the headers: `Filter::onHeaders` (the only place that calls
+  // `state.setHeaders`) does not run, decodeHeaders returns Continue and the router starts the upstream request with
+  // the route it has. The body reply's header mutation then finds no headers
+  // (`ProcessorState::processHeaderMutationIfAvailable`: "Response had header mutations but headers aren't
+  // available"), so neither it nor clear_route_cache can change the upstream or its headers. Read in
+  // source/extensions/filters/http/ext_proc/ext_proc.cc and processor_state.cc, envoyproxy/envoy main copies in the
+  // public code index (the ones with `closeGrpcStreamIfLastRespReceived` and `validateContentLength`).
+  it('headers SKIP: a body reply cannot mutate headers or re-route (they went upstream already)', async () => {
+    scenario = await startScenario({
+      filter: { processing_mode: { request_header_mode: 'SKIP', request_body_mode: 'BUFFERED', response_header_mode: 'SKIP' } },
+      handler: onFirst({
+        header_mutation: { set_headers: [setHeader('x-target-cluster', 'backend_b'), setHeader('x-from-body', 'yes')] },
+        body_mutation: { body: Buffer.from('rewritten, longer than before') },
+        clear_route_cache: true,
+      }),
+    });
+    const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'backend_a' }, body: 'original' }));
+    expect(r.status).toBe(200);
+    expect(scenario.extProc.requests().map((m) => m.request)).toEqual(['request_body']);
+    expect(scenario.upstreams['backend_b']?.requests).toHaveLength(0);
+    const seen = scenario.upstreams['backend_a']?.requests[0];
+    expect(seen?.headers['x-from-body']).toBeUndefined();
+    // No content-length check either (no headers); Envoy already dropped content-length for BUFFERED + SKIP.
+    expect(seen?.body.toString()).toBe('rewritten, longer than before');
+    expect(seen?.headers['content-length']).toBeUndefined();
+  });
+
   it('CONTINUE_AND_REPLACE on the headers reply replaces the body, drops content-length and sends no body message', async () => {
     scenario = await startScenario({
       filter: BUFFERED,

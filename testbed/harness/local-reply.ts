@@ -1,6 +1,6 @@
 /**
  * Envoy-shaped local replies: the headers `Utility::prepareLocalReply` builds (`:status`, then the caller's header
- * changes, then content-length and a text/plain content-type unless one was set) and the router's texts for upstream
+ * changes, then content-length and a text/plain content-type unless one was set; neither for an empty body) and the router's texts for upstream
  * failures, so tests and servers see what Envoy would send.
  */
 import type { LocalReply } from './ext-proc-effects.js';
@@ -14,7 +14,9 @@ export function localReplyHeaders(reply: LocalReply): HeaderMap {
     headers.set('content-length', String(reply.body.length));
     if (!headers.has('content-type')) headers.set('content-type', 'text/plain');
   } else {
-    headers.set('content-length', '0');
+    // Utility::prepareLocalReply: an empty body has neither (the HTTP/1 codec writes content-length: 0 itself).
+    headers.remove('content-length');
+    headers.remove('content-type');
   }
   return headers;
 }

@@ -27,7 +27,8 @@ export interface HandlerContext {
   clearRouteCache(): void;
 }
 
-export type HandleResult = { kind: 'ok' } | { kind: 'spurious' } | { kind: 'error'; message: string };
+/** `spurious` carries Envoy's FailedPrecondition text where it is not the plain "spurious message". */
+export type HandleResult = { kind: 'ok' } | { kind: 'spurious'; message?: string } | { kind: 'error'; message: string };
 
 const OK: HandleResult = { kind: 'ok' };
 const SPURIOUS: HandleResult = { kind: 'spurious' };
@@ -169,7 +170,12 @@ function handleDuplexBodyResponse(st: ProcessorState, common: WireCommonResponse
   const d = st.duplex;
   if (d === null || st.callbackState !== 'StreamedBodyCallback') return SPURIOUS;
   const streamed = common.body_mutation?.streamed_response;
-  if (!has(streamed)) return SPURIOUS;
+  if (!has(streamed)) {
+    return {
+      kind: 'spurious',
+      message: 'spurious message: Normal body mutation response is received while body_mode_ is FULL_DUPLEX_STREAMED',
+    };
+  }
   const eos = streamed.end_of_stream === true;
   if (eos && d.trailers !== null) {
     return { kind: 'error', message: 'kvgate_harness:_streamed_response_end_of_stream_before_the_trailers' };

@@ -114,6 +114,50 @@ describe('cluster_header', () => {
   });
 });
 
+// `Utility::prepareLocalReply` (source/common/http/utility.cc, envoyproxy/envoy main copy in the public code index):
+// an empty local-reply body gets `removeContentLength()` and `removeContentType()`, so the encoder filters (ext_proc,
+// and through it the processor) see `:status` alone; HTTP/1's codec puts `content-length: 0` on the wire.
+describe('an empty local reply through the encode path', () => {
+  it('reaches the processor without content-length or content-type; the client still sees content-length 0', async () => {
+    scenario = await startScenario({
+      handler: async (s) => {
+        for (let m = await s.recv(); m !== null; m = await s.recv()) {
+          // A content-type on an empty ImmediateResponse is dropped the same way.
+          s.send(reply(m, { header_mutation: { set_headers: [setHeader('x-seen', 'yes')] } }));
+        }
+      },
+    });
+    const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'nope' } }));
+    expect(r.status).toBe(503);
+    expect(r.headers['content-length']).toBe('0');
+    const sent = scenario.extProc.requests().find((m) => m.request === 'response_headers');
+    const keys = sent?.response_headers?.headers?.headers?.map((h) => h.key) ?? [];
+    expect(keys).toContain(':status');
+    expect(keys).not.toContain('content-length');
+    expect(keys).not.toContain('content-type');
+  });
+
+  it('an ImmediateResponse with an empty body loses its content-type, as Envoy drops it', async () => {
+    scenario = await startScenario({
+      filter: NO_RESPONSE,
+      handler: async (s) => {
+        await s.recv();
+        s.send({
+          immediate_response: {
+            status: { code: 'TooManyRequests' },
+            headers: { set_headers: [setHeader('content-type', 'application/json'), setHeader('retry-after', '1')] },
+          },
+        });
+      },
+    });
+    const r = ok(await request(scenario.url, { headers: { 'x-target-cluster': 'backend_a' } }));
+    expect(r.status).toBe(429);
+    expect(r.headers['retry-after']).toBe('1');
+    expect(r.headers['content-type']).toBeUndefined();
+    expect(r.headers['content-length']).toBe('0');
+  });
+});
+
 describe('ORIGINAL_DST', () => {
   const dst = (metadataKey = false): Record<string, unknown> => ({
     name: 'dynamic_dst',

@@ -37,7 +37,10 @@ function heldUpstream(): { handler: UpstreamHandler; started: Promise<void>; fin
 }
 
 /** Runs one streamed request and reports whether the ext_proc stream was still open while the body streamed. */
-async function lifetimeOf(version: EnvoyVersion, extra: { runtime?: Record<string, boolean>; expectClosed?: boolean } = {}) {
+async function lifetimeOf(
+  version: EnvoyVersion,
+  extra: { runtime?: Record<string, boolean>; expectClosed?: boolean; filter?: Record<string, unknown>; body?: string } = {},
+) {
   const upstream = heldUpstream();
   let stream: FakeExtProcStream | undefined;
   let endedHow: 'end' | 'cancelled' | undefined;
@@ -49,10 +52,10 @@ async function lifetimeOf(version: EnvoyVersion, extra: { runtime?: Record<strin
     },
     upstreamHandler: upstream.handler,
     harness: { envoyVersion: version },
-    filter: RELAXED,
+    filter: { ...RELAXED, ...(extra.filter ?? {}) },
     ...(extra.runtime === undefined ? {} : { runtime: extra.runtime }),
   });
-  const pending = request(scenario.url, { headers: TO_A });
+  const pending = request(scenario.url, { headers: TO_A, ...(extra.body === undefined ? {} : { body: extra.body }) });
   await upstream.started;
   // While the upstream still streams: a stream that should close is awaited (bounded), one that should stay open is
   // looked at after a short pause; neither depends on how fast a loaded machine is.
@@ -75,6 +78,29 @@ describe('ext_proc stream lifetime', () => {
   it('Envoy 1.37 closes it after the response_headers answer (END_STREAM then RST_STREAM)', async () => {
     const l = await lifetimeOf('1.37', { expectClosed: true });
     expect(l).toMatchObject({ openWhileStreaming: false, status: 200, reset: true });
+  });
+
+  // Envoy 1.37 (envoyproxy/envoy#41425, source/extensions/filters/http/ext_proc/ext_proc.cc `Filter::encodeHeaders`,
+  // read in the public index copy that has `closeGrpcStreamIfLastRespReceived`): "If there is no external processing
+  // configured in the encoding path, closing the gRPC stream if it is still open" — `encoding_state_.noExternalProcess()`
+  // (processor_state.h: headers SKIP, body NONE, trailers SKIP) calls `closeStreamMaybeGraceful()` when the response
+  // headers arrive. That is the only close a BUFFERED request body gets before the request ends, as
+  // `isLastBodyResponse` never counts a BUFFERED body reply. Since #45617 (backported to v1.37 as #46836) it sits
+  // under the `ext_proc_stream_close_optimization` guard and waits for the request path to be done with the processor.
+  const BUFFERED_SKIP = { processing_mode: { request_body_mode: 'BUFFERED', response_header_mode: 'SKIP' } };
+  const MODEL = JSON.stringify({ model: 'm' });
+
+  it('Envoy 1.37 closes it when the response headers reach a response path with nothing to process', async () => {
+    const l = await lifetimeOf('1.37', { filter: BUFFERED_SKIP, body: MODEL, expectClosed: true });
+    expect(l).toMatchObject({ openWhileStreaming: false, status: 200, reset: true });
+    expect(l.body).toContain('[DONE]');
+  });
+
+  it('Envoy 1.36 (or the guard off) keeps that stream open until the request ends', async () => {
+    expect((await lifetimeOf('1.36', { filter: BUFFERED_SKIP, body: MODEL })).openWhileStreaming).toBe(true);
+    await scenario?.close();
+    const off = { 'envoy.reloadable_features.ext_proc_stream_close_optimization': false };
+    expect((await lifetimeOf('1.37', { filter: BUFFERED_SKIP, body: MODEL, runtime: off })).openWhileStreaming).toBe(true);
   });
 
   it('layered_runtime can turn the 1.37 close optimisation off; on 1.36 the key changes nothing', async () => {
