@@ -374,3 +374,40 @@ describe('a sidecar of the other role', () => {
     expect(poller.viewFor(table).endpoints('a-prefill')[0]).toMatchObject({ verified: true });
   });
 });
+
+describe('pollOnce while a round runs', () => {
+  it('answers after a round that started after the call, not the one already reading (which may have seen the old answer)', async () => {
+    const table = tableWithStatus();
+    const pool = table.pools.get('a-decode')!;
+    let answer = { fingerprint: pool.fingerprint, verified: true, draining: false };
+    let release: (() => void) | undefined;
+    let calls = 0;
+    const poller = createWorkerPoller(
+      { intervalMs: 1000, timeoutMs: 500, staleAfterMs: 5000 },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        table: () => table,
+        fetch: (async (url: string) => {
+          const body = JSON.stringify(answer); // read now, answered later: a round in flight has the old answer
+          if (!url.includes(pool.endpoints[0]!.address)) return new Response(body);
+          calls++;
+          if (calls === 1) await new Promise<void>((r) => (release = r));
+          return new Response(body);
+        }) as typeof fetch,
+      },
+    );
+    const first = poller.pollOnce();
+    await new Promise((r) => setImmediate(r));
+    answer = { ...answer, verified: false }; // the sidecar changed while the first round was reading
+    const second = poller.pollOnce();
+    const third = poller.pollOnce();
+    expect(third).toBe(second); // one follow-up round for every caller meanwhile
+    release!();
+    await first;
+    await second;
+    expect(calls).toBe(2);
+    expect(poller.viewFor(table).endpoints('a-decode')[0]).toMatchObject({ verified: false });
+  });
+});

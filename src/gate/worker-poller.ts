@@ -281,6 +281,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
 
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
+  let next: Promise<void> | undefined;
   const refreshing = new Map<string, { again: boolean }>();
   // refresh() runs at the end of every ext_proc stream: find the endpoint by address without scanning every pool's
   // endpoints each time. Rebuilt when the table or a pool's endpoint list (discovery) changes: O(pools) per call.
@@ -352,7 +353,16 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
       };
     },
     pollOnce() {
-      running ??= (async () => {
+      if (running !== undefined) {
+        // A round under way may have read a sidecar before the change this caller wants seen (a pod replaced, a drain):
+        // one more round after it, shared by every caller meanwhile, rather than joining it.
+        next ??= running.then(() => {
+          next = undefined;
+          return poller.pollOnce();
+        });
+        return next;
+      }
+      running = (async () => {
         const targets = new Map<string, CompiledEndpoint & { readonly status: string }>();
         const addresses = new Set<string>();
         for (const p of deps.table().pools.values()) {
