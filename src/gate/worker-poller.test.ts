@@ -7,6 +7,18 @@ import { eligibleFor } from '../decide/pick.js';
 import { createEndpointLoad } from './endpoint-load.js';
 import { createWorkerPoller } from './worker-poller.js';
 
+/** A poller over `table` with the tests' timings (1 s interval, `timeoutMs`, 5 s stale) and a silent logger. */
+function pollerFor(
+  table: ReturnType<typeof tableFromValue>,
+  deps: Partial<Parameters<typeof createWorkerPoller>[1]> = {},
+  timeoutMs = 200,
+) {
+  return createWorkerPoller(
+    { intervalMs: 1000, timeoutMs, staleAfterMs: 5000 },
+    { inFlight: createInFlightTracker(), logger: pino({ level: 'silent' }), registry: new Registry(), table: () => table, ...deps },
+  );
+}
+
 /** a-decode's first endpoint polled at its own address, its second with no status URL (opted in as unverified, or not). */
 function tableWithStatus(optIn = false) {
   const v = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string; status?: string }> }> };
@@ -25,16 +37,13 @@ describe('live worker view', () => {
 
   function setup(answer: () => Response | Promise<Response>) {
     let t = 1_000_000;
-    const poller = createWorkerPoller(
-      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+    const poller = pollerFor(
+      table,
       {
-        inFlight: createInFlightTracker(),
-        logger: pino({ level: 'silent' }),
-        registry: new Registry(),
-        table: () => table,
         now: () => t,
         fetch: (async () => answer()) as typeof fetch,
       },
+      200,
     );
     return { poller, view: poller.viewFor(table), advance: (ms: number) => (t += ms) };
   }
@@ -57,15 +66,12 @@ describe('live worker view', () => {
 
   it('routes an endpoint without a status URL only when the table declares it unverified: true', async () => {
     const optedIn = tableWithStatus(true);
-    const poller = createWorkerPoller(
-      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+    const poller = pollerFor(
+      optedIn,
       {
-        inFlight: createInFlightTracker(),
-        logger: pino({ level: 'silent' }),
-        registry: new Registry(),
-        table: () => optedIn,
         fetch: (async () => status({ fingerprint: pool.fingerprint, verified: true, draining: false })) as typeof fetch,
       },
+      200,
     );
     const view = poller.viewFor(optedIn);
     expect(view.endpoints('a-decode').find((e) => e.address === declaredOnly.address)).toMatchObject({
@@ -192,15 +198,12 @@ describe('live worker view: the routable index of a large pool', () => {
     const table = tableFromValue(v);
     const decode = table.pools.get('a-decode')!;
     let verified = false;
-    const poller = createWorkerPoller(
-      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+    const poller = pollerFor(
+      table,
       {
-        inFlight: createInFlightTracker(),
-        logger: pino({ level: 'silent' }),
-        registry: new Registry(),
-        table: () => table,
         fetch: (async () => new Response(JSON.stringify({ fingerprint: decode.fingerprint, verified, draining: false }))) as typeof fetch,
       },
+      200,
     );
     const view = poller.viewFor(table);
     const pick = () => eligibleFor([decode], view, decode.fingerprint, 'acme', { requestId: 'r' });
@@ -223,13 +226,9 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
   const pool = table.pools.get('a-decode')!;
   const address = '10.7.0.1:9090';
   function viewWith(reported: string | undefined) {
-    const poller = createWorkerPoller(
-      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+    const poller = pollerFor(
+      table,
       {
-        inFlight: createInFlightTracker(),
-        logger: pino({ level: 'silent' }),
-        registry: new Registry(),
-        table: () => table,
         endpointsOf: (p) =>
           p.name === 'a-decode' ? [{ address, status: `http://${address}`, fingerprint: pool.fingerprint, podUid: 'uid-1' }] : [],
         fetch: (async () =>
@@ -242,6 +241,7 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
             }),
           )) as typeof fetch,
       },
+      200,
     );
     return { poller, view: poller.viewFor(table) };
   }
@@ -311,13 +311,9 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
   it('an answer too large for a status (whatever holds the IP now) is refused unread past the limit, not buffered whole', async () => {
     let pulled = 0;
     const chunk = new TextEncoder().encode(`"${'x'.repeat(64 * 1024 - 2)}",`);
-    const poller = createWorkerPoller(
-      { intervalMs: 1000, timeoutMs: 5000, staleAfterMs: 5000 },
+    const poller = pollerFor(
+      table,
       {
-        inFlight: createInFlightTracker(),
-        logger: pino({ level: 'silent' }),
-        registry: new Registry(),
-        table: () => table,
         endpointsOf: (p) =>
           p.name === 'a-decode' ? [{ address, status: `http://${address}`, fingerprint: pool.fingerprint, podUid: 'uid-1' }] : [],
         fetch: (async () => {
@@ -337,6 +333,7 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
           return new Response(body, { status: 200, headers: { 'content-type': 'application/json' } });
         }) as typeof fetch,
       },
+      5000,
     );
     await poller.pollOnce(); // 64 MiB on offer
     expect(pulled).toBeLessThan(8 * 1024 * 1024);
@@ -353,15 +350,12 @@ describe('a sidecar of the other role', () => {
     const table = tableFromValue(v);
     const fp = table.pools.get('a-prefill')!.fingerprint;
     let role = 'decode';
-    const poller = createWorkerPoller(
-      { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
+    const poller = pollerFor(
+      table,
       {
-        inFlight: createInFlightTracker(),
-        logger: pino({ level: 'silent' }),
-        registry: new Registry(),
-        table: () => table,
         fetch: (async () => new Response(JSON.stringify({ fingerprint: fp, verified: true, draining: false, role }))) as typeof fetch,
       },
+      200,
     );
     await poller.pollOnce();
     const view = poller.viewFor(table);
@@ -382,13 +376,9 @@ describe('pollOnce while a round runs', () => {
     let answer = { fingerprint: pool.fingerprint, verified: true, draining: false };
     let release: (() => void) | undefined;
     let calls = 0;
-    const poller = createWorkerPoller(
-      { intervalMs: 1000, timeoutMs: 500, staleAfterMs: 5000 },
+    const poller = pollerFor(
+      table,
       {
-        inFlight: createInFlightTracker(),
-        logger: pino({ level: 'silent' }),
-        registry: new Registry(),
-        table: () => table,
         fetch: (async (url: string) => {
           const body = JSON.stringify(answer); // read now, answered later: a round in flight has the old answer
           if (!url.includes(pool.endpoints[0]!.address)) return new Response(body);
@@ -397,6 +387,7 @@ describe('pollOnce while a round runs', () => {
           return new Response(body);
         }) as typeof fetch,
       },
+      500,
     );
     const first = poller.pollOnce();
     await new Promise((r) => setImmediate(r));
