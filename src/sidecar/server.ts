@@ -6,6 +6,7 @@
  * `GET /healthz` (200 only while serving), `GET /metrics` (Prometheus). Drain and undrain are on the loopback admin
  * port and metrics also on their own port (side-ports.ts); a drain sent to the main port is refused and audited.
  */
+import { setMaxListeners } from 'node:events';
 import http from 'node:http';
 import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
@@ -94,11 +95,17 @@ interface Runtime {
   readonly replay: ReplayGuard;
 }
 
+/** Listeners a request's own abort signal may carry before Node warns: well above what one request's calls add. */
+const REQUEST_SIGNAL_LISTENERS = 64;
+
 /** Start a sidecar: listen, probe the worker once, then keep probing. Resolves when it is ready to serve. */
 export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): Promise<Sidecar> {
   const metrics = createSidecarMetrics(deps.registry);
   const now = deps.now ?? Date.now;
   const closed = new AbortController();
+  // Every request in flight and every shared worker read listens on `closed` until it ends (removed then): as many as
+  // maxInFlight plus a few, not a leak. Node's default warning at 11 would tell operators otherwise.
+  setMaxListeners(0, closed.signal);
   const state = new SidecarState(config, metrics, deps.logger, now);
   const auth =
     deps.workerAuth === undefined
@@ -390,6 +397,9 @@ async function handleCompletion(
   rt.state.enter(requestId);
   // Aborted when the client goes away before the answer ended, or the sidecar closes.
   const aborter = new AbortController();
+  // One listener per upstream call of this request (prefill leg attempts, /tokenize, /version, reads, the decode leg),
+  // each gone with the request: bounded by what one request does, which can pass Node's warning threshold of 10.
+  setMaxListeners(REQUEST_SIGNAL_LISTENERS, aborter.signal);
   const unlink = abortWith(rt.ctx.closed, aborter);
   res.once('close', () => {
     unlink();
