@@ -15,6 +15,14 @@ import { staticStatusOf, toStatus, type SidecarStatus, type StaticStatus } from 
  */
 export const RECEIVED_KEPT = 1024;
 
+/**
+ * How old a verified verdict may be before it no longer counts: three probe intervals plus four probe timeouts (a round
+ * makes several calls, each bounded by the timeout). 65 s with the defaults (15 s, 5 s).
+ */
+export function staleVerdictMs(probe: { readonly intervalMs: number; readonly timeoutMs: number }): number {
+  return 3 * probe.intervalMs + 4 * probe.timeoutMs;
+}
+
 /** Probe verdict, drain and in-flight accounting for one sidecar; `#private` so only its methods change it. */
 export class SidecarState {
   readonly #config: SidecarConfig;
@@ -46,7 +54,7 @@ export class SidecarState {
 
   status(): SidecarStatus {
     return toStatus(this.#config, this.#fixed, {
-      verdict: this.#verdict,
+      verdict: this.#currentVerdict(),
       checkedAtMs: this.#checkedAtMs,
       draining: this.#draining,
       drainAdmitsUntilMs: this.#admitsUntilMs,
@@ -54,6 +62,26 @@ export class SidecarState {
       engineId: this.#engineId,
       requests: { inFlight: [...this.#active.keys()], received: [...this.#received] },
     });
+  }
+
+  /**
+   * The last verdict while it is fresh. A verified verdict older than `staleVerdictMs` (the probe loop stopped keeping
+   * up: a round that never ends, a timer gone) no longer vouches for the worker: the gate stops routing here and
+   * admission refuses, until a round finishes again. Judged on this sidecar's own clock, so no skew enters.
+   */
+  #currentVerdict(): ProbeVerdict | null {
+    const v = this.#verdict;
+    if (v === null || !v.verified || this.#checkedAtMs === null) return v;
+    const age = this.#now() - this.#checkedAtMs;
+    const limit = staleVerdictMs(this.#config.probe);
+    if (age <= limit) return v;
+    return {
+      ...v,
+      verified: false,
+      reasons: [
+        `the last probe finished ${age} ms ago, more than ${limit} ms (3 x probe.intervalMs + 4 x probe.timeoutMs): the verdict is stale, the probe loop is not keeping up`,
+      ],
+    };
   }
 
   /**
