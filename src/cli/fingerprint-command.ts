@@ -14,6 +14,7 @@ import { formatIssues } from '../config/issues.js';
 import { compareObservation } from '../sidecar/compare.js';
 import { measureCanaries, observeWorker } from '../sidecar/probe.js';
 import { workerApiKeyFlags } from '../sidecar/command.js';
+import { isWorkerBaseUrl } from '../sidecar/config.js';
 import { loadWorkerAuth, WorkerApiKeySchema } from '../sidecar/worker-auth.js';
 
 const HELP = `usage: kvgate fingerprint [--worker URL] [--descriptor FILE] [--model NAME] [--json]
@@ -60,7 +61,7 @@ export async function fingerprintCommand(argv: readonly string[]): Promise<numbe
     process.stdout.write(HELP);
     return values.help ? 0 : 2;
   }
-  if (values.worker !== undefined && !isHttpUrl(values.worker)) {
+  if (values.worker !== undefined && !isWorkerBaseUrl(values.worker)) {
     process.stderr.write(
       `kvgate fingerprint: --worker must be the worker's base URL, e.g. http://127.0.0.1:8000, got ${JSON.stringify(values.worker.slice(0, 200))}\n`,
     );
@@ -147,13 +148,4 @@ function render(out: Record<string, unknown>): string {
     if (only.length) lines.push(`declared, not verified by any probe: ${only.join(', ')}`);
   }
   return `${lines.join('\n')}\n`;
-}
-
-function isHttpUrl(s: string): boolean {
-  try {
-    const u = new URL(s);
-    return u.protocol === 'http:' || u.protocol === 'https:';
-  } catch {
-    return false;
-  }
 }

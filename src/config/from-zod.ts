@@ -80,23 +80,25 @@ export function fromZodIssues(
   const prefix = ctx.prefix ?? [];
   const segments = (zi: ZodIssue) => zi.path.filter((p): p is PathSegment => typeof p === 'string' || typeof p === 'number');
   // A misspelt key is reported once, as the unknown key with its "did you mean": not also as the key it meant missing.
+  // Each unknown key's guess, worked out once: what it meant, and its fix below.
   const meant = new Set<string>();
+  const guesses = new Map<ZodIssue, { readonly known: string[]; readonly guesses: (string | undefined)[] }>();
   for (const zi of issues) {
     if (zi.code !== 'unrecognized_keys') continue;
     const path = segments(zi);
-    for (const key of zi.keys) {
-      const guess = closestMatch(key, knownKeys(ctx.root, path));
-      if (guess !== undefined) meant.add(JSON.stringify([...path, guess]));
-    }
+    const known = knownKeys(ctx.root, path);
+    const each = zi.keys.map((key) => closestMatch(key, known));
+    for (const guess of each) if (guess !== undefined) meant.add(JSON.stringify([...path, guess]));
+    guesses.set(zi, { known, guesses: each });
   }
   for (const zi of issues) {
     const path = segments(zi);
     if (zi.code !== 'unrecognized_keys' && valueAt(ctx.data, path) === undefined && meant.has(JSON.stringify(path))) continue;
     if (zi.code === 'unrecognized_keys') {
-      const known = knownKeys(ctx.root, path);
-      for (const key of zi.keys) {
+      const { known, guesses: each } = guesses.get(zi)!;
+      for (const [i, key] of zi.keys.entries()) {
         const full = [...path, key];
-        const guess = closestMatch(key, known);
+        const guess = each[i];
         const fix = guess
           ? `did you mean "${guess}"? Rename the key (keys accepted here: ${listOf(known)})`
           : `remove it; keys accepted here: ${listOf(known)}`;

@@ -181,7 +181,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     // A worker upgraded in place reports another fingerprint: verified as itself, but not as this pool's group.
     // A worker whose live NIXL hash is not the revision's prediction is not routed either (observed-hash.ts).
     if (state !== 'routable') return state;
-    return o.fingerprint !== e.fingerprint || hashProblem(deps.table(), p, e, o) !== null ? 'unverified' : state;
+    return o.fingerprint !== e.fingerprint || poolProblem(deps.table(), p, e, o) !== null ? 'unverified' : state;
   }
 
   /**
@@ -190,7 +190,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
    * selector would take prefill legs as whole requests). One observation serves every pool that lists the endpoint,
    * so this is judged per pool.
    */
-  function hashProblem(table: CompiledRouteTable, p: CompiledPool, e: CompiledEndpoint, o: Observation | undefined): string | null {
+  function poolProblem(table: CompiledRouteTable, p: CompiledPool, e: CompiledEndpoint, o: Observation | undefined): string | null {
     const rev = table.revisions.get(p.revision);
     if (o === undefined || rev === undefined) return null;
     if (o.role !== undefined && p.role !== 'both' && o.role !== p.role) {
@@ -271,7 +271,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     return {
       address: e.address,
       fingerprint: fresh ? o.fingerprint : null,
-      verified: fresh && o.verified && hashProblem(table, p, e, o) === null,
+      verified: fresh && o.verified && poolProblem(table, p, e, o) === null,
       draining: o?.draining ?? false,
       inFlight,
       observedAtMs: o?.observedAtMs ?? 0,
@@ -393,7 +393,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         endpoints: endpointsOf(p).map((e) => {
           const o = seen.get(keyOf(e));
           const state = endpointState(p, e, o);
-          const hash = p.draining || e.status === null ? null : hashProblem(deps.table(), p, e, o);
+          const hash = p.draining || e.status === null ? null : poolProblem(deps.table(), p, e, o);
           const why = p.draining
             ? ['the route table drains this pool']
             : e.status === null

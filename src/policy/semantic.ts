@@ -184,12 +184,7 @@ function checkModelTenants(ctx: CheckContext): void {
     const revisions = [m.rollout.stable, m.rollout.candidate].filter((r): r is string => r !== undefined);
     const pools = table.pools.filter((p) => revisions.includes(p.revision));
     if (pools.length === 0) continue; // reported by checkRoleCoverage
-    const serves = (tenant: string | null): boolean =>
-      revisions.some((r) => {
-        const ok = pools.filter((p) => p.revision === r && tenantAllowed(p.tenants, tenant));
-        const both = ok.some((p) => p.role === 'both');
-        return both || (ok.some((p) => p.role === 'decode') && ok.some((p) => p.role === 'prefill'));
-      });
+    const serves = (tenant: string | null): boolean => revisions.some((r) => revisionServes(table, r, tenant));
     const open = m.tenants.includes('*');
     const missing = open ? (serves(null) ? [] : ['*']) : m.tenants.filter((t) => !serves(t));
     if (missing.length === 0) continue;

@@ -31,17 +31,19 @@ const loopbackHostPort = hostPort.refine((s) => /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3
     'must be a loopback address (127.0.0.1:PORT or [::1]:PORT): drain and undrain take a worker in and out of service, so only the pod itself may call them',
 });
 
-const httpUrl = z.string().refine(
-  (s) => {
-    try {
-      const u = new URL(s);
-      return (u.protocol === 'http:' || u.protocol === 'https:') && u.username === '' && u.search === '' && u.hash === '';
-    } catch {
-      return false;
-    }
-  },
-  { message: 'must be an http(s) URL without credentials or query, e.g. http://127.0.0.1:8000' },
-);
+/** A worker's base URL as the sidecar (and `kvgate fingerprint --worker`) takes it: http(s), no credentials, query or fragment. */
+export function isWorkerBaseUrl(s: string): boolean {
+  try {
+    const u = new URL(s);
+    return (u.protocol === 'http:' || u.protocol === 'https:') && u.username === '' && u.search === '' && u.hash === '';
+  } catch {
+    return false;
+  }
+}
+
+const httpUrl = z.string().refine(isWorkerBaseUrl, {
+  message: 'must be an http(s) URL without credentials or query, e.g. http://127.0.0.1:8000',
+});
 
 const PrefillViaSchema = z.union([
   z.literal('direct').describe("POST straight to the contract's prefill endpoint (tests, or meshes without an internal listener)"),

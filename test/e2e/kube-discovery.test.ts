@@ -250,13 +250,15 @@ describe('readiness and reloads that add pools found by selector', () => {
     }
   }
 
-  it('a reload adding a pool in a namespace the gate may not watch (403) leaves a serving gate SERVING', async () => {
-    const api = await startKubeApiServer({ allowedNamespaces: [NS] });
-    cleanup.push(() => api.close());
-    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-kube-ready-'));
+  /**
+   * A gate over the two-revision table with static pools only (it needs no pod watch to start), plaintext, live worker
+   * view; `value` is the table as written, for a test to change and write again before a reload.
+   */
+  async function staticGate(extraConfig: Record<string, unknown>, deps: Partial<Parameters<typeof startGate>[1]>) {
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-kube-reload-'));
     const table = path.join(dir, 'route-table.yaml');
     const value = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
-    await writeFile(table, toYaml(value)); // static pools only: the gate needs no pod watch to start
+    await writeFile(table, toYaml(value));
     const cfg = parseGateConfig(
       toYaml({
         listen: '127.0.0.1:0',
@@ -266,6 +268,7 @@ describe('readiness and reloads that add pools found by selector', () => {
         policy: 'route-table.yaml',
         keys: { devSeed: SEED },
         workerView: { mode: 'live', intervalMs: 100, timeoutMs: 200, staleAfterMs: 2000 },
+        ...extraConfig,
       }),
       path.join(dir, 'gate.yaml'),
     );
@@ -275,17 +278,30 @@ describe('readiness and reloads that add pools found by selector', () => {
       keys: createDevKeyRing(SEED),
       registry: new Registry(),
       defaultMetrics: false,
-      kubeConfig: api.kubeConfig(),
-      discoveryBackoff: { initialMs: 20, maxMs: 100 },
+      ...deps,
     });
     cleanup.push(() => gate.close());
+    /** b-decode found by selector in `namespace` from now on: the table written again, and reloaded. */
+    const reloadWithSelectorPool = async (namespace: string) => {
+      const b = value.pools.find((p) => p['name'] === 'b-decode')!;
+      b['endpoints'] = [];
+      b['discovery'] = { kubernetes: { namespace, matchLabels: { app: 'llama' }, targetPort: 8000, statusPort: 9090 } };
+      await writeFile(table, toYaml(value));
+      return gate.policy.reload('test');
+    };
+    return { gate, reloadWithSelectorPool };
+  }
+
+  it('a reload adding a pool in a namespace the gate may not watch (403) leaves a serving gate SERVING', async () => {
+    const api = await startKubeApiServer({ allowedNamespaces: [NS] });
+    cleanup.push(() => api.close());
+    const { gate, reloadWithSelectorPool } = await staticGate(
+      {},
+      { kubeConfig: api.kubeConfig(), discoveryBackoff: { initialMs: 20, maxMs: 100 } },
+    );
     expect(await readiness(gate.healthPort!)).toBe('SERVING');
     // The reload: b-decode is now found by selector, in a namespace without RBAC for the gate.
-    const b = value.pools.find((p) => p['name'] === 'b-decode')!;
-    b['endpoints'] = [];
-    b['discovery'] = { kubernetes: { namespace: 'no-rbac-here', matchLabels: { app: 'llama' }, targetPort: 8000, statusPort: 9090 } };
-    await writeFile(table, toYaml(value));
-    expect((await gate.policy.reload('test')).ok).toBe(true);
+    expect((await reloadWithSelectorPool('no-rbac-here')).ok).toBe(true);
     await until(() => (api.counts()['forbidden'] ?? 0) >= 2, 'the new pool refused');
     expect(await readiness(gate.healthPort!)).toBe('SERVING');
     const discovery = (gate.status() as { discovery: Record<string, { state: string; lastError: string | null }> }).discovery;
@@ -293,33 +309,10 @@ describe('readiness and reloads that add pools found by selector', () => {
   });
 
   it('a reload adding the first selector pool with a kubeconfig that does not load keeps the gate serving its other pools', async () => {
-    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-kube-badcfg-'));
-    const table = path.join(dir, 'route-table.yaml');
-    const value = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
-    await writeFile(table, toYaml(value));
-    const cfg = parseGateConfig(
-      toYaml({
-        listen: '127.0.0.1:0',
-        health: '127.0.0.1:0',
-        admin: '',
-        insecure: true,
-        policy: 'route-table.yaml',
-        keys: { devSeed: SEED },
-        workerView: { mode: 'live', intervalMs: 100, timeoutMs: 200, staleAfterMs: 2000 },
-        discovery: { kubeconfig: 'no-such-kubeconfig.yaml' },
-      }),
-      path.join(dir, 'gate.yaml'),
-    );
-    if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
     const lines: string[] = [];
     const logger = pino({ level: 'error' }, { write: (l: string) => void lines.push(l) });
-    const gate = await startGate(cfg.value, { logger, keys: createDevKeyRing(SEED), registry: new Registry(), defaultMetrics: false });
-    cleanup.push(() => gate.close());
-    const b = value.pools.find((p) => p['name'] === 'b-decode')!;
-    b['endpoints'] = [];
-    b['discovery'] = { kubernetes: { namespace: NS, matchLabels: { app: 'llama' }, targetPort: 8000, statusPort: 9090 } };
-    await writeFile(table, toYaml(value));
-    expect((await gate.policy.reload('test')).ok).toBe(true);
+    const { gate, reloadWithSelectorPool } = await staticGate({ discovery: { kubeconfig: 'no-such-kubeconfig.yaml' } }, { logger });
+    expect((await reloadWithSelectorPool(NS)).ok).toBe(true);
     await until(() => lines.some((l) => l.includes('Kubernetes discovery could not start')), 'the discovery error logged');
     expect(await readiness(gate.healthPort!)).toBe('SERVING');
   });
