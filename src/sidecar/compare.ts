@@ -80,8 +80,8 @@ interface Acc {
   verified: Set<string>;
 }
 
-/** How a verdict's reasons begin when the worker did not answer the probe at all (launch-check.ts tells this apart). */
-export const WORKER_DOWN_REASON = 'the worker is down or unreachable';
+/** How a verdict's reasons begin when the worker did not answer the probe at all. */
+const WORKER_DOWN_REASON = 'the worker is down or unreachable';
 
 /** Compare one probe round with the declaration. Pure and total: every observation yields a verdict. */
 export function compareObservation(d: CompatDescriptor, o: Observation, opts: CompareOptions = {}): ProbeVerdict {

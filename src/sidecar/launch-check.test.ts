@@ -241,7 +241,12 @@ describe('judging a launch (pure)', () => {
   });
 
   it('a worker that stopped answering is a retryable worker failure (502), not a 409: nothing shows it became another revision', () => {
-    const down = status({ engineId: 'e1', verified: false, reasons: ['the worker is down or unreachable: connect ECONNREFUSED'] });
+    const down = status({
+      engineId: 'e1',
+      verified: false,
+      workerDown: true,
+      reasons: ['the worker is down or unreachable: connect ECONNREFUSED'],
+    });
     const judged = judgeLaunch('prefill', down, 'e1');
     expect(judged.kind === 'refuse' && [judged.error.code, judged.error.status]).toEqual(['worker_error', 502]);
     const after = restartRefusal('prefill', { ...down, engineId: null }, 'e2', 100);

@@ -17,7 +17,6 @@ import type { Logger } from 'pino';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import type { IncomingCall, SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, upstreamMessage } from './http-io.js';
-import { WORKER_DOWN_REASON } from './compare.js';
 import type { SidecarStatus } from './status.js';
 
 type Role = 'prefill' | 'decode';
@@ -74,7 +73,7 @@ export function judgeLaunch(
 
 /** The last probe found the worker not answering at all: not shown to be something else, just gone. */
 function isDown(status: SidecarStatus): boolean {
-  return status.reasons.some((r) => r.startsWith(WORKER_DOWN_REASON));
+  return status.workerDown;
 }
 
 /**

@@ -40,4 +40,18 @@ describe('the probe verdict goes stale when the probe loop stops keeping up', ()
     state.recordProbe(verified, false);
     expect(state.status().verified).toBe(true);
   });
+
+  it('says whether the last round found the worker down, which the launch check answers 502 rather than 409', () => {
+    const state = new SidecarState(config(), createSidecarMetrics(new Registry()), pino({ level: 'silent' }), () => 0);
+    const unverified = {
+      verified: false,
+      reasons: ['the worker is down or unreachable: connect ECONNREFUSED'],
+      measured: {},
+      declaredOnly: [],
+    };
+    state.recordProbe(unverified, true);
+    expect(state.status().workerDown).toBe(true);
+    state.recordProbe({ ...unverified, reasons: ['generation canary differs'] }, false);
+    expect(state.status().workerDown).toBe(false);
+  });
 });

@@ -32,6 +32,7 @@ export class SidecarState {
   readonly #fixed: StaticStatus;
   #verdict: ProbeVerdict | null = null;
   #checkedAtMs: number | null = null;
+  #workerDown = false;
   #draining = false;
   /** While draining: until when requests that arrive anyway are still admitted (the announce window); null otherwise. */
   #admitsUntilMs: number | null = null;
@@ -55,6 +56,7 @@ export class SidecarState {
   status(): SidecarStatus {
     return toStatus(this.#config, this.#fixed, {
       verdict: this.#currentVerdict(),
+      workerDown: this.#workerDown,
       checkedAtMs: this.#checkedAtMs,
       draining: this.#draining,
       drainAdmitsUntilMs: this.#admitsUntilMs,
@@ -91,6 +93,7 @@ export class SidecarState {
   recordProbe(verdict: ProbeVerdict, workerDown: boolean): void {
     const was = this.#verdict?.verified;
     this.#verdict = verdict;
+    this.#workerDown = workerDown;
     const engineId = verdict.measured['engineId'];
     this.#engineId = typeof engineId === 'string' ? engineId : null;
     this.#checkedAtMs = this.#now();

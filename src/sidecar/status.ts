@@ -18,6 +18,8 @@ export interface SidecarStatus {
   readonly descriptor: CompatDescriptor;
   readonly fingerprint: string;
   readonly verified: boolean;
+  /** The last probe found the worker not answering at all (down or unreachable), as opposed to answering as something else. */
+  readonly workerDown: boolean;
   readonly reasons: readonly string[];
   readonly measured: Readonly<Record<string, unknown>>;
   /** Descriptor fields taken from the declaration because no endpoint exposes them (not verified). */
@@ -76,6 +78,8 @@ export interface SidecarStatus {
 
 export interface StatusSnapshot {
   readonly verdict: ProbeVerdict | null;
+  /** The last probe round found the worker down (`recordProbe`'s `workerDown`). */
+  readonly workerDown?: boolean;
   readonly checkedAtMs: number | null;
   readonly draining: boolean;
   readonly drainAdmitsUntilMs?: number | null;
@@ -108,6 +112,7 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
     descriptor: config.descriptor,
     fingerprint: config.fingerprint,
     verified: verdict.verified,
+    workerDown: s.workerDown ?? false,
     reasons: verdict.reasons,
     measured: verdict.measured,
     declaredOnly: verdict.declaredOnly,
