@@ -22,6 +22,20 @@ describe('BoundedCache', () => {
     expect(cache.get('1', (k) => Number(k) * 2)).toBe(2);
   });
 
+  it('peek computes nothing; set replaces a value and keeps the bound', () => {
+    const c = new BoundedCache<number>(2);
+    expect(c.peek('a')).toBeUndefined();
+    c.set('a', 1);
+    c.set('a', 2);
+    expect(c.peek('a')).toBe(2);
+    expect(c.size).toBe(1);
+    c.set('b', 3);
+    c.set('c', 4); // full: starts over
+    expect(c.size).toBe(1);
+    expect(c.peek('a')).toBeUndefined();
+    expect(c.peek('c')).toBe(4);
+  });
+
   it('refuses a limit that is not a positive integer', () => {
     expect(() => new BoundedCache(0)).toThrow(/positive integer/);
   });

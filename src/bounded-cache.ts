@@ -23,6 +23,17 @@ export class BoundedCache<V> {
     return value;
   }
 
+  /** The cached value for `key`, or undefined; computes nothing. */
+  peek(key: string): V | undefined {
+    return this.#map.get(key);
+  }
+
+  /** Keep `value` for `key` (replacing any), under the same bound as `get`. */
+  set(key: string, value: V): void {
+    if (this.#map.size >= this.#limit && !this.#map.has(key)) this.#map = new Map();
+    this.#map.set(key, value);
+  }
+
   get size(): number {
     return this.#map.size;
   }

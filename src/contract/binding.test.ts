@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createKeyRing } from './keys.js';
-import { mintBinding, PendingBinding, verifyBinding, type Binding } from './binding.js';
+import { mintBinding, PendingBinding, reuseWindowMs, verifyBinding, type Binding } from './binding.js';
 import { mintContract } from './contract.js';
 import { exampleContractFields } from './testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
@@ -38,6 +38,79 @@ describe('binding', () => {
     expect(pending.token()).toBe(token);
     expect(pending.token()).toBe(token);
     expect(new PendingBinding({ ...fields, session: null }, ring).token()).toBe(mintBinding({ ...fields, session: null }, ring));
+  });
+
+  describe('reuse of a recent signature', () => {
+    // A ring of its own per test: the reuse cache is per ring.
+    const freshRing = () =>
+      createKeyRing({ keys: [{ id: 'r1', secret: Buffer.alloc(32, 3) }], currentId: 'r1', saltSecret: Buffer.alloc(32, 4) });
+    const at = (f: Omit<Binding, 'kind'>, issuedAtMs: number): Omit<Binding, 'kind'> => ({
+      ...f,
+      issuedAtMs,
+      expiresAtMs: issuedAtMs + (f.expiresAtMs - f.issuedAtMs),
+    });
+    const payloadOf = (t: string, r: ReturnType<typeof freshRing>): Binding => {
+      const v = verifyBinding(t, r, TEST_NOW_MS + 1);
+      if (!v.ok) throw new Error(v.error.message);
+      return v.value;
+    };
+
+    it('the window is a tenth of the lifetime, at most a minute', () => {
+      expect(reuseWindowMs(3_600_000)).toBe(60_000);
+      expect(reuseWindowMs(300_000)).toBe(30_000);
+      expect(reuseWindowMs(5)).toBe(0);
+    });
+
+    it('hands out the same token within the window, a fresh one after it', () => {
+      const r = freshRing();
+      const first = new PendingBinding(fields, r).token();
+      expect(payloadOf(first, r).issuedAtMs).toBe(TEST_NOW_MS);
+      expect(new PendingBinding(at(fields, TEST_NOW_MS + 60_000), r).token()).toBe(first);
+      const later = new PendingBinding(at(fields, TEST_NOW_MS + 60_001), r).token();
+      expect(later).not.toBe(first);
+      expect(later).toBe(mintBinding(at(fields, TEST_NOW_MS + 60_001), r));
+      // The newest signature is the one handed out from then on.
+      expect(new PendingBinding(at(fields, TEST_NOW_MS + 90_000), r).token()).toBe(later);
+    });
+
+    it('never hands out a binding issued after the request (a clock that stepped back signs afresh)', () => {
+      const r = freshRing();
+      const first = new PendingBinding(at(fields, TEST_NOW_MS + 10_000), r).token();
+      const earlier = new PendingBinding(fields, r).token();
+      expect(earlier).not.toBe(first);
+      expect(payloadOf(earlier, r).issuedAtMs).toBe(TEST_NOW_MS);
+    });
+
+    it('never gives one session, scope, model, revision, group or lifetime the binding of another', () => {
+      const r = freshRing();
+      const base = new PendingBinding(fields, r).token();
+      const variants: Omit<Binding, 'kind'>[] = [
+        { ...fields, session: 'sess-43' },
+        { ...fields, session: null },
+        { ...fields, tenantScope: 'tenant:globex' },
+        { ...fields, model: 'llama-3.1-70b' },
+        { ...fields, revision: 'rev-b' },
+        { ...fields, fingerprint: 'b'.repeat(64) },
+        { ...fields, expiresAtMs: fields.expiresAtMs - 1 },
+        // Separators inside client-chosen ids cannot make two field sets one key.
+        { ...fields, tenantScope: 'tenant:acme|5:sess', session: '42' },
+        { ...fields, tenantScope: 'tenant:acme', session: 'sess-42|x' },
+      ];
+      for (const v of variants) {
+        const t = new PendingBinding(v, r).token();
+        expect(t).not.toBe(base);
+        expect(t).toBe(mintBinding(v, r));
+      }
+    });
+
+    it('is kept per key ring', () => {
+      const r1 = freshRing();
+      const other = createKeyRing({ keys: [{ id: 'r1', secret: Buffer.alloc(32, 9) }], currentId: 'r1', saltSecret: Buffer.alloc(32, 4) });
+      new PendingBinding(fields, r1).token();
+      const t = new PendingBinding(fields, other).token();
+      expect(verifyBinding(t, other, TEST_NOW_MS + 1).ok).toBe(true);
+      expect(verifyBinding(t, r1, TEST_NOW_MS + 1).ok).toBe(false);
+    });
   });
 
   it('a pending binding refuses invalid fields when made, not when signed', () => {

@@ -9,6 +9,7 @@ import type { KeyRing } from './keys.js';
 import { epochMs, hasValidWindow, nonEmpty, WINDOW_MESSAGE } from './payload-schemas.js';
 import { epoch, failFor, object, onlyKeys, text, textOrNull, window } from './mint-payload.js';
 import { openToken, signToken, type EnvelopeFailureReason } from './token.js';
+import { BoundedCache } from '../bounded-cache.js';
 import { err, ok, type Result } from '../errors.js';
 
 export interface Binding {
@@ -87,9 +88,21 @@ export class PendingBinding {
     this.#keys = keys;
   }
 
-  /** The signed token (signed on the first call, the same string after). */
+  /**
+   * The signed token (signed on the first call, the same string after). A binding for the same session, scope and
+   * revision that this ring signed at most `reuseWindowMs` before this one's issue time is handed out again instead
+   * of a fresh signature (`recentBindings`): its expiry is then up to that much earlier, never later.
+   */
   token(): string {
     if (this.#token !== undefined) return this.#token;
+    const recent = recentBindings(this.#keys);
+    const key = this.#reuseKey();
+    const seen = recent.peek(key);
+    const age = seen === undefined ? -1 : this.#issuedAtMs - seen.issuedAtMs;
+    if (seen !== undefined && age >= 0 && age <= reuseWindowMs(this.#lifetimeMs)) {
+      this.#token = seen.token;
+      return seen.token;
+    }
     // The payload `bindingPayload` returned, rebuilt in its key order: the same JSON, so the same token.
     const payload: Binding = {
       kind: 'binding',
@@ -102,8 +115,47 @@ export class PendingBinding {
       expiresAtMs: this.#issuedAtMs + this.#lifetimeMs,
     };
     this.#token = signToken(payload, this.#keys);
+    recent.set(key, { token: this.#token, issuedAtMs: this.#issuedAtMs });
     return this.#token;
   }
+
+  /** Every payload field but the window's start, unambiguously joined (each client-chosen part is length-prefixed). */
+  #reuseKey(): string {
+    const s = this.#session;
+    return [
+      this.#lifetimeMs,
+      this.#fingerprint,
+      `${this.#model.length}:${this.#model}`,
+      `${this.#revision.length}:${this.#revision}`,
+      `${this.#tenantScope.length}:${this.#tenantScope}`,
+      s === null ? '-' : `${s.length}:${s}`,
+    ].join('|');
+  }
+}
+
+/**
+ * How long after it was signed a binding is handed out again to the same session, scope and revision: a tenth of its
+ * lifetime, at most a minute. So every binding a client receives has at least 90 % of its lifetime left, and a
+ * session whose requests arrive close together (an agent's tool calls, a burst of turns) costs one signature per
+ * window instead of one per request.
+ */
+export function reuseWindowMs(lifetimeMs: number): number {
+  return Math.min(Math.floor(lifetimeMs / 10), BINDING_REUSE_MAX_MS);
+}
+const BINDING_REUSE_MAX_MS = 60_000;
+
+/**
+ * The bindings a ring signed lately, by everything they carry but their window. Per ring (a ring's current key is
+ * fixed for its life), bounded: 2,048 entries of about 0.7 KB at most, and a miss only costs the signature.
+ */
+const recentByRing = new WeakMap<KeyRing, BoundedCache<{ readonly token: string; readonly issuedAtMs: number }>>();
+function recentBindings(keys: KeyRing): BoundedCache<{ readonly token: string; readonly issuedAtMs: number }> {
+  let c = recentByRing.get(keys);
+  if (c === undefined) {
+    c = new BoundedCache(2048);
+    recentByRing.set(keys, c);
+  }
+  return c;
 }
 
 const BINDING_KEYS: ReadonlySet<string> = new Set([
