@@ -1,5 +1,6 @@
 /**
- * `kvgate gate --config gate.yaml`: validate everything, then serve ext_proc until SIGTERM (drain) or SIGINT.
+ * `kvgate gate --config gate.yaml`: validate everything, then serve ext_proc until SIGTERM or SIGINT (drain; a second
+ * signal closes at once).
  * SIGHUP reloads the route table (it is also reloaded when the file changes).
  */
 import { parseArgs } from 'node:util';
@@ -8,16 +9,23 @@ import { createTracing } from '../tracing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { loadGateConfig } from '../gate/config.js';
-import { startGate } from '../gate/gate.js';
+import { startGate, type RunningGate } from '../gate/gate.js';
 
 const HELP = `usage: kvgate gate --config gate.yaml
 
 Runs the ext_proc gate (gRPC, ${'`'}envoy.service.ext_proc.v3.ExternalProcessor${'`'} + grpc.health.v1).
   --config FILE   gate settings (YAML or JSON); see README "Configuration reference"
-Signals: SIGTERM drains (NOT_SERVING, streams in flight finish, exit), SIGHUP reloads the route table.
+Signals: SIGTERM or SIGINT drains (NOT_SERVING, streams in flight finish within drain.graceMs, exit 0); a second
+SIGTERM or SIGINT closes at once (streams still open are cancelled); SIGHUP reloads the route table.
 `;
 
-export async function gateCommand(argv: readonly string[]): Promise<number> {
+/** Where the command gets its signals, and who hears that it serves (tests drive it in-process). */
+export interface GateCommandIo {
+  readonly signals: Pick<NodeJS.Process, 'on' | 'off'>;
+  readonly onReady?: (gate: RunningGate) => void;
+}
+
+export async function gateCommand(argv: readonly string[], io: GateCommandIo = { signals: process }): Promise<number> {
   const { values } = parseArgs({ args: [...argv], options: { config: { type: 'string' }, help: { type: 'boolean' } } });
   if (values.help) {
     process.stdout.write(HELP);
@@ -51,13 +59,27 @@ export async function gateCommand(argv: readonly string[]): Promise<number> {
   process.on('SIGHUP', () => {
     running.policy.reload('SIGHUP').catch((e: unknown) => logger.error({ err: e }, 'route table reload failed'));
   });
+  io.onReady?.(running);
   return new Promise<number>((resolve) => {
+    // SIGTERM and SIGINT (Ctrl-C) both drain: an immediate close would cancel every stream in flight, and Envoy
+    // resets a client's stream whose processor was cancelled mid-response. A second signal of either kind ends the
+    // drain at once (streams still open are cancelled: fail closed).
+    let signals = 0;
     const stop = (signal: string) => {
-      logger.info({ signal }, 'shutting down');
-      const done = signal === 'SIGTERM' ? running.drain() : running.close();
+      signals += 1;
+      const forced = signals === 2;
+      if (forced) {
+        // A third signal gets the default action (the process ends at once), should closing itself get stuck.
+        io.signals.off('SIGTERM', onTerm);
+        io.signals.off('SIGINT', onInt);
+      }
+      logger.info({ signal, forced }, forced ? 'second signal: closing now, streams still open are cancelled' : 'shutting down: draining');
+      const done = forced ? running.close() : running.drain();
       void done.then(() => tracing.shutdown().catch(() => undefined)).then(() => resolve(0));
     };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+    const onTerm = (): void => stop('SIGTERM');
+    const onInt = (): void => stop('SIGINT');
+    io.signals.on('SIGTERM', onTerm);
+    io.signals.on('SIGINT', onInt);
   });
 }

@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { err, ok, type Result } from '../errors.js';
-import { createDevKeyRing, loadKeyRing, type KeyRing } from './keys.js';
+import { createDevKeyRing, loadKeyRing, parseKeyRing, type KeyRing } from './keys.js';
 
 export const KeySourceSchema = z
   .object({
@@ -31,6 +31,7 @@ export function keyRingFrom(k: KeySource, env: Readonly<Record<string, string | 
         '{"current":"k1","keys":{"k1":"<base64>"},"salt":"<base64>"}',
     );
   }
-  const loaded = k.file !== undefined ? loadKeyRing({ file: k.file }) : loadKeyRing({ env: { KVGATE_KEYS: env[k.env ?? 'KVGATE_KEYS'] } });
+  // The variable keys.env names, in its own name: an error must point at the variable the operator set.
+  const loaded = k.file !== undefined ? loadKeyRing({ file: k.file }) : parseKeyRing(env[k.env!]!, `environment variable ${k.env}`);
   return loaded.ok ? loaded : err(loaded.error.reason);
 }

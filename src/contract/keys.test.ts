@@ -165,6 +165,27 @@ describe('parseKeyRing and loadKeyRing', () => {
     }
   });
 
+  it('says where a syntax error is, by line and column, and never quotes the file (its lines are secrets)', () => {
+    const a = secretA.toString('base64');
+    const b = secretB.toString('base64');
+    const dupJson = `{"current":"k1","keys":{"k1":"${a}","k1":"${b}"},"salt":"${salt.toString('base64')}"}`;
+    const dupYaml = `current: k1\nkeys:\n  k1: ${a}\n  k1: ${b}\nsalt: ${salt.toString('base64')}\n`;
+    const broken = `current: k1\nkeys:\n  k1: "${a}\n`;
+    const cases: Array<[string, RegExp]> = [
+      [dupJson, /not valid JSON or YAML \(a key appears twice \(each key id and field once\) at line 1, column \d+\)/],
+      [dupYaml, /not valid JSON or YAML \(a key appears twice \(each key id and field once\) at line 4, column 3\)/],
+      [broken, /not valid JSON or YAML \([A-Z_]+ at line \d+, column \d+\)/],
+    ];
+    for (const [text, message] of cases) {
+      const r = parseKeyRing(text, 'keys.yaml');
+      expect(r.ok).toBe(false);
+      if (!r.ok) {
+        expect(r.error.message).toMatch(message);
+        expectNoLeak(r.error.message, secretA, secretB, salt);
+      }
+    }
+  });
+
   it('does not report an undecodable secret twice', () => {
     const r = parseKeyRing(keyFile({ keys: { k2: '%%%' } }), 'k.json');
     expect(r.ok ? '' : r.error.message.match(/keys\.k2/g)).toHaveLength(1);

@@ -155,6 +155,18 @@ function decodeSecret(value: string, path: string, issues: string[]): Buffer {
 }
 
 /**
+ * Where and what the YAML parser found wrong, from its error code and position only: its message quotes the lines
+ * around the problem, which in a key file are secrets.
+ */
+function syntaxWhere(e: unknown): string {
+  const { code, linePos } = e as { code?: unknown; linePos?: readonly { line: number; col: number }[] };
+  if (typeof code !== 'string') return '';
+  const at = linePos?.[0] === undefined ? '' : ` at line ${linePos[0].line}, column ${linePos[0].col}`;
+  const what = code === 'DUPLICATE_KEY' ? 'a key appears twice (each key id and field once)' : code;
+  return ` (${what}${at})`;
+}
+
+/**
  * Parse key-file text (JSON or YAML: `{ current, keys: { id: base64 }, salt: base64 }`). `source` names where the
  * text came from in error messages. Errors list every problem with its path and fix, never a secret.
  */
@@ -162,11 +174,11 @@ export function parseKeyRing(text: string, source: string): Result<KeyRing, Kvga
   let raw: unknown;
   try {
     raw = parseYaml(text);
-  } catch {
+  } catch (e) {
     return err(
       new KvgateError(
         'internal',
-        `${source}: not valid JSON or YAML; expected { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }`,
+        `${source}: not valid JSON or YAML${syntaxWhere(e)}; expected { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }`,
       ),
     );
   }

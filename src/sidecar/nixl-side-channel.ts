@@ -64,8 +64,11 @@ function engineIdOf(bytes: unknown): string | undefined {
 }
 
 /** One handshake query; failures are returned, never thrown. `address` is `host:port`. */
-export async function readLiveNixlHash(address: string, ranks: 1 | 2, timeoutMs: number): Promise<HashRead> {
+export async function readLiveNixlHash(address: string, ranks: 1 | 2, timeoutMs: number, signal?: AbortSignal): Promise<HashRead> {
   const sock = new Request({ linger: 0, receiveTimeout: timeoutMs, sendTimeout: timeoutMs });
+  // Closing the socket ends a pending send or receive with an error: the read returns at once, as a failure.
+  const onAbort = (): void => sock.close();
+  signal?.addEventListener('abort', onAbort, { once: true });
   try {
     sock.connect(`tcp://${address}`);
     await sock.send(encode(ranks === 2 ? [GET_META_MSG, 0, 0] : [GET_META_MSG, 0]));
@@ -79,11 +82,14 @@ export async function readLiveNixlHash(address: string, ranks: 1 | 2, timeoutMs:
     return engineId === undefined ? { ok: true, hash } : { ok: true, hash, engineId };
   } catch (e) {
     const code = (e as { code?: string }).code;
+    if (signal?.aborted === true)
+      return { ok: false, error: `the read from the side channel ${address} was cancelled: the sidecar is closing` };
     return {
       ok: false,
       error: `the side channel ${address} did not answer (${code === 'EAGAIN' ? `no reply within ${timeoutMs} ms` : (e as Error).message})`,
     };
   } finally {
-    sock.close();
+    signal?.removeEventListener('abort', onAbort);
+    if (!sock.closed) sock.close();
   }
 }

@@ -35,6 +35,8 @@ export interface ProbeOptions {
   readonly headers?: Readonly<Record<string, string>>;
   /** `host:port` of the worker's NIXL side channel: read its live compatibility hash (nixl-side-channel.ts). */
   readonly nixlSideChannel?: string;
+  /** Ends every call of the round at once (the sidecar closing): a worker that does not answer cannot hold a shutdown. */
+  readonly signal?: AbortSignal;
 }
 
 const DEFAULT_TIMEOUT_MS = 5_000;
@@ -54,6 +56,7 @@ async function getJson(
     timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     headers: { ...headers, ...opts.headers },
     ...(body === undefined ? {} : { body }),
+    ...(opts.signal === undefined ? {} : { signal: opts.signal }),
   };
   const reply = await callUpstream(opts.fetch ?? fetch, url, call);
   if (!reply.ok) return { ok: false, error: reply.error.message, network: true };
@@ -95,6 +98,7 @@ async function probeCacheConfig(base: string, opts: ProbeOptions): Promise<Probe
   const reply = await callUpstream(opts.fetch ?? fetch, `${base}/metrics`, {
     timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     headers: { ...opts.headers },
+    ...(opts.signal === undefined ? {} : { signal: opts.signal }),
   });
   if (!reply.ok) return fail(reply.error.message);
   if (reply.value.status !== 200) return fail(`HTTP ${reply.value.status}${reply.value.status === 401 ? ` (${API_KEY_HINT})` : ''}`);
@@ -195,10 +199,10 @@ export async function observeWorker(workerUrl: string, d: CompatDescriptor, opts
 
 /** The live handshake hash, when a side channel is configured and the declared vLLM has a readable one. */
 async function readHash(d: CompatDescriptor, opts: ProbeOptions): Promise<Observation['nixlHash']> {
-  if (opts.nixlSideChannel === undefined) return undefined;
+  if (opts.nixlSideChannel === undefined || opts.signal?.aborted === true) return undefined;
   const support = liveHashSupport(d);
   if (support.kind !== 'read') return undefined;
-  const r = await readLiveNixlHash(opts.nixlSideChannel, support.ranks, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+  const r = await readLiveNixlHash(opts.nixlSideChannel, support.ranks, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.signal);
   if (!r.ok) return { sideChannel: opts.nixlSideChannel, observed: { ok: false, error: r.error } };
   return {
     sideChannel: opts.nixlSideChannel,

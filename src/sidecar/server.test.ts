@@ -5,6 +5,7 @@
 import { EventEmitter } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -360,6 +361,58 @@ describe('kvgate sidecar command', () => {
     expect(await exit).toBe(0);
     await expect(fetch(`${base}/healthz`)).rejects.toThrow();
   });
+
+  it('on SIGTERM exits within its grace period even while a probe round waits on a worker that never answers', async () => {
+    // The worker answers 503 at first (the sidecar starts, unverified), then takes every call and never answers it.
+    let hang = false;
+    let hung: () => void = () => undefined;
+    const reachedHang = new Promise<void>((r) => (hung = r));
+    const worker = http.createServer((_req, res) => {
+      if (!hang) return void res.writeHead(503).end('starting');
+      hung();
+    });
+    await new Promise<void>((r) => worker.listen(0, '127.0.0.1', r));
+    const config = path.join(dir, 'hung-worker.json');
+    await writeFile(
+      config,
+      JSON.stringify({
+        role: 'decode',
+        worker: `http://127.0.0.1:${(worker.address() as net.AddressInfo).port}`,
+        descriptor: sim.config.descriptor,
+        listen: '127.0.0.1:0',
+        admin: '',
+        metrics: '',
+        keys: { devSeed: 'cmd-test' },
+        trust: 'declared-only',
+        nixlSideChannel: 'unchecked',
+        // A probe call may wait 10 minutes: only the drain grace (0) may bound the exit.
+        probe: { intervalMs: 100, timeoutMs: 600_000 },
+        drainGraceMs: 0,
+        drainAnnounceMs: 0,
+        log: { level: 'silent' },
+      }),
+    );
+    const signals = new EventEmitter();
+    let ready: (url: string) => void = () => undefined;
+    const url = new Promise<string>((r) => (ready = r));
+    const exit = sidecarCommand(['--config', config], {
+      signals: signals as unknown as NodeJS.Process,
+      stdout: () => undefined,
+      stderr: () => undefined,
+      env: {},
+      onReady: ready,
+    });
+    try {
+      await url;
+      hang = true;
+      await reachedHang; // a probe round is now waiting on the worker
+      signals.emit('SIGTERM');
+      expect(await exit).toBe(0);
+    } finally {
+      worker.closeAllConnections();
+      worker.close();
+    }
+  }, 20_000);
 
   it('prints help, and refuses bad flags with exit 2 before opening a port', async () => {
     let out = '';

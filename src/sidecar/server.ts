@@ -219,7 +219,10 @@ function createProbeLoop(rt: Runtime): ProbeLoop {
       ...served,
       ...engineCanary,
       ...side,
+      signal: rt.ctx.closed,
     });
+    // A round cut short by close() says nothing about the worker: no verdict, no 'unverified' line at shutdown.
+    if (rt.ctx.closed.aborted) return rt.state.status();
     rt.state.recordProbe(compareObservation(config.descriptor, observation, compareOpts), observation.down !== undefined);
     return rt.state.status();
   };
