@@ -54,4 +54,44 @@ describe('withCacheSalt: only the cache_salt member changes', () => {
       { numRuns: 500 },
     );
   });
+
+  it('for bytes already parsed as an object, the byte-level append gives exactly the text rewrite', () => {
+    const enc = (t: string): Uint8Array => new TextEncoder().encode(t);
+    const both = (bytes: Uint8Array, salt: string): [string, string] => {
+      const fast = withCacheSalt(bytes, salt, true);
+      const slow = withCacheSalt(bytes, salt);
+      return [Buffer.from(fast ?? []).toString('hex'), Buffer.from(slow ?? []).toString('hex')];
+    };
+    const cases = [
+      '{}',
+      ' \r\n{ \t}\n',
+      '{"a":{}}',
+      '{"a":[]} ',
+      '{"a":"{"}',
+      '{"cache_salt":"mine"}',
+      '{"cache\\u005fsalt":"mine"}',
+      '{"prompt":"say \\u0063ache_salt"}',
+      '{"meta":{"cache_salt":"keep"}}',
+      '\ufeff{"model":"m"}',
+      '{"n":1e400 }',
+    ];
+    for (const c of cases) {
+      const [fast, slow] = both(enc(c), 'S');
+      expect(fast, c).toBe(slow);
+    }
+    const key = fc.oneof(fc.string({ maxLength: 8 }), fc.constantFrom('cache_salt', 'cache', 'salt', 'a\\u0041'));
+    const object = fc.dictionary(
+      key.filter((k) => k !== '__proto__'),
+      fc.jsonValue({ maxDepth: 3 }),
+      { maxKeys: 5 },
+    );
+    fc.assert(
+      fc.property(object, fc.constantFrom(0, 1, '\t'), fc.string({ maxLength: 20 }), fc.boolean(), (obj, space, salt, pad) => {
+        const text = `${pad ? ' \n' : ''}${JSON.stringify(obj, null, space)}${pad ? '\r\n' : ''}`;
+        const [fast, slow] = both(enc(text), salt);
+        expect(fast).toBe(slow);
+      }),
+      { numRuns: 500 },
+    );
+  });
 });

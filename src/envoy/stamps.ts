@@ -79,7 +79,7 @@ export function routeStamps(d: RouteDecision, body: Uint8Array | undefined, forg
   }
   let rewritten: Uint8Array | undefined;
   if (body !== undefined) {
-    rewritten = withCacheSalt(body, d.cacheSalt);
+    rewritten = withCacheSalt(body, d.cacheSalt, true); // the decision core parsed these bytes as a JSON object
     // Unreachable for a body the decision core parsed as a JSON object; if it ever happens, fail closed.
     if (rewritten === undefined) throw new KvgateError('internal', 'the request body could not be rewritten with its cache_salt');
     set.push(['content-length', String(rewritten.byteLength)]);
