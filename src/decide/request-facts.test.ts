@@ -58,6 +58,12 @@ describe('parseOpenAiBody', () => {
     );
     expect(refusal('/v1/chat/completions', bytes('')).reason).toMatch(/body is empty/);
     expect(refusal('/v1/chat/completions', new Uint8Array([0x7b, 0xff, 0x7d])).reason).toMatch(/not valid UTF-8/);
+    // One decoder serves every request: a body cut inside a character leaves nothing behind for the next one.
+    expect(refusal('/v1/chat/completions', new Uint8Array([...bytes('{"model":"m","messages":"caf'), 0xc3])).reason).toMatch(
+      /not valid UTF-8/,
+    );
+    const next = parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, user: 'é' }), limits);
+    expect(next.ok && next.value.json['user']).toBe('é');
   });
 
   it('refuses a missing or non-string model', () => {

@@ -17,6 +17,9 @@ export interface BodyLimits {
   readonly maxBodyBytes: number;
 }
 
+/** Strict: invalid UTF-8 throws instead of becoming U+FFFD. One decoder for every request (it keeps no state between calls). */
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
 const bad = (message: string): { ok: false; error: KvgateError } => err(new KvgateError('bad_request', message));
 
 /**
@@ -42,7 +45,7 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
   }
   let text: string;
   try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(body);
+    text = utf8.decode(body);
   } catch {
     return bad('the request body is not valid UTF-8; send a UTF-8 encoded JSON object');
   }
