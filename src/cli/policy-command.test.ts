@@ -57,7 +57,7 @@ describe('kvgate policy check', () => {
     expect(r.out).toMatch(/typo\.yaml: INVALID: 3 errors; the gate would keep the table it has\n$/);
     const missing = await run('check', join(dir, 'nope.yaml'));
     expect(missing.code).toBe(1);
-    expect(missing.out).toMatch(/nope\.yaml: error: \(file\): the route table cannot be read: ENOENT/);
+    expect(missing.out).toMatch(/nope\.yaml: error: \(file\): the route table cannot be read: no such file \(ENOENT\)/);
   });
 
   it('--json gives the same verdict as data', async () => {

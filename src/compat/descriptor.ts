@@ -11,6 +11,24 @@ import { defaultCrossLayersBlocks, defaultHybridKvCacheManager } from './vllm-de
 
 const nonEmpty = z.string().min(1, 'must not be empty');
 
+/** vLLM's speculative config is a flat-ish JSON object; anything much deeper is not one. */
+const SPECULATIVE_MAX_DEPTH = 16;
+
+/**
+ * True for a value JSON can carry as is, nested at most `depth` deep. The one free-form field of the descriptor is
+ * hashed as canonical JSON into the fingerprint: a non-finite number (YAML `.inf`), a non-plain object or a nesting
+ * deep enough to overflow the stack would otherwise throw out of loading instead of being a config issue.
+ */
+function isPlainJson(v: unknown, depth: number): boolean {
+  if (v === null || typeof v === 'string' || typeof v === 'boolean') return true;
+  if (typeof v === 'number') return Number.isFinite(v);
+  if (typeof v !== 'object' || depth <= 0) return false;
+  if (Array.isArray(v)) return v.every((x) => isPlainJson(x, depth - 1));
+  const proto = Object.getPrototypeOf(v) as unknown;
+  if (proto !== Object.prototype && proto !== null) return false;
+  return Object.values(v).every((x) => isPlainJson(x, depth - 1));
+}
+
 /** An identity with a revision: a model, an adapter, a tokenizer, a chat template. */
 export const RevisionedIdSchema = z
   .object({
@@ -111,7 +129,14 @@ const CompatDescriptorObjectSchema = z
      */
     crossLayersBlocks: z.boolean().optional(),
     /** Speculative decoding config as vLLM hashes it (EAGLE/MTP, connector v6+); null when off. */
-    speculative: z.record(z.string(), z.unknown()).nullable().default(null),
+    speculative: z
+      .record(z.string(), z.unknown())
+      .refine((v) => isPlainJson(v, SPECULATIVE_MAX_DEPTH), {
+        message: `must be plain JSON (strings, finite numbers, booleans, null, lists, mappings) nested at most ${SPECULATIVE_MAX_DEPTH} deep`,
+        params: { fix: "copy vLLM's --speculative-config JSON as it is (no .inf or .nan: it is hashed as JSON)" },
+      })
+      .nullable()
+      .default(null),
     /**
      * Evidence, not identity: sha256 digests of what a known-good worker of this revision answers to kvgate's fixed
      * probes (`/tokenize` of the canary text, of the canary chat, and the token ids of a canary greedy completion).

@@ -39,3 +39,18 @@ describe('gate config: the gRPC port', () => {
     expect(parse({ ...base, tls: { ...tls, roles: { public: [`sha256:${'AB:'.repeat(31)}CD`], internal: [] } } }).ok).toBe(true);
   });
 });
+
+describe('gate config: the file', () => {
+  it('refuses a duplicated key in JSON (JSON.parse alone would let the second win) and names its line', () => {
+    const r = parseGateConfig(
+      '{\n  "policy": "a.yaml",\n  "policy": "b.yaml",\n  "keys": { "devSeed": "x" }, "insecure": true\n}',
+      'gate.json',
+    );
+    expect(r.ok ? [] : r.error.map((i) => [i.line, i.path, i.fix])).toEqual([[3, '(syntax)', expect.stringMatching(/duplicated keys/)]]);
+  });
+
+  it('gives schema issues a line number', () => {
+    const r = parseGateConfig('policy: a.yaml\nkeys: { devSeed: x }\ninsecure: true\ndrain: soon\n', 'gate.yaml');
+    expect(r.ok ? [] : r.error.map((i) => [i.line, i.path])).toEqual([[4, 'drain']]);
+  });
+});

@@ -3,13 +3,13 @@
  * drain timing). The route table itself is a separate file (src/policy) so it can be hot-reloaded on its own.
  * Validated once, strictly, before any port opens.
  */
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { err, ok, type Result } from '../errors.js';
 import { fromZodIssues } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
+import { formatOf, parseStructuredText } from '../config/text.js';
+import { readConfigText, readErrorReason } from '../config/read-text.js';
 import { KeySourceSchema } from '../contract/key-source.js';
 import { TracingConfigSchema } from '../tracing.js';
 import { IDENTITY_PATTERN } from './peer-identity.js';
@@ -151,22 +151,12 @@ export type GateConfig = z.infer<typeof GateConfigSchema> & {
 };
 
 export function parseGateConfig(text: string, file: string): Result<GateConfig, ConfigIssue[]> {
-  let raw: unknown;
-  try {
-    raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
-  } catch (e) {
-    return err([
-      issue(
-        file,
-        [],
-        `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`,
-        'fix the syntax at the position shown',
-      ),
-    ]);
-  }
+  const read = parseStructuredText(text, file, formatOf(file));
+  if (!read.ok) return read;
+  const raw = read.value.value;
   const parsed = GateConfigSchema.safeParse(raw ?? {});
   if (!parsed.success) {
-    return err(fromZodIssues(parsed.error.issues, { file, root: GateConfigSchema, data: raw }));
+    return err(fromZodIssues(parsed.error.issues, { file, root: GateConfigSchema, data: raw, locate: read.value.locate }));
   }
   const dir = path.dirname(path.resolve(file));
   const resolve = (p: string): string => (path.isAbsolute(p) ? p : path.join(dir, p));
@@ -181,9 +171,9 @@ export function parseGateConfig(text: string, file: string): Result<GateConfig, 
 export async function loadGateConfig(file: string): Promise<Result<GateConfig, ConfigIssue[]>> {
   let text: string;
   try {
-    text = await readFile(file, 'utf8');
+    text = await readConfigText(file);
   } catch (e) {
-    return err([issue(file, [], `cannot read the file: ${(e as Error).message}`, 'check the path given to --config')]);
+    return err([issue(file, [], `cannot read the file: ${readErrorReason(e)}`, 'check the path given to --config')]);
   }
   return parseGateConfig(text, file);
 }

@@ -1,4 +1,5 @@
-import { writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
@@ -107,5 +108,51 @@ describe('policy store: hot reload', () => {
     const again = await store.reload('SIGHUP');
     expect(again.version).toBe(r.version);
     expect(store.current().revisions.get('llama-b')!.fingerprint).toBe(after);
+  });
+
+  it('a reload of a hostile or mistaken file keeps the table in use and says why (log, /status, metrics)', async () => {
+    file = await createTableFile(queueTableValue());
+    const registry = new Registry();
+    const created = await createPolicyStore({ file: file.path, logger: pino({ level: 'silent' }), registry });
+    if (!created.ok) throw new Error(created.message);
+    store = created.store;
+    const v0 = store.version();
+    const good = JSON.stringify(queueTableValue(), null, 2);
+    const cases: Array<[string, () => Promise<void>, RegExp]> = [
+      [
+        'duplicate key',
+        () => file!.writeText(good.replace('"version": 1,', '"version": 1,\n  "version": 1,')),
+        /JSON syntax error: .*duplicated keys/,
+      ],
+      [
+        'directory',
+        async () => {
+          await rm(file!.path);
+          await mkdir(file!.path);
+        },
+        /cannot read the route table: it is a directory, not a file/,
+      ],
+      [
+        'FIFO',
+        async () => {
+          await rm(file!.path, { recursive: true });
+          execFileSync('mkfifo', [file!.path]);
+        },
+        /not a regular file/,
+      ],
+    ];
+    for (const [name, make, why] of cases) {
+      await make();
+      const r = await store.reload('SIGHUP');
+      expect({ name, ok: r.ok, version: r.version }).toEqual({ name, ok: false, version: v0 });
+      expect(r.message).toContain(file.path);
+      expect(r.message).toMatch(why);
+      expect(store.lastReload()).toBe(r);
+      expect(store.version()).toBe(v0);
+    }
+    const rejected = (await registry.getSingleMetric('kvgate_policy_reloads_total')!.get()).values.find(
+      (v) => v.labels['result'] === 'rejected',
+    );
+    expect(rejected?.value).toBe(cases.length);
   });
 });

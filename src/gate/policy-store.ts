@@ -5,13 +5,13 @@
  */
 import { createHash } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { formatIssues } from '../config/issues.js';
 import { loadRouteTable } from '../policy/load.js';
+import { readConfigText, readErrorReason } from '../config/read-text.js';
 
 export interface ReloadResult {
   readonly ok: boolean;
@@ -58,15 +58,15 @@ async function loadCompiled(
 ): Promise<{ ok: true; table: CompiledRouteTable; version: string; warnings: string } | { ok: false; message: string }> {
   let text: string;
   try {
-    text = await readFile(file, 'utf8');
+    text = await readConfigText(file);
   } catch (e) {
-    return { ok: false, message: `${file}: cannot read the route table: ${(e as Error).message}` };
+    return { ok: false, message: `${file}: cannot read the route table: ${readErrorReason(e)}. Fix: check the path and its permissions` };
   }
   // The descriptor files are part of the table: a SIGHUP after editing only one of them must be a change.
   const descriptors: [string, string][] = [];
   const readText = async (f: string): Promise<string> => {
     if (f === file) return text;
-    const t = await readFile(f, 'utf8');
+    const t = await readConfigText(f);
     descriptors.push([f, t]);
     return t;
   };

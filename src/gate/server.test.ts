@@ -465,6 +465,50 @@ describe('gate gRPC server', () => {
     for (const s of [a, b, c]) s.client.close();
   });
 
+  it('audits each request a drain or a gate failure refuses, once: an undecided stream cancelled at the grace, a thrown answer', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const sink = { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) };
+    const never = new Promise<Admitted>(() => undefined);
+    gate = await startGateServer({
+      // /bad: a route whose body cannot be stamped (the rewrite throws), the gate's own failure.
+      admission: {
+        admit: (req) =>
+          req.path === '/hang'
+            ? never
+            : req.path === '/bad'
+              ? { decision: route(req), body: Buffer.from('[1]') }
+              : { decision: route(req) },
+      },
+      logger: pino({ level: 'info' }, sink),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
+      drainGraceMs: 200,
+    });
+    const g = gate;
+    const bad = await openStream(g.port);
+    bad.send({ ...hdrs({ ':method': 'POST', ':path': '/bad' }), protocol_config: { request_body_mode: 'BUFFERED' } });
+    await bad.next();
+    bad.send({ request_body: { body: Buffer.from('{}'), end_of_stream: true } });
+    expect((await bad.status).code).toBe(grpc.status.INTERNAL);
+    const routed = await openStream(g.port);
+    routed.send(hdrs({ ':method': 'GET', ':path': '/a' }, true));
+    await routed.next();
+    const hung = await openStream(g.port);
+    hung.send(hdrs({ ':method': 'GET', ':path': '/hang' }, true));
+    const idle = await openStream(g.port); // no request on it yet: nothing to audit
+    await new Promise((r) => setTimeout(r, 50));
+    await g.drain();
+    expect((await hung.status).code).toBe(grpc.status.UNAVAILABLE);
+    const audits = lines.filter((l) => l['audit'] === 'refusal');
+    expect(audits.map((l) => [l['code'], typeof l['request_id'], typeof l['reason']])).toEqual([
+      ['internal', 'string', 'string'],
+      ['draining', 'string', 'string'],
+    ]);
+    expect(audits[1]).toMatchObject({ listener: 'public', reason: expect.stringMatching(/drain\.graceMs/) });
+    for (const s of [bad, routed, hung, idle]) s.client.close();
+  });
+
   it('drains a FULL_DUPLEX_STREAMED response: OK once its body is over, cancelled at the grace if it is not', async () => {
     gate = await startGateServer({
       admission: { admit: (req): Admitted => ({ decision: route(req) }) },

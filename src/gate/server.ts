@@ -261,6 +261,7 @@ class StreamServer implements ServedStream {
   readonly #session: ExtProcSession;
   readonly #opts: GateServerOptions;
   readonly #onClosed: (s: StreamServer) => void;
+  readonly #listener: Listener;
   /** The answer in progress (the last message's); a shared settled promise while none is. */
   #chain: Promise<void> = SETTLED;
   /** Messages received and not yet answered. */
@@ -271,6 +272,7 @@ class StreamServer implements ServedStream {
   constructor(call: GateCall, listener: Listener, deps: SessionDeps, opts: GateServerOptions, onClosed: (s: StreamServer) => void) {
     this.#call = call;
     this.#session = new ExtProcSession(deps, listener, call);
+    this.#listener = listener;
     this.#opts = opts;
     this.#onClosed = onClosed;
     (call as ServedCall)[STREAM_SERVER] = this; // how the shared listeners above find this object
@@ -316,10 +318,21 @@ class StreamServer implements ServedStream {
       const response = await this.#session.onMessage(msg);
       if (response !== null && !this.#closed) this.#call.write(response);
     } catch (e) {
-      this.#opts.logger.error({ err: e, request_id: this.#session.requestId }, 'ext_proc stream failed');
+      // Envoy answers the client its status_on_error (500) for this request: a refusal, so it is this line's audit
+      // line (the session wrote none: its answer never came back).
+      this.#opts.logger.error(
+        {
+          err: e,
+          request_id: this.#session.requestId || undefined,
+          audit: 'refusal',
+          code: 'internal',
+          reason: 'the gate failed while answering this request; Envoy answers it with its status_on_error (fail closed)',
+        },
+        'ext_proc stream failed',
+      );
       // A gRPC error makes Envoy fail the request (500) unless failure_mode_allow: fail closed.
-      this.#call.destroy(Object.assign(new Error('kvgate: internal error'), { code: grpc.status.INTERNAL }));
       this.#close('internal');
+      this.#fail(grpc.status.INTERNAL, 'kvgate: internal error');
     } finally {
       this.#busy--;
     }
@@ -334,6 +347,15 @@ class StreamServer implements ServedStream {
     if (reason) this.#opts.metrics.streamErrors.inc({ reason });
     this.#session.finish();
     this.#onClosed(this);
+  }
+
+  /**
+   * End the stream with a gRPC error status now. `emit('error')`, not `destroy()`: grpc-js sends a server stream's
+   * status from its 'error' listener and `_final` (as for a refused peer in `Process`); a destroyed stream sends none,
+   * so Envoy would wait out its message timeout on a stream the gate has given up.
+   */
+  #fail(code: grpc.status, message: string): void {
+    this.#call.emit('error', Object.assign(new Error(message), { code }));
   }
 
   /** Status OK: Envoy carries on without the gate; the request keeps the routing it was given. */
@@ -359,8 +381,24 @@ class StreamServer implements ServedStream {
 
   cancel(): void {
     if (this.#closed) return;
-    this.#call.destroy(Object.assign(new Error('kvgate: the gate is shutting down'), { code: grpc.status.UNAVAILABLE }));
+    // A request still undecided (queued, or its body not yet in) is refused by this cancel: Envoy answers it with its
+    // status_on_error before anything reached a worker. One audit line says so (a decided one goes on, unaudited).
+    const refused = this.#session.requestId !== '' && !this.#session.decisionAnswered;
     this.#close('drain_cancelled');
+    this.#fail(grpc.status.UNAVAILABLE, 'kvgate: the gate is shutting down');
+    if (refused) {
+      this.#opts.logger.warn(
+        {
+          request_id: this.#session.requestId,
+          audit: 'refusal',
+          code: 'draining',
+          reason:
+            'the gate shut down (drain.graceMs over) before this request was decided; Envoy answers it with its status_on_error, before any worker saw it',
+          listener: this.#listener,
+        },
+        'refused: draining',
+      );
+    }
   }
 }
 

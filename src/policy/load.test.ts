@@ -187,6 +187,25 @@ describe('parseRouteTable', () => {
     ]);
   });
 
+  it('refuses a speculative config that is not plain JSON as an issue, never an exception out of the load', () => {
+    let deep: unknown = 1;
+    for (let i = 0; i < 100_000; i++) deep = [deep];
+    for (const speculative of [{ num_speculative_tokens: Number.POSITIVE_INFINITY }, { x: Number.NaN }, { x: deep }, { at: new Date(0) }]) {
+      const v = twoRevisionTableValue() as Record<string, any>;
+      v['revisions']['llama-a']['descriptor']['speculative'] = speculative;
+      expect(issuesOf(v).map((i) => [i.path, i.message])).toEqual([
+        ['revisions.llama-a.descriptor.speculative', expect.stringMatching(/^must be plain JSON .* nested at most 16 deep$/)],
+      ]);
+    }
+    // From YAML text: `.inf` is a number YAML reads and JSON cannot carry.
+    const text = readFixture('two-revisions.yaml');
+    const descriptorFiles = { ...descriptorFilesFor('two-revisions.yaml') };
+    const [ref, body] = Object.entries(descriptorFiles)[0]!;
+    descriptorFiles[ref] = `${body}\nspeculative: { method: eagle, num_speculative_tokens: .inf }\n`;
+    const r = parseRouteTable(text, { file: fixture('two-revisions.yaml'), descriptorFiles });
+    expect(r.ok ? '' : formatIssues(r.error)).toMatch(/speculative: must be plain JSON/);
+  });
+
   it('lower-cases header names so they match what Envoy sends', () => {
     const v = twoRevisionTableValue();
     v['tenancy'] = { source: { header: 'X-Tenant-ID' }, required: true };
@@ -239,7 +258,10 @@ describe('loadRouteTable', () => {
 
   it('reports a missing table file as an issue, not an exception', async () => {
     const missing = await loadRouteTable(fixture('does-not-exist.yaml'));
-    expect(!missing.ok && missing.error[0]).toMatchObject({ path: '(file)', message: 'the route table cannot be read: ENOENT' });
+    expect(!missing.ok && missing.error[0]).toMatchObject({
+      path: '(file)',
+      message: 'the route table cannot be read: no such file (ENOENT)',
+    });
   });
 
   it('names the descriptor file that cannot be read', async () => {
@@ -251,7 +273,7 @@ describe('loadRouteTable', () => {
     };
     const r = await loadRouteTable('/t/table.json', { readText });
     expect(!r.ok && r.error.map((i) => [i.path, i.message])).toEqual([
-      ['revisions.llama-b.descriptorFile', 'descriptor file "gone.yaml" (/t/gone.yaml) cannot be read: ENOENT'],
+      ['revisions.llama-b.descriptorFile', 'descriptor file "gone.yaml" (/t/gone.yaml) cannot be read: no such file (ENOENT)'],
     ]);
   });
   it('reads an absolute descriptorFile path as written', async () => {

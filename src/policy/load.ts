@@ -5,7 +5,6 @@
  * table either passes every error-level check or is rejected whole, so hot reload can never swap in a bad file.
  * Parsing is pure; only `loadRouteTable` touches the file system (the table and its `descriptorFile`s).
  */
-import { readFile } from 'node:fs/promises';
 import { dirname, isAbsolute, join } from 'node:path';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { err, ok, type Result } from '../errors.js';
@@ -20,8 +19,9 @@ import {
 } from './schema.js';
 import { compileRouteTable, type CompiledRouteTable } from './compile.js';
 import { checkRouteTable } from './semantic.js';
-import { formatOf, parseStructuredText, type TextFormat } from './text.js';
+import { formatOf, parseStructuredText, type TextFormat } from '../config/text.js';
 import { fromZodIssues, type Locate } from '../config/from-zod.js';
+import { readConfigText, readErrorReason } from '../config/read-text.js';
 
 /** A descriptor file's text as read, or why it could not be read. Keyed by the path as written in the table. */
 export type DescriptorFileContents = Readonly<Record<string, string | { readonly error: string }>>;
@@ -154,7 +154,7 @@ export interface LoadOptions extends RouteTableOptions {
 
 /** Read and validate a route table file and the descriptor files it names. I/O errors become issues. */
 export async function loadRouteTable(file: string, options: LoadOptions = {}): Promise<Result<CompiledRouteTable, ConfigIssue[]>> {
-  const read = options.readText ?? ((p: string) => readFile(p, 'utf8'));
+  const read = options.readText ?? readConfigText;
   let text: string;
   try {
     text = await read(file);
@@ -176,7 +176,4 @@ export async function loadRouteTable(file: string, options: LoadOptions = {}): P
   return routeTableFromValue(pre.value.value, { file, format, descriptorFiles }, { ...semantic, locate: pre.value.locate });
 }
 
-function ioReason(e: unknown): string {
-  const code = (e as NodeJS.ErrnoException | undefined)?.code;
-  return code ?? (e instanceof Error ? e.message : String(e));
-}
+const ioReason = readErrorReason;

@@ -34,6 +34,27 @@ const pool = (name: string, role: string, revision: string, addresses: string[],
 });
 
 describe('checkRouteTable', () => {
+  it('refuses names with invisible characters or edge spaces, and warns on look-alike scripts and non-NFC names', () => {
+    const issues = issuesAfter((v) => {
+      v['models']['llama-3-8b']['tenants'] = ['acme\u200b', 'globex', ' initech', '\u0430cme', 'cafe\u0301'];
+    });
+    const at = (i: number) => only(issues, `models.llama-3-8b.tenants[${i}]`);
+    expect(at(0)).toMatchObject({
+      severity: 'error',
+      message: expect.stringContaining('tenant "acme\\u200b" contains an invisible character (U+200B)'),
+    });
+    expect(at(2)).toMatchObject({ severity: 'error', message: expect.stringContaining('a space at one end') });
+    expect(at(3)).toMatchObject({ severity: 'warning', message: expect.stringContaining('U+0430 (\u0430), a Cyrillic or Greek letter') });
+    expect(at(4)).toMatchObject({ severity: 'warning', message: expect.stringContaining('is not in Unicode NFC') });
+    expect(issues.filter((i) => i.path === 'models.llama-3-8b.tenants[1]')).toEqual([]);
+    // A model name with a bidi override: the name read is not the name matched.
+    const model = issuesAfter((v) => {
+      v['models']['llama\u202e-3-8b'] = v['models']['llama-3-8b'];
+      delete v['models']['llama-3-8b'];
+    });
+    expect(only(model, 'models["llama\u202e-3-8b"]')).toMatchObject({ severity: 'error', message: expect.stringContaining('U+202E') });
+  });
+
   it('accepts the sample table with no findings', () => {
     expect(checkRouteTable(tableFromValue(twoRevisionTableValue(), { semantic: false }).table).issues).toEqual([]);
   });

@@ -23,6 +23,7 @@ import {
 import { checkFallbackSteps, checkVerification } from './semantic-rollout.js';
 import type { Locate } from '../config/from-zod.js';
 import { checkRecordedBehaviour } from './semantic-trust.js';
+import { checkNameText } from './semantic-names.js';
 
 export interface CheckOptions {
   /** Source positions, so issues carry a line number. */
@@ -64,6 +65,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkModelTenants(ctx);
   checkTenancy(ctx);
   checkTenantNames(ctx);
+  checkNameText(ctx);
   checkFallback(ctx);
   checkUncheckedEndpoints(ctx);
   checkFallbackSteps(ctx);

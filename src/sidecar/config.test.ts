@@ -99,6 +99,21 @@ describe('loading from files and flags', () => {
     expect(missing.ok ? '' : formatIssues(missing.error)).toContain('cannot read the file');
   });
 
+  it('reads a config and its descriptor file by the route-table rules: a duplicated JSON key or a directory is an issue', async () => {
+    // JSON.parse alone would let the second "role" win: a sidecar started as decode from a file that says prefill first.
+    const json = JSON.stringify(base(), null, 2).replace('"role": "decode",', '"role": "prefill",\n  "role": "decode",');
+    await writeFile(path.join(dir, 'dup.json'), json);
+    const dup = await loadSidecarConfig(path.join(dir, 'dup.json'));
+    expect(dup.ok ? '' : formatIssues(dup.error)).toMatch(/dup\.json:3:3: error: \(syntax\): JSON syntax error: .*duplicated keys/);
+    const { descriptor: _d, ...rest } = base();
+    await mkdir(path.join(dir, 'rev-dir.yaml'), { recursive: true });
+    await writeFile(path.join(dir, 'dir-ref.yaml'), stringify({ ...rest, descriptorFile: 'rev-dir.yaml' }));
+    const d = await loadSidecarConfig(path.join(dir, 'dir-ref.yaml'));
+    expect(d.ok ? '' : formatIssues(d.error)).toMatch(
+      /rev-dir\.yaml: error: \(root\): cannot read the file: it is a directory, not a file/,
+    );
+  });
+
   it('resolves keys.file relative to the config file, not the working directory (as the gate does)', async () => {
     const sub = path.join(dir, 'etc');
     await mkdir(sub, { recursive: true });

@@ -6,15 +6,15 @@
  * default that fails closed: transfer failures fail instead of silently recomputing, unknown connector versions are
  * refused (`compatMode: strict`), and the prefill leg goes back through Envoy so the gate checks every hop.
  */
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { TracingConfigSchema } from '../tracing.js';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
 import { fromZodIssues } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
+import { formatOf, parseStructuredText } from '../config/text.js';
+import { readConfigText, readErrorReason } from '../config/read-text.js';
 import { KeySourceSchema } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 import { liveHashSupport } from './nixl-side-channel.js';
@@ -284,23 +284,13 @@ export async function loadDescriptorFile(file: string): Promise<Result<unknown, 
 
 async function readText(file: string, fix: string): Promise<Result<string, ConfigIssue[]>> {
   try {
-    return ok(await readFile(file, 'utf8'));
+    return ok(await readConfigText(file));
   } catch (e) {
-    return err([issue(file, [], `cannot read the file: ${(e as Error).message}`, fix)]);
+    return err([issue(file, [], `cannot read the file: ${readErrorReason(e)}`, fix)]);
   }
 }
 
 function parseText(text: string, file: string): Result<unknown, ConfigIssue[]> {
-  try {
-    return ok(file.endsWith('.json') ? JSON.parse(text) : parseYaml(text));
-  } catch (e) {
-    return err([
-      issue(
-        file,
-        [],
-        `not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(e as Error).message}`,
-        'fix the syntax at the position shown',
-      ),
-    ]);
-  }
+  const read = parseStructuredText(text, file, formatOf(file));
+  return read.ok ? ok(read.value.value) : read;
 }

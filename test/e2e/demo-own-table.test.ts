@@ -176,7 +176,9 @@ describe('demo --policy with a table that cannot be used', () => {
   it('exits 1 for a file that does not exist, and 2 for a bad flag', async () => {
     const t = io();
     expect(await demoCommand(['--policy', '/nonexistent/route-table.yaml'], t.io)).toBe(1);
-    expect(t.err.join('')).toMatch(/route-table\.yaml: error: \(file\): the route table cannot be read: ENOENT\. Fix: check the path/);
+    expect(t.err.join('')).toMatch(
+      /route-table\.yaml: error: \(file\): the route table cannot be read: no such file \(ENOENT\)\. Fix: check the path/,
+    );
     const u = io();
     expect(await demoCommand(['--policy', FIXTURE, '--max-workers-per-pool', '0'], u.io)).toBe(2);
     expect(u.err.join('')).toMatch(/--max-workers-per-pool must be 1-16/);
