@@ -60,6 +60,37 @@ describe('kvgate fingerprint', () => {
     expect(a.nixlHash.hash).toBe(b.nixlHash.hash);
   });
 
+  it('reads a descriptor file as the route table does: YAML 1.2 whatever the directive; a duplicate key or a directory is an error', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'kvgate-fp-'));
+    let err = '';
+    const spy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: unknown) => {
+      err += String(chunk);
+      return true;
+    });
+    try {
+      const text = readFileSync(A, 'utf8');
+      const old = path.join(dir, 'old.yaml');
+      writeFileSync(old, `%YAML 1.1\n---\n${text}`);
+      const dup = path.join(dir, 'dup.json');
+      const json = JSON.stringify(parseYaml(text));
+      writeFileSync(dup, `${json.slice(0, -1)},"kind":"x","kind":"y"}`);
+      // A %YAML 1.1 directive does not change the reading (YAML 1.2 core, as the gate reads it): same fingerprint.
+      const asGate = JSON.parse((await run(['--descriptor', A, '--json'])).out).fingerprint;
+      expect(JSON.parse((await run(['--descriptor', old, '--json'])).out).fingerprint).toBe(asGate);
+      for (const [file, why] of [
+        [dup, /[Dd]uplicate|unique/],
+        [dir, /is a directory/],
+      ] as const) {
+        err = '';
+        expect((await run(['--descriptor', file])).code, file).toBe(2);
+        expect(err, file).toMatch(why);
+      }
+    } finally {
+      spy.mockRestore();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('records an adapter revision under the adapter (what its sidecar probes), so the recorded worker verifies', async () => {
     const { canaries: _c, ...base } = parseYaml(readFileSync(A, 'utf8'));
     const declared = { ...base, adapter: { id: 'acme/support-lora', revision: 'lora-r1' } };

@@ -3,14 +3,14 @@
  * the sidecar runs) and measures the canary digests; with `--descriptor FILE` it prints the declared descriptor's
  * fingerprint and vLLM's predicted NIXL handshake hash, and - when both are given - whether the worker matches.
  */
-import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { parse as parseYaml } from 'yaml';
 import { CompatDescriptorSchema, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import { fromZodIssues } from '../config/from-zod.js';
 import { formatIssues } from '../config/issues.js';
+import { readConfigText, readErrorReason } from '../config/read-text.js';
+import { formatOf, parseStructuredText } from '../config/text.js';
 import { compareObservation } from '../sidecar/compare.js';
 import { measureCanaries, observeWorker } from '../sidecar/probe.js';
 import { workerApiKeyFlags } from '../sidecar/command.js';
@@ -31,15 +31,21 @@ const HELP = `usage: kvgate fingerprint [--worker URL] [--descriptor FILE] [--mo
 `;
 
 async function readDescriptor(file: string): Promise<{ ok: true; d: CompatDescriptor } | { ok: false; message: string }> {
-  let raw: unknown;
+  // Read and parsed exactly as the route table's `descriptorFile` is (src/policy/load.ts), so this command never prints
+  // a fingerprint for a file the gate would refuse or read otherwise (a %YAML 1.1 directive, tags, duplicate keys).
+  let text: string;
   try {
-    raw = parseYaml(await readFile(file, 'utf8'));
+    text = await readConfigText(file);
   } catch (e) {
-    return { ok: false, message: `${file}: ${(e as Error).message}` };
+    return { ok: false, message: `${file}: cannot be read: ${readErrorReason(e)}` };
   }
+  const read = parseStructuredText(text, file, formatOf(file));
+  if (!read.ok) return { ok: false, message: formatIssues(read.error) };
+  const raw = read.value.value;
   const parsed = CompatDescriptorSchema.safeParse(raw);
   if (!parsed.success) {
-    return { ok: false, message: formatIssues(fromZodIssues(parsed.error.issues, { file, root: CompatDescriptorSchema, data: raw })) };
+    const ctx = { file, root: CompatDescriptorSchema, data: raw, locate: read.value.locate };
+    return { ok: false, message: formatIssues(fromZodIssues(parsed.error.issues, ctx)) };
   }
   return { ok: true, d: parsed.data };
 }
