@@ -1,12 +1,14 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { createDevKeyRing, createKeyRing, isInsecureKeyRing, loadKeyRing, parseKeyRing, type KeyRing } from './keys.js';
 import { mintContract, verifyContract } from './contract.js';
 import { exampleContractFields } from './testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
+import { PACKAGE_ROOT } from '../package-root.js';
 
 const secretA = Buffer.alloc(32, 0xa1);
 const secretB = Buffer.alloc(48, 0xb2);
@@ -186,6 +188,19 @@ describe('parseKeyRing and loadKeyRing', () => {
     }
   });
 
+  it('refuses a salt secret equal to a signing key, saying to generate a separate one, without the secret', () => {
+    const r = parseKeyRing(keyFile({ salt: secretA.toString('base64url') }), 'k.json');
+    expect(r.ok).toBe(false);
+    if (!r.ok) {
+      expect(r.error.message).toMatch(/salt: is the same secret as signing key k1; .*separate .*openssl rand -base64 32/);
+      expectNoLeak(r.error.message, secretA, secretB, salt);
+    }
+    // The typed constructor applies the same rule.
+    expect(() => createKeyRing({ keys: [{ id: 'k1', secret: secretA }], currentId: 'k1', saltSecret: Buffer.from(secretA) })).toThrow(
+      /salt: is the same secret as signing key k1/,
+    );
+  });
+
   it('does not report an undecodable secret twice', () => {
     const r = parseKeyRing(keyFile({ keys: { k2: '%%%' } }), 'k.json');
     expect(r.ok ? '' : r.error.message.match(/keys\.k2/g)).toHaveLength(1);
@@ -206,5 +221,26 @@ describe('createDevKeyRing', () => {
     const token = mintContract(exampleContractFields(), a);
     expect(verifyContract(token, b, TEST_NOW_MS).ok).toBe(true);
     expect(verifyContract(token, c, TEST_NOW_MS).ok).toBe(false);
+  });
+
+  it('passes the checks a key file gets, whatever the seed (its salt secret is derived apart from its signing key)', () => {
+    const dev = createDevKeyRing('kvgate-local-demo'); // the demo's seed (testbed/demo/topology.ts)
+    const parts = {
+      keys: [{ id: dev.currentId, secret: dev.secret(dev.currentId)! }],
+      currentId: dev.currentId,
+      saltSecret: dev.saltSecret,
+    };
+    expect(createKeyRing(parts).currentId).toBe('dev-insecure');
+  });
+});
+
+describe('the example key Secret (deploy/kubernetes/secret-keys.example.yaml)', () => {
+  it('is refused for its placeholders only: two equal placeholders are not reported as a shared salt', () => {
+    const secret = parseYaml(readFileSync(join(PACKAGE_ROOT, 'deploy', 'kubernetes', 'secret-keys.example.yaml'), 'utf8')) as {
+      stringData: Record<string, string>;
+    };
+    const r = parseKeyRing(secret.stringData['keys.json']!, 'keys.json');
+    expect(r.ok ? '' : r.error.message).toMatch(/keys\.k1: is not valid base64.*; salt: is not valid base64/);
+    expect(r.ok ? '' : r.error.message).not.toMatch(/same secret/);
   });
 });

@@ -102,6 +102,17 @@ function keyRingIssues(opts: KeyRingOptions): string[] {
       `salt: cache-salt secret is ${opts.saltSecret.length} bytes, at least ${MIN_SECRET_BYTES} are required; ` +
         'generate one with `openssl rand -base64 32`',
     );
+  } else {
+    // The salt secret must be separate (docs/security.md): every cache_salt is an HMAC under it over text that ends
+    // with the client's own cache_salt, written into request bodies the workers see. Under a signing key that
+    // would hand out HMACs of partly client-chosen text made with the key that signs contracts.
+    const salt = Buffer.from(opts.saltSecret);
+    for (const k of opts.keys.filter((k) => salt.equals(Buffer.from(k.secret)))) {
+      issues.push(
+        `salt: is the same secret as signing key ${k.id}; the cache-salt secret must be separate from every signing key: ` +
+          'generate a new one for salt with `openssl rand -base64 32`',
+      );
+    }
   }
   return issues;
 }
