@@ -201,6 +201,37 @@ describe('parseKeyRing and loadKeyRing', () => {
     );
   });
 
+  it('refuses a key id "__proto__" by name, in JSON and YAML, instead of losing it (never "at least one signing key is required")', () => {
+    const a = secretA.toString('base64');
+    const texts = [
+      `{"current":"__proto__","keys":{"__proto__":"${a}"},"salt":"${salt.toString('base64')}"}`,
+      `current: __proto__\nkeys:\n  __proto__: ${a}\nsalt: ${salt.toString('base64')}\n`,
+      `{"current":"k1","keys":{"k1":"${a}","__proto__":"${secretB.toString('base64')}"},"salt":"${salt.toString('base64')}"}`,
+    ];
+    for (const text of texts) {
+      const r = parseKeyRing(text, 'keys.json');
+      expect(r.ok).toBe(false);
+      if (!r.ok) {
+        expect(r.error.message).toMatch(/keys: key id "__proto__" is not allowed \(.*\); rename it/);
+        expect(r.error.message).not.toMatch(/at least one signing key|is not among the keys/);
+        expectNoLeak(r.error.message, secretA, secretB, salt);
+      }
+    }
+    // Its value is checked like any other (zod's records skip a "__proto__" entry without looking at it).
+    const notAString = parseKeyRing(`{"current":"k1","keys":{"k1":"${a}","__proto__":7},"salt":"${salt.toString('base64')}"}`, 'k.json');
+    expect(notAString.ok ? '' : notAString.error.message).toMatch(/keys\.__proto__: must be a base64 string/);
+    // The typed constructor refuses it too.
+    expect(() => createKeyRing({ keys: [{ id: '__proto__', secret: secretA }], currentId: '__proto__', saltSecret: salt })).toThrow(
+      /key id "__proto__" is not allowed/,
+    );
+  });
+
+  it.each(['constructor', 'prototype', 'toString', 'hasOwnProperty'])('keeps %s a key id like any other', (id) => {
+    const r = parseKeyRing(keyFile({ current: id, keys: { [id]: secretA.toString('base64') } }), 'k.json');
+    expect(r.ok && r.value.secret(id)).toEqual(secretA);
+    if (r.ok) expect(verifyContract(mintContract(exampleContractFields(), r.value), r.value, TEST_NOW_MS).ok).toBe(true);
+  });
+
   it('does not report an undecodable secret twice', () => {
     const r = parseKeyRing(keyFile({ keys: { k2: '%%%' } }), 'k.json');
     expect(r.ok ? '' : r.error.message.match(/keys\.k2/g)).toHaveLength(1);
