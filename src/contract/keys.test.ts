@@ -1,12 +1,14 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { createDevKeyRing, createKeyRing, isInsecureKeyRing, loadKeyRing, parseKeyRing, type KeyRing } from './keys.js';
 import { mintContract, verifyContract } from './contract.js';
 import { exampleContractFields } from './testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
+import { PACKAGE_ROOT } from '../package-root.js';
 
 const secretA = Buffer.alloc(32, 0xa1);
 const secretB = Buffer.alloc(48, 0xb2);
@@ -186,6 +188,50 @@ describe('parseKeyRing and loadKeyRing', () => {
     }
   });
 
+  it('refuses a salt secret equal to a signing key, saying to generate a separate one, without the secret', () => {
+    const r = parseKeyRing(keyFile({ salt: secretA.toString('base64url') }), 'k.json');
+    expect(r.ok).toBe(false);
+    if (!r.ok) {
+      expect(r.error.message).toMatch(/salt: is the same secret as signing key k1; .*separate .*openssl rand -base64 32/);
+      expectNoLeak(r.error.message, secretA, secretB, salt);
+    }
+    // The typed constructor applies the same rule.
+    expect(() => createKeyRing({ keys: [{ id: 'k1', secret: secretA }], currentId: 'k1', saltSecret: Buffer.from(secretA) })).toThrow(
+      /salt: is the same secret as signing key k1/,
+    );
+  });
+
+  it('refuses a key id "__proto__" by name, in JSON and YAML, instead of losing it (never "at least one signing key is required")', () => {
+    const a = secretA.toString('base64');
+    const texts = [
+      `{"current":"__proto__","keys":{"__proto__":"${a}"},"salt":"${salt.toString('base64')}"}`,
+      `current: __proto__\nkeys:\n  __proto__: ${a}\nsalt: ${salt.toString('base64')}\n`,
+      `{"current":"k1","keys":{"k1":"${a}","__proto__":"${secretB.toString('base64')}"},"salt":"${salt.toString('base64')}"}`,
+    ];
+    for (const text of texts) {
+      const r = parseKeyRing(text, 'keys.json');
+      expect(r.ok).toBe(false);
+      if (!r.ok) {
+        expect(r.error.message).toMatch(/keys: key id "__proto__" is not allowed \(.*\); rename it/);
+        expect(r.error.message).not.toMatch(/at least one signing key|is not among the keys/);
+        expectNoLeak(r.error.message, secretA, secretB, salt);
+      }
+    }
+    // Its value is checked like any other (zod's records skip a "__proto__" entry without looking at it).
+    const notAString = parseKeyRing(`{"current":"k1","keys":{"k1":"${a}","__proto__":7},"salt":"${salt.toString('base64')}"}`, 'k.json');
+    expect(notAString.ok ? '' : notAString.error.message).toMatch(/keys\.__proto__: must be a base64 string/);
+    // The typed constructor refuses it too.
+    expect(() => createKeyRing({ keys: [{ id: '__proto__', secret: secretA }], currentId: '__proto__', saltSecret: salt })).toThrow(
+      /key id "__proto__" is not allowed/,
+    );
+  });
+
+  it.each(['constructor', 'prototype', 'toString', 'hasOwnProperty'])('keeps %s a key id like any other', (id) => {
+    const r = parseKeyRing(keyFile({ current: id, keys: { [id]: secretA.toString('base64') } }), 'k.json');
+    expect(r.ok && r.value.secret(id)).toEqual(secretA);
+    if (r.ok) expect(verifyContract(mintContract(exampleContractFields(), r.value), r.value, TEST_NOW_MS).ok).toBe(true);
+  });
+
   it('does not report an undecodable secret twice', () => {
     const r = parseKeyRing(keyFile({ keys: { k2: '%%%' } }), 'k.json');
     expect(r.ok ? '' : r.error.message.match(/keys\.k2/g)).toHaveLength(1);
@@ -206,5 +252,26 @@ describe('createDevKeyRing', () => {
     const token = mintContract(exampleContractFields(), a);
     expect(verifyContract(token, b, TEST_NOW_MS).ok).toBe(true);
     expect(verifyContract(token, c, TEST_NOW_MS).ok).toBe(false);
+  });
+
+  it('passes the checks a key file gets, whatever the seed (its salt secret is derived apart from its signing key)', () => {
+    const dev = createDevKeyRing('kvgate-local-demo'); // the demo's seed (testbed/demo/topology.ts)
+    const parts = {
+      keys: [{ id: dev.currentId, secret: dev.secret(dev.currentId)! }],
+      currentId: dev.currentId,
+      saltSecret: dev.saltSecret,
+    };
+    expect(createKeyRing(parts).currentId).toBe('dev-insecure');
+  });
+});
+
+describe('the example key Secret (deploy/kubernetes/secret-keys.example.yaml)', () => {
+  it('is refused for its placeholders only: two equal placeholders are not reported as a shared salt', () => {
+    const secret = parseYaml(readFileSync(join(PACKAGE_ROOT, 'deploy', 'kubernetes', 'secret-keys.example.yaml'), 'utf8')) as {
+      stringData: Record<string, string>;
+    };
+    const r = parseKeyRing(secret.stringData['keys.json']!, 'keys.json');
+    expect(r.ok ? '' : r.error.message).toMatch(/keys\.k1: is not valid base64.*; salt: is not valid base64/);
+    expect(r.ok ? '' : r.error.message).not.toMatch(/same secret/);
   });
 });

@@ -28,6 +28,13 @@ export const MIN_SECRET_BYTES = 32;
 /** Key ids appear inside tokens between dots, so they are restricted to URL-safe characters. */
 export const KEY_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
+/**
+ * Ids that match the pattern but are refused: `__proto__` names an object's prototype, so JSON/YAML tooling, schema
+ * validators (zod drops it from records) and any `obj[id]` lookup lose or misread it. `constructor` and `prototype`
+ * are ordinary own data in a parsed file and in the ring (a Map), so they stay allowed.
+ */
+const RESERVED_KEY_IDS: ReadonlySet<string> = new Set(['__proto__']);
+
 export interface KeyRingOptions {
   readonly keys: readonly { readonly id: string; readonly secret: Uint8Array }[];
   readonly currentId: string;
@@ -82,6 +89,10 @@ function keyRingIssues(opts: KeyRingOptions): string[] {
   for (const k of opts.keys) {
     if (!KEY_ID_PATTERN.test(k.id)) {
       issues.push(`keys: key id ${JSON.stringify(k.id.slice(0, 64))} must be 1-64 characters of A-Z a-z 0-9 _ -; rename it`);
+    } else if (RESERVED_KEY_IDS.has(k.id)) {
+      issues.push(
+        `keys: key id ${JSON.stringify(k.id)} is not allowed (it names a JavaScript object's prototype, which parsers and tools drop); rename it`,
+      );
     }
     if (seen.has(k.id)) issues.push(`keys.${k.id}: duplicate key id; give each key its own id`);
     seen.add(k.id);
@@ -102,6 +113,17 @@ function keyRingIssues(opts: KeyRingOptions): string[] {
       `salt: cache-salt secret is ${opts.saltSecret.length} bytes, at least ${MIN_SECRET_BYTES} are required; ` +
         'generate one with `openssl rand -base64 32`',
     );
+  } else {
+    // The salt secret must be separate (docs/security.md): every cache_salt is an HMAC under it over text that ends
+    // with the client's own cache_salt, written into request bodies the workers see. Under a signing key that
+    // would hand out HMACs of partly client-chosen text made with the key that signs contracts.
+    const salt = Buffer.from(opts.saltSecret);
+    for (const k of opts.keys.filter((k) => salt.equals(Buffer.from(k.secret)))) {
+      issues.push(
+        `salt: is the same secret as signing key ${k.id}; the cache-salt secret must be separate from every signing key: ` +
+          'generate a new one for salt with `openssl rand -base64 32`',
+      );
+    }
   }
   return issues;
 }
@@ -136,14 +158,26 @@ const KeyFileSchema = z
   .object(
     {
       current: z.string({ error: 'must be the id of the key that signs new tokens, e.g. "k2"' }),
-      keys: z.record(z.string(), z.string({ error: 'must be a base64 string of at least 32 random bytes' }), {
-        error: 'must map key ids to base64 secrets, e.g. { "k1": "<base64>" }',
-      }),
+      // A Map, not z.record: zod leaves a "__proto__" entry out of a record (unchecked), so such a key id would vanish
+      // and the operator read "at least one signing key is required". Every id the file names is kept and checked.
+      keys: z.preprocess(
+        (v) => (isPlainObject(v) ? new Map(Object.entries(v)) : v),
+        z.map(z.string(), z.string({ error: 'must be a base64 string of at least 32 random bytes' }), {
+          error: 'must map key ids to base64 secrets, e.g. { "k1": "<base64>" }',
+        }),
+      ),
       salt: z.string({ error: 'must be a base64 string of at least 32 random bytes (the cache-salt secret)' }),
     },
     { error: 'must be an object { "current": "k1", "keys": { "k1": "<base64>" }, "salt": "<base64>" }' },
   )
   .strict();
+
+/** A parsed JSON/YAML mapping (the YAML parser keeps a "__proto__" key as own data of one). */
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  if (typeof v !== 'object' || v === null) return false;
+  const proto = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null;
+}
 
 function decodeSecret(value: string, path: string, issues: string[]): Buffer {
   const trimmed = value.trim();
@@ -192,7 +226,7 @@ export function parseKeyRing(text: string, source: string): Result<KeyRing, Kvga
     return err(new KvgateError('internal', `${source}: invalid key file: ${lines.join('; ')}`));
   }
   const issues: string[] = [];
-  const keys = Object.entries(parsed.data.keys).map(([id, b64]) => ({ id, secret: decodeSecret(b64, `keys.${id}`, issues) }));
+  const keys = [...parsed.data.keys].map(([id, b64]) => ({ id, secret: decodeSecret(b64, `keys.${id}`, issues) }));
   const saltSecret = decodeSecret(parsed.data.salt, 'salt', issues);
   const opts = { keys, currentId: parsed.data.current, saltSecret };
   // A secret that is not base64 was reported once already; do not report its (zero) length again.

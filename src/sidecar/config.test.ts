@@ -118,7 +118,8 @@ describe('loading from files and flags', () => {
     const sub = path.join(dir, 'etc');
     await mkdir(sub, { recursive: true });
     const secret = Buffer.alloc(32, 7).toString('base64');
-    await writeFile(path.join(sub, 'keys.json'), JSON.stringify({ current: 'k1', keys: { k1: secret }, salt: secret }));
+    const salt = Buffer.alloc(32, 8).toString('base64'); // separate from the signing key
+    await writeFile(path.join(sub, 'keys.json'), JSON.stringify({ current: 'k1', keys: { k1: secret }, salt }));
     const { keys: _k, ...rest } = base();
     await writeFile(path.join(sub, 'sidecar.yaml'), stringify({ ...rest, keys: { file: 'keys.json' } }));
     const cwd = process.cwd();
@@ -223,7 +224,8 @@ describe('nixlSideChannel: safe by default', () => {
 describe('keysFor', () => {
   it('loads a key file, reads a named environment variable, and says which variable is missing', async () => {
     const secret = Buffer.alloc(32, 7).toString('base64');
-    const keyJson = JSON.stringify({ current: 'k1', keys: { k1: secret }, salt: secret });
+    const salt = Buffer.alloc(32, 8).toString('base64'); // separate from the signing key
+    const keyJson = JSON.stringify({ current: 'k1', keys: { k1: secret }, salt });
     await writeFile(path.join(dir, 'keys.json'), keyJson);
     const withFile = parseSidecarConfig({ ...base(), keys: { file: path.join(dir, 'keys.json') } }, 'f');
     if (!withFile.ok) throw new Error('config');

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createReplayGuard } from './replay-guard.js';
 
@@ -40,5 +41,130 @@ describe('replay guard ordering', () => {
     expect(g.claim('d', 10_000, 400)).toBe(true);
     expect(evicted).toBe(0);
     expect(g.claim('a', 10_000, 500)).toBe(false);
+  });
+});
+
+describe('replay guard eviction by expiry', () => {
+  it('a long-lived contract admitted before a flood of short-lived ones is not the one forgotten', () => {
+    let evicted = 0;
+    const g = createReplayGuard(1_000, () => evicted++);
+    expect(g.claim('long', 600_000, 0)).toBe(true); // a 10-minute contract
+    for (let i = 0; i < 5_000; i++) expect(g.claim(`short${i}`, 30_000 + i, i)).toBe(true); // 30-second ones, all live
+    expect(g.size).toBe(1_000);
+    expect(evicted).toBe(4_001);
+    expect(g.claim('long', 600_000, 5_000)).toBe(false); // still remembered: it is not replayed
+    expect(g.claim('short4999', 35_000, 5_000)).toBe(false);
+    expect(g.claim('short0', 30_000, 5_000)).toBe(true); // the soonest-expiring were the ones forgotten
+  });
+
+  it('when full of live contracts it still admits (fail-open), forgetting the one expiring soonest, and counts it', () => {
+    let evicted = 0;
+    const g = createReplayGuard(3, () => evicted++);
+    expect(g.claim('a', 5_000, 0)).toBe(true);
+    expect(g.claim('b', 1_000, 0)).toBe(true);
+    expect(g.claim('c', 9_000, 0)).toBe(true);
+    expect(g.claim('d', 2_000, 10)).toBe(true);
+    expect(evicted).toBe(1);
+    expect(g.size).toBe(3);
+    expect(g.claim('a', 5_000, 20)).toBe(false);
+    expect(g.claim('c', 9_000, 20)).toBe(false);
+    expect(g.claim('d', 2_000, 20)).toBe(false);
+    expect(g.claim('b', 1_000, 20)).toBe(true); // b (expiring first) was forgotten
+  });
+
+  it('release of an entry in the middle keeps the order of the rest', () => {
+    const g = createReplayGuard(3);
+    g.claim('a', 3_000, 0);
+    g.claim('b', 1_000, 0);
+    g.claim('c', 2_000, 0);
+    g.release('b');
+    g.release('b'); // unknown id: no-op
+    expect(g.size).toBe(2);
+    g.claim('d', 4_000, 0);
+    g.claim('e', 5_000, 0); // full: c (2 000) is forgotten, not a
+    expect(g.claim('a', 3_000, 1)).toBe(false);
+    expect(g.claim('c', 2_000, 1)).toBe(true);
+  });
+
+  /**
+   * The specification, naively: remember every admitted id until its expiry; when a new admission finds the guard
+   * full of live entries, forget the one expiring soonest (the earliest admitted among equals).
+   */
+  function naiveGuard(maxEntries: number) {
+    const seen = new Map<string, { exp: number; seq: number }>();
+    let seq = 0;
+    let evicted = 0;
+    return {
+      claim(id: string, exp: number, now: number): boolean {
+        const e = seen.get(id);
+        if (e !== undefined && e.exp > now) return false;
+        seen.delete(id);
+        for (const [k, v] of seen) if (v.exp <= now) seen.delete(k);
+        while (seen.size >= maxEntries) {
+          let victim: [string, { exp: number; seq: number }] | undefined;
+          for (const kv of seen) {
+            if (victim === undefined || kv[1].exp < victim[1].exp || (kv[1].exp === victim[1].exp && kv[1].seq < victim[1].seq))
+              victim = kv;
+          }
+          if (victim === undefined) break;
+          seen.delete(victim[0]);
+          evicted++;
+        }
+        seen.set(id, { exp, seq: seq++ });
+        return true;
+      },
+      release(id: string) {
+        seen.delete(id);
+      },
+      live(now: number) {
+        return [...seen].filter(([, v]) => v.exp > now);
+      },
+      get size() {
+        return seen.size;
+      },
+      get evicted() {
+        return evicted;
+      },
+    };
+  }
+
+  it('matches the specification for mixed lifetimes, releases and re-admissions', () => {
+    const op = fc.oneof(
+      {
+        weight: 5,
+        arbitrary: fc.record({
+          kind: fc.constant('claim' as const),
+          id: fc.integer({ min: 0, max: 30 }),
+          ttl: fc.constantFrom(1, 50, 300, 30_000, 600_000),
+          jitter: fc.integer({ min: 0, max: 3 }),
+          dt: fc.integer({ min: 0, max: 40 }),
+        }),
+      },
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), id: fc.integer({ min: 0, max: 30 }) }) },
+    );
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 8 }), fc.array(op, { maxLength: 200 }), (cap, ops) => {
+        let evicted = 0;
+        const g = createReplayGuard(cap, () => evicted++);
+        const model = naiveGuard(cap);
+        let now = 0;
+        for (const o of ops) {
+          if (o.kind === 'release') {
+            g.release(`r${o.id}`);
+            model.release(`r${o.id}`);
+            continue;
+          }
+          now += o.dt;
+          const exp = now + o.ttl + o.jitter;
+          expect(g.claim(`r${o.id}`, exp, now)).toBe(model.claim(`r${o.id}`, exp, now));
+          expect(g.size).toBeLessThanOrEqual(cap);
+          expect(evicted).toBe(model.evicted);
+          // Every live entry the specification holds is still refused by the guard (probed without mutating it:
+          // a refused claim changes nothing).
+          for (const [id, v] of model.live(now)) expect(g.claim(id, v.exp, now)).toBe(false);
+        }
+      }),
+      { numRuns: 300 },
+    );
   });
 });

@@ -2,9 +2,21 @@
  * One contract, one request: a sidecar remembers the request ids it has admitted until their contracts expire, so
  * a captured contract (and its request id) cannot be replayed to run another prefill or decode outside the gate.
  *
- * Bounded: at most `maxEntries` ids are remembered; past that the ones expiring soonest are forgotten first (and
- * counted), which reopens a replay window only for contracts about to expire anyway. A prefill attempt that did not
- * succeed is released, so a retry of the same request may come back to this worker.
+ * Bounded: at most `maxEntries` ids are remembered. Expired entries are dropped as time passes. When an admission
+ * finds the guard full of live entries, the one whose contract expires soonest is forgotten (the earliest admitted
+ * among equal expiries) and `onEvict` is called: a contract still valid is never forgotten while one expiring
+ * sooner is held, whatever the mix of lifetimes (`contract.ttlMs` differs per route table and changes on reload),
+ * so the replay window reopened is always the shortest one on offer.
+ *
+ * Full of live entries, the guard fails OPEN: the new request is admitted and the soonest-expiring entry forgotten.
+ * Failing closed would let anyone able to send `maxEntries` valid contracts within one lifetime (a burst of real
+ * traffic does) refuse every further legitimate request on this worker until they expire; a forgotten entry at
+ * worst lets that one contract, already near its expiry, be replayed once more here, and each such eviction is
+ * reported through `onEvict`.
+ *
+ * Cost: entries live in a binary min-heap by expiry with a map from id to heap slot; `claim` and `release` are
+ * O(log n) (amortised for `claim`, which also drops the entries that expired since the last call, each once).
+ * A prefill attempt that did not succeed is released, so a retry of the same request may come back to this worker.
  */
 export interface ReplayGuard {
   /** True when `requestId` was not admitted before (it is now); false for a replay. */
@@ -14,39 +26,85 @@ export interface ReplayGuard {
   readonly size: number;
 }
 
+interface Entry {
+  readonly id: string;
+  exp: number;
+  /** Admission order, to break ties between equal expiries (the earliest admitted goes first). */
+  seq: number;
+  /** This entry's slot in the heap. */
+  at: number;
+}
+
 export function createReplayGuard(maxEntries = 200_000, onEvict: () => void = () => undefined): ReplayGuard {
-  const seen = new Map<string, number>(); // request id -> contract expiry (ms); insertion order ~ admission order
-  const sweep = (nowMs: number): void => {
-    // Cheap and constant on average: expired admissions at the front (the oldest) go first.
-    for (const [id, exp] of seen) {
-      if (exp > nowMs) break;
-      seen.delete(id);
-    }
-    if (seen.size < maxEntries) return;
-    // Full: drop every expired entry, then the oldest live ones down to 90% (amortised: a full pass per ~10% of
-    // the capacity in new admissions).
-    for (const [id, exp] of seen) if (exp <= nowMs) seen.delete(id);
-    const target = Math.floor(maxEntries * 0.9);
-    for (const id of seen.keys()) {
-      if (seen.size <= target) break;
-      seen.delete(id);
-      onEvict();
-    }
+  const byId = new Map<string, Entry>();
+  const heap: Entry[] = []; // min-heap by (exp, seq)
+  let nextSeq = 0;
+
+  const before = (a: Entry, b: Entry): boolean => a.exp < b.exp || (a.exp === b.exp && a.seq < b.seq);
+  const place = (e: Entry, i: number): void => {
+    heap[i] = e;
+    e.at = i;
   };
+  const siftUp = (e: Entry, from: number): void => {
+    let i = from;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      const p = heap[parent] as Entry;
+      if (!before(e, p)) break;
+      place(p, i);
+      i = parent;
+    }
+    place(e, i);
+  };
+  const siftDown = (e: Entry, from: number): void => {
+    let i = from;
+    const n = heap.length;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= n) break;
+      const r = l + 1;
+      const c = r < n && before(heap[r] as Entry, heap[l] as Entry) ? r : l;
+      const child = heap[c] as Entry;
+      if (!before(child, e)) break;
+      place(child, i);
+      i = c;
+    }
+    place(e, i);
+  };
+  /** Take `e` out of the heap and the map. */
+  const remove = (e: Entry): void => {
+    byId.delete(e.id);
+    const last = heap.pop() as Entry;
+    if (last === e) return;
+    // Move the last entry into the freed slot and restore the order from there (up or down).
+    if (e.at > 0 && before(last, heap[(e.at - 1) >> 1] as Entry)) siftUp(last, e.at);
+    else siftDown(last, e.at);
+  };
+
   return {
     claim(requestId, expiresAtMs, nowMs) {
-      const exp = seen.get(requestId);
-      if (exp !== undefined && exp > nowMs) return false;
-      seen.delete(requestId); // re-insert at the back: insertion order is what the sweep and eviction rely on
-      sweep(nowMs);
-      seen.set(requestId, expiresAtMs);
+      const held = byId.get(requestId);
+      if (held !== undefined && held.exp > nowMs) return false;
+      if (held !== undefined) remove(held);
+      // Expired admissions leave first: each is popped once, so this is O(log n) amortised per claim.
+      for (let top = heap[0]; top !== undefined && top.exp <= nowMs; top = heap[0]) remove(top);
+      // Full of live entries: fail open, forgetting the one that expires soonest (see the header comment).
+      while (heap.length >= maxEntries && heap.length > 0) {
+        remove(heap[0] as Entry);
+        onEvict();
+      }
+      const e: Entry = { id: requestId, exp: expiresAtMs, seq: nextSeq++, at: heap.length };
+      byId.set(requestId, e);
+      heap.push(e);
+      siftUp(e, e.at);
       return true;
     },
     release(requestId) {
-      seen.delete(requestId);
+      const e = byId.get(requestId);
+      if (e !== undefined) remove(e);
     },
     get size() {
-      return seen.size;
+      return heap.length;
     },
   };
 }

@@ -3,11 +3,17 @@
  * topology (the built-in two-revision one, or the one an operator's route table describes), sends the sample
  * traffic, prints what happened; exits non-zero when any expected behaviour did not happen, and 1 with `kvgate policy
  * check`'s report when the route table cannot be used.
+ *
+ * SIGINT and SIGTERM are listened for from the start, not only once it keeps running: an interrupt at any stage stops
+ * everything started and removes the run folder (it holds the dev TLS private keys). Before the summary the demo
+ * exits 130 / 143, as a shell reports a command ended by that signal: its checks did not run, and 0 would tell a
+ * script they passed. After the summary (`--keep-running`, where a signal is the way to stop it, as for the
+ * `harness` and `sim` commands, which exit 0) the exit code is the summary's. A second signal gets the default action.
  */
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { ENVOY_VERSIONS, type EnvoyVersion } from '../../src/envoy/render/settings.js';
-import { runDemo } from '../demo/run-demo.js';
+import { runDemo, unlessAborted } from '../demo/run-demo.js';
 import { runTableDemo } from '../demo/run-table-demo.js';
 import { curlOf, suggestRequest } from '../demo/suggested-request.js';
 import { callerFor } from '../demo/table-traffic.js';
@@ -26,12 +32,15 @@ running envoy/envoy.yaml.
   --envoy VERSION            with --policy: the Envoy release to render for and play (${ENVOY_VERSIONS.join(' or ')}, default 1.37)
   --keep-running             leave everything up for your own requests (Ctrl-C stops it)
   --log-level LEVEL          component logs to stderr (default: error)
+
+Ctrl-C (SIGINT) or SIGTERM stops it at any stage and removes its temporary folder; before the summary it then exits
+130 (SIGINT) or 143 (SIGTERM), after it (--keep-running) 0 when every check passed. A second signal ends it at once.
 `;
 
 export interface DemoIo {
   readonly out: (line: string) => void;
   readonly err: (text: string) => void;
-  /** Resolves when a kept-running demo should stop (default: SIGINT or SIGTERM). */
+  /** Resolves when a kept-running demo should stop (besides SIGINT or SIGTERM, which always stop it). */
   readonly stop?: () => Promise<void>;
 }
 
@@ -61,6 +70,24 @@ export async function demoCommand(argv: readonly string[], io: DemoIo = defaultI
     io.err(`demo: ${usage}\n\n${HELP}`);
     return 2;
   }
+  const interrupt = listenForInterrupt();
+  try {
+    return await runAndReport(values, io, interrupt.signal);
+  } catch (e) {
+    const sig = interrupt.received();
+    if (sig === undefined) throw e;
+    io.err(`demo: interrupted (${sig}); everything it started is stopped and its temporary folder removed`);
+    return sig === 'SIGINT' ? 130 : 143;
+  } finally {
+    interrupt.dispose();
+  }
+}
+
+async function runAndReport(
+  values: ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values'],
+  io: DemoIo,
+  signal: AbortSignal,
+): Promise<number> {
   const logger = pino({ level: values['log-level'] ?? 'error' }, pino.destination(2));
   const keepRunning = values['keep-running'] === true;
   let ok: boolean;
@@ -68,7 +95,7 @@ export async function demoCommand(argv: readonly string[], io: DemoIo = defaultI
   let suggestion: { model: string; headers: Record<string, string> };
   let close: () => Promise<void>;
   if (values.policy === undefined) {
-    const { summary, topology } = await runDemo({ logger, print: io.out, keepRunning });
+    const { summary, topology } = await runDemo({ logger, print: io.out, keepRunning, signal });
     ({ ok } = summary);
     publicUrl = topology.publicUrl;
     suggestion = { model: SERVED_MODEL, headers: { 'x-tenant-id': 'acme', 'x-session-id': 'me' } };
@@ -79,6 +106,7 @@ export async function demoCommand(argv: readonly string[], io: DemoIo = defaultI
       logger,
       print: io.out,
       keepRunning,
+      signal,
       ...(values['max-workers-per-pool'] === undefined ? {} : { maxWorkersPerPool: Number(values['max-workers-per-pool']) }),
       ...(values.envoy === undefined ? {} : { envoyVersion: values.envoy as EnvoyVersion }),
     });
@@ -93,13 +121,19 @@ export async function demoCommand(argv: readonly string[], io: DemoIo = defaultI
     suggestion = { model: caller.model, headers: caller.headers('me') };
     close = () => r.topology.close();
   }
+  // The summary is out: from here an interrupt ends the run with the summary's exit code.
   try {
-    if (keepRunning) {
-      const s = await suggestRequest(publicUrl, suggestion.model, suggestion.headers);
-      io.out(
-        `\nThe topology keeps running. Try (sent once already; it answered ${JSON.stringify(s.text)}):\n  ${curlOf(s)}\nCtrl-C to stop.`,
-      );
-      await (io.stop ?? waitForSignal)();
+    if (keepRunning && !signal.aborted) {
+      const s = await unlessAborted(suggestRequest(publicUrl, suggestion.model, suggestion.headers), signal).catch((e: unknown) => {
+        if (signal.aborted) return undefined;
+        throw e;
+      });
+      if (s !== undefined) {
+        io.out(
+          `\nThe topology keeps running. Try (sent once already; it answered ${JSON.stringify(s.text)}):\n  ${curlOf(s)}\nCtrl-C to stop.`,
+        );
+        await Promise.race([untilAborted(signal), ...(io.stop === undefined ? [] : [io.stop()])]);
+      }
     }
   } finally {
     await close();
@@ -117,15 +151,33 @@ function usageError(v: { policy?: string; 'max-workers-per-pool'?: string; envoy
   return undefined;
 }
 
-function waitForSignal(): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const done = () => {
-      process.off('SIGINT', done);
-      process.off('SIGTERM', done);
-      resolve();
-    };
-    process.once('SIGINT', done);
-    process.once('SIGTERM', done);
+/**
+ * The first SIGINT or SIGTERM aborts `signal` (and is remembered); both listeners are then removed, so a second
+ * signal gets the default action (the process ends at once) should stopping get stuck.
+ */
+function listenForInterrupt(): { signal: AbortSignal; received: () => NodeJS.Signals | undefined; dispose: () => void } {
+  const ac = new AbortController();
+  let received: NodeJS.Signals | undefined;
+  const on = (sig: NodeJS.Signals) => () => {
+    dispose();
+    received = sig;
+    ac.abort(new Error(`interrupted by ${sig}`));
+  };
+  const onInt = on('SIGINT');
+  const onTerm = on('SIGTERM');
+  const dispose = () => {
+    process.off('SIGINT', onInt);
+    process.off('SIGTERM', onTerm);
+  };
+  process.on('SIGINT', onInt);
+  process.on('SIGTERM', onTerm);
+  return { signal: ac.signal, received: () => received, dispose };
+}
+
+function untilAborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    else signal.addEventListener('abort', () => resolve(), { once: true });
   });
 }
 

@@ -37,20 +37,47 @@ export interface DemoOptions {
   readonly print: (line: string) => void;
   /** Keep the topology up after the traffic (the caller closes it). */
   readonly keepRunning?: boolean;
+  /**
+   * Stops the demo early (the demo command's Ctrl-C or SIGTERM): during start-up or the traffic, everything started is
+   * stopped, the run folder removed, nothing more printed, and `runDemo` rejects with the signal's reason.
+   */
+  readonly signal?: AbortSignal;
 }
 
 export async function runDemo(opts: DemoOptions): Promise<{ summary: DemoSummary; topology: Topology }> {
-  const p = opts.print;
+  const p = quietOnceAborted(opts.print, opts.signal);
   p('kvgate demo: starting the local P/D topology (2 revisions x prefill/decode, sidecars, gate, Envoy harness)...');
-  const t = await startTopology({ logger: opts.logger });
+  const t = await startTopology({ logger: opts.logger, ...(opts.signal === undefined ? {} : { signal: opts.signal }) });
   try {
     printTopology(t, p, opts.keepRunning === true);
-    const summary = await traffic(t, p);
+    const summary = await unlessAborted(traffic(t, p), opts.signal);
     return { summary, topology: t };
   } catch (e) {
     await t.close();
     throw e;
   }
+}
+
+/** `print`, silent once `signal` fired: traffic still in flight when the topology closes under it says nothing. */
+export function quietOnceAborted(print: (line: string) => void, signal: AbortSignal | undefined): (line: string) => void {
+  return (line) => {
+    if (signal?.aborted !== true) print(line);
+  };
+}
+
+/**
+ * `work`, or a rejection with `signal`'s reason as soon as it fires (the caller then closes the topology, which ends
+ * the work; its own outcome is ignored).
+ */
+export function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return work;
+  work.catch(() => undefined);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }
 
 function printTopology(t: Topology, p: (l: string) => void, keepRunning: boolean): void {

@@ -6,7 +6,7 @@
  */
 import type { Logger } from 'pino';
 import type { EnvoyVersion } from '../../src/envoy/render/settings.js';
-import { printFiles, type DemoSummary } from './run-demo.js';
+import { printFiles, quietOnceAborted, unlessAborted, type DemoSummary } from './run-demo.js';
 import { planFromTable } from './table-plan.js';
 import { startTableTopology, type TableTopology } from './table-topology.js';
 import { tableTraffic } from './table-traffic.js';
@@ -19,6 +19,8 @@ export interface TableDemoOptions {
   readonly envoyVersion?: EnvoyVersion;
   /** Say in the files block that the run folder outlives the traffic (`--keep-running`). */
   readonly keepRunning?: boolean;
+  /** Stops the demo early, as `DemoOptions.signal`: everything started is stopped and the run folder removed. */
+  readonly signal?: AbortSignal;
 }
 
 export type TableDemoResult =
@@ -26,7 +28,7 @@ export type TableDemoResult =
   | { readonly ok: false; readonly report: string };
 
 export async function runTableDemo(opts: TableDemoOptions): Promise<TableDemoResult> {
-  const p = opts.print;
+  const p = quietOnceAborted(opts.print, opts.signal);
   const planned = await planFromTable(opts.file, opts.maxWorkersPerPool === undefined ? {} : { maxWorkersPerPool: opts.maxWorkersPerPool });
   if (!planned.ok) return planned;
   const plan = planned.plan;
@@ -37,10 +39,11 @@ export async function runTableDemo(opts: TableDemoOptions): Promise<TableDemoRes
   const t = await startTableTopology(plan, {
     logger: opts.logger,
     ...(opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion }),
+    ...(opts.signal === undefined ? {} : { signal: opts.signal }),
   });
   try {
     printTableTopology(t, p, opts.keepRunning === true);
-    const summary = await tableTraffic(t, p);
+    const summary = await unlessAborted(tableTraffic(t, p), opts.signal);
     return { ok: true, summary, topology: t };
   } catch (e) {
     await t.close();

@@ -62,6 +62,8 @@ export interface TableTopologyOptions {
   readonly logger: Logger;
   /** The Envoy release the bootstrap is rendered for and the harness plays (default 1.37, as envoy/envoy.yaml). */
   readonly envoyVersion?: EnvoyVersion;
+  /** Abandons the start-up, as `TopologyOptions.signal`: what was started is stopped and the run folder removed. */
+  readonly signal?: AbortSignal;
 }
 
 /** Start the topology a plan describes. Everything started is stopped again when any step fails. */
@@ -77,7 +79,9 @@ async function startTableTopologyOnce(plan: TablePlan, opts: TableTopologyOption
   const closeAll = async () => {
     for (const stop of stops.reverse()) await stop().catch(() => undefined);
   };
+  const checkAborted = () => opts.signal?.throwIfAborted();
   try {
+    checkAborted();
     const total = plan.pools.reduce((n, p) => n + p.workers, 0);
     const [publicPort, internalPort, gatePort, ...workerPorts] = await reservePorts(3 + total);
     const internalUrl = `http://127.0.0.1:${internalPort}`;
@@ -109,6 +113,7 @@ async function startTableTopologyOnce(plan: TablePlan, opts: TableTopologyOption
           await w.sim.close();
         });
         workers.push({ ...w, pool: pool.name, cluster: pool.cluster });
+        checkAborted();
       }
     }
     const files: TableTopologyFiles = {
@@ -122,6 +127,7 @@ async function startTableTopologyOnce(plan: TablePlan, opts: TableTopologyOption
     const runtime = await checkPolicyFile(files.routeTable);
     if (!runtime.ok) throw new Error(`the runtime copy of ${plan.file} does not load:\n${formatCheckReport(runtime.report)}`);
     const pki = await createDevPki(files.tlsDir);
+    checkAborted();
     await writeFile(
       files.gateConfig,
       toYaml({
@@ -139,6 +145,7 @@ async function startTableTopologyOnce(plan: TablePlan, opts: TableTopologyOption
     if (!gateConfig.ok) throw new Error(gateConfig.error.map((e) => `${e.path}: ${e.message}`).join('\n'));
     const gate = await startGate(gateConfig.value, { logger: opts.logger.child({ component: 'gate' }), keys });
     stops.push(() => gate.close());
+    checkAborted();
     const rendered = await renderRequest(
       { target: 'bootstrap', settings: renderSettings(files, pki.files, envoyVersion, gate, publicPort!, internalPort!) },
       dir,
@@ -147,6 +154,7 @@ async function startTableTopologyOnce(plan: TablePlan, opts: TableTopologyOption
     await writeFile(files.envoyYaml, rendered.text);
     const harness = await startEnvoyHarness(mustLoadEnvoyConfig(rendered.text), { envoyVersion });
     stops.push(() => harness.close());
+    checkAborted();
     return {
       plan,
       publicUrl: harness.listeners['public']!.url,

@@ -94,6 +94,11 @@ export interface TopologyOptions {
    * sidecar the gate chose (`x-prefiller-host-port`), then hands the attested parameters to kvgate's decode sidecar.
    */
   readonly llmd?: boolean;
+  /**
+   * Abandons the start-up (the demo's Ctrl-C): checked after each step, everything started so far is stopped and the
+   * run folder removed, and `startTopology` rejects with the signal's reason.
+   */
+  readonly signal?: AbortSignal;
 }
 
 /** One simulated vLLM with its sidecar. `R` names the revisions (the default topology's two, or a route table's). */
@@ -198,7 +203,9 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
   const closeAll = async () => {
     for (const stop of stops.reverse()) await stop().catch(() => undefined);
   };
+  const checkAborted = () => opts.signal?.throwIfAborted();
   try {
+    checkAborted();
     const replicas = opts.replicas ?? 1;
     const perRole = REVISIONS.length * replicas;
     const [publicPort, internalPort, gatePort, ...sidecarPorts] = await reservePorts(3 + perRole * 2 + (opts.llmd === true ? perRole : 0));
@@ -232,12 +239,14 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
             await w.sim.close(); // the current sim, after any restart
           });
           workers.push(w);
+          checkAborted();
         }
       }
     }
     const routeTablePath = path.join(dir, 'route-table.yaml');
     await writeFile(routeTablePath, toYaml(routeTableFor(workers, opts, dir)));
     const pki = await createDevPki(path.join(dir, 'tls'));
+    checkAborted();
     const gateYaml = toYaml({
       listen: `127.0.0.1:${gatePort}`,
       tls: devGateTls(pki),
@@ -262,6 +271,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       });
     let gate = await launchGate();
     stops.push(() => gate.close()); // `gate` follows restartGate
+    checkAborted();
     const envoyYamlPath = path.join(dir, 'envoy.yaml');
     const envoyYaml = await renderDemoEnvoyYaml(pki, opts.requestBodyMode);
     await writeFile(envoyYamlPath, envoyYaml);
@@ -273,6 +283,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion },
     );
     stops.push(() => harness.close());
+    checkAborted();
     const topology: Topology = {
       publicUrl: harness.listeners['public']!.url,
       internalUrl: harness.listeners['internal']!.url,
