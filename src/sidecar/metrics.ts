@@ -25,6 +25,8 @@ export interface SidecarMetrics {
   readonly addedFirstTokenSeconds: Histogram<'path'>;
   /** Transfers the worker failed and silently recomputed (transfer-watch.ts): `refused`, `served`, `unattributed`. */
   readonly silentRecomputes: Counter<'result'>;
+  /** Contracts forgotten by the replay guard while still valid (replay-guard.ts): it was full of live contracts. */
+  readonly replayEvictions: Counter;
   readonly verified: Gauge;
   readonly inFlight: Gauge;
   readonly draining: Gauge;
@@ -95,6 +97,11 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       name: 'kvgate_sidecar_prefill_refusals_total',
       help: 'Prefill legs refused by the prefill side as incompatible_transfer (its worker changed since it was verified), by action (fail, recompute).',
       labelNames: ['action'] as const,
+      registers,
+    }),
+    replayEvictions: new Counter({
+      name: 'kvgate_sidecar_replay_guard_evictions_total',
+      help: 'Contracts the replay guard forgot while still valid because it held its maximum of live contracts (the soonest-expiring first); each one could be replayed once to this worker until it expires. Non-zero means contracts arrive faster than they expire: shorten contract.ttlMs.',
       registers,
     }),
     prefillLegSeconds: new Histogram({

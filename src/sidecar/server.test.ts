@@ -202,6 +202,31 @@ describe('admission and drain', () => {
     }
   });
 
+  it('a replay guard full of live contracts forgets the soonest-expiring one and counts it', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'), undefined, undefined, { replayGuardMaxEntries: 1 });
+    try {
+      for (const [id, ttl] of [
+        ['long', 60_000],
+        ['short', 20_000],
+      ] as const) {
+        const now = Date.now();
+        const r = await postJson(
+          `${t.sidecar.url}/v1/completions`,
+          ...bound(contractFor(t.config.fingerprint, null, { requestId: id, issuedAtMs: now, expiresAtMs: now + ttl }), {
+            model: MODEL,
+            prompt: 'x',
+            max_tokens: 1,
+          }),
+        );
+        expect(r.status, id).toBe(200);
+      }
+      const metrics = await t.registry.metrics();
+      expect(metrics).toContain('kvgate_sidecar_replay_guard_evictions_total 1');
+    } finally {
+      await t.sidecar.close();
+    }
+  });
+
   it('refuses a non-loopback admin address in its config', async () => {
     await expect(sidecarConfigFor(sim, 'decode', { admin: '0.0.0.0:9092' })).rejects.toThrow(/loopback/);
   });

@@ -55,6 +55,8 @@ export interface SidecarDeps {
   readonly workerAuth?: WorkerAuth;
   /** Where `workerApiKey.env` is looked up (default: the process environment). */
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /** Live contracts the replay guard holds at most (default 200,000; tests make it small). */
+  readonly replayGuardMaxEntries?: number;
 }
 
 /**
@@ -144,7 +146,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     ctx,
     state,
     registry: deps.registry,
-    replay: createReplayGuard(),
+    replay: createReplayGuard(deps.replayGuardMaxEntries, () => metrics.replayEvictions.inc()),
     load: createLoadReader(ctx.fetch, ctx.workerUrl, now),
   };
   const loop = createProbeLoop(rt);

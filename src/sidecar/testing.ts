@@ -18,7 +18,7 @@ import { CHAT_TEMPLATE_CANARY_MESSAGES, GENERATION_CANARY_PROMPT, TOKENIZER_CANA
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { parseSidecarConfig, type SidecarConfig, type SidecarConfigInput } from './config.js';
 import type { FetchFn } from './http-io.js';
-import { createSidecar, type Sidecar } from './server.js';
+import { createSidecar, type Sidecar, type SidecarDeps } from './server.js';
 
 export const TEST_KEYS: KeyRing = createDevKeyRing('kvgate-sidecar-tests');
 
@@ -144,6 +144,8 @@ export async function startTestSidecar(
   now?: () => number,
   /** Wraps the spy's fetch (a test that must hold or rewrite some upstream answers). */
   wrap?: (fetchFn: FetchFn) => FetchFn,
+  /** More of the sidecar's dependencies (e.g. a small replay guard). */
+  more: Pick<SidecarDeps, 'replayGuardMaxEntries'> = {},
 ): Promise<TestSidecar> {
   const config = await configOrPromise;
   const spy = createFetchSpy();
@@ -155,6 +157,7 @@ export async function startTestSidecar(
     keys: TEST_KEYS,
     fetch: wrap === undefined ? spy.fetch : wrap(spy.fetch),
     ...(now === undefined ? {} : { now }),
+    ...more,
   });
   return { sidecar, spy, registry, lines, config };
 }
