@@ -6,7 +6,7 @@ import { KvgateError } from '../errors.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { decide } from './decide.js';
 import { answerLocally } from './local-answer.js';
-import type { DecideContext } from './types.js';
+import type { DecideContext, Trace } from './types.js';
 import { refusalFromError } from './refusal.js';
 import { parseOpenAiBody, tenantOf } from './request-facts.js';
 import type { CoreDecision, OpenAiRequest, RequestFacts } from './types.js';
@@ -54,7 +54,7 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
     };
   }
   if (rest.hop !== undefined) return { decision: decide(rest, table, view, ctx) };
-  const trace = [`request ${raw.requestId}: ${raw.method} ${raw.path}`];
+  const trace: Trace = ctx.trace === false ? undefined : [`request ${raw.requestId}: ${raw.method} ${raw.path}`];
   // The trusted tenant, for the audit line of a refusal that happens before the decision proper (only then).
   const tenant = (): string | null => {
     const who = tenantOf(rest, table.tenancy);

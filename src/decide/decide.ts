@@ -23,17 +23,19 @@ import { refuse } from './refusal.js';
 import { sessionOf, tenantOf, tenantScopeOf, userOf } from './request-facts.js';
 import { chooseRevision, keepQueuedRevision, servingRevisions, type NoRevision, type RevisionChoice } from './revision.js';
 import { pickTargets } from './targets.js';
-import type {
-  BoundGroup,
-  CoreDecision,
-  DecideContext,
-  FallbackRecord,
-  OpenAiRequest,
-  QueuedRequest,
-  Refusal,
-  RequestFacts,
-  RouteDecision,
-  Target,
+import {
+  type BoundGroup,
+  type CoreDecision,
+  type DecideContext,
+  type FallbackRecord,
+  type OpenAiRequest,
+  type QueuedRequest,
+  type Refusal,
+  type RequestFacts,
+  type RouteDecision,
+  type Target,
+  type Trace,
+  frozenTrace,
 } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
@@ -68,7 +70,7 @@ const isRefusal = (x: unknown): x is Refusal => (x as { kind?: unknown }).kind =
 function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): CoreDecision {
   const id = facts.requestId;
   const now = Math.floor(ctx.nowMs);
-  const trace: string[] = [`request ${id}: ${facts.method} ${facts.path}`];
+  const trace: Trace = ctx.trace === false ? undefined : [`request ${id}: ${facts.method} ${facts.path}`];
   const who = identify(facts, table, trace);
   if (isRefusal(who)) return who;
   const choice = pickRevision(facts, table, who, ctx, now, trace);
@@ -76,7 +78,7 @@ function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: Worke
     return refuse(id, 'no_compatible_capacity', choice.refuse, trace, { tenant: who.tenant, retryAfterSeconds: finalRetryAfter(table) });
   const rev = choice.revision;
   const group = groupFor(rev, who);
-  trace.push(`group: ${group.id} (fingerprint ${rev.fingerprint.slice(0, 12)}…, scope ${group.tenantScope})`);
+  trace?.push(`group: ${group.id} (fingerprint ${rev.fingerprint.slice(0, 12)}…, scope ${group.tenantScope})`);
   if (ctx.bound !== undefined && ctx.bound.group.id !== group.id) {
     return refuse(
       id,
@@ -96,11 +98,11 @@ function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: Worke
         { tenant: who.tenant, ...boundRevision(rev) },
       );
     }
-    trace.push(
+    trace?.push(
       `connector rules: revision ${rev.name} is not transferable (${rev.transfer.reasons.join('; ')}); only role: both pools may serve it`,
     );
   } else {
-    trace.push(`connector rules: revision ${rev.name} may be disaggregated`);
+    trace?.push(`connector rules: revision ${rev.name} may be disaggregated`);
   }
   const targets = pickTargets(rev, group, view, id, trace, { affinity: affinityKey(group.id, who.body.json) });
   if (targets.ok) return bindRoute(facts, table, ctx.keys, now, who, group, targets, trace);
@@ -124,13 +126,13 @@ function pickRevision(
   who: Identity,
   ctx: DecideContext,
   now: number,
-  trace: string[],
+  trace: Trace,
 ): RevisionChoice | NoRevision {
   const bound = ctx.bound;
   if (bound !== undefined) {
     const kept = keepQueuedRevision(bound, who.serving);
     if ('refuse' in kept) return { refuse: requeueMessage(facts.requestId, bound, kept.refuse) };
-    trace.push(`revision: ${kept.name} (kept: the request waits in the queue of group ${bound.group.id})`);
+    trace?.push(`revision: ${kept.name} (kept: the request waits in the queue of group ${bound.group.id})`);
     return { revision: kept, pinned: bound.pinned };
   }
   return chooseRevision(
@@ -178,7 +180,7 @@ function fromFallback(
   who: Identity,
   bound: { group: BoundGroup; pinned: boolean; missing: 'decode' | 'prefill' },
   walked: FallbackResult,
-  trace: string[],
+  trace: Trace,
 ): CoreDecision {
   const o = walked.outcome;
   const records = Object.freeze([...walked.records]);
@@ -192,14 +194,14 @@ function fromFallback(
         missing: bound.missing,
         pinned: bound.pinned,
         ...w,
-        trace: Object.freeze([...trace]),
+        trace: frozenTrace(trace),
         fallback: records,
       });
     }
     case 'routeVia':
       return bindRoute(facts, table, keys, now, who, o.group, { decode: o.decode, prefill: o.prefill }, trace, records);
     case 'recompute':
-      trace.push('prefill: none (recomputed on the decode endpoint; the contract carries no prefill leg)');
+      trace?.push('prefill: none (recomputed on the decode endpoint; the contract carries no prefill leg)');
       return bindRoute(facts, table, keys, now, who, bound.group, { decode: o.decode, prefill: null }, trace, records);
     case 'refuse':
       return refuse(facts.requestId, o.code, o.message, trace, {
@@ -213,7 +215,7 @@ function fromFallback(
 }
 
 /** Tenant, model and prefix scope, or the refusal that stops the request before any revision is chosen. */
-function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[]): Identity | Refusal {
+function identify(facts: RequestFacts, table: CompiledRouteTable, trace: Trace): Identity | Refusal {
   const id = facts.requestId;
   const body = facts.body;
   if (body === undefined) {
@@ -246,7 +248,7 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
     if (long !== undefined) return refuse(id, 'bad_request', overlongMessage(`${long.what} (${found.from})`, long.bytes), trace);
     // One string per tenant: the request's own copy would otherwise live as long as its stream (group, audit fields).
     tenant = tenantNames.get(found.tenant, sameName);
-    trace.push(`tenant: ${tenant} (from ${found.from})`);
+    trace?.push(`tenant: ${tenant} (from ${found.from})`);
   } else if (found.kind === 'ambiguous') {
     return refuse(
       id,
@@ -263,7 +265,7 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
     );
   } else {
     tenant = tenancy.default ?? null;
-    trace.push(tenant === null ? `tenant: none (${found.from} absent; anonymous)` : `tenant: ${tenant} (default; ${found.from} absent)`);
+    trace?.push(tenant === null ? `tenant: none (${found.from} absent; anonymous)` : `tenant: ${tenant} (default; ${found.from} absent)`);
   }
   const model = table.models.get(body.model);
   if (model === undefined) return refuse(id, 'unknown_model', unknownModelMessage(body.model, table, tenant), trace, { tenant });
@@ -312,7 +314,7 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: string[
     );
   }
   const tenantScope = tenantScopeOf(tenancy.prefixScope, tenant, user);
-  trace.push(
+  trace?.push(
     `model: ${model.name} (rollout: stable ${model.stable}${model.candidate === null ? '' : `, candidate ${model.candidate} at ${model.weight}%`})`,
   );
   return { body, tenant, model, serving, tenantScope, session };
@@ -367,7 +369,7 @@ function bindRoute(
   who: Identity,
   group: BoundGroup,
   targets: { decode: Candidate; prefill: Candidate | null; alternates?: readonly Candidate[] },
-  trace: string[],
+  trace: Trace,
   fallback?: readonly FallbackRecord[],
 ): RouteDecision {
   const alternates = (targets.alternates ?? []).filter(
@@ -423,7 +425,7 @@ function bindRoute(
     },
     keys,
   );
-  trace.push(
+  trace?.push(
     `contract minted (expires in ${table.contractTtlMs} ms); cache_salt derived${who.body.cacheSalt === undefined ? '' : " (client's salt folded in)"}`,
   );
   const decision = {
@@ -437,7 +439,7 @@ function bindRoute(
     get binding(): string {
       return binding.token();
     },
-    trace: Object.freeze([...trace]),
+    trace: frozenTrace(trace),
     ...(fallback === undefined ? {} : { fallback }),
     // Named on every log line of the request (decision, refusal behind the route): this revision is not checked.
     ...(table.revisions.get(group.revision)?.trust === 'declared-only' ? { trust: 'declared-only' as const } : {}),

@@ -5,7 +5,7 @@
 import type { CompiledRevision, CompiledRouteTable } from '../policy/compile.js';
 import type { Candidate } from './pick.js';
 import type { Shortage } from './targets.js';
-import type { BoundGroup, FallbackRecord, OpenAiRequest, QueuedRequest, QueueOrder, QueueView, RequestFacts } from './types.js';
+import type { BoundGroup, FallbackRecord, OpenAiRequest, QueuedRequest, QueueOrder, QueueView, RequestFacts, Trace } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 export interface FallbackInput {
@@ -52,6 +52,6 @@ export type FallbackOutcome =
 
 /** What each step function reads and appends to. */
 export interface StepInput extends FallbackInput {
-  readonly trace: string[];
+  readonly trace: Trace;
   readonly records: FallbackRecord[];
 }

@@ -21,7 +21,7 @@ import { estimatePrompt } from './prompt-tokens.js';
 import { queueStep } from './queue-step.js';
 import { DEFAULT_RETRY_AFTER_SECONDS } from './retry-after.js';
 import { routeViaStep } from './route-via.js';
-import type { FallbackRecord } from './types.js';
+import type { FallbackRecord, Trace } from './types.js';
 
 export { finalRetryAfter } from './retry-after.js';
 
@@ -31,7 +31,7 @@ export interface FallbackResult {
 }
 
 /** Walk the chain in order; the first step that takes the request decides. */
-export function walkFallback(input: FallbackInput, trace: string[]): FallbackResult {
+export function walkFallback(input: FallbackInput, trace: Trace): FallbackResult {
   const records: FallbackRecord[] = [];
   const steps = input.table.fallback;
   const s: StepInput = { ...input, trace, records };
@@ -40,7 +40,7 @@ export function walkFallback(input: FallbackInput, trace: string[]): FallbackRes
     if (outcome !== undefined) return { outcome, records };
   }
   const retry = DEFAULT_RETRY_AFTER_SECONDS;
-  trace.push(`fallback chain exhausted: refuse with retry-after ${retry} s`);
+  trace?.push(`fallback chain exhausted: refuse with retry-after ${retry} s`);
   records.push({ step: 'end', outcome: 'refused' });
   return {
     outcome: { kind: 'refuse', code: 'no_compatible_capacity', message: noCapacityMessage(s, retry), retryAfterSeconds: retry },
@@ -58,7 +58,7 @@ function runStep(step: FallbackStep, i: number, s: StepInput): FallbackOutcome |
     case 'recompute':
       return recomputeStep(step, i, s);
     case 'refuse':
-      s.trace.push(`fallback step ${n} (refuse): refuse with retry-after ${step.retryAfterSeconds} s`);
+      s.trace?.push(`fallback step ${n} (refuse): refuse with retry-after ${step.retryAfterSeconds} s`);
       s.records.push({ step: 'refuse', outcome: 'refused' });
       return {
         kind: 'refuse',
@@ -89,7 +89,7 @@ type RecomputeStep = Extract<FallbackStep, { kind: 'recompute' }>;
 function recomputeStep(step: RecomputeStep, i: number, s: StepInput): FallbackOutcome | undefined {
   const n = i + 1;
   const pass = (why: string): undefined => {
-    s.trace.push(`fallback step ${n} (recompute): passed: ${why}`);
+    s.trace?.push(`fallback step ${n} (recompute): passed: ${why}`);
     s.records.push({ step: 'recompute', outcome: 'passed' });
     return undefined;
   };
@@ -106,7 +106,7 @@ function recomputeStep(step: RecomputeStep, i: number, s: StepInput): FallbackOu
   const waitText =
     wait.ms === Infinity ? `the rest of the chain (${wait.why})` : `the expected wait of ${Math.round(wait.ms)} ms (${wait.why})`;
   if (!(cost < wait.ms)) return pass(`recomputing about ${tokens} tokens costs about ${Math.round(cost)} ms, not less than ${waitText}`);
-  s.trace.push(
+  s.trace?.push(
     `fallback step ${n} (recompute): serve on decode endpoint ${decode.endpoint.address} (pool ${decode.pool.name}) without a prefill leg: ` +
       `about ${tokens} tokens x ${step.prefillMsPerToken} ms = ${Math.round(cost)} ms, cheaper than ${waitText}; same group ${s.group.id}`,
   );

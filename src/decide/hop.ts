@@ -11,7 +11,7 @@ import { finalRetryAfter } from './fallback.js';
 import type { DecideContext } from './types.js';
 import { eligibleFor, pickLeastLoaded } from './pick.js';
 import { refuse } from './refusal.js';
-import type { BoundGroup, Decision, HopFacts, RequestFacts } from './types.js';
+import { type BoundGroup, type Decision, frozenTrace, type HopFacts, type RequestFacts, type Trace } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 /** The bound group as the contract states it: a hop never re-derives the group, it checks against it. */
@@ -30,7 +30,7 @@ export function groupOfContract(c: TransferContract): BoundGroup {
 /** Check a prefill leg against its contract and the route table; a `hop` decision or a refusal. */
 export function decideHop(facts: RequestFacts, hop: HopFacts, table: CompiledRouteTable, view: WorkerView, ctx: DecideContext): Decision {
   const id = facts.requestId;
-  const trace: string[] = [`request ${id}: internal hop (prefill leg) presenting a transfer contract`];
+  const trace: Trace = ctx.trace === false ? undefined : [`request ${id}: internal hop (prefill leg) presenting a transfer contract`];
   const v = verifyContract(hop.contract, ctx.keys, Math.floor(ctx.nowMs), { requestId: id });
   if (!v.ok) {
     return refuse(id, 'contract_invalid', `transfer contract rejected (${v.error.reason}): ${v.error.message}`, trace);
@@ -45,7 +45,7 @@ export function decideHop(facts: RequestFacts, hop: HopFacts, table: CompiledRou
     );
   }
   const group = groupOfContract(c);
-  trace.push(
+  trace?.push(
     `contract verified: group ${c.groupId} (model ${c.model}, revision ${c.revision}), expires in ${c.expiresAtMs - Math.floor(ctx.nowMs)} ms`,
   );
   const clusterName = hop.prefillCluster ?? c.prefill?.cluster;
@@ -62,7 +62,7 @@ export function decideHop(facts: RequestFacts, hop: HopFacts, table: CompiledRou
   const hint = ` (prefill clusters of this group: ${prefillClusters(table, c.fingerprint) || 'none'})`;
   if (cluster === undefined || cluster.fingerprint !== c.fingerprint) {
     const what = cluster === undefined ? 'is not in the route table' : `serves revision ${cluster.revision}, another compatibility group`;
-    trace.push(`prefill cluster ${clusterName} ${what}`);
+    trace?.push(`prefill cluster ${clusterName} ${what}`);
     return refuse(
       id,
       'mixed_revision',
@@ -113,7 +113,7 @@ export function decideHop(facts: RequestFacts, hop: HopFacts, table: CompiledRou
     );
   }
   const exclude = new Set(hop.retryExclude ?? []);
-  if (exclude.size > 0) trace.push(`retry: excluding prefill endpoints that already failed (${[...exclude].join(', ')})`);
+  if (exclude.size > 0) trace?.push(`retry: excluding prefill endpoints that already failed (${[...exclude].join(', ')})`);
   return hopTarget({ id, table, view, c, group, contract: hop.contract, trace }, pools, clusterName, hop.prefillEndpoint, exclude);
 }
 
@@ -125,7 +125,7 @@ interface HopScope {
   readonly c: TransferContract;
   readonly group: BoundGroup;
   readonly contract: string;
-  readonly trace: string[];
+  readonly trace: Trace;
 }
 
 /** The endpoint the sidecar named, else the one the contract planned while it is usable, else the least loaded. */
@@ -141,10 +141,10 @@ function hopTarget(
   if (planned !== null && !exclude.has(planned)) {
     const state = pools.flatMap((p) => h.view.endpoints(p.name).map((e) => ({ p, e }))).find((x) => x.e.address === planned);
     if (state !== undefined && state.e.fingerprint === h.c.fingerprint && state.e.verified && !state.e.draining) {
-      h.trace.push(`prefill endpoint ${planned} (pool ${state.p.name}), as the contract planned`);
+      h.trace?.push(`prefill endpoint ${planned} (pool ${state.p.name}), as the contract planned`);
       return hopDecision(h, { pool: state.p.name, cluster: state.p.cluster, endpoint: planned });
     }
-    h.trace.push(`the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster ${clusterName}`);
+    h.trace?.push(`the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster ${clusterName}`);
   }
   return pickHopEndpoint(h, pools, new Set([...exclude, ...(planned === null ? [] : [planned])]));
 }
@@ -181,13 +181,13 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
     }
     // The same capacity rules as an endpoint the gate picks: a named endpoint is no way around a drain or a limit.
     if (pool.draining || ep.draining || ep.inFlight >= pool.maxInFlightPerEndpoint) {
-      trace.push(
+      trace?.push(
         `the named prefill endpoint ${address} is ${pool.draining || ep.draining ? 'draining' : `at its in-flight limit of ${pool.maxInFlightPerEndpoint}`}; picking another in cluster ${pool.cluster}`,
       );
       // Its replacement honours the retry's exclusions too: never an endpoint that already failed this request.
       return pickHopEndpoint(h, pools, new Set([...exclude, address]));
     }
-    trace.push(`prefill endpoint ${address} (pool ${pool.name}) is in the group`);
+    trace?.push(`prefill endpoint ${address} (pool ${pool.name}) is in the group`);
     return hopDecision(h, { pool: pool.name, cluster: pool.cluster, endpoint: address });
   }
   return refuse(
@@ -213,7 +213,7 @@ function pickHopEndpoint(h: HopScope, pools: readonly CompiledPool[], exclude: R
       { tenant: c.tenant, retryAfterSeconds },
     );
   }
-  trace.push(`prefill endpoint ${picked.endpoint.address} (pool ${picked.pool.name}, ${picked.endpoint.inFlight} in flight)`);
+  trace?.push(`prefill endpoint ${picked.endpoint.address} (pool ${picked.pool.name}, ${picked.endpoint.inFlight} in flight)`);
   return hopDecision(h, { pool: picked.pool.name, cluster: picked.pool.cluster, endpoint: picked.endpoint.address });
 }
 
@@ -224,6 +224,6 @@ function hopDecision(h: HopScope, prefill: { pool: string; cluster: string; endp
     group: h.group,
     prefill: Object.freeze(prefill),
     contract: h.contract,
-    trace: Object.freeze([...h.trace]),
+    trace: frozenTrace(h.trace),
   });
 }

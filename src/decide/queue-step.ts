@@ -14,7 +14,7 @@
  */
 import type { FallbackStep } from '../policy/schema.js';
 import type { FallbackOutcome, StepInput } from './fallback-step.js';
-import type { QueueSkipReason } from './types.js';
+import type { QueueSkipReason, Trace } from './types.js';
 import { finalRetryAfter } from './retry-after.js';
 
 /** The client header that tightens a request's queue deadline (relative milliseconds). */
@@ -48,7 +48,7 @@ type QueueStep = Extract<FallbackStep, { kind: 'queue' }>;
 export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOutcome | undefined {
   const label = `fallback step ${n} (queue)`;
   const pass = (reason: QueueSkipReason, why: string): undefined => {
-    s.trace.push(`${label}: passed: ${why}`);
+    s.trace?.push(`${label}: passed: ${why}`);
     s.records.push({ step: 'queue', outcome: 'passed', skipped: { reason, why } });
     return undefined;
   };
@@ -65,7 +65,7 @@ export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOut
   if (bound !== undefined) {
     const waited = nowMs - bound.enqueuedAtMs;
     if (nowMs >= bound.deadlineAtMs) {
-      s.trace.push(`${label}: deadline of ${bound.deadlineAtMs - bound.enqueuedAtMs} ms passed after waiting ${waited} ms`);
+      s.trace?.push(`${label}: deadline of ${bound.deadlineAtMs - bound.enqueuedAtMs} ms passed after waiting ${waited} ms`);
       s.records.push({ step: 'queue', outcome: 'deadline_exceeded' });
       return {
         kind: 'refuse',
@@ -76,7 +76,7 @@ export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOut
           `or ask the operator for capacity or a longer fallback queue deadline`,
       };
     }
-    s.trace.push(`${label}: keep waiting (waited ${waited} ms, ${bound.deadlineAtMs - nowMs} ms left)`);
+    s.trace?.push(`${label}: keep waiting (waited ${waited} ms, ${bound.deadlineAtMs - nowMs} ms left)`);
     s.records.push({ step: 'queue', outcome: 'waiting' });
     return { ...wait, enqueuedAtMs: bound.enqueuedAtMs, deadlineAtMs: bound.deadlineAtMs };
   }
@@ -85,7 +85,7 @@ export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOut
   const depth = queue.depth(group.id);
   if (depth >= step.maxDepth) {
     const retryAfterSeconds = finalRetryAfter(s.table);
-    s.trace.push(`${label}: the queue of group ${group.id} is full (${depth} of maxDepth ${step.maxDepth})`);
+    s.trace?.push(`${label}: the queue of group ${group.id} is full (${depth} of maxDepth ${step.maxDepth})`);
     s.records.push({ step: 'queue', outcome: 'queue_full' });
     return {
       kind: 'refuse',
@@ -96,7 +96,7 @@ export function queueStep(step: QueueStep, n: number, s: StepInput): FallbackOut
       retryAfterSeconds,
     };
   }
-  s.trace.push(
+  s.trace?.push(
     `${label}: wait up to ${budget.ms} ms (${budget.why}) in the ${step.order} queue of group ${group.id} for ${shortage.missing} capacity; ` +
       `${depth} ahead`,
   );
@@ -121,12 +121,12 @@ function waitBudget(step: QueueStep, s: StepInput): { ms: number; why: string } 
 }
 
 /** The client's relative deadline in ms, or undefined when absent or malformed (traced). */
-export function clientDeadlineMs(headers: Readonly<Record<string, string>>, trace: string[]): number | undefined {
+export function clientDeadlineMs(headers: Readonly<Record<string, string>>, trace: Trace): number | undefined {
   const raw = headers[CLIENT_DEADLINE_HEADER];
   if (raw === undefined) return undefined;
   const v = raw.trim();
   if (!/^[1-9]\d{0,9}$/.test(v)) {
-    trace.push(`${CLIENT_DEADLINE_HEADER} ignored: ${JSON.stringify(v.slice(0, 32))} is not a positive whole number of milliseconds`);
+    trace?.push(`${CLIENT_DEADLINE_HEADER} ignored: ${JSON.stringify(v.slice(0, 32))} is not a positive whole number of milliseconds`);
     return undefined;
   }
   return Number(v);

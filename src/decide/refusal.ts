@@ -3,7 +3,7 @@
  * what to do, and the trace that led to it (for `kvgate explain` and the audit log).
  */
 import type { ErrorCode, KvgateError } from '../errors.js';
-import type { FallbackRecord, Refusal } from './types.js';
+import { type FallbackRecord, NO_TRACE, type Refusal, type Trace } from './types.js';
 
 export interface RefusalExtra {
   readonly retryAfterSeconds?: number;
@@ -15,8 +15,18 @@ export interface RefusalExtra {
   readonly trust?: 'recorded' | 'declared-only';
 }
 
+/** The trace with one more line, or none when the decision is not traced (`DecideContext.trace: false`). */
+const traced = (trace: Trace | readonly string[], line: () => string): readonly string[] =>
+  trace === undefined || trace === NO_TRACE ? NO_TRACE : Object.freeze([...trace, line()]);
+
 /** A frozen refusal; the trace ends with the refusal code so `kvgate explain` output reads top to bottom. */
-export function refuse(requestId: string, code: ErrorCode, message: string, trace: readonly string[], extra: RefusalExtra = {}): Refusal {
+export function refuse(
+  requestId: string,
+  code: ErrorCode,
+  message: string,
+  trace: Trace | readonly string[],
+  extra: RefusalExtra = {},
+): Refusal {
   return Object.freeze({
     kind: 'refuse' as const,
     requestId,
@@ -24,7 +34,7 @@ export function refuse(requestId: string, code: ErrorCode, message: string, trac
     message,
     ...(extra.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: extra.retryAfterSeconds }),
     ...(extra.tenant === undefined ? {} : { tenant: extra.tenant }),
-    trace: Object.freeze([...trace, `refused: ${code}`]),
+    trace: traced(trace, () => `refused: ${code}`),
     ...(extra.fallback === undefined ? {} : { fallback: extra.fallback }),
     ...(extra.revision === undefined ? {} : { revision: extra.revision }),
     ...(extra.trust === undefined ? {} : { trust: extra.trust }),
@@ -32,12 +42,12 @@ export function refuse(requestId: string, code: ErrorCode, message: string, trac
 }
 
 /** A refusal from a parser's KvgateError (e.g. `parseOpenAiBody`), keeping its code and client-safe message. */
-export function refusalFromError(requestId: string, error: KvgateError, trace: readonly string[] = [], tenant?: string | null): Refusal {
+export function refusalFromError(requestId: string, error: KvgateError, trace: Trace | readonly string[], tenant?: string | null): Refusal {
   return refuse(
     requestId,
     error.code,
     error.reason,
-    [...trace, `request rejected: ${error.reason}`],
+    traced(trace, () => `request rejected: ${error.reason}`),
     tenant === undefined ? {} : { tenant },
   );
 }

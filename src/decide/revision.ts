@@ -12,7 +12,7 @@ import type { CompiledModel, CompiledRevision, CompiledRouteTable } from '../pol
 import { tenantAllowed } from '../policy/schema.js';
 import { BoundedCache } from '../bounded-cache.js';
 import { stableUnit } from './pick.js';
-import type { QueuedRequest } from './types.js';
+import type { QueuedRequest, Trace } from './types.js';
 
 export interface RevisionChoice {
   readonly revision: CompiledRevision;
@@ -50,7 +50,7 @@ export interface ChooseInput {
 }
 
 /** Pick the revision, appending each consideration to `trace`. `serving` must be non-empty. */
-export function chooseRevision(input: ChooseInput, trace: string[]): RevisionChoice | NoRevision {
+export function chooseRevision(input: ChooseInput, trace: Trace): RevisionChoice | NoRevision {
   const { model, serving } = input;
   const bound = fromBinding(input, trace);
   if (bound !== undefined) return { revision: bound, pinned: true };
@@ -58,7 +58,7 @@ export function chooseRevision(input: ChooseInput, trace: string[]): RevisionCho
   const offered = serving.find((r) => r.name === model.candidate);
   const candidate = offered?.verified === false ? undefined : offered;
   if (offered !== undefined && candidate === undefined) {
-    trace.push(`candidate ${offered.name} takes no cohort: ${unverifiedReason(offered)}`);
+    trace?.push(`candidate ${offered.name} takes no cohort: ${unverifiedReason(offered)}`);
   }
   if (candidate === undefined || model.weight <= 0) {
     const r = stable ?? (offered === undefined ? serving[0]! : undefined);
@@ -75,18 +75,18 @@ export function chooseRevision(input: ChooseInput, trace: string[]): RevisionCho
         : candidate === undefined
           ? `candidate ${offered.name} is not verified`
           : 'candidate weight is 0';
-    trace.push(`revision: ${r.name} (${why})`);
+    trace?.push(`revision: ${r.name} (${why})`);
     return { revision: r, pinned: false };
   }
   if (stable === undefined) {
-    trace.push(`revision: ${candidate.name} (the candidate; stable ${model.stable} has no pool for this tenant)`);
+    trace?.push(`revision: ${candidate.name} (the candidate; stable ${model.stable} has no pool for this tenant)`);
     return { revision: candidate, pinned: false };
   }
   const key = input.session ?? input.requestId;
   const point = cohortUnit(model.name, key, input.session !== null) * 100;
   const inCohort = point < model.weight;
   const keyName = input.session === null ? 'request id' : 'session';
-  trace.push(
+  trace?.push(
     `revision: ${inCohort ? candidate.name : stable.name} (${keyName} hashes to ${point.toFixed(2)} of 100; ` +
       `candidate ${candidate.name} takes the first ${model.weight})`,
   );
@@ -105,29 +105,29 @@ function cohortUnit(model: string, key: string, isSession: boolean): number {
 
 const cohortPoints = new BoundedCache<number>(4096);
 
-function fromBinding(input: ChooseInput, trace: string[]): CompiledRevision | undefined {
+function fromBinding(input: ChooseInput, trace: Trace): CompiledRevision | undefined {
   if (input.binding === undefined) return undefined;
   const expect = { model: input.model.name, tenantScope: input.tenantScope, ...(input.session === null ? {} : { session: input.session }) };
   const v = verifyBinding(input.binding, input.keys, input.nowMs, expect);
   if (!v.ok) {
-    trace.push(`binding ignored: ${v.error.message}`);
+    trace?.push(`binding ignored: ${v.error.message}`);
     return undefined;
   }
   const b = v.value;
   const r = input.serving.find((s) => s.name === b.revision);
   if (r === undefined) {
-    trace.push(`binding to revision ${b.revision} ignored: it no longer serves model ${input.model.name} for this tenant`);
+    trace?.push(`binding to revision ${b.revision} ignored: it no longer serves model ${input.model.name} for this tenant`);
     return undefined;
   }
   if (r.fingerprint !== b.fingerprint) {
-    trace.push(`binding to revision ${b.revision} ignored: the revision was redeclared with another fingerprint`);
+    trace?.push(`binding to revision ${b.revision} ignored: the revision was redeclared with another fingerprint`);
     return undefined;
   }
   if (!r.verified) {
-    trace.push(`binding to revision ${b.revision} ignored: it ${unverifiedReason(r)}`);
+    trace?.push(`binding to revision ${b.revision} ignored: it ${unverifiedReason(r)}`);
     return undefined;
   }
-  trace.push(`revision: ${r.name} (kept by the session's binding, issued ${input.nowMs - b.issuedAtMs} ms ago)`);
+  trace?.push(`revision: ${r.name} (kept by the session's binding, issued ${input.nowMs - b.issuedAtMs} ms ago)`);
   return r;
 }
 

@@ -19,7 +19,7 @@ type RouteViaStep = Extract<FallbackStep, { kind: 'routeVia' }>;
 export function routeViaStep(step: RouteViaStep, n: number, s: StepInput): FallbackOutcome | undefined {
   const label = `fallback step ${n} (routeVia)`;
   const pass = (why: string): undefined => {
-    s.trace.push(`${label}: passed: ${why}`);
+    s.trace?.push(`${label}: passed: ${why}`);
     s.records.push({ step: 'routeVia', outcome: 'passed' });
     return undefined;
   };
@@ -43,7 +43,7 @@ export function routeViaStep(step: RouteViaStep, n: number, s: StepInput): Fallb
       skipped.push(`${name} has no ${t.shortage.missing} capacity (${t.shortage.reasons.join('; ') || 'no pools'})`);
       continue;
     }
-    s.trace.push(
+    s.trace?.push(
       `${label}: route entirely through revision ${via.name} instead of ${s.revision.name}: new group ${group.id} ` +
         `(fingerprint ${via.fingerprint.slice(0, 12)}…), prefill and decode both of ${via.name}, before any prefill`,
       ...lines,

@@ -7,7 +7,7 @@
 import type { CompiledRevision } from '../policy/compile.js';
 import { eligibleFor, type Candidate, type Eligibility } from './pick.js';
 import { pickScored, rankAlternates } from './score.js';
-import type { BoundGroup } from './types.js';
+import type { BoundGroup, Trace } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
 /** Why the group cannot be served right now. */
@@ -43,7 +43,7 @@ export function pickTargets(
   group: Pick<BoundGroup, 'fingerprint' | 'tenant'>,
   view: WorkerView,
   requestId: string,
-  trace: string[],
+  trace: Trace,
   opts: PickOptions = {},
 ): Targets {
   const fp = group.fingerprint;
@@ -55,19 +55,19 @@ export function pickTargets(
   }
   const decode = picked.candidate;
   const alternates = rankAlternates(de.candidates, decode, requestId, Math.min(MAX_ALTERNATES, opts.alternates ?? MAX_ALTERNATES));
-  trace.push(`decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${describeLoad(decode)}, ${picked.why} of ${countOf(de)})`);
+  trace?.push(`decode: ${decode.endpoint.address} (pool ${decode.pool.name}, ${describeLoad(decode)}, ${picked.why} of ${countOf(de)})`);
   if (!rev.transfer.allowed) {
-    trace.push('prefill: none (served without disaggregation by a role: both pool)');
+    trace?.push('prefill: none (served without disaggregation by a role: both pool)');
     return { ok: true, decode, prefill: null, alternates };
   }
   const pe = eligibleFor(rev.pools.prefill, view, fp, group.tenant, { requestId });
   const prefill = pickScored(pe.candidates, requestId, null)?.candidate;
   if (prefill !== undefined) {
-    trace.push(`prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${describeLoad(prefill)}, least cost of ${countOf(pe)})`);
+    trace?.push(`prefill: ${prefill.endpoint.address} (pool ${prefill.pool.name}, ${describeLoad(prefill)}, least cost of ${countOf(pe)})`);
     return { ok: true, decode, prefill, alternates };
   }
   if (decode.pool.role === 'both') {
-    trace.push(
+    trace?.push(
       `prefill: none (no separate prefill capacity${pe.reasons.length > 0 ? `: ${pe.reasons.join('; ')}` : ''}; ${decode.pool.name} serves it whole)`,
     );
     return { ok: true, decode, prefill: null, alternates };
@@ -77,7 +77,7 @@ export function pickTargets(
   if (viaBoth === undefined) {
     return { ok: false, shortage: { missing: 'prefill', reasons: [...pe.reasons, ...be.reasons], busy: pe.busy + be.busy, decode } };
   }
-  trace.push(`prefill: ${viaBoth.endpoint.address} (role: both pool ${viaBoth.pool.name}; no prefill-role capacity)`);
+  trace?.push(`prefill: ${viaBoth.endpoint.address} (role: both pool ${viaBoth.pool.name}; no prefill-role capacity)`);
   return { ok: true, decode, prefill: viaBoth, alternates };
 }
 

@@ -228,9 +228,25 @@ export interface QueuedRequest {
 }
 
 /** What the caller lends one decision: the time, the keys, and its queue when it can hold requests. */
+/**
+ * The decision's steps, one line each, for `kvgate explain` and tests; undefined when the caller reads none (the gate:
+ * nothing on its request path reads them, and building them is a tenth of what a routed decision allocates). Lines
+ * are added with `trace?.push(...)`, whose argument is not even built when there is no trace.
+ */
+export type Trace = string[] | undefined;
+
+/** The steps of a decision made without a trace. */
+export const NO_TRACE: readonly string[] = Object.freeze([]);
+
+/** A decision's frozen copy of its trace. */
+export const frozenTrace = (trace: Trace | readonly string[]): readonly string[] =>
+  trace === undefined ? NO_TRACE : Object.freeze([...trace]);
+
 export interface DecideContext {
   /** Milliseconds since the epoch (floored); contracts and bindings are issued at this time. */
   readonly nowMs: number;
+  /** Record the decision's steps (`trace` on every decision). Default on; the gate turns it off. */
+  readonly trace?: boolean;
   readonly keys: KeyRing;
   /** The caller's queues. Without it `queue` steps pass, so `decide` never answers `wait`. */
   readonly queue?: QueueView;

@@ -22,14 +22,24 @@ interface Rig {
   setTable(t: CompiledRouteTable): void;
 }
 
-function rig(value: TableValue, opts: { maxMessageTimeoutMs?: number; now?: () => number } = {}): Rig {
+function rig(value: TableValue, opts: { maxMessageTimeoutMs?: number; now?: () => number; traceDecisions?: boolean } = {}): Rig {
   const inFlight = createInFlightTracker();
   const registry = new Registry();
   const metrics = createRolloutMetrics(registry);
   const compiled = tableFromValue(value);
   let state: RoutingState = { table: compiled, view: createStaticWorkerView(compiled, inFlight) };
   metrics.updateVerification(compiled);
-  const admission = createAdmission({ state: () => state, keys, inFlight, now: Date.now, metrics, recheckMs: 0, ...opts });
+  // Traced: these tests read where a request waited from its decision's steps.
+  const admission = createAdmission({
+    state: () => state,
+    keys,
+    inFlight,
+    now: Date.now,
+    metrics,
+    recheckMs: 0,
+    traceDecisions: true,
+    ...opts,
+  });
   return {
     admission,
     inFlight,
@@ -61,6 +71,23 @@ const settled = <T>(p: Promise<T>) => {
 describe('admission: the fallback queue', () => {
   let r: Rig | undefined;
   afterEach(() => r?.admission.close());
+
+  it('keeps no decision trace unless asked (nothing on the request path reads one), and decides the same', async () => {
+    const plain = rig(queueTableValue(), { traceDecisions: false });
+    const traced = rig(queueTableValue());
+    const a = (await plain.admission.admit(chatFacts('t1'), signal(), recordingHooks())).decision;
+    const b = (await traced.admission.admit(chatFacts('t1'), signal(), recordingHooks())).decision;
+    expect(a.trace).toEqual([]);
+    expect(b.trace.length).toBeGreaterThan(3);
+    if (a.kind !== 'route' || b.kind !== 'route') throw new Error('both route');
+    expect([a.group, a.decode, a.prefill]).toEqual([b.group, b.decode, b.prefill]);
+    // A refusal without a trace still carries its code and reason (its audit line reads those).
+    const unknown = { model: 'nope', messages: [{ role: 'user', content: 'hi' }] };
+    const refused = (await plain.admission.admit(chatFacts('t2', {}, unknown), signal(), recordingHooks())).decision;
+    expect(refused).toMatchObject({ kind: 'refuse', code: 'unknown_model', trace: [] });
+    const bad = (await plain.admission.admit(chatFacts('t3', {}, { model: 'llama-3-8b' }), signal(), recordingHooks())).decision;
+    expect(bad).toMatchObject({ kind: 'refuse', code: 'bad_request', trace: [] });
+  });
 
   it("parks a request when its group is busy, extends Envoy's timer, and routes it inside the group when capacity frees", async () => {
     r = rig(queueTableValue());

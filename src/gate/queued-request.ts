@@ -114,7 +114,14 @@ class Waiter implements QueueEntry {
       // The deadline timer is the authority on "time is up", whatever the injected clock says.
       const nowMs = reason === 'deadline' ? Math.max(deps.now(), this.deadlineAtMs) : deps.now();
       const maxWaitMs = waitCapMs(this.#q.maxMessageTimeoutMs);
-      d = decide(this.#facts, table, view, { nowMs, keys: deps.keys, queue: this.#q.queue, maxWaitMs, bound: this.#bound });
+      d = decide(this.#facts, table, view, {
+        nowMs,
+        keys: deps.keys,
+        trace: deps.traceDecisions === true,
+        queue: this.#q.queue,
+        maxWaitMs,
+        bound: this.#bound,
+      });
     } catch (e) {
       // As for a first decision (the session refuses what admission throws): this request is answered, fail closed.
       // Thrown on, it would escape a timer or a reload's swap, stop the queue from serving anyone behind it, and
