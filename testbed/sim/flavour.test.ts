@@ -35,6 +35,48 @@ describe('--api-key', () => {
     expect((await getJson(`${s.url}/version`)).status).toBe(200);
     expect((await postJson(`${s.url}/tokenize`, { prompt: PROMPT })).status).toBe(200);
   });
+
+  it('takes the scheme in any case and the key exactly (verify_token: partition(" "), scheme.lower() == "bearer")', async () => {
+    const s = await sim({}, { apiKey: 'sk-test' });
+    const call = async (authorization: string) =>
+      (await postJson(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 1 }, { authorization })).status;
+    expect(await call('bearer sk-test')).toBe(200);
+    expect(await call('BEARER sk-test')).toBe(200);
+    expect(await call('Bearer  sk-test')).toBe(401);
+    expect(await call('Bearer sk-TEST')).toBe(401);
+    expect(await call('Basic sk-test')).toBe(401);
+  });
+});
+
+describe('request errors per version (PR #30134 param metadata)', () => {
+  const errorsOf = async (flavour: '0.11' | '0.13' | 'main') => {
+    const s = await sim({}, { flavour, maxModelLen: 64, numGpuBlocks: 8 });
+    const model = (await postJson(`${s.url}/v1/completions`, { model: 'gpt-9', prompt: 'hi' })).body.error;
+    const tooMany = (await postJson(`${s.url}/v1/completions`, { prompt: 'hi', max_tokens: 100 })).body.error;
+    const lp = (await postJson(`${s.url}/v1/completions`, { prompt: 'hi', logprobs: 25 })).body.error;
+    const bad = await postJson(`${s.url}/v1/completions`, '{"prompt": ');
+    return { model, tooMany, lp, bad };
+  };
+
+  it('0.11: no param on any error, messages without a parameter suffix', async () => {
+    const e = await errorsOf('0.11');
+    expect(e.model).toEqual({ message: 'The model `gpt-9` does not exist.', type: 'NotFoundError', param: null, code: 404 });
+    expect(e.tooMany.param).toBeNull();
+    expect(e.tooMany.message).toMatch(/is too large: 100\. .*\(100 > 64 - \d+\)\.$/);
+    expect(e.lp).toMatchObject({ param: null, message: 'Requested sample logprobs of 25, which is greater than max allowed: 20' });
+  });
+
+  it('main: param set, VLLMValidationError appends (parameter=..., value=...); body validation is type "Bad Request"', async () => {
+    const e = await errorsOf('main');
+    expect(e.model).toMatchObject({ param: 'model', type: 'NotFoundError' });
+    expect(e.tooMany.param).toBe('max_tokens');
+    expect(e.tooMany.message).toMatch(/\(100 > 64 - \d+\)\. \(parameter=max_tokens, value=100\)$/);
+    expect(e.lp).toMatchObject({
+      param: 'logprobs',
+      message: 'Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)',
+    });
+    expect([e.bad.status, e.bad.body.error.type, e.bad.body.error.code]).toEqual([400, 'Bad Request', 400]);
+  });
 });
 
 describe('data parallel', () => {

@@ -35,6 +35,21 @@ export interface FlavourTraits {
    * that file; prometheus/client_python `exposition.py` `_bake_output` at 021ef04).
    */
   readonly metricsNameFilter: 'ignored' | 'honoured';
+  /**
+   * How a request error names the offending field. `none`: `param` is always null (vLLM before PR #30134, "[OpenAI]
+   * Add parameter metadata to validation errors", opened 2025-12-05, so after v0.11.0). `param`: `param` set, message
+   * unchanged (the composite, and 0.13, whose side of PR #30134 was not established). `param-and-value`:
+   * `VLLMValidationError` also appends ` (parameter=<p>, value=<v>)` to the message (vllm-project/vllm
+   * `vllm/exceptions.py` `__str__`, read in main; PR #31870 extended it to `logprobs`).
+   */
+  readonly errorParam: 'none' | 'param' | 'param-and-value';
+  /**
+   * `type` of a 400 for a body that fails request validation (pydantic / malformed JSON): `Bad Request`, the
+   * `HTTPStatus` phrase `validation_exception_handler` writes (vllm-project/vllm
+   * `vllm/entrypoints/openai/server_utils.py` @029329a8), or the simulator's older `BadRequestError` where the handler
+   * of that version was not read (0.11, 0.13).
+   */
+  readonly validationErrorType: 'Bad Request' | 'BadRequestError';
 }
 
 const LEGACY: FlavourTraits = {
@@ -48,6 +63,8 @@ const LEGACY: FlavourTraits = {
   defaultKvLoadFailurePolicy: 'fail',
   truncationSide: true,
   metricsNameFilter: 'honoured',
+  errorParam: 'param',
+  validationErrorType: 'Bad Request',
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -62,6 +79,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     defaultKvLoadFailurePolicy: 'recompute',
     truncationSide: false,
     metricsNameFilter: 'ignored',
+    errorParam: 'none',
+    validationErrorType: 'BadRequestError',
   },
   '0.13': {
     hashCheck: true,
@@ -74,6 +93,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     defaultKvLoadFailurePolicy: 'recompute',
     truncationSide: false,
     metricsNameFilter: 'ignored',
+    errorParam: 'param',
+    validationErrorType: 'BadRequestError',
   },
   main: {
     hashCheck: true,
@@ -86,6 +107,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     defaultKvLoadFailurePolicy: 'fail',
     truncationSide: true,
     metricsNameFilter: 'honoured',
+    errorParam: 'param-and-value',
+    validationErrorType: 'Bad Request',
   },
 };
 

@@ -11,7 +11,15 @@ import type { FaultState, RequestFaults } from './faults.js';
 import type { FlavourTraits } from './flavour.js';
 import type { GeneratedToken } from './generator.js';
 import { parseKvTransferParams } from './pd.js';
-import { ChatRequestSchema, CompletionRequestSchema, describeZodError, messageText, vllmError } from './protocol.js';
+import {
+  ChatRequestSchema,
+  CompletionRequestSchema,
+  describeZodError,
+  messageText,
+  requestError,
+  validationError,
+  vllmError,
+} from './protocol.js';
 import { ChunkBuilder, finalBody, type PreparedRequest } from './responses.js';
 import type { SimTokenizer } from './tokenizer.js';
 
@@ -56,8 +64,9 @@ export function resolveModel(ctx: WorkerContext, requested: string | null | unde
   return null;
 }
 
-export function modelNotFound(model: string) {
-  return vllmError(404, `The model \`${model}\` does not exist.`, 'model');
+/** `_check_model`'s 404 (`param: "model"` from PR #30134 on; null before, flavour.ts `errorParam`). */
+export function modelNotFound(ctx: WorkerContext, model: string) {
+  return requestError(ctx.traits.errorParam, 404, `The model \`${model}\` does not exist.`, 'model');
 }
 
 /** Validate and render a request, or return the vLLM error (status, body) it gets. */
@@ -67,16 +76,18 @@ export function prepareGeneration(
   body: unknown,
   requestId: string,
 ): { ok: true; value: PreparedRequest } | { ok: false; status: number; body: unknown } {
-  const fail = (status: number, message: string, param: string | null = null) => ({
+  const fail = (status: number, message: string, param: string | null = null, value?: string | number) => ({
     ok: false as const,
     status,
-    body: vllmError(status, message, param),
+    body: requestError(ctx.traits.errorParam, status, message, param, value),
   });
   const parsed = kind === 'chat' ? ChatRequestSchema.safeParse(body) : CompletionRequestSchema.safeParse(body);
-  if (!parsed.success) return fail(400, describeZodError(parsed.error));
+  if (!parsed.success) {
+    return { ok: false, status: 400, body: validationError(ctx.traits.validationErrorType, describeZodError(parsed.error)) };
+  }
   const r = parsed.data;
   const model = resolveModel(ctx, r.model);
-  if (!model) return { ok: false, status: 404, body: modelNotFound(String(r.model)) };
+  if (!model) return { ok: false, status: 404, body: modelNotFound(ctx, String(r.model)) };
   if ((r.n ?? 1) !== 1) return fail(400, 'n > 1 is not supported by the kvgate simulator (it decodes greedily)', 'n');
   if (r.echo) return fail(400, 'echo is not supported by the kvgate simulator', 'echo');
   const full = promptTokens(ctx, kind, r);
@@ -84,10 +95,10 @@ export function prepareGeneration(
   const tokens = truncatePrompt(ctx, r, full.value);
   if (!tokens.ok) return fail(400, tokens.error, 'truncate_prompt_tokens');
   const max = maxTokensFor(kind, r, tokens.value.length, ctx.config.sim.maxModelLen);
-  if (typeof max !== 'number') return fail(400, max.message, max.param);
+  if (typeof max !== 'number') return fail(400, max.message, max.param, max.value);
   const maxTokens = max;
   const lp = logprobSettings(kind, r);
-  if (typeof lp === 'string') return fail(400, lp, 'logprobs');
+  if (Array.isArray(lp)) return fail(400, lp[0], 'logprobs', lp[1]);
   const asIds = r.return_tokens_as_token_ids === true;
   return {
     ok: true,
@@ -145,7 +156,12 @@ function truncatePrompt(
 }
 
 /** vLLM's length checks (`_validate_input`), then the effective max_tokens (default: what still fits). */
-function maxTokensFor(kind: Kind, r: Record<string, unknown>, len: number, maxLen: number): number | { message: string; param: string } {
+function maxTokensFor(
+  kind: Kind,
+  r: Record<string, unknown>,
+  len: number,
+  maxLen: number,
+): number | { message: string; param: string; value?: number } {
   if (len === 0) return { message: 'The prompt cannot be empty.', param: 'prompt' };
   if (len >= maxLen) {
     return {
@@ -161,6 +177,8 @@ function maxTokensFor(kind: Kind, r: Record<string, unknown>, len: number, maxLe
         `'max_tokens' or 'max_completion_tokens' is too large: ${requested}. This model's maximum context length is ${maxLen} ` +
         `tokens and your request has ${len} input tokens (${requested} > ${maxLen} - ${len}).`,
       param: 'max_tokens',
+      // Newer vLLM: "... (16384 > 65536 - 52189). (parameter=max_tokens, value=16384)" (VLLMValidationError).
+      value: requested,
     };
   }
   const n = requested ?? maxLen - len;
@@ -192,17 +210,21 @@ function promptTokens(
   return { ok: true, value: [...ids] };
 }
 
-function logprobSettings(kind: Kind, r: Record<string, unknown>): { enabled: boolean; topN: number } | string {
+/**
+ * Logprob settings, or the error as `[message, value]` (value: what newer vLLM appends as `value=`; PR #31870 shows
+ * "Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)").
+ */
+function logprobSettings(kind: Kind, r: Record<string, unknown>): { enabled: boolean; topN: number } | [string, number | undefined] {
   if (kind === 'completion') {
     const n = r['logprobs'] as number | null | undefined;
     if (n === null || n === undefined) return { enabled: false, topN: 0 };
-    if (n > MAX_LOGPROBS) return `Requested sample logprobs of ${n}, which is greater than max allowed: ${MAX_LOGPROBS}`;
+    if (n > MAX_LOGPROBS) return [`Requested sample logprobs of ${n}, which is greater than max allowed: ${MAX_LOGPROBS}`, n];
     return { enabled: true, topN: n + 1 };
   }
   const top = (r['top_logprobs'] as number | null | undefined) ?? 0;
-  if (top > MAX_LOGPROBS) return `Requested sample logprobs of ${top}, which is greater than max allowed: ${MAX_LOGPROBS}`;
+  if (top > MAX_LOGPROBS) return [`Requested sample logprobs of ${top}, which is greater than max allowed: ${MAX_LOGPROBS}`, top];
   if (r['logprobs'] !== true) {
-    return top > 0 ? 'when using `top_logprobs`, `logprobs` must be set to true.' : { enabled: false, topN: 0 };
+    return top > 0 ? ['when using `top_logprobs`, `logprobs` must be set to true.', undefined] : { enabled: false, topN: 0 };
   }
   return { enabled: true, topN: top };
 }

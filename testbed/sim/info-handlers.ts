@@ -11,6 +11,7 @@ import {
   TokenizeCompletionSchema,
   describeZodError,
   messageText,
+  validationError,
   vllmError,
 } from './protocol.js';
 
@@ -74,7 +75,7 @@ export function handleTokenize(ctx: WorkerContext, body: unknown): Reply {
   let model: string | null | undefined;
   if (isChat) {
     const parsed = TokenizeChatSchema.safeParse(body);
-    if (!parsed.success) return { status: 400, body: vllmError(400, describeZodError(parsed.error)) };
+    if (!parsed.success) return { status: 400, body: validationError(ctx.traits.validationErrorType, describeZodError(parsed.error)) };
     const r = parsed.data;
     model = r.model;
     const text = renderChat(
@@ -85,18 +86,18 @@ export function handleTokenize(ctx: WorkerContext, body: unknown): Reply {
     tokens = ctx.tokenizer.encode(text, { addSpecialTokens: r.add_special_tokens === true });
   } else {
     const parsed = TokenizeCompletionSchema.safeParse(body);
-    if (!parsed.success) return { status: 400, body: vllmError(400, describeZodError(parsed.error)) };
+    if (!parsed.success) return { status: 400, body: validationError(ctx.traits.validationErrorType, describeZodError(parsed.error)) };
     model = parsed.data.model;
     tokens = ctx.tokenizer.encode(parsed.data.prompt, { addSpecialTokens: parsed.data.add_special_tokens !== false });
   }
-  if (!resolveModel(ctx, model)) return { status: 404, body: modelNotFound(String(model)) };
+  if (!resolveModel(ctx, model)) return { status: 404, body: modelNotFound(ctx, String(model)) };
   return { status: 200, body: { count: tokens.length, max_model_len: ctx.config.sim.maxModelLen, tokens, token_strs: null } };
 }
 
 export function handleDetokenize(ctx: WorkerContext, body: unknown): Reply {
   const parsed = DetokenizeRequestSchema.safeParse(body);
-  if (!parsed.success) return { status: 400, body: vllmError(400, describeZodError(parsed.error)) };
-  if (!resolveModel(ctx, parsed.data.model)) return { status: 404, body: modelNotFound(String(parsed.data.model)) };
+  if (!parsed.success) return { status: 400, body: validationError(ctx.traits.validationErrorType, describeZodError(parsed.error)) };
+  if (!resolveModel(ctx, parsed.data.model)) return { status: 404, body: modelNotFound(ctx, String(parsed.data.model)) };
   try {
     return { status: 200, body: { prompt: ctx.tokenizer.decode(parsed.data.tokens) } };
   } catch (e) {

@@ -35,6 +35,36 @@ export function vllmError(status: number, message: string, param: string | null 
   return { error: { message, type: errorTypeFor(status), param, code: status } };
 }
 
+/**
+ * A request error as this vLLM version words it (flavour.ts `errorParam`): `param` dropped before PR #30134; from it
+ * on `VLLMValidationError(message, parameter=, value=)` also ends the message with ` (parameter=<p>, value=<v>)`
+ * (vllm-project/vllm `vllm/exceptions.py` `__str__`, read in main). `value` undefined: the simulator does not know
+ * that this check carries a value upstream, so no suffix is written.
+ */
+export function requestError(
+  mode: 'none' | 'param' | 'param-and-value',
+  status: number,
+  message: string,
+  param: string | null,
+  value?: string | number,
+): VllmErrorBody {
+  if (mode === 'none') return vllmError(status, message, null);
+  if (mode === 'param-and-value' && param !== null && value !== undefined) {
+    return vllmError(status, `${message} (parameter=${param}, value=${value})`, param);
+  }
+  return vllmError(status, message, param);
+}
+
+/**
+ * A body that fails request validation (pydantic, or JSON that does not parse): FastAPI raises
+ * `RequestValidationError`, whose handler answers 400 with `type` = `HTTPStatus.BAD_REQUEST.phrase` ("Bad Request"),
+ * not `BadRequestError` (vllm-project/vllm `vllm/entrypoints/openai/server_utils.py` `validation_exception_handler`
+ * @029329a8). The message is the simulator's own summary, not pydantic's text.
+ */
+export function validationError(type: 'Bad Request' | 'BadRequestError', message: string): VllmErrorBody {
+  return { error: { message, type, param: null, code: 400 } };
+}
+
 const stop = z.union([z.string(), z.array(z.string())]).nullish();
 const streamOptions = z.looseObject({ include_usage: z.boolean().nullish(), continuous_usage_stats: z.boolean().nullish() }).nullish();
 const kvParams = z.record(z.string(), z.unknown()).nullish();

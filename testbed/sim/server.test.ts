@@ -121,11 +121,13 @@ describe('errors in vLLM shape', () => {
     expect(long.body.error.message).toMatch(/maximum context length is 64 tokens/);
     const tooMany = await postJson(`${s.url}/v1/completions`, { prompt: 'hi', max_tokens: 100 });
     expect(tooMany.body.error.message).toMatch(/'max_tokens' or 'max_completion_tokens' is too large: 100/);
+    // Body validation (malformed JSON, pydantic) is FastAPI's RequestValidationError: type "Bad Request".
     const json = await postJson(`${s.url}/v1/chat/completions`, '{"messages": [');
     expect(json.status).toBe(400);
-    shape(json, 400, 'BadRequestError');
+    shape(json, 400, 'Bad Request');
     const missing = await postJson(`${s.url}/v1/chat/completions`, { model: MODEL });
     expect(missing.status).toBe(400);
+    shape(missing, 400, 'Bad Request');
     expect(missing.body.error.message).toMatch(/messages/);
     const lp = await postJson(`${s.url}/v1/completions`, { prompt: 'hi', logprobs: 21 });
     expect(lp.body.error.message).toMatch(/greater than max allowed: 20/);

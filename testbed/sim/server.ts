@@ -12,7 +12,7 @@ import type { SimConfig } from './config.js';
 import { FAULT_HEADER, parseFaultHeader, parseFaultPatch, type FaultPatch, type FaultState } from './faults.js';
 import { handleGeneration, type ResponseSink, type WorkerContext } from './generate-handler.js';
 import { handleDetokenize, handleModels, handleTokenize } from './info-handlers.js';
-import { vllmError } from './protocol.js';
+import { validationError, vllmError } from './protocol.js';
 import { createSideChannelClient, startSideChannel, type SideChannelClient } from './side-channel.js';
 import { simCompatHash } from './nixl-compat-hash.js';
 import { startZmqSideChannel } from './zmq-side-channel.js';
@@ -222,21 +222,31 @@ async function route(
     case '/tokenize':
     case '/detokenize':
       if (!allow('POST')) return;
-      return withJson(req, res, (body) => {
-        const out = path === '/tokenize' ? handleTokenize(ctx, body) : handleDetokenize(ctx, body);
-        sendJson(res, out.status, out.body);
-      });
+      return withJson(
+        req,
+        res,
+        (body) => {
+          const out = path === '/tokenize' ? handleTokenize(ctx, body) : handleDetokenize(ctx, body);
+          sendJson(res, out.status, out.body);
+        },
+        ctx.traits.validationErrorType,
+      );
     case '/v1/completions':
     case '/v1/chat/completions': {
       if (!allow('POST')) return;
       const f = parseFaultHeader(header(req, FAULT_HEADER));
       if (!f.ok) return sendJson(res, 400, vllmError(400, f.error));
-      return withJson(req, res, async (body) => {
-        const ac = new AbortController();
-        res.on('close', () => ac.abort(new Error('client disconnected')));
-        const kind = path === '/v1/completions' ? 'completion' : 'chat';
-        await handleGeneration(pick(), kind, body, header(req, 'x-request-id'), f.value, sinkFor(res), ac.signal);
-      });
+      return withJson(
+        req,
+        res,
+        async (body) => {
+          const ac = new AbortController();
+          res.on('close', () => ac.abort(new Error('client disconnected')));
+          const kind = path === '/v1/completions' ? 'completion' : 'chat';
+          await handleGeneration(pick(), kind, body, header(req, 'x-request-id'), f.value, sinkFor(res), ac.signal);
+        },
+        ctx.traits.validationErrorType,
+      );
     }
     default:
       sendJson(res, 404, { detail: 'Not Found' });
@@ -244,12 +254,19 @@ async function route(
 }
 
 /**
- * vLLM's `--api-key` middleware (vllm-project/vllm `vllm/entrypoints/openai/api_server.py`, v0.11.0 to main): every
- * path starting with `/v1` except OPTIONS needs exactly `Authorization: Bearer <key>`; other paths are open.
+ * vLLM's `--api-key` middleware (`AuthenticationMiddleware`; vllm-project/vllm `vllm/entrypoints/openai/api_server.py`,
+ * now `vllm/entrypoints/openai/server_utils.py` @029329a8): every path starting with `/v1` except OPTIONS needs an
+ * `Authorization` header that `partition(" ")` splits into a scheme equal to "bearer" in any case and exactly the key
+ * (compared by sha256 digest); other paths are open.
  */
 function authorized(key: string | undefined, path: string, method: string, req: IncomingMessage): boolean {
   if (key === undefined || method === 'OPTIONS' || !path.startsWith('/v1')) return true;
-  return req.headers['authorization'] === `Bearer ${key}`;
+  const value = req.headers['authorization'];
+  if (!value) return false;
+  const space = value.indexOf(' ');
+  const scheme = space < 0 ? value : value.slice(0, space);
+  const param = space < 0 ? '' : value.slice(space + 1);
+  return scheme.toLowerCase() === 'bearer' && param === key;
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {
@@ -257,14 +274,23 @@ function header(req: IncomingMessage, name: string): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-async function withJson(req: IncomingMessage, res: ServerResponse, fn: (body: unknown) => void | Promise<void>): Promise<void> {
+/**
+ * Read a JSON body. JSON that does not parse is FastAPI's `json_invalid` `RequestValidationError` in vLLM (routes take
+ * the pydantic request model as the body), so it gets the validation handler's 400 (`errorType`, flavour.ts).
+ */
+async function withJson(
+  req: IncomingMessage,
+  res: ServerResponse,
+  fn: (body: unknown) => void | Promise<void>,
+  errorType: 'Bad Request' | 'BadRequestError' = 'BadRequestError',
+): Promise<void> {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
   let body: unknown;
   try {
     body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
   } catch (e) {
-    return sendJson(res, 400, vllmError(400, `JSON decode error: ${(e as Error).message}`));
+    return sendJson(res, 400, validationError(errorType, `JSON decode error: ${(e as Error).message}`));
   }
   await fn(body);
 }
