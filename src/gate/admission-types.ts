@@ -27,6 +27,13 @@ export interface AdmissionDeps {
   readonly metrics?: RolloutMetrics;
   /** How often queued requests re-check capacity when nothing announced a change (ms; default 250). */
   readonly recheckMs?: number;
+  /**
+   * How many of a decision's alternates the data plane is given after the pick in `x-gateway-destination-endpoint`
+   * (gate config `envoy.gieFallbackEndpoints` with `envoy.gieHeaders`, src/envoy/stamps.ts trims to the same count).
+   * A served endpoint (`x-gateway-destination-endpoint-served`) moves the in-flight count only if it is one of
+   * those: the data plane can only have served one it was given. Default: every alternate the decision ranked.
+   */
+  readonly listedAlternates?: number;
 }
 
 export interface Admitted {
