@@ -14,7 +14,7 @@ import { chatFacts, queueTableValue, recordingHooks } from './testing.js';
 const keys = createDevKeyRing('admission-gie');
 const A = ['10.0.2.1:9090', '10.0.2.2:9090'];
 
-function rig() {
+function rig(listedAlternates?: number) {
   const inFlight = createInFlightTracker();
   const table = tableFromValue(queueTableValue((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' })));
   const admission = createAdmission({
@@ -24,6 +24,7 @@ function rig() {
     now: Date.now,
     metrics: createRolloutMetrics(new Registry()),
     recheckMs: 0,
+    ...(listedAlternates === undefined ? {} : { listedAlternates }),
   });
   return { admission, inFlight };
 }
@@ -53,6 +54,25 @@ describe('admission as an endpoint picker', () => {
     expect([inFlight.inFlight(pick), inFlight.inFlight(alt)]).toEqual([0, 1]);
     a.hold!.release();
     expect(inFlight.snapshot().size).toBe(0);
+  });
+
+  it('counts a served endpoint only if the data plane was given it (envoy.gieFallbackEndpoints trims the list)', async () => {
+    // The protocol's served endpoint is one the data plane tried from the EPP's list (docs/proposals/004-endpoint-
+    // picker-protocol, "Destination Endpoint Served", gateway-api-inference-extension @84436a96); an alternate kvgate
+    // ranked but did not put in x-gateway-destination-endpoint was never offered, so a report of it is not believed.
+    const { admission, inFlight } = rig(0);
+    const a = await admission.admit(chatFacts('r6'), signal());
+    if (a.decision.kind !== 'route') throw new Error(a.decision.kind);
+    const [pick, alt] = [a.decision.decode.endpoint!, a.decision.decode.alternates![0]!];
+    expect(a.hold!.served(alt)).toBe(false);
+    expect([inFlight.inFlight(pick), inFlight.inFlight(alt)]).toEqual([1, 0]);
+    expect(a.hold!.served(pick)).toBe(true);
+    a.hold!.release();
+    const { admission: one } = rig(1);
+    const b = await one.admit(chatFacts('r7'), signal());
+    if (b.decision.kind !== 'route') throw new Error(b.decision.kind);
+    expect(b.hold!.served(b.decision.decode.alternates![0]!)).toBe(true);
+    b.hold!.release();
   });
 
   it('picks only inside the subset hint; none eligible or an empty list is an immediate 503, never a wait', async () => {

@@ -32,6 +32,13 @@ export interface AdmissionDeps {
    * path reads a trace, and building it is about a tenth of what a routed decision allocates.
    */
   readonly traceDecisions?: boolean;
+  /**
+   * How many of a decision's alternates the data plane is given after the pick in `x-gateway-destination-endpoint`
+   * (gate config `envoy.gieFallbackEndpoints` with `envoy.gieHeaders`, src/envoy/stamps.ts trims to the same count).
+   * A served endpoint (`x-gateway-destination-endpoint-served`) moves the in-flight count only if it is one of
+   * those: the data plane can only have served one it was given. Default: every alternate the decision ranked.
+   */
+  readonly listedAlternates?: number;
 }
 
 export interface Admitted {

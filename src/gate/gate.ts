@@ -180,6 +180,8 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     now,
     maxMessageTimeoutMs: config.envoy.maxMessageTimeoutMs,
     metrics: rollout,
+    // What the data plane is given after the pick (src/envoy/stamps.ts): a served report of anything else is ignored.
+    listedAlternates: config.envoy.gieHeaders ? config.envoy.gieFallbackEndpoints : 0,
   });
   // grpc-js refuses messages over its receive limit (default 4 MiB) and Envoy turns that into a 500, so the limit
   // follows the table's limits.maxBodyBytes; a server's limit is fixed when it starts.

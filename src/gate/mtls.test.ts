@@ -217,10 +217,14 @@ describe('the plaintext health port (kubelet gRPC probes carry no client certifi
     try {
       expect(h.healthPort).toBeGreaterThan(0);
       expect(h.healthPort).not.toBe(h.port);
-      for (const svc of ['liveness', 'readiness', 'envoy.service.ext_proc.v3.ExternalProcessor', ''])
+      // `inference-extension`: the name GIE's own EPP chart probes with one replica and the only name its
+      // lightweight EPP registers on the health port (gateway-api-inference-extension @1748e829
+      // config/charts/epplib/templates/_deployment.yaml; @84436a96 pkg/lwepp/server/runserver.go).
+      for (const svc of ['liveness', 'readiness', 'inference-extension', 'envoy.service.ext_proc.v3.ExternalProcessor', ''])
         expect(await check(svc)).toBe('SERVING');
       h.setReady(false);
       expect(await check('readiness')).toBe('NOT_SERVING');
+      expect(await check('inference-extension')).toBe('NOT_SERVING');
       expect(await check('liveness')).toBe('SERVING');
       h.setReady(true);
       // The health port serves health only: an ext_proc stream there is UNIMPLEMENTED.
@@ -237,6 +241,7 @@ describe('the plaintext health port (kubelet gRPC probes carry no client certifi
       // Drain: readiness goes NOT_SERVING on the health port too, before the server stops.
       const drained = h.drain();
       expect(await check('readiness')).toBe('NOT_SERVING');
+      expect(await check('inference-extension')).toBe('NOT_SERVING');
       await drained;
     } finally {
       client.close();

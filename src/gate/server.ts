@@ -72,6 +72,16 @@ export interface GateServerOptions {
 /** The gRPC health service names GIE's data planes and probes use (kept SERVING / following readiness). */
 const LIVENESS_SERVICE = 'liveness';
 export const READINESS_SERVICE = 'readiness';
+/**
+ * The name GIE's own EPP chart probes (liveness and readiness) with a single replica, and the only name its
+ * lightweight EPP registers on its health port; it follows readiness there (NOT_SERVING until the pool synced).
+ * kubernetes-sigs/gateway-api-inference-extension @1748e829 config/charts/epplib/templates/_deployment.yaml
+ * (`grpc: { port: 9003, service: inference-extension }`); @84436a96 pkg/lwepp/server/runserver.go
+ * `HealthServerRunnable`. Without it, a Deployment copied from GIE's chart fails its probes against kvgate.
+ */
+const GIE_CHART_SERVICE = 'inference-extension';
+/** Every service that follows readiness (and goes NOT_SERVING on drain). */
+const READY_SERVICES = ['', EXT_PROC_SERVICE, READINESS_SERVICE, GIE_CHART_SERVICE] as const;
 
 export interface GateServer {
   /** Readiness changed (pod discovery synced or not): '', the ext_proc service and `readiness` follow it. */
@@ -101,9 +111,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
   const ready = opts.ready?.() ?? true;
   const status = ready ? 'SERVING' : 'NOT_SERVING';
   const health = new HealthImplementation({
-    '': status,
-    [EXT_PROC_SERVICE]: status,
-    [READINESS_SERVICE]: status,
+    ...Object.fromEntries(READY_SERVICES.map((svc) => [svc, status])),
     [LIVENESS_SERVICE]: 'SERVING',
   });
   health.addToServer(server);
@@ -172,7 +180,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     setReady(ready) {
       if (draining !== undefined) return;
       const st = ready ? 'SERVING' : 'NOT_SERVING';
-      for (const svc of ['', EXT_PROC_SERVICE, READINESS_SERVICE]) health.setStatus(svc, st);
+      for (const svc of READY_SERVICES) health.setStatus(svc, st);
     },
     close: () => {
       server.forceShutdown();
@@ -408,9 +416,7 @@ async function drainServer(
   active: ReadonlySet<ServedStream>,
   opts: GateServerOptions,
 ): Promise<void> {
-  health.setStatus('', 'NOT_SERVING');
-  health.setStatus(EXT_PROC_SERVICE, 'NOT_SERVING');
-  health.setStatus(READINESS_SERVICE, 'NOT_SERVING');
+  for (const svc of READY_SERVICES) health.setStatus(svc, 'NOT_SERVING');
   opts.logger.info({ in_flight: active.size }, 'draining: health NOT_SERVING');
   const announce = opts.drainAnnounceMs ?? 0;
   if (announce > 0) await new Promise((r) => setTimeout(r, announce));

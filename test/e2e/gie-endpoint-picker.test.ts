@@ -299,7 +299,7 @@ describe('kvgate as an InferencePool endpoint picker (GIE protocol, through the 
     expect(inFlight()).toEqual({});
   });
 
-  it('serves the gRPC health services GIE probes: liveness, readiness and the ext_proc service', async () => {
+  it('serves the gRPC health services GIE probes: liveness, readiness, inference-extension and the ext_proc service', async () => {
     const rig = await startRig();
     const Client = grpc.makeGenericClientConstructor(healthService, 'Health');
     const client = new Client(
@@ -312,7 +312,7 @@ describe('kvgate as an InferencePool endpoint picker (GIE protocol, through the 
     const check = (service: string) =>
       new Promise<string | number>((res, rej) => client.Check({ service }, (e, r) => (e ? rej(e) : res(r.status))));
     try {
-      for (const svc of ['liveness', 'readiness', 'envoy.service.ext_proc.v3.ExternalProcessor', ''])
+      for (const svc of ['liveness', 'readiness', 'inference-extension', 'envoy.service.ext_proc.v3.ExternalProcessor', ''])
         expect([1, 'SERVING']).toContain(await check(svc));
     } finally {
       client.close();
