@@ -104,7 +104,10 @@ function decideRoute(facts: RequestFacts, table: CompiledRouteTable, view: Worke
   } else {
     trace?.push(`connector rules: revision ${rev.name} may be disaggregated`);
   }
-  const targets = pickTargets(rev, group, view, id, trace, { affinity: affinityKey(group.id, who.body.json) });
+  const targets = pickTargets(rev, group, view, id, trace, {
+    affinity: affinityKey(group.id, who.body.json),
+    ...(ctx.alternates === undefined ? {} : { alternates: ctx.alternates }),
+  });
   if (targets.ok) return bindRoute(facts, table, ctx.keys, now, who, group, targets, trace);
   const input = { table, view, facts, body: who.body, nowMs: now, revision: rev, group, pinned: choice.pinned, shortage: targets.shortage };
   const walked = walkFallback(

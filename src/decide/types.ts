@@ -247,6 +247,12 @@ export interface DecideContext {
   readonly nowMs: number;
   /** Record the decision's steps (`trace` on every decision). Default on; the gate turns it off. */
   readonly trace?: boolean;
+  /**
+   * How many decode alternates after the pick the data plane is given (the GIE fallback list in
+   * `x-gateway-destination-endpoint`): the contract authorises exactly those, so a decode sidecar accepts the request
+   * on no endpoint the gateway was not offered. Default: every alternate ranked (`MAX_ALTERNATES`).
+   */
+  readonly alternates?: number;
   readonly keys: KeyRing;
   /** The caller's queues. Without it `queue` steps pass, so `decide` never answers `wait`. */
   readonly queue?: QueueView;

@@ -56,21 +56,29 @@ describe('admission as an endpoint picker', () => {
     expect(inFlight.snapshot().size).toBe(0);
   });
 
-  it('counts a served endpoint only if the data plane was given it (envoy.gieFallbackEndpoints trims the list)', async () => {
+  it('lists, signs and believes as served only the alternates the data plane is given (envoy.gieFallbackEndpoints)', async () => {
     // The protocol's served endpoint is one the data plane tried from the EPP's list (docs/proposals/004-endpoint-
     // picker-protocol, "Destination Endpoint Served", gateway-api-inference-extension @84436a96); an alternate kvgate
     // ranked but did not put in x-gateway-destination-endpoint was never offered, so a report of it is not believed.
     const { admission, inFlight } = rig(0);
     const a = await admission.admit(chatFacts('r6'), signal());
     if (a.decision.kind !== 'route') throw new Error(a.decision.kind);
-    const [pick, alt] = [a.decision.decode.endpoint!, a.decision.decode.alternates![0]!];
-    expect(a.hold!.served(alt)).toBe(false);
-    expect([inFlight.inFlight(pick), inFlight.inFlight(alt)]).toEqual([1, 0]);
+    const pick = a.decision.decode.endpoint!;
+    const other = A.find((e) => e !== pick)!;
+    // Nothing after the pick is offered, so nothing after it is listed or signed: the contract admits the pick alone.
+    expect(a.decision.decode.alternates).toBeUndefined();
+    const c = verifyContract(a.decision.contract, keys, Date.now(), { requestId: 'r6' });
+    expect(c.ok && c.value.decode.alternates).toBeUndefined();
+    expect(a.hold!.served(other)).toBe(false);
+    expect([inFlight.inFlight(pick), inFlight.inFlight(other)]).toEqual([1, 0]);
     expect(a.hold!.served(pick)).toBe(true);
     a.hold!.release();
     const { admission: one } = rig(1);
     const b = await one.admit(chatFacts('r7'), signal());
     if (b.decision.kind !== 'route') throw new Error(b.decision.kind);
+    expect(b.decision.decode.alternates).toHaveLength(1);
+    const cb = verifyContract(b.decision.contract, keys, Date.now(), { requestId: 'r7' });
+    expect(cb.ok && cb.value.decode.alternates).toEqual(b.decision.decode.alternates);
     expect(b.hold!.served(b.decision.decode.alternates![0]!)).toBe(true);
     b.hold!.release();
   });

@@ -92,7 +92,13 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
       const view = hint === null ? fullView : restrictToSubset(fullView, table, hint);
       const maxWaitMs = waitCapMs(maxMessageTimeoutMs);
       const canWait = hint === null && hooks?.canExtendTimeout === true && maxWaitMs >= 1;
-      const ctx = { nowMs: deps.now(), keys: deps.keys, trace: deps.traceDecisions === true, ...(canWait ? { queue, maxWaitMs } : {}) };
+      const ctx = {
+        nowMs: deps.now(),
+        keys: deps.keys,
+        trace: deps.traceDecisions === true,
+        ...(deps.listedAlternates === undefined ? {} : { alternates: deps.listedAlternates }),
+        ...(canWait ? { queue, maxWaitMs } : {}),
+      };
       const outcome = decideRequest(facts, table, view, ctx);
       const d = outcome.decision;
       for (const r of d.kind === 'hop' || d.kind === 'answer' ? [] : (d.fallback ?? [])) {

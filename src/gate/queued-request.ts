@@ -118,6 +118,7 @@ class Waiter implements QueueEntry {
         nowMs,
         keys: deps.keys,
         trace: deps.traceDecisions === true,
+        ...(deps.listedAlternates === undefined ? {} : { alternates: deps.listedAlternates }),
         queue: this.#q.queue,
         maxWaitMs,
         bound: this.#bound,
