@@ -1,6 +1,16 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SimServer } from './server.js';
-import { getJson, metricValue, parseLabels, postJson, postSse, scrape, startTestSim, TOY_PROXY_PREFILL_KV } from './testing.js';
+import {
+  getJson,
+  metricValue,
+  parseLabels,
+  postJson,
+  postSse,
+  runDisaggregated,
+  scrape,
+  startTestSim,
+  TOY_PROXY_PREFILL_KV,
+} from './testing.js';
 
 const servers: SimServer[] = [];
 async function sim(...args: Parameters<typeof startTestSim>): Promise<SimServer> {
@@ -186,5 +196,88 @@ describe('truncate_prompt_tokens', () => {
       400,
     );
     expect(metricValue(await scrape(s), 'vllm:prompt_tokens_total')).toBeGreaterThan(0);
+  });
+});
+
+describe('stream usage (should_include_usage)', () => {
+  // vllm-project/vllm vllm/entrypoints/serve/utils/api_utils.py @00a5fdd2 (and vllm/entrypoints/utils.py @00fc8809,
+  // inline in vllm/entrypoints/openai/serving_chat.py @003fe593): include_continuous_usage = include_usage and
+  // continuous_usage_stats.
+  it('continuous_usage_stats without include_usage adds no usage anywhere', async () => {
+    const s = await sim({}, { flavour: 'main' });
+    for (const path of ['/v1/completions', '/v1/chat/completions']) {
+      const body = path.includes('chat') ? { messages: [{ role: 'user', content: 'Hi' }] } : { prompt: PROMPT };
+      const r = await postSse(`${s.url}${path}`, {
+        ...body,
+        max_tokens: 3,
+        ignore_eos: true,
+        stream: true,
+        stream_options: { continuous_usage_stats: true },
+      });
+      expect(r.events.filter((e) => e !== '[DONE]' && 'usage' in e)).toEqual([]);
+    }
+  });
+
+  it('with include_usage, every chat chunk carries usage, the role chunk with completion_tokens 0', async () => {
+    const s = await sim({}, { flavour: 'main' });
+    const r = await postSse(`${s.url}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 3,
+      ignore_eos: true,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    });
+    const chunks = r.events.filter((e) => e !== '[DONE]');
+    const prompt = chunks[0].usage.prompt_tokens as number;
+    expect(chunks[0].choices[0].delta).toEqual({ role: 'assistant', content: '' });
+    expect(chunks[0].usage).toEqual({ prompt_tokens: prompt, completion_tokens: 0, total_tokens: prompt });
+    expect(chunks.map((c) => c.usage.completion_tokens)).toEqual([0, 1, 2, 3, 3]);
+  });
+});
+
+describe('a KV load failure before any output, streamed (kv_load_failure_policy fail)', () => {
+  const chat = { messages: [{ role: 'user', content: PROMPT }], max_tokens: 4, ignore_eos: true, stream: true };
+  const completion = { prompt: PROMPT, max_tokens: 4, ignore_eos: true, stream: true };
+  const failOn = async (flavour: '0.13' | 'main' | undefined, path: '/v1/completions' | '/v1/chat/completions', body: object) => {
+    const p = await sim({}, flavour ? { flavour } : {});
+    const d = await sim({}, { ...(flavour ? { flavour } : {}), kvLoadFailurePolicy: 'fail' });
+    const r = await runDisaggregated(p, d, path, body as Record<string, unknown>, { decode: { 'x-sim-fault': 'handshake-fail' } });
+    expect(r.decode.status).toBe(200);
+    return r.decode.text
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice(6))
+      .map((d) => (d === '[DONE]' ? d : JSON.parse(d)));
+  };
+  const roleOnly = { role: 'assistant', content: '' };
+
+  it('main chat: the role chunk, then the 500 error event, then [DONE] (_raise_if_error before the empty-chunk filter)', async () => {
+    const ev = await failOn('main', '/v1/chat/completions', chat);
+    expect(ev).toHaveLength(3);
+    expect(ev[0].choices[0].delta).toEqual(roleOnly);
+    expect(ev[1].error).toMatchObject({ message: 'Internal server error', type: 'InternalServerError', code: 500 });
+    expect(ev[2]).toBe('[DONE]');
+  });
+
+  it('main completions: the empty error output is dropped, the stream is only [DONE] (usage chunk when asked)', async () => {
+    expect(await failOn('main', '/v1/completions', completion)).toEqual(['[DONE]']);
+    const withUsage = await failOn('main', '/v1/completions', { ...completion, stream_options: { include_usage: true } });
+    expect(withUsage).toHaveLength(2);
+    expect(withUsage[0]).toMatchObject({ choices: [], usage: { completion_tokens: 0 } });
+  });
+
+  it('0.13: dropped in both APIs (the error check sat in the finish branch, after the empty-chunk filter)', async () => {
+    const c = await failOn('0.13', '/v1/chat/completions', chat);
+    expect(c).toHaveLength(2);
+    expect(c[0].choices[0].delta).toEqual(roleOnly);
+    expect(c[1]).toBe('[DONE]');
+    expect(await failOn('0.13', '/v1/completions', completion)).toEqual(['[DONE]']);
+  });
+
+  it('no flavour (composite): an error event in both APIs, after the role chunk in chat', async () => {
+    const c = await failOn(undefined, '/v1/chat/completions', chat);
+    expect(c.map((e) => (e === '[DONE]' ? e : e.error ? 'error' : 'chunk'))).toEqual(['chunk', 'error', '[DONE]']);
+    const t = await failOn(undefined, '/v1/completions', completion);
+    expect(t.map((e) => (e === '[DONE]' ? e : e.error ? 'error' : 'chunk'))).toEqual(['error', '[DONE]']);
   });
 });

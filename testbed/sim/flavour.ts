@@ -50,6 +50,18 @@ export interface FlavourTraits {
    * of that version was not read (0.11, 0.13).
    */
   readonly validationErrorType: 'Bad Request' | 'BadRequestError';
+  /**
+   * What a stream shows when the request fails before any output (a KV load failure under `kv_load_failure_policy:
+   * fail`: an output with `finish_reason: "error"`, no text and no token ids). `event`: the 500 error event (after the
+   * role chunk in chat), then `[DONE]`. `dropped`: the OpenAI layer's "chunked prefill case, don't return empty chunks"
+   * filter runs before its error check and skips the output, so the stream ends normally with no finish chunk (chat:
+   * the role chunk; a usage chunk when asked; `[DONE]`). vllm-project/vllm main: chat checks first
+   * (`vllm/entrypoints/openai/chat_completion/serving.py` @006c49d4, `_raise_if_error` before the filter), completions
+   * filter first (`vllm/entrypoints/openai/completion/serving.py` @030ea52e). 0.13: PR #26813 put its check in the
+   * finish branch, after the filter, in both (PR #40986, open, describes the drop). 0.11 has no
+   * `kv_load_failure_policy` (PR #26813 came after v0.11.0), so `fail` there is a simulator-only setting, shown like 0.13.
+   */
+  readonly errorBeforeOutput: { readonly chat: 'event' | 'dropped'; readonly completion: 'event' | 'dropped' };
 }
 
 const LEGACY: FlavourTraits = {
@@ -65,6 +77,7 @@ const LEGACY: FlavourTraits = {
   metricsNameFilter: 'honoured',
   errorParam: 'param',
   validationErrorType: 'Bad Request',
+  errorBeforeOutput: { chat: 'event', completion: 'event' },
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -81,6 +94,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     metricsNameFilter: 'ignored',
     errorParam: 'none',
     validationErrorType: 'BadRequestError',
+    errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
   },
   '0.13': {
     hashCheck: true,
@@ -95,6 +109,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     metricsNameFilter: 'ignored',
     errorParam: 'param',
     validationErrorType: 'BadRequestError',
+    errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
   },
   main: {
     hashCheck: true,
@@ -109,6 +124,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     metricsNameFilter: 'honoured',
     errorParam: 'param-and-value',
     validationErrorType: 'Bad Request',
+    errorBeforeOutput: { chat: 'event', completion: 'dropped' },
   },
 };
 

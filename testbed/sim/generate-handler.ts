@@ -117,7 +117,9 @@ export function prepareGeneration(
       },
       stream: r.stream === true,
       includeUsage: r.stream_options?.include_usage === true,
-      continuousUsage: r.stream_options?.continuous_usage_stats === true,
+      // `should_include_usage`: continuous stats only with include_usage (vllm-project/vllm
+      // vllm/entrypoints/serve/utils/api_utils.py @00a5fdd2; vllm/entrypoints/openai/serving_chat.py @003fe593).
+      continuousUsage: r.stream_options?.include_usage === true && r.stream_options?.continuous_usage_stats === true,
       logprobs: lp.enabled,
       render: (id) => (asIds ? `token_id:${id}` : ctx.tokenizer.tokenText(id)),
       returnTokenIds: r.return_token_ids === true,
@@ -316,7 +318,13 @@ async function streamResponse(
     }
     return true;
   };
+  // vLLM's chat stream sends the role chunk on the engine's first output, whatever it is (an error too).
+  let opened = false;
   for await (const ev of events) {
+    if (!opened) {
+      opened = true;
+      if (p.kind === 'chat') sink.event(chunks.role());
+    }
     if (ev.type === 'finish') {
       const last: { token: GeneratedToken; text: string } | null = pending;
       sink.event(chunks.chunk(last?.token ?? null, (last?.text ?? '') + ev.text, ev));
@@ -326,10 +334,12 @@ async function streamResponse(
     if (!flush()) return;
     await holdWhileAsked(ctx, chunks.tokensSent, signal);
     if (ev.type === 'error') {
-      sink.event(vllmError(500, 'Internal server error'));
+      // The engine only fails before the first token (a KV load). Versions whose empty-chunk filter runs first drop
+      // the error and end the stream as if nothing happened (flavour.ts `errorBeforeOutput`).
+      if (chunks.tokensSent > 0 || ctx.traits.errorBeforeOutput[p.kind] === 'event') sink.event(vllmError(500, 'Internal server error'));
+      else if (p.includeUsage) sink.event(chunks.usage());
       break;
     }
-    if (p.kind === 'chat' && chunks.tokensSent === 0) sink.event(chunks.role());
     pending = { token: ev.token, text: ev.text };
   }
   sink.event('[DONE]');

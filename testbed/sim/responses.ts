@@ -106,9 +106,14 @@ export class ChunkBuilder {
     return this.#tokens;
   }
 
-  /** Chat streams open with an empty assistant delta. */
+  /** Chat streams open with an empty assistant delta (with continuous usage: completion_tokens 0). */
   role(): unknown {
-    return { ...this.#head, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] };
+    const usage = this.#p.continuousUsage ? { usage: usageOf(this.#p.promptTokens.length, 0) } : {};
+    return {
+      ...this.#head,
+      choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+      ...usage,
+    };
   }
 
   /** A chunk with at most one token; `finish` makes it the last one. */
