@@ -483,6 +483,50 @@ describe('transfer failures', () => {
   });
 });
 
+describe('a failure vLLM drops from the stream (an empty error output before any token)', () => {
+  // vLLM main completions (vllm-project/vllm vllm/entrypoints/openai/completion/serving.py @030ea52e) and 0.13 skip an
+  // output with no text and no token ids before checking it for finish_reason "error": a KV load that fails under
+  // kv_load_failure_policy fail streams nothing but [DONE] (testbed/sim flavour.ts `errorBeforeOutput`).
+  it('is a failure before any token, not an empty success: onTransferFailure recompute recomputes it locally', async () => {
+    const mainSim = track(await startTestSim({}, { flavour: 'main', kvLoadFailurePolicy: 'fail' }));
+    const R = await startTestSidecar(sidecarConfigFor(mainSim, 'decode', { onTransferFailure: 'recompute' }));
+    track(R.sidecar);
+    const base = await postJson(`${mainSim.url}/v1/completions`, completion());
+    mainSim.resetPrefixCache();
+    R.spy.onNext(
+      (u) => u === `${mainSim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'handshake-fail';
+      },
+    );
+    const s = await postSse(
+      `${R.sidecar.url}/v1/completions`,
+      ...bound(contractFor(R.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'drop-1' }), completion({ stream: true })),
+    );
+    expect(s.status).toBe(200);
+    expect(streamedIds(s.events)).toEqual(base.body.choices[0].token_ids);
+    expect(await scrape(R.sidecar)).toContain('kvgate_sidecar_transfer_failures_total{action="recompute"} 1');
+  });
+
+  it('under onTransferFailure fail it is a clean 502 before any byte, not a 200 with nothing in it', async () => {
+    const mainSim = track(await startTestSim({}, { flavour: 'main' }));
+    const F = await startTestSidecar(sidecarConfigFor(mainSim, 'decode'));
+    track(F.sidecar);
+    F.spy.onNext(
+      (u) => u === `${mainSim.url}/v1/completions`,
+      (h) => {
+        h['x-sim-fault'] = 'handshake-fail';
+      },
+    );
+    const r = await postJson(
+      `${F.sidecar.url}/v1/completions`,
+      ...bound(contractFor(F.config.fingerprint, endpointOf(P.sidecar.url), { requestId: 'drop-2' }), completion({ stream: true })),
+    );
+    expect([r.status, r.body.error.code]).toEqual([502, 'worker_error']);
+    expect(r.body.error.message).toContain('could not load the prefilled KV');
+  });
+});
+
 describe('the failed-transfer counter around the first output', () => {
   it('under onTransferFailure: recompute a silent recompute is served without waiting, and counted beside the stream', async () => {
     const sim = track(await startTestSim({}, { kvLoadFailurePolicy: 'recompute', transferTimeoutMs: 200 }));

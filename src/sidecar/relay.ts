@@ -7,7 +7,8 @@
  * `finish_reason: "error"`, which is how vLLM reports a failed KV load under `kv_load_failure_policy: fail`) is
  * returned to the caller with nothing sent, so it can recompute or refuse cleanly. After output was sent, a failure
  * ends the stream with an SSE error event and `[DONE]`: the client sees that it stopped and why, and never a
- * silent switch to another computation.
+ * silent switch to another computation. A held stream that ends before any output or finish_reason failed too (some
+ * vLLM versions drop an error that comes before the first token; `ENDED_WITHOUT_OUTPUT`).
  */
 import type http from 'node:http';
 import { toErrorBody } from '../errors.js';
@@ -130,7 +131,11 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
           void reader.cancel().catch(() => undefined);
           return { kind: 'failed_before_tokens', message: c.message ?? 'the worker reported an error' };
         }
-        if (c.kind === 'token' || c.kind === 'done') committed = true;
+        if (c.kind === 'done' && !committed) {
+          void reader.cancel().catch(() => undefined);
+          return { kind: 'failed_before_tokens', message: ENDED_WITHOUT_OUTPUT };
+        }
+        if (c.kind === 'token') committed = true;
       }
       if (committed && opts.beforeCommit !== undefined) {
         const vetoed = await opts.beforeCommit();
@@ -155,13 +160,20 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
     res.end(sseErrorFrames(toErrorBody('worker_error', `${message}; the output above is incomplete`, opts.requestId)));
     return { kind: 'failed_after_tokens', message };
   }
-  if (!committed) {
-    writeStreamHead(res, opts.requestId);
-    for (const chunk of held) res.write(chunk);
-  }
+  if (!committed) return { kind: 'failed_before_tokens', message: ENDED_WITHOUT_OUTPUT };
   res.end();
   return { kind: 'sent', status: 200 };
 }
+
+/**
+ * A held stream that ends (`[DONE]`, or the body closing) before any output or finish_reason. A request vLLM ran
+ * always streams a chunk with a finish_reason, so this is a failure it did not report: vLLM's completions stream (main,
+ * vllm-project/vllm `vllm/entrypoints/openai/completion/serving.py` @030ea52e) and 0.13's chat and completions skip an
+ * output with no text and no token ids before checking it for `finish_reason: "error"`, so a KV load that fails under
+ * `kv_load_failure_policy: fail` streams nothing but `[DONE]` (vllm PR #40986).
+ */
+const ENDED_WITHOUT_OUTPUT =
+  'the worker ended the stream with no output and no finish_reason (vLLM drops an error that comes before any token from a stream)';
 
 /**
  * The rest of a committed stream, chunk by chunk from the worker's socket to the client's, with backpressure: what
