@@ -266,7 +266,6 @@ export class SimEngine {
     const side = this.#d.sideChannel();
     return producerParams({
       traits: this.#d.traits,
-      expiresAtMs: this.#d.pull.now() + (req.faults.leaseMs ?? config.sim.leaseMs),
       blockIds: leased,
       engineId,
       requestId: req.requestId,

@@ -129,7 +129,8 @@ describe('flavours', () => {
       remote_request_id: expect.any(String),
       transfer_mode: 'pull',
     });
-    expect(r.body.kv_transfer_params.remote_blocks_expiry_time).toBeGreaterThan(0);
+    // P answers remote_blocks_expiry_time None: only a bidirectional D sets it (pull_scheduler.py @0050936b).
+    expect(r.body.kv_transfer_params).toHaveProperty('remote_blocks_expiry_time', null);
     expect(cacheLabels(await scrape(s))['kv_cache_layout']).toBe('LBHNC');
     expect(s.config.sim.kvLoadFailurePolicy).toBe('fail');
     const chat = { messages: [{ role: 'user', content: 'Think, then answer.' }], max_tokens: 5, ignore_eos: true };

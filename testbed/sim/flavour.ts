@@ -17,7 +17,7 @@ export interface FlavourTraits {
   readonly uniqueRequestIds: boolean;
   /** `remote_block_ids` per KV cache group (`[[...]]`, main) instead of one flat list. */
   readonly perGroupBlockIds: boolean;
-  /** P also answers `remote_num_tokens`, `remote_blocks_expiry_time`, `pp_size`, `dcp_size` and `transfer_mode` (main). */
+  /** P also answers `remote_num_tokens`, `remote_blocks_expiry_time` (None on P), `pp_size`, `dcp_size` and `transfer_mode` (main). */
   readonly newParams: boolean;
   /** `vllm:cache_config_info` carries `kv_cache_layout` as a `KVCacheLayout` name (main) or not at all (0.11, 0.13). */
   readonly layoutLabel: 'declared' | 'absent' | 'kv-cache-layout';

@@ -44,7 +44,6 @@ describe('kv_transfer_params', () => {
       numTokens: 20,
       transferMode: 'pull' as const,
       traits: traitsOf(undefined),
-      expiresAtMs: 5000,
     };
     expect(producerParams({ ...a, connectorVersion: 2 })).toEqual({
       do_remote_prefill: true,
@@ -69,7 +68,7 @@ describe('kv_transfer_params', () => {
       remote_block_ids: [[1, 2]],
       remote_request_id: 'r',
       remote_num_tokens: 20,
-      remote_blocks_expiry_time: 5,
+      remote_blocks_expiry_time: null,
       transfer_mode: 'pull',
       pp_size: 1,
       dcp_size: 1,

@@ -104,8 +104,6 @@ export function producerParams(a: {
   connectorVersion: number;
   transferMode: 'pull' | 'push';
   traits: Pick<FlavourTraits, 'remoteRequestId' | 'perGroupBlockIds' | 'newParams'>;
-  /** Wall-clock ms when the lease ends (main's `remote_blocks_expiry_time`, seconds since the epoch). */
-  expiresAtMs: number;
 }): Record<string, unknown> {
   const t = a.traits;
   const out: Record<string, unknown> = {
@@ -122,7 +120,9 @@ export function producerParams(a: {
     out['pp_size'] = 1;
     out['dcp_size'] = 1;
     out['remote_num_tokens'] = a.numTokens;
-    out['remote_blocks_expiry_time'] = a.expiresAtMs / 1000;
+    // None from P: only a bidirectional D exports its blocks' expiry (a perf_counter() value, not wall time):
+    // vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py @0050936b request_finished.
+    out['remote_blocks_expiry_time'] = null;
     out['transfer_mode'] = a.transferMode;
     return out;
   }
