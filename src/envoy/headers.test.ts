@@ -1,6 +1,7 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { isGateOwnedHeader, isGateOwnedLowerCase } from '../headers.js';
-import { readHeaderMap, receiveHeaders } from './headers.js';
+import { headerValueOf, readHeaderMap, receiveHeaders } from './headers.js';
 
 const raw = (key: string, value: string) => ({ key, raw_value: new TextEncoder().encode(value) });
 
@@ -43,6 +44,38 @@ describe('readHeaderMap', () => {
     ]);
     expect(r.forged).toEqual(['x-gateway-destination-endpoint']);
     expect(r.headers['x-request-id']).toBe('r');
+  });
+});
+
+describe('headerValueOf', () => {
+  it('reads one header exactly as readHeaderMap reads it: case, repeats, raw_value or value, invalid UTF-8', () => {
+    const name = fc.constantFrom(':status', ':STATUS', 'x-kvgate-reject-reason', 'X-KvGate-Reject-Reason', 'content-type', 'x-other');
+    const bytes = fc.oneof(
+      fc.string({ maxLength: 12 }).map((t) => Buffer.from(t)),
+      fc.uint8Array({ maxLength: 6 }).map((b) => Buffer.from(b)),
+    );
+    const header = fc.record({
+      key: name,
+      raw: fc.option(bytes, { nil: undefined }),
+      value: fc.option(fc.string({ maxLength: 6 }), { nil: undefined }),
+    });
+    fc.assert(
+      fc.property(fc.array(header, { maxLength: 6 }), (hs) => {
+        const map = {
+          headers: hs.map((h) => ({
+            key: h.key,
+            ...(h.raw === undefined ? {} : { raw_value: h.raw }),
+            ...(h.value === undefined ? {} : { value: h.value }),
+          })),
+        };
+        const all = readHeaderMap(map);
+        expect(headerValueOf(map, ':status')).toBe(all.headers[':status']);
+        expect(headerValueOf(map, 'x-kvgate-reject-reason')).toBe(all.gateOwned['x-kvgate-reject-reason']);
+        expect(headerValueOf(map, 'content-type')).toBe(all.headers['content-type']);
+      }),
+      { numRuns: 400 },
+    );
+    expect(headerValueOf(undefined, ':status')).toBeUndefined();
   });
 });
 

@@ -4,7 +4,7 @@
  * setting both is a 500: envoyproxy/envoy source/extensions/filters/http/ext_proc/mutation_utils.cc).
  */
 import { isGateOwnedLowerCase } from '../headers.js';
-import type { AppendAction, WireHeaderMap, WireHeaderValueOption } from './wire.js';
+import type { AppendAction, WireHeaderMap, WireHeaderValue, WireHeaderValueOption } from './wire.js';
 
 export interface ReceivedHeaders {
   /** Lower-cased name -> value; repeated headers joined with `,` as HTTP allows. Gate-owned headers excluded. */
@@ -41,6 +41,30 @@ export function readHeaderMap(map: WireHeaderMap | undefined): ReceivedHeaders {
     into.add(h.key, value);
   }
   return into.done();
+}
+
+/**
+ * One header's value (lower-case `name`), read as `readHeaderMap` reads it (same decoding, repeats joined with `,`),
+ * without building the whole map: the response phase needs two values of a response that may carry dozens.
+ */
+export function headerValueOf(map: WireHeaderMap | undefined, name: string): string | undefined {
+  let out: string | undefined;
+  for (const h of map?.headers ?? []) {
+    if (h.key.toLowerCase() !== name) continue;
+    const value = textOf(h);
+    out = out === undefined ? value : `${out},${value}`;
+  }
+  return out;
+}
+
+/** A header's value as text: `raw_value` strictly decoded (lossily when not UTF-8), else the old `value` field. */
+function textOf(h: WireHeaderValue): string {
+  if (h.raw_value === undefined || h.raw_value.length === 0) return h.value ?? '';
+  try {
+    return strict.decode(h.raw_value);
+  } catch {
+    return lossy.decode(h.raw_value);
+  }
 }
 
 /**

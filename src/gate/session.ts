@@ -15,7 +15,7 @@ import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import { H } from '../headers.js';
 import type { Decision, Refusal, RouteDecision } from '../decide/types.js';
-import { readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
+import { headerValueOf, readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
 import { parentContext, traceHeaders } from '../trace-context.js';
 import {
   answerResponse,
@@ -29,7 +29,7 @@ import {
 } from '../envoy/responses.js';
 import type { ResponseStampFacts } from '../envoy/stamps.js';
 import { fromFilterMetadata } from '../envoy/struct.js';
-import type { BodySendMode, WireCommonResponse, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
+import type { BodySendMode, WireCommonResponse, WireHeaderMap, WireProcessingRequest, WireProcessingResponse } from '../envoy/wire.js';
 import { type Listener, toRequestFacts } from '../envoy/inbound.js';
 import type { Admission } from './admission.js';
 import type { Admitted, InFlightHold, WaitHooks } from './admission-types.js';
@@ -287,7 +287,7 @@ export class ExtProcSession {
           this.#routed !== undefined && this.#responseBodyMode === 'FULL_DUPLEX_STREAMED' && msg.response_headers?.end_of_stream !== true;
         const routed = this.#routed;
         this.#routed = undefined; // one count and one stamp per request, whatever Envoy sends after
-        if (routed !== undefined) this.#recordOutcome(routed, readHeaderMap(msg.response_headers?.headers));
+        if (routed !== undefined) this.#recordOutcome(routed, msg.response_headers?.headers);
         this.#noteServed();
         return { response_headers: { response: routed === undefined ? {} : responseHeadersMutation(stampFactsOf(routed)) } };
       }
@@ -543,15 +543,17 @@ export class ExtProcSession {
   }
 
   /** A routed request's response came back: count it per revision; a refusal behind the route gets its audit line. */
-  #recordOutcome(routed: RoutedState, response: ReceivedHeaders): void {
-    const o = routedOutcome(response.headers[':status'], response.gateOwned[H.rejectReason]);
+  #recordOutcome(routed: RoutedState, headers: WireHeaderMap | undefined): void {
+    // Two values, not the whole response header map (read as readHeaderMap would read them).
+    const status = headerValueOf(headers, ':status');
+    const o = routedOutcome(status, headerValueOf(headers, H.rejectReason));
     this.#deps.metrics.routedResponseCounts.inc(routed.revision, o.outcome, o.code);
     if (o.outcome === 'refused') {
       this.#log().warn(
         {
           audit: 'upstream_refusal',
           code: o.code,
-          status: response.headers[':status'] ?? null,
+          status: status ?? null,
           revision: routed.revision,
           tenant: routed.tenant,
           ...(routed.trust === undefined ? {} : { trust: routed.trust }),
