@@ -59,8 +59,10 @@ export function eligibleEndpoints(
       reasons.push(`pool ${pool.name} does not serve ${tenant === null ? 'anonymous requests' : `tenant ${tenant}`}`);
       continue;
     }
-    const causes = new Map<string, string[]>();
+    // Made on the first endpoint left out: most picks leave none out, and this runs for every pool of every request.
+    let causes: Map<string, string[]> | undefined;
     const note = (cause: string, address: string): void => {
+      causes ??= new Map();
       const list = causes.get(cause);
       if (list === undefined) causes.set(cause, [address]);
       else list.push(address);
@@ -82,7 +84,7 @@ export function eligibleEndpoints(
       } else candidates.push({ pool, endpoint: ep });
     }
     if (states.length === 0) reasons.push(`pool ${pool.name} has no endpoints in the worker view`);
-    for (const [cause, addresses] of causes) reasons.push(`pool ${pool.name}: ${describeAddresses(addresses)} ${cause}`);
+    for (const [cause, addresses] of causes ?? []) reasons.push(`pool ${pool.name}: ${describeAddresses(addresses)} ${cause}`);
   }
   return { candidates, reasons, busy };
 }
