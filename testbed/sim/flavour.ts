@@ -62,6 +62,13 @@ export interface FlavourTraits {
    * `kv_load_failure_policy` (PR #26813 came after v0.11.0), so `fail` there is a simulator-only setting, shown like 0.13.
    */
   readonly errorBeforeOutput: { readonly chat: 'event' | 'dropped'; readonly completion: 'event' | 'dropped' };
+  /**
+   * The `vllm:nixl_*` series on /metrics (`NixlPromMetrics`, labels `model_name`, `engine`): `none` before PR #26811
+   * (Prometheus export of the NIXL stats, opened 2025-10-14, after v0.11.0); `no-expiry` before PR #32340 added
+   * `vllm:nixl_num_kv_expired_reqs` (2026-01-14, after v0.13.0); `all` since. Whether `vllm:nixl_num_failed_transfers`
+   * came with #26811 itself or in a later PR before v0.13.0 was not established; 0.13 is given it.
+   */
+  readonly nixlMetrics: 'none' | 'no-expiry' | 'all';
 }
 
 const LEGACY: FlavourTraits = {
@@ -78,6 +85,7 @@ const LEGACY: FlavourTraits = {
   errorParam: 'param',
   validationErrorType: 'Bad Request',
   errorBeforeOutput: { chat: 'event', completion: 'event' },
+  nixlMetrics: 'all',
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -95,6 +103,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorParam: 'none',
     validationErrorType: 'BadRequestError',
     errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
+    nixlMetrics: 'none',
   },
   '0.13': {
     hashCheck: true,
@@ -110,6 +119,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorParam: 'param',
     validationErrorType: 'BadRequestError',
     errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
+    nixlMetrics: 'no-expiry',
   },
   main: {
     hashCheck: true,
@@ -125,6 +135,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorParam: 'param-and-value',
     validationErrorType: 'Bad Request',
     errorBeforeOutput: { chat: 'event', completion: 'dropped' },
+    nixlMetrics: 'all',
   },
 };
 
