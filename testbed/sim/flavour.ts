@@ -69,6 +69,11 @@ export interface FlavourTraits {
    * came with #26811 itself or in a later PR before v0.13.0 was not established; 0.13 is given it.
    */
   readonly nixlMetrics: 'none' | 'no-expiry' | 'all';
+  /**
+   * Whether CacheConfig (so `vllm:cache_config_info`) has `calculate_kv_scales`: a field through 0.13 (PR #11906),
+   * deprecated by PR #37201, removed by PR #49389 (merged 2026-07-22; absent from `vllm/config/cache.py` @002f10e0).
+   */
+  readonly calculateKvScalesLabel: boolean;
 }
 
 const LEGACY: FlavourTraits = {
@@ -86,6 +91,7 @@ const LEGACY: FlavourTraits = {
   validationErrorType: 'Bad Request',
   errorBeforeOutput: { chat: 'event', completion: 'event' },
   nixlMetrics: 'all',
+  calculateKvScalesLabel: true,
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -104,6 +110,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     validationErrorType: 'BadRequestError',
     errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
     nixlMetrics: 'none',
+    calculateKvScalesLabel: true,
   },
   '0.13': {
     hashCheck: true,
@@ -120,6 +127,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     validationErrorType: 'BadRequestError',
     errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
     nixlMetrics: 'no-expiry',
+    calculateKvScalesLabel: true,
   },
   main: {
     hashCheck: true,
@@ -136,6 +144,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     validationErrorType: 'Bad Request',
     errorBeforeOutput: { chat: 'event', completion: 'dropped' },
     nixlMetrics: 'all',
+    calculateKvScalesLabel: false,
   },
 };
 

@@ -71,7 +71,7 @@ export function cacheConfigLabels(
     enable_prefix_caching: s.enablePrefixCaching,
     prefix_caching_hash_algo: s.prefixCachingHashAlgo,
     cpu_offload_gb: 0,
-    calculate_kv_scales: d.kvCache.scaleScheme === 'dynamic-per-block',
+    ...(traits.calculateKvScalesLabel ? { calculate_kv_scales: d.kvCache.scaleScheme === 'dynamic-per-block' } : {}),
     kv_sharing_fast_prefill: false,
     mamba_cache_dtype: 'auto',
     mamba_ssm_cache_dtype: 'auto',

@@ -34,3 +34,20 @@ describe('vllm:nixl_* series per flavour', () => {
     if (flavour !== '0.11') expect(text).toMatch(/^vllm:nixl_num_failed_transfers_total\{model_name="[^"]+",engine="0"\} 0$/m);
   });
 });
+
+describe('vllm:cache_config_info labels per flavour', () => {
+  // `metrics_info()` is `{key: str(value) for key, value in self.__dict__.items()}` of CacheConfig
+  // (vllm-project/vllm `vllm/config/cache.py` @002f10e0). `calculate_kv_scales` was a field through 0.13 (PR #11906),
+  // deprecated by PR #37201 and removed by PR #49389 (merged 2026-07-22): current main has no such label.
+  it.each([
+    ['0.11', true],
+    ['0.13', true],
+    ['main', false],
+  ] as const)('vLLM %s: calculate_kv_scales label present: %s', async (flavour, present) => {
+    const s = await startTestSim({}, { flavour });
+    servers.push(s);
+    const line = (await scrape(s)).split('\n').find((l) => l.startsWith('vllm:cache_config_info{'));
+    expect(line).toBeDefined();
+    expect(line!.includes('calculate_kv_scales=')).toBe(present);
+  });
+});
