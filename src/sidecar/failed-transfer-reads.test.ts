@@ -66,16 +66,24 @@ describe('FailedTransferReads against the simulated vLLM, version by version', (
     expect(r.filtering).toBe(true);
   });
 
-  it("still reads the counter where the instrumentator's route ignores the filter (0.11, 0.13)", async () => {
-    for (const flavour of ['0.11', '0.13'] as const) {
-      const s = await sim({ flavour });
-      const rec = recordingFetch();
-      const r = reader(s, rec.fetch);
-      failTransfers(s, 2);
-      expect(await r.read(0, never)).toBe(2);
-      expect(rec.calls).toHaveLength(1);
-      expect(r.filtering).toBe(true); // the answer had the counter: nothing to distrust, only no bytes saved
-    }
+  it("still reads the counter where the instrumentator's route ignores the filter (0.13)", async () => {
+    const s = await sim({ flavour: '0.13' });
+    const rec = recordingFetch();
+    const r = reader(s, rec.fetch);
+    failTransfers(s, 2);
+    expect(await r.read(0, never)).toBe(2);
+    expect(rec.calls).toHaveLength(1);
+    expect(r.filtering).toBe(true); // the answer had the counter: nothing to distrust, only no bytes saved
+  });
+
+  it('reads no counter from vLLM 0.11, which exports no vllm:nixl_* series (PR #26811 came after v0.11.0)', async () => {
+    const s = await sim({ flavour: '0.11' });
+    expect(s.registry.getSingleMetric('vllm:nixl_num_failed_transfers_total')).toBeUndefined();
+    const rec = recordingFetch();
+    const r = reader(s, rec.fetch);
+    expect(await r.read(0, never)).toBeUndefined(); // no evidence, never a zero
+    expect(rec.calls.map((c) => c.url.replace(s.url, '').split('?')[0])).toEqual(['/metrics', '/metrics']);
+    expect(r.filtering).toBe(false);
   });
 
   it('never takes an empty filtered answer for "no counter": several API servers answer the filter with nothing', async () => {

@@ -143,13 +143,16 @@ export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, 
     const messages = body['messages'];
     if (!Array.isArray(messages) || messages.length === 0)
       return err(new KvgateError('bad_request', 'a chat completion needs a non-empty messages array'));
-    const req: Record<string, unknown> = {
-      model,
-      messages,
-      add_generation_prompt: body['add_generation_prompt'] ?? true,
-      continue_final_message: body['continue_final_message'] ?? false,
-      add_special_tokens: body['add_special_tokens'] ?? false,
-    };
+    // `add_generation_prompt` and `continue_final_message` travel only as the client sent them (the defaults, true and
+    // false, are the same on both endpoints): vLLM's `check_generation_prompt` validator reads the raw body and
+    // refuses both true, so spelling out the default generation prompt next to a client's `continue_final_message`
+    // would make /tokenize refuse a chat request the completion path accepts (vllm-project/vllm
+    // `vllm/entrypoints/serve/tokenize/protocol.py` @030ea52e; `vllm/entrypoints/openai/protocol.py` in 0.11/0.13).
+    const req: Record<string, unknown> = { model, messages };
+    if (body['add_generation_prompt'] !== undefined) req['add_generation_prompt'] = body['add_generation_prompt'];
+    else if (body['continue_final_message'] !== true) req['add_generation_prompt'] = true;
+    req['continue_final_message'] = body['continue_final_message'] ?? false;
+    req['add_special_tokens'] = body['add_special_tokens'] ?? false;
     for (const k of CHAT_TOKENIZE_FIELDS) if (body[k] !== undefined) req[k] = body[k];
     const documents = body['documents'];
     if (documents !== undefined && documents !== null) {

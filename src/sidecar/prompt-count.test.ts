@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { promptTokenDigestOf } from '../contract/attestation.js';
 import { toPromptCount, truncateIds, truncationOf } from './openai-body.js';
 import { tokenizedPrompt } from './prompt-count.js';
+import { postJson, startTestSim } from '../../testbed/sim/testing.js';
 
 describe('tokenizedPrompt', () => {
   it('counts and digests the ids /tokenize lists', () => {
@@ -73,5 +74,34 @@ describe('truncation of the request', () => {
       chat_template_kwargs: { documents: [], x: 1 },
     });
     expect(own.ok && own.value.kind === 'tokenize' && own.value.body['chat_template_kwargs']).toEqual({ documents: [], x: 1 });
+  });
+});
+
+describe('chat continued from a final assistant message', () => {
+  // vLLM refuses `continue_final_message` and `add_generation_prompt` both true on /tokenize as on chat completions
+  // (`check_generation_prompt`, on the raw body: vllm-project/vllm `vllm/entrypoints/serve/tokenize/protocol.py`
+  // @030ea52e, `vllm/entrypoints/openai/protocol.py` in 0.11/0.13). A client that sends only
+  // `continue_final_message: true` is accepted by the chat endpoint (the default true is not in the raw body), so the
+  // /tokenize body must not spell the default out either, or the decode side's count is a 400 the completion is not.
+  it('leaves add_generation_prompt to its default, as the client did, and the worker tokenizes it', async () => {
+    const messages = [
+      { role: 'user', content: 'Name a colour.' },
+      { role: 'assistant', content: 'Blue, or' },
+    ];
+    const how = toPromptCount('chat', { model: 'm', messages, continue_final_message: true });
+    expect(how.ok && how.value.kind === 'tokenize').toBe(true);
+    if (!how.ok || how.value.kind !== 'tokenize') return;
+    expect(how.value.body['continue_final_message']).toBe(true);
+    expect(how.value.body['add_generation_prompt']).toBeUndefined();
+    const s = await startTestSim({}, { flavour: 'main', servedModelName: 'm' });
+    try {
+      const r = await postJson(`${s.url}/tokenize`, how.value.body);
+      expect(r.status).toBe(200);
+      // What the client asked for explicitly still travels as sent (and a contradiction is the worker's 400).
+      const both = toPromptCount('chat', { model: 'm', messages, continue_final_message: true, add_generation_prompt: true });
+      expect(both.ok && both.value.kind === 'tokenize' && (await postJson(`${s.url}/tokenize`, both.value.body)).status).toBe(400);
+    } finally {
+      await s.close();
+    }
   });
 });

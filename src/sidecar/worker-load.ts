@@ -1,7 +1,7 @@
 /**
  * The worker's load as vLLM reports it on /metrics, read when the gate asks for this sidecar's status (and cached
  * for a short while, so several gates polling do not each cost a scrape): `vllm:num_requests_running`,
- * `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` (0..1) — the gauges llm-d's scorers read
+ * `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` (0..1; `vllm:gpu_cache_usage_perc` before vLLM 0.9.2) — the gauges llm-d's scorers read
  * (vllm-project/vllm, vllm/v1/metrics/loggers.py, PrometheusStatLogger). Summed over every engine/label set, as a
  * data-parallel worker exports one sample per engine; KV usage takes the highest. A worker whose /metrics cannot
  * be read reports no load (the gate then falls back to its own in-flight count).
@@ -23,7 +23,10 @@ export function loadFromMetrics(text: string): WorkerLoad | null {
     const s = samplesNamed(parsed.value, name);
     return s.length === 0 ? null : s.reduce((t, x) => t + (Number.isFinite(x.value) ? x.value : 0), 0);
   };
-  const kv = samplesNamed(parsed.value, 'vllm:kv_cache_usage_perc');
+  // vLLM before 0.9.2 names KV use `vllm:gpu_cache_usage_perc` (renamed then; 0.11.x still shows the old name under
+  // --show-hidden-metrics-for-version=0.10; vllm-project/vllm vllm/v1/metrics/loggers.py): the new name wins.
+  const current = samplesNamed(parsed.value, 'vllm:kv_cache_usage_perc');
+  const kv = current.length > 0 ? current : samplesNamed(parsed.value, 'vllm:gpu_cache_usage_perc');
   const running = sum('vllm:num_requests_running');
   const waiting = sum('vllm:num_requests_waiting');
   if (running === null && waiting === null && kv.length === 0) return null;

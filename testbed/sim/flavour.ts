@@ -62,6 +62,18 @@ export interface FlavourTraits {
    * `kv_load_failure_policy` (PR #26813 came after v0.11.0), so `fail` there is a simulator-only setting, shown like 0.13.
    */
   readonly errorBeforeOutput: { readonly chat: 'event' | 'dropped'; readonly completion: 'event' | 'dropped' };
+  /**
+   * The `vllm:nixl_*` series on /metrics (`NixlPromMetrics`, labels `model_name`, `engine`): `none` before PR #26811
+   * (Prometheus export of the NIXL stats, opened 2025-10-14, after v0.11.0); `no-expiry` before PR #32340 added
+   * `vllm:nixl_num_kv_expired_reqs` (2026-01-14, after v0.13.0); `all` since. Whether `vllm:nixl_num_failed_transfers`
+   * came with #26811 itself or in a later PR before v0.13.0 was not established; 0.13 is given it.
+   */
+  readonly nixlMetrics: 'none' | 'no-expiry' | 'all';
+  /**
+   * Whether CacheConfig (so `vllm:cache_config_info`) has `calculate_kv_scales`: a field through 0.13 (PR #11906),
+   * deprecated by PR #37201, removed by PR #49389 (merged 2026-07-22; absent from `vllm/config/cache.py` @002f10e0).
+   */
+  readonly calculateKvScalesLabel: boolean;
 }
 
 const LEGACY: FlavourTraits = {
@@ -78,6 +90,8 @@ const LEGACY: FlavourTraits = {
   errorParam: 'param',
   validationErrorType: 'Bad Request',
   errorBeforeOutput: { chat: 'event', completion: 'event' },
+  nixlMetrics: 'all',
+  calculateKvScalesLabel: true,
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -95,6 +109,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorParam: 'none',
     validationErrorType: 'BadRequestError',
     errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
+    nixlMetrics: 'none',
+    calculateKvScalesLabel: true,
   },
   '0.13': {
     hashCheck: true,
@@ -110,6 +126,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorParam: 'param',
     validationErrorType: 'BadRequestError',
     errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
+    nixlMetrics: 'no-expiry',
+    calculateKvScalesLabel: true,
   },
   main: {
     hashCheck: true,
@@ -125,6 +143,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorParam: 'param-and-value',
     validationErrorType: 'Bad Request',
     errorBeforeOutput: { chat: 'event', completion: 'dropped' },
+    nixlMetrics: 'all',
+    calculateKvScalesLabel: false,
   },
 };
 

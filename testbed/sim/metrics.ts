@@ -71,7 +71,7 @@ export function cacheConfigLabels(
     enable_prefix_caching: s.enablePrefixCaching,
     prefix_caching_hash_algo: s.prefixCachingHashAlgo,
     cpu_offload_gb: 0,
-    calculate_kv_scales: d.kvCache.scaleScheme === 'dynamic-per-block',
+    ...(traits.calculateKvScalesLabel ? { calculate_kv_scales: d.kvCache.scaleScheme === 'dynamic-per-block' } : {}),
     kv_sharing_fast_prefill: false,
     mamba_cache_dtype: 'auto',
     mamba_ssm_cache_dtype: 'auto',
@@ -105,6 +105,10 @@ export function createSimMetrics(
   const labels = { model_name: s.servedModelName, engine: opts.engine ?? '0' };
   const labelNames = ['model_name', 'engine'] as const;
   const registers = [registry];
+  // A series this vLLM version does not export is still counted, on no registry (flavour.ts `nixlMetrics`).
+  const nixlMetrics = (opts.traits ?? traitsOf(undefined)).nixlMetrics;
+  const nixl = nixlMetrics === 'none' ? [] : registers;
+  const nixlExpiry = nixlMetrics === 'all' ? registers : [];
   const info = { ...cacheConfigLabels(d, s, opts.traits), engine: opts.engine ?? '0' };
   new Gauge({
     name: 'vllm:cache_config_info',
@@ -121,8 +125,8 @@ export function createSimMetrics(
       this.set(labels, readUsage());
     },
   });
-  const counter = (name: string, help: string): MetricInc => {
-    const c = new Counter({ name, help, labelNames, registers });
+  const counter = (name: string, help: string, on: Registry[] = registers): MetricInc => {
+    const c = new Counter({ name, help, labelNames, registers: on });
     c.inc(labels, 0);
     return c.labels(labels);
   };
@@ -131,8 +135,8 @@ export function createSimMetrics(
     g.set(labels, 0);
     return g.labels(labels);
   };
-  const histogram = (name: string, help: string, buckets: number[]): MetricObserve => {
-    const h = new Histogram({ name, help, labelNames, buckets, registers });
+  const histogram = (name: string, help: string, buckets: number[], on: Registry[] = registers): MetricObserve => {
+    const h = new Histogram({ name, help, labelNames, buckets, registers: on });
     h.zero(labels);
     return h.labels(labels);
   };
@@ -153,23 +157,27 @@ export function createSimMetrics(
       'vllm:nixl_xfer_time_seconds',
       'Histogram of transfer duration for NIXL KV Cache transfers.',
       [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      nixl,
     ),
-    bytesTransferred: histogram('vllm:nixl_bytes_transferred', 'Histogram of bytes transferred per NIXL KV Cache transfers.', [
-      2 ** 20,
-      2 ** 23,
-      2 ** 25,
-      2 ** 27,
-      2 ** 29,
-      2 ** 31,
-    ]),
+    bytesTransferred: histogram(
+      'vllm:nixl_bytes_transferred',
+      'Histogram of bytes transferred per NIXL KV Cache transfers.',
+      [2 ** 20, 2 ** 23, 2 ** 25, 2 ** 27, 2 ** 29, 2 ** 31],
+      nixl,
+    ),
     numDescriptors: histogram(
       'vllm:nixl_num_descriptors',
       'Histogram of number of descriptors per NIXL KV Cache transfers.',
       [10, 100, 1000, 10000, 100000],
+      nixl,
     ),
-    failedTransfers: counter('vllm:nixl_num_failed_transfers_total', 'Number of failed NIXL KV Cache transfers.'),
-    failedNotifications: counter('vllm:nixl_num_failed_notifications_total', 'Number of failed NIXL KV Cache notifications.'),
-    expiredReqs: counter('vllm:nixl_num_kv_expired_reqs_total', 'Number of requests that had their KV expire on the prefill side.'),
+    failedTransfers: counter('vllm:nixl_num_failed_transfers_total', 'Number of failed NIXL KV Cache transfers.', nixl),
+    failedNotifications: counter('vllm:nixl_num_failed_notifications_total', 'Number of failed NIXL KV Cache notifications.', nixl),
+    expiredReqs: counter(
+      'vllm:nixl_num_kv_expired_reqs_total',
+      'Number of requests that had their KV expire on the prefill side.',
+      nixlExpiry,
+    ),
     blocksPulled: counter('kvgate_sim_kv_blocks_pulled_total', 'Simulator: KV blocks this worker read from prefill workers.'),
     kvLoadFailures: failures,
   };

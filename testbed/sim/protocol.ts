@@ -100,27 +100,50 @@ export const CompletionRequestSchema = z.looseObject({
 const content = z.union([z.string(), z.array(z.looseObject({ type: z.literal('text'), text: z.string() }))]);
 export const ChatMessageSchema = z.looseObject({ role: z.string().min(1), content: content.nullish() });
 
-export const ChatRequestSchema = z.looseObject({
-  ...common,
-  messages: z.array(ChatMessageSchema).min(1),
-  max_tokens: z.number().int().min(0).nullish(),
-  max_completion_tokens: z.number().int().min(0).nullish(),
-  logprobs: z.boolean().nullish(),
-  top_logprobs: z.number().int().min(0).nullish(),
-  add_generation_prompt: z.boolean().nullish(),
-  add_special_tokens: z.boolean().nullish(),
-});
+/**
+ * vLLM's `check_generation_prompt` model validator (mode "before", so on the raw body), on both
+ * `ChatCompletionRequest` and `TokenizeChatRequest`: `data.get("continue_final_message") and
+ * data.get("add_generation_prompt")` is refused, so a request that leaves `add_generation_prompt` to its default of
+ * true passes (vllm-project/vllm `vllm/entrypoints/openai/protocol.py`, v0.11.0 to 0.13;
+ * `vllm/entrypoints/serve/tokenize/protocol.py` @030ea52e). The simulator's templates render no open-ended final
+ * message (`continue_final_message` is accepted and has no effect on rendering).
+ */
+function checkGenerationPrompt(
+  r: { continue_final_message?: boolean | null | undefined; add_generation_prompt?: boolean | null | undefined },
+  ctx: z.RefinementCtx,
+): void {
+  if (r.continue_final_message === true && r.add_generation_prompt === true) {
+    ctx.addIssue({ code: 'custom', message: 'Cannot set both `continue_final_message` and `add_generation_prompt` to True.' });
+  }
+}
+
+export const ChatRequestSchema = z
+  .looseObject({
+    ...common,
+    messages: z.array(ChatMessageSchema).min(1),
+    max_tokens: z.number().int().min(0).nullish(),
+    max_completion_tokens: z.number().int().min(0).nullish(),
+    logprobs: z.boolean().nullish(),
+    top_logprobs: z.number().int().min(0).nullish(),
+    add_generation_prompt: z.boolean().nullish(),
+    continue_final_message: z.boolean().nullish(),
+    add_special_tokens: z.boolean().nullish(),
+  })
+  .superRefine(checkGenerationPrompt);
 export const TokenizeCompletionSchema = z.looseObject({
   model: z.string().nullish(),
   prompt: z.string(),
   add_special_tokens: z.boolean().nullish(),
 });
-export const TokenizeChatSchema = z.looseObject({
-  model: z.string().nullish(),
-  messages: z.array(ChatMessageSchema).min(1),
-  add_generation_prompt: z.boolean().nullish(),
-  add_special_tokens: z.boolean().nullish(),
-});
+export const TokenizeChatSchema = z
+  .looseObject({
+    model: z.string().nullish(),
+    messages: z.array(ChatMessageSchema).min(1),
+    add_generation_prompt: z.boolean().nullish(),
+    continue_final_message: z.boolean().nullish(),
+    add_special_tokens: z.boolean().nullish(),
+  })
+  .superRefine(checkGenerationPrompt);
 export const DetokenizeRequestSchema = z.looseObject({ model: z.string().nullish(), tokens: tokenIds });
 
 /** Flatten message content the way vLLM's chat utils do for text parts. */
