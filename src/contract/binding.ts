@@ -59,8 +59,9 @@ export function mintBinding(fields: Omit<Binding, 'kind'>, keys: KeyRing): strin
  * A binding checked now and signed when first asked for. The gate stamps the binding on the response, which may
  * come seconds or minutes after the decision; an open stream holding this (the payload's fields are the bound
  * group's own strings) instead of the ~0.4 KB token costs less memory per stream. The token is the one
- * `mintBinding` returns for the same fields and ring: the ring's current key is fixed for the ring's life
- * (keys.ts), and `issuedAtMs` is the decision's clock, not the signing time.
+ * `mintBinding` returns for the same fields and ring (the ring's current key is fixed for the ring's life, keys.ts;
+ * `issuedAtMs` is the decision's clock, not the signing time), or one the ring signed for the same session, scope and
+ * revision less than `reuseWindowMs` earlier (see `token`).
  */
 export class PendingBinding {
   // The checked payload's fields kept flat (one object per stream, not two), the window as a start and a length
