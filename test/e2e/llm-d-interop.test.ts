@@ -102,3 +102,27 @@ describe.each(['0.13', 'main'] as const)("llm-d's P/D sidecar in front of kvgate
     expect(['kv_params_forbidden', 'contract_invalid']).toContain(r.json.error?.code);
   });
 });
+
+/**
+ * llm-d-router since #1206 (a0173a7a6; modelled at @ebab687) relays every failed prefill answer to the client and no
+ * longer falls back to a decode-only request: a kvgate prefill sidecar that cannot serve (here its worker is gone)
+ * ends the request with kvgate's own error, and the decode worker never sees it.
+ */
+describe("llm-d's P/D sidecar (current) when kvgate's prefill sidecar fails", () => {
+  let t: Topology;
+  beforeAll(async () => {
+    t = await startTopology({ logger: silent, candidateWeight: 0, llmd: true });
+    await t.gate.refreshWorkerView();
+  });
+  afterAll(() => t?.close());
+
+  it("relays the prefill sidecar's worker_error to the client; the decode worker never runs", async () => {
+    const decode = t.worker('llama-a', 'decode');
+    await t.worker('llama-a', 'prefill').sim.close();
+    const before = metricValue(await decode.sim.registry.metrics(), 'vllm:prompt_tokens_total');
+    const r = await post(`${t.publicUrl}/v1/completions`, completion(`${PROMPTS[0]} (prefill down)`, 4), { 'x-tenant-id': 'acme' });
+    expect([r.status, r.json.error?.type, r.json.error?.code]).toEqual([502, 'kvgate_error', 'worker_error']);
+    expect(decode.llmd!.prefills.at(-1)!.status).toBe(502);
+    expect(metricValue(await decode.sim.registry.metrics(), 'vllm:prompt_tokens_total')).toBe(before);
+  });
+});
