@@ -1,6 +1,6 @@
 /**
- * kvgate with llm-d's P/D sidecar in the decode pod (testbed/llmd, written from llm-d-inference-scheduler
- * `pkg/sidecar/proxy` @520af478): the gate binds the request and names the prefill endpoint in llm-d's header
+ * kvgate with llm-d's P/D sidecar in the decode pod (testbed/llmd, written from llm-d-router
+ * `pkg/sidecar/proxy` @ebab687, also @520af478): the gate binds the request and names the prefill endpoint in llm-d's header
  * (`x-prefiller-host-port`, `envoy.gieHeaders`); llm-d clones the request (contract included) with a second
  * `x-request-id` and sends the prefill straight to kvgate's prefill sidecar, then hands the attested
  * `kv_transfer_params` to kvgate's decode sidecar, which checks them like its own prefill leg's.

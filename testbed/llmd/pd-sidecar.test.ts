@@ -61,7 +61,10 @@ afterEach(async () => {
   await Promise.all(open.splice(0).map((s) => s.close()));
 });
 
-async function setup(prefillAnswers: Array<{ status: number; body: unknown }>, opts: { version?: LlmdVersion; prefillMaxRetries?: number } = {}) {
+async function setup(
+  prefillAnswers: Array<{ status: number; body: unknown }>,
+  opts: { version?: LlmdVersion; prefillMaxRetries?: number } = {},
+) {
   const prefill = await fake(prefillAnswers);
   const decoder = await fake([DECODED]);
   const llmd: LlmdSidecar = await startLlmdSidecar({ decoderUrl: `http://${decoder.host}`, prefillRetryBackoffMs: 1, ...opts });
@@ -77,7 +80,13 @@ function send(llmd: LlmdSidecar, path: string, body: unknown, prefiller: string)
   });
 }
 
-const CHAT = { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 7, stream: true, stream_options: { include_usage: true } };
+const CHAT = {
+  model: 'm',
+  messages: [{ role: 'user', content: 'hi' }],
+  max_tokens: 7,
+  stream: true,
+  stream_options: { include_usage: true },
+};
 
 describe("llm-d's P/D sidecar, current (llm-d-router @ebab687)", () => {
   it('builds the prefill leg with every cap (min_tokens included) at 1 and hands its kv_transfer_params to decode', async () => {

@@ -149,7 +149,8 @@ async function handle(
   headers.append('x-request-id', randomUUID());
   const prefillBody: Record<string, unknown> = { ...body, kv_transfer_params: { ...TOY_PROXY_PREFILL_KV }, stream: false };
   delete prefillBody['stream_options'];
-  const capped = caps.inSamplingParams === true ? { ...((body['sampling_params'] as Record<string, unknown> | undefined) ?? {}) } : prefillBody;
+  const capped =
+    caps.inSamplingParams === true ? { ...((body['sampling_params'] as Record<string, unknown> | undefined) ?? {}) } : prefillBody;
   for (const f of caps.fields) capped[f] = 1;
   if (caps.inSamplingParams === true) prefillBody['sampling_params'] = capped;
   const pbody = Buffer.from(JSON.stringify(prefillBody));
