@@ -1,6 +1,6 @@
 /**
- * kvgate with llm-d's P/D sidecar in the decode pod (testbed/llmd, written from llm-d-inference-scheduler
- * `pkg/sidecar/proxy` @520af478): the gate binds the request and names the prefill endpoint in llm-d's header
+ * kvgate with llm-d's P/D sidecar in the decode pod (testbed/llmd, written from llm-d-router
+ * `pkg/sidecar/proxy` @ebab687, also @520af478): the gate binds the request and names the prefill endpoint in llm-d's header
  * (`x-prefiller-host-port`, `envoy.gieHeaders`); llm-d clones the request (contract included) with a second
  * `x-request-id` and sends the prefill straight to kvgate's prefill sidecar, then hands the attested
  * `kv_transfer_params` to kvgate's decode sidecar, which checks them like its own prefill leg's.
@@ -100,5 +100,29 @@ describe.each(['0.13', 'main'] as const)("llm-d's P/D sidecar in front of kvgate
     );
     expect(r.status).toBeGreaterThanOrEqual(400);
     expect(['kv_params_forbidden', 'contract_invalid']).toContain(r.json.error?.code);
+  });
+});
+
+/**
+ * llm-d-router since #1206 (a0173a7a6; modelled at @ebab687) relays every failed prefill answer to the client and no
+ * longer falls back to a decode-only request: a kvgate prefill sidecar that cannot serve (here its worker is gone)
+ * ends the request with kvgate's own error, and the decode worker never sees it.
+ */
+describe("llm-d's P/D sidecar (current) when kvgate's prefill sidecar fails", () => {
+  let t: Topology;
+  beforeAll(async () => {
+    t = await startTopology({ logger: silent, candidateWeight: 0, llmd: true });
+    await t.gate.refreshWorkerView();
+  });
+  afterAll(() => t?.close());
+
+  it("relays the prefill sidecar's worker_error to the client; the decode worker never runs", async () => {
+    const decode = t.worker('llama-a', 'decode');
+    await t.worker('llama-a', 'prefill').sim.close();
+    const before = metricValue(await decode.sim.registry.metrics(), 'vllm:prompt_tokens_total');
+    const r = await post(`${t.publicUrl}/v1/completions`, completion(`${PROMPTS[0]} (prefill down)`, 4), { 'x-tenant-id': 'acme' });
+    expect([r.status, r.json.error?.type, r.json.error?.code]).toEqual([502, 'kvgate_error', 'worker_error']);
+    expect(decode.llmd!.prefills.at(-1)!.status).toBe(502);
+    expect(metricValue(await decode.sim.registry.metrics(), 'vllm:prompt_tokens_total')).toBe(before);
   });
 });

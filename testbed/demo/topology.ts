@@ -37,7 +37,7 @@ import { parseRenderArgs, renderRequest } from '../../src/cli/envoy-command.js';
 import type { RequestBodyMode } from '../../src/envoy/render/settings.js';
 import { startEnvoyHarness, type EnvoyHarness } from '../harness/data-plane.js';
 import type { EnvoyVersion } from '../harness/runtime-config.js';
-import { startLlmdSidecar, type LlmdSidecar } from '../llmd/pd-sidecar.js';
+import { startLlmdSidecar, type LlmdSidecar, type LlmdVersion } from '../llmd/pd-sidecar.js';
 
 export const SERVED_MODEL = 'llama-3-8b';
 export const DEMO_KEY_SEED = 'kvgate-local-demo';
@@ -94,6 +94,8 @@ export interface TopologyOptions {
    * sidecar the gate chose (`x-prefiller-host-port`), then hands the attested parameters to kvgate's decode sidecar.
    */
   readonly llmd?: boolean;
+  /** With `llmd`: which llm-d sidecar version to model (testbed/llmd/pd-sidecar.ts; default the current one). */
+  readonly llmdVersion?: LlmdVersion;
   /**
    * Abandons the start-up (the demo's Ctrl-C): checked after each step, everything started so far is stopped and the
    * run folder removed, and `startTopology` rejects with the signal's reason.
@@ -418,7 +420,11 @@ export async function startWorker<R extends string>(s: WorkerSpec<R>): Promise<W
     ...(s.opts.tracer ? { tracer: s.opts.tracer } : {}),
   });
   if (s.llmdPort === undefined) return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address };
-  const llmd = await startLlmdSidecar({ decoderUrl: `http://${address}`, port: s.llmdPort });
+  const llmd = await startLlmdSidecar({
+    decoderUrl: `http://${address}`,
+    port: s.llmdPort,
+    ...(s.opts.llmdVersion === undefined ? {} : { version: s.opts.llmdVersion }),
+  });
   return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address, llmd };
 }
 
