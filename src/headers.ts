@@ -29,8 +29,20 @@ export function isGateOwnedHeader(name: string): boolean {
   return isGateOwnedLowerCase(name.toLowerCase());
 }
 
+/**
+ * llm-d's P/D sidecar also routes by these request headers, which kvgate never writes: encoder hosts for encode/prefill/
+ * decode disaggregation, a KV cache source for P2P pull, and (deprecated) a data-parallel rank's port. A client must
+ * not set them any more than the routing aliases above, so they are removed with the gate's own. llm-d/llm-d-router
+ * @ebab687927f5 `pkg/common/routing/common.go` (header names), `pkg/sidecar/proxy/connector_ec_common.go`.
+ */
+const LLMD_ROUTING_HEADERS: ReadonlySet<string> = new Set([
+  'x-encoder-hosts-ports',
+  'x-kv-cache-source-host-port',
+  'x-data-parallel-host-port',
+]);
+
 /** `isGateOwnedHeader` for a name already in lower case (every name the gate reads is lower-cased first). */
 export function isGateOwnedLowerCase(n: string): boolean {
   if (n.charCodeAt(0) !== 0x78) return false; // every gate-owned name starts with "x-": most headers stop here
-  return n.startsWith(KVGATE_HEADER_PREFIX) || n === H.gieDestination || n === H.llmdPrefiller;
+  return n.startsWith(KVGATE_HEADER_PREFIX) || n === H.gieDestination || n === H.llmdPrefiller || LLMD_ROUTING_HEADERS.has(n);
 }

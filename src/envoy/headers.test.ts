@@ -80,8 +80,16 @@ describe('headerValueOf', () => {
 });
 
 describe('gate-owned header names', () => {
-  it('own x-kvgate-* and the two routing aliases, in any case, and nothing else', () => {
-    for (const n of ['x-kvgate-anything', 'X-KvGate-Contract', 'x-gateway-destination-endpoint', 'X-Prefiller-Host-Port']) {
+  it("own x-kvgate-*, the two routing aliases and llm-d's other routing headers, in any case, and nothing else", () => {
+    for (const n of [
+      'x-kvgate-anything',
+      'X-KvGate-Contract',
+      'x-gateway-destination-endpoint',
+      'X-Prefiller-Host-Port',
+      'x-encoder-hosts-ports',
+      'X-KV-Cache-Source-Host-Port',
+      'x-data-parallel-host-port',
+    ]) {
       expect(isGateOwnedHeader(n)).toBe(true);
     }
     for (const n of ['x-request-id', 'kvgate-x', 'content-type', '', 'x-kvgate', 'xx-kvgate-group'])

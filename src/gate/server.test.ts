@@ -108,13 +108,19 @@ describe('gate gRPC server', () => {
         'x-request-id': 'r1',
         'x-kvgate-decode-cluster': 'evil',
         'x-kvgate-foo': 'x',
+        // llm-d's sidecar routes by this one too (another data-parallel rank's port); kvgate never writes it.
+        'x-data-parallel-host-port': '10.9.9.9:8001',
       }),
       protocol_config: { request_body_mode: 'BUFFERED' },
     });
     const r1 = await s.next();
     expect(r1['response']).toBe('request_headers');
     // Forged gate-owned headers are removed already on the headers response.
-    expect(r1['request_headers'].response.header_mutation.remove_headers.sort()).toEqual(['x-kvgate-decode-cluster', 'x-kvgate-foo']);
+    expect(r1['request_headers'].response.header_mutation.remove_headers.sort()).toEqual([
+      'x-data-parallel-host-port',
+      'x-kvgate-decode-cluster',
+      'x-kvgate-foo',
+    ]);
 
     const body = JSON.stringify({ model: 'm', prompt: 'hi' });
     s.send({ request_body: { body: Buffer.from(body), end_of_stream: true } });
@@ -134,8 +140,8 @@ describe('gate gRPC server', () => {
       expect(s2.header.value ?? '').toBe(''); // raw_value only
       expect(s2.append_action).toBe('OVERWRITE_IF_EXISTS_OR_ADD');
     }
-    // x-kvgate-decode-cluster is overwritten, x-kvgate-foo removed.
-    expect(common.header_mutation.remove_headers).toEqual(['x-kvgate-foo']);
+    // x-kvgate-decode-cluster is overwritten, x-kvgate-foo and llm-d's rank header removed.
+    expect(common.header_mutation.remove_headers.sort()).toEqual(['x-data-parallel-host-port', 'x-kvgate-foo']);
     const newBody = Buffer.from(common.body_mutation.body).toString();
     expect(JSON.parse(newBody)).toEqual({ model: 'm', prompt: 'hi', cache_salt: 'salt123' });
     expect(set['content-length']).toBe(String(Buffer.byteLength(newBody)));
