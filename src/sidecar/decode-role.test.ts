@@ -105,6 +105,21 @@ describe('decode role, disaggregated', () => {
     expect(r.events.at(-1)).toBe('[DONE]');
   });
 
+  it("a coordinator's kv_transfer_params: null (its prefill kept no KV) is served locally, without another prefill leg", async () => {
+    const expected = await baseline('/v1/completions', completion());
+    P.spy.reset();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(contract(), completion({ kv_transfer_params: null })));
+    expect(r.status).toBe(200);
+    expect(r.body.choices[0].token_ids).toEqual(expected);
+    // The contract's prefill leg was spent by the coordinator: a second one would be refused as a replay.
+    expect(P.spy.calls).toEqual([]);
+    const sent = D.spy
+      .workCalls(decodeSim.url)
+      .filter((x) => x.url.endsWith('/v1/completions'))
+      .at(-1)!;
+    expect(sent.body).not.toHaveProperty('kv_transfer_params');
+  });
+
   it('a contract without a prefill leg is served locally, without calling any prefill worker', async () => {
     const expected = await baseline('/v1/completions', completion());
     P.spy.reset();

@@ -62,6 +62,18 @@ export async function serveDecode(
     if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
     return local(ctx, call, res, headers, requestId, 'the contract has no prefill leg');
   }
+  if (coordinated === undefined && call.body['kv_transfer_params'] === null) {
+    // A coordinator (llm-d's P/D sidecar) ran the prefill leg and its answer carried no kv_transfer_params, so it sends
+    // `kv_transfer_params: null` (llm-d/llm-d-router `pkg/sidecar/proxy/connector_nixlv2.go` @ebab687). vLLM keeps no
+    // KV when the prefill's one token ended the request in versions whose NixlConnector `request_finished` keeps
+    // blocks only on a length-capped finish. The gate refuses the field from clients, so only something between gate
+    // and sidecar writes it. The contract's prefill was spent there (its prefill sidecar admitted it; a second leg
+    // would be refused as a replay), so this worker, verified in the bound group, prefills itself: the same answer as
+    // when its own leg comes back without KV.
+    const launch = await confirmDecodeWorker(ctx, call);
+    if (!launch.ok) return refuse(launch.error, launch.error.code === 'incompatible_transfer' ? 'refused' : 'failed');
+    return local(ctx, call, res, headers, requestId, 'the coordinated prefill kept no KV for this request');
+  }
 
   // The cheap checks before the prefill leg: the leg forces max_tokens 1, so the prefill side would compute and hold
   // the KV of a request this side then refuses (a batch, a truncation vLLM refuses, a max_tokens that cannot fit).
