@@ -5,6 +5,11 @@
  * ClusterSettings.circuitBreaker: maxConnections, maxPendingRequests, maxParallelRequests, maxRequestsPerConnection;
  * the body mode `FullDuplexStreamed`, which also sends trailers and requires failOpen false).
  * No Envoy Gateway ran against it; the header says so.
+ *
+ * FullDuplexStreamed: the CRD enum has it since PR #5349, but until PR #6323 the translator left
+ * request_trailer_mode SKIP and Envoy refused the listener ("If the ext_proc filter has the request_body_mode set to
+ * FULL_DUPLEX_STREAMED, then the request_trailer_mode has to be set to SEND", envoyproxy/gateway issue #6270 on
+ * v1.4.1); internal/xds/translator/extproc.go `buildProcessingMode` now sets SEND. The GIE header names that floor.
  */
 import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
 import { gateBreakers, poolBreakers, type RenderInput } from './input.js';
@@ -21,6 +26,12 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
       'NOT VALIDATED: these kinds have no Envoy proto, so the static check in test/envoy-static skips them, and no',
       "Envoy Gateway ran against this file. Field names follow Envoy Gateway's v1alpha1 API; check them against the",
       'release you run (backendSettings needs v1.2 or newer).',
+      ...(s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
+        ? [
+            'FullDuplexStreamed needs a release with envoyproxy/gateway PR #6323 (request_trailer_mode SEND, which Envoy',
+            'requires with that mode): v1.4.1 accepts the policy but Envoy rejects the listener (issue #6270).',
+          ]
+        : []),
       '',
       s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
         ? 'What it keeps from envoy/envoy.yaml: FULL_DUPLEX request bodies, response headers to the gate, fail closed, a 2 s'

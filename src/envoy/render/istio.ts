@@ -24,6 +24,15 @@ export function poolServiceOf(c: RenderCluster, s: RenderSettings): string {
   return s.poolService.replaceAll('{pool}', c.pools[0]!);
 }
 
+/**
+ * The key under which Istio's jwt_authn filter writes every verified JWT payload in the `envoy.filters.http.jwt_authn`
+ * metadata namespace: a fixed "payload", not the issuer (istio/istio pilot/pkg/security/authn/policy_applier.go
+ * @46d59cea `convertToEnvoyJwtConfig`: `PayloadInMetadata: filters.EnvoyJwtFilterPayload`; pilot/pkg/xds/filters/
+ * filters.go @4f361429: `EnvoyJwtFilterPayload = "payload"`). A route table reading the tenant from that metadata on
+ * Istio uses `path: [payload, <claim>]`.
+ */
+export const ISTIO_JWT_PAYLOAD_KEY = 'payload';
+
 /** Istio's name for the gate's outbound cluster. */
 export function istioGateCluster(s: RenderSettings): string {
   return `outbound|${String(s.gatePort)}||${serviceHost(s.gateService, s)}`;
@@ -79,6 +88,9 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
       ? [
           '  # ext_proc right before the router, on every HTTP connection manager of this gateway. Authentication filters',
           '  # Istio adds (RequestAuthentication -> jwt_authn) run earlier in the chain, so the tenant is known by then.',
+          `  # Istio's jwt_authn writes each verified payload under the key \`${ISTIO_JWT_PAYLOAD_KEY}\` (for every issuer): to read the`,
+          '  # tenant from metadata, forward envoy.filters.http.jwt_authn (metadata_options.forwarding_namespaces) and set',
+          `  # tenancy.source.metadata: { namespace: envoy.filters.http.jwt_authn, path: [${ISTIO_JWT_PAYLOAD_KEY}, <claim>] }.`,
         ]
       : []),
     '  - applyTo: HTTP_FILTER',
