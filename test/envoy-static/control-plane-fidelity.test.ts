@@ -53,3 +53,36 @@ describe('Envoy Gateway: the release a FullDuplexStreamed policy needs', () => {
     expect(eg).not.toMatch(/PR #6323/);
   });
 });
+
+describe('Istio: the stream idle timeout of envoy.yaml', () => {
+  // istio/istio pilot/pkg/networking/core/listener_builder.go @7fd2c08f `buildHTTPConnectionManager`:
+  // connectionManager.StreamIdleTimeout = durationpb.New(0 * time.Second) on every HCM, gateways included. Zero
+  // disables it, so without a patch a stream the gate never answers (FULL_DUPLEX_STREAMED bodies arm no
+  // message_timeout) or a generation that stalls is never reset, unlike envoy.yaml's listeners.
+  type Patch = { applyTo: string; match?: unknown; patch: { operation: string; value: Record<string, any> } };
+  const hcmMerges = (doc: { spec: { configPatches: Patch[] } }) =>
+    doc.spec.configPatches.filter(
+      (p) =>
+        p.applyTo === 'NETWORK_FILTER' &&
+        p.patch.operation === 'MERGE' &&
+        p.patch.value['name'] === 'envoy.filters.network.http_connection_manager',
+    );
+
+  it('each kvgate gateway sets stream_idle_timeout to the bootstrap value', async () => {
+    const { parseAllDocuments } = await import('yaml');
+    const boot = parseAllDocuments(await render('bootstrap'))[0]!.toJS() as any;
+    // The public listener sets 300s; the internal one leaves Envoy's default, which is also 5 minutes
+    // (http_connection_manager.proto, stream_idle_timeout: "If not specified, this defaults to 5 minutes").
+    const want = boot.static_resources.listeners.map(
+      (l: any) => (l.filter_chains[0].filters[0].typed_config.stream_idle_timeout as string | undefined) ?? '300s',
+    ) as string[];
+    expect(want).toEqual(['300s', '300s']);
+    const docs = parseAllDocuments(await render('istio-ext-proc')).map((d) => d.toJS() as any);
+    const filters = docs.filter((d) => d?.kind === 'EnvoyFilter');
+    expect(filters.map((f) => f.metadata.name)).toEqual(['kvgate-public', 'kvgate-internal']);
+    for (const f of filters) {
+      const got = hcmMerges(f).map((p) => p.patch.value['typed_config']?.stream_idle_timeout);
+      expect(got, f.metadata.name).toEqual([want[0]]);
+    }
+  });
+});

@@ -6,7 +6,7 @@
  * connectionPool.http.{http1MaxPendingRequests,http2MaxRequests,maxRequestsPerConnection,idleTimeout}, tls
  * (ClientTLSSettings). A pool's idleTimeout stays below the sidecar's keep-alive timeout (bootstrap.ts POOL_IDLE_TIMEOUT_S).
  */
-import { GATE_MAX_REQUESTS_PER_CONNECTION, POOL_IDLE_TIMEOUT_S } from './bootstrap.js';
+import { GATE_MAX_REQUESTS_PER_CONNECTION, POOL_IDLE_TIMEOUT_S, STREAM_IDLE_TIMEOUT_S } from './bootstrap.js';
 import { extProcFilter } from './ext-proc-filter.js';
 import { gateBreakers, poolBreakers, type RenderCluster, type RenderInput } from './input.js';
 import { type RenderSettings, renderFlags } from './settings.js';
@@ -106,7 +106,7 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
     '      value:',
     ...indent(filter, 8),
   );
-  if (!pub) lines.push(...preserveRequestId());
+  lines.push(...connectionManagerMerge(pub));
   lines.push(
     `  # BUFFERED bodies must fit the connection buffer: the route table's limits.maxBodyBytes, as envoy.yaml.`,
     '  - applyTo: LISTENER',
@@ -134,12 +134,29 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
   return lines;
 }
 
-function preserveRequestId(): string[] {
+/**
+ * The HTTP connection manager settings envoy.yaml has and Istio's do not. Istio builds every HCM with
+ * `StreamIdleTimeout = 0s` (disabled: istio/istio pilot/pkg/networking/core/listener_builder.go @7fd2c08f
+ * `buildHTTPConnectionManager`), so both gateways get envoy.yaml's 300 s back: without it a stream that goes idle (a
+ * stalled generation, or a FULL_DUPLEX_STREAMED body the gate never answers, where Envoy arms no message_timeout) is
+ * never reset. The internal gateway also keeps the decode sidecar's x-request-id.
+ */
+function connectionManagerMerge(pub: boolean): string[] {
+  const why = [
+    "  # Istio builds every HTTP connection manager with stream_idle_timeout 0s (disabled); envoy.yaml's listeners reset",
+    `  # a stream idle for ${String(STREAM_IDLE_TIMEOUT_S)} s (a stalled generation, or a FULL_DUPLEX_STREAMED body the gate never answers:`,
+    '  # Envoy arms no message_timeout there). The same here.',
+  ];
   return [
-    "  # The hop's contract names the request it was minted for, and the gate compares it with x-request-id. Istio",
-    '  # gateways set use_remote_address, so Envoy regenerates x-request-id for any request it classes as external,',
-    '  # and newer Envoy releases class no address as internal unless internal_address_config says so. Keep the id',
-    '  # the decode sidecar sends, or every prefill leg is refused (403 contract_invalid, request_mismatch).',
+    ...(pub
+      ? why
+      : [
+          ...why,
+          "  # The hop's contract names the request it was minted for, and the gate compares it with x-request-id. Istio",
+          '  # gateways set use_remote_address, so Envoy regenerates x-request-id for any request it classes as external,',
+          '  # and newer Envoy releases class no address as internal unless internal_address_config says so. Keep the id',
+          '  # the decode sidecar sends, or every prefill leg is refused (403 contract_invalid, request_mismatch).',
+        ]),
     '  - applyTo: NETWORK_FILTER',
     '    match:',
     '      context: GATEWAY',
@@ -152,7 +169,8 @@ function preserveRequestId(): string[] {
     '        name: envoy.filters.network.http_connection_manager',
     '        typed_config:',
     '          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
-    '          preserve_external_request_id: true',
+    `          stream_idle_timeout: ${String(STREAM_IDLE_TIMEOUT_S)}s`,
+    ...(pub ? [] : ['          preserve_external_request_id: true']),
   ];
 }
 
