@@ -86,3 +86,20 @@ describe('Istio: the stream idle timeout of envoy.yaml', () => {
     }
   });
 });
+
+describe("Istio: the VirtualServices leave Istio's default retry policy", () => {
+  // istio/istio pilot/pkg/networking/core/route/retry/retry.go @7adf6095 `ConvertPolicy`: no `retries` means
+  // DefaultPolicy, 2 retries on connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes (no status
+  // codes listed) on another host. envoy.yaml's ORIGINAL_DST routes have none, so the file must say what differs.
+  it('no route sets retries, and the header says what Istio then does', async () => {
+    const { parseAllDocuments } = await import('yaml');
+    const text = await render('istio-routing');
+    const vs = parseAllDocuments(text)
+      .map((d) => d.toJS() as any)
+      .filter((d) => d?.kind === 'VirtualService');
+    expect(vs.length).toBe(2);
+    for (const v of vs) for (const r of v.spec.http) expect(r.retries, r.name).toBeUndefined();
+    expect(text).toMatch(/retry\.go/);
+    expect(text).toMatch(/connect-failure,refused-stream/);
+  });
+});

@@ -188,6 +188,12 @@ export function renderIstioRouting(input: RenderInput, s: RenderSettings): strin
       "Within a pool Istio picks the pod (its load balancer, among READY pods: the sidecar's /healthz is 503 while the",
       'worker is unverified or draining). See README.md "Endpoint picking" for what that changes and what it does not.',
       '',
+      "No route sets `retries`, so Istio's default policy applies (istio/istio pilot/pkg/networking/core/route/retry/",
+      'retry.go @7adf6095 `ConvertPolicy`): up to 2 retries on another pod of the same pool, on',
+      'connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes with no status codes listed, so a',
+      "sidecar's 503 refusal reaches the client, while a request that never reached its pod is retried. envoy.yaml's",
+      'ORIGINAL_DST routes retry nothing (a connect failure is a 503). Add `retries: { attempts: 0 }` for the same.',
+      '',
       'These kinds have no Envoy proto; the static check lists them as not checked.',
     ]),
     ...gateway(
