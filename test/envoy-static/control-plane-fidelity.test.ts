@@ -103,3 +103,22 @@ describe("Istio: the VirtualServices leave Istio's default retry policy", () => 
     expect(text).toMatch(/connect-failure,refused-stream/);
   });
 });
+
+describe('Envoy Gateway: no route timeout on the pool routes, as envoy.yaml', () => {
+  // envoyproxy/gateway internal/xds/translator/route.go `buildXdsRoute`: the route timeout is set only from a request
+  // timeout (HTTPRoute timeouts.request or a BackendTrafficPolicy); otherwise Envoy's RouteAction.timeout default
+  // applies, 15 s (route_components.proto), which cuts every generation streaming longer than that.
+  it('every pool rule sets timeouts.request 0s (Gateway API: zero disables it)', async () => {
+    const { parseAllDocuments } = await import('yaml');
+    const text = await render('envoy-gateway');
+    const route = parseAllDocuments(text)
+      .map((d) => d.toJS() as any)
+      .find((d) => d?.kind === 'HTTPRoute');
+    const pools = route.spec.rules.filter((r: any) => r.matches.some((m: any) => m.headers !== undefined));
+    expect(pools.length).toBeGreaterThan(0);
+    for (const r of pools) expect(r.timeouts).toEqual({ request: '0s' });
+    // route.go `idleTimeout`: a zero request timeout also sets the route idle_timeout to 0, so the header must say
+    // that envoy.yaml's stream idle bound is not kept.
+    expect(text).toMatch(/idle_timeout/);
+  });
+});
