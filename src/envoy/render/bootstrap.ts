@@ -100,6 +100,13 @@ function runtime(s: RenderSettings): string[] {
   return lines;
 }
 
+/**
+ * The public listener's HCM stream_idle_timeout (the internal listener leaves Envoy's default, also 5 minutes): above
+ * max_message_timeout, so a request the gate queues is not reset while it waits. The Istio set patches the same value
+ * in, because Istio sets 0 (disabled) on every HCM it builds (istio.ts).
+ */
+export const STREAM_IDLE_TIMEOUT_S = 300;
+
 function publicListener(input: RenderInput, s: RenderSettings): string[] {
   return [
     '# ── public: every client request is bound to one compatibility group before anything else happens ──',
@@ -114,7 +121,7 @@ function publicListener(input: RenderInput, s: RenderSettings): string[] {
     '      typed_config:',
     '        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
     '        stat_prefix: kvgate_public',
-    '        stream_idle_timeout: 300s                  # long generations stream; idle, not total, is bounded',
+    `        stream_idle_timeout: ${String(STREAM_IDLE_TIMEOUT_S)}s                  # long generations stream; idle, not total, is bounded`,
     ...(s.useRemoteAddress
       ? ['        use_remote_address: true                   # x-forwarded-for from the peer, not from the client']
       : []),

@@ -5,6 +5,16 @@
  * ClusterSettings.circuitBreaker: maxConnections, maxPendingRequests, maxParallelRequests, maxRequestsPerConnection;
  * the body mode `FullDuplexStreamed`, which also sends trailers and requires failOpen false).
  * No Envoy Gateway ran against it; the header says so.
+ *
+ * Route timeouts: internal/xds/translator/route.go `buildXdsRoute` sets the Envoy route timeout only from a request
+ * timeout (HTTPRoute `timeouts.request`, or a BackendTrafficPolicy); otherwise Envoy's default of 15 s applies
+ * (route_components.proto RouteAction.timeout). The pool rules set `timeouts.request: 0s`, which Gateway API defines as
+ * disabled, as envoy.yaml's `timeout: 0s`; route.go `idleTimeout` then also sets the route idle_timeout to 0.
+ *
+ * FullDuplexStreamed: the CRD enum has it since PR #5349, but until PR #6323 the translator left
+ * request_trailer_mode SKIP and Envoy refused the listener ("If the ext_proc filter has the request_body_mode set to
+ * FULL_DUPLEX_STREAMED, then the request_trailer_mode has to be set to SEND", envoyproxy/gateway issue #6270 on
+ * v1.4.1); internal/xds/translator/extproc.go `buildProcessingMode` now sets SEND. The GIE header names that floor.
  */
 import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
 import { gateBreakers, poolBreakers, type RenderInput } from './input.js';
@@ -21,6 +31,12 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
       'NOT VALIDATED: these kinds have no Envoy proto, so the static check in test/envoy-static skips them, and no',
       "Envoy Gateway ran against this file. Field names follow Envoy Gateway's v1alpha1 API; check them against the",
       'release you run (backendSettings needs v1.2 or newer).',
+      ...(s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
+        ? [
+            'FullDuplexStreamed needs a release with envoyproxy/gateway PR #6323 (request_trailer_mode SEND, which Envoy',
+            'requires with that mode): v1.4.1 accepts the policy but Envoy rejects the listener (issue #6270).',
+          ]
+        : []),
       '',
       s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
         ? 'What it keeps from envoy/envoy.yaml: FULL_DUPLEX request bodies, response headers to the gate, fail closed, a 2 s'
@@ -36,6 +52,10 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
       "    what is lost is the gate's own check of the hop and its re-pick of a prefill endpoint on retry).",
       '  - no ORIGINAL_DST: as with Istio, the gate picks the pool and Envoy Gateway balances within it.',
       '  - no runtime flags: ext_proc_graceful_grpc_close stays off, so the connection cap is what bounds resets.',
+      '  - no stream idle bound: the pool rules need timeouts.request 0s (Envoy Gateway sets no route timeout otherwise,',
+      "    and Envoy's default of 15 s would cut generations), and with it Envoy Gateway sets the route idle_timeout to 0",
+      "    (internal/xds/translator/route.go `idleTimeout`), so envoy.yaml's 300 s stream idle timeout is not kept: a",
+      '    generation that stalls is held until the client gives up.',
       ...(s.gateTls
         ? [
             "  - the gate's mTLS port: add a BackendTLSPolicy for the gate Service and the client certificate in",
@@ -117,6 +137,7 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
       '    - path: { type: PathPrefix, value: /v1/ }',
       `      headers: [{ name: x-kvgate-decode-cluster, value: ${scalar(c.name)} }]`,
       `    backendRefs: [{ name: ${poolServiceOf(c, s)}, port: ${String(s.poolPort)} }]`,
+      '    timeouts: { request: 0s }               # no route timeout: responses stream (Envoy default: 15 s)',
     ]),
     '  - matches:',
     '    - path: { type: PathPrefix, value: /v1/ }',

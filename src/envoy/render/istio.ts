@@ -6,7 +6,7 @@
  * connectionPool.http.{http1MaxPendingRequests,http2MaxRequests,maxRequestsPerConnection,idleTimeout}, tls
  * (ClientTLSSettings). A pool's idleTimeout stays below the sidecar's keep-alive timeout (bootstrap.ts POOL_IDLE_TIMEOUT_S).
  */
-import { GATE_MAX_REQUESTS_PER_CONNECTION, POOL_IDLE_TIMEOUT_S } from './bootstrap.js';
+import { GATE_MAX_REQUESTS_PER_CONNECTION, POOL_IDLE_TIMEOUT_S, STREAM_IDLE_TIMEOUT_S } from './bootstrap.js';
 import { extProcFilter } from './ext-proc-filter.js';
 import { gateBreakers, poolBreakers, type RenderCluster, type RenderInput } from './input.js';
 import { type RenderSettings, renderFlags } from './settings.js';
@@ -23,6 +23,15 @@ export function serviceHost(name: string, s: RenderSettings): string {
 export function poolServiceOf(c: RenderCluster, s: RenderSettings): string {
   return s.poolService.replaceAll('{pool}', c.pools[0]!);
 }
+
+/**
+ * The key under which Istio's jwt_authn filter writes every verified JWT payload in the `envoy.filters.http.jwt_authn`
+ * metadata namespace: a fixed "payload", not the issuer (istio/istio pilot/pkg/security/authn/policy_applier.go
+ * @46d59cea `convertToEnvoyJwtConfig`: `PayloadInMetadata: filters.EnvoyJwtFilterPayload`; pilot/pkg/xds/filters/
+ * filters.go @4f361429: `EnvoyJwtFilterPayload = "payload"`). A route table reading the tenant from that metadata on
+ * Istio uses `path: [payload, <claim>]`.
+ */
+export const ISTIO_JWT_PAYLOAD_KEY = 'payload';
 
 /** Istio's name for the gate's outbound cluster. */
 export function istioGateCluster(s: RenderSettings): string {
@@ -79,6 +88,9 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
       ? [
           '  # ext_proc right before the router, on every HTTP connection manager of this gateway. Authentication filters',
           '  # Istio adds (RequestAuthentication -> jwt_authn) run earlier in the chain, so the tenant is known by then.',
+          `  # Istio's jwt_authn writes each verified payload under the key \`${ISTIO_JWT_PAYLOAD_KEY}\` (for every issuer): to read the`,
+          '  # tenant from metadata, forward envoy.filters.http.jwt_authn (metadata_options.forwarding_namespaces) and set',
+          `  # tenancy.source.metadata: { namespace: envoy.filters.http.jwt_authn, path: [${ISTIO_JWT_PAYLOAD_KEY}, <claim>] }.`,
         ]
       : []),
     '  - applyTo: HTTP_FILTER',
@@ -94,7 +106,7 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
     '      value:',
     ...indent(filter, 8),
   );
-  if (!pub) lines.push(...preserveRequestId());
+  lines.push(...connectionManagerMerge(pub));
   lines.push(
     `  # BUFFERED bodies must fit the connection buffer: the route table's limits.maxBodyBytes, as envoy.yaml.`,
     '  - applyTo: LISTENER',
@@ -122,12 +134,29 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
   return lines;
 }
 
-function preserveRequestId(): string[] {
+/**
+ * The HTTP connection manager settings envoy.yaml has and Istio's do not. Istio builds every HCM with
+ * `StreamIdleTimeout = 0s` (disabled: istio/istio pilot/pkg/networking/core/listener_builder.go @7fd2c08f
+ * `buildHTTPConnectionManager`), so both gateways get envoy.yaml's 300 s back: without it a stream that goes idle (a
+ * stalled generation, or a FULL_DUPLEX_STREAMED body the gate never answers, where Envoy arms no message_timeout) is
+ * never reset. The internal gateway also keeps the decode sidecar's x-request-id.
+ */
+function connectionManagerMerge(pub: boolean): string[] {
+  const why = [
+    "  # Istio builds every HTTP connection manager with stream_idle_timeout 0s (disabled); envoy.yaml's listeners reset",
+    `  # a stream idle for ${String(STREAM_IDLE_TIMEOUT_S)} s (a stalled generation, or a FULL_DUPLEX_STREAMED body the gate never answers:`,
+    '  # Envoy arms no message_timeout there). The same here.',
+  ];
   return [
-    "  # The hop's contract names the request it was minted for, and the gate compares it with x-request-id. Istio",
-    '  # gateways set use_remote_address, so Envoy regenerates x-request-id for any request it classes as external,',
-    '  # and newer Envoy releases class no address as internal unless internal_address_config says so. Keep the id',
-    '  # the decode sidecar sends, or every prefill leg is refused (403 contract_invalid, request_mismatch).',
+    ...(pub
+      ? why
+      : [
+          ...why,
+          "  # The hop's contract names the request it was minted for, and the gate compares it with x-request-id. Istio",
+          '  # gateways set use_remote_address, so Envoy regenerates x-request-id for any request it classes as external,',
+          '  # and newer Envoy releases class no address as internal unless internal_address_config says so. Keep the id',
+          '  # the decode sidecar sends, or every prefill leg is refused (403 contract_invalid, request_mismatch).',
+        ]),
     '  - applyTo: NETWORK_FILTER',
     '    match:',
     '      context: GATEWAY',
@@ -140,7 +169,8 @@ function preserveRequestId(): string[] {
     '        name: envoy.filters.network.http_connection_manager',
     '        typed_config:',
     '          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
-    '          preserve_external_request_id: true',
+    `          stream_idle_timeout: ${String(STREAM_IDLE_TIMEOUT_S)}s`,
+    ...(pub ? [] : ['          preserve_external_request_id: true']),
   ];
 }
 
@@ -157,6 +187,12 @@ export function renderIstioRouting(input: RenderInput, s: RenderSettings): strin
       '',
       "Within a pool Istio picks the pod (its load balancer, among READY pods: the sidecar's /healthz is 503 while the",
       'worker is unverified or draining). See README.md "Endpoint picking" for what that changes and what it does not.',
+      '',
+      "No route sets `retries`, so Istio's default policy applies (istio/istio pilot/pkg/networking/core/route/retry/",
+      'retry.go @7adf6095 `ConvertPolicy`): up to 2 retries on another pod of the same pool, on',
+      'connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes with no status codes listed, so a',
+      "sidecar's 503 refusal reaches the client, while a request that never reached its pod is retried. envoy.yaml's",
+      'ORIGINAL_DST routes retry nothing (a connect failure is a 503). Add `retries: { attempts: 0 }` for the same.',
       '',
       'These kinds have no Envoy proto; the static check lists them as not checked.',
     ]),
