@@ -5,6 +5,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { TOY_PROXY_PREFILL_KV } from '../sim/testing.js';
 import { startLlmdSidecar, type LlmdSidecar, type LlmdVersion } from './pd-sidecar.js';
 
 interface Seen {
@@ -103,14 +104,7 @@ describe("llm-d's P/D sidecar, current (llm-d-router @ebab687)", () => {
       max_completion_tokens: 1,
       min_tokens: 1,
       stream: false,
-      kv_transfer_params: {
-        do_remote_decode: true,
-        do_remote_prefill: false,
-        remote_engine_id: null,
-        remote_block_ids: null,
-        remote_host: null,
-        remote_port: null,
-      },
+      kv_transfer_params: { ...TOY_PROXY_PREFILL_KV },
     });
     expect(p.prefiller).toBeUndefined();
     expect(p.requestIds).toHaveLength(2);
