@@ -35,8 +35,9 @@ export interface AdmissionDeps {
   /**
    * How many of a decision's alternates the data plane is given after the pick in `x-gateway-destination-endpoint`
    * (gate config `envoy.gieFallbackEndpoints` with `envoy.gieHeaders`, src/envoy/stamps.ts trims to the same count).
-   * A served endpoint (`x-gateway-destination-endpoint-served`) moves the in-flight count only if it is one of
-   * those: the data plane can only have served one it was given. Default: every alternate the decision ranked.
+   * Decisions rank exactly that many (`DecideContext.alternates`), so the contract authorises them and nothing more,
+   * and a served endpoint (`x-gateway-destination-endpoint-served`) moves the in-flight count only if it is one of
+   * those: the data plane can only have served one it was given. Default: every alternate the core ranks (4).
    */
   readonly listedAlternates?: number;
 }

@@ -75,8 +75,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
     const busy = d.kind === 'route' ? d.decode.endpoint : d.kind === 'hop' ? d.prefill.endpoint : null;
     // The data plane may have walked the EPP fallback list: count the request where it was actually served, and
     // only on an endpoint of the list (anything else is ignored: never trust the data plane past the group).
-    const listed =
-      d.kind === 'route' && d.decode.endpoint !== null ? listedOf(d.decode.endpoint, d.decode.alternates, deps.listedAlternates) : NONE;
+    const listed = d.kind === 'route' && d.decode.endpoint !== null ? listedOf(d.decode.endpoint, d.decode.alternates) : NONE;
     const hold = busy === null ? undefined : new Hold(holdContext, busy, d.requestId, listed);
     return { decision: d, ...(body === undefined ? {} : { body }), ...(hold === undefined ? {} : { hold }) };
   };
@@ -162,9 +161,9 @@ interface HoldContext {
 const NONE: readonly string[] = Object.freeze([]);
 
 /** The pick and the alternates the data plane was given (the same trim as src/envoy/stamps.ts `routeStamps`). */
-function listedOf(endpoint: string, alternates: readonly string[] | undefined, count: number | undefined): readonly string[] {
-  const given = alternates === undefined ? [] : count === undefined ? alternates : alternates.slice(0, Math.max(0, count));
-  return given.length === 0 ? [endpoint] : [endpoint, ...given];
+/** The pick and its alternates: the decision ranked no more alternates than the data plane is given (`listedAlternates`). */
+function listedOf(endpoint: string, alternates: readonly string[] | undefined): readonly string[] {
+  return alternates === undefined || alternates.length === 0 ? [endpoint] : [endpoint, ...alternates];
 }
 
 function emptySubsetRefusal(requestId: string): Decision {
