@@ -31,10 +31,8 @@ export function readHeaderMap(map: WireHeaderMap | undefined): ReceivedHeaders {
       into.add(h.key, h.value ?? '');
       continue;
     }
-    let value: string;
-    try {
-      value = strict.decode(h.raw_value);
-    } catch {
+    let value = strictText(h.raw_value);
+    if (value === undefined) {
       into.invalid(h.key.toLowerCase());
       value = lossy.decode(h.raw_value);
     }
@@ -60,10 +58,15 @@ export function headerValueOf(map: WireHeaderMap | undefined, name: string): str
 /** A header's value as text: `raw_value` strictly decoded (lossily when not UTF-8), else the old `value` field. */
 function textOf(h: WireHeaderValue): string {
   if (h.raw_value === undefined || h.raw_value.length === 0) return h.value ?? '';
+  return strictText(h.raw_value) ?? lossy.decode(h.raw_value);
+}
+
+/** The bytes as UTF-8 text, or undefined when they are not valid UTF-8. */
+function strictText(raw: Uint8Array): string | undefined {
   try {
-    return strict.decode(h.raw_value);
+    return strict.decode(raw);
   } catch {
-    return lossy.decode(h.raw_value);
+    return undefined;
   }
 }
 
