@@ -4,22 +4,19 @@
  * run folder (which holds the dev TLS private keys) and exits 130 / 143. Each child gets its own TMPDIR, so "the
  * folder is gone" is "that TMPDIR is empty again".
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type ChildOutput, childOutput } from '../support/child-output.js';
 
 const ROOT = path.join(import.meta.dirname, '..', '..');
 const MAIN = path.join(ROOT, 'dist', 'testbed', 'cli', 'main.js');
 
-interface Proc {
-  readonly child: ChildProcess;
+interface Proc extends ChildOutput {
   readonly tmp: string;
-  readonly out: () => string;
-  readonly err: () => string;
-  readonly exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
 const tmps: string[] = [];
@@ -32,14 +29,7 @@ async function startDemo(): Promise<Proc> {
     env: { ...process.env, TMPDIR: tmp },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-  child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
-  );
-  return { child, tmp, out: () => out, err: () => err, exit };
+  return { ...childOutput(child), tmp };
 }
 
 /** Resolves once `ready()` holds (bounded: throws after `ms` with what the demo printed). */

@@ -4,7 +4,7 @@
  * clusters), prints its listeners, routes a real request through the gate to the sidecars, and on SIGTERM drains and
  * exits 0. A config it cannot run exits 1 with the YAML path of each problem.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -12,28 +12,17 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../../src/headers.js';
 import { completion, post, PROMPTS } from '../../testbed/demo/scenarios.js';
+import { type ChildOutput, childOutput } from '../support/child-output.js';
 import { startTopology, type Topology } from '../../testbed/demo/topology.js';
 
 const ROOT = path.join(import.meta.dirname, '..', '..');
 const MAIN = path.join(ROOT, 'dist', 'testbed', 'cli', 'main.js');
 
-interface Proc {
-  readonly child: ChildProcess;
-  readonly out: () => string;
-  readonly err: () => string;
-  readonly exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
+type Proc = ChildOutput;
 
 function start(args: string[]): Proc {
   const child = spawn(process.execPath, [MAIN, 'harness', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-  child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
-  );
-  return { child, out: () => out, err: () => err, exit };
+  return childOutput(child);
 }
 
 /** Resolves once stdout matches `re` (bounded: rejects after `ms` with what was printed). */
