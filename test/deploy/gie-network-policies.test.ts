@@ -131,6 +131,15 @@ describe('deploy/gie: NetworkPolicies with kvgate as the endpoint picker', () =>
     });
   }
 
+  it("the EPP's ext_proc port is open (mTLS decides), its admin port only to the monitoring namespace", () => {
+    const anyPod: Pod = { namespace: 'somewhere', labels: { app: 'x' } };
+    const monitoring: Pod = { namespace: 'monitoring', labels: { app: 'prometheus' } };
+    expect(admits(BASE, anyPod, epp, 9002)).toBe(true);
+    expect(admits(BASE, anyPod, epp, 9003)).toBe(false);
+    expect(admits(BASE, { namespace: NS, labels: { app: 'x' } }, epp, 9003)).toBe(false);
+    expect(admits(BASE, monitoring, epp, 9003)).toBe(true);
+  });
+
   it('without deploy/gie/network-policies.yaml the EPP would be refused (the gap this file closes)', () => {
     const onlyKubernetes = policiesIn('deploy/kubernetes/network-policies.yaml');
     expect(admits(onlyKubernetes, epp, workers[0]!, SIDECAR)).toBe(false);
