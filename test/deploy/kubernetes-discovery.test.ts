@@ -43,6 +43,21 @@ describe('deploy/kubernetes: pod-IP addressing and least privilege', () => {
     }
   });
 
+  it('the README and the manifest comments describe the Services that exist: none in front of the workers', () => {
+    const services = all.filter((d) => d['kind'] === 'Service');
+    expect(docs('workers.yaml').filter((d) => d['kind'] === 'Service')).toEqual([]);
+    const row = readFileSync(path.join(K8S, 'README.md'), 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('| `workers.yaml` |'))!;
+    expect(row).not.toMatch(/(per-worker|pool) Services/);
+    // A comment that relies on a Service field no Service sets (it once named publishNotReadyAddresses).
+    for (const f of ['workers.yaml', 'config/sidecar-decode.yaml', 'config/sidecar-prefill.yaml']) {
+      const text = readFileSync(path.join(K8S, f), 'utf8');
+      if (text.includes('publishNotReadyAddresses')) expect(services.some((s) => s['spec']['publishNotReadyAddresses'])).toBe(true);
+      expect(text, f).not.toMatch(/per-worker Service ignores|pool Service \(|pod's own Service/);
+    }
+  });
+
   it('no Service pins a ClusterIP', () => {
     for (const s of all.filter((d) => d['kind'] === 'Service')) expect([undefined, 'None']).toContain(s['spec']['clusterIP']);
   });

@@ -1,0 +1,147 @@
+/**
+ * With kvgate as an InferencePool's endpoint picker, the NetworkPolicies in force (deploy/kubernetes plus deploy/gie
+ * plus the chosen gateway's file) must let the EPP poll every worker's sidecar and let the gateway's proxy reach the
+ * endpoints the EPP picks, both on the sidecar port, and still nothing else there.
+ *
+ * The evaluator follows the NetworkPolicy semantics of kubernetes/website
+ * content/en/docs/concepts/services-networking/network-policies.md: a pod selected by any Ingress policy admits only
+ * what some rule of those policies allows (policies are additive); a peer with only `podSelector` means pods of the
+ * policy's own namespace, with only `namespaceSelector` every pod of the matching namespaces, with both the pods
+ * matching both; a rule without `ports` allows every port. Namespaces carry `kubernetes.io/metadata.name`.
+ *
+ * Where each gateway runs its proxy pods, and their labels, is upstream's fact, recorded below with its source.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { PACKAGE_ROOT } from '../../src/package-root.js';
+
+type Obj = Record<string, any>;
+type Labels = Record<string, string>;
+interface Pod {
+  readonly namespace: string;
+  readonly labels: Labels;
+}
+const NS = 'kvgate'; // deploy/kubernetes/kustomization.yaml and deploy/gie/kustomization.yaml `namespace`
+
+const docs = (f: string): Obj[] =>
+  parseAllDocuments(readFileSync(path.join(PACKAGE_ROOT, f), 'utf8'))
+    .map((d) => d.toJS() as Obj)
+    .filter((d) => d !== null);
+const policiesIn = (f: string): Obj[] => docs(f).filter((d) => d['kind'] === 'NetworkPolicy');
+const matchLabels = (selector: Obj | undefined, labels: Labels): boolean =>
+  Object.entries((selector?.['matchLabels'] ?? {}) as Labels).every(([k, v]) => labels[k] === v) &&
+  (selector?.['matchExpressions'] ?? []).length === 0;
+
+function peerMatches(peer: Obj, policyNamespace: string, src: Pod): boolean {
+  const nsLabels = { 'kubernetes.io/metadata.name': src.namespace };
+  if (peer['ipBlock']) return false; // none here; pod IPs are not modelled
+  const nsOk = peer['namespaceSelector'] ? matchLabels(peer['namespaceSelector'], nsLabels) : src.namespace === policyNamespace;
+  const podOk = peer['podSelector'] ? matchLabels(peer['podSelector'], src.labels) : true;
+  return nsOk && podOk;
+}
+
+/** Whether `src` may open a TCP connection to `dst` on `port` under `policies`. */
+function admits(policies: readonly Obj[], src: Pod, dst: Pod, port: number): boolean {
+  const selecting = policies.filter(
+    (p) =>
+      (p['metadata']['namespace'] ?? NS) === dst.namespace &&
+      matchLabels(p['spec']['podSelector'], dst.labels) &&
+      (p['spec']['policyTypes'] ?? ['Ingress']).includes('Ingress'),
+  );
+  if (selecting.length === 0) return true;
+  return selecting.some((p) =>
+    (p['spec']['ingress'] ?? []).some(
+      (rule: Obj) =>
+        (rule['from'] === undefined || rule['from'].some((peer: Obj) => peerMatches(peer, p['metadata']['namespace'] ?? NS, src))) &&
+        (rule['ports'] === undefined || rule['ports'].some((x: Obj) => x['port'] === port)),
+    ),
+  );
+}
+
+const BASE = [...policiesIn('deploy/kubernetes/network-policies.yaml'), ...policiesIn('deploy/gie/network-policies.yaml')];
+const workers: Pod[] = docs('deploy/kubernetes/workers.yaml')
+  .filter((d) => d['kind'] === 'StatefulSet')
+  .map((d) => ({ namespace: NS, labels: d['spec']['template']['metadata']['labels'] }));
+const epp: Pod = {
+  namespace: NS,
+  labels: docs('deploy/gie/epp.yaml').find((d) => d['kind'] === 'Deployment')!['spec']['template']['metadata']['labels'],
+};
+const gatewayName = (dir: string): string =>
+  docs(`deploy/gie/${dir}/gateway.yaml`).find((d) => d['kind'] === 'Gateway')!['metadata']['name'];
+
+/** The gateway proxy pods each implementation runs for the example Gateway. */
+const GATEWAYS: { dir: string; pod: (name: string) => Pod }[] = [
+  // istio/istio manifests/charts/istio-control/istio-discovery/files/kube-gateway.yaml @03404d0f: the Deployment in
+  // the Gateway's namespace, pod label gateway.networking.k8s.io/gateway-name=<Gateway name>.
+  {
+    dir: 'istio',
+    pod: (name) => ({
+      namespace: NS,
+      labels: { 'gateway.networking.k8s.io/gateway-name': name, 'gateway.istio.io/managed': 'istio.io-gateway-controller' },
+    }),
+  },
+  // envoyproxy/gateway internal/infrastructure/kubernetes/proxy/resource_provider.go @00ec57c2: the Deployment in the
+  // controller's namespace (envoy-gateway-system by default), labels app.kubernetes.io/{name: envoy, component: proxy,
+  // managed-by: envoy-gateway} plus the owning Gateway's name and namespace.
+  {
+    dir: 'envoy-gateway',
+    pod: (name) => ({
+      namespace: 'envoy-gateway-system',
+      labels: {
+        'app.kubernetes.io/name': 'envoy',
+        'app.kubernetes.io/component': 'proxy',
+        'app.kubernetes.io/managed-by': 'envoy-gateway',
+        'gateway.envoyproxy.io/owning-gateway-name': name,
+        'gateway.envoyproxy.io/owning-gateway-namespace': NS,
+      },
+    }),
+  },
+];
+
+const SIDECAR = 9090;
+const OTHER_PORTS = [9091, 5600, 9092, 8000];
+
+describe('deploy/gie: NetworkPolicies with kvgate as the endpoint picker', () => {
+  it('the kustomization applies deploy/gie/network-policies.yaml', () => {
+    expect(docs('deploy/gie/kustomization.yaml')[0]!['resources']).toContain('network-policies.yaml');
+  });
+
+  it("the EPP reaches every worker's sidecar port, and no other worker port", () => {
+    expect(workers.length).toBeGreaterThan(0);
+    for (const w of workers) {
+      expect(admits(BASE, epp, w, SIDECAR), JSON.stringify(w.labels)).toBe(true);
+      for (const port of OTHER_PORTS) expect(admits(BASE, epp, w, port), `EPP -> ${port}`).toBe(false);
+    }
+  });
+
+  for (const g of GATEWAYS) {
+    it(`${g.dir}: the gateway's proxy reaches every worker's sidecar port, and no other worker port`, () => {
+      const policies = [...BASE, ...policiesIn(`deploy/gie/${g.dir}/gateway.yaml`)];
+      const proxy = g.pod(gatewayName(g.dir));
+      for (const w of workers) {
+        expect(admits(policies, proxy, w, SIDECAR), `${g.dir} proxy -> ${JSON.stringify(w.labels)}`).toBe(true);
+        for (const port of OTHER_PORTS) expect(admits(policies, proxy, w, port), `${g.dir} proxy -> ${port}`).toBe(false);
+      }
+      // The same labels elsewhere, or another pod of the gateway's namespace, get nothing.
+      const w = workers[0]!;
+      expect(admits(policies, { namespace: 'elsewhere', labels: proxy.labels }, w, SIDECAR)).toBe(proxy.namespace === 'elsewhere');
+      expect(admits(policies, { namespace: proxy.namespace, labels: { app: 'other' } }, w, SIDECAR)).toBe(false);
+    });
+  }
+
+  it("the EPP's ext_proc port is open (mTLS decides), its admin port only to the monitoring namespace", () => {
+    const anyPod: Pod = { namespace: 'somewhere', labels: { app: 'x' } };
+    const monitoring: Pod = { namespace: 'monitoring', labels: { app: 'prometheus' } };
+    expect(admits(BASE, anyPod, epp, 9002)).toBe(true);
+    expect(admits(BASE, anyPod, epp, 9003)).toBe(false);
+    expect(admits(BASE, { namespace: NS, labels: { app: 'x' } }, epp, 9003)).toBe(false);
+    expect(admits(BASE, monitoring, epp, 9003)).toBe(true);
+  });
+
+  it('without deploy/gie/network-policies.yaml the EPP would be refused (the gap this file closes)', () => {
+    const onlyKubernetes = policiesIn('deploy/kubernetes/network-policies.yaml');
+    expect(admits(onlyKubernetes, epp, workers[0]!, SIDECAR)).toBe(false);
+  });
+});
