@@ -107,4 +107,49 @@ describe('kvgate envoy render', () => {
     expect(r.err).toMatch(/the route table cannot be used/);
     expect(r.err).toMatch(/no-such-revision/);
   });
+
+  it('Istio and Envoy Gateway routes get a Service per pool found by selector; a pool with listed endpoints gets a loud comment and a warning', async () => {
+    // The two-revision table lists its endpoints: no Service can be derived for any pool.
+    const listed = await run(['render', 'istio-routing', '--policy', await policyFile()]);
+    expect(listed.code).toBe(0);
+    const docs = listed.out.split(/^---$/m).map((d) => parse(d) as Value | null);
+    expect(docs.filter((d) => d?.['kind'] === 'Service')).toEqual([]);
+    expect(listed.out).toMatch(/^# NO SERVICE RENDERED for cluster /m);
+    expect(listed.err).toMatch(
+      /WARNING: no Service rendered for cluster .*lists its endpoints instead of finding them by discovery\.kubernetes/,
+    );
+
+    // One decode pool found by selector: its Service selects that pool's labels plus its revision, on the sidecar's port.
+    const policy = await policyFile((v) => {
+      const pool = v['pools'][1];
+      delete pool['endpoints'];
+      pool['discovery'] = {
+        kubernetes: { namespace: 'kvgate', matchLabels: { app: 'vllm', role: pool['role'] }, targetPort: 9191, statusPort: 9191 },
+      };
+    });
+    for (const target of ['istio-routing', 'envoy-gateway']) {
+      const r = await run(['render', target, '--policy', policy]);
+      expect(r.code).toBe(0);
+      const services = r.out
+        .split(/^---$/m)
+        .map((d) => parse(d) as Value | null)
+        .filter((d) => d?.['kind'] === 'Service');
+      const table = clone(twoRevisionTableValue()) as Value;
+      const pool = table['pools'][1];
+      expect(pool['role']).toBe('decode'); // Envoy Gateway routes decode pools only
+      expect(services, target).toHaveLength(1);
+      expect(services[0]!['metadata']['name']).toBe(`vllm-${String(pool['name'])}`);
+      expect(services[0]!['spec']['selector']).toEqual({ app: 'vllm', role: pool['role'], 'kvgate.io/revision': pool['revision'] });
+      expect(services[0]!['spec']['ports']).toEqual([{ name: 'http', port: 9090, targetPort: 9191, appProtocol: 'http' }]);
+    }
+
+    // Pods in another namespace than the routes name: no Service, and the warning says why.
+    const elsewhere = await policyFile((v) => {
+      const pool = v['pools'][0];
+      delete pool['endpoints'];
+      pool['discovery'] = { kubernetes: { namespace: 'gpu', matchLabels: { app: 'vllm' }, targetPort: 9090, statusPort: 9090 } };
+    });
+    const r = await run(['render', 'istio-routing', '--policy', elsewhere]);
+    expect(r.err).toMatch(/finds its pods in namespace gpu, and these routes name Services in kvgate/);
+  });
 });

@@ -13,6 +13,7 @@ import {
   type RenderTarget,
   renderEnvoyConfig,
   renderInputOf,
+  renderWarnings,
 } from '../envoy/render/index.js';
 import { defaultRequestBodyMode, type EnvoyVersion, REQUEST_BODY_MODES, type RequestBodyMode } from '../envoy/render/settings.js';
 import { checkPolicyFile, formatCheckReport } from '../policy/check-report.js';
@@ -184,16 +185,18 @@ function settingsOf(v: Values): RenderSettings | string {
 export async function renderRequest(
   req: RenderRequest,
   baseDir = process.cwd(),
-): Promise<{ ok: true; text: string } | { ok: false; error: string }> {
+): Promise<{ ok: true; text: string; warnings: string[] } | { ok: false; error: string }> {
   const loaded = await checkPolicyFile(path.resolve(baseDir, req.settings.policy));
   if (!loaded.ok || !loaded.report.ok)
     return {
       ok: false,
       error: `the route table cannot be used:\n${formatCheckReport(loaded.report)}`,
     };
+  const input = renderInputOf(loaded.table);
   return {
     ok: true,
-    text: renderEnvoyConfig(req.target, renderInputOf(loaded.table), req.settings),
+    text: renderEnvoyConfig(req.target, input, req.settings),
+    warnings: renderWarnings(req.target, input, req.settings),
   };
 }
 
@@ -218,6 +221,7 @@ export async function envoyCommand(argv: readonly string[], io: CommandIo = defa
     io.err(`kvgate envoy render: ${rendered.error}`);
     return 1;
   }
+  for (const w of rendered.warnings) io.err(`kvgate envoy render: WARNING: ${w}\n`);
   if (req.out === undefined) io.out(rendered.text);
   else await writeFile(req.out, rendered.text);
   return 0;

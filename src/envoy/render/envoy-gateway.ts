@@ -18,7 +18,7 @@
  */
 import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
 import { gateBreakers, poolBreakers, type RenderInput } from './input.js';
-import { poolServiceOf } from './istio.js';
+import { poolServiceDocs, poolServiceOf } from './pool-services.js';
 import { type RenderSettings, renderFlags } from './settings.js';
 import { header, scalar } from './text.js';
 
@@ -142,6 +142,7 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
     '  - matches:',
     '    - path: { type: PathPrefix, value: /v1/ }',
     `    backendRefs: [{ name: kvgate-no-such-pool, port: ${String(s.poolPort)} }]`,
+    ...poolServiceDocs(decode, s).docs.flatMap((d) => ['---', ...d]),
   ];
   return `${lines.join('\n')}\n`;
 }

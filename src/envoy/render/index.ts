@@ -7,6 +7,7 @@ import { renderConfigMap } from './configmap.js';
 import { renderEnvoyGateway } from './envoy-gateway.js';
 import type { RenderInput } from './input.js';
 import { renderIstioDestinationRules, renderIstioExtProc, renderIstioRouting, renderIstioSecurity } from './istio.js';
+import { poolServiceDocs } from './pool-services.js';
 import type { RenderSettings, RenderTarget } from './settings.js';
 
 export { type RenderInput, renderInputOf } from './input.js';
@@ -35,5 +36,20 @@ export function renderEnvoyConfig(target: RenderTarget, input: RenderInput, s: R
       return renderIstioSecurity(input, s);
     case 'envoy-gateway':
       return renderEnvoyGateway(input, s);
+  }
+}
+
+/** What the operator must still provide for `target`'s config to work, one line each (the command prints them on stderr). */
+export function renderWarnings(target: RenderTarget, input: RenderInput, s: RenderSettings): string[] {
+  switch (target) {
+    case 'istio-routing':
+      return poolServiceDocs(input.clusters, s).warnings;
+    case 'envoy-gateway':
+      return poolServiceDocs(
+        input.clusters.filter((c) => c.role === 'decode'),
+        s,
+      ).warnings;
+    default:
+      return [];
   }
 }

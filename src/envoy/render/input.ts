@@ -6,6 +6,8 @@
  */
 import type { CompiledRouteTable } from '../../policy/compile.js';
 
+type Pool = CompiledRouteTable['table']['pools'][number];
+
 /** One Envoy cluster: every pool that names it, summed. */
 export interface RenderCluster {
   readonly name: string;
@@ -15,6 +17,19 @@ export interface RenderCluster {
   readonly role: 'prefill' | 'decode';
   /** Requests the gate admits at once: endpoints x maxInFlightPerEndpoint over its pools. */
   readonly capacity: number;
+  /**
+   * The pods the cluster's Kubernetes Service selects (Istio and Envoy Gateway route a cluster to a Service), or why
+   * none can be derived from the route table: the Service is then the operator's to write (pool-services.ts).
+   */
+  readonly service: PoolServiceSpec | { readonly missing: string };
+}
+
+/** A cluster's pods, as a Service selects them: one pool found by `discovery.kubernetes`. */
+export interface PoolServiceSpec {
+  readonly namespace: string;
+  /** The pool's `matchLabels` plus its revision label: exactly the pods the gate's discovery routes to. */
+  readonly selector: Readonly<Record<string, string>>;
+  readonly targetPort: number;
 }
 
 export interface RenderInput {
@@ -27,14 +42,14 @@ export interface RenderInput {
 
 /** The renderer's view of a route table. Clusters in the order the table first names them. */
 export function renderInputOf(table: CompiledRouteTable): RenderInput {
-  const byName = new Map<string, { pools: string[]; prefillOnly: boolean; capacity: number }>();
+  const byName = new Map<string, { pools: Pool[]; prefillOnly: boolean; capacity: number }>();
   for (const pool of table.table.pools) {
     const c = byName.get(pool.cluster) ?? {
       pools: [],
       prefillOnly: true,
       capacity: 0,
     };
-    c.pools.push(pool.name);
+    c.pools.push(pool);
     c.prefillOnly &&= pool.role === 'prefill';
     // A pool found by selector has no list to count: it declares the pod count it is sized for.
     const endpoints = pool.discovery === undefined ? pool.endpoints.length : pool.discovery.kubernetes.expectedEndpoints;
@@ -44,15 +59,32 @@ export function renderInputOf(table: CompiledRouteTable): RenderInput {
   const clusters = [...byName].map(
     ([name, c]): RenderCluster => ({
       name,
-      pools: c.pools,
+      pools: c.pools.map((p) => p.name),
       role: c.prefillOnly ? 'prefill' : 'decode',
       capacity: c.capacity,
+      service: serviceSpecOf(c.pools),
     }),
   );
   // The queue holds up to maxDepth requests per compatibility group (src/gate/wait-queue.ts); every revision is one.
   const queueStep = table.fallback.find((s) => s.kind === 'queue');
   const queueDepth = queueStep?.kind === 'queue' ? queueStep.maxDepth * table.revisions.size : 0;
   return { clusters, maxBodyBytes: table.limits.maxBodyBytes, queueDepth };
+}
+
+/**
+ * The Service selector of a cluster: that of its one pool found by selector, with the revision label the gate's
+ * discovery adds (src/discovery/). A Service selects by equality on one label set in its own namespace
+ * (k8s.io/api core/v1 `ServiceSpec.selector`), which is what `matchLabels` is; several pools behind one cluster, or
+ * a pool with listed endpoints, leave nothing to derive it from.
+ */
+function serviceSpecOf(pools: readonly Pool[]): PoolServiceSpec | { missing: string } {
+  const names = pools.map((p) => p.name).join(', ');
+  if (pools.length !== 1) {
+    return { missing: `the cluster has ${String(pools.length)} pools (${names}); one Service selector cannot tell their pods apart` };
+  }
+  const k = pools[0]!.discovery?.kubernetes;
+  if (k === undefined) return { missing: `pool ${names} lists its endpoints instead of finding them by discovery.kubernetes` };
+  return { namespace: k.namespace, selector: { ...k.matchLabels, [k.revisionLabel]: pools[0]!.revision }, targetPort: k.targetPort };
 }
 
 /** Circuit-breaker thresholds for one cluster (Envoy's default is 1,024 for each, whatever the pool). */

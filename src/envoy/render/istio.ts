@@ -9,6 +9,7 @@
 import { GATE_MAX_REQUESTS_PER_CONNECTION, POOL_IDLE_TIMEOUT_S, STREAM_IDLE_TIMEOUT_S } from './bootstrap.js';
 import { extProcFilter } from './ext-proc-filter.js';
 import { gateBreakers, poolBreakers, type RenderCluster, type RenderInput } from './input.js';
+import { poolServiceDocs, poolServiceOf } from './pool-services.js';
 import { type RenderSettings, renderFlags } from './settings.js';
 import { header, indent, scalar } from './text.js';
 
@@ -17,11 +18,6 @@ export { renderIstioSecurity } from './istio-security.js';
 /** A Service's in-cluster host name. */
 export function serviceHost(name: string, s: RenderSettings): string {
   return `${name}.${s.namespace}.svc.cluster.local`;
-}
-
-/** The Service a cluster's traffic goes to on Istio and Envoy Gateway (named after its first pool). */
-export function poolServiceOf(c: RenderCluster, s: RenderSettings): string {
-  return s.poolService.replaceAll('{pool}', c.pools[0]!);
 }
 
 /**
@@ -182,8 +178,9 @@ export function renderIstioRouting(input: RenderInput, s: RenderSettings): strin
       "kvgate on Istio: routing by the headers the gate stamps (envoy.yaml's `cluster_header` routes).",
       '',
       "Istio has no `cluster_header`, so each route-table cluster goes to its pool's Kubernetes Service",
-      `(\`${s.poolService}\`, deploy/kubernetes/workers.yaml "pool Services") through a VirtualService header match. A pool the`,
-      "gate stamps but no route matches ends in the 503 catch-all, as envoy.yaml's cluster_not_found_response_code does.",
+      `(\`${s.poolService}\`, rendered at the end of this file from the pool's discovery selector) through a VirtualService`,
+      "header match. A pool the gate stamps but no route matches ends in the 503 catch-all, as envoy.yaml's",
+      'cluster_not_found_response_code does.',
       '',
       "Within a pool Istio picks the pod (its load balancer, among READY pods: the sidecar's /healthz is 503 while the",
       'worker is unverified or draining). See README.md "Endpoint picking" for what that changes and what it does not.',
@@ -211,6 +208,7 @@ export function renderIstioRouting(input: RenderInput, s: RenderSettings): strin
     '---',
     '# Internal: prefill legs, routed by x-kvgate-prefill-cluster (which the gate overwrites after checking the hop).',
     ...virtualService('kvgate-internal', 'x-kvgate-prefill-cluster', prefill, s, '120s', 'prefill'),
+    ...poolServiceDocs(input.clusters, s).docs.flatMap((d) => ['---', ...d]),
   ];
   return `${lines.join('\n')}\n`;
 }
