@@ -178,6 +178,13 @@ describe('bodies the gate refuses before any worker sees them', () => {
       'bad_request',
       /not "\/v1\/completions\/"/,
     );
+    // And another method than POST with a body: the sidecars serve POST only.
+    expectRefusal(
+      await send('public', JSON.stringify({ model: MODEL, prompt: 'hi' }), {}, { method: 'PUT' }),
+      400,
+      'bad_request',
+      /not PUT "\/v1\/completions"; send the request as a POST/,
+    );
     expect(upstreamCalls()).toBe(before);
   });
 
