@@ -9,6 +9,7 @@ import { answerLocally } from './local-answer.js';
 import type { DecideContext, Trace } from './types.js';
 import { refusalFromError } from './refusal.js';
 import { parseOpenAiBody, tenantOf } from './request-facts.js';
+import { auditCut, quoteClientValue } from '../json-limits.js';
 import type { CoreDecision, OpenAiRequest, RequestFacts } from './types.js';
 import type { WorkerView } from './worker-view.js';
 
@@ -68,6 +69,15 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
     return { decision: refusalFromError(raw.requestId, error, trace, tenant()) };
   }
   if (body === undefined) return { decision: answerLocally(rest, table, ctx.nowMs) ?? decide(rest, table, view, ctx) };
+  if (raw.method !== 'POST') {
+    // The sidecars (and vLLM) serve the completion paths for POST only: a GET or PUT with a body would be routed,
+    // minted a contract, and answered 404 by the sidecar with no kvgate code and no audit line.
+    const error = new KvgateError(
+      'bad_request',
+      `kvgate routes only POST /v1/completions and /v1/chat/completions, not ${auditCut(raw.method, 16)} ${quoteClientValue(raw.path.split('?')[0]!)}; send the request as a POST`,
+    );
+    return { decision: refusalFromError(raw.requestId, error, trace, tenant()) };
+  }
   const parsed = parseOpenAiBody(raw.path, body, table.limits);
   if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace, tenant()) };
   const facts: RequestFacts = { ...rest, body: parsed.value };

@@ -319,6 +319,17 @@ describe('decideRequest: body checks run before any decision', () => {
     expect(out.request?.model).toBe('llama-3-8b');
   });
 
+  it('a completion path with another method than POST is refused: the sidecars serve POST only', () => {
+    // Routed, it would be minted a contract and answered 404 by the sidecar, with no kvgate code and no audit line.
+    for (const method of ['GET', 'PUT', 'PATCH', 'DELETE']) {
+      const r = refusal(decideRequest(raw(chat, { method }), table, view, ctx).decision);
+      expect([r.code, r.message]).toEqual([
+        'bad_request',
+        `kvgate routes only POST /v1/completions and /v1/chat/completions, not ${method} "/v1/chat/completions"; send the request as a POST`,
+      ]);
+    }
+  });
+
   it('kv_transfer_params forbidden, malformed JSON, oversized and truncated bodies are refused', () => {
     expect(refusal(decideRequest(raw({ ...chat, kv_transfer_params: null }), table, view, ctx).decision).code).toBe('kv_params_forbidden');
     expect(refusal(decideRequest(raw('{"model":'), table, view, ctx).decision).code).toBe('bad_request');

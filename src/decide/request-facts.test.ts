@@ -41,6 +41,20 @@ describe('parseOpenAiBody', () => {
     );
   });
 
+  it('refuses a path the sidecars do not serve exactly (a trailing slash), and keeps reading a query string as the path before it', () => {
+    // The sidecars (src/sidecar/openai-body.ts ENDPOINT_PATHS) and vLLM serve the exact paths: a routed
+    // `/v1/completions/` would be minted a contract and answered 404 by the sidecar, with no code and no audit line.
+    for (const p of ['/v1/completions/', '/v1/chat/completions//']) {
+      const e = refusal(p, bytes(chat));
+      expect([e.code, e.reason]).toEqual([
+        'bad_request',
+        `kvgate routes only POST /v1/completions and /v1/chat/completions, not ${JSON.stringify(p)}; send the request to one of those`,
+      ]);
+    }
+    const q = parseOpenAiBody('/v1/chat/completions?x=1', bytes(chat), limits);
+    expect(q.ok && q.value.endpoint).toBe('chat');
+  });
+
   it('refuses a body over the limit with body_too_large', () => {
     const e = refusal('/v1/chat/completions', bytes({ ...chat, pad: 'x'.repeat(200) }), 100);
     expect(e.code).toBe('body_too_large');

@@ -27,7 +27,9 @@ const bad = (message: string): { ok: false; error: KvgateError } => err(new Kvga
  * non-JSON, wrong field types, and any client-sent `kv_transfer_params` (only kvgate's sidecars may set it).
  */
 export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimits): Result<OpenAiRequest, KvgateError> {
-  const route = path.split('?')[0]!.replace(/\/+$/, '');
+  // Exactly the paths the sidecars serve (src/sidecar/openai-body.ts ENDPOINT_PATHS), as vLLM does: a trailing slash
+  // read away here would be routed, minted a contract, and answered 404 by the sidecar with no code and no audit line.
+  const route = path.split('?')[0]!;
   const endpoint = ENDPOINTS[route];
   if (endpoint === undefined) {
     return bad(

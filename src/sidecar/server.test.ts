@@ -304,6 +304,60 @@ describe("requests that are not the gate's hold no admission slot", () => {
     }
   });
 
+  it('one captured contract replayed with bodies that never end holds one slot at most: the copies are refused from their headers', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 4 }));
+    const open: net.Socket[] = [];
+    try {
+      const head = Object.entries(gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'captured' })))
+        .map(([k, v]) => `${k}: ${v}\r\n`)
+        .join('');
+      const first = await trickle(t.sidecar.url, head);
+      open.push(first.socket);
+      await until(() => t.sidecar.status().inFlight === 1);
+      for (let i = 0; i < 3; i++) {
+        const c = await trickle(t.sidecar.url, head);
+        open.push(c.socket);
+        await until(() => c.answer().includes('\r\n\r\n'));
+        expect(c.answer()).toMatch(/^HTTP\/1\.1 403 /);
+        expect(c.answer()).toContain('x-kvgate-reject-reason: contract_invalid');
+      }
+      expect(t.sidecar.status().inFlight).toBe(1);
+      expect(t.lines.filter((l) => l['audit'] === 'refusal' && String(l['reason']).includes('already admitted'))).toHaveLength(3);
+      const r = await postJson(
+        `${t.sidecar.url}/v1/completions`,
+        ...bound(contractFor(t.config.fingerprint, null, { requestId: 'legit-2' }), { model: MODEL, prompt: 'hello there', max_tokens: 2 }),
+      );
+      expect(r.status).toBe(200);
+    } finally {
+      for (const s of open) s.destroy();
+      await t.sidecar.close();
+    }
+  });
+
+  it('a contract naming another decode endpoint is refused from its headers: no slot, no listed id', async () => {
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1, advertise: '10.0.0.1:9090' }));
+    const open: net.Socket[] = [];
+    try {
+      const c0 = contractFor(t.config.fingerprint, null, {
+        requestId: 'elsewhere',
+        decode: { cluster: 'decode-a', endpoint: '10.0.0.2:9090' },
+      });
+      const head = Object.entries(gateHeaders(c0))
+        .map(([k, v]) => `${k}: ${v}\r\n`)
+        .join('');
+      const c = await trickle(t.sidecar.url, head);
+      open.push(c.socket);
+      await until(() => c.answer().includes('\r\n\r\n'));
+      expect(c.answer()).toMatch(/^HTTP\/1\.1 403 /);
+      expect(c.answer()).toContain('not to this worker');
+      expect(t.sidecar.status().inFlight).toBe(0);
+      expect(t.sidecar.status().requests.received).not.toContain('elsewhere');
+    } finally {
+      for (const s of open) s.destroy();
+      await t.sidecar.close();
+    }
+  });
+
   it('a contracted body that does not arrive within bodyTimeoutMs is refused 408 with an audit line, and its slot freed', async () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1, bodyTimeoutMs: 300 }));
     try {

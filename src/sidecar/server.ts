@@ -391,10 +391,35 @@ async function handleCompletion(
     return record({ outcome: 'refused', code: contract.error.error.code, reason: contract.error.error.reason });
   }
   who.tenant = contract.value.tenant;
+  // Everything the contract alone decides is decided here, from the headers, before the body: a contract for another
+  // decode worker, or one this worker already holds, must not take an admission slot while its body trickles in (one
+  // captured contract sent 256 times with bodies that never end would otherwise fill every slot for bodyTimeoutMs).
+  const misrouted = wrongEndpoint(config, contract.value);
+  if (misrouted !== undefined) {
+    req.resume();
+    metrics.contractFailures.inc({ reason: 'wrong_endpoint' });
+    sendError(res, misrouted, requestId ?? '');
+    return record({ outcome: 'refused', code: misrouted.code, reason: misrouted.reason });
+  }
+  // Keyed by the contract itself (its signature), not the request id: a client that retries with the same
+  // x-request-id gets a new contract from the gate, while a captured contract still admits one request per worker.
+  const contractKey = token!.slice(token!.lastIndexOf('.') + 1);
+  if (!rt.replay.claim(contractKey, contract.value.expiresAtMs, rt.ctx.now())) {
+    req.resume();
+    metrics.contractFailures.inc({ reason: 'replayed' });
+    logger.warn({ event: 'contract_refused', reason: 'replayed' }, 'contract replayed');
+    const e = new KvgateError(
+      'contract_invalid',
+      `the transfer contract of request ${contract.value.requestId} was already admitted by this worker; a contract covers exactly one request - send new requests through the gate`,
+    );
+    sendError(res, e, requestId ?? '');
+    return record({ outcome: 'refused', code: e.code, reason: e.reason });
+  }
   rt.state.receive(requestId);
   const refusal = admissionRefusal(rt.state.status());
   if (refusal !== undefined) {
     req.resume();
+    rt.replay.release(contractKey); // refused before any work: the data plane may retry it here
     const detail = refusal.code === 'queue_full' ? { detail: { retryAfterSeconds: 1 } } : {};
     sendError(res, new KvgateError(refusal.code, refusal.message, detail), requestId ?? '');
     return record({ outcome: 'refused', code: refusal.code, reason: refusal.message });
@@ -420,6 +445,7 @@ async function handleCompletion(
       requestId,
       contract: contract.value,
       contractToken: token!,
+      contractKey,
       signal,
       logger,
       receivedAt,
@@ -447,6 +473,8 @@ async function runCompletion(
     requestId: string | undefined;
     contract: TransferContract;
     contractToken: string;
+    /** The contract's replay-guard entry, claimed from the headers (handleCompletion). */
+    contractKey: string;
     signal: AbortSignal;
     logger: Logger;
     receivedAt: number;
@@ -454,13 +482,17 @@ async function runCompletion(
   },
 ): Promise<Outcome> {
   const { config, metrics } = rt.ctx;
+  // Refusals before the role's handler ran: no work was done for this contract, so it is released (as before it was
+  // claimed only once a bound body had arrived); a sender can hold at most one slot per contract at a time.
   const refuse = (e: KvgateError): Outcome => {
+    rt.replay.release(c.contractKey);
     sendError(res, e, c.requestId ?? '');
     return { outcome: 'refused', code: e.code, reason: e.reason };
   };
   const raw = await readBody(req, config.maxBodyBytes, config.bodyTimeoutMs);
   if (!raw.ok) {
     if (!raw.error.timedOut) return refuse(raw.error.error);
+    rt.replay.release(c.contractKey);
     // 408, and the connection goes with it: the rest of that body may never come.
     sendError(res, raw.error.error, c.requestId ?? '', { connection: 'close' }, 408);
     return { outcome: 'refused', code: raw.error.error.code, reason: raw.error.error.reason };
@@ -469,39 +501,12 @@ async function runCompletion(
   if (!body.ok) return refuse(body.error);
   const contract = c.contract;
   const token = c.contractToken;
-  const requestId = contract.requestId;
   // The contract authorises one body: this tenant's cache_salt, this model and adapter, this prompt.
   const bound = checkBodyBinding(contract, body.value, config.descriptor.adapter?.id ?? null);
   if (!bound.ok) {
     metrics.contractFailures.inc({ reason: bound.error.reason });
     c.logger.warn({ event: 'contract_refused', reason: bound.error.reason }, bound.error.message);
     return refuse(new KvgateError('contract_invalid', bound.error.message));
-  }
-  // The gate names the decode endpoint it routed to; another decode worker of the group must not take the request.
-  // In GIE mode the gate also names an ordered fallback list of the same group (the data plane walks it on retry).
-  const target = contract.decode.endpoint;
-  const allowed = target === null ? [] : [target, ...(contract.decode.alternates ?? [])];
-  if (config.role === 'decode' && config.advertise !== undefined && target !== null && !allowed.includes(config.advertise)) {
-    metrics.contractFailures.inc({ reason: 'wrong_endpoint' });
-    return refuse(
-      new KvgateError(
-        'contract_invalid',
-        `the contract of request ${requestId} routes its decode to ${target}, not to this worker (${config.advertise}); only the gate's choice may serve it`,
-      ),
-    );
-  }
-  // Keyed by the contract itself (its signature), not the request id: a client that retries with the same
-  // x-request-id gets a new contract from the gate, while a captured contract still admits one request per worker.
-  const contractKey = token.slice(token.lastIndexOf('.') + 1);
-  if (!rt.replay.claim(contractKey, contract.expiresAtMs, rt.ctx.now())) {
-    metrics.contractFailures.inc({ reason: 'replayed' });
-    c.logger.warn({ event: 'contract_refused', reason: 'replayed' }, 'contract replayed');
-    return refuse(
-      new KvgateError(
-        'contract_invalid',
-        `the transfer contract of request ${requestId} was already admitted by this worker; a contract covers exactly one request - send new requests through the gate`,
-      ),
-    );
   }
   const call: IncomingCall = {
     endpoint: c.endpoint,
@@ -518,6 +523,20 @@ async function runCompletion(
     config.role === 'prefill' ? await servePrefill(rt.ctx, call, contract, res) : await serveDecode(rt.ctx, call, contract, token, res);
   // A prefill attempt that did not run may be retried here (the decode side's retry names failed endpoints, but a
   // direct-mode retry can come back); a decode request is never admitted twice.
-  if (config.role === 'prefill' && (outcome.outcome === 'failed' || outcome.outcome === 'refused')) rt.replay.release(contractKey);
+  if (config.role === 'prefill' && (outcome.outcome === 'failed' || outcome.outcome === 'refused')) rt.replay.release(c.contractKey);
   return outcome;
+}
+
+/**
+ * The gate names the decode endpoint it routed to; another decode worker of the group must not take the request. In
+ * GIE mode the gate also names an ordered fallback list of the same group (the data plane walks it on retry).
+ */
+function wrongEndpoint(config: SidecarConfig, contract: TransferContract): KvgateError | undefined {
+  const target = contract.decode.endpoint;
+  if (config.role !== 'decode' || config.advertise === undefined || target === null) return undefined;
+  if (target === config.advertise || (contract.decode.alternates ?? []).includes(config.advertise)) return undefined;
+  return new KvgateError(
+    'contract_invalid',
+    `the contract of request ${contract.requestId} routes its decode to ${target}, not to this worker (${config.advertise}); only the gate's choice may serve it`,
+  );
 }

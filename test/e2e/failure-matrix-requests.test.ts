@@ -171,6 +171,20 @@ describe('bodies the gate refuses before any worker sees them', () => {
       'bad_request',
       /only POST \/v1\/completions and \/v1\/chat\/completions/,
     );
+    // A trailing slash too: the sidecars serve the exact paths, so routing it would only earn an unaudited 404 there.
+    expectRefusal(
+      await send('public', JSON.stringify({ model: MODEL, prompt: 'hi' }), {}, { path: '/v1/completions/' }),
+      400,
+      'bad_request',
+      /not "\/v1\/completions\/"/,
+    );
+    // And another method than POST with a body: the sidecars serve POST only.
+    expectRefusal(
+      await send('public', JSON.stringify({ model: MODEL, prompt: 'hi' }), {}, { method: 'PUT' }),
+      400,
+      'bad_request',
+      /not PUT "\/v1\/completions"; send the request as a POST/,
+    );
     expect(upstreamCalls()).toBe(before);
   });
 

@@ -266,10 +266,18 @@ describe('replayed and expired contracts', () => {
       expect(r.json.error.message).toMatch(/already admitted/);
     }
     expect(await counter(sidecar, 'kvgate_sidecar_contract_failures_total', { reason: 'replayed' })).toBe(replayedBefore + 2);
-    // With another prompt the contract does not even get that far: it binds the prompt the gate saw.
+    // With another prompt it is refused just the same, from its headers, before the body is read.
     const other = await prefillLeg(sidecar, requestId, { contract: contract.contract, body: { ...contract.body, prompt: PROMPTS[0] } });
     expect([other.status, other.json.error?.code]).toEqual([403, 'contract_invalid']);
-    expect(other.json.error.message).toMatch(/prompt is not the one the gate saw/);
+    expect(other.json.error.message).toMatch(/already admitted/);
+    // A contract this worker never admitted buys no other prompt either: it binds the prompt the gate saw.
+    const unused = signedLeg(contractFields('replay-internal-2', 'acme'));
+    const swapped = await prefillLeg(sidecar, 'replay-internal-2', {
+      contract: unused.contract,
+      body: { ...unused.body, prompt: PROMPTS[0] },
+    });
+    expect([swapped.status, swapped.json.error?.code]).toEqual([403, 'contract_invalid']);
+    expect(swapped.json.error.message).toMatch(/prompt is not the one the gate saw/);
     expect(await counter(P.url, 'vllm:prompt_tokens_total')).toBe(promptBefore);
   });
 });
