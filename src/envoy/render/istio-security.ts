@@ -16,7 +16,8 @@ export function renderIstioSecurity(_input: RenderInput, s: RenderSettings): str
     '',
     `These kinds have no Envoy proto; the static check lists them as not checked.`,
     '',
-    `mTLS between every workload of the namespace (gateways -> gate, gateways -> workers, gate -> sidecar status).`,
+    `mTLS between every workload of the namespace (gateways -> gate, gateways -> workers), with one exception: the`,
+    `gate's status polls go to each worker's pod IP, which Istio sends without mTLS (see kvgate-workers below).`,
     `vLLM's NIXL side channel (5600) is excluded from the proxies by the worker pods' annotations and stays outside.`,
   ]);
   return `${head.join('\n')}\napiVersion: security.istio.io/v1
@@ -40,6 +41,24 @@ spec:
   mtls: { mode: STRICT }
   portLevelMtls:
     9003: { mode: PERMISSIVE }
+---
+# The workers: STRICT, except the sidecar port 9090, PERMISSIVE. The gate finds workers by pod and polls each
+# sidecar's status at its pod IP. An Istio sidecar sends traffic to a pod IP through its PassthroughCluster, without
+# mTLS: a Service's virtual host matches the Service's names and ClusterIP, not its pods' IPs (istio/istio
+# pilot/pkg/networking/core/httproute.go @86c9f01f; the known limitation istio/istio#37431). STRICT on 9090 would
+# refuse every poll and leave every worker unverified. Requests on 9090 stay mTLS-only all the same: the
+# AuthorizationPolicy below admits POSTs only from the gateways' principals, which a plaintext connection lacks.
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: kvgate-workers
+  namespace: ${ns}
+spec:
+  selector:
+    matchLabels: { app.kubernetes.io/name: vllm }
+  mtls: { mode: STRICT }
+  portLevelMtls:
+    9090: { mode: PERMISSIVE }
 ---
 # The gate: ext_proc only from the two kvgate gateways, each for its own listener role. Behind Istio the gate runs
 # with insecure: true (its proxy terminates mTLS) and reads the role from the stream's x-kvgate-listener metadata,
@@ -75,7 +94,9 @@ spec:
     - operation: { ports: ["9003"], methods: [GET] }
 ---
 # The workers' sidecars: requests from the gateways, status polls from the gate. Nothing else reaches a worker,
-# and vLLM itself listens on loopback only.
+# and vLLM itself listens on loopback only. The status read carries no principal (plaintext, see kvgate-workers
+# above): who may connect to 9090 at all is deploy/kubernetes/network-policies.yaml's rule (the gate and the
+# gateways), and the gate checks each answer's pod UID against the pod it discovered.
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata:
@@ -90,9 +111,7 @@ spec:
     - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-public, cluster.local/ns/${ns}/sa/kvgate-internal] }
     to:
     - operation: { ports: ["9090"], methods: [POST], paths: [/v1/completions, /v1/chat/completions] }
-  - from:
-    - source: { principals: [cluster.local/ns/${ns}/sa/kvgate-gate] }
-    to:
+  - to:
     - operation: { ports: ["9090"], methods: [GET], paths: [/kvgate/v1/status] }
   # Metrics for a Prometheus inside the mesh, on the sidecar's metrics-only port (under STRICT mTLS only mesh
   # workloads can connect at all). Drain and undrain listen on loopback (9092) and never reach the proxy.
