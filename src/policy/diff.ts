@@ -51,6 +51,7 @@ function diffRevisions(before: CompiledRouteTable, after: CompiledRouteTable, ad
       continue;
     }
     redeclared(old, r, add);
+    if (old.fingerprint !== r.fingerprint) carriedOver(old, r, add);
     if (canonicalJson(old.verification) !== canonicalJson(r.verification)) {
       add(`revision ${name} verification: ${describeVerification(old.verification)} -> ${describeVerification(r.verification)}`);
     }
@@ -58,6 +59,39 @@ function diffRevisions(before: CompiledRouteTable, after: CompiledRouteTable, ad
   for (const name of before.revisions.keys()) {
     if (!after.revisions.has(name))
       add(`revision ${name} removed: bindings to it are no longer honoured; those sessions are bound afresh by cohort`);
+  }
+}
+
+/** Which declared fields each canary digest stands for: when they change, a worker's answer to that probe should too. */
+const CANARY_MEANING = [
+  { canary: 'tokenizer', what: 'tokenizer', fields: (d: CompiledRevision['descriptor']) => [d.tokenizer] },
+  { canary: 'chatTemplate', what: 'chat template', fields: (d: CompiledRevision['descriptor']) => [d.chatTemplate] },
+  { canary: 'generation', what: 'weights', fields: (d: CompiledRevision['descriptor']) => [d.model.id, d.model.revision, d.adapter] },
+] as const;
+
+/**
+ * A redeclaration that keeps what belonged to the old declaration: canary digests (a copied descriptor) let a worker
+ * still running the old declaration pass its sidecar's check as the new one, and a verification record is evidence
+ * about the old fingerprint. Neither is visible to `policy check`, which sees one table; the diff sees both.
+ */
+function carriedOver(old: CompiledRevision, r: CompiledRevision, add: (t: string) => void): void {
+  const stale = CANARY_MEANING.filter(({ canary, fields }) => {
+    const [was, now] = [old.descriptor.canaries?.[canary], r.descriptor.canaries?.[canary]];
+    return was !== undefined && was === now && canonicalJson(fields(old.descriptor)) !== canonicalJson(fields(r.descriptor));
+  });
+  if (stale.length > 0) {
+    add(
+      `revision ${r.name} keeps the old declaration's ${stale.map((c) => c.canary).join(', ')} canary digest${stale.length > 1 ? 's' : ''} ` +
+        `although its ${stale.map((c) => c.what).join(', ')} changed: a worker still running the old declaration passes its sidecar's ` +
+        'check as the new one; record the canaries from a worker of the new declaration (kvgate verify --record, or kvgate fingerprint --worker)',
+    );
+  }
+  const v = r.verification;
+  if (v.required && v.verified && canonicalJson(old.verification) === canonicalJson(v)) {
+    add(
+      `revision ${r.name} keeps the verification record of its old declaration (${describeVerification(v)}): that evidence is for ` +
+        `fingerprint ${short(old.fingerprint)}, not the new one; run kvgate verify against the new declaration and record its evidence`,
+    );
   }
 }
 
