@@ -8,6 +8,7 @@ import { describeFingerprintDiff } from '../compat/fingerprint.js';
 import type { CompiledModel, CompiledPool, CompiledRevision, CompiledRouteTable } from './compile.js';
 import { diffSettings, describeVerification, leafChanges, type DiffArea } from './diff-settings.js';
 import { rolloutStatus } from './rollout-status.js';
+import { sharedCanaries } from './semantic-trust.js';
 
 export interface DiffLine {
   readonly area: DiffArea;
@@ -62,23 +63,13 @@ function diffRevisions(before: CompiledRouteTable, after: CompiledRouteTable, ad
   }
 }
 
-/** Which declared fields each canary digest stands for: when they change, a worker's answer to that probe should too. */
-const CANARY_MEANING = [
-  { canary: 'tokenizer', what: 'tokenizer', fields: (d: CompiledRevision['descriptor']) => [d.tokenizer] },
-  { canary: 'chatTemplate', what: 'chat template', fields: (d: CompiledRevision['descriptor']) => [d.chatTemplate] },
-  { canary: 'generation', what: 'weights', fields: (d: CompiledRevision['descriptor']) => [d.model.id, d.model.revision, d.adapter] },
-] as const;
-
 /**
  * A redeclaration that keeps what belonged to the old declaration: canary digests (a copied descriptor) let a worker
  * still running the old declaration pass its sidecar's check as the new one, and a verification record is evidence
  * about the old fingerprint. Neither is visible to `policy check`, which sees one table; the diff sees both.
  */
 function carriedOver(old: CompiledRevision, r: CompiledRevision, add: (t: string) => void): void {
-  const stale = CANARY_MEANING.filter(({ canary, fields }) => {
-    const [was, now] = [old.descriptor.canaries?.[canary], r.descriptor.canaries?.[canary]];
-    return was !== undefined && was === now && canonicalJson(fields(old.descriptor)) !== canonicalJson(fields(r.descriptor));
-  });
+  const stale = sharedCanaries(old.descriptor, r.descriptor);
   if (stale.length > 0) {
     add(
       `revision ${r.name} keeps the old declaration's ${stale.map((c) => c.canary).join(', ')} canary digest${stale.length > 1 ? 's' : ''} ` +
