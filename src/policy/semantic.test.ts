@@ -235,6 +235,11 @@ describe('checkRouteTable', () => {
     expect(only(issues, 'tenancy.source.header').message).toMatch(/^the tenant header "x-kvgate-tenant" is gate-owned/);
     expect(only(issues, 'tenancy.userHeader').message).toMatch(/^the user header "x-gateway-destination-endpoint" is gate-owned/);
     expect(only(issues, 'session.header').message).toMatch(/^the session header "x-kvgate-session" is gate-owned/);
+    // Each fix names a header for that role: x-tenant-id as a user or session header would make every user, or
+    // every session, of a tenant one.
+    expect(only(issues, 'tenancy.source.header').fix).toMatch(/e\.g\. x-tenant-id$/);
+    expect(only(issues, 'tenancy.userHeader').fix).toMatch(/e\.g\. x-user-id$/);
+    expect(only(issues, 'session.header').fix).toMatch(/e\.g\. x-session-id \(the default\)$/);
   });
 
   it('warns about settings that cannot take effect or trust the client', () => {

@@ -255,17 +255,29 @@ function checkTenantNames(ctx: CheckContext): void {
 
 function checkTenancy(ctx: CheckContext): void {
   const { tenancy, session } = ctx.table;
-  const headers: [PathSegment[], string | undefined, string][] = [
-    [['tenancy', 'source', 'header'], tenancy.source.header, 'the tenant header'],
-    [['tenancy', 'userHeader'], tenancy.userHeader, 'the user header'],
-    [['session', 'header'], session.header, 'the session header'],
+  // Each fix names a header for that role: suggesting the tenant header for the user or session would make every
+  // user, or every session, of a tenant one. The session key is the client's own; tenant and user come from auth.
+  const headers: [PathSegment[], string | undefined, string, string][] = [
+    [
+      ['tenancy', 'source', 'header'],
+      tenancy.source.header,
+      'the tenant header',
+      'use a header your authentication layer sets, e.g. x-tenant-id',
+    ],
+    [['tenancy', 'userHeader'], tenancy.userHeader, 'the user header', 'use a header your authentication layer sets, e.g. x-user-id'],
+    [
+      ['session', 'header'],
+      session.header,
+      'the session header',
+      'use a header clients send to name their session, e.g. x-session-id (the default)',
+    ],
   ];
-  for (const [path, name, what] of headers) {
+  for (const [path, name, what, fix] of headers) {
     if (name === undefined || !isGateOwnedHeader(name)) continue;
     ctx.add(
       path,
       `${what} "${name}" is gate-owned: kvgate removes every client-sent x-kvgate-* (and GIE routing) header before reading any header`,
-      'use a header your authentication layer sets, e.g. x-tenant-id',
+      fix,
     );
   }
   if (tenancy.required && tenancy.default !== undefined) {
