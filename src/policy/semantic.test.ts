@@ -187,6 +187,18 @@ describe('checkRouteTable', () => {
     );
   });
 
+  it('warns about a candidate without a weight: it defaults to 0, so the candidate takes no new session', () => {
+    const bare = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b' }));
+    const w = only(bare, 'models.llama-3-8b.rollout.candidate');
+    expect([w.severity, w.message]).toEqual([
+      'warning',
+      'model "llama-3-8b": candidate "llama-b" has no rollout.weight, so it takes no new sessions (the weight defaults to 0)',
+    ]);
+    // An explicit 0 is a deliberate state (a paused rollout): nothing to say.
+    const paused = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b', weight: 0 }));
+    expect(paused.filter((i) => i.path === 'models.llama-3-8b.rollout.candidate')).toEqual([]);
+  });
+
   it('refuses a model whose tenants no pool serves', () => {
     const i = only(
       issuesAfter((v) => {

@@ -136,6 +136,15 @@ function checkRollouts(ctx: CheckContext): void {
         'add rollout.candidate: <revision>, or remove weight',
       );
     }
+    // The schema's default of 0 makes a forgotten weight a candidate that never takes a session, silently.
+    if (rollout.candidate !== undefined && rollout.candidate !== rollout.stable && rollout.weight === undefined) {
+      ctx.add(
+        [...at, 'candidate'],
+        `model "${model}": candidate "${rollout.candidate}" has no rollout.weight, so it takes no new sessions (the weight defaults to 0)`,
+        'set rollout.weight to the percentage of new sessions it should take, or weight: 0 to say the rollout is paused',
+        'warning',
+      );
+    }
   }
 }
 
