@@ -187,6 +187,21 @@ describe('checkRouteTable', () => {
     );
   });
 
+  it('warns about a revision with pools that no rollout or routeVia names: its pools can never take a request', () => {
+    const idle = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }));
+    const w = only(idle, 'revisions.llama-b');
+    expect([w.severity, w.message]).toEqual([
+      'warning',
+      'revision "llama-b" has pools (b-prefill, b-decode) but no model\'s rollout and no routeVia step names it, so they never take a request',
+    ]);
+    // Still named by a routeVia step (a promoted revision's old stable, kept as the fallback): nothing to say.
+    const fallback = issuesAfter((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+      v['fallback'] = [{ routeVia: { revisions: ['llama-b'] } }, { refuse: { retryAfterSeconds: 5 } }];
+    });
+    expect(fallback.filter((i) => i.path === 'revisions.llama-b')).toEqual([]);
+  });
+
   it('warns about a candidate without a weight: it defaults to 0, so the candidate takes no new session', () => {
     const bare = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b' }));
     const w = only(bare, 'models.llama-3-8b.rollout.candidate');

@@ -169,6 +169,17 @@ function checkRoleCoverage(ctx: CheckContext): void {
       }
       continue;
     }
+    const named = served.has(name) || table.fallback.some((f) => f.kind === 'routeVia' && f.revisions.includes(name));
+    if (!named) {
+      // A typo in a rollout, or a revision added before its rollout: pools that are polled and rendered but idle.
+      const pools = table.pools.filter((p) => p.revision === name).map((p) => p.name);
+      ctx.add(
+        at,
+        `revision "${name}" has pools (${pools.join(', ')}) but no model's rollout and no routeVia step names it, so they never take a request`,
+        `name it as a model's stable or candidate (check the rollout's spelling), or remove its pools`,
+        'warning',
+      );
+    }
     const canDecode = roles.has('decode') || roles.has('both');
     const canPrefill = roles.has('prefill') || roles.has('both');
     if (!canDecode) {
