@@ -217,6 +217,20 @@ describe('fallback: routeVia', () => {
     ).toBe('llama-a');
   });
 
+  it('never moves a request onto a revision with an adapter its own revision lacks, even with eligible.noAdapter: false', () => {
+    // A base-model request bound to llama-b must not become a request of an adapter's group: the adapter's workers
+    // would stamp, cache and salt its KV as adapter KV it is not, and a client asked for the base model.
+    const adapter = { descriptor: testDescriptorInput({ weights: 'a', adapter: { id: 'acme/sql', revision: 'r1' } }) };
+    for (const eligible of [undefined, { noAdapter: false }]) {
+      const t = table([{ routeVia: { revisions: ['llama-a'], ...(eligible && { eligible }) } }, REFUSE], (v) => {
+        v['revisions']['llama-a'] = adapter;
+      });
+      expect(refusalOf(run(t, busy(t, B_DECODE))).trace.join('\n')).toMatch(
+        /llama-a serves adapter acme\/sql, which the request's revision llama-b does not: it would answer with an adapter the client did not ask for/,
+      );
+    }
+  });
+
   it('skips a revision without the adapter, an unverified one, another model, and one without capacity', () => {
     const adapter = { descriptor: testDescriptorInput({ weights: 'b', adapter: { id: 'acme/sql', revision: 'r1' } }) };
     const withAdapter = table([{ routeVia: { revisions: ['llama-a'] } }, REFUSE], (v) => (v['revisions']['llama-b'] = adapter));

@@ -114,6 +114,16 @@ function fromBinding(input: ChooseInput, trace: Trace): CompiledRevision | undef
     return undefined;
   }
   const b = v.value;
+  // The token's own expiry is the TTL of the table that signed it; a lowered session.bindingTtlMs applies to the
+  // bindings already out there too, so an author can let pinned sessions go sooner.
+  const ttlMs = input.table.session.bindingTtlMs;
+  if (input.nowMs - b.issuedAtMs > ttlMs) {
+    trace?.push(
+      `binding to revision ${b.revision} ignored: it was issued ${input.nowMs - b.issuedAtMs} ms ago, longer than ` +
+        `session.bindingTtlMs (${ttlMs} ms) of the route table in use`,
+    );
+    return undefined;
+  }
   const r = input.serving.find((s) => s.name === b.revision);
   if (r === undefined) {
     trace?.push(`binding to revision ${b.revision} ignored: it no longer serves model ${input.model.name} for this tenant`);

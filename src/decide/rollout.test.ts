@@ -94,6 +94,20 @@ describe('verification of a candidate', () => {
     );
   });
 
+  it('a binding older than the bindingTtlMs of the table in use is not honoured, even when its own expiry is later', () => {
+    // A binding carries the TTL of the table that signed it; lowering session.bindingTtlMs (to let pinned sessions go
+    // sooner, e.g. during a rollback) must apply to bindings already out there too.
+    const first = route(run(table(100), { session: 's-1' }));
+    const shorter = table(0, (v) => (v['session'] = { header: 'x-session-id', bindingTtlMs: 60_000 }));
+    const within = route(run(shorter, { session: 's-1', binding: first.binding }, TEST_NOW_MS + 59_000));
+    expect(within.group.revision).toBe('llama-b');
+    const d = route(run(shorter, { session: 's-1', binding: first.binding }, TEST_NOW_MS + 61_000));
+    expect(d.group.revision).toBe('llama-a');
+    expect(d.trace).toContain(
+      'binding to revision llama-b ignored: it was issued 61000 ms ago, longer than session.bindingTtlMs (60000 ms) of the route table in use',
+    );
+  });
+
   it('refuses with 503 when the only revision open to the tenant is an unverified candidate', () => {
     const t = table(10, (v) => {
       unverifiedB(v);

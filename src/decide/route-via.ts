@@ -3,7 +3,8 @@
  * revision of the same base model, with prefill AND decode both from that revision. It happens before any prefill,
  * so no KV exists yet: the request simply gets a different whole group, never a mix. Only eligible requests move:
  * by default not those pinned by a session binding (their prefix cache lives on the bound revision) and not those
- * whose bound revision serves an adapter the other revision lacks (it would answer without the adapter).
+ * whose bound revision serves an adapter the other revision lacks (it would answer without the adapter). A revision
+ * with an adapter the bound revision lacks never takes the request, whatever `eligible` says.
  */
 import { groupIdOf } from '../compat/fingerprint.js';
 import type { CompiledRevision } from '../policy/compile.js';
@@ -60,6 +61,14 @@ function ineligible(r: CompiledRevision, step: RouteViaStep, s: StepInput): stri
   if (r.name === bound.name) return 'is the bound revision';
   if (r.fingerprint === bound.fingerprint) return 'has the same fingerprint (it is the same group, already without capacity)';
   if (r.descriptor.model.id !== bound.descriptor.model.id) return `serves another model (${r.descriptor.model.id})`;
+  // Never eligible, whatever `eligible` says: the request would be bound to an adapter's group it did not ask for,
+  // and that group's contract, cache_salt and workers would take its base-model KV for adapter KV.
+  if (r.adapter !== null && r.adapter !== bound.adapter) {
+    return (
+      `serves adapter ${r.adapter}, which the request's revision ${bound.name} does not: it would answer with an adapter ` +
+      'the client did not ask for'
+    );
+  }
   if (step.eligible.noAdapter && bound.adapter !== null && r.adapter !== bound.adapter) {
     return `does not serve adapter ${bound.adapter}, which the request's revision has (eligible.noAdapter)`;
   }

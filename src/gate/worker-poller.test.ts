@@ -123,6 +123,44 @@ describe('live worker view', () => {
     expect(polledState().verified).toBe(true);
   });
 
+  it('does not route a recorded revision to a sidecar that checks on declaration alone or against other canaries', async () => {
+    // The table's trust and canaries are what /status and kvgate_revision_trust promise; a sidecar configured with
+    // trust: declared-only, or with another copy of the descriptor, would verify its worker against something else.
+    const rev = table.revisions.get(pool.revision)!;
+    const canaries = rev.descriptor.canaries!;
+    const honest = { fingerprint: pool.fingerprint, verified: true, draining: false, trust: 'recorded', descriptor: rev.descriptor };
+    let body: object = honest;
+    const { poller, view } = setup(() => status(body));
+    const polledState = () => view.endpoints('a-decode').find((e) => e.address === polled.address)!;
+    const entry = () =>
+      poller
+        .poolStates()
+        .find((p) => p.pool === 'a-decode')!
+        .endpoints.find((e) => e.address === polled.address)!;
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(true);
+
+    body = { ...honest, trust: 'declared-only' };
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(false);
+    expect(entry().state).toBe('unverified');
+    expect(entry().reasons[0]).toContain(
+      `the sidecar at ${polled.address} checks its worker on its declaration alone (trust: declared-only), but the route table routes revision ${rev.name} on recorded canaries`,
+    );
+
+    const other = 'b'.repeat(64);
+    body = { ...honest, descriptor: { ...rev.descriptor, canaries: { ...canaries, generation: other } } };
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(false);
+    expect(entry().reasons[0]).toContain(
+      `the sidecar at ${polled.address} checks its worker against other canary digests than the route table records for revision ${rev.name} (generation: table ${canaries.generation!.slice(0, 12)}…, sidecar ${other.slice(0, 12)}…)`,
+    );
+
+    body = honest;
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(true);
+  });
+
   it("shows the worker a sidecar named (address, engine id, field, both values) on the gate's /status", async () => {
     const mismatch = {
       worker: { address: 'http://127.0.0.1:8000', endpoint: polled.address, engineId: 'eng-7' },

@@ -34,6 +34,8 @@ import {
   type LiveHash,
   type NamedMismatch,
 } from './observed-hash.js';
+import { sidecarChecksOf, sidecarTrustProblem, type SidecarChecks } from './sidecar-trust.js';
+import { canonicalJson } from '../compat/canonical-json.js';
 
 /** The states `kvgate_worker_endpoints` and `/status` name; a pool's endpoints are in exactly one each. */
 export const ENDPOINT_STATES = ['routable', 'unverified', 'draining', 'stale', 'unreached'] as const;
@@ -77,6 +79,8 @@ export interface Observation {
   readonly mismatch?: NamedMismatch;
   /** The role the sidecar serves (its status `role`): a pool routes only to sidecars of its own role. */
   readonly role?: 'prefill' | 'decode';
+  /** How the sidecar checks its worker (trust and canaries): sidecar-trust.ts compares them with the table's. */
+  readonly checks?: SidecarChecks;
 }
 
 export interface WorkerPoller {
@@ -196,6 +200,9 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     if (o.role !== undefined && p.role !== 'both' && o.role !== p.role) {
       return `the sidecar at ${e.address} serves the ${o.role} role, and pool ${p.name} is a ${p.role} pool`;
     }
+    // An endpoint with its own descriptor has its own predicted hash (compile.ts): its canaries are its own too.
+    const checks = sidecarTrustProblem(o.checks, rev, e.address, e.nixlHash !== undefined);
+    if (checks !== null) return checks;
     return observedHashProblem(o.nixlHash, e.nixlHash ?? rev.nixlHash, rev, e.address);
   }
 
@@ -236,6 +243,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         ...optional('role', roleOf(body['role'])),
         ...optional('nixlHash', liveHashOf(body['nixlHash'])),
         ...optional('mismatch', namedMismatchOf(body['mismatch'])),
+        ...optional('checks', sidecarChecksOf(body)),
       });
       deps.inFlight.observe?.(address, requestReportOf(body['requests']), startedAtMs);
       polls.inc({ result: 'ok' });
@@ -495,7 +503,7 @@ interface PoolIndex {
 
 /**
  * The observations by endpoint key, with a version that moves whenever one lands that can change what is routable
- * (fingerprint, verified, draining, the observed NIXL hash, or an answer after none or after a stale one), so the routable index is rebuilt
+ * (fingerprint, verified, draining, the observed NIXL hash, the sidecar's trust and canaries, or an answer after none or after a stale one), so the routable index is rebuilt
  * only then and not on every poll of an unchanged worker.
  */
 class ObservationMap extends Map<string, Observation & { status: string }> {
@@ -514,6 +522,7 @@ class ObservationMap extends Map<string, Observation & { status: string }> {
       prev.verified !== o.verified ||
       prev.draining !== o.draining ||
       prev.nixlHash?.observed !== o.nixlHash?.observed ||
+      canonicalJson(prev.checks ?? null) !== canonicalJson(o.checks ?? null) ||
       prev.observedAtMs === 0 ||
       this.now() - prev.observedAtMs > this.staleAfterMs
     ) {

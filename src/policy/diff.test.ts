@@ -33,10 +33,38 @@ describe('diffRouteTables', () => {
     const lines = diffAfter(
       (v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', tokenizer: { revision: 'tok-2024-06-01' } }) }),
     );
-    expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(
       /^revisions: revision llama-b redeclared with another fingerprint \([0-9a-f]{12}… -> [0-9a-f]{12}…\): tokenizer revision: old runs "main", new runs "tok-2024-06-01"\. It is a new compatibility group/,
     );
+  });
+
+  it("flags a redeclared revision that keeps the old declaration's canaries or verification record", () => {
+    // A copied descriptor whose weights changed but whose canaries did not lets a worker still running the old
+    // weights pass its sidecar's check as the new revision; a carried-over `verified: true` opens the cohort on
+    // evidence gathered for another fingerprint.
+    const verified = { required: true, verified: true, evidence: 'verify #42' };
+    const lines = diffAfter(
+      (v) => {
+        v['revisions']['llama-b']['descriptor']['model']['revision'] = 'f00dcafe';
+        v['revisions']['llama-b']['descriptor']['tokenizer']['revision'] = 'tok-2';
+      },
+      (v) => (v['revisions']['llama-b']['verification'] = verified),
+    );
+    expect(lines.slice(1)).toEqual([
+      "revisions: revision llama-b keeps the old declaration's tokenizer, generation canary digests although its tokenizer, weights changed: a worker still running the old declaration passes its sidecar's check as the new one; record the canaries from a worker of the new declaration (kvgate verify --record, or kvgate fingerprint --worker)",
+      'revisions: revision llama-b keeps the verification record of its old declaration (verified (verify #42)): that evidence is for fingerprint ' +
+        `${compiled(base()).revisions.get('llama-b')!.fingerprint.slice(0, 12)}…, not the new one; run kvgate verify against the new declaration and record its evidence`,
+    ]);
+    // New canaries and new evidence: only the redeclaration itself.
+    const clean = diffAfter(
+      (v) => {
+        v['revisions']['llama-b']['descriptor']['model']['revision'] = 'f00dcafe';
+        v['revisions']['llama-b']['descriptor']['canaries']['generation'] = 'e'.repeat(64);
+        v['revisions']['llama-b']['verification'] = { ...verified, evidence: 'verify #43' };
+      },
+      (v) => (v['revisions']['llama-b']['verification'] = verified),
+    );
+    expect(clean.filter((l) => !l.includes('verification: verified (verify #42) -> verified (verify #43)'))).toHaveLength(1);
   });
 
   it('notes descriptor changes outside the fingerprint as the same group', () => {

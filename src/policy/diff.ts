@@ -8,6 +8,7 @@ import { describeFingerprintDiff } from '../compat/fingerprint.js';
 import type { CompiledModel, CompiledPool, CompiledRevision, CompiledRouteTable } from './compile.js';
 import { diffSettings, describeVerification, leafChanges, type DiffArea } from './diff-settings.js';
 import { rolloutStatus } from './rollout-status.js';
+import { sharedCanaries } from './semantic-trust.js';
 
 export interface DiffLine {
   readonly area: DiffArea;
@@ -51,6 +52,7 @@ function diffRevisions(before: CompiledRouteTable, after: CompiledRouteTable, ad
       continue;
     }
     redeclared(old, r, add);
+    if (old.fingerprint !== r.fingerprint) carriedOver(old, r, add);
     if (canonicalJson(old.verification) !== canonicalJson(r.verification)) {
       add(`revision ${name} verification: ${describeVerification(old.verification)} -> ${describeVerification(r.verification)}`);
     }
@@ -58,6 +60,29 @@ function diffRevisions(before: CompiledRouteTable, after: CompiledRouteTable, ad
   for (const name of before.revisions.keys()) {
     if (!after.revisions.has(name))
       add(`revision ${name} removed: bindings to it are no longer honoured; those sessions are bound afresh by cohort`);
+  }
+}
+
+/**
+ * A redeclaration that keeps what belonged to the old declaration: canary digests (a copied descriptor) let a worker
+ * still running the old declaration pass its sidecar's check as the new one, and a verification record is evidence
+ * about the old fingerprint. Neither is visible to `policy check`, which sees one table; the diff sees both.
+ */
+function carriedOver(old: CompiledRevision, r: CompiledRevision, add: (t: string) => void): void {
+  const stale = sharedCanaries(old.descriptor, r.descriptor);
+  if (stale.length > 0) {
+    add(
+      `revision ${r.name} keeps the old declaration's ${stale.map((c) => c.canary).join(', ')} canary digest${stale.length > 1 ? 's' : ''} ` +
+        `although its ${stale.map((c) => c.what).join(', ')} changed: a worker still running the old declaration passes its sidecar's ` +
+        'check as the new one; record the canaries from a worker of the new declaration (kvgate verify --record, or kvgate fingerprint --worker)',
+    );
+  }
+  const v = r.verification;
+  if (v.required && v.verified && canonicalJson(old.verification) === canonicalJson(v)) {
+    add(
+      `revision ${r.name} keeps the verification record of its old declaration (${describeVerification(v)}): that evidence is for ` +
+        `fingerprint ${short(old.fingerprint)}, not the new one; run kvgate verify against the new declaration and record its evidence`,
+    );
   }
 }
 

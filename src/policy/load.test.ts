@@ -276,6 +276,14 @@ describe('loadRouteTable', () => {
       ['revisions.llama-b.descriptorFile', 'descriptor file "gone.yaml" (/t/gone.yaml) cannot be read: no such file (ENOENT)'],
     ]);
   });
+  it('gives a descriptor file that cannot be read the line of the descriptorFile naming it', () => {
+    const text = readExample('route-tables/two-revisions.yaml').replace('../descriptors/llama-b.yaml', 'gone.yaml');
+    const descriptorFiles = { ...descriptorFilesFor('two-revisions.yaml'), 'gone.yaml': { error: 'no such file (ENOENT)' } };
+    const r = parseRouteTable(text, { file: 't.yaml', descriptorFiles });
+    const line = text.split('\n').findIndex((l) => l.includes('descriptorFile: gone.yaml')) + 1;
+    expect(!r.ok && r.error.map((i) => [i.path, i.line])).toEqual([['revisions.llama-b.descriptorFile', line]]);
+  });
+
   it('reads an absolute descriptorFile path as written', async () => {
     const v = twoRevisionTableValue() as Record<string, any>;
     v['revisions']['llama-a'] = { descriptorFile: join(EXAMPLES_DIR, 'descriptors', 'llama-a.yaml') };

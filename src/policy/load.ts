@@ -67,7 +67,7 @@ export function routeTableFromValue(
     return err(fromZodIssues(schema.error.issues, ctx));
   }
   const doc = schema.data as RouteTableDocument;
-  const resolved = resolveRevisions(doc, source);
+  const resolved = resolveRevisions(doc, source, options.locate);
   if (!resolved.ok) return resolved;
   const draft: RouteTable = { ...doc, revisions: resolved.value, source: file, warnings: [] };
   const checked = checkRouteTable(draft, {
@@ -78,7 +78,11 @@ export function routeTableFromValue(
   return ok(compileRouteTable(deepFreeze({ ...draft, warnings: checked.issues }), checked));
 }
 
-function resolveRevisions(doc: RouteTableDocument, source: RouteTableSource): Result<Record<string, ResolvedRevision>, ConfigIssue[]> {
+function resolveRevisions(
+  doc: RouteTableDocument,
+  source: RouteTableSource,
+  locate: Locate | undefined,
+): Result<Record<string, ResolvedRevision>, ConfigIssue[]> {
   const out: Record<string, ResolvedRevision> = {};
   const issues: ConfigIssue[] = [];
   for (const [name, rev] of Object.entries(doc.revisions)) {
@@ -90,15 +94,22 @@ function resolveRevisions(doc: RouteTableDocument, source: RouteTableSource): Re
       continue;
     }
     const ref = rev.descriptorFile!;
-    const r = readDescriptorFile(ref, name, source);
+    const r = readDescriptorFile(ref, name, source, locate);
     if (r.ok) out[name] = { descriptor: r.value, descriptorFile: ref, verification, trust: rev.trust };
     else issues.push(...r.error);
   }
   return issues.length > 0 ? err(issues) : ok(out);
 }
 
-function readDescriptorFile(ref: string, revision: string, source: RouteTableSource): Result<CompatDescriptor, ConfigIssue[]> {
+function readDescriptorFile(
+  ref: string,
+  revision: string,
+  source: RouteTableSource,
+  locate: Locate | undefined,
+): Result<CompatDescriptor, ConfigIssue[]> {
   const at = ['revisions', revision, 'descriptorFile'];
+  // The table's line naming the file: an author fixes the reference there, not in a file that does not exist.
+  const pos = locate?.(at) ?? {};
   const resolvedPath = descriptorPath(source.file, ref);
   const contents = source.descriptorFiles?.[ref];
   if (contents === undefined) {
@@ -108,6 +119,7 @@ function readDescriptorFile(ref: string, revision: string, source: RouteTableSou
         at,
         `descriptor file "${ref}" was not read (parseRouteTable does no file I/O)`,
         'load the table with loadRouteTable(file), or pass the file text in source.descriptorFiles',
+        pos,
       ),
     ]);
   }
@@ -118,6 +130,7 @@ function readDescriptorFile(ref: string, revision: string, source: RouteTableSou
         at,
         `descriptor file "${ref}" (${resolvedPath}) cannot be read: ${contents.error}`,
         'check the path: it is relative to the route table file',
+        pos,
       ),
     ]);
   }

@@ -79,7 +79,9 @@ export const EndpointSchema = z
     }
     // The status URL vouches for this endpoint: on another host, one worker's verified sidecar would make a different
     // (perhaps unverified) endpoint look verified, and the gate would route to it.
-    if (e.status === undefined) return;
+    // An invalid address has no host to compare with (EndpointAddressSchema reports it); comparing anyway named the
+    // same host twice as a mismatch.
+    if (e.status === undefined || !EndpointAddressSchema.safeParse(e.address).success) return;
     const host = e.address.slice(0, e.address.lastIndexOf(':')).replace(/^\[|\]$/g, '');
     let statusHost: string;
     try {

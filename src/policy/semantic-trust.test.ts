@@ -66,4 +66,21 @@ describe('a routable revision needs recorded behaviour (safe by default)', () =>
     expect(r.ok).toBe(false);
     expect(r.issues[0]!.path).toBe('revisions.llama-b.trust');
   });
+
+  it('warns when two routable revisions that declare other weights record the same generation digest (a copied descriptor)', () => {
+    // Copying llama-a's descriptor for llama-b and changing only the weights revision keeps llama-a's canaries: a
+    // worker that still runs llama-a's weights would then pass llama-b's sidecar check.
+    const r = load((v) => {
+      v['revisions']['llama-b']['descriptor']['canaries'] = { ...v['revisions']['llama-a']['descriptor']['canaries'] };
+    });
+    expect(r.ok).toBe(true);
+    const w = r.issues.filter((x) => x.message.includes('same canary'));
+    expect(w.map((x) => [x.severity, x.path])).toEqual([['warning', 'revisions.llama-b.descriptor.canaries']]);
+    expect(w[0]!.message).toMatch(
+      /revision "llama-b" records the same canary digest as "llama-a" for generation, although they declare different weights: a worker of one passes the other's sidecar check/,
+    );
+    expect(w[0]!.fix).toMatch(/--record llama-b/);
+    // The examples share tokenizer and chat-template digests legitimately: the same tokenizer and template.
+    expect(load(() => {}).issues.filter((x) => x.message.includes('same canary'))).toEqual([]);
+  });
 });

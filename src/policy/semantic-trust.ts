@@ -5,9 +5,26 @@
  * that serves the declared revision; without them every one of those fields is taken on trust. The only way around it
  * is the per-revision `trust: declared-only`, reported here as a warning every time the table is checked.
  */
+import { canonicalJson } from '../compat/canonical-json.js';
+import type { CompatDescriptor } from '../compat/descriptor.js';
 import type { CheckContext } from './semantic-groups.js';
 
 const CANARY_KINDS = ['tokenizer', 'chatTemplate', 'generation'] as const;
+
+/** Which declared fields each canary digest stands for: when they differ, a worker's answer to that probe should too. */
+export const CANARY_MEANING = [
+  { canary: 'tokenizer', what: 'tokenizer', fields: (d: CompatDescriptor): unknown => [d.tokenizer] },
+  { canary: 'chatTemplate', what: 'chat template', fields: (d: CompatDescriptor): unknown => [d.chatTemplate] },
+  { canary: 'generation', what: 'weights', fields: (d: CompatDescriptor): unknown => [d.model.id, d.model.revision, d.adapter] },
+] as const;
+
+/** The canary kinds two descriptors record the same digest for although the fields behind them differ. */
+export function sharedCanaries(a: CompatDescriptor, b: CompatDescriptor): (typeof CANARY_MEANING)[number][] {
+  return CANARY_MEANING.filter(({ canary, fields }) => {
+    const digest = a.canaries?.[canary];
+    return digest !== undefined && digest === b.canaries?.[canary] && canonicalJson(fields(a)) !== canonicalJson(fields(b));
+  });
+}
 
 /** How to record the digests, in the words `policy check` prints (README and docs/operator-guide.md show the same flow). */
 export function recordCanariesFix(revision: string): string {
@@ -42,13 +59,40 @@ export function checkRecordedBehaviour(ctx: CheckContext): void {
       );
       continue;
     }
-    if (missing.length === 0) continue;
+    if (missing.length === 0) {
+      sameCanariesAsEarlier(ctx, name);
+      continue;
+    }
     ctx.add(
       rev.descriptorFile === null ? ['revisions', name, 'descriptor', 'canaries'] : ['revisions', name, 'descriptorFile'],
       `revision "${name}" has pools but no recorded ${missing.join(', ')} canary digest${missing.length > 1 ? 's' : ''}${adapter}` +
         `${rev.descriptorFile === null ? '' : ` in ${rev.descriptorFile}`}; without them no sidecar can tell its workers from ones serving ` +
         'other weights, adapter, tokenizer or chat template, so it takes no traffic',
       recordCanariesFix(name),
+    );
+  }
+}
+
+/**
+ * A routable revision whose digest equals an earlier routable revision's although the fields behind it differ: the
+ * canaries were copied with the descriptor, so a worker of the one passes the other's sidecar check (the very mix-up
+ * the canaries exist to catch). A warning: a tokenizer revision bump with identical files can answer the same.
+ */
+function sameCanariesAsEarlier(ctx: CheckContext, name: string): void {
+  const { table } = ctx;
+  const rev = table.revisions[name]!;
+  for (const [other, o] of Object.entries(table.revisions)) {
+    if (other === name) break; // each pair once, reported on the later revision
+    if (!table.pools.some((p) => p.revision === other)) continue;
+    const shared = sharedCanaries(o.descriptor, rev.descriptor);
+    if (shared.length === 0) continue;
+    ctx.add(
+      rev.descriptorFile === null ? ['revisions', name, 'descriptor', 'canaries'] : ['revisions', name, 'descriptorFile'],
+      `revision "${name}" records the same canary digest as "${other}" for ${shared.map((c) => c.canary).join(', ')}, although they ` +
+        `declare different ${shared.map((c) => c.what).join(', ')}: a worker of one passes the other's sidecar check, so a ` +
+        'worker deployed with the wrong weights, tokenizer or template goes unnoticed (were the canaries copied with the descriptor?)',
+      recordCanariesFix(name),
+      'warning',
     );
   }
 }

@@ -187,6 +187,33 @@ describe('checkRouteTable', () => {
     );
   });
 
+  it('warns about a revision with pools that no rollout or routeVia names: its pools can never take a request', () => {
+    const idle = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' }));
+    const w = only(idle, 'revisions.llama-b');
+    expect([w.severity, w.message]).toEqual([
+      'warning',
+      'revision "llama-b" has pools (b-prefill, b-decode) but no model\'s rollout and no routeVia step names it, so they never take a request',
+    ]);
+    // Still named by a routeVia step (a promoted revision's old stable, kept as the fallback): nothing to say.
+    const fallback = issuesAfter((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+      v['fallback'] = [{ routeVia: { revisions: ['llama-b'] } }, { refuse: { retryAfterSeconds: 5 } }];
+    });
+    expect(fallback.filter((i) => i.path === 'revisions.llama-b')).toEqual([]);
+  });
+
+  it('warns about a candidate without a weight: it defaults to 0, so the candidate takes no new session', () => {
+    const bare = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b' }));
+    const w = only(bare, 'models.llama-3-8b.rollout.candidate');
+    expect([w.severity, w.message]).toEqual([
+      'warning',
+      'model "llama-3-8b": candidate "llama-b" has no rollout.weight, so it takes no new sessions (the weight defaults to 0)',
+    ]);
+    // An explicit 0 is a deliberate state (a paused rollout): nothing to say.
+    const paused = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b', weight: 0 }));
+    expect(paused.filter((i) => i.path === 'models.llama-3-8b.rollout.candidate')).toEqual([]);
+  });
+
   it('refuses a model whose tenants no pool serves', () => {
     const i = only(
       issuesAfter((v) => {
@@ -235,6 +262,11 @@ describe('checkRouteTable', () => {
     expect(only(issues, 'tenancy.source.header').message).toMatch(/^the tenant header "x-kvgate-tenant" is gate-owned/);
     expect(only(issues, 'tenancy.userHeader').message).toMatch(/^the user header "x-gateway-destination-endpoint" is gate-owned/);
     expect(only(issues, 'session.header').message).toMatch(/^the session header "x-kvgate-session" is gate-owned/);
+    // Each fix names a header for that role: x-tenant-id as a user or session header would make every user, or
+    // every session, of a tenant one.
+    expect(only(issues, 'tenancy.source.header').fix).toMatch(/e\.g\. x-tenant-id$/);
+    expect(only(issues, 'tenancy.userHeader').fix).toMatch(/e\.g\. x-user-id$/);
+    expect(only(issues, 'session.header').fix).toMatch(/e\.g\. x-session-id \(the default\)$/);
   });
 
   it('warns about settings that cannot take effect or trust the client', () => {

@@ -136,6 +136,15 @@ function checkRollouts(ctx: CheckContext): void {
         'add rollout.candidate: <revision>, or remove weight',
       );
     }
+    // The schema's default of 0 makes a forgotten weight a candidate that never takes a session, silently.
+    if (rollout.candidate !== undefined && rollout.candidate !== rollout.stable && rollout.weight === undefined) {
+      ctx.add(
+        [...at, 'candidate'],
+        `model "${model}": candidate "${rollout.candidate}" has no rollout.weight, so it takes no new sessions (the weight defaults to 0)`,
+        'set rollout.weight to the percentage of new sessions it should take, or weight: 0 to say the rollout is paused',
+        'warning',
+      );
+    }
   }
 }
 
@@ -159,6 +168,17 @@ function checkRoleCoverage(ctx: CheckContext): void {
         );
       }
       continue;
+    }
+    const named = served.has(name) || table.fallback.some((f) => f.kind === 'routeVia' && f.revisions.includes(name));
+    if (!named) {
+      // A typo in a rollout, or a revision added before its rollout: pools that are polled and rendered but idle.
+      const pools = table.pools.filter((p) => p.revision === name).map((p) => p.name);
+      ctx.add(
+        at,
+        `revision "${name}" has pools (${pools.join(', ')}) but no model's rollout and no routeVia step names it, so they never take a request`,
+        `name it as a model's stable or candidate (check the rollout's spelling), or remove its pools`,
+        'warning',
+      );
     }
     const canDecode = roles.has('decode') || roles.has('both');
     const canPrefill = roles.has('prefill') || roles.has('both');
@@ -255,17 +275,29 @@ function checkTenantNames(ctx: CheckContext): void {
 
 function checkTenancy(ctx: CheckContext): void {
   const { tenancy, session } = ctx.table;
-  const headers: [PathSegment[], string | undefined, string][] = [
-    [['tenancy', 'source', 'header'], tenancy.source.header, 'the tenant header'],
-    [['tenancy', 'userHeader'], tenancy.userHeader, 'the user header'],
-    [['session', 'header'], session.header, 'the session header'],
+  // Each fix names a header for that role: suggesting the tenant header for the user or session would make every
+  // user, or every session, of a tenant one. The session key is the client's own; tenant and user come from auth.
+  const headers: [PathSegment[], string | undefined, string, string][] = [
+    [
+      ['tenancy', 'source', 'header'],
+      tenancy.source.header,
+      'the tenant header',
+      'use a header your authentication layer sets, e.g. x-tenant-id',
+    ],
+    [['tenancy', 'userHeader'], tenancy.userHeader, 'the user header', 'use a header your authentication layer sets, e.g. x-user-id'],
+    [
+      ['session', 'header'],
+      session.header,
+      'the session header',
+      'use a header clients send to name their session, e.g. x-session-id (the default)',
+    ],
   ];
-  for (const [path, name, what] of headers) {
+  for (const [path, name, what, fix] of headers) {
     if (name === undefined || !isGateOwnedHeader(name)) continue;
     ctx.add(
       path,
       `${what} "${name}" is gate-owned: kvgate removes every client-sent x-kvgate-* (and GIE routing) header before reading any header`,
-      'use a header your authentication layer sets, e.g. x-tenant-id',
+      fix,
     );
   }
   if (tenancy.required && tenancy.default !== undefined) {

@@ -21,6 +21,13 @@ describe("an endpoint's status URL", () => {
     expect(withStatus('[fd00::1]:8000', 'http://[fd00::1]:9090').ok).toBe(true);
     expect(withStatus('[fd00::1]:8000', 'http://[fd00::2]:9090').ok).toBe(false);
   });
+
+  it('is not compared against an address that is itself invalid: one error, on the address', () => {
+    // A forgotten port made the host check read "is on host 10.0.1.1, but the endpoint's address is 10.0.1.1" and
+    // suggest http://10.0.1.:9090.
+    const r = withStatus('10.0.1.1', 'http://10.0.1.1:9090');
+    expect(!r.ok && r.error.map((i) => i.path)).toEqual(['pools[0].endpoints[0].address']);
+  });
 });
 
 describe('an endpoint without a status URL', () => {
