@@ -45,7 +45,20 @@ describe('live worker view', () => {
       },
       200,
     );
-    return { poller, view: poller.viewFor(table), advance: (ms: number) => (t += ms) };
+    const view = poller.viewFor(table);
+    return {
+      poller,
+      view,
+      advance: (ms: number) => (t += ms),
+      /** The polled endpoint as the decision core sees it. */
+      polledState: () => view.endpoints('a-decode').find((e) => e.address === polled.address)!,
+      /** The polled endpoint as /status shows it. */
+      entry: () =>
+        poller
+          .poolStates()
+          .find((p) => p.pool === 'a-decode')!
+          .endpoints.find((e) => e.address === polled.address)!,
+    };
   }
   const status = (body: object) => new Response(JSON.stringify(body), { status: 200 });
 
@@ -100,13 +113,7 @@ describe('live worker view', () => {
     const rev = table.revisions.get(pool.revision)!;
     const live = (observed: string | null, state = observed === null ? 'none' : 'match') => ({ state, observed, note: null });
     let body: object = { fingerprint: pool.fingerprint, verified: true, draining: false, nixlHash: { live: live(rev.nixlHash) } };
-    const { poller, view } = setup(() => status(body));
-    const polledState = () => view.endpoints('a-decode').find((e) => e.address === polled.address)!;
-    const entry = () =>
-      poller
-        .poolStates()
-        .find((p) => p.pool === 'a-decode')!
-        .endpoints.find((e) => e.address === polled.address)!;
+    const { poller, polledState, entry } = setup(() => status(body));
     await poller.pollOnce();
     expect(polledState().verified).toBe(true);
     // The sidecar vouches for its worker, but the hash it observed is not this revision's (e.g. it declares another
@@ -130,13 +137,7 @@ describe('live worker view', () => {
     const canaries = rev.descriptor.canaries!;
     const honest = { fingerprint: pool.fingerprint, verified: true, draining: false, trust: 'recorded', descriptor: rev.descriptor };
     let body: object = honest;
-    const { poller, view } = setup(() => status(body));
-    const polledState = () => view.endpoints('a-decode').find((e) => e.address === polled.address)!;
-    const entry = () =>
-      poller
-        .poolStates()
-        .find((p) => p.pool === 'a-decode')!
-        .endpoints.find((e) => e.address === polled.address)!;
+    const { poller, polledState, entry } = setup(() => status(body));
     await poller.pollOnce();
     expect(polledState().verified).toBe(true);
 
