@@ -143,7 +143,7 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
     '    - path: { type: PathPrefix, value: /v1/ }',
     `    backendRefs: [{ name: kvgate-no-such-pool, port: ${String(s.poolPort)} }]`,
     ...poolServiceDocs(decode, s).docs.flatMap((d) => ['---', ...d]),
-    ...networkPolicies(decode, s).flatMap((d) => ['---', ...d]),
+    ...networkPolicies(input.clusters, s).flatMap((d) => ['---', ...d]),
   ];
   return `${lines.join('\n')}\n`;
 }
@@ -155,7 +155,15 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
  * namespace (envoyproxy/gateway internal/infrastructure/kubernetes/proxy/resource_provider.go @00ec57c2, as
  * deploy/gie/envoy-gateway/gateway.yaml cites). The gate's pod label is deploy/kubernetes's, as in istio-security.ts.
  */
-function networkPolicies(decode: readonly RenderCluster[], s: RenderSettings): string[][] {
+function networkPolicies(clusters: readonly RenderCluster[], s: RenderSettings): string[][] {
+  const decode = clusters.filter((c) => c.role === 'decode');
+  const selectorOf = (c: RenderCluster): string | undefined => {
+    const spec = c.service;
+    if ('missing' in spec || spec.namespace !== s.namespace) return undefined; // no Service rendered: the operator's
+    return Object.entries(spec.selector)
+      .map(([k, v]) => `${scalar(k)}: ${scalar(v)}`)
+      .join(', ');
+  };
   const from = [
     '  - from:',
     '    - namespaceSelector: { matchLabels: { kubernetes.io/metadata.name: envoy-gateway-system } }   # both in ONE peer',
@@ -186,10 +194,8 @@ function networkPolicies(decode: readonly RenderCluster[], s: RenderSettings): s
   ];
   for (const c of decode) {
     const spec = c.service;
-    if ('missing' in spec || spec.namespace !== s.namespace) continue; // no Service rendered: the operator's to write
-    const selector = Object.entries(spec.selector)
-      .map(([k, v]) => `${scalar(k)}: ${scalar(v)}`)
-      .join(', ');
+    const selector = selectorOf(c);
+    if (selector === undefined || 'missing' in spec) continue;
     docs.push([
       'apiVersion: networking.k8s.io/v1',
       'kind: NetworkPolicy',
@@ -204,6 +210,38 @@ function networkPolicies(decode: readonly RenderCluster[], s: RenderSettings): s
       ...from,
       `    ports: [{ port: ${String(spec.targetPort)} }]`,
     ]);
+  }
+  // `prefill.via: direct` (the header says why): each decode sidecar dials the prefill endpoint its contract names,
+  // a prefill pool's pod on the pool's port (src/sidecar/prefill-leg.ts), which deploy/kubernetes admits from
+  // kvgate's Envoy and gate only.
+  const decodePeers = decode.map(selectorOf).filter((x): x is string => x !== undefined);
+  let first = true;
+  for (const c of clusters.filter((x) => x.role === 'prefill')) {
+    const spec = c.service;
+    const selector = selectorOf(c);
+    if (selector === undefined || 'missing' in spec || decodePeers.length === 0) continue;
+    docs.push([
+      ...(first
+        ? [
+            "# Decode sidecars (prefill.via: direct) may reach the prefill pools' sidecar port: deploy/kubernetes admits only",
+            "# kvgate's Envoy and gate there.",
+          ]
+        : []),
+      'apiVersion: networking.k8s.io/v1',
+      'kind: NetworkPolicy',
+      'metadata:',
+      `  name: ${poolServiceOf(c, s)}-from-decode-workers`,
+      `  namespace: ${s.namespace}`,
+      'spec:',
+      '  podSelector:',
+      `    matchLabels: { ${selector} }`,
+      '  policyTypes: [Ingress]',
+      '  ingress:',
+      '  - from:',
+      ...decodePeers.map((p) => `    - podSelector: { matchLabels: { ${p} } }`),
+      `    ports: [{ port: ${String(spec.targetPort)} }]`,
+    ]);
+    first = false;
   }
   return docs;
 }
