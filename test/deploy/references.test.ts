@@ -790,7 +790,10 @@ const ALLOWED_DANGLING: { kind: string; name: string; says: DocLine }[] = [
 
 /** The files and addresses inside the configs the pods run. */
 function checkConfigs(cl: Cluster, out: string[]): void {
-  for (const p of cl.pods) {
+  // Gates first: their route tables say which pods the pools are, which Envoy and the sidecars then dial.
+  const isGate = (p: Pod): number => (containers(p.spec).some((c) => String(c['args']?.[0]) === 'gate') ? 1 : 0);
+  const pools: PoolEnds[] = [];
+  for (const p of [...cl.pods].sort((a, b) => isGate(b) - isGate(a))) {
     for (const c of containers(p.spec)) {
       const args: string[] = (c['args'] ?? []).map(String);
       const at = args.findIndex((a) => a === '--config' || a === '-c');
@@ -814,11 +817,20 @@ function checkConfigs(cl: Cluster, out: string[]): void {
         const policy = needFile(cfg['policy'], 'policy');
         if (cfg['keys']?.['file']) needFile(cfg['keys']['file'], 'keys.file');
         for (const k of ['cert', 'key', 'clientCa']) if (cfg['tls']?.[k]) needFile(cfg['tls'][k], `tls.${k}`);
-        if (policy) checkRouteTable(cl, p, c, path.posix.dirname(abs(cfg['policy'])), parse(policy) as Doc, `${p.owner} route table`, out);
+        if (policy)
+          pools.push(
+            ...checkRouteTable(cl, p, c, path.posix.dirname(abs(cfg['policy'])), parse(policy) as Doc, `${p.owner} route table`, out),
+          );
       } else if (args[0] === 'sidecar') {
         needFile(cfg['descriptorFile'], 'descriptorFile');
         if (cfg['keys']?.['file']) needFile(cfg['keys']['file'], 'keys.file');
         const via = cfg['prefill']?.['via'];
+        if (via === 'direct') {
+          // The decode sidecar dials the prefill endpoint the contract names: a prefill pool's pod, on its targetPort
+          // (src/sidecar/prefill-leg.ts prefillTargetUrl).
+          for (const pool of pools.filter((x) => x.role === 'prefill'))
+            reach(cl, `${what} prefill.via direct -> pool ${pool.name}`, [p], pool.ends, out);
+        }
         if (via && typeof via === 'object' && via['envoy']) {
           const u = new URL(via['envoy']);
           const w = `${what} prefill.via.envoy`;
@@ -835,6 +847,12 @@ function checkConfigs(cl: Cluster, out: string[]): void {
           if (typeof node['filename'] === 'string') needFile(node['filename'], 'filename');
         });
         for (const cluster of cfg['static_resources']?.['clusters'] ?? []) {
+          if (cluster['type'] === 'ORIGINAL_DST') {
+            // The stamped endpoint: a pod of a pool the route tables map to this cluster.
+            const mine = pools.filter((x) => x.cluster === cluster['name']);
+            if (mine.length === 0) out.push(`${what} cluster ${cluster['name']}: no route table pool uses it`);
+            for (const pool of mine) reach(cl, `${what} cluster ${cluster['name']} -> pool ${pool.name}`, [p], pool.ends, out);
+          }
           if (!['STRICT_DNS', 'LOGICAL_DNS'].includes(cluster['type'])) continue;
           for (const e of cluster['load_assignment']?.['endpoints'] ?? [])
             for (const lb of e['lb_endpoints'] ?? []) {
@@ -855,7 +873,14 @@ function walkEnvoy(node: unknown, visit: (n: Doc) => void): void {
   }
 }
 
-function checkRouteTable(cl: Cluster, p: Pod, c: Doc, dir: string, table: Doc, what: string, out: string[]): void {
+interface PoolEnds {
+  readonly name: string;
+  readonly cluster: string;
+  readonly role: string;
+  readonly ends: Endpoint[];
+}
+function checkRouteTable(cl: Cluster, p: Pod, c: Doc, dir: string, table: Doc, what: string, out: string[]): PoolEnds[] {
+  const found: PoolEnds[] = [];
   for (const [rev, r] of Object.entries((table['revisions'] ?? {}) as Record<string, Doc>)) {
     const f = fileIn(cl, p, c, path.posix.join(dir, r['descriptorFile']));
     if (!f.ok) out.push(`${what}: revision ${rev} descriptorFile ${r['descriptorFile']}: ${f.why}`);
@@ -876,7 +901,14 @@ function checkRouteTable(cl: Cluster, p: Pod, c: Doc, dir: string, table: Doc, w
           pods.map((pod) => ({ pod, port })),
           out,
         );
+    found.push({
+      name: pool['name'],
+      cluster: pool['cluster'],
+      role: pool['role'],
+      ends: pods.map((pod) => ({ pod, port: k['targetPort'] })),
+    });
   }
+  return found;
 }
 
 function problems(ip: InstallPath): string[] {
