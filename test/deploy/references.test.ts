@@ -770,10 +770,39 @@ function checkSelectors(cl: Cluster, mesh: boolean, out: string[]): void {
         t['kind'] === 'Gateway' ? (cl.proxiesOf(t['name'], n) ?? []) : [],
       );
       for (const e of d['spec']['extProc'] ?? [])
+        for (const b of e['backendRefs'] ?? []) {
+          // A gate whose config has `tls` takes mTLS clients only: Envoy Gateway needs a BackendTLSPolicy (and a client
+          // certificate) for that Service, or the documented note that the operator adds them.
+          const svc = cl.serviceByHost(b['name'], n);
+          const tlsGate = svc && cl.podsSelected(svc['spec']['selector'] ?? {}, nsOf(svc)).some((p) => gateTls(cl, p));
+          const backendTls = cl.docs.some(
+            (x) => x['kind'] === 'BackendTLSPolicy' && (x['spec']['targetRefs'] ?? []).some((t: Doc) => t['name'] === b['name']),
+          );
+          if (tlsGate && !backendTls && !docSays(EG_GATE_TLS))
+            out.push(`${name} extProc: ${b['name']} requires mTLS and nothing configures it`);
+        }
+      for (const e of d['spec']['extProc'] ?? [])
         for (const b of e['backendRefs'] ?? [])
           reach(cl, `${name} extProc`, proxies, checkHostPort(cl, `${name} extProc`, b['name'], b['port'], n, out), out);
     }
   }
+}
+
+/** The shipped Envoy Gateway set does not render the gate's mTLS client side; its header tells the operator to. */
+const EG_GATE_TLS: DocLine = {
+  doc: 'envoy/istio/envoy-gateway.yaml',
+  quote: "the gate's mTLS port: add a BackendTLSPolicy for the gate Service and the client certificate in",
+};
+/** Whether the gate in `pod` runs with `tls` (its --config, as mounted). */
+function gateTls(cl: Cluster, pod: Pod): boolean {
+  for (const c of containers(pod.spec)) {
+    const args: string[] = (c['args'] ?? []).map(String);
+    const at = args.indexOf('--config');
+    if (args[0] !== 'gate' || at < 0) continue;
+    const f = fileIn(cl, pod, c, args[at + 1]!);
+    if (f.content !== undefined && (parse(f.content) as Doc)['tls'] && !(parse(f.content) as Doc)['insecure']) return true;
+  }
+  return false;
 }
 
 /** References a kind's own semantics allow to dangle, with the words that say so. */
