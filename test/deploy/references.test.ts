@@ -444,7 +444,18 @@ function fileIn(cluster: Cluster, pod: Pod, c: Doc, file: string): { ok: boolean
 // The checks: each returns the broken references it finds.
 
 function checkPods(cl: Cluster, out: string[]): void {
+  for (const d of cl.docs.filter((x) => x['kind'] === 'StatefulSet' && x['spec']['serviceName'])) {
+    const svc = d['spec']['serviceName'];
+    if (!cl.find('Service', svc, nsOf(d)) && !ALLOWED_DANGLING.some((a) => a.kind === 'StatefulSet.serviceName' && docSays(a.says)))
+      out.push(`StatefulSet ${d['metadata']['name']}: serviceName ${svc} is no Service`);
+  }
   for (const p of cl.pods) {
+    const scrapePort =
+      p.spec &&
+      (cl.docs.find((d) => `${d['kind']}/${d['metadata']['name']}` === p.owner)?.['spec']?.['template']?.['metadata']?.['annotations'] ??
+        {})['prometheus.io/port'];
+    if (scrapePort !== undefined && !containerPort(p, Number(scrapePort)))
+      out.push(`${p.owner}: prometheus.io/port ${scrapePort} is no container port`);
     if (p.owner.endsWith(' proxy')) continue; // made by the gateway controller with its own service account
     const sa = p.spec['serviceAccountName'] ?? 'default';
     if (sa !== 'default' && !cl.find('ServiceAccount', sa, p.namespace)) out.push(`${p.owner}: ServiceAccount ${sa} does not exist`);
@@ -807,6 +818,13 @@ function gateTls(cl: Cluster, pod: Pod): boolean {
 
 /** References a kind's own semantics allow to dangle, with the words that say so. */
 const ALLOWED_DANGLING: { kind: string; name: string; says: DocLine }[] = [
+  // StatefulSet.spec.serviceName only names the DNS subdomain of its pods; the controller does not require the
+  // Service, and kvgate addresses the workers by pod IP (what the gate's discovery finds), never by per-pod DNS.
+  {
+    kind: 'StatefulSet.serviceName',
+    name: '*',
+    says: { doc: 'deploy/kubernetes/workers.yaml', quote: 'No per-worker Services and no pinned ClusterIPs' },
+  },
   {
     kind: 'Service',
     name: 'kvgate-no-such-pool',
@@ -963,17 +981,40 @@ describe('every reference an operator applies resolves within its install path',
     });
   }
 
-  it('the checks see a broken reference (a renamed Secret, a Service port, a pool label)', () => {
+  it('the checks see a broken reference (a Secret, a Service port, a ConfigMap key, a NetworkPolicy, a pool label)', () => {
     const base = PATHS[0]!;
-    const broken = base.docs.map((d) =>
-      d['kind'] === 'Service' && d['metadata']['name'] === 'kvgate-envoy-internal'
-        ? { ...d, spec: { ...d['spec'], ports: [{ name: 'x', port: 10002, targetPort: 'internal' }] } }
-        : d['kind'] === 'Secret' && d['metadata']['name'] === 'kvgate-keys'
-          ? { ...d, metadata: { ...d['metadata'], name: 'kvgate-key' } }
-          : d,
-    );
+    const broken = base.docs
+      .map((d) =>
+        d['kind'] === 'Service' && d['metadata']['name'] === 'kvgate-envoy-internal'
+          ? { ...d, spec: { ...d['spec'], ports: [{ name: 'x', port: 10002, targetPort: 'internal' }] } }
+          : d['kind'] === 'Secret' && d['metadata']['name'] === 'kvgate-keys'
+            ? { ...d, metadata: { ...d['metadata'], name: 'kvgate-key' } }
+            : d['kind'] === 'ConfigMap' && d['metadata']['name'] === 'kvgate-sidecar'
+              ? { ...d, data: Object.fromEntries(Object.entries(d['data']).filter(([k]) => k !== 'llama-b.yaml')) }
+              : d,
+      )
+      .map((d) =>
+        d['kind'] === 'NetworkPolicy' && d['metadata']['name'] === 'kvgate-workers'
+          ? { ...d, spec: { ...d['spec'], ingress: d['spec']['ingress'].slice(1) } }
+          : d['kind'] === 'StatefulSet' && d['metadata']['name'] === 'vllm-b-decode'
+            ? structuredClone({
+                ...d,
+                spec: {
+                  ...d['spec'],
+                  template: {
+                    ...d['spec']['template'],
+                    metadata: { labels: { 'app.kubernetes.io/name': 'vllm', 'kvgate.io/pool': 'b-decode' } },
+                  },
+                },
+              })
+            : d,
+      );
     const found = problems({ ...base, docs: broken });
-    expect(found.some((x) => x.includes('kvgate-keys, which nothing creates'))).toBe(true);
-    expect(found.some((x) => x.includes('prefill.via.envoy') && x.includes('no port 10001'))).toBe(true);
+    const saw = (...parts: string[]): boolean => found.some((x) => parts.every((p) => x.includes(p)));
+    expect(saw('kvgate-keys, which nothing creates')).toBe(true);
+    expect(saw('prefill.via.envoy', 'no port 10001')).toBe(true);
+    expect(saw('ConfigMap kvgate-sidecar has no key llama-b.yaml')).toBe(true);
+    expect(saw('NetworkPolicy drops Deployment/kvgate-gate -> StatefulSet/vllm-a-decode:9090')).toBe(true);
+    expect(saw('pool b-decode selects no pods')).toBe(true);
   });
 });
