@@ -450,10 +450,8 @@ function checkPods(cl: Cluster, out: string[]): void {
       out.push(`StatefulSet ${d['metadata']['name']}: serviceName ${svc} is no Service`);
   }
   for (const p of cl.pods) {
-    const scrapePort =
-      p.spec &&
-      (cl.docs.find((d) => `${d['kind']}/${d['metadata']['name']}` === p.owner)?.['spec']?.['template']?.['metadata']?.['annotations'] ??
-        {})['prometheus.io/port'];
+    const owner = cl.docs.find((d) => `${d['kind']}/${d['metadata']['name']}` === p.owner);
+    const scrapePort: string | undefined = owner?.['spec']?.['template']?.['metadata']?.['annotations']?.['prometheus.io/port'];
     if (scrapePort !== undefined && !containerPort(p, Number(scrapePort)))
       out.push(`${p.owner}: prometheus.io/port ${scrapePort} is no container port`);
     if (p.owner.endsWith(' proxy')) continue; // made by the gateway controller with its own service account
