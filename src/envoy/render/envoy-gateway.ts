@@ -17,7 +17,7 @@
  * v1.4.1); internal/xds/translator/extproc.go `buildProcessingMode` now sets SEND. The GIE header names that floor.
  */
 import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
-import { gateBreakers, poolBreakers, type RenderInput } from './input.js';
+import { gateBreakers, poolBreakers, type RenderCluster, type RenderInput } from './input.js';
 import { poolServiceDocs, poolServiceOf } from './pool-services.js';
 import { type RenderSettings, renderFlags } from './settings.js';
 import { header, scalar } from './text.js';
@@ -143,8 +143,107 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
     '    - path: { type: PathPrefix, value: /v1/ }',
     `    backendRefs: [{ name: kvgate-no-such-pool, port: ${String(s.poolPort)} }]`,
     ...poolServiceDocs(decode, s).docs.flatMap((d) => ['---', ...d]),
+    ...networkPolicies(input.clusters, s).flatMap((d) => ['---', ...d]),
   ];
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * Envoy Gateway's proxies dial the gate (ext_proc) and the decode pools' pods; deploy/kubernetes/network-policies.yaml
+ * admits only kvgate's own Envoy to either, so without these every request fails closed. Envoy Gateway runs the proxy
+ * pods in its controller's namespace (envoy-gateway-system by default), labelled with the owning Gateway's name and
+ * namespace (envoyproxy/gateway internal/infrastructure/kubernetes/proxy/resource_provider.go @00ec57c2, as
+ * deploy/gie/envoy-gateway/gateway.yaml cites). The gate's pod label is deploy/kubernetes's, as in istio-security.ts.
+ */
+function networkPolicies(clusters: readonly RenderCluster[], s: RenderSettings): string[][] {
+  const decode = clusters.filter((c) => c.role === 'decode');
+  const selectorOf = (c: RenderCluster): string | undefined => {
+    const spec = c.service;
+    if ('missing' in spec || spec.namespace !== s.namespace) return undefined; // no Service rendered: the operator's
+    return Object.entries(spec.selector)
+      .map(([k, v]) => `${scalar(k)}: ${scalar(v)}`)
+      .join(', ');
+  };
+  const from = [
+    '  - from:',
+    '    - namespaceSelector: { matchLabels: { kubernetes.io/metadata.name: envoy-gateway-system } }   # both in ONE peer',
+    '      podSelector:',
+    '        matchLabels:',
+    '          gateway.envoyproxy.io/owning-gateway-name: kvgate',
+    `          gateway.envoyproxy.io/owning-gateway-namespace: ${s.namespace}`,
+  ];
+  const docs: string[][] = [
+    [
+      "# Envoy Gateway's proxies may reach the gate's ext_proc port and the decode pools' sidecar port: deploy/kubernetes/",
+      "# network-policies.yaml admits only kvgate's own Envoy there. Envoy Gateway runs them in ITS OWN namespace",
+      '# (envoy-gateway-system by default; edit the namespace if yours differs), labelled with the owning Gateway',
+      '# (envoyproxy/gateway internal/infrastructure/kubernetes/proxy/resource_provider.go @00ec57c2).',
+      'apiVersion: networking.k8s.io/v1',
+      'kind: NetworkPolicy',
+      'metadata:',
+      '  name: kvgate-gate-from-envoy-gateway',
+      `  namespace: ${s.namespace}`,
+      'spec:',
+      '  podSelector:',
+      '    matchLabels: { app.kubernetes.io/name: kvgate-gate }',
+      '  policyTypes: [Ingress]',
+      '  ingress:',
+      ...from,
+      `    ports: [{ port: ${String(s.gatePort)} }]`,
+    ],
+  ];
+  for (const c of decode) {
+    const spec = c.service;
+    const selector = selectorOf(c);
+    if (selector === undefined || 'missing' in spec) continue;
+    docs.push([
+      'apiVersion: networking.k8s.io/v1',
+      'kind: NetworkPolicy',
+      'metadata:',
+      `  name: ${poolServiceOf(c, s)}-from-envoy-gateway`,
+      `  namespace: ${s.namespace}`,
+      'spec:',
+      '  podSelector:',
+      `    matchLabels: { ${selector} }`,
+      '  policyTypes: [Ingress]',
+      '  ingress:',
+      ...from,
+      `    ports: [{ port: ${String(spec.targetPort)} }]`,
+    ]);
+  }
+  // `prefill.via: direct` (the header says why): each decode sidecar dials the prefill endpoint its contract names,
+  // a prefill pool's pod on the pool's port (src/sidecar/prefill-leg.ts), which deploy/kubernetes admits from
+  // kvgate's Envoy and gate only.
+  const decodePeers = decode.map(selectorOf).filter((x): x is string => x !== undefined);
+  let first = true;
+  for (const c of clusters.filter((x) => x.role === 'prefill')) {
+    const spec = c.service;
+    const selector = selectorOf(c);
+    if (selector === undefined || 'missing' in spec || decodePeers.length === 0) continue;
+    docs.push([
+      ...(first
+        ? [
+            "# Decode sidecars (prefill.via: direct) may reach the prefill pools' sidecar port: deploy/kubernetes admits only",
+            "# kvgate's Envoy and gate there.",
+          ]
+        : []),
+      'apiVersion: networking.k8s.io/v1',
+      'kind: NetworkPolicy',
+      'metadata:',
+      `  name: ${poolServiceOf(c, s)}-from-decode-workers`,
+      `  namespace: ${s.namespace}`,
+      'spec:',
+      '  podSelector:',
+      `    matchLabels: { ${selector} }`,
+      '  policyTypes: [Ingress]',
+      '  ingress:',
+      '  - from:',
+      ...decodePeers.map((p) => `    - podSelector: { matchLabels: { ${p} } }`),
+      `    ports: [{ port: ${String(spec.targetPort)} }]`,
+    ]);
+    first = false;
+  }
+  return docs;
 }
 
 /** One policy covers the HTTPRoute, so its breakers are sized for the largest decode cluster it routes to. */
