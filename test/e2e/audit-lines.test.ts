@@ -281,6 +281,17 @@ const CASES: readonly Case[] = [
     counted: sidecar('decode'),
     trigger: async (rid, text) => answerOf(await post(`${sidecarUrl('decode')}/kvgate/v1/drain`, { note: text }, { 'x-request-id': rid })),
   },
+  // Last: the decode sidecar stays drained.
+  {
+    name: 'a routed request its decode sidecar refuses (draining), recorded by the gate from the response headers',
+    code: 'draining',
+    by: { component: 'sidecar', worker: 'llama-a/decode' },
+    counted: sidecar('decode'),
+    trigger: async (rid, text) => {
+      void t.worker('llama-a', 'decode').sidecar.drain();
+      return publicRequest(completion(text, 1), acme(rid));
+    },
+  },
 ];
 
 /** Lines of one request: under the id the refusing component answered with, or the client's own id on the gate's lines. */
