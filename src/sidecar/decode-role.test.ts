@@ -310,6 +310,23 @@ describe('refusals are recorded on the sidecar that makes them, once', () => {
     expect(record(P, c.requestId)).toMatchObject({ outcome: 'served', audits: 0 });
   });
 
+  // vLLM answers a request its model validators refuse with the pydantic error, whose `input` is the whole request.
+  const quoting = (prompt: string) => ({
+    error: { message: `1 validation error: Value error, bad options [type=value_error, input_value={'prompt': '${prompt}'}]`, code: 400 },
+  });
+
+  it("the decode worker's refusal is audited without its message: vLLM's quotes the prompt", async () => {
+    const c = contract({}, null);
+    const body = completion({ prompt: 'Heron-9d2 private prompt text' });
+    D.spy.answerNext((u) => u === `${decodeSim.url}/v1/completions`, 400, quoting(String(body.prompt)));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, body));
+    expect(r.status).toBe(400);
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+    const audit = D.lines.find((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal')!;
+    expect(audit['reason']).toMatch(/^the decode worker refused the request \(HTTP 400\)/);
+    expect(D.lines.filter((l) => JSON.stringify(l).includes('Heron-9d2'))).toEqual([]);
+  });
+
   it('the decode worker refusing a local request (n: 2) is a refusal on D with one audit line', async () => {
     const c = contract({}, null);
     const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));

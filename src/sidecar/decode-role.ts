@@ -20,7 +20,7 @@ import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext }
 import { sendError } from './http-io.js';
 import { confirmDecodeWorker } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, checkPromptFits, checkRequestShape, kvParamsOf, toPrefillBody } from './openai-body.js';
-import { workerRefusalCode, type Outcome } from './outcome.js';
+import { workerRefusalCode, workerRefusalReason, type Outcome } from './outcome.js';
 import { PREFILL_STATUS, type PrefillLegInput } from './prefill-leg.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
 import { countPromptTokens, probedMaxModelLen } from './prompt-count.js';
@@ -304,8 +304,9 @@ function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId:
       if (relayed.status < 400) return { outcome: success };
       // The worker's own error went to the client verbatim; a refusal of what the client sent is recorded as one.
       const code = workerRefusalCode(relayed.status);
-      const reason = `the decode worker refused the request (HTTP ${relayed.status}): ${relayed.message ?? ''}`;
-      return code === undefined ? { outcome: 'failed', code: 'worker_error' } : { outcome: 'refused', code, reason };
+      return code === undefined
+        ? { outcome: 'failed', code: 'worker_error' }
+        : { outcome: 'refused', code, reason: workerRefusalReason('decode', relayed.status) };
     }
     case 'client_gone':
       return { outcome: 'failed', code: 'worker_error' };

@@ -281,6 +281,13 @@ const CASES: readonly Case[] = [
     counted: sidecar('decode'),
     trigger: async (rid, text) => answerOf(await post(`${sidecarUrl('decode')}/kvgate/v1/drain`, { note: text }, { 'x-request-id': rid })),
   },
+  {
+    name: 'a routed request its prefill worker refuses (n: 2), relayed by the decode sidecar',
+    code: 'bad_request',
+    by: { component: 'sidecar', worker: 'llama-a/prefill' },
+    counted: sidecar('prefill'),
+    trigger: (rid, text) => publicRequest({ ...completion(text, 1), n: 2 }, acme(rid)),
+  },
   // Last: the decode sidecar stays drained.
   {
     name: 'a routed request its decode sidecar refuses (draining), recorded by the gate from the response headers',
