@@ -6,19 +6,23 @@
  * refusing component moved by exactly one, under a code from the closed set; and no log line holds the request's
  * prompt or key material. After all of them, `/metrics` of the gate and the sidecars still passes promtool.
  *
- * Refusal paths not triggered here, because nothing outside a running gate or sidecar can reach them, and the test
- * that covers each audit line:
- * - a stream refused for its client certificate (gRPC PERMISSION_DENIED, `code: permission_denied`):
- *   src/gate/mtls.test.ts;
- * - a request still undecided when the gate's drain grace runs out (`code: draining`): test/e2e/gate-drain.test.ts;
- * - a gate failure while answering (`code: internal`, gRPC INTERNAL): src/gate/server.test.ts;
- * - the gate's queue (429 `queue_full`, 504 `queue_deadline_exceeded`) and 503 `no_compatible_capacity`:
- *   src/gate/admission.test.ts, src/gate/wait-queue.test.ts, test/e2e/capacity.test.ts;
- * - a sidecar's admission refusals (503 `worker_unverified`, 429 `queue_full`) and its wrong-endpoint check:
- *   src/sidecar/server.test.ts; an attestation the decode side refuses (409 `incompatible_transfer` /
- *   `attestation_invalid`): src/sidecar/decode-role.test.ts, test/e2e/observability.test.ts;
- * - a refusal the decode sidecar relays (its prefill side's, or the gate's hop check's: `relayed: true`, no second
- *   line): src/sidecar/decode-role.test.ts; a worker's own 4xx, whose message may quote the prompt:
+ * Refusal paths not triggered here, because nothing outside a running gate or sidecar reaches them on demand, and
+ * the test that covers each one's audit line:
+ * - a stream refused for its client certificate (gRPC PERMISSION_DENIED, `code: permission_denied`, counted in
+ *   kvgate_ext_proc_streams_refused_total): src/gate/mtls.test.ts;
+ * - a request still undecided when the gate's drain grace runs out (`code: draining`), and a gate failure while
+ *   answering (`code: internal`, gRPC INTERNAL; both counted in kvgate_ext_proc_stream_errors_total):
+ *   src/gate/server.test.ts ("audits each request a drain or a gate failure refuses, once");
+ * - the gate's queue (429 `queue_full`, 504 `queue_deadline_exceeded`): the same decision refusal path as every gate
+ *   refusal here (ExtProcSession #record); the decisions in src/gate/admission.test.ts and src/gate/wait-queue.test.ts,
+ *   a queue refusal's audit line in src/gate/session.test.ts;
+ * - a sidecar's 429 `queue_full`: the same admission path as `draining` and `worker_unverified` here;
+ *   src/sidecar/server.test.ts;
+ * - 409 `attestation_invalid` (a forged or swapped attestation): only a prefill side that lies can send one;
+ *   src/sidecar/attestation-check.test.ts, audited on the path `incompatible_transfer` takes here;
+ * - a refusal the decode sidecar relays from the gate's hop check: the same relay as a prefill side's refusal here
+ *   (`relayed: true`, no second line); src/sidecar/decode-role.test.ts;
+ * - a worker's 4xx whose message quotes the prompt (vLLM's validation errors; the simulator's never do):
  *   src/sidecar/prefill-role.test.ts, src/sidecar/decode-role.test.ts.
  */
 import { randomUUID } from 'node:crypto';
@@ -55,11 +59,13 @@ beforeAll(async () => {
   t = await startTopology({
     logger: pino({ level: 'debug' }, sink),
     candidateWeight: 0,
-    // One poll at start: a sidecar drained by the last case is still routed to, so its refusal comes back through Envoy.
+    // One poll at start: a sidecar drained by a late case is still routed to, so its refusal comes back through Envoy.
     workerViewIntervalMs: 60_000,
     sidecarProbeIntervalMs: 60_000,
     // A drained sidecar refuses at once; a trickled body is refused after the shortest wait the config allows.
     sidecar: { drainAnnounceMs: 0, bodyTimeoutMs: 100 },
+    // A small body limit, so a body over it still fits Envoy's buffer and reaches the gate.
+    routeTable: { limits: { maxBodyBytes: 16_384 } },
   });
 });
 afterAll(() => t.close());
@@ -98,8 +104,14 @@ function publicRequest(body: unknown, headers: Record<string, string>, method = 
   });
 }
 
-function contractFields(requestId: string, promptText: string): { contract: string; body: Record<string, unknown> } {
-  const fingerprint = t.gate.policy.current().revisions.get('llama-a')!.fingerprint;
+function contractFields(
+  requestId: string,
+  promptText: string,
+  revision: 'llama-a' | 'llama-b' = 'llama-a',
+  decodeEndpoint = t.worker(revision, 'decode').address,
+): { contract: string; body: Record<string, unknown> } {
+  const fingerprint = t.gate.policy.current().revisions.get(revision)!.fingerprint;
+  const p = revision === 'llama-a' ? 'a' : 'b';
   const now = Date.now();
   const fields: Omit<TransferContract, 'kind'> = {
     requestId,
@@ -108,23 +120,25 @@ function contractFields(requestId: string, promptText: string): { contract: stri
     tenantScope: 'tenant:acme',
     tenant: 'acme',
     model: SERVED_MODEL,
-    revision: 'llama-a',
+    revision,
     adapter: null,
     cacheSaltDigest: '0'.repeat(64),
     promptDigest: '0'.repeat(64),
     issuedAtMs: now,
     expiresAtMs: now + 30_000,
-    decode: { cluster: 'a_decode', endpoint: t.worker('llama-a', 'decode').address },
-    prefill: { cluster: 'a_prefill', endpoint: t.worker('llama-a', 'prefill').address },
+    decode: { cluster: `${p}_decode`, endpoint: decodeEndpoint },
+    prefill: { cluster: `${p}_prefill`, endpoint: t.worker(revision, 'prefill').address },
   };
   return gateSigned(t.keys, fields, { ...completion(promptText, 1), kv_transfer_params: TOY_PROXY_PREFILL_KV });
 }
 
 /** A prefill leg straight to the prefill sidecar, playing the decode sidecar's part with a gate-signed contract. */
-async function directLeg(requestId: string, signed: { contract: string; body: Record<string, unknown> }): Promise<Answer> {
-  return answerOf(
-    await post(`${sidecarUrl('prefill')}/v1/completions`, signed.body, { 'x-request-id': requestId, [H.contract]: signed.contract }),
-  );
+async function directLeg(
+  requestId: string,
+  signed: { contract: string; body: Record<string, unknown> },
+  url = sidecarUrl('prefill'),
+): Promise<Answer> {
+  return answerOf(await post(`${url}/v1/completions`, signed.body, { 'x-request-id': requestId, [H.contract]: signed.contract }));
 }
 
 /** Headers and part of a body, then nothing: the sidecar's body timeout answers. */
@@ -175,6 +189,8 @@ interface Case {
   readonly by: { component: 'gate' } | { component: 'sidecar'; worker: string };
   /** Where the refusal is counted (a relayed one is counted where it was made, and may be elsewhere too). */
   readonly counted: Counted;
+  /** Routed through the gate and refused behind it: the gate records it from the response headers too. */
+  readonly routed?: true;
   /** Only where HTTP has a more precise status than the code's (src/sidecar/http-io.ts sendError). */
   readonly status?: number;
   readonly trigger: (rid: string, text: string) => Promise<Answer>;
@@ -226,6 +242,13 @@ const CASES: readonly Case[] = [
     trigger: (rid, text) => publicRequest(completion(text, 1), acme(rid), 'PUT'),
   },
   {
+    name: 'a body over the route table limit',
+    code: 'body_too_large',
+    by: { component: 'gate' },
+    counted: GATE,
+    trigger: (rid, text) => publicRequest(completion(`${text} ${'padding '.repeat(4096)}`, 1), acme(rid)),
+  },
+  {
     name: 'a prefill leg that leaves its group (internal listener)',
     code: 'mixed_revision',
     by: { component: 'gate' },
@@ -259,12 +282,30 @@ const CASES: readonly Case[] = [
     },
   },
   {
+    name: 'a contract for another decode worker',
+    code: 'contract_invalid',
+    by: { component: 'sidecar', worker: 'llama-a/decode' },
+    counted: sidecar('decode'),
+    trigger: (rid, text) => directLeg(rid, contractFields(rid, text, 'llama-a', '127.0.0.1:9'), sidecarUrl('decode')),
+  },
+  {
     name: 'a body that never finishes arriving',
     code: 'bad_request',
     status: 408,
     by: { component: 'sidecar', worker: 'llama-a/prefill' },
     counted: sidecar('prefill'),
     trigger: (rid, text) => trickle(rid, contractFields(rid, text)),
+  },
+  {
+    name: 'a worker its sidecar no longer verifies (llama-b, restarted with another tokenizer)',
+    code: 'worker_unverified',
+    by: { component: 'sidecar', worker: 'llama-b/prefill' },
+    counted: { ...sidecar('prefill'), url: () => t.worker('llama-b', 'prefill').sidecar.url },
+    trigger: async (rid, text) => {
+      const w = await t.restartWorker('llama-b', 'prefill', { behaveAs: { tokenizer: { revision: 'tok-changed' } } });
+      expect((await w.sidecar.probe()).verified).toBe(false);
+      return directLeg(rid, contractFields(rid, text, 'llama-b'), w.sidecar.url);
+    },
   },
   {
     name: 'the Responses API',
@@ -283,19 +324,48 @@ const CASES: readonly Case[] = [
   },
   {
     name: 'a routed request its prefill worker refuses (n: 2), relayed by the decode sidecar',
+    routed: true,
     code: 'bad_request',
     by: { component: 'sidecar', worker: 'llama-a/prefill' },
     counted: sidecar('prefill'),
     trigger: (rid, text) => publicRequest({ ...completion(text, 1), n: 2 }, acme(rid)),
   },
+  {
+    name: 'a routed request whose attestation its decode sidecar refuses (the decode worker restarted with another tokenizer)',
+    routed: true,
+    code: 'incompatible_transfer',
+    by: { component: 'sidecar', worker: 'llama-a/decode' },
+    counted: sidecar('decode'),
+    trigger: async (rid, text) => {
+      await t.restartWorker('llama-a', 'decode', { behaveAs: { tokenizer: { revision: 'tok-changed' } } });
+      try {
+        return await publicRequest(completion(text, 1), acme(rid));
+      } finally {
+        const w = await t.restartWorker('llama-a', 'decode', { behaveAs: {} });
+        expect((await w.sidecar.probe()).verified).toBe(true);
+        await t.gate.refreshWorkerView(); // routable again for the cases after this one
+      }
+    },
+  },
   // Last: the decode sidecar stays drained.
   {
     name: 'a routed request its decode sidecar refuses (draining), recorded by the gate from the response headers',
+    routed: true,
     code: 'draining',
     by: { component: 'sidecar', worker: 'llama-a/decode' },
     counted: sidecar('decode'),
     trigger: async (rid, text) => {
       void t.worker('llama-a', 'decode').sidecar.drain();
+      return publicRequest(completion(text, 1), acme(rid));
+    },
+  },
+  {
+    name: 'no verified capacity left for the tenant (the drained decode side, once the gate has seen it)',
+    code: 'no_compatible_capacity',
+    by: { component: 'gate' },
+    counted: GATE,
+    trigger: async (rid, text) => {
+      await t.gate.refreshWorkerView();
       return publicRequest(completion(text, 1), acme(rid));
     },
   },
@@ -319,7 +389,7 @@ describe('every refusal is one audit line, where it was made', () => {
     expect(await eventually(async () => (await counter(c.counted.url(), c.counted.name, c.counted.labels(c.code))) > before)).toBe(true);
     expect(await counter(c.counted.url(), c.counted.name, c.counted.labels(c.code))).toBe(before + 1);
     // A refusal behind a route is also what the gate records from the response headers: let that land before counting lines.
-    if (c.by.component === 'sidecar' && c.name.startsWith('a routed'))
+    if (c.routed)
       expect(
         await eventually(async () => (await counter(gateAdmin(), 'kvgate_routed_responses_total', { outcome: 'refused' })) > routedBefore),
       ).toBe(true);
@@ -331,6 +401,11 @@ describe('every refusal is one audit line, where it was made', () => {
     expect(line).toMatchObject({ ...c.by, code: c.code, request_id: a.requestId });
     expect(typeof line['reason'] === 'string' && line['reason'] !== '').toBe(true);
     expect(isErrorCode(line['code'])).toBe(true);
+    if (c.routed) {
+      // The gate's own record of it: counted once, noted once, and neither is an audit line.
+      expect(await counter(gateAdmin(), 'kvgate_routed_responses_total', { outcome: 'refused' })).toBe(routedBefore + 1);
+      expect(mine.filter((l) => l['event'] === 'upstream_refusal').map((l) => [l['component'], l['code']])).toEqual([['gate', c.code]]);
+    }
     // Nothing of the prompt, on any line of any component, for this request or any other.
     expect(lines.filter((l) => JSON.stringify(l).includes(MARKER)).map((l) => `${l['component']}: ${l['msg']}`)).toEqual([]);
   });
