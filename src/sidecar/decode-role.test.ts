@@ -327,6 +327,18 @@ describe('refusals are recorded on the sidecar that makes them, once', () => {
     expect(D.lines.filter((l) => JSON.stringify(l).includes('Heron-9d2'))).toEqual([]);
   });
 
+  it("a prompt the decode worker's /tokenize refuses is audited without the worker's message: vLLM's quotes the prompt", async () => {
+    const c = contract();
+    const body = completion({ prompt: 'Heron-9d2 prompt the tokenizer refuses' });
+    D.spy.answerNext((u) => u === `${decodeSim.url}/tokenize`, 400, quoting(String(body.prompt)));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, body));
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+    const audit = D.lines.find((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal')!;
+    expect(audit['reason']).toMatch(/^this decode worker could not tokenize the prompt \(HTTP 400\)/);
+    expect(D.lines.filter((l) => JSON.stringify(l).includes('Heron-9d2'))).toEqual([]);
+  });
+
   it('the decode worker refusing a local request (n: 2) is a refusal on D with one audit line', async () => {
     const c = contract({}, null);
     const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));

@@ -23,7 +23,7 @@ import { ATTESTATION_KEY, checkClientKvParams, checkPromptFits, checkRequestShap
 import { workerRefusalCode, workerRefusalReason, type Outcome } from './outcome.js';
 import { PREFILL_STATUS, type PrefillLegInput } from './prefill-leg.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
-import { countPromptTokens, probedMaxModelLen } from './prompt-count.js';
+import { countPromptTokens, probedMaxModelLen, tokenizeRefusalReason } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 import { nextTurn } from './shared-read.js';
 import { SILENT_RECOMPUTE, silentRecomputeCheck } from './silent-recompute.js';
@@ -172,7 +172,11 @@ async function decodeAfterPrefill(
   const params = kvParamsOf(prefill.value.body);
   if (params === undefined) return local(ctx, call, res, headers, requestId, 'the prefill worker kept no KV for this request');
   // A prompt this worker's /tokenize refuses (4xx) is the client's; one it could not count is a worker failure.
-  if (!count.ok) return refuse(count.error, count.error.status < 500 ? 'refused' : 'failed');
+  if (!count.ok) {
+    if (count.error.status >= 500) return refuse(count.error, 'failed');
+    sendError(res, count.error, requestId);
+    return { outcome: 'refused', code: count.error.code, reason: tokenizeRefusalReason(count.error) };
+  }
   const checked = checkAttestedTransfer({
     params,
     contract,
