@@ -487,6 +487,21 @@ describe('transfer failures', () => {
     expect(await scrape(D.sidecar)).not.toContain('kvgate_sidecar_prefill_reruns_total{');
   });
 
+  it('onTransferFailure fail: a KV load the decode worker refuses as incompatible is a 409 refusal, audited once here', async () => {
+    const c = contract();
+    D.spy.answerNext((u) => u === `${decodeSim.url}/v1/completions`, 500, {
+      error: { message: 'NIXL compatibility hash mismatch. Local: 1a, Remote: 2b.', code: 500 },
+    });
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect([r.status, r.body.error.code]).toEqual([409, 'incompatible_transfer']);
+    // The gate counts it refused from the answer's x-kvgate-reject-reason and audits nothing: this line is its only one.
+    const mine = D.lines.filter((l) => l['request_id'] === c.requestId);
+    expect(mine.find((l) => l['msg'] === 'request done')).toMatchObject({ outcome: 'refused', code: 'incompatible_transfer' });
+    const audits = mine.filter((l) => 'audit' in l);
+    expect(audits).toHaveLength(1);
+    expect(audits[0]).toMatchObject({ audit: 'refusal', code: 'incompatible_transfer', reason: r.body.error.message });
+  });
+
   it('onTransferFailure recompute: the same failure is recomputed locally and matches the baseline, streamed too', async () => {
     const R = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode', { onTransferFailure: 'recompute' }));
     track(R.sidecar);

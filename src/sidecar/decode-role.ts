@@ -299,7 +299,9 @@ async function afterTransfer(
       'onTransferFailure is "fail": retry the request, or set onTransferFailure: recompute to prefill locally instead',
   );
   sendError(res, e, requestId);
-  return { outcome: 'failed', code: e.code };
+  // A transfer the worker refused as incompatible is answered as a refusal (409, what the gate counts `refused`), so
+  // it is one here, with its audit line; any other failed load is a worker failure.
+  return handshake ? { outcome: 'refused', code: e.code, reason: e.reason } : { outcome: 'failed', code: e.code };
 }
 
 function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId: string, success: Outcome['outcome']): Outcome {
