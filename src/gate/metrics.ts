@@ -47,7 +47,7 @@ export function createGateMetrics(registry: Registry): GateMetrics {
   });
   const routedResponseCounts = new PendingCounter({
     name: 'kvgate_routed_responses_total',
-    help: 'Responses to routed requests, by bound revision and outcome: served (status < 400), refused (a sidecar refused; code = its x-kvgate-reject-reason), failed (code = http_4xx / http_5xx).',
+    help: 'Responses to routed requests, by bound revision and outcome: served (status < 400), refused (a sidecar refused; code = its x-kvgate-reject-reason), failed (code = worker_error / internal as a sidecar named it, else http_4xx / http_5xx).',
     labelNames: ['revision', 'outcome', 'code'] as const,
     registers,
   });

@@ -78,7 +78,7 @@ const count = async (registry: Registry, labels: Record<string, string>) =>
   )?.value ?? 0;
 
 describe('session: after the route', () => {
-  it("counts a sidecar's refusal per revision with its code and writes one upstream_refusal audit line", async () => {
+  it("counts a sidecar's refusal per revision with its code and notes it in one upstream_refusal line, not a second audit line", async () => {
     const t = setup(false);
     const s = t.session();
     await routed(s, 'r-refused');
@@ -86,8 +86,10 @@ describe('session: after the route', () => {
       responseHeaders({ ':status': '409', 'x-kvgate-reject-reason': 'incompatible_transfer', 'content-type': 'application/json' }),
     );
     expect(answer?.response_headers).toBeDefined(); // still answered: Envoy waits for it
-    const audit = t.lines.filter((l) => l['audit'] === 'upstream_refusal');
+    const audit = t.lines.filter((l) => l['event'] === 'upstream_refusal');
     expect(audit).toHaveLength(1);
+    // The sidecar that refused audited it; the gate only records what came back.
+    expect(t.lines.filter((l) => 'audit' in l)).toEqual([]);
     expect(audit[0]).toMatchObject({
       request_id: 'generated',
       client_request_id: 'r-refused',

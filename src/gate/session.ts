@@ -542,7 +542,11 @@ export class ExtProcSession {
     }
   }
 
-  /** A routed request's response came back: count it per revision; a refusal behind the route gets its audit line. */
+  /**
+   * A routed request's response came back: count it per revision, and note a refusal behind the route. The note is
+   * not an audit line: the sidecar that refused wrote that one, and a refusal has exactly one (docs/security.md
+   * section 9); a second with `audit` set made every routed refusal count twice in an audit query.
+   */
   #recordOutcome(routed: RoutedState, headers: WireHeaderMap | undefined): void {
     // Two values, not the whole response header map (read as readHeaderMap would read them).
     const status = headerValueOf(headers, ':status');
@@ -551,7 +555,7 @@ export class ExtProcSession {
     if (o.outcome === 'refused') {
       this.#log().warn(
         {
-          audit: 'upstream_refusal',
+          event: 'upstream_refusal',
           code: o.code,
           status: status ?? null,
           revision: routed.revision,

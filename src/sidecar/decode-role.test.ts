@@ -310,6 +310,35 @@ describe('refusals are recorded on the sidecar that makes them, once', () => {
     expect(record(P, c.requestId)).toMatchObject({ outcome: 'served', audits: 0 });
   });
 
+  // vLLM answers a request its model validators refuse with the pydantic error, whose `input` is the whole request.
+  const quoting = (prompt: string) => ({
+    error: { message: `1 validation error: Value error, bad options [type=value_error, input_value={'prompt': '${prompt}'}]`, code: 400 },
+  });
+
+  it("the decode worker's refusal is audited without its message: vLLM's quotes the prompt", async () => {
+    const c = contract({}, null);
+    const body = completion({ prompt: 'Heron-9d2 private prompt text' });
+    D.spy.answerNext((u) => u === `${decodeSim.url}/v1/completions`, 400, quoting(String(body.prompt)));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, body));
+    expect(r.status).toBe(400);
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+    const audit = D.lines.find((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal')!;
+    expect(audit['reason']).toMatch(/^the decode worker refused the request \(HTTP 400\)/);
+    expect(D.lines.filter((l) => JSON.stringify(l).includes('Heron-9d2'))).toEqual([]);
+  });
+
+  it("a prompt the decode worker's /tokenize refuses is audited without the worker's message: vLLM's quotes the prompt", async () => {
+    const c = contract();
+    const body = completion({ prompt: 'Heron-9d2 prompt the tokenizer refuses' });
+    D.spy.answerNext((u) => u === `${decodeSim.url}/tokenize`, 400, quoting(String(body.prompt)));
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, body));
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
+    const audit = D.lines.find((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal')!;
+    expect(audit['reason']).toMatch(/^this decode worker could not tokenize the prompt \(HTTP 400\)/);
+    expect(D.lines.filter((l) => JSON.stringify(l).includes('Heron-9d2'))).toEqual([]);
+  });
+
   it('the decode worker refusing a local request (n: 2) is a refusal on D with one audit line', async () => {
     const c = contract({}, null);
     const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));
@@ -456,6 +485,21 @@ describe('transfer failures', () => {
     expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_transfer_failures_total{action="fail"} 1');
     // Direct mode: the contract names one prefill endpoint, so no second leg runs anywhere else.
     expect(await scrape(D.sidecar)).not.toContain('kvgate_sidecar_prefill_reruns_total{');
+  });
+
+  it('onTransferFailure fail: a KV load the decode worker refuses as incompatible is a 409 refusal, audited once here', async () => {
+    const c = contract();
+    D.spy.answerNext((u) => u === `${decodeSim.url}/v1/completions`, 500, {
+      error: { message: 'NIXL compatibility hash mismatch. Local: 1a, Remote: 2b.', code: 500 },
+    });
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect([r.status, r.body.error.code]).toEqual([409, 'incompatible_transfer']);
+    // The gate counts it refused from the answer's x-kvgate-reject-reason and audits nothing: this line is its only one.
+    const mine = D.lines.filter((l) => l['request_id'] === c.requestId);
+    expect(mine.find((l) => l['msg'] === 'request done')).toMatchObject({ outcome: 'refused', code: 'incompatible_transfer' });
+    const audits = mine.filter((l) => 'audit' in l);
+    expect(audits).toHaveLength(1);
+    expect(audits[0]).toMatchObject({ audit: 'refusal', code: 'incompatible_transfer', reason: r.body.error.message });
   });
 
   it('onTransferFailure recompute: the same failure is recomputed locally and matches the baseline, streamed too', async () => {

@@ -20,10 +20,10 @@ import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext }
 import { sendError } from './http-io.js';
 import { confirmDecodeWorker } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, checkPromptFits, checkRequestShape, kvParamsOf, toPrefillBody } from './openai-body.js';
-import { workerRefusalCode, type Outcome } from './outcome.js';
+import { workerRefusalCode, workerRefusalReason, type Outcome } from './outcome.js';
 import { PREFILL_STATUS, type PrefillLegInput } from './prefill-leg.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
-import { countPromptTokens, probedMaxModelLen } from './prompt-count.js';
+import { countPromptTokens, probedMaxModelLen, tokenizeRefusalReason } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
 import { nextTurn } from './shared-read.js';
 import { SILENT_RECOMPUTE, silentRecomputeCheck } from './silent-recompute.js';
@@ -172,7 +172,11 @@ async function decodeAfterPrefill(
   const params = kvParamsOf(prefill.value.body);
   if (params === undefined) return local(ctx, call, res, headers, requestId, 'the prefill worker kept no KV for this request');
   // A prompt this worker's /tokenize refuses (4xx) is the client's; one it could not count is a worker failure.
-  if (!count.ok) return refuse(count.error, count.error.status < 500 ? 'refused' : 'failed');
+  if (!count.ok) {
+    if (count.error.status >= 500) return refuse(count.error, 'failed');
+    sendError(res, count.error, requestId);
+    return { outcome: 'refused', code: count.error.code, reason: tokenizeRefusalReason(count.error) };
+  }
   const checked = checkAttestedTransfer({
     params,
     contract,
@@ -295,7 +299,9 @@ async function afterTransfer(
       'onTransferFailure is "fail": retry the request, or set onTransferFailure: recompute to prefill locally instead',
   );
   sendError(res, e, requestId);
-  return { outcome: 'failed', code: e.code };
+  // A transfer the worker refused as incompatible is answered as a refusal (409, what the gate counts `refused`), so
+  // it is one here, with its audit line; any other failed load is a worker failure.
+  return handshake ? { outcome: 'refused', code: e.code, reason: e.reason } : { outcome: 'failed', code: e.code };
 }
 
 function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId: string, success: Outcome['outcome']): Outcome {
@@ -304,8 +310,9 @@ function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId:
       if (relayed.status < 400) return { outcome: success };
       // The worker's own error went to the client verbatim; a refusal of what the client sent is recorded as one.
       const code = workerRefusalCode(relayed.status);
-      const reason = `the decode worker refused the request (HTTP ${relayed.status}): ${relayed.message ?? ''}`;
-      return code === undefined ? { outcome: 'failed', code: 'worker_error' } : { outcome: 'refused', code, reason };
+      return code === undefined
+        ? { outcome: 'failed', code: 'worker_error' }
+        : { outcome: 'refused', code, reason: workerRefusalReason('decode', relayed.status) };
     }
     case 'client_gone':
       return { outcome: 'failed', code: 'worker_error' };

@@ -33,3 +33,12 @@ export function workerRefusalCode(status: number): ErrorCode | undefined {
   if (status === 413) return 'body_too_large';
   return undefined;
 }
+
+/**
+ * The audit reason of a worker's refusal (`workerRefusalCode`): its status, never its message. vLLM answers a request
+ * its validators refuse with the pydantic error, whose `input` is the request it refused, prompt included; the
+ * client still gets that answer verbatim (its own prompt, to itself), but an audit line never holds prompt text.
+ */
+export function workerRefusalReason(role: 'prefill' | 'decode', status: number): string {
+  return `the ${role} worker refused the request (HTTP ${status}); its answer went to the client unchanged and is not logged, since a worker's message may quote the prompt`;
+}

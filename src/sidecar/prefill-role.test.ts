@@ -195,6 +195,23 @@ describe('prefill role', () => {
     expect(mine.find((l) => l['msg'] === 'request done')).toMatchObject({ outcome: 'refused', code: 'bad_request' });
     const audits = mine.filter((l) => l['audit'] === 'refusal');
     expect(audits).toHaveLength(1);
-    expect(String(audits[0]!['reason'])).toMatch(/^the prefill worker refused the request \(HTTP 400\): Injected fault/);
+    expect(String(audits[0]!['reason'])).toMatch(/^the prefill worker refused the request \(HTTP 400\)/);
+  });
+
+  it("audits its worker's refusal without the worker's message: vLLM's quotes the prompt it refused", async () => {
+    // vLLM answers a request its model validators refuse with the pydantic error, whose `input` is the whole request.
+    const text = 'Heron-9d2 private prompt text';
+    p.spy.answerNext((u) => u === `${sim.url}/v1/completions`, 400, {
+      error: { message: `1 validation error: Value error [type=value_error, input_value={'prompt': '${text}'}]`, code: 400 },
+    });
+    const c = contract();
+    const r = await postJson(`${p.sidecar.url}/v1/completions`, ...bound(c, { model: MODEL, prompt: text }));
+    // The client still gets its worker's answer verbatim: its own prompt, to itself.
+    expect([r.status, String(r.body.error.message).includes(text)]).toEqual([400, true]);
+    const audits = p.lines.filter((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal');
+    expect(audits).toHaveLength(1);
+    expect(audits[0]).toMatchObject({ code: 'bad_request' });
+    expect(String(audits[0]!['reason'])).toMatch(/^the prefill worker refused the request \(HTTP 400\)/);
+    expect(p.lines.filter((l) => JSON.stringify(l).includes('Heron-9d2'))).toEqual([]);
   });
 });

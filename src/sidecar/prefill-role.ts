@@ -15,12 +15,12 @@ import { normalizeKvLayout } from '../compat/normalize.js';
 import { KvgateError } from '../errors.js';
 import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { inChildSpan } from './spans.js';
-import { callUpstream, parseJsonObject, sendError, sendJson, upstreamMessage } from './http-io.js';
+import { callUpstream, parseJsonObject, sendError, sendJson } from './http-io.js';
 import { confirmPrefillEngine } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, checkRequestShape, kvParamsOf, toPrefillBody, usagePromptTokens } from './openai-body.js';
 import { probedMaxModelLen } from './prompt-count.js';
 import { H } from '../headers.js';
-import { workerRefusalCode, type Outcome } from './outcome.js';
+import { workerRefusalCode, workerRefusalReason, type Outcome } from './outcome.js';
 import { attestableDigest, clientWantsTokenIds, withoutTokenIds, withTokenIdsRequested } from './prompt-ids.js';
 
 function servedBy(ctx: SidecarContext): Record<string, string> {
@@ -80,7 +80,7 @@ export async function servePrefill(
     // A request the worker refused as the client sent it is this sidecar's refusal to audit (the decode side only relays it).
     const code = workerRefusalCode(status);
     if (code === undefined) return { outcome: 'failed', code: 'worker_error' };
-    return { outcome: 'refused', code, reason: `the prefill worker refused the request (HTTP ${status}): ${upstreamMessage(text)}` };
+    return { outcome: 'refused', code, reason: workerRefusalReason('prefill', status) };
   }
   const parsed = parseJsonObject(reply.value.text, "the prefill worker's answer");
   if (!parsed.ok) return fail(new KvgateError('worker_error', parsed.error.reason));

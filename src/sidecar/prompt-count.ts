@@ -16,6 +16,20 @@ export interface LocalPrompt {
   readonly digest?: string | undefined;
 }
 
+/** The detail key of a /tokenize refusal's HTTP status. */
+const TOKENIZE_STATUS = 'tokenizeStatus';
+
+/**
+ * The audit reason of a prompt the worker's /tokenize refused: its status, never its message. vLLM's validation
+ * errors quote the request they refuse, and a /tokenize request is the prompt; the client still gets the message.
+ */
+export function tokenizeRefusalReason(e: KvgateError): string {
+  const status = e.detail[TOKENIZE_STATUS];
+  return status === undefined
+    ? e.reason
+    : `this decode worker could not tokenize the prompt (HTTP ${status}); the worker's message went to the client and is not logged, since it may quote the prompt`;
+}
+
 /** The prompt as this decode worker sees it; `headers` authenticate the `/tokenize` call. */
 export async function countPromptTokens(
   ctx: SidecarContext,
@@ -46,10 +60,12 @@ export async function countPromptTokens(
   if (!reply.ok) return err(new KvgateError('worker_error', `this decode worker could not tokenize the prompt: ${reply.error.message}`));
   if (reply.value.status !== 200) {
     const code = reply.value.status < 500 ? 'bad_request' : 'worker_error';
+    // The worker's words go to the client; the status alone to the audit line (tokenizeRefusalReason).
     return err(
       new KvgateError(
         code,
         `this decode worker could not tokenize the prompt (HTTP ${reply.value.status}): ${upstreamMessage(reply.value.text)}`,
+        { detail: { [TOKENIZE_STATUS]: reply.value.status } },
       ),
     );
   }

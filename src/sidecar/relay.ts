@@ -19,8 +19,8 @@ import { inChildSpan } from './spans.js';
 import { classifyEvent, SseSplitter, sseErrorFrames } from './sse.js';
 
 export type RelayResult =
-  /** The worker's answer reached the client: its status, and for an error answer (4xx) the worker's message. */
-  | { readonly kind: 'sent'; readonly status: number; readonly message?: string }
+  /** The worker's answer reached the client: its status. */
+  | { readonly kind: 'sent'; readonly status: number }
   /** Nothing reached the client: the caller decides (recompute, or a kvgate error). */
   | { readonly kind: 'failed_before_tokens'; readonly message: string }
   /** Output reached the client, then the worker failed; the stream was ended with an error event. */
@@ -92,9 +92,8 @@ async function relay(ctx: SidecarContext, call: IncomingCall, res: http.ServerRe
   }
   res.writeHead(response.status, { 'content-type': type, 'content-length': Buffer.byteLength(text), 'x-request-id': opts.requestId });
   res.end(text);
-  return response.status < 400
-    ? { kind: 'sent', status: response.status }
-    : { kind: 'sent', status: response.status, message: upstreamMessage(text) };
+  // The worker's message is not kept: the client has it, and a refusal's may quote the prompt (workerRefusalReason).
+  return { kind: 'sent', status: response.status };
 }
 
 /** A non-streamed 200 answer that is really a failure: an `error` object or a choice that finished with "error". */

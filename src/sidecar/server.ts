@@ -328,11 +328,26 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
       'bad_request',
       `${path} is served only on the sidecar's loopback admin port (admin: ${rt.ctx.config.admin || 'disabled'}); call it from inside the pod`,
     );
+    // Joinable and counted like every other refusal: under the caller's request id (an audit line without one
+    // matches nothing in Envoy's access log) and in kvgate_sidecar_requests_total.
+    const requestId = contractRequestId(headerValue(req.headers, H.requestId));
+    const { config, metrics } = rt.ctx;
+    metrics.requests.inc({ role: config.role, outcome: 'refused', code: e.code });
     rt.ctx.logger.warn(
-      { audit: 'refusal', code: e.code, reason: e.reason, remote: req.socket.remoteAddress ?? null },
+      {
+        request_id: requestId === undefined ? undefined : auditCut(requestId),
+        role: config.role,
+        audit: 'refusal',
+        code: e.code,
+        reason: e.reason,
+        tenant: null,
+        trust: config.trust,
+        path,
+        remote: req.socket.remoteAddress ?? null,
+      },
       `refused: ${e.code}`,
     );
-    return sendError(res, e, '');
+    return sendError(res, e, requestId ?? '');
   }
   return sendText(
     res,

@@ -30,6 +30,11 @@ export interface FetchSpy {
   workCalls(prefix: string): FetchSpy['calls'];
   /** Rewrite the next matching call's headers (e.g. add `x-sim-fault`) before it is sent. */
   onNext(match: (url: string) => boolean, edit: (headers: Record<string, string>) => void): void;
+  /**
+   * Answer the next matching call with `status` and this JSON body instead of sending it: a worker answer the
+   * simulator never gives (vLLM's validation errors quote the request they refused, prompt included).
+   */
+  answerNext(match: (url: string) => boolean, status: number, body: unknown): void;
   reset(): void;
 }
 
@@ -48,6 +53,7 @@ function isCanaryProbe(body: unknown): boolean {
 export function createFetchSpy(): FetchSpy {
   const calls: FetchSpy['calls'] = [];
   const edits: { match: (url: string) => boolean; edit: (h: Record<string, string>) => void }[] = [];
+  const answers: { match: (url: string) => boolean; status: number; body: unknown }[] = [];
   const spy: FetchSpy = {
     calls,
     fetch: async (url, init) => {
@@ -56,6 +62,11 @@ export function createFetchSpy(): FetchSpy {
       if (i >= 0) edits.splice(i, 1)[0]!.edit(headers);
       const body = typeof init?.body === 'string' ? (JSON.parse(init.body) as unknown) : undefined;
       calls.push({ url, method: init?.method ?? 'GET', headers, body });
+      const a = answers.findIndex((x) => x.match(url));
+      if (a >= 0) {
+        const { status, body: answer } = answers.splice(a, 1)[0]!;
+        return new Response(JSON.stringify(answer), { status, headers: { 'content-type': 'application/json' } });
+      }
       return fetch(url, { ...init, headers });
     },
     workCalls: (prefix) =>
@@ -68,6 +79,9 @@ export function createFetchSpy(): FetchSpy {
       ),
     onNext: (match, edit) => {
       edits.push({ match, edit });
+    },
+    answerNext: (match, status, body) => {
+      answers.push({ match, status, body });
     },
     reset: () => {
       calls.length = 0;

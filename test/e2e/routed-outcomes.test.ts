@@ -56,7 +56,7 @@ describe('what came back for a routed request', () => {
     expect(await counter(admin(), 'kvgate_routed_responses_total', { revision: 'llama-a', outcome: 'served' })).toBeGreaterThanOrEqual(1);
   });
 
-  it("a decode sidecar's refusal (draining, 503) is counted refused for its revision and audited by the gate", async () => {
+  it("a decode sidecar's refusal (draining, 503) is counted refused for its revision and noted by the gate, audited by the sidecar alone", async () => {
     await t.worker('llama-a', 'decode').sidecar.drain();
     const rid = `routed-refused-${randomUUID()}`;
     const r = await complete(t, 'routed outcome', 4, client('acme', 'refused', { 'x-request-id': rid }));
@@ -64,9 +64,14 @@ describe('what came back for a routed request', () => {
     expect(await counter(admin(), 'kvgate_routed_responses_total', { revision: 'llama-a', outcome: 'refused', code: 'draining' })).toBe(1);
     // Still a route in the decision counts (the gate did route it); the outcome says what became of it.
     expect(await counter(admin(), 'kvgate_decisions_total', { outcome: 'route', revision: 'llama-a' })).toBeGreaterThanOrEqual(2);
-    expect(await eventually(() => lines.some((l) => l['client_request_id'] === rid && l['audit'] === 'upstream_refusal'))).toBe(true);
-    const audit = lines.filter((l) => l['client_request_id'] === rid && l['audit'] === 'upstream_refusal');
+    expect(await eventually(() => lines.some((l) => l['client_request_id'] === rid && l['event'] === 'upstream_refusal'))).toBe(true);
+    const audit = lines.filter((l) => l['client_request_id'] === rid && l['event'] === 'upstream_refusal');
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({ component: 'gate', code: 'draining', status: '503', revision: 'llama-a', tenant: 'acme' });
+    // One refusal, one audit line: the decode sidecar's.
+    const id = audit[0]!['request_id'];
+    expect(lines.filter((l) => l['request_id'] === id && 'audit' in l).map((l) => [l['component'], l['audit']])).toEqual([
+      ['sidecar', 'refusal'],
+    ]);
   });
 });
