@@ -20,6 +20,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
+import { parseLabelSelector, type LabelSelector } from './selector.js';
 import { PodStore, type Change, type Pod } from './store.js';
 
 export interface KubeApiServerOptions {
@@ -105,9 +106,9 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
         `pods is forbidden: User "system:serviceaccount:kvgate:kvgate-gate" cannot ${watch ? 'watch' : 'list'} resource "pods" in API group "" in the namespace "${namespace}"`,
       );
     }
-    let selector: Selector;
+    let selector: LabelSelector;
     try {
-      selector = parseSelector(url.searchParams.get('labelSelector') ?? '');
+      selector = parseLabelSelector(url.searchParams.get('labelSelector') ?? '');
     } catch (e) {
       return status(res, 400, 'BadRequest', (e as Error).message);
     }
@@ -125,7 +126,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     serveWatch(req, res, namespace, selector, url.searchParams);
   };
 
-  const serveWatch = (req: IncomingMessage, res: ServerResponse, namespace: string, selector: Selector, q: URLSearchParams): void => {
+  const serveWatch = (req: IncomingMessage, res: ServerResponse, namespace: string, selector: LabelSelector, q: URLSearchParams): void => {
     const rvParam = q.get('resourceVersion') ?? '';
     const from = rvParam === '' || rvParam === '0' ? null : Number(rvParam);
     const backlog = from === null ? null : store.since(from);
@@ -231,22 +232,6 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     start: async () => void (await listen(port)),
     close: down,
   };
-}
-
-type Selector = (labels: Readonly<Record<string, string>>) => boolean;
-
-/** Equality-based selectors (`k=v`, `k==v`, `k!=v`, comma = and), as in the API's label selector syntax. */
-function parseSelector(text: string): Selector {
-  const terms = text
-    .split(',')
-    .map((t) => t.trim())
-    .filter((t) => t.length > 0)
-    .map((t) => {
-      const m = /^([^!=\s]+)\s*(==|=|!=)\s*([^!=\s]*)$/.exec(t);
-      if (m === null) throw new Error(`unable to parse requirement: ${t}`);
-      return { key: m[1]!, not: m[2] === '!=', value: m[3]! };
-    });
-  return (labels) => terms.every((t) => (labels[t.key] === t.value) !== t.not);
 }
 
 function statusBody(code: number, reason: string, message: string): object {
