@@ -1,10 +1,10 @@
 /**
  * The test API server against what kube-apiserver does (the upstream file and version are cited in the sources):
- * label selector syntax and its 400.
+ * label selector syntax and its 400, the DELETED a selector watch sends for an object that stops matching.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseLabelSelector } from './selector.js';
-import { startKubeApiServer, type KubeApiServer } from './server.js';
+import { readyPod, startKubeApiServer, type KubeApiServer } from './server.js';
 
 const NS = 'ns';
 let api: KubeApiServer | undefined;
@@ -16,6 +16,26 @@ afterEach(async () => {
 async function get(path: string): Promise<{ status: number; body: string }> {
   const res = await fetch(`${api!.url}${path}`, { headers: { authorization: 'Bearer test-token' } });
   return { status: res.status, body: await res.text() };
+}
+
+/** Read watch lines until `n` arrived, then drop the connection. */
+async function watchLines(path: string, n: number): Promise<{ type: string; object: Record<string, unknown> }[]> {
+  const ac = new AbortController();
+  const res = await fetch(`${api!.url}${path}`, { headers: { authorization: 'Bearer test-token' }, signal: ac.signal });
+  const out: { type: string; object: Record<string, unknown> }[] = [];
+  const decoder = new TextDecoder();
+  let buf = '';
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    buf += decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      out.push(JSON.parse(buf.slice(0, nl)) as { type: string; object: Record<string, unknown> });
+      buf = buf.slice(nl + 1);
+    }
+    if (out.length >= n) break;
+  }
+  ac.abort();
+  return out;
 }
 
 describe('label selectors (apimachinery labels/selector.go, v1.33)', () => {
@@ -77,5 +97,24 @@ describe('label selectors (apimachinery labels/selector.go, v1.33)', () => {
       expect(r.status).toBe(400);
       expect(JSON.parse(r.body)).toMatchObject({ kind: 'Status', status: 'Failure', reason: 'BadRequest', code: 400 });
     }
+  });
+});
+
+describe('selector watches (apiserver pkg/storage/cacher/cache_watcher.go, v1.33)', () => {
+  it('an object that stops matching is a DELETED with its previous content and the change resourceVersion', async () => {
+    api = await startKubeApiServer();
+    api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
+    const rv = api.store.resourceVersion;
+    const lines = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${rv}&labelSelector=app%3Dx`, 1);
+    api.store.update(NS, 'a-0', (p) => {
+      p.metadata.labels = { app: 'y' };
+      p.status.conditions = [{ type: 'Ready', status: 'False' }];
+    });
+    const [ev] = await lines;
+    expect(ev!.type).toBe('DELETED');
+    const obj = ev!.object as { metadata: { labels: Record<string, string>; resourceVersion: string }; status: { conditions: unknown } };
+    expect(obj.metadata.labels).toEqual({ app: 'x' });
+    expect(obj.status.conditions).toEqual([{ type: 'Ready', status: 'True' }]);
+    expect(obj.metadata.resourceVersion).toBe(String(api.store.resourceVersion));
   });
 });

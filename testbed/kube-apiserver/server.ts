@@ -149,7 +149,10 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
         if (was) send('DELETED', c.pod);
       } else if (now && (c.type === 'ADDED' || !was)) send('ADDED', c.pod);
       else if (now && was) send('MODIFIED', c.pod);
-      else if (!now && was) send('DELETED', { ...c.pod, metadata: { ...c.pod.metadata, labels: c.before!.metadata.labels } });
+      // The object stopped matching: a DELETED carrying its PREVIOUS content with this change's resourceVersion
+      // (pkg/storage/cacher/cache_watcher.go v1.33, convertToWatchEvent: `oldObj := getMutableObject(event.PrevObject)`,
+      // `updateResourceVersion(oldObj, c.versioner, event.ResourceVersion)`).
+      else if (!now && was) send('DELETED', { ...c.before!, metadata: { ...c.before!.metadata, resourceVersion: String(c.rv) } });
     };
     if (from === null) for (const p of store.list(namespace)) if (selector(p.metadata.labels)) send('ADDED', p);
     for (const c of backlog ?? []) emit(c);
