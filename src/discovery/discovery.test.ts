@@ -7,9 +7,11 @@ import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { CompiledPool } from '../policy/compile.js';
+import { PoolSchema } from '../policy/schema.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { readyPod, startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
 import { createDiscovery, type Discovery } from './discovery.js';
+import { labelSelectorString, selectorLabels } from './pods.js';
 
 const NS = 'serving';
 const silent = pino({ level: 'silent' });
@@ -321,5 +323,33 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(addrs(d, a)).toEqual(['10.1.0.5:8000']);
     expect(d.endpoints(b)).toEqual([]);
     expect(d.status([b])['b-decode']).toMatchObject({ state: 'syncing', lastError: expect.stringMatching(/403 Forbidden/) });
+  });
+
+  it('a selector pool whose revision is no label value is refused at load: kube-apiserver would answer its selector 400 forever', async () => {
+    api = await startKubeApiServer();
+    const pool = {
+      name: 'c-decode',
+      cluster: 'c-decode',
+      role: 'decode',
+      revision: 'llama@2026-12-01',
+      discovery: { kubernetes: { namespace: NS, matchLabels: { app: 'llama' }, targetPort: 8000, statusPort: 9090 } },
+    };
+    // What the gate's watch would ask for: the API server refuses the selector, list and watch alike.
+    const d = PoolSchema.parse({ ...pool, revision: 'llama-a' }).discovery!;
+    const selector = labelSelectorString(selectorLabels(d, pool.revision));
+    const res = await fetch(`${api.url}/api/v1/namespaces/${NS}/pods?labelSelector=${encodeURIComponent(selector)}`, {
+      headers: { authorization: 'Bearer test-token' },
+    });
+    expect(res.status).toBe(400);
+    // So the table is refused where it is loaded, naming the field, instead of a pool that never syncs.
+    const r = PoolSchema.safeParse(pool);
+    expect(r.success).toBe(false);
+    expect(r.error?.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('\n')).toMatch(/revision: .*label value/);
+    expect(PoolSchema.safeParse({ ...pool, revision: 'llama-a' }).success).toBe(true);
+    // A static pool's revision is never a label: any name still goes.
+    const { discovery: _, ...staticPool } = pool;
+    expect(PoolSchema.safeParse({ ...staticPool, endpoints: [{ address: '10.0.0.1:8000', status: 'http://10.0.0.1:9090' }] }).success).toBe(
+      true,
+    );
   });
 });

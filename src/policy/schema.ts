@@ -151,6 +151,15 @@ export const PoolSchema = z
     params: {
       fix: 'write endpoints: [{ address: ip:port }] or discovery: { kubernetes: { namespace, matchLabels, targetPort, statusPort } }',
     },
+  })
+  // A selector pool's revision is a label value in its watch's selector (`revisionLabel=<revision>`); one that is not
+  // a label value makes kube-apiserver refuse every list and watch with 400 BadRequest (apimachinery
+  // labels/selector.go, v1.33: NewRequirement -> IsValidLabelValue), so the pool would never sync.
+  .refine((p) => p.discovery === undefined || LABEL_VALUE.test(p.revision), {
+    path: ['revision'],
+    message:
+      'must be a label value for a pool found by selector (at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends): pods carry it as their revision label',
+    params: { fix: 'rename the revision, e.g. llama-a, and label the pods with it' },
   });
 
 /**
