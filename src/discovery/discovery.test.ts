@@ -248,6 +248,40 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(addrs(d, a)).toEqual(['10.1.0.5:8000']);
   });
 
+  // A restarted kube-apiserver rebuilds its watch cache from a fresh list; how a watch fares meanwhile depends on the
+  // version (testbed/kube-apiserver `version`): 429 from v1.31 on, held until ready before. Either way the gate must
+  // end up with what changed while it could not watch.
+  for (const version of ['1.30', '1.33'] as const) {
+    it(`v${version}: an API server restart with its watch cache still initializing; pods changed meanwhile are seen`, async () => {
+      api = await startKubeApiServer({ version });
+      const { a } = selectorPools();
+      const d = start();
+      d.sync([a]);
+      api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+      await until(() => addrs(d, a).length === 1, 'a-0');
+      await api.stop();
+      api.store.update(NS, 'a-0', (p) => void (p.status.conditions = [{ type: 'Ready', status: 'False' }]));
+      api.store.create(readyPod('a-1', NS, '10.1.0.6', labels('llama-a'), 'uid-a1'));
+      // The informer's re-watch was refused and the gate restarts with a list. (Had the re-watch reached a v1.30
+      // server that is initializing, it would wait there, no list, until the cache is ready or idleMs passes.)
+      await until(() => d.status([a])['a-decode']!.state === 'stale', 'watch broken');
+      await api.start({ watchCacheInitializing: true });
+      // Lists are answered from etcd while the cache initializes: the gate sees the changes at once.
+      await until(() => addrs(d, a).join() === '10.1.0.6:8000', 'the list after the restart');
+      if (version === '1.33') await until(() => (api!.counts()['unready'] ?? 0) >= 1, 'a watch refused with 429');
+      else await until(() => (api!.counts()['held'] ?? 0) >= 1, 'a watch held until the cache is ready');
+      api.store.create(readyPod('a-2', NS, '10.1.0.7', labels('llama-a'), 'uid-a2'));
+      api.watchCacheReady();
+      // v1.30: the held watch's resourceVersion predates the cache's list, so it is 410 Expired and the informer
+      // re-lists; v1.33: the next restart lists and watches.
+      await until(() => addrs(d, a).join() === '10.1.0.6:8000,10.1.0.7:8000', 'a-2 after the cache is ready');
+      if (version === '1.30') expect(api.counts()['expired'] ?? 0).toBeGreaterThanOrEqual(1);
+      api.store.delete(NS, 'a-1');
+      await until(() => addrs(d, a).join() === '10.1.0.7:8000', 'a deletion through the watch');
+      expect(d.status([a])['a-decode']!.state).toBe('ok');
+    });
+  }
+
   it('403 for missing RBAC: never synced, no endpoints, an error that names the fix; fixed RBAC: syncs', async () => {
     api = await startKubeApiServer({ allowedNamespaces: ['elsewhere'] });
     api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));

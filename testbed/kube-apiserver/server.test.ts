@@ -118,3 +118,41 @@ describe('selector watches (apiserver pkg/storage/cacher/cache_watcher.go, v1.33
     expect(obj.metadata.resourceVersion).toBe(String(api.store.resourceVersion));
   });
 });
+
+describe('a restarted API server (pkg/storage/cacher/watch_cache.go, v1.33)', () => {
+  it('its watch cache starts at its own list: a watch from before it is 410 Expired, one from its list resumes', async () => {
+    api = await startKubeApiServer();
+    api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
+    const before = api.store.resourceVersion;
+    await api.stop();
+    api.store.create(readyPod('a-1', NS, '10.0.0.6', { app: 'x' }, 'uid-2'));
+    await api.start();
+    const [ev] = await watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${before}`, 1);
+    expect(ev).toMatchObject({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired' } });
+    const now = api.store.resourceVersion;
+    const lines = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${now}`, 1);
+    api.store.delete(NS, 'a-0');
+    expect((await lines)[0]!.type).toBe('DELETED');
+  });
+
+  for (const version of ['1.30', '1.33'] as const) {
+    it(`v${version}: a watch while the watch cache initializes is ${version === '1.33' ? 'refused with 429' : 'held until it is ready'}`, async () => {
+      api = await startKubeApiServer({ version });
+      await api.stop();
+      await api.start({ watchCacheInitializing: true });
+      const rv = api.store.resourceVersion;
+      expect((await get(`/api/v1/namespaces/${NS}/pods`)).status).toBe(200); // lists come from etcd meanwhile
+      if (version === '1.33') {
+        const r = await get(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${rv}`);
+        expect(r.status).toBe(429);
+        expect(JSON.parse(r.body)).toMatchObject({ kind: 'Status', reason: 'TooManyRequests', code: 429 });
+      } else {
+        const lines = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${rv}`, 1);
+        while ((api.counts()['held'] ?? 0) < 1) await new Promise((r) => setTimeout(r, 5));
+        api.watchCacheReady();
+        api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
+        expect((await lines)[0]!.type).toBe('ADDED');
+      }
+    });
+  }
+});

@@ -36,6 +36,15 @@ export interface KubeApiServerOptions {
   readonly expiredAs?: 'event' | 'status';
   /** How long a list takes to answer (ms): a slow API server, or a large namespace. Default 0. */
   readonly listDelayMs?: number;
+  /**
+   * Which kube-apiserver's behaviour to follow where versions differ in a way a client sees (default `1.33`):
+   * - while the watch cache (re)initializes after a start (`start({ watchCacheInitializing: true })`), v1.31 and
+   *   later refuse a watch with 429 TooManyRequests, earlier versions hold it until the cache is ready
+   *   (ResilientWatchCacheInitialization, KEP-4568: beta and on by default in v1.31, GA in v1.34;
+   *   pkg/storage/cacher/cacher.go `Cacher.Watch`, "429 error can now be returned if watchcache is under
+   *   initialization" in cacher_whitebox_test.go). A list without resourceVersion is answered from etcd in both.
+   */
+  readonly version?: '1.30' | '1.33';
 }
 
 export interface KubeApiServer {
@@ -59,14 +68,20 @@ export interface KubeApiServer {
   setWatchForbidden(forbidden: boolean): void;
   /** From now on, lists answer after `ms` (a list that hangs: a large value). */
   setListDelay(ms: number): void;
-  /** Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`). */
+  /** Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`, `unready`, `held`). */
   counts(): Readonly<Record<string, number>>;
   /** Watches open now. */
   openWatches(): number;
   /** The API server goes down: every connection is dropped and the port refuses connections. */
   stop(): Promise<void>;
-  /** Up again on the same port. */
-  start(): Promise<void>;
+  /**
+   * Up again on the same port, as a new kube-apiserver process: its watch cache starts empty from a fresh list,
+   * so a watch from a resourceVersion older than that list is 410 Expired (see `serveWatch`). With
+   * `watchCacheInitializing`, the cache is not ready until `watchCacheReady()` (see `version`).
+   */
+  start(opts?: { readonly watchCacheInitializing?: boolean }): Promise<void>;
+  /** The watch cache finished its initial list: it serves watches from the resourceVersion it listed at. */
+  watchCacheReady(): void;
   close(): Promise<void>;
 }
 
@@ -87,6 +102,13 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
   const watches = new Set<OpenWatch>();
   const sockets = new Set<Socket>();
   const counts: Record<string, number> = {};
+  const version = opts.version ?? '1.33';
+  // The watch cache (pkg/storage/cacher/watch_cache.go, v1.33): it has no history before the list it was built
+  // from, so `getAllEventsSinceLocked` answers a resourceVersion below that list's "too old" (oldest = listRV + 1
+  // while nothing was evicted since; a watch fails when rv < oldest - 1). Etcd's own history is `store.since`.
+  let cacheListRv = store.resourceVersion;
+  let cacheReady = true;
+  const heldWatches = new Set<() => void>();
   const count = (k: string): void => void (counts[k] = (counts[k] ?? 0) + 1);
 
   const handler = (req: IncomingMessage, res: ServerResponse): void => {
@@ -123,16 +145,29 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
       return;
     }
     count('watch');
+    if (!cacheReady) {
+      if (version === '1.33') {
+        count('unready');
+        res.setHeader('retry-after', '1');
+        return status(res, 429, 'TooManyRequests', 'storage is (re)initializing', { retryAfterSeconds: 1 });
+      }
+      // Before v1.31 the request waits for the cache (`c.ready.wait(ctx)`), headers unsent.
+      count('held');
+      const go = (): void => serveWatch(req, res, namespace, selector, url.searchParams);
+      heldWatches.add(go);
+      req.on('close', () => heldWatches.delete(go));
+      return;
+    }
     serveWatch(req, res, namespace, selector, url.searchParams);
   };
 
   const serveWatch = (req: IncomingMessage, res: ServerResponse, namespace: string, selector: LabelSelector, q: URLSearchParams): void => {
     const rvParam = q.get('resourceVersion') ?? '';
     const from = rvParam === '' || rvParam === '0' ? null : Number(rvParam);
-    const backlog = from === null ? null : store.since(from);
+    const backlog = from === null || from < cacheListRv ? null : store.since(from);
     if (from !== null && backlog === null) {
       count('expired');
-      const message = `too old resource version: ${from} (${store.compactedRv})`;
+      const message = `too old resource version: ${from} (${Math.max(cacheListRv, store.compactedRv)})`;
       if (opts.expiredAs === 'status') return status(res, 410, 'Expired', message);
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(`${JSON.stringify({ type: 'ERROR', object: statusBody(410, 'Expired', message) })}\n`);
@@ -203,6 +238,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
   const url = `http://127.0.0.1:${port}`;
   const down = async (): Promise<void> => {
     for (const w of [...watches]) w.end();
+    heldWatches.clear();
     for (const s of sockets) s.destroy();
     await new Promise<void>((r) => server.close(() => r()));
   };
@@ -232,17 +268,37 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     counts: () => ({ ...counts }),
     openWatches: () => watches.size,
     stop: down,
-    start: async () => void (await listen(port)),
+    async start(o) {
+      await listen(port);
+      cacheReady = o?.watchCacheInitializing !== true;
+      cacheListRv = store.resourceVersion;
+    },
+    watchCacheReady() {
+      cacheReady = true;
+      cacheListRv = store.resourceVersion;
+      const held = [...heldWatches];
+      heldWatches.clear();
+      for (const go of held) go();
+    },
     close: down,
   };
 }
 
-function statusBody(code: number, reason: string, message: string): object {
-  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
+function statusBody(code: number, reason: string, message: string, details?: object): object {
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason,
+    ...(details === undefined ? {} : { details }),
+    code,
+  };
 }
 
-function status(res: ServerResponse, code: number, reason: string, message: string): void {
-  json(res, code, statusBody(code, reason, message));
+function status(res: ServerResponse, code: number, reason: string, message: string, details?: object): void {
+  json(res, code, statusBody(code, reason, message, details));
 }
 
 function json(res: ServerResponse, code: number, body: unknown): void {
