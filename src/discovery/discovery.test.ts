@@ -95,8 +95,15 @@ describe('pool discovery through @kubernetes/client-node against the test API se
       p.status.conditions = [{ type: 'Ready', status: 'True' }];
     });
     await until(() => addrs(d, a).length === 1, 'a-0 Ready again');
-    api.store.delete(NS, 'a-0');
-    await until(() => addrs(d, a).length === 0, 'a-0 deleted');
+    // `kubectl delete pod`: kube-apiserver first marks it (deletionTimestamp, still Ready while its containers stop);
+    // it leaves at once, then the kubelet's final delete removes it.
+    api.store.deletePod(NS, 'a-0');
+    await until(() => addrs(d, a).length === 0, 'a-0 terminating');
+    expect(d.status([a])['a-decode']!.endpoints).toEqual([]);
+    api.store.deletePod(NS, 'a-0', { gracePeriodSeconds: 0 });
+    expect(api.store.get(NS, 'a-0')).toBeUndefined();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(addrs(d, a)).toEqual([]);
   });
 
   it('an IP reused by a pod of another revision belongs to the new pod only, even while the old one is still cached', async () => {

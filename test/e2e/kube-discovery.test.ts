@@ -175,7 +175,9 @@ describe('a pool found by selector, through the harness', () => {
       await send(rig, `s${Math.random()}`);
       return p1.served > 0;
     }, 'a-1 takes traffic too');
-    rig.api.store.delete(NS, 'a-0');
+    // A graceful delete: the pod is only marked (deletionTimestamp) and still Ready while its containers stop; it
+    // takes nothing from then on.
+    rig.api.store.deletePod(NS, 'a-0');
     await until(
       async () =>
         (rig.gate.status() as { discovery: Record<string, { endpoints: unknown[] }> }).discovery['a-decode']!.endpoints.length === 1,
@@ -184,6 +186,9 @@ describe('a pool found by selector, through the harness', () => {
     const before = p0.served;
     for (let i = 0; i < 10; i++) expect((await send(rig, `after-${i}`)).status).toBe(200);
     expect(p0.served).toBe(before); // the deleted pod gets nothing
+    rig.api.store.deletePod(NS, 'a-0', { gracePeriodSeconds: 0 }); // the kubelet's final delete
+    for (let i = 0; i < 5; i++) expect((await send(rig, `gone-${i}`)).status).toBe(200);
+    expect(p0.served).toBe(before);
   });
 
   it('a pod IP reused by a pod of another revision is never routed as the old one', async () => {

@@ -156,3 +156,35 @@ describe('a restarted API server (pkg/storage/cacher/watch_cache.go, v1.33)', ()
     });
   }
 });
+
+describe('pod deletion (pkg/registry/core/pod/strategy.go CheckGracefulDelete, apiserver registry/rest/delete.go, v1.33)', () => {
+  it('a scheduled, running pod is marked first (MODIFIED with deletionTimestamp), removed on the final delete', async () => {
+    api = await startKubeApiServer();
+    api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
+    const rv = api.store.resourceVersion;
+    const lines = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${rv}`, 3);
+    api.store.deletePod(NS, 'a-0', { nowMs: Date.parse('2026-01-01T00:00:00Z') });
+    api.store.deletePod(NS, 'a-0'); // a second delete with no shorter grace changes nothing
+    expect(api.store.get(NS, 'a-0')?.metadata).toMatchObject({ deletionTimestamp: '2026-01-01T00:00:30Z', deletionGracePeriodSeconds: 30 });
+    api.store.deletePod(NS, 'a-0', { gracePeriodSeconds: 0 });
+    const evs = await lines;
+    expect(evs.map((e) => e.type)).toEqual(['MODIFIED', 'MODIFIED', 'DELETED']);
+    expect(evs[2]!.object).toMatchObject({ metadata: { deletionGracePeriodSeconds: 0 }, status: { podIP: '10.0.0.5' } });
+  });
+
+  it('an unscheduled or terminal pod is deleted at once, still with the update first', async () => {
+    api = await startKubeApiServer();
+    const pending = readyPod('p-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1');
+    pending.spec = {};
+    pending.status = { phase: 'Pending', conditions: [] };
+    api.store.create(pending);
+    const done = readyPod('d-0', NS, '10.0.0.6', { app: 'x' }, 'uid-2');
+    done.status.phase = 'Failed';
+    api.store.create(done);
+    const rv = api.store.resourceVersion;
+    const lines = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${rv}`, 4);
+    api.store.deletePod(NS, 'p-0');
+    api.store.deletePod(NS, 'd-0');
+    expect((await lines).map((e) => e.type)).toEqual(['MODIFIED', 'DELETED', 'MODIFIED', 'DELETED']);
+  });
+});

@@ -307,7 +307,10 @@ function json(res: ServerResponse, code: number, body: unknown): void {
   res.end(text);
 }
 
-/** A Ready, Running pod of `revision` at `ip` (what a test adds). */
+/**
+ * A Ready, Running pod at `ip` (what a test adds): scheduled (`spec.nodeName`; a Running pod has a node), with
+ * `podIP` and `podIPs` as the kubelet reports them.
+ */
 export function readyPod(
   name: string,
   namespace: string,
@@ -317,6 +320,7 @@ export function readyPod(
 ): Omit<Pod, 'apiVersion' | 'kind' | 'metadata'> & { metadata: Omit<Pod['metadata'], 'resourceVersion' | 'creationTimestamp'> } {
   return {
     metadata: { name, namespace, uid, labels },
-    status: { phase: 'Running', podIP: ip, conditions: [{ type: 'Ready', status: 'True' }] },
+    spec: { nodeName: 'node-1' },
+    status: { phase: 'Running', podIP: ip, podIPs: [{ ip }], conditions: [{ type: 'Ready', status: 'True' }] },
   };
 }

@@ -18,12 +18,15 @@ export interface Pod {
     resourceVersion: string;
     creationTimestamp: string;
     deletionTimestamp?: string;
+    deletionGracePeriodSeconds?: number;
   };
   /** The parts of the spec tests set (absent: a pod on the pod network). */
-  spec?: { hostNetwork?: boolean; nodeName?: string };
+  spec?: { hostNetwork?: boolean; nodeName?: string; terminationGracePeriodSeconds?: number };
   status: {
     phase: string;
+    /** The kubelet sets both: `podIP` is `podIPs[0].ip` (k8s.io/api core/v1 types.go, PodStatus). */
     podIP?: string;
+    podIPs?: { ip: string }[];
     conditions: { type: string; status: string }[];
   };
 }
@@ -101,6 +104,32 @@ export class PodStore {
     return clone(after);
   }
 
+  /**
+   * `DELETE /api/v1/namespaces/{ns}/pods/{name}` as kube-apiserver answers it (v1.33). The grace period is the
+   * request's, else the pod's `terminationGracePeriodSeconds` (defaulted to 30), and 0 for a pod not scheduled
+   * (no `spec.nodeName`) or terminal (Succeeded, Failed): pkg/registry/core/pod/strategy.go `CheckGracefulDelete`.
+   * The object is first UPDATED with `deletionTimestamp` = now + grace and `deletionGracePeriodSeconds`
+   * (staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go `BeforeDelete`; registry/generic/registry/store.go
+   * `updateForGracefulDeletionAndFinalizers`): a MODIFIED event. With grace 0 it is then removed at once (DELETED);
+   * otherwise it stays, terminating, until the kubelet deletes it with grace 0 (call again with 0), which
+   * shortens the period (another update) and removes it. A second delete with no shorter grace changes nothing.
+   */
+  deletePod(namespace: string, name: string, opts: { gracePeriodSeconds?: number; nowMs?: number } = {}): void {
+    const pod = this.#pods.get(`${namespace}/${name}`);
+    if (pod === undefined) throw new Error(`pod ${namespace}/${name} does not exist`);
+    let grace = opts.gracePeriodSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
+    if (!pod.spec?.nodeName || pod.status.phase === 'Succeeded' || pod.status.phase === 'Failed') grace = 0;
+    const pending = pod.metadata.deletionGracePeriodSeconds;
+    if (pending !== undefined && grace >= pending) return;
+    const now = opts.nowMs ?? Date.now();
+    this.update(namespace, name, (p) => {
+      p.metadata.deletionTimestamp = new Date(now + grace * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+      p.metadata.deletionGracePeriodSeconds = grace;
+    });
+    if (grace === 0) this.delete(namespace, name);
+  }
+
+  /** The object removed from storage, with no update before it (what the final step of `deletePod` does). */
   delete(namespace: string, name: string): void {
     const key = `${namespace}/${name}`;
     const before = this.#pods.get(key);
