@@ -12,7 +12,9 @@
  * - `allowWatchBookmarks=true`: BOOKMARK events carrying only `metadata.resourceVersion` ("Watch bookmarks");
  * - a resourceVersion older than the retained history: HTTP 200, then one ERROR event whose object is a Status with
  *   code 410 / reason Expired, then the stream ends (pkg/storage/cacher/cacher.go, newErrWatcher: "to match the
- *   uncached watch implementation"); `expiredAs: 'status'` answers an HTTP 410 instead, which clients must handle too;
+ *   uncached watch implementation"; the uncached etcd3 watcher sends the same ERROR, pkg/storage/etcd3/watcher.go).
+ *   Never an HTTP 410 on a watch: the handler writes a status only for errors before the stream (authn/z, a bad
+ *   parameter, an unready watch cache);
  * - `timeoutSeconds` (or the server's own watch timeout) ends the stream cleanly
  *   (pkg/endpoints/handlers/watch.go, the server picks a timeout when the client gives none);
  * - RBAC: a namespace outside `allowedNamespaces` gets 403 with a Forbidden Status, a wrong bearer token 401.
@@ -32,8 +34,6 @@ export interface KubeApiServerOptions {
   readonly watchTimeoutMs?: number;
   /** BOOKMARK period for watches that allow them (ms); 0 sends none on a timer. */
   readonly bookmarkIntervalMs?: number;
-  /** How a too-old resourceVersion is answered on a watch (see the module comment). */
-  readonly expiredAs?: 'event' | 'status';
   /** How long a list takes to answer (ms): a slow API server, or a large namespace. Default 0. */
   readonly listDelayMs?: number;
   /**
@@ -168,7 +168,6 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     if (from !== null && backlog === null) {
       count('expired');
       const message = `too old resource version: ${from} (${Math.max(cacheListRv, store.compactedRv)})`;
-      if (opts.expiredAs === 'status') return status(res, 410, 'Expired', message);
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(`${JSON.stringify({ type: 'ERROR', object: statusBody(410, 'Expired', message) })}\n`);
       return;
