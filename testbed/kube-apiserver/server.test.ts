@@ -188,3 +188,42 @@ describe('pod deletion (pkg/registry/core/pod/strategy.go CheckGracefulDelete, a
     expect((await lines).map((e) => e.type)).toEqual(['MODIFIED', 'DELETED', 'MODIFIED', 'DELETED']);
   });
 });
+
+describe('paginated lists (pkg/storage/etcd3/store.go, pkg/storage/continue.go, v1.33)', () => {
+  type List = {
+    metadata: { resourceVersion: string; continue?: string; remainingItemCount?: number };
+    items: { metadata: { name: string } }[];
+  };
+  const names = (l: List) => l.items.map((p) => p.metadata.name);
+
+  it('pages in key order at one resourceVersion: a continued page does not see later changes', async () => {
+    api = await startKubeApiServer();
+    for (const n of ['c', 'a', 'b']) api.store.create(readyPod(n, NS, '10.0.0.5', { app: 'x' }, `uid-${n}`));
+    const first = JSON.parse((await get(`/api/v1/namespaces/${NS}/pods?limit=2`)).body) as List;
+    expect(names(first)).toEqual(['a', 'b']);
+    expect(first.metadata.remainingItemCount).toBe(1);
+    api.store.create(readyPod('d', NS, '10.0.0.6', { app: 'x' }, 'uid-d'));
+    api.store.deletePod(NS, 'c', { gracePeriodSeconds: 0 });
+    const second = JSON.parse((await get(`/api/v1/namespaces/${NS}/pods?limit=2&continue=${first.metadata.continue}`)).body) as List;
+    expect(names(second)).toEqual(['c']); // the snapshot of the first page
+    expect(second.metadata.resourceVersion).toBe(first.metadata.resourceVersion);
+    expect(second.metadata.continue).toBeUndefined();
+    const sel = JSON.parse((await get(`/api/v1/namespaces/${NS}/pods?limit=1&labelSelector=app%3Dx`)).body) as List;
+    expect(sel.metadata.remainingItemCount).toBeUndefined(); // not counted under a selector
+  });
+
+  it('a continue token whose resourceVersion was compacted is 410 Expired with a token that continues at the latest', async () => {
+    api = await startKubeApiServer();
+    for (const n of ['a', 'b']) api.store.create(readyPod(n, NS, '10.0.0.5', { app: 'x' }, `uid-${n}`));
+    const first = JSON.parse((await get(`/api/v1/namespaces/${NS}/pods?limit=1`)).body) as List;
+    api.store.create(readyPod('c', NS, '10.0.0.6', { app: 'x' }, 'uid-c'));
+    api.store.compact();
+    const r = await get(`/api/v1/namespaces/${NS}/pods?limit=1&continue=${first.metadata.continue}`);
+    expect(r.status).toBe(410);
+    const st = JSON.parse(r.body) as { reason: string; code: number; metadata: { continue: string } };
+    expect(st).toMatchObject({ kind: 'Status', reason: 'Expired', code: 410 });
+    const rest = JSON.parse((await get(`/api/v1/namespaces/${NS}/pods?continue=${st.metadata.continue}`)).body) as List;
+    expect(names(rest)).toEqual(['b', 'c']); // inconsistent: the latest state from where the first page stopped
+    expect((await get(`/api/v1/namespaces/${NS}/pods?continue=${first.metadata.continue}&resourceVersion=5`)).status).toBe(400);
+  });
+});

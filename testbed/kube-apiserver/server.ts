@@ -136,10 +136,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     }
     if (!watch) {
       count('list');
-      const answer = (): void => {
-        const items = store.list(namespace).filter((p) => selector(p.metadata.labels));
-        json(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(store.resourceVersion) }, items });
-      };
+      const answer = (): void => servePage(res, namespace, selector, url.searchParams);
       if (listDelayMs > 0) setTimeout(answer, listDelayMs).unref();
       else answer();
       return;
@@ -159,6 +156,61 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
       return;
     }
     serveWatch(req, res, namespace, selector, url.searchParams);
+  };
+
+  /**
+   * A list, paginated as the etcd3 store does when `limit` is given (pkg/storage/etcd3/store.go `GetList`, v1.33;
+   * a paginated list with resourceVersion unset is not served from the watch cache in v1.33): names in key order,
+   * at most `limit` matching items, `metadata.continue` when more may follow (a token naming the list's
+   * resourceVersion and the next key, pkg/storage/continue.go `EncodeContinue`), `remainingItemCount` only without a
+   * selector. `continue` resumes at the token's resourceVersion, a consistent snapshot; once that is compacted away
+   * it is 410 Expired with a fresh token that continues at the latest state (store.go `handleCompactedErrorForPaging`).
+   * `resourceVersion` on a list is otherwise not modelled: the answer is the latest state, which satisfies an unset
+   * resourceVersion, "0" and NotOlderThan alike (not Exact).
+   */
+  const servePage = (res: ServerResponse, namespace: string, selector: LabelSelector, q: URLSearchParams): void => {
+    const limit = Number(q.get('limit') ?? '');
+    const cont = q.get('continue') ?? '';
+    let rv = store.resourceVersion;
+    let startKey = '';
+    if (cont !== '') {
+      const rvParam = q.get('resourceVersion') ?? '';
+      if (rvParam !== '' && rvParam !== '0')
+        return status(res, 400, 'BadRequest', 'specifying resource version is not allowed when using continue');
+      const token = decodeContinue(cont);
+      if (token === null) return status(res, 400, 'BadRequest', 'continue key is not valid');
+      startKey = token.start;
+      if (token.rv !== -1) {
+        if (store.listAt(namespace, token.rv) === null) {
+          count('expired');
+          return json(res, 410, {
+            ...statusBody(410, 'Expired', INCONSISTENT_CONTINUE),
+            metadata: { continue: encodeContinue(-1, startKey) },
+          });
+        }
+        rv = token.rv;
+      }
+    }
+    const all = (store.listAt(namespace, rv) ?? [])
+      .filter((p) => p.metadata.name >= startKey)
+      .sort((x, y) => (x.metadata.name < y.metadata.name ? -1 : 1));
+    const items: Pod[] = [];
+    let next = '';
+    let examined = 0;
+    for (const p of all) {
+      if (Number.isInteger(limit) && limit > 0 && items.length >= limit) {
+        next = encodeContinue(rv, `${all[examined - 1]!.metadata.name}\u0000`);
+        break;
+      }
+      examined++;
+      if (selector(p.metadata.labels)) items.push(p);
+    }
+    const everything = (q.get('labelSelector') ?? '').trim() === '';
+    const metadata = {
+      resourceVersion: String(rv),
+      ...(next === '' ? {} : { continue: next, ...(everything ? { remainingItemCount: all.length - examined } : {}) }),
+    };
+    json(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata, items });
   };
 
   const serveWatch = (req: IncomingMessage, res: ServerResponse, namespace: string, selector: LabelSelector, q: URLSearchParams): void => {
@@ -281,6 +333,27 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     },
     close: down,
   };
+}
+
+const INCONSISTENT_CONTINUE =
+  'The provided continue parameter is too old to display a consistent list result. You can start a new list without the ' +
+  'continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing ' +
+  'with the provided token results in an inconsistent list - objects that were created, modified, or deleted between ' +
+  'the time the first chunk was returned and now may show up in the list.';
+
+/** pkg/storage/continue.go: base64url (no padding) of `{"v":"meta.k8s.io/v1","rv":N,"start":"<key after the prefix>"}`. */
+function encodeContinue(rv: number, start: string): string {
+  return Buffer.from(JSON.stringify({ v: 'meta.k8s.io/v1', rv, start })).toString('base64url');
+}
+
+function decodeContinue(token: string): { rv: number; start: string } | null {
+  try {
+    const c = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as { v?: unknown; rv?: unknown; start?: unknown };
+    if (c.v !== 'meta.k8s.io/v1' || typeof c.rv !== 'number' || c.rv === 0 || typeof c.start !== 'string' || c.start === '') return null;
+    return { rv: c.rv, start: c.start };
+  } catch {
+    return null;
+  }
 }
 
 function statusBody(code: number, reason: string, message: string, details?: object): object {

@@ -66,6 +66,20 @@ export class PodStore {
     return [...this.#pods.values()].filter((p) => p.metadata.namespace === namespace).map(clone);
   }
 
+  /** The namespace's pods as they were at `rv` (etcd reads at a revision); null when `rv` is compacted away. */
+  listAt(namespace: string, rv: number): Pod[] | null {
+    const after = this.since(rv);
+    if (after === null) return null;
+    const pods = new Map([...this.#pods].filter(([, p]) => p.metadata.namespace === namespace));
+    for (const c of [...after].reverse()) {
+      if (c.pod.metadata.namespace !== namespace) continue;
+      const key = `${namespace}/${c.pod.metadata.name}`;
+      if (c.before === undefined) pods.delete(key);
+      else pods.set(key, c.before);
+    }
+    return [...pods.values()].map(clone);
+  }
+
   get(namespace: string, name: string): Pod | undefined {
     const p = this.#pods.get(`${namespace}/${name}`);
     return p === undefined ? undefined : clone(p);
