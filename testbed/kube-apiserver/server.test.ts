@@ -227,3 +227,16 @@ describe('paginated lists (pkg/storage/etcd3/store.go, pkg/storage/continue.go, 
     expect((await get(`/api/v1/namespaces/${NS}/pods?continue=${first.metadata.continue}&resourceVersion=5`)).status).toBe(400);
   });
 });
+
+describe('bookmarks (pkg/storage/cacher/cache_watcher.go nextBookmarkTime, v1.33)', () => {
+  it('a watch that allows bookmarks gets one 2 s before its timeout, carrying only the resourceVersion, then ends', async () => {
+    api = await startKubeApiServer({ bookmarkIntervalMs: 0 });
+    api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
+    const rv = api.store.resourceVersion;
+    const lines = await watchLines(
+      `/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${rv}&allowWatchBookmarks=true&timeoutSeconds=3`,
+      1,
+    );
+    expect(lines).toEqual([{ type: 'BOOKMARK', object: { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: String(rv) } } }]);
+  });
+});

@@ -30,9 +30,16 @@ export interface KubeApiServerOptions {
   readonly allowedNamespaces?: readonly string[];
   /** Bearer token the client must present; default `test-token`. */
   readonly token?: string;
-  /** Watch timeout when the client sends no `timeoutSeconds` (ms). */
+  /**
+   * Watch timeout when the client sends no `timeoutSeconds` (ms). Default: kube-apiserver's, `minRequestTimeout`
+   * (1800 s) × (1 + rand) (pkg/endpoints/handlers/get.go `ListResource`, v1.33).
+   */
   readonly watchTimeoutMs?: number;
-  /** BOOKMARK period for watches that allow them (ms); 0 sends none on a timer. */
+  /**
+   * BOOKMARK period for watches that allow them (ms); 0 sends none on a timer. Default 60 000, the watch cache's
+   * `defaultBookmarkFrequency` (pkg/storage/cacher/cacher.go, v1.33). Either way one is also sent 2 s before the
+   * watch's timeout (cache_watcher.go `nextBookmarkTime`: "right before the watcher timeout").
+   */
   readonly bookmarkIntervalMs?: number;
   /** How long a list takes to answer (ms): a slow API server, or a large namespace. Default 0. */
   readonly listDelayMs?: number;
@@ -245,10 +252,12 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     const unsubscribe = store.subscribe(emit);
     const bookmarks = q.get('allowWatchBookmarks') === 'true';
     const timeoutS = Number(q.get('timeoutSeconds') ?? '');
-    const timeoutMs = Number.isFinite(timeoutS) && timeoutS > 0 ? timeoutS * 1000 : (opts.watchTimeoutMs ?? 60_000);
+    const timeoutMs =
+      Number.isFinite(timeoutS) && timeoutS > 0 ? timeoutS * 1000 : (opts.watchTimeoutMs ?? Math.round(1_800_000 * (1 + Math.random())));
     const timer = setTimeout(() => (frozen ? undefined : w.end()), timeoutMs);
-    const tick =
-      bookmarks && (opts.bookmarkIntervalMs ?? 0) > 0 ? setInterval(() => frozen || sendBookmark(w), opts.bookmarkIntervalMs) : undefined;
+    const every = opts.bookmarkIntervalMs ?? 60_000;
+    const tick = bookmarks && every > 0 ? setInterval(() => frozen || sendBookmark(w), every) : undefined;
+    const last = bookmarks && timeoutMs > 2000 ? setTimeout(() => frozen || sendBookmark(w), timeoutMs - 2000) : undefined;
     const w: OpenWatch = {
       res,
       bookmarks,
@@ -259,6 +268,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
         if (!watches.delete(w)) return;
         clearTimeout(timer);
         clearInterval(tick);
+        clearTimeout(last);
         unsubscribe();
         res.end();
       },
