@@ -240,3 +240,14 @@ describe('bookmarks (pkg/storage/cacher/cache_watcher.go nextBookmarkTime, v1.33
     expect(lines).toEqual([{ type: 'BOOKMARK', object: { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: String(rv) } } }]);
   });
 });
+
+describe('watch from a resourceVersion (pkg/storage/cacher/cache_watcher.go process, v1.33)', () => {
+  it('sends only events newer than it, also when it is ahead of the store', async () => {
+    api = await startKubeApiServer();
+    const ahead = api.store.resourceVersion + 2;
+    const lines = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${ahead}`, 1);
+    for (const n of ['a', 'b', 'c']) api.store.create(readyPod(n, NS, '10.0.0.5', { app: 'x' }, `uid-${n}`));
+    const [ev] = await lines;
+    expect(ev).toMatchObject({ type: 'ADDED', object: { metadata: { name: 'c' } } });
+  });
+});

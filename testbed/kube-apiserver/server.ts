@@ -235,7 +235,9 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     let frozen = false;
     const send = (type: string, object: unknown): void => void (frozen || res.write(`${JSON.stringify({ type, object })}\n`));
     const emit = (c: Change): void => {
-      if (c.pod.metadata.namespace !== namespace) return;
+      // Only events newer than the watch's resourceVersion, even one from ahead of the store (cache_watcher.go
+      // `process`, v1.33: "only send events newer than resourceVersion").
+      if (c.pod.metadata.namespace !== namespace || (from !== null && c.rv <= from)) return;
       const now = selector(c.pod.metadata.labels);
       const was = c.before !== undefined && selector(c.before.metadata.labels);
       if (c.type === 'DELETED') {
