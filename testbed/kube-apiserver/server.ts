@@ -17,7 +17,9 @@
  *   parameter, an unready watch cache);
  * - `timeoutSeconds` (or the server's own watch timeout) ends the stream cleanly
  *   (pkg/endpoints/handlers/watch.go, the server picks a timeout when the client gives none);
- * - RBAC: a namespace outside `allowedNamespaces` gets 403 with a Forbidden Status, a wrong bearer token 401.
+ * - RBAC: a namespace outside `allowedNamespaces` gets 403 with a Forbidden Status, a wrong bearer token 401;
+ * - label selectors (selector.ts), pagination, bookmarks, restarts and the `version`-dependent watch while the watch
+ *   cache initializes: see README.md, which cites the upstream file for each.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
