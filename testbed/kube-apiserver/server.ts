@@ -16,7 +16,7 @@
  *   Never an HTTP 410 on a watch: the handler writes a status only for errors before the stream (authn/z, a bad
  *   parameter, an unready watch cache);
  * - `timeoutSeconds` (or the server's own watch timeout) ends the stream cleanly
- *   (pkg/endpoints/handlers/watch.go, the server picks a timeout when the client gives none);
+ *   (pkg/endpoints/handlers/get.go `ListResource` picks minRequestTimeout × (1 + rand) when the client gives none);
  * - RBAC: a namespace outside `allowedNamespaces` gets 403 with a Forbidden Status, a wrong bearer token 401;
  * - label selectors (selector.ts), pagination, bookmarks, restarts and the `version`-dependent watch while the watch
  *   cache initializes: see README.md, which cites the upstream file for each.
