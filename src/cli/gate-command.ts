@@ -16,7 +16,8 @@ const HELP = `usage: kvgate gate --config gate.yaml
 Runs the ext_proc gate (gRPC, ${'`'}envoy.service.ext_proc.v3.ExternalProcessor${'`'} + grpc.health.v1).
   --config FILE   gate settings (YAML or JSON); see README "Configuration reference"
 Signals: SIGTERM or SIGINT drains (NOT_SERVING, streams in flight finish within drain.graceMs, exit 0); a second
-SIGTERM or SIGINT closes at once (streams still open are cancelled); SIGHUP reloads the route table.
+SIGTERM or SIGINT closes at once (decided streams end OK and their requests go on; undecided ones are cancelled,
+Envoy answers them 500, one audit line each); SIGHUP reloads the route table.
 `;
 
 /** Where the command gets its signals, and who hears that it serves (tests drive it in-process). */
@@ -63,7 +64,8 @@ export async function gateCommand(argv: readonly string[], io: GateCommandIo = {
   return new Promise<number>((resolve) => {
     // SIGTERM and SIGINT (Ctrl-C) both drain: an immediate close would cancel every stream in flight, and Envoy
     // resets a client's stream whose processor was cancelled mid-response. A second signal of either kind ends the
-    // drain at once (streams still open are cancelled: fail closed).
+    // drain at once: decided streams end OK (a cancel would cut their generations), undecided ones are cancelled
+    // (fail closed).
     let signals = 0;
     const stop = (signal: string) => {
       signals += 1;
@@ -73,7 +75,7 @@ export async function gateCommand(argv: readonly string[], io: GateCommandIo = {
         io.signals.off('SIGTERM', onTerm);
         io.signals.off('SIGINT', onInt);
       }
-      logger.info({ signal, forced }, forced ? 'second signal: closing now, streams still open are cancelled' : 'shutting down: draining');
+      logger.info({ signal, forced }, forced ? 'second signal: closing now, undecided streams are cancelled' : 'shutting down: draining');
       const done = forced ? running.close() : running.drain();
       void done.then(() => tracing.shutdown().catch(() => undefined)).then(() => resolve(0));
     };

@@ -259,8 +259,10 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     poller?.stop();
     await discovery?.close();
     policy.close();
+    // The streams first: a queued request is then cancelled with its audit line, as at the end of a drain's grace
+    // period (Envoy answers it 500), instead of getting a 503 answer the stopped server would never deliver.
+    await grpc.close();
     admission.close();
-    grpc.close();
     await admin?.close();
   };
   return {

@@ -515,6 +515,47 @@ describe('gate gRPC server', () => {
     for (const s of [bad, routed, hung, idle]) s.client.close();
   });
 
+  it('a second signal (close) cuts no generation either: decided streams end OK, only undecided ones are cancelled, audited', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const sink = { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) };
+    const never = new Promise<Admitted>(() => undefined);
+    gate = await startGateServer({
+      admission: { admit: (req) => (req.path === '/hang' ? never : { decision: route(req) }) },
+      logger: pino({ level: 'info' }, sink),
+      metrics: createGateMetrics(new Registry()),
+      listen: '127.0.0.1:0',
+      transport: { kind: 'insecure' },
+      drainGraceMs: 60_000,
+      drainAnnounceMs: 60_000,
+    });
+    const g = gate;
+    // A: a generation streaming on Envoy 1.36 (its stream stays open); a cancel would reset the client's response.
+    const a = await openStream(g.port);
+    a.send(hdrs({ ':method': 'GET', ':path': '/a' }, true));
+    await a.next();
+    a.send({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } });
+    await a.next();
+    // B: routed, its response not started yet.
+    const b = await openStream(g.port);
+    b.send(hdrs({ ':method': 'GET', ':path': '/b' }, true));
+    await b.next();
+    // C: not decided (queued): nothing of it reached a worker.
+    const c = await openStream(g.port);
+    c.send(hdrs({ ':method': 'GET', ':path': '/hang' }, true));
+    await new Promise((r) => setTimeout(r, 50));
+    // SIGTERM starts a drain still in its announce window; the second signal closes.
+    void g.drain();
+    await g.close();
+    expect((await a.status).code).toBe(grpc.status.OK);
+    expect((await b.status).code).toBe(grpc.status.OK);
+    expect((await c.status).code).toBe(grpc.status.UNAVAILABLE);
+    expect(g.activeStreams()).toBe(0);
+    const audits = lines.filter((l) => l['audit'] === 'refusal');
+    expect(audits.map((l) => l['code'])).toEqual(['draining']);
+    expect(audits[0]).toMatchObject({ reason: expect.stringMatching(/second signal/) });
+    for (const s of [a, b, c]) s.client.close();
+  });
+
   it('drains a FULL_DUPLEX_STREAMED response: OK once its body is over, cancelled at the grace if it is not', async () => {
     gate = await startGateServer({
       admission: { admit: (req): Admitted => ({ decision: route(req) }) },

@@ -94,8 +94,11 @@ export interface GateServer {
   activeStreams(): number;
   /** NOT_SERVING, let streams in flight finish (bounded by the grace period), then stop. */
   drain(): Promise<void>;
-  /** Stop at once, cancelling streams in flight. */
-  close(): void;
+  /**
+   * Stop now (a second signal, or the end of a drain): streams whose decision is answered end with OK (their requests
+   * go on; a streamed generation is not cut), the rest are cancelled with their audit line, then the server stops.
+   */
+  close(): Promise<void>;
 }
 
 export async function startGateServer(opts: GateServerOptions): Promise<GateServer> {
@@ -183,8 +186,8 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
       for (const svc of READY_SERVICES) health.setStatus(svc, st);
     },
     close: () => {
-      server.forceShutdown();
       healthOnly?.server.forceShutdown();
+      return closeNow(server, active, opts);
     },
   };
 }
@@ -226,8 +229,8 @@ interface ServedStream {
   closeWhenSettled(): void;
   /** End with OK if the decision has been answered and no message is waiting; true when it did. */
   closeIfDecided(): boolean;
-  /** Fail the stream (Envoy fails the request closed: nothing of it reached upstream yet). */
-  cancel(): void;
+  /** Fail the stream (Envoy fails the request closed: nothing of it reached upstream yet); `why` goes in its audit line. */
+  cancel(why: string): void;
 }
 
 type GateCall = grpc.ServerDuplexStream<WireProcessingRequest, WireProcessingResponse>;
@@ -387,7 +390,7 @@ class StreamServer implements ServedStream {
     return this.#session.decisionAnswered && !this.#session.inDuplexResponse && this.#endOk();
   }
 
-  cancel(): void {
+  cancel(why: string): void {
     if (this.#closed) return;
     // A request still undecided (queued, or its body not yet in) is refused by this cancel: Envoy answers it with its
     // status_on_error before anything reached a worker. One audit line says so (a decided one goes on, unaudited).
@@ -400,8 +403,7 @@ class StreamServer implements ServedStream {
           request_id: this.#session.requestId,
           audit: 'refusal',
           code: 'draining',
-          reason:
-            'the gate shut down (drain.graceMs over) before this request was decided; Envoy answers it with its status_on_error, before any worker saw it',
+          reason: `the gate shut down (${why}) before this request was decided; Envoy answers it with its status_on_error, before any worker saw it`,
           listener: this.#listener,
         },
         'refused: draining',
@@ -424,15 +426,7 @@ async function drainServer(
   await new Promise<void>((resolve) => {
     let last: NodeJS.Timeout | undefined;
     const timer = setTimeout(() => {
-      let ended = 0;
-      let cancelled = 0;
-      for (const s of [...active]) {
-        if (s.closeIfDecided()) ended++;
-        else {
-          s.cancel();
-          cancelled++;
-        }
-      }
+      const { ended, cancelled } = endOpenStreams(active, 'drain.graceMs over');
       opts.logger.warn(
         { ended_ok: ended, cancelled },
         'drain grace period over; decided streams ended OK (their requests go on), undecided ones cancelled',
@@ -452,6 +446,51 @@ async function drainServer(
     for (const s of [...active]) s.closeWhenSettled();
   });
   opts.logger.info('drained');
+}
+
+/** Decided streams end with OK (their requests go on), the others are cancelled (fail closed, one audit line each). */
+function endOpenStreams(active: ReadonlySet<ServedStream>, why: string): { ended: number; cancelled: number } {
+  let ended = 0;
+  let cancelled = 0;
+  for (const s of [...active]) {
+    if (s.closeIfDecided()) ended++;
+    else {
+      s.cancel(why);
+      cancelled++;
+    }
+  }
+  return { ended, cancelled };
+}
+
+/** How long a close waits for the final statuses it queued to be written before it drops the connections. */
+const STATUS_FLUSH_MS = 1000;
+
+/**
+ * Stop now, without cutting a generation: the end a drain's grace period gives, without waiting for it. A cancelled
+ * stream resets the client's response once it has started (the module comment), so a decided stream, however far its
+ * generation is, ends with OK; only undecided ones are cancelled. Then no new stream starts, and the connections are
+ * dropped once the statuses are written (at most STATUS_FLUSH_MS).
+ */
+async function closeNow(server: grpc.Server, active: ReadonlySet<ServedStream>, opts: GateServerOptions): Promise<void> {
+  if (active.size === 0) {
+    server.forceShutdown();
+    return;
+  }
+  const { ended, cancelled } = endOpenStreams(active, 'closed at once by a second signal');
+  opts.logger.warn(
+    { ended_ok: ended, cancelled },
+    'closing now; decided streams ended OK (their requests go on), undecided ones cancelled',
+  );
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(() => {
+      server.forceShutdown();
+      resolve();
+    }, STATUS_FLUSH_MS);
+    server.tryShutdown(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 }
 
 /**
