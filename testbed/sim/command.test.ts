@@ -63,7 +63,7 @@ describe('kvgate sim', () => {
     expect(await simCommand([], t.io)).toBe(2);
     expect(await simCommand(['--config', 'x', '--port', 'http'], t.io)).toBe(2);
     expect(await simCommand(['--bogus'], t.io)).toBe(2);
-    expect(t.err.join('\n')).toMatch(/usage: kvgate sim --config FILE/);
+    expect(t.err.join('\n')).toMatch(/usage: npm run testbed -- sim --config FILE/);
     expect(await simCommand(['--help'], t.io)).toBe(0);
   });
 });

@@ -1,5 +1,5 @@
 /**
- * `kvgate sim --config FILE [--port N] [--side-channel-port N]`: run one simulated vLLM worker until SIGTERM or
+ * `npm run testbed -- sim --config FILE [--port N] [--side-channel-port N]`: run one simulated vLLM worker until SIGTERM or
  * SIGINT, then close both ports and exit 0. Exit 2 on usage errors, 1 when the config is invalid or a port is taken.
  * The lead wires this into the CLI; the optional `io` argument lets tests drive it in-process.
  */
@@ -18,7 +18,7 @@ export interface SimCommandIo {
   readonly onListening?: (info: { url: string; sideChannelUrl: string; engineId: string }) => void;
 }
 
-const USAGE = 'usage: kvgate sim --config FILE [--port N] [--side-channel-port N]';
+const USAGE = 'usage: npm run testbed -- sim --config FILE [--port N] [--side-channel-port N]';
 
 export async function simCommand(argv: string[], io: SimCommandIo = defaultIo()): Promise<number> {
   const args = parseArgs(argv);
