@@ -1,7 +1,7 @@
 /**
  * `npm run testbed -- sim --config FILE [--port N] [--side-channel-port N]`: run one simulated vLLM worker until SIGTERM or
  * SIGINT, then close both ports and exit 0. Exit 2 on usage errors, 1 when the config is invalid or a port is taken.
- * testbed/cli/main.ts runs it as `sim`; the optional `io` argument lets tests drive it in-process.
+ * testbed/cli/commands.ts runs it as `sim`; the optional `io` argument lets tests drive it in-process.
  */
 import { pino, type Logger } from 'pino';
 import { loadSimConfigFile, type SimConfig } from './config.js';
