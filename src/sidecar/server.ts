@@ -289,23 +289,7 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
       'bad_request',
       'kvgate does not route the Responses API (POST /v1/responses): its prompt and KV cannot be bound to a compatibility group; send the request as POST /v1/chat/completions',
     );
-    const requestId = contractRequestId(headerValue(req.headers, H.requestId));
-    const { config, metrics } = rt.ctx;
-    metrics.requests.inc({ role: config.role, outcome: 'refused', code: e.code });
-    rt.ctx.logger.warn(
-      {
-        request_id: requestId === undefined ? undefined : auditCut(requestId),
-        role: config.role,
-        audit: 'refusal',
-        code: e.code,
-        reason: e.reason,
-        tenant: null,
-        trust: config.trust,
-        path,
-      },
-      `refused: ${e.code}`,
-    );
-    return sendError(res, e, requestId ?? '');
+    return refuseWithoutContract(rt, req, res, path, e);
   }
   if (req.method === 'GET' && path === '/kvgate/v1/status') {
     const load = await rt.load();
@@ -328,26 +312,7 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
       'bad_request',
       `${path} is served only on the sidecar's loopback admin port (admin: ${rt.ctx.config.admin || 'disabled'}); call it from inside the pod`,
     );
-    // Joinable and counted like every other refusal: under the caller's request id (an audit line without one
-    // matches nothing in Envoy's access log) and in kvgate_sidecar_requests_total.
-    const requestId = contractRequestId(headerValue(req.headers, H.requestId));
-    const { config, metrics } = rt.ctx;
-    metrics.requests.inc({ role: config.role, outcome: 'refused', code: e.code });
-    rt.ctx.logger.warn(
-      {
-        request_id: requestId === undefined ? undefined : auditCut(requestId),
-        role: config.role,
-        audit: 'refusal',
-        code: e.code,
-        reason: e.reason,
-        tenant: null,
-        trust: config.trust,
-        path,
-        remote: req.socket.remoteAddress ?? null,
-      },
-      `refused: ${e.code}`,
-    );
-    return sendError(res, e, requestId ?? '');
+    return refuseWithoutContract(rt, req, res, path, e, { remote: req.socket.remoteAddress ?? null });
   }
   return sendText(
     res,
@@ -355,6 +320,39 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
     'text/plain',
     'not found: the sidecar serves POST /v1/completions, /v1/chat/completions and GET /kvgate/v1/status, /healthz, /metrics\n',
   );
+}
+
+/**
+ * A refusal made before any contract is read (a path or method this port does not serve): joinable and counted like
+ * every other, under the caller's request id (an audit line without one matches nothing in Envoy's access log) and
+ * in kvgate_sidecar_requests_total, with one audit line.
+ */
+function refuseWithoutContract(
+  rt: Runtime,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  path: string,
+  e: KvgateError,
+  extra: Record<string, unknown> = {},
+): void {
+  const requestId = contractRequestId(headerValue(req.headers, H.requestId));
+  const { config, metrics } = rt.ctx;
+  metrics.requests.inc({ role: config.role, outcome: 'refused', code: e.code });
+  rt.ctx.logger.warn(
+    {
+      request_id: requestId === undefined ? undefined : auditCut(requestId),
+      role: config.role,
+      audit: 'refusal',
+      code: e.code,
+      reason: e.reason,
+      tenant: null,
+      trust: config.trust,
+      path,
+      ...extra,
+    },
+    `refused: ${e.code}`,
+  );
+  sendError(res, e, requestId ?? '');
 }
 
 /**
