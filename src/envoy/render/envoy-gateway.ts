@@ -178,38 +178,14 @@ function networkPolicies(clusters: readonly RenderCluster[], s: RenderSettings):
       "# network-policies.yaml admits only kvgate's own Envoy there. Envoy Gateway runs them in ITS OWN namespace",
       '# (envoy-gateway-system by default; edit the namespace if yours differs), labelled with the owning Gateway',
       '# (envoyproxy/gateway internal/infrastructure/kubernetes/proxy/resource_provider.go @00ec57c2).',
-      'apiVersion: networking.k8s.io/v1',
-      'kind: NetworkPolicy',
-      'metadata:',
-      '  name: kvgate-gate-from-envoy-gateway',
-      `  namespace: ${s.namespace}`,
-      'spec:',
-      '  podSelector:',
-      '    matchLabels: { app.kubernetes.io/name: kvgate-gate }',
-      '  policyTypes: [Ingress]',
-      '  ingress:',
-      ...from,
-      `    ports: [{ port: ${String(s.gatePort)} }]`,
+      ...ingressPolicy('kvgate-gate-from-envoy-gateway', s, 'app.kubernetes.io/name: kvgate-gate', from, s.gatePort),
     ],
   ];
   for (const c of decode) {
     const spec = c.service;
     const selector = selectorOf(c);
     if (selector === undefined || 'missing' in spec) continue;
-    docs.push([
-      'apiVersion: networking.k8s.io/v1',
-      'kind: NetworkPolicy',
-      'metadata:',
-      `  name: ${poolServiceOf(c, s)}-from-envoy-gateway`,
-      `  namespace: ${s.namespace}`,
-      'spec:',
-      '  podSelector:',
-      `    matchLabels: { ${selector} }`,
-      '  policyTypes: [Ingress]',
-      '  ingress:',
-      ...from,
-      `    ports: [{ port: ${String(spec.targetPort)} }]`,
-    ]);
+    docs.push(ingressPolicy(`${poolServiceOf(c, s)}-from-envoy-gateway`, s, selector, from, spec.targetPort));
   }
   // `prefill.via: direct` (the header says why): each decode sidecar dials the prefill endpoint its contract names,
   // a prefill pool's pod on the pool's port (src/sidecar/prefill-leg.ts), which deploy/kubernetes admits from
@@ -227,23 +203,35 @@ function networkPolicies(clusters: readonly RenderCluster[], s: RenderSettings):
             "# kvgate's Envoy and gate there.",
           ]
         : []),
-      'apiVersion: networking.k8s.io/v1',
-      'kind: NetworkPolicy',
-      'metadata:',
-      `  name: ${poolServiceOf(c, s)}-from-decode-workers`,
-      `  namespace: ${s.namespace}`,
-      'spec:',
-      '  podSelector:',
-      `    matchLabels: { ${selector} }`,
-      '  policyTypes: [Ingress]',
-      '  ingress:',
-      '  - from:',
-      ...decodePeers.map((p) => `    - podSelector: { matchLabels: { ${p} } }`),
-      `    ports: [{ port: ${String(spec.targetPort)} }]`,
+      ...ingressPolicy(
+        `${poolServiceOf(c, s)}-from-decode-workers`,
+        s,
+        selector,
+        ['  - from:', ...decodePeers.map((p) => `    - podSelector: { matchLabels: { ${p} } }`)],
+        spec.targetPort,
+      ),
     ]);
     first = false;
   }
   return docs;
+}
+
+/** An ingress NetworkPolicy: pods matching `selector` (rendered matchLabels) admit the `from` peers on `port`. */
+function ingressPolicy(name: string, s: RenderSettings, selector: string, from: readonly string[], port: number): string[] {
+  return [
+    'apiVersion: networking.k8s.io/v1',
+    'kind: NetworkPolicy',
+    'metadata:',
+    `  name: ${name}`,
+    `  namespace: ${s.namespace}`,
+    'spec:',
+    '  podSelector:',
+    `    matchLabels: { ${selector} }`,
+    '  policyTypes: [Ingress]',
+    '  ingress:',
+    ...from,
+    `    ports: [{ port: ${String(port)} }]`,
+  ];
 }
 
 /** One policy covers the HTTPRoute, so its breakers are sized for the largest decode cluster it routes to. */
