@@ -27,7 +27,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
-import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
@@ -39,16 +38,9 @@ import { completion, crossGroupHop, post } from '../../testbed/demo/scenarios.js
 import { DEMO_KEY_SEED, SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { TOY_PROXY_PREFILL_KV } from '../../testbed/sim/testing.js';
 import { lintExposition } from '../metrics/promlint.js';
-import { counter, eventually, metricsOf } from './failure-matrix-support.js';
+import { counter, eventually, jsonLineSink, metricsOf } from './failure-matrix-support.js';
 
-type Line = Record<string, any>;
-const lines: Line[] = [];
-const sink = new Writable({
-  write(chunk: Buffer, _enc, done) {
-    for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Line);
-    done();
-  },
-});
+const { lines, sink } = jsonLineSink();
 
 /** Every prompt starts with this word and names its case: no log line may hold it. */
 const MARKER = 'Osprey7f3c';

@@ -3,6 +3,7 @@
  * parsing that keeps error events, and Prometheus counters read from a simulated worker or a sidecar. Test support
  * only; the topology itself comes from testbed/demo/topology.ts.
  */
+import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { completion, post, type HttpResult } from '../../testbed/demo/scenarios.js';
 import type { Topology } from '../../testbed/demo/topology.js';
@@ -84,4 +85,16 @@ export async function eventually(check: () => boolean | Promise<boolean>, timeou
     if (Date.now() > until) return false;
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/** A pino destination that keeps every JSON log line, parsed, in `lines` (what the audit and observability tests read). */
+export function jsonLineSink(): { lines: Array<Record<string, any>>; sink: Writable } {
+  const lines: Array<Record<string, any>> = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Record<string, any>);
+      done();
+    },
+  });
+  return { lines, sink };
 }

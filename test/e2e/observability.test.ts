@@ -10,7 +10,6 @@
  *   contract and attestation failures by reason.
  */
 import { randomUUID } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
@@ -20,16 +19,10 @@ import { completion, crossGroupHop, post, PROMPTS, type HttpResult } from '../..
 import { TOY_PROXY_PREFILL_KV } from '../../testbed/sim/testing.js';
 import { DEMO_KEY_SEED, SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
-import { client, complete, counter, eventually, metricSum, metricsOf } from './failure-matrix-support.js';
+import { client, complete, counter, eventually, jsonLineSink, metricsOf, metricSum } from './failure-matrix-support.js';
 
 type Line = Record<string, any>;
-const lines: Line[] = [];
-const sink = new Writable({
-  write(chunk: Buffer, _enc, done) {
-    for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Line);
-    done();
-  },
-});
+const { lines, sink } = jsonLineSink();
 
 /** Every prompt this file sends starts with this word: no log line may contain it, not even a fragment of a prompt. */
 const MARKER = 'Kestrel';

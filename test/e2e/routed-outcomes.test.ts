@@ -4,20 +4,12 @@
  * endpoints it chose.
  */
 import { randomUUID } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTopology, type Topology } from '../../testbed/demo/topology.js';
-import { client, complete, counter, eventually } from './failure-matrix-support.js';
+import { client, complete, counter, eventually, jsonLineSink } from './failure-matrix-support.js';
 
-type Line = Record<string, any>;
-const lines: Line[] = [];
-const sink = new Writable({
-  write(chunk: Buffer, _enc, done) {
-    for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Line);
-    done();
-  },
-});
+const { lines, sink } = jsonLineSink();
 
 let t: Topology;
 beforeAll(async () => {
