@@ -23,7 +23,8 @@ export interface SidecarMetrics {
   readonly prefillLegSeconds: Histogram<'outcome'>;
   /** What the decode sidecar adds before its worker can start: arrival to the decode call, less the prefill leg. */
   readonly addedFirstTokenSeconds: Histogram<'path'>;
-  /** Transfers the worker failed and silently recomputed (transfer-watch.ts): `refused`, `served`, `unattributed`. */
+  /** Transfers the worker failed and silently recomputed (transfer-watch.ts): `refused`, `served`, `unattributed`, and
+   * `unverified` (the counter unreadable after the transfer, or reset). */
   readonly silentRecomputes: Counter<'result'>;
   /** Contracts forgotten by the replay guard while still valid (replay-guard.ts): it was full of live contracts. */
   readonly replayEvictions: Counter;

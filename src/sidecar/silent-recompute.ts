@@ -4,7 +4,8 @@
  * read). Only one verdict changes the answer: a rise pinned on this request under `onTransferFailure: fail`, which
  * refuses it before any output. So the output waits for the counter only when that verdict is possible (no other
  * transfer overlapped the window, and the policy is `fail`); otherwise the read runs beside the stream and only
- * counts and logs what it finds.
+ * counts and logs what it finds. A counter that cannot rule a failure out (unreadable after the transfer, or reset)
+ * is `unverified`: counted and logged, never taken for a clean transfer.
  */
 import type { IncomingCall, SidecarContext } from './context.js';
 import { judgeRise, type TransferWindow } from './transfer-watch.js';
@@ -27,6 +28,15 @@ export function silentRecomputeCheck(
   const fail = ctx.config.onTransferFailure === 'fail';
   const record = (verdict: ReturnType<typeof judgeRise>): string | undefined => {
     if (verdict === 'none') return undefined;
+    if (verdict === 'unverified') {
+      // Not clean, and not a failure either: counted and logged, the output goes (transfer-watch.ts `judgeRise`).
+      ctx.metrics.silentRecomputes.inc({ result: 'unverified' });
+      call.logger.warn(
+        { event: 'silent_recompute_unverified' },
+        "the worker's failed-transfer counter could not be read again, or went down (a reset), after this transfer: it may have recomputed this request",
+      );
+      return undefined;
+    }
     if (verdict === 'unattributed') {
       ctx.metrics.silentRecomputes.inc({ result: 'unattributed' });
       call.logger.warn(
@@ -50,12 +60,15 @@ export function silentRecomputeCheck(
       // No verdict can change the answer: the output goes now, the read only counts.
       const overlapped = window.overlapped;
       window.end();
-      void ctx.failedTransfers.read(firstOutput, ctx.closed).then((after) => record(judgeRise(failedBefore, after, overlapped)));
+      void ctx.failedTransfers.read(firstOutput, ctx.closed).then((after) => {
+        if (!ctx.closed.aborted) record(judgeRise(failedBefore, after, overlapped));
+      });
       return undefined;
     }
     const after = await ctx.failedTransfers.read(firstOutput, call.signal);
     const verdict = judgeRise(failedBefore, after, window.overlapped);
     window.end(); // the KV load is over once output flows: later transfers do not blur this one
-    return record(verdict);
+    // A caller that left has no answer to change; its abandoned read is not an unreadable counter.
+    return call.signal.aborted ? undefined : record(verdict);
   };
 }

@@ -30,6 +30,13 @@ describe('TransferWatch and judgeRise', () => {
     expect(judgeRise(2, 2, false)).toBe('none');
     expect(judgeRise(undefined, 5, false)).toBe('none');
   });
+
+  it('never passes a transfer as clean when the counter is unreadable after it or went down (a reset)', () => {
+    expect(judgeRise(3, undefined, false)).toBe('unverified');
+    // vLLM's elastic DP scale-up registers the counters again at 0 (AsyncLLM.scale_elastic_ep): a rise can hide in it.
+    expect(judgeRise(5, 1, false)).toBe('unverified');
+    expect(judgeRise(5, 0, true)).toBe('unverified');
+  });
 });
 
 describe('failedTransfersIn reads only the counter', () => {

@@ -19,9 +19,16 @@ import { parseSampleLine } from './prometheus-text.js';
 export const FAILED_TRANSFERS = ['vllm:nixl_num_failed_transfers_total', 'vllm:nixl_num_failed_transfers'] as const;
 
 /**
- * Pure: the counter's total (summed over engines) in a Prometheus text, undefined when the worker does not export it
- * or a line of it is malformed. Only the counter's own lines are parsed: the rest of a full exposition is tens of
- * kilobytes this check does not need, and a malformed line elsewhere does not hide the counter.
+ * Pure: the counter's total in a Prometheus text, undefined when the worker does not export it
+ * or a line of it is malformed. It is summed over engines: under data parallelism vLLM's API server carries one series
+ * per engine rank it manages (`engine="0"`, `engine="1"`, ...; vllm-project/vllm `vllm/v1/metrics/loggers.py`
+ * `per_engine_labelvalues`, `.../kv_connector/v1/nixl/stats.py` `create_metric_per_engine` @bd33ba3), and nothing in
+ * an answer says which rank served a request, so a rise on any of them is a rise on this worker. Under several API
+ * server processes each step's stats go to one of them only ("Return stats to only one of the front-ends",
+ * `vllm/v1/core/sched/scheduler.py` `update_from_output` @b4622cf) and prometheus_client's multiprocess collector adds the
+ * processes' counters up (counters carry no `pid` label there), so no failure is counted twice. Only the counter's own
+ * lines are parsed: the rest of a full exposition is tens of kilobytes this check does not need, and a malformed line
+ * elsewhere does not hide the counter.
  */
 export function failedTransfersIn(text: string): number | undefined {
   const totals: (number | undefined)[] = FAILED_TRANSFERS.map(() => undefined);
@@ -77,8 +84,24 @@ export class TransferWatch {
   }
 }
 
-/** What a counter rise means for one request: nothing, this request's failure, or someone's. */
-export function judgeRise(before: number | undefined, after: number | undefined, overlapped: boolean): 'none' | 'mine' | 'unattributed' {
-  if (before === undefined || after === undefined || after <= before) return 'none';
+/**
+ * What the counter between two reads means for one request: nothing, this request's failure, someone's, or
+ * `unverified` where the second read cannot rule a failure out, so the transfer must not pass as clean:
+ * - the counter was read before and is unreadable after (no answer, or a malformed line of it);
+ * - it went down. A counter falls only when it is reset, and a reset can hide a rise. vLLM resets it on a running
+ *   server when data parallelism scales up: `AsyncLLM.scale_elastic_ep` builds a new `StatLoggerManager` for the new
+ *   engine set, "This resets all the prometheus metrics since we unregister during initialization"
+ *   (vllm-project/vllm `vllm/v1/engine/async_llm.py` @8ef0b5f; `PrometheusStatLogger` unregisters the `vllm:`
+ *   collectors and registers them again at 0).
+ * A worker whose counter was unreadable before gives no evidence at all (the check does not start).
+ */
+export function judgeRise(
+  before: number | undefined,
+  after: number | undefined,
+  overlapped: boolean,
+): 'none' | 'mine' | 'unattributed' | 'unverified' {
+  if (before === undefined) return 'none';
+  if (after === undefined || after < before) return 'unverified';
+  if (after === before) return 'none';
   return overlapped ? 'unattributed' : 'mine';
 }

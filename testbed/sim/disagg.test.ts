@@ -6,6 +6,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SimSettingsInput } from './config.js';
 import type { SimServer } from './server.js';
+import { failedTransfersIn } from '../../src/sidecar/transfer-watch.js';
 import { metricValue, postJson, postSse, runDisaggregated, scrape, startTestSim, type HttpReply } from './testing.js';
 
 const servers: SimServer[] = [];
@@ -335,5 +336,27 @@ describe('prefix cache, leases and transfer faults', () => {
     const lost = await runDisaggregated(p2, d2, '/v1/completions', completion(PROMPTS[1]!));
     expect(lost.decode.status).toBe(500);
     expect(await metric(p2, 'vllm:nixl_num_kv_expired_reqs_total')).toBe(1);
+  });
+});
+
+describe('data parallel: one /metrics for every engine rank', () => {
+  // vLLM's API server runs one PrometheusStatLogger over every engine it manages (vllm/v1/engine/async_llm.py
+  // `StatLoggerManager(engine_idxs=self.engine_core.engine_ranks_managed)` @8ef0b5f), and NixlPromMetrics binds one
+  // child per engine (`create_metric_per_engine`, vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py
+  // @bd33ba3): a failure on rank 1 shows on the same /metrics, as engine="1".
+  it('a failed transfer on rank 1 shows as engine="1" beside engine="0", in full and filtered reads', async () => {
+    const p = await sim({ kvCache: { dtype: 'fp8' } });
+    const d = await sim({}, { dataParallelSize: 2 });
+    for (let i = 0; i < 2; i++) {
+      const r = await runDisaggregated(p, d, '/v1/completions', completion(PROMPTS[i]!));
+      expect(r.decode.status).toBe(500);
+    }
+    const text = await scrape(d);
+    expect(metricValue(text, 'vllm:nixl_num_failed_transfers_total', { engine: '0' })).toBe(1);
+    expect(metricValue(text, 'vllm:nixl_num_failed_transfers_total', { engine: '1' })).toBe(1);
+    expect(failedTransfersIn(text)).toBe(2);
+    const filtered = await (await fetch(`${d.url}/metrics?name%5B%5D=vllm%3Anixl_num_failed_transfers_total`)).text();
+    expect(failedTransfersIn(filtered)).toBe(2);
+    expect(metricValue(text, 'vllm:cache_config_info', { engine: '1' })).toBe(1);
   });
 });

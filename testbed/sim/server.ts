@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
-import type { Registry } from 'prom-client';
+import { AggregatorRegistry, type Registry } from 'prom-client';
 import type { SimConfig } from './config.js';
 import { FAULT_HEADER, parseFaultHeader, parseFaultPatch, type FaultPatch, type FaultState } from './faults.js';
 import { handleGeneration, type ResponseSink, type WorkerContext } from './generate-handler.js';
@@ -41,7 +41,7 @@ export interface SimServer {
   /** vLLM's NIXL compatibility hash of what this worker really runs (what its handshake serves). */
   readonly compatibilityHash: string;
   readonly config: SimConfig;
-  /** This worker's own metrics registry (also served on /metrics); rank 0's under data parallelism. */
+  /** Rank 0's metrics registry (/metrics serves every rank's series: `servedRegistry`). */
   readonly registry: Registry;
   /** Every data-parallel rank's registry, by rank. */
   readonly registries: readonly Registry[];
@@ -69,7 +69,7 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
     throw e;
   });
   const setFaults = (patch: FaultPatch): FaultState => workers.map((w) => w.setFaults(patch))[0]!;
-  const admin: Admin = { registry: worker.registry, setFaults, getFaults: worker.getFaults };
+  const admin: Admin = { registries: workers.map((w) => w.registry), setFaults, getFaults: worker.getFaults };
   let next = 0;
   // vLLM's API server balances requests over its DP engine ranks; the simulator takes them in turn.
   const pick = (): WorkerContext => workers[next++ % workers.length]!.ctx;
@@ -173,8 +173,24 @@ function listen(server: ReturnType<typeof createServer>, port: number, host: str
   });
 }
 
+/**
+ * The registry /metrics answers from: every data-parallel rank's series on one exposition, told apart by their
+ * `engine` label. vLLM's API server runs one PrometheusStatLogger over all the engine ranks it manages
+ * (vllm-project/vllm `vllm/v1/engine/async_llm.py` `StatLoggerManager(engine_idxs=self.engine_core.engine_ranks_managed)`
+ * @8ef0b5f; `vllm/v1/metrics/loggers.py` builds `per_engine_labelvalues = {idx: [model_name, str(idx)]}`), and the NIXL
+ * series get one child per engine (`NixlPromMetrics`, `vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py`
+ * `create_metric_per_engine` @bd33ba3), so a failed transfer on rank 1 shows as `engine="1"` on the same /metrics.
+ * The ranks' series never share a label set (each carries its `engine`), so merging them only lays them side by
+ * side; the simulator-only series without `engine` add up over the server, as one API server would count them.
+ */
+async function servedRegistry(registries: readonly Registry[]): Promise<Registry> {
+  if (registries.length === 1) return registries[0]!;
+  return AggregatorRegistry.aggregate(await Promise.all(registries.map((r) => r.getMetricsAsJSON())));
+}
+
 interface Admin {
-  readonly registry: Registry;
+  /** Every rank's registry, by rank: /metrics serves them together (`servedRegistry`). */
+  readonly registries: readonly Registry[];
   readonly setFaults: (patch: FaultPatch) => FaultState;
   readonly getFaults: () => FaultState;
 }
@@ -207,8 +223,9 @@ async function route(
     case '/metrics':
       if (allow('GET')) {
         const query = new URLSearchParams((req.url ?? '').split('?')[1] ?? '');
-        const body = await metricsExposition(admin.registry, query, ctx.traits, ctx.config.sim.apiServerCount);
-        res.writeHead(200, { 'content-type': admin.registry.contentType }).end(body);
+        const registry = await servedRegistry(admin.registries);
+        const body = await metricsExposition(registry, query, ctx.traits, ctx.config.sim.apiServerCount);
+        res.writeHead(200, { 'content-type': registry.contentType }).end(body);
       }
       return;
     case '/admin/faults':
