@@ -17,12 +17,12 @@
  * | table `connectorMode`                        | strict       | lenient: unknown connector versions split -> unchecked KV transfer | warn (now always, not only with an unknown version), /status optIns, kvgate_gate_opt_in |
  * | table `tenancy.prefixScope`                  | tenant       | shared: one prefix cache for all tenants -> cross-tenant cache share | warn (NEW), /status optIns (NEW), kvgate_gate_opt_in (NEW)                       |
  * | table `tenancy.prefixScope: tenant-user` w/o `userHeader` | (userHeader unset) | user from the client's body field | warn (semantic.ts, existing)                                                           |
- * | sidecar `keys.devSeed` / `--dev-keys`        | none (required) | forged contracts                             | start warn, /status optIns (NEW)                                                                       |
- * | sidecar `trust` / `--trust`                  | recorded     | declared-only -> unverified worker              | start warn, /status trust + optIns, audit lines                                                        |
+ * | sidecar `keys.devSeed` / `--dev-keys`        | none (required) | forged contracts                             | start warn, /status optIns (NEW), kvgate_sidecar_opt_in (NEW)                                          |
+ * | sidecar `trust` / `--trust`                  | recorded     | declared-only -> unverified worker              | start warn, /status trust + optIns, kvgate_sidecar_opt_in, audit lines                                 |
  * | sidecar `probe.generation`                   | declared     | never: weights unchecked                        | refused with trust: recorded (config error); allowed only with declared-only                           |
- * | sidecar `nixlSideChannel`                    | required where readable | unchecked -> unchecked KV transfer flags | config error when missing; unchecked: start warn, /status nixlHash.live + optIns                   |
- * | sidecar `compatMode`                         | strict       | lenient -> unchecked KV transfer                | start warn, /status connector verdict + optIns                                                         |
- * | sidecar `onTransferFailure` / `--on-transfer-failure` | fail | recompute: a failed transfer is hidden        | start warn (NEW), /status optIns (NEW), per request warn + kvgate_sidecar_transfer_failures_total{action} |
+ * | sidecar `nixlSideChannel`                    | required where readable | unchecked -> unchecked KV transfer flags | config error when missing; unchecked: start warn, /status nixlHash.live + optIns, kvgate_sidecar_opt_in |
+ * | sidecar `compatMode`                         | strict       | lenient -> unchecked KV transfer                | start warn, /status connector verdict + optIns, kvgate_sidecar_opt_in                                  |
+ * | sidecar `onTransferFailure` / `--on-transfer-failure` | fail | recompute: a failed transfer is hidden        | start warn (NEW), /status optIns (NEW), kvgate_sidecar_opt_in (NEW), per request warn + kvgate_sidecar_transfer_failures_total{action} |
  * | sidecar `admin`                              | 127.0.0.1:9092 | drain/undrain from outside                    | only loopback accepted (schema), '' disables                                                          |
  * | `kvgate envoy render bootstrap` w/o --gate-tls-* | plaintext | plaintext to the gate                          | stderr WARNING + file header (src/cli/envoy-command.test.ts); the gate refuses it unless insecure: true |
  *
@@ -57,6 +57,7 @@ import { clone, tableFromValue, twoRevisionTableValue } from '../src/policy/test
 import { parseSidecarConfig } from '../src/sidecar/config.js';
 import { sidecarOptIns } from '../src/sidecar/opt-ins.js';
 import { staticStatusOf, toStatus } from '../src/sidecar/status.js';
+import { startTestSidecar } from '../src/sidecar/testing.js';
 
 type Value = Record<string, any>;
 
@@ -269,6 +270,21 @@ describe('sidecar config: safe defaults, loud opt-ins', () => {
     for (const o of sidecarOptIns(config)) expect(o.message.length).toBeGreaterThan(40);
     expect(status.optIns).toEqual(settings);
     expect(status.trust).toBe('declared-only');
+  });
+
+  it('each opt-in is a kvgate_sidecar_opt_in series; none with the safe defaults', async () => {
+    const start = async (raw: Record<string, unknown>) => {
+      const r = parseSidecarConfig({ ...raw, listen: '127.0.0.1:0', admin: '', metrics: '' }, 'sidecar.yaml');
+      if (!r.ok) throw new Error(formatIssues(r.error));
+      const t = await startTestSidecar(r.value);
+      const text = await t.registry.metrics();
+      await t.sidecar.close();
+      return text;
+    };
+    expect(await start({ ...base(), keys: { env: 'KVGATE_KEYS' } })).not.toMatch(/kvgate_sidecar_opt_in\{/);
+    const text = await start({ ...base(), compatMode: 'lenient', onTransferFailure: 'recompute' });
+    expect(text).toContain('kvgate_sidecar_opt_in{setting="compatMode: lenient"} 1');
+    expect(text).toContain('kvgate_sidecar_opt_in{setting="onTransferFailure: recompute"} 1');
   });
 
   it('refuses what would leave the worker unchecked without the loud opt-in', () => {
