@@ -22,6 +22,7 @@ import { createAdmission } from './admission.js';
 import type { RoutingState } from './admission-types.js';
 import { createRolloutMetrics } from './rollout-metrics.js';
 import { rolloutStatus, trustStatus } from '../policy/rollout-status.js';
+import { gateConfigOptIns, optInGauge, tableOptIns } from './opt-ins.js';
 import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
 import { type GateTransport, transportStatus } from './transport.js';
 import { createWorkerPoller } from './worker-poller.js';
@@ -194,7 +195,12 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
       }, QUEUED_POLL_MS)
     : undefined;
   queuedPoll?.unref();
+  const configOptIns = gateConfigOptIns(config);
+  const optIns = (): string[] => [...configOptIns, ...tableOptIns(policy.current())];
+  const optInSeries = optInGauge(registry);
+  optInSeries.set(optIns());
   policy.onSwap((table) => {
+    optInSeries.set([...configOptIns, ...tableOptIns(table)]);
     syncDiscoveryAfterStart(table);
     if (receiveLimitFor(table.limits.maxBodyBytes) > receiveLimit) {
       log.warn(
@@ -250,6 +256,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     discovery: discovery?.status(policy.current().pools.values()) ?? null,
     rollout: rolloutStatus(policy.current()),
     trust: trustStatus(policy.current()),
+    optIns: optIns(),
     queues: admission.queueStatus(),
   });
   const admin: AdminServer | null =

@@ -180,7 +180,10 @@ class FilePolicyStore implements PolicyStore {
     this.#reloads.inc({ result: 'applied' });
     this.#last = { ok: true, version: next.version, atMs: now, message: next.warnings };
     for (const fn of this.#swapListeners) fn(next.table);
-    log.info({ from: previous, to: next.version, warnings: next.warnings || undefined }, 'route table reloaded');
+    // A table's warnings name its loud opt-ins (unverified endpoints, trust: declared-only, connectorMode: lenient,
+    // prefixScope: shared): at warn level on every reload, as at start, so they are never lost among info lines.
+    if (next.warnings) log.warn({ from: previous, to: next.version, warnings: next.warnings }, 'route table reloaded with warnings');
+    else log.info({ from: previous, to: next.version }, 'route table reloaded');
     return this.#last;
   }
 

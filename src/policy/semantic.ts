@@ -64,6 +64,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkRoleCoverage(ctx);
   checkModelTenants(ctx);
   checkTenancy(ctx);
+  checkLoudSettings(ctx);
   checkTenantNames(ctx);
   checkNameText(ctx);
   checkFallback(ctx);
@@ -313,6 +314,35 @@ function checkTenancy(ctx: CheckContext): void {
       ['tenancy', 'userHeader'],
       "prefixScope tenant-user without userHeader takes the user from the request body's `user` field, which the client controls",
       'set tenancy.userHeader to a header your authentication layer sets',
+      'warning',
+    );
+  }
+}
+
+/**
+ * Table-wide settings whose non-default value is a loud opt-in (test/safe-defaults.test.ts): a warning on every check,
+ * so `policy check`, the gate's start and every reload say so, whatever else the table holds.
+ */
+function checkLoudSettings(ctx: CheckContext): void {
+  const { tenancy, connectorMode } = ctx.table;
+  // `shared` is the one scope that lets one tenant's requests read KV another tenant computed (a prompt's cached
+  // prefix can then be timed, and a mistaken cache hit is served across tenants): a loud opt-in, reported on every
+  // check, start and reload, and on /status with the other opt-ins.
+  if (tenancy.prefixScope === 'shared') {
+    ctx.add(
+      ['tenancy', 'prefixScope'],
+      'prefixScope: shared - every tenant shares one prefix cache: requests of one tenant reuse (and can time) KV computed for another tenant',
+      "use prefixScope: tenant (the default) or tenant-user, unless every tenant may see every other tenant's prompts",
+      'warning',
+    );
+  }
+  // Lenient lets a connector version kvgate has no rules for be transferred; the per-revision warning appears only
+  // when such a version is declared, so the setting itself is named too: the next table edit may declare one.
+  if (connectorMode === 'lenient') {
+    ctx.add(
+      ['connectorMode'],
+      'connectorMode: lenient - a revision whose connector version kvgate has no rules for is split into prefill and decode with a warning instead of refused',
+      'use connectorMode: strict (the default); declare a connector version kvgate has rules for',
       'warning',
     );
   }

@@ -13,9 +13,10 @@ import { Registry } from 'prom-client';
 import { formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
-import { loadDescriptorFile, loadSidecarConfig, NIXL_UNCHECKED, parseSidecarConfig, type SidecarConfig } from './config.js';
+import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { createTracing } from '../tracing.js';
+import { sidecarOptIns } from './opt-ins.js';
 import { createSidecar } from './server.js';
 import { loadWorkerAuth } from './worker-auth.js';
 
@@ -171,27 +172,8 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     return 2;
   }
   const logger = pino({ level: config.log.level, base: { component: 'sidecar', role: config.role } });
-  if (config.keys?.devSeed !== undefined)
-    logger.warn(
-      { event: 'insecure_keys' },
-      'INSECURE dev keys: anyone who knows the seed can mint contracts; never use --dev-keys in production',
-    );
-  if (config.trust === 'declared-only')
-    logger.warn(
-      { event: 'trust_declared_only', probe_generation: config.probe.generation },
-      "trust: declared-only - what no probe can see (the worker's weights, unless a generation canary is recorded and run) is taken from the declaration; /status and every audit line say so",
-    );
-  if (config.compatMode === 'lenient')
-    logger.warn(
-      { event: 'compat_lenient' },
-      'compatMode: lenient - a transfer whose connector version has no kvgate rules is allowed with a warning instead of refused',
-    );
-  if (config.nixlSideChannel === NIXL_UNCHECKED)
-    logger.warn(
-      { event: 'nixl_hash_unchecked' },
-      "nixlSideChannel: unchecked - the worker's live NIXL compatibility hash is NOT read; runtime flags that change it " +
-        '(hybrid KV cache manager, cross-layer blocks, speculative config, transfer mode) are taken on trust',
-    );
+  // Every loud opt-in (src/sidecar/opt-ins.ts) is a warning at start; /status lists the same ones as optIns.
+  for (const o of sidecarOptIns(config)) logger.warn({ event: o.event, setting: o.setting, ...o.fields }, o.message);
   const tracing = await createTracing(config.tracing, 'sidecar');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;
   try {

@@ -29,6 +29,8 @@ export interface SidecarMetrics {
   /** Contracts forgotten by the replay guard while still valid (replay-guard.ts): it was full of live contracts. */
   readonly replayEvictions: Counter;
   readonly verified: Gauge;
+  /** One series (value 1) per loud opt-in this sidecar runs with (opt-ins.ts); none with the safe defaults. */
+  readonly optIn: Gauge<'setting'>;
   readonly inFlight: Gauge;
   readonly draining: Gauge;
 }
@@ -122,6 +124,12 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
     verified: new Gauge({
       name: 'kvgate_sidecar_verified',
       help: '1 while the last probe found the live worker matching its declared descriptor, else 0.',
+      registers,
+    }),
+    optIn: new Gauge({
+      name: 'kvgate_sidecar_opt_in',
+      help: 'One series (value 1) per loud opt-in in use (keys.devSeed, trust: declared-only, compatMode: lenient, nixlSideChannel: unchecked, onTransferFailure: recompute); none with the safe defaults.',
+      labelNames: ['setting'] as const,
       registers,
     }),
     inFlight: new Gauge({ name: 'kvgate_sidecar_in_flight', help: 'Requests in flight through this sidecar.', registers }),

@@ -27,6 +27,7 @@ import { serveDecode } from './decode-role.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { abortWith, listen, parseJsonObject, readBody, sendError, sendJson, sendText, type FetchFn } from './http-io.js';
 import { createSidecarMetrics } from './metrics.js';
+import { sidecarOptIns } from './opt-ins.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import { servePrefill } from './prefill-role.js';
@@ -103,6 +104,8 @@ const REQUEST_SIGNAL_LISTENERS = 64;
 /** Start a sidecar: listen, probe the worker once, then keep probing. Resolves when it is ready to serve. */
 export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): Promise<Sidecar> {
   const metrics = createSidecarMetrics(deps.registry);
+  // Where operators alert: the same opt-ins the start warnings and /status name (opt-ins.ts).
+  for (const o of sidecarOptIns(config)) metrics.optIn.set({ setting: o.setting }, 1);
   const now = deps.now ?? Date.now;
   const closed = new AbortController();
   // Every request in flight and every shared worker read listens on `closed` until it ends (removed then): as many as

@@ -10,6 +10,7 @@ import type { SidecarConfig } from './config.js';
 import type { FieldMismatch, ProbeVerdict } from './compare.js';
 import { NIXL_UNCHECKED } from './config.js';
 import { liveHashSupport } from './nixl-side-channel.js';
+import { sidecarOptIns } from './opt-ins.js';
 
 export interface SidecarStatus {
   readonly role: 'prefill' | 'decode';
@@ -65,6 +66,11 @@ export interface SidecarStatus {
    */
   readonly engineId: string | null;
   readonly tenantScopes: readonly string[];
+  /**
+   * The loud opt-ins this sidecar runs with (src/sidecar/opt-ins.ts), e.g. `compatMode: lenient`; empty with the safe
+   * defaults. The same ones are warnings at start.
+   */
+  readonly optIns: readonly string[];
   /** This pod's UID (`podUid`), so a gate can tell this sidecar from a pod that reused its IP; null when not set. */
   readonly podUid: string | null;
   /** When the last probe finished (ms since the epoch); null before the first. */
@@ -125,6 +131,7 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
     connector: fixed.connector,
     engineId: s.engineId,
     tenantScopes: config.tenantScopes,
+    optIns: sidecarOptIns(config).map((o) => o.setting),
     podUid: config.podUid ?? null,
     checkedAtMs: s.checkedAtMs,
     requests: s.requests ?? { inFlight: [], received: [] },
