@@ -28,6 +28,8 @@ interface GateStatus {
   readonly streams?: number;
   readonly queues?: unknown;
   readonly workerView?: { readonly mode?: string; readonly ageMs?: number | null; readonly pools?: PoolState[] | null };
+  /** The loud opt-ins in use (src/gate/opt-ins.ts). */
+  readonly optIns?: readonly string[];
 }
 
 interface SidecarView {
@@ -36,6 +38,8 @@ interface SidecarView {
   readonly inFlight?: number;
   readonly capacity?: { readonly maxInFlight?: number };
   readonly reasons?: readonly string[];
+  /** The sidecar's loud opt-ins (src/sidecar/opt-ins.ts). */
+  readonly optIns?: readonly string[];
   readonly error?: string;
 }
 
@@ -130,6 +134,9 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
   );
   out.push(`route table: ${gate.policy?.file ?? '?'} version ${gate.policy?.version ?? '?'}; last reload: ${reload}`);
   out.push(`queues: ${queuesText(gate.queues)}`);
+  // The settings that leave a mixed or unverified route possible, shouted: none with the safe defaults.
+  const optIns = gate.optIns ?? [];
+  out.push(optIns.length === 0 ? 'opt-ins: none' : `OPT-INS IN USE: ${optIns.join(', ')}`);
   const rows: string[][] = [['POOL', 'REVISION', 'ROLE', 'ENDPOINT', 'STATE', 'SIDECAR', 'IN FLIGHT', 'WHY']];
   for (const p of gate.workerView?.pools ?? []) {
     for (const e of p.endpoints) {
@@ -142,7 +149,13 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
             : `${s.verified ? 'verified' : 'UNVERIFIED'}${s.draining ? ', draining' : ''}`;
       const load = s === undefined || s.error !== undefined ? '-' : `${s.inFlight ?? 0}/${s.capacity?.maxInFlight ?? '?'}`;
       // A worker its sidecar found lying comes first, named: address, engine id, each field with both values.
-      const why = [...(e.named == null ? [] : [e.named]), ...e.reasons, ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? []))]
+      const sidecarOptIns = s?.optIns === undefined || s.optIns.length === 0 ? [] : [`sidecar opt-ins: ${s.optIns.join(', ')}`];
+      const why = [
+        ...(e.named == null ? [] : [e.named]),
+        ...e.reasons,
+        ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? [])),
+        ...sidecarOptIns,
+      ]
         .filter((r, i, all) => all.indexOf(r) === i)
         .join('; ');
       rows.push([p.pool, p.revision, p.role, e.address, e.state, sidecar, load, why === '' ? '-' : why]);

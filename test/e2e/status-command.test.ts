@@ -29,6 +29,7 @@ describe('kvgate status', () => {
     expect(r.out).toMatch(/^gate: serving/m);
     expect(r.out).toMatch(/^route table: .*route-table\.yaml version \S+; last reload: ok at \d{4}-\d\d-\d\dT[^,]+, version \S+/m);
     expect(r.out).toMatch(/^queues: none waiting$/m);
+    expect(r.out).toMatch(/^OPT-INS IN USE: .*keys\.devSeed/m); // the demo signs with a dev seed, and says so
     expect(r.out).not.toMatch(/[{}]/); // readable text, no raw JSON
     const row = (pool: string) => r.out.split('\n').find((l) => l.startsWith(`${pool} `)) ?? '';
     expect(row('a-decode')).toMatch(
@@ -64,5 +65,29 @@ describe('kvgate status', () => {
     );
     expect(text).toContain('last reload: REJECTED at 1970-01-01T00:00:00.000Z (the gate kept version v1): t.yaml: error: x');
     expect(text).toContain('queues: 3 waiting: g_a 3 (oldest 120 ms)');
+    expect(text).toContain('opt-ins: none');
+  });
+
+  it('shouts the loud opt-ins of the gate and of each sidecar', () => {
+    const text = renderStatus(
+      {
+        optIns: ['keys.devSeed', 'revisions.llama-b.trust: declared-only'],
+        workerView: {
+          mode: 'live',
+          pools: [
+            {
+              pool: 'b-decode',
+              revision: 'llama-b',
+              role: 'decode',
+              cluster: 'b_decode',
+              endpoints: [{ address: '10.0.0.9:9090', status: 'http://10.0.0.9:9090', state: 'routable', reasons: [], named: null }],
+            },
+          ],
+        },
+      },
+      { 'http://10.0.0.9:9090': { verified: true, optIns: ['onTransferFailure: recompute'] } },
+    );
+    expect(text).toMatch(/^OPT-INS IN USE: keys\.devSeed, revisions\.llama-b\.trust: declared-only$/m);
+    expect(text.split('\n').find((l) => l.startsWith('b-decode '))).toMatch(/sidecar opt-ins: onTransferFailure: recompute$/);
   });
 });
