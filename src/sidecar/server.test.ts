@@ -385,6 +385,40 @@ describe("requests that are not the gate's hold no admission slot", () => {
       await t.sidecar.close();
     }
   });
+
+  it('a contract claimed from its headers and refused before any work (full, a body it does not bind) is released; one served is not', async () => {
+    // The claim now happens before admission and before the body: a refusal there must give the contract back, or an
+    // Envoy retry of a 429/503 (or of a garbled body) to this worker would be refused as a replay.
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { maxInFlight: 1 }));
+    const open: net.Socket[] = [];
+    try {
+      const holder = await trickle(
+        t.sidecar.url,
+        Object.entries(gateHeaders(contractFor(t.config.fingerprint, null, { requestId: 'holder' })))
+          .map(([k, v]) => `${k}: ${v}\r\n`)
+          .join(''),
+      );
+      open.push(holder.socket);
+      await until(() => t.sidecar.status().inFlight === 1);
+      const contract = contractFor(t.config.fingerprint, null, { requestId: 'retried' });
+      const [body, headers] = bound(contract, { model: MODEL, prompt: 'hello', max_tokens: 1 });
+      const full = await postJson(`${t.sidecar.url}/v1/completions`, body, headers);
+      expect(full.status).toBe(429);
+      holder.socket.destroy();
+      await until(() => t.sidecar.status().inFlight === 0);
+      const unbound = await postJson(`${t.sidecar.url}/v1/completions`, { ...body, prompt: 'another prompt' }, headers);
+      expect([unbound.status, unbound.body?.error?.code]).toEqual([403, 'contract_invalid']);
+      expect(JSON.stringify(unbound.body)).not.toContain('already admitted');
+      const served = await postJson(`${t.sidecar.url}/v1/completions`, body, headers);
+      expect(served.status).toBe(200);
+      const replayed = await postJson(`${t.sidecar.url}/v1/completions`, body, headers);
+      expect(replayed.status).toBe(403);
+      expect(JSON.stringify(replayed.body)).toContain('already admitted');
+    } finally {
+      for (const s of open) s.destroy();
+      await t.sidecar.close();
+    }
+  });
 });
 
 describe('kvgate sidecar command', () => {
