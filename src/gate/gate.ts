@@ -261,7 +261,11 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   });
   const admin: AdminServer | null =
     config.admin === '' ? null : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining });
-  const close = async () => {
+  // Once: a second signal during a drain closes at once, and the drain it cut short must not close (and log) again
+  // when its own wait ends.
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => (closing ??= closeOnce());
+  const closeOnce = async () => {
     clearInterval(queuedPoll);
     poller?.stop();
     await discovery?.close();

@@ -466,10 +466,12 @@ function endOpenStreams(active: ReadonlySet<ServedStream>, why: string): { ended
 const STATUS_FLUSH_MS = 1000;
 
 /**
- * Stop now, without cutting a generation: the end a drain's grace period gives, without waiting for it. A cancelled
- * stream resets the client's response once it has started (the module comment), so a decided stream, however far its
- * generation is, ends with OK; only undecided ones are cancelled. Then no new stream starts, and the connections are
- * dropped once the statuses are written (at most STATUS_FLUSH_MS).
+ * Stop now: the end a drain's grace period gives, without waiting for it. A cancelled stream resets the client's
+ * response once it has started (the module comment), so a decided stream ends with OK and its generation goes on;
+ * undecided ones are cancelled. As at the end of the grace period, a decided stream is cancelled too when, at that
+ * moment, a message of it is still being answered or its FULL_DUPLEX_STREAMED response body is still passing through
+ * the gate (`closeIfDecided`). Then no new stream starts, and the connections are dropped once the statuses are
+ * written (at most STATUS_FLUSH_MS).
  */
 async function closeNow(server: grpc.Server, active: ReadonlySet<ServedStream>, opts: GateServerOptions): Promise<void> {
   if (active.size === 0) {

@@ -113,3 +113,16 @@ describe.each(ENVOY_VERSIONS)('a gate drain on Envoy %s', (envoyVersion) => {
     expect(stats['http.kvgate_public.ext_proc.streams_failed'] ?? 0).toBe(0);
   }, 30_000);
 });
+
+describe('a second signal during a drain', () => {
+  it('stops the gate once: close() is one shutdown, and the drain it cut short does not run a second', async () => {
+    const { gate } = await start('1.37');
+    const draining = gate.drain();
+    const first = gate.close();
+    // Every later close (the CLI's third signal, the drain's own end) is the same shutdown, not another one.
+    expect(gate.close()).toBe(first);
+    await first;
+    await draining;
+    expect(gate.close()).toBe(first);
+  }, 30_000);
+});
