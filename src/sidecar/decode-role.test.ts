@@ -499,7 +499,11 @@ describe('transfer failures', () => {
     expect(mine.find((l) => l['msg'] === 'request done')).toMatchObject({ outcome: 'refused', code: 'incompatible_transfer' });
     const audits = mine.filter((l) => 'audit' in l);
     expect(audits).toHaveLength(1);
-    expect(audits[0]).toMatchObject({ audit: 'refusal', code: 'incompatible_transfer', reason: r.body.error.message });
+    expect(audits[0]).toMatchObject({ audit: 'refusal', code: 'incompatible_transfer' });
+    // The client gets the engine's words; the audit line names the failure without them.
+    expect(r.body.error.message).toContain('NIXL compatibility hash mismatch');
+    expect(audits[0]!['reason']).toMatch(/refused to load the prefilled KV as incompatible/);
+    expect(audits[0]!['reason']).not.toContain('NIXL compatibility hash mismatch');
   });
 
   it('onTransferFailure recompute: the same failure is recomputed locally and matches the baseline, streamed too', async () => {

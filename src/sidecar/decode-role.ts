@@ -301,7 +301,12 @@ async function afterTransfer(
   sendError(res, e, requestId);
   // A transfer the worker refused as incompatible is answered as a refusal (409, what the gate counts `refused`), so
   // it is one here, with its audit line; any other failed load is a worker failure.
-  return handshake ? { outcome: 'refused', code: e.code, reason: e.reason } : { outcome: 'failed', code: e.code };
+  // The audit reason names the failure, not the engine's words: the client got those, and a worker's message is
+  // never an audit line's text (workerRefusalReason says why).
+  const reason =
+    'the decode worker refused to load the prefilled KV as incompatible (its handshake or compatibility check failed); ' +
+    "the worker's message went to the client and is not logged";
+  return handshake ? { outcome: 'refused', code: e.code, reason } : { outcome: 'failed', code: e.code };
 }
 
 function relayOutcome(relayed: RelayResult, res: http.ServerResponse, requestId: string, success: Outcome['outcome']): Outcome {
