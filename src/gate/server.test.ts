@@ -501,7 +501,7 @@ describe('gate gRPC server', () => {
     routed.send(hdrs({ ':method': 'GET', ':path': '/a' }, true));
     await routed.next();
     const hung = await openStream(g.port);
-    hung.send(hdrs({ ':method': 'GET', ':path': '/hang' }, true));
+    hung.send(hdrs({ ':method': 'GET', ':path': '/hang', 'x-request-id': 'client-hung-1' }, true));
     const idle = await openStream(g.port); // no request on it yet: nothing to audit
     await new Promise((r) => setTimeout(r, 50));
     await g.drain();
@@ -511,7 +511,12 @@ describe('gate gRPC server', () => {
       ['internal', 'string', 'string'],
       ['draining', 'string', 'string'],
     ]);
-    expect(audits[1]).toMatchObject({ listener: 'public', reason: expect.stringMatching(/drain\.graceMs/) });
+    // Joinable to the client's own id too, like every other audit line of a public request.
+    expect(audits[1]).toMatchObject({
+      listener: 'public',
+      client_request_id: 'client-hung-1',
+      reason: expect.stringMatching(/drain\.graceMs/),
+    });
     for (const s of [bad, routed, hung, idle]) s.client.close();
   });
 

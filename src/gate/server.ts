@@ -401,6 +401,7 @@ class StreamServer implements ServedStream {
       this.#opts.logger.warn(
         {
           request_id: this.#session.requestId,
+          ...(this.#session.clientRequestId === undefined ? {} : { client_request_id: this.#session.clientRequestId }),
           audit: 'refusal',
           code: 'draining',
           reason: `the gate shut down (${why}) before this request was decided; Envoy answers it with its status_on_error, before any worker saw it`,

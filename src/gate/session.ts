@@ -198,6 +198,11 @@ export class ExtProcSession {
     return this.#requestId;
   }
 
+  /** The id the client sent on the public listener (cut for audit lines), if any. */
+  get clientRequestId(): string | undefined {
+    return this.#clientRequestId;
+  }
+
   /**
    * Whether ending this stream with gRPC status OK now lets the request finish exactly as the gate decided it:
    * the decision has been answered, and the response headers it stamps (group, revision, binding) were answered
