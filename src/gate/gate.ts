@@ -75,7 +75,12 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   const log = deps.logger;
   if (isInsecureKeyRing(deps.keys)) log.warn('using INSECURE development keys (keys.devSeed): never do this in production');
   const created = await createPolicyStore({ file: config.policyPath, logger: log, registry, ...(deps.now ? { now: deps.now } : {}) });
-  if (!created.ok) throw new Error(`the route table cannot be used:\n${created.message}`);
+  if (!created.ok) {
+    // Name the setting that chose the file too: a relative `policy:` is read next to the gate's config, not the cwd.
+    throw new Error(
+      `the route table cannot be used:\n${created.message}\n(policy: ${config.policy} in ${config.file}, read as ${config.policyPath})`,
+    );
+  }
   const policy = created.store;
   const now = deps.now ?? Date.now;
   const staleAfterMs = config.workerView.mode === 'live' ? config.workerView.staleAfterMs : 0;
