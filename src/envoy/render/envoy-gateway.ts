@@ -18,7 +18,7 @@
  */
 import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
 import { gateBreakers, poolBreakers, type RenderCluster, type RenderInput } from './input.js';
-import { poolServiceDocs, poolServiceOf } from './pool-services.js';
+import { poolServiceDocs, poolServiceOf, renderedService } from './pool-services.js';
 import { type RenderSettings, renderFlags } from './settings.js';
 import { header, scalar } from './text.js';
 
@@ -157,12 +157,10 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
  */
 function networkPolicies(clusters: readonly RenderCluster[], s: RenderSettings): string[][] {
   const decode = clusters.filter((c) => c.role === 'decode');
-  const selectorOf = (c: RenderCluster): string | undefined => {
-    const spec = c.service;
-    if ('missing' in spec || spec.namespace !== s.namespace) return undefined; // no Service rendered: the operator's
-    return Object.entries(spec.selector)
-      .map(([k, v]) => `${scalar(k)}: ${scalar(v)}`)
-      .join(', ');
+  // The pods of each cluster whose Service this set renders; one it does not render is the operator's (pool-services.ts).
+  const rendered = (c: RenderCluster) => {
+    const svc = renderedService(c, s);
+    return 'missing' in svc ? undefined : svc;
   };
   const from = [
     '  - from:',
@@ -182,20 +180,17 @@ function networkPolicies(clusters: readonly RenderCluster[], s: RenderSettings):
     ],
   ];
   for (const c of decode) {
-    const spec = c.service;
-    const selector = selectorOf(c);
-    if (selector === undefined || 'missing' in spec) continue;
-    docs.push(ingressPolicy(`${poolServiceOf(c, s)}-from-envoy-gateway`, s, selector, from, spec.targetPort));
+    const svc = rendered(c);
+    if (svc !== undefined) docs.push(ingressPolicy(`${poolServiceOf(c, s)}-from-envoy-gateway`, s, svc.selector, from, svc.targetPort));
   }
   // `prefill.via: direct` (the header says why): each decode sidecar dials the prefill endpoint its contract names,
   // a prefill pool's pod on the pool's port (src/sidecar/prefill-leg.ts), which deploy/kubernetes admits from
   // kvgate's Envoy and gate only.
-  const decodePeers = decode.map(selectorOf).filter((x): x is string => x !== undefined);
+  const decodePeers = decode.flatMap((c) => rendered(c)?.selector ?? []);
   let first = true;
   for (const c of clusters.filter((x) => x.role === 'prefill')) {
-    const spec = c.service;
-    const selector = selectorOf(c);
-    if (selector === undefined || 'missing' in spec || decodePeers.length === 0) continue;
+    const svc = rendered(c);
+    if (svc === undefined || decodePeers.length === 0) continue;
     docs.push([
       ...(first
         ? [
@@ -206,9 +201,9 @@ function networkPolicies(clusters: readonly RenderCluster[], s: RenderSettings):
       ...ingressPolicy(
         `${poolServiceOf(c, s)}-from-decode-workers`,
         s,
-        selector,
+        svc.selector,
         ['  - from:', ...decodePeers.map((p) => `    - podSelector: { matchLabels: { ${p} } }`)],
-        spec.targetPort,
+        svc.targetPort,
       ),
     ]);
     first = false;

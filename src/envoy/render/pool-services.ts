@@ -18,33 +18,43 @@ export function poolServiceOf(c: RenderCluster, s: RenderSettings): string {
   return s.poolService.replaceAll('{pool}', c.pools[0]!);
 }
 
+/**
+ * The Service this set renders for a cluster (its selector as YAML flow text, and the sidecar's port), or why none:
+ * several pools or listed endpoints (input.ts), or pods in another namespace than the routes name. The Envoy Gateway
+ * render's NetworkPolicies select the same pods, so they ask here too.
+ */
+export function renderedService(c: RenderCluster, s: RenderSettings): { selector: string; targetPort: number } | { missing: string } {
+  const spec = c.service;
+  if ('missing' in spec) return spec;
+  if (spec.namespace !== s.namespace) {
+    return {
+      missing: `pool ${c.pools[0]!} finds its pods in namespace ${spec.namespace}, and these routes name Services in ${s.namespace} (--namespace)`,
+    };
+  }
+  const selector = Object.entries(spec.selector)
+    .map(([k, v]) => `${scalar(k)}: ${scalar(v)}`)
+    .join(', ');
+  return { selector, targetPort: spec.targetPort };
+}
+
 /** One YAML document per cluster (a Service, or the comment saying what to create), and a warning per cluster left to the operator. */
 export function poolServiceDocs(clusters: readonly RenderCluster[], s: RenderSettings): { docs: string[][]; warnings: string[] } {
   const docs: string[][] = [];
   const warnings: string[] = [];
   for (const c of clusters) {
     const name = poolServiceOf(c, s);
-    const spec = c.service;
-    const why =
-      'missing' in spec
-        ? spec.missing
-        : spec.namespace === s.namespace
-          ? undefined
-          : `pool ${c.pools[0]!} finds its pods in namespace ${spec.namespace}, and these routes name Services in ${s.namespace} (--namespace)`;
-    if (why !== undefined || 'missing' in spec) {
+    const svc = renderedService(c, s);
+    if ('missing' in svc) {
       warnings.push(
-        `no Service rendered for cluster ${c.name}: ${why ?? ''}; create Service ${name} in namespace ${s.namespace} selecting its pods`,
+        `no Service rendered for cluster ${c.name}: ${svc.missing}; create Service ${name} in namespace ${s.namespace} selecting its pods`,
       );
       docs.push([
-        `# NO SERVICE RENDERED for cluster ${c.name}: ${why ?? ''}.`,
+        `# NO SERVICE RENDERED for cluster ${c.name}: ${svc.missing}.`,
         `# Create Service ${name} in namespace ${s.namespace}, port ${String(s.poolPort)} -> the sidecar's port, selecting exactly`,
         '# the pods of its pools; until it exists, every request routed to this cluster ends in a 503.',
       ]);
       continue;
     }
-    const selector = Object.entries(spec.selector)
-      .map(([k, v]) => `${scalar(k)}: ${scalar(v)}`)
-      .join(', ');
     docs.push([
       `# ${c.name} (pool ${c.pools[0]!}): the pods the gate's discovery finds for it, on the sidecar's port.`,
       'apiVersion: v1',
@@ -54,9 +64,9 @@ export function poolServiceDocs(clusters: readonly RenderCluster[], s: RenderSet
       `  namespace: ${s.namespace}`,
       '  labels: { app.kubernetes.io/part-of: kvgate }',
       'spec:',
-      `  selector: { ${selector} }`,
+      `  selector: { ${svc.selector} }`,
       '  ports:',
-      `  - { name: http, port: ${String(s.poolPort)}, targetPort: ${String(spec.targetPort)}, appProtocol: http }`,
+      `  - { name: http, port: ${String(s.poolPort)}, targetPort: ${String(svc.targetPort)}, appProtocol: http }`,
     ]);
   }
   return { docs, warnings };
