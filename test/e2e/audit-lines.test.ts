@@ -29,8 +29,6 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { groupIdOf } from '../../src/compat/fingerprint.js';
-import type { TransferContract } from '../../src/contract/contract.js';
 import { gateSigned } from '../../src/contract/testing.js';
 import { ERROR_STATUS, isErrorCode, statusOf, type ErrorCode } from '../../src/errors.js';
 import { H } from '../../src/headers.js';
@@ -38,7 +36,7 @@ import { completion, crossGroupHop, post } from '../../testbed/demo/scenarios.js
 import { DEMO_KEY_SEED, SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { TOY_PROXY_PREFILL_KV } from '../../testbed/sim/testing.js';
 import { lintExposition } from '../metrics/promlint.js';
-import { counter, eventually, jsonLineSink, metricsOf } from './failure-matrix-support.js';
+import { counter, eventually, jsonLineSink, metricsOf, topologyContractFields } from './failure-matrix-support.js';
 
 const { lines, sink } = jsonLineSink();
 
@@ -102,25 +100,8 @@ function contractFields(
   revision: 'llama-a' | 'llama-b' = 'llama-a',
   decodeEndpoint = t.worker(revision, 'decode').address,
 ): { contract: string; body: Record<string, unknown> } {
-  const fingerprint = t.gate.policy.current().revisions.get(revision)!.fingerprint;
-  const p = revision === 'llama-a' ? 'a' : 'b';
-  const now = Date.now();
-  const fields: Omit<TransferContract, 'kind'> = {
-    requestId,
-    groupId: groupIdOf(fingerprint, 'tenant:acme'),
-    fingerprint,
-    tenantScope: 'tenant:acme',
-    tenant: 'acme',
-    model: SERVED_MODEL,
-    revision,
-    adapter: null,
-    cacheSaltDigest: '0'.repeat(64),
-    promptDigest: '0'.repeat(64),
-    issuedAtMs: now,
-    expiresAtMs: now + 30_000,
-    decode: { cluster: `${p}_decode`, endpoint: decodeEndpoint },
-    prefill: { cluster: `${p}_prefill`, endpoint: t.worker(revision, 'prefill').address },
-  };
+  const base = topologyContractFields(t, requestId, revision);
+  const fields = { ...base, decode: { ...base.decode, endpoint: decodeEndpoint } };
   return gateSigned(t.keys, fields, { ...completion(promptText, 1), kv_transfer_params: TOY_PROXY_PREFILL_KV });
 }
 

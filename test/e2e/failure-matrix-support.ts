@@ -6,7 +6,9 @@
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { completion, post, type HttpResult } from '../../testbed/demo/scenarios.js';
-import type { Topology } from '../../testbed/demo/topology.js';
+import { SERVED_MODEL, type Topology } from '../../testbed/demo/topology.js';
+import { groupIdOf } from '../../src/compat/fingerprint.js';
+import type { TransferContract } from '../../src/contract/contract.js';
 import { parseLabels } from '../../testbed/sim/testing.js';
 
 /** Logs off unless `E2E_LOG=debug` (or another level) is set while debugging a failure. */
@@ -97,4 +99,36 @@ export function jsonLineSink(): { lines: Array<Record<string, any>>; sink: Writa
     },
   });
   return { lines, sink };
+}
+
+/**
+ * The fields of a contract the gate would mint for tenant acme on `revision` of the demo topology, routed to that
+ * revision's first prefill and decode workers; the digests are placeholders until a body is bound (`gateSigned`).
+ */
+export function topologyContractFields(
+  t: Topology,
+  requestId: string,
+  revision: 'llama-a' | 'llama-b' = 'llama-a',
+  edit: Partial<Omit<TransferContract, 'kind'>> = {},
+): Omit<TransferContract, 'kind'> {
+  const fingerprint = t.gate.policy.current().revisions.get(revision)!.fingerprint;
+  const p = revision === 'llama-a' ? 'a' : 'b';
+  const now = Date.now();
+  return {
+    requestId,
+    groupId: groupIdOf(fingerprint, 'tenant:acme'),
+    fingerprint,
+    tenantScope: 'tenant:acme',
+    tenant: 'acme',
+    model: SERVED_MODEL,
+    revision,
+    adapter: null,
+    cacheSaltDigest: '0'.repeat(64),
+    promptDigest: '0'.repeat(64),
+    issuedAtMs: now,
+    expiresAtMs: now + 30_000,
+    decode: { cluster: `${p}_decode`, endpoint: t.worker(revision, 'decode').address },
+    prefill: { cluster: `${p}_prefill`, endpoint: t.worker(revision, 'prefill').address },
+    ...edit,
+  };
 }

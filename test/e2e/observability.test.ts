@@ -12,14 +12,22 @@
 import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { groupIdOf } from '../../src/compat/fingerprint.js';
 import { mintContract, type TransferContract } from '../../src/contract/contract.js';
 import { createDevKeyRing } from '../../src/contract/keys.js';
 import { completion, crossGroupHop, post, PROMPTS, type HttpResult } from '../../testbed/demo/scenarios.js';
 import { TOY_PROXY_PREFILL_KV } from '../../testbed/sim/testing.js';
 import { DEMO_KEY_SEED, SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { H } from '../../src/headers.js';
-import { client, complete, counter, eventually, jsonLineSink, metricsOf, metricSum } from './failure-matrix-support.js';
+import {
+  client,
+  complete,
+  counter,
+  eventually,
+  jsonLineSink,
+  metricsOf,
+  metricSum,
+  topologyContractFields,
+} from './failure-matrix-support.js';
 
 type Line = Record<string, any>;
 const { lines, sink } = jsonLineSink();
@@ -38,26 +46,7 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 function contractFields(requestId: string, edit: Partial<Omit<TransferContract, 'kind'>> = {}): Omit<TransferContract, 'kind'> {
-  const fingerprint = t.gate.policy.current().revisions.get('llama-a')!.fingerprint;
-  const now = Date.now();
-  return {
-    requestId,
-    groupId: groupIdOf(fingerprint, 'tenant:acme'),
-    fingerprint,
-    tenantScope: 'tenant:acme',
-    tenant: 'acme',
-    model: SERVED_MODEL,
-    revision: 'llama-a',
-    adapter: null,
-    // Placeholders until a body is bound (gateSigned).
-    cacheSaltDigest: '0'.repeat(64),
-    promptDigest: '0'.repeat(64),
-    issuedAtMs: now,
-    expiresAtMs: now + 30_000,
-    decode: { cluster: 'a_decode', endpoint: t.worker('llama-a', 'decode').address },
-    prefill: { cluster: 'a_prefill', endpoint: t.worker('llama-a', 'prefill').address },
-    ...edit,
-  };
+  return topologyContractFields(t, requestId, 'llama-a', edit);
 }
 
 /** A prefill leg straight to the prefill sidecar (no gate), with the given contract. */
