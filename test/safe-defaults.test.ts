@@ -41,8 +41,6 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
-import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { exampleDescriptorInput } from '../src/compat/testing.js';
@@ -57,20 +55,9 @@ import { clone, tableFromValue, twoRevisionTableValue } from '../src/policy/test
 import { parseSidecarConfig } from '../src/sidecar/config.js';
 import { sidecarOptIns } from '../src/sidecar/opt-ins.js';
 import { staticStatusOf, toStatus } from '../src/sidecar/status.js';
-import { startTestSidecar } from '../src/sidecar/testing.js';
+import { createMemoryLogger, startTestSidecar } from '../src/sidecar/testing.js';
 
 type Value = Record<string, any>;
-
-function memoryLogger(): { logger: pino.Logger; lines: Record<string, unknown>[] } {
-  const lines: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Record<string, unknown>);
-      done();
-    },
-  });
-  return { logger: pino({ level: 'info' }, sink), lines };
-}
 
 const warnings = (lines: Record<string, unknown>[]): string[] =>
   lines.filter((l) => l['level'] === 40).map((l) => `${String(l['msg'])} ${JSON.stringify(l['warnings'] ?? '')}`);
@@ -180,7 +167,7 @@ describe('gate: opt-ins are warned at start and on reload, listed on /status, an
       path.join(dir, 'gate.yaml'),
     );
     if (!cfg.ok) throw new Error(formatIssues(cfg.error));
-    const { logger, lines } = memoryLogger();
+    const { logger, lines } = createMemoryLogger('info');
     const registry = new Registry();
     gate = await startGate(cfg.value, { logger, keys: createDevKeyRing('x'), registry, defaultMetrics: false });
     const w = warnings(lines).join('\n');
@@ -200,7 +187,7 @@ describe('gate: opt-ins are warned at start and on reload, listed on /status, an
     dir = await mkdtemp(path.join(tmpdir(), 'kvgate-safe-defaults-'));
     const file = path.join(dir, 'route-table.json');
     await writeFile(file, JSON.stringify(twoRevisionTableValue()));
-    const { logger, lines } = memoryLogger();
+    const { logger, lines } = createMemoryLogger('info');
     const created = await createPolicyStore({ file, logger, registry: new Registry() });
     if (!created.ok) throw new Error(created.message);
     store = created.store;

@@ -90,16 +90,22 @@ export function createFetchSpy(): FetchSpy {
   return spy;
 }
 
-/** A pino logger writing JSON lines into `lines`, so tests can assert on log fields. */
-export function createMemoryLogger(): { logger: Logger; lines: Record<string, unknown>[] } {
-  const lines: Record<string, unknown>[] = [];
+/** A pino destination that keeps every JSON log line, parsed, in `lines` (any number of loggers may share it). */
+export function jsonLineSink(): { lines: Array<Record<string, any>>; sink: Writable } {
+  const lines: Array<Record<string, any>> = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Record<string, unknown>);
+      for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Record<string, any>);
       done();
     },
   });
-  return { logger: pino({ level: 'debug' }, sink), lines };
+  return { lines, sink };
+}
+
+/** A pino logger writing JSON lines into `lines`, so tests can assert on log fields. */
+export function createMemoryLogger(level = 'debug'): { logger: Logger; lines: Record<string, unknown>[] } {
+  const { lines, sink } = jsonLineSink();
+  return { logger: pino({ level }, sink), lines };
 }
 
 const recorded = new Map<string, Promise<Awaited<ReturnType<typeof simCanaryDigests>>>>();

@@ -3,7 +3,6 @@
  * parsing that keeps error events, and Prometheus counters read from a simulated worker or a sidecar. Test support
  * only; the topology itself comes from testbed/demo/topology.ts.
  */
-import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { completion, post, type HttpResult } from '../../testbed/demo/scenarios.js';
 import { SERVED_MODEL, type Topology } from '../../testbed/demo/topology.js';
@@ -89,18 +88,6 @@ export async function eventually(check: () => boolean | Promise<boolean>, timeou
   }
 }
 
-/** A pino destination that keeps every JSON log line, parsed, in `lines` (what the audit and observability tests read). */
-export function jsonLineSink(): { lines: Array<Record<string, any>>; sink: Writable } {
-  const lines: Array<Record<string, any>> = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const l of chunk.toString('utf8').split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l) as Record<string, any>);
-      done();
-    },
-  });
-  return { lines, sink };
-}
-
 /**
  * The fields of a contract the gate would mint for tenant acme on `revision` of the demo topology, routed to that
  * revision's first prefill and decode workers; the digests are placeholders until a body is bound (`gateSigned`).
@@ -132,3 +119,5 @@ export function topologyContractFields(
     ...edit,
   };
 }
+
+export { jsonLineSink } from '../../src/sidecar/testing.js';
