@@ -201,11 +201,11 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     : undefined;
   queuedPoll?.unref();
   const configOptIns = gateConfigOptIns(config);
-  const optIns = (): string[] => [...configOptIns, ...tableOptIns(policy.current())];
+  const optIns = (table = policy.current()): string[] => [...configOptIns, ...tableOptIns(table)];
   const optInSeries = optInGauge(registry);
   optInSeries.set(optIns());
   policy.onSwap((table) => {
-    optInSeries.set([...configOptIns, ...tableOptIns(table)]);
+    optInSeries.set(optIns(table));
     syncDiscoveryAfterStart(table);
     if (receiveLimitFor(table.limits.maxBodyBytes) > receiveLimit) {
       log.warn(
