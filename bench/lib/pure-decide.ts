@@ -47,7 +47,8 @@ export interface PureRunOptions {
 /** Run decisions back to back for `durationMs` (checked every 64 decisions) and report the rate. */
 export function measureDecisions(opts: PureRunOptions): PureRun {
   const outcomes: Record<string, number> = {};
-  const ctx = { nowMs: opts.nowMs ?? 1_700_000_000_000, keys: opts.keys };
+  // As the gate decides (admission.ts: `trace: deps.traceDecisions === true`, off unless asked): no step-by-step trace.
+  const ctx = { nowMs: opts.nowMs ?? 1_700_000_000_000, keys: opts.keys, trace: false };
   const max = opts.maxDecisions ?? Number.MAX_SAFE_INTEGER;
   const n = opts.facts.length;
   let i = 0;
