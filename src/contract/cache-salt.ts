@@ -14,7 +14,7 @@
  * - Keyed with a secret, so a salt seen on the wire cannot be linked to a tenant or recomputed for another one.
  * Group ids and tenant scopes must not contain a newline (the separator); a violation is a caller bug and throws.
  */
-import { createHmac } from 'node:crypto';
+import { createHmac, type KeyObject } from 'node:crypto';
 import type { KeyRing } from './keys.js';
 import { KvgateError } from '../errors.js';
 import { BoundedCache } from '../bounded-cache.js';
@@ -23,7 +23,7 @@ export function deriveCacheSalt(keys: KeyRing, groupId: string, tenantScope: str
   if (groupId.includes('\n') || tenantScope.includes('\n')) {
     throw new KvgateError('internal', 'deriveCacheSalt: group id and tenant scope must not contain a newline');
   }
-  if (clientSalt !== undefined) return hmac(keys.saltSecret, `${groupId}\n${tenantScope}\n${clientSalt}`);
+  if (clientSalt !== undefined) return hmac(keys.saltMacKey, `${groupId}\n${tenantScope}\n${clientSalt}`);
   // Without a client salt the salt is a function of (ring's salt secret, group, scope), and those repeat across
   // requests: kept per key ring (its salt secret is fixed for its life), so another ring never sees these. Salts
   // with a client part are not kept: the client picks them.
@@ -32,11 +32,11 @@ export function deriveCacheSalt(keys: KeyRing, groupId: string, tenantScope: str
     cache = new BoundedCache<string>(4096);
     saltsByRing.set(keys, cache);
   }
-  return cache.get(`${groupId}\n${tenantScope}`, (message) => hmac(keys.saltSecret, message));
+  return cache.get(`${groupId}\n${tenantScope}`, (message) => hmac(keys.saltMacKey, message));
 }
 
 const saltsByRing = new WeakMap<KeyRing, BoundedCache<string>>();
 
-function hmac(secret: Buffer, message: string): string {
-  return createHmac('sha256', secret).update(message, 'utf8').digest('base64url');
+function hmac(key: KeyObject, message: string): string {
+  return createHmac('sha256', key).update(message, 'utf8').digest('base64url');
 }

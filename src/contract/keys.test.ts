@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,6 +48,23 @@ describe('createKeyRing', () => {
     expect(ring.secret('k2')).toEqual(secretB);
     expect(ring.secret('k3')).toBeUndefined();
     expect(ring.saltSecret).toEqual(salt);
+  });
+
+  it('gives each signing key and the salt secret as a KeyObject that MACs exactly as the secret does', () => {
+    const msg = 'kvgate.v1.k1.eyJraW5kIjoiY29udHJhY3QifQ';
+    const hex = (key: Parameters<typeof createHmac>[1]) => createHmac('sha256', key).update(msg, 'utf8').digest('hex');
+    expect(hex(ring.macKey('k1')!)).toBe(hex(secretA));
+    expect(hex(ring.macKey('k2')!)).toBe(hex(secretB));
+    expect(ring.macKey('k3')).toBeUndefined();
+    expect(hex(ring.saltMacKey)).toBe(hex(salt));
+  });
+
+  it('signs a token with HMAC-SHA256 of everything before its last dot, under the current secret', () => {
+    const token = mintContract(exampleContractFields(), ring);
+    const parts = token.split('.');
+    expect(parts[2]).toBe('k2');
+    const signed = parts.slice(0, 4).join('.'); // kvgate.v1.<kid>.<payload>
+    expect(parts[4]).toBe(createHmac('sha256', secretB).update(signed, 'utf8').digest('base64url'));
   });
 
   it('hands out copies, so a caller cannot corrupt the ring', () => {

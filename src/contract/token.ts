@@ -8,7 +8,7 @@
  * gives the same text), otherwise unused low bits of the last character would let two spellings carry one MAC.
  * Every payload has a `kind`, checked by the caller, so one kind of token is never accepted as another.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac, type KeyObject, timingSafeEqual } from 'node:crypto';
 import type { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import { KEY_ID_PATTERN } from './keys.js';
@@ -54,8 +54,8 @@ export interface TokenFailure<R extends string> {
 
 const B64URL = /^[A-Za-z0-9_-]+$/;
 
-function mac(secret: Buffer, signed: string): Buffer {
-  return createHmac('sha256', secret).update(signed, 'utf8').digest();
+function mac(key: KeyObject, signed: string): Buffer {
+  return createHmac('sha256', key).update(signed, 'utf8').digest();
 }
 
 function decodeCanonical(part: string): Buffer | undefined {
@@ -67,13 +67,13 @@ function decodeCanonical(part: string): Buffer | undefined {
 /** Sign a payload with the ring's current key. The payload must already be valid for its kind. */
 export function signToken(payload: { readonly kind: TokenKind }, keys: KeyRing): string {
   const kid = keys.currentId;
-  const secret = keys.secret(kid);
-  if (secret === undefined) throw new Error(`key ring has no secret for its current key id ${kid}`);
+  const key = keys.macKey(kid);
+  if (key === undefined) throw new Error(`key ring has no secret for its current key id ${kid}`);
   const body = Buffer.from(JSON.stringify(payload), 'utf8').toString('base64url');
   const signed = [TOKEN_PREFIX, kid, body].join('.');
   // join, not a template: one flat string rather than a tree of concatenations (a gate keeps each routed request's
   // binding for the whole response, so the tree's nodes would live that long too).
-  const token = [signed, mac(secret, signed).toString('base64url')].join('.');
+  const token = [signed, mac(key, signed).toString('base64url')].join('.');
   // Never mint what no verifier accepts: the caller bounds what goes in (decide.ts MAX_IDENTITY_BYTES), this is the
   // backstop, so a request is refused at the gate rather than routed with a token every sidecar refuses.
   if (token.length > MAX_TOKEN_CHARS) {
@@ -102,14 +102,14 @@ function openEnvelope(token: unknown, keys: KeyRing, what: string): Result<unkno
   if (!KEY_ID_PATTERN.test(kid) || payloadBytes === undefined || sigBytes === undefined) {
     return fail('malformed', `${what} is not well-formed base64url; present the token exactly as kvgate issued it`);
   }
-  const secret = keys.secret(kid);
-  if (secret === undefined) {
+  const key = keys.macKey(kid);
+  if (key === undefined) {
     return fail(
       'unknown_key',
       `${what} was signed with key id ${kid}, which this host does not have; distribute the current key ring to every gate and sidecar`,
     );
   }
-  const expected = mac(secret, `${TOKEN_PREFIX}.${kid}.${body}`);
+  const expected = mac(key, `${TOKEN_PREFIX}.${kid}.${body}`);
   if (sigBytes.length !== expected.length || !timingSafeEqual(sigBytes, expected)) {
     return fail('bad_signature', `${what} signature does not verify; it was altered or signed with another secret for key id ${kid}`);
   }
