@@ -7,6 +7,7 @@ import { decideRequest } from './decide-request.js';
 import { createTestWorkerView, testFacts, testKeys } from './testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
 import type { CoreDecision, HopFacts, RouteDecision } from './types.js';
+import type { WorkerView } from './worker-view.js';
 
 const keys = testKeys();
 const ctx = { nowMs: TEST_NOW_MS, keys };
@@ -49,6 +50,42 @@ describe('internal hop', () => {
     drained.set(other, { draining: true });
     const none = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, drained, ctx);
     expect(none).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 5 });
+  });
+
+  it("keeps the contract's prefill endpoint while its pod is terminating but still serves; never picks such a pod anew", () => {
+    const r = routed();
+    const planned = r.prefill!.endpoint!;
+    const other = planned === '10.0.1.1:9090' ? '10.0.1.2:9090' : '10.0.1.1:9090';
+    const base = createTestWorkerView(table, { [other]: { draining: true } });
+    // The gate's watch saw the planned pod's deletionTimestamp after the decision: it left the pool's endpoints, and
+    // is listed as terminating (Ready, inside its grace period) instead.
+    const terminating: WorkerView = {
+      endpoints: (pool) => base.endpoints(pool).filter((e) => e.address !== planned),
+      terminating: (pool) => base.endpoints(pool).filter((e) => e.address === planned),
+    };
+    const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, terminating, ctx);
+    expect(d).toMatchObject({ kind: 'hop', group: r.group, prefill: r.prefill });
+    expect(d.trace).toContain(`prefill endpoint ${planned} (pool a-prefill), as the contract planned`);
+    // Still checked like a listed one: another fingerprint, unverified or draining there is no way in.
+    for (const patch of [{ fingerprint: 'f'.repeat(64) }, { verified: false }, { draining: true }]) {
+      const bad = createTestWorkerView(table, { [other]: { draining: true }, [planned]: patch });
+      const view: WorkerView = {
+        endpoints: terminating.endpoints,
+        terminating: (pool) => bad.endpoints(pool).filter((e) => e.address === planned),
+      };
+      expect(decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, view, ctx)).toMatchObject({
+        kind: 'refuse',
+        code: 'no_compatible_capacity',
+      });
+    }
+    // A retry that excludes it, and a new request, never go there.
+    expect(
+      decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, retryExclude: [planned] } }), table, terminating, ctx),
+    ).toMatchObject({
+      kind: 'refuse',
+    });
+    const fresh = decide(testFacts({ tenant: 'acme', requestId: 'req-new' }), table, terminating, ctx);
+    expect(fresh).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
   });
 
   it('a retry excludes the endpoints that failed and stays inside the group, or is refused', () => {

@@ -12,7 +12,7 @@ import type { DecideContext } from './types.js';
 import { eligibleFor, pickLeastLoaded } from './pick.js';
 import { refuse } from './refusal.js';
 import { type BoundGroup, type Decision, frozenTrace, type HopFacts, type RequestFacts, type Trace } from './types.js';
-import type { WorkerView } from './worker-view.js';
+import type { EndpointState, WorkerView } from './worker-view.js';
 
 /** The bound group as the contract states it: a hop never re-derives the group, it checks against it. */
 export function groupOfContract(c: TransferContract): BoundGroup {
@@ -139,7 +139,11 @@ function hopTarget(
   if (named !== undefined && !exclude.has(named)) return checkHopEndpoint(h, pools, named, exclude);
   const planned = h.c.prefill?.cluster === clusterName ? h.c.prefill.endpoint : null;
   if (planned !== null && !exclude.has(planned)) {
-    const state = pools.flatMap((p) => h.view.endpoints(p.name).map((e) => ({ p, e }))).find((x) => x.e.address === planned);
+    // A pod deleted since the decision still serves until its grace period ends (that is what the period is for):
+    // the leg of a request decided before may go there, never a new one.
+    const listed = (list: (pool: string) => readonly EndpointState[]) =>
+      pools.flatMap((p) => list(p.name).map((e) => ({ p, e }))).find((x) => x.e.address === planned);
+    const state = listed((p) => h.view.endpoints(p)) ?? listed((p) => h.view.terminating?.(p) ?? []);
     if (state !== undefined && state.e.fingerprint === h.c.fingerprint && state.e.verified && !state.e.draining) {
       h.trace?.push(`prefill endpoint ${planned} (pool ${state.p.name}), as the contract planned`);
       return hopDecision(h, { pool: state.p.name, cluster: state.p.cluster, endpoint: planned });

@@ -50,6 +50,12 @@ export interface WorkerView {
   routable?(pool: string, fingerprint: string): RoutableIndex;
   /** One endpoint's state now, as `endpoints(pool)` would give it; undefined when the pool does not list it. */
   endpoint?(pool: string, address: string): EndpointState | undefined;
+  /**
+   * The pool's endpoints whose pods are terminating but still serve (a pool found by selector: Ready, inside their
+   * grace period). Never picked for anything new; only a prefill leg the contract planned there may still go there
+   * (src/decide/hop.ts), as the request was decided before the deletion.
+   */
+  terminating?(pool: string): readonly EndpointState[];
 }
 
 /** Addresses in a stable order, with their 32-bit tie-break/affinity hashes (`fnv1a(address)`). */

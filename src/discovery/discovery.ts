@@ -35,6 +35,12 @@ export interface Discovery {
   /** The pool's endpoints now; [] when it has none that may take traffic (see the module comment). */
   endpoints(pool: CompiledPool): readonly CompiledEndpoint[];
   /**
+   * The pool's pods that are terminating but still serve (Ready, with their IP, inside their grace period): never a
+   * target for a new request, only for the rest of a request decided before their deletion (a prefill leg the
+   * contract planned there). [] whenever `endpoints` is failing closed.
+   */
+  terminating(pool: CompiledPool): readonly CompiledEndpoint[];
+  /**
    * True once every watch has listed at least once, and from then on: a watch a reload adds later fails its own pools
    * closed until it lists (`syncing`), it does not take the whole gate out of service.
    */
@@ -118,10 +124,10 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
     return newestByIp;
   };
 
-  const discovered = (pool: CompiledPool, entry: Entry): DiscoveredEndpoint[] => {
+  const discovered = (pool: CompiledPool, entry: Entry, which: 'ready' | 'terminating' = 'ready'): DiscoveredEndpoint[] => {
     const owners = newest();
     // No owner: no pod holds the IP alone (hostNetwork pods share their node's); address and pod UID tell them apart.
-    return podEndpoints(entry.watch.pods(), pool.discovery!, pool.revision).filter((ep) => {
+    return podEndpoints(entry.watch.pods(), pool.discovery!, pool.revision, which).filter((ep) => {
       const owner = owners.get(ep.podIP);
       return owner === undefined || owner === ep.podUid;
     });
@@ -185,6 +191,15 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
       );
       cache.set(pool.name, { version, at: t, endpoints });
       return endpoints;
+    },
+    terminating(pool) {
+      const k = keyOf(pool);
+      const entry = k === null ? undefined : watches.get(k.key);
+      const state = stateOf(entry);
+      if (entry === undefined || state === 'syncing' || state === 'failed') return [];
+      return discovered(pool, entry, 'terminating').map((ep) =>
+        Object.freeze({ address: ep.address, status: ep.status, fingerprint: pool.fingerprint, podUid: ep.podUid }),
+      );
     },
     ready() {
       everReady ||= [...watches.values()].every((e) => e.watch.state().synced);

@@ -49,6 +49,18 @@ describe('pods of a selector pool', () => {
     ]);
   });
 
+  it('a terminating pod that still serves is listed apart: never with the endpoints, only as terminating', () => {
+    const deleting = (p: PodLike): PodLike => ({ ...p, metadata: { ...p.metadata, deletionTimestamp: '2026-01-01T00:02:00Z' } });
+    const pods = [
+      pod('live', '10.0.0.1', 'a', '2026-01-01T00:00:00Z'),
+      deleting(pod('going', '10.0.0.2', 'a', '2026-01-01T00:00:00Z')),
+      deleting(pod('going-unready', '10.0.0.3', 'a', '2026-01-01T00:00:00Z', { conditions: [{ type: 'Ready', status: 'False' }] })),
+      deleting(pod('going-other-rev', '10.0.0.4', 'b', '2026-01-01T00:00:00Z')),
+    ];
+    expect(podEndpoints(pods, d, 'a').map((e) => e.podName)).toEqual(['live']);
+    expect(podEndpoints(pods, d, 'a', 'terminating').map((e) => e.podName)).toEqual(['going']);
+  });
+
   it('the route table takes endpoints or discovery, exactly one, with a fix', () => {
     const v = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };
     v.pools[1]!['discovery'] = { kubernetes: { namespace: 'ns', matchLabels: { app: 'x' }, targetPort: 8000, statusPort: 9090 } };

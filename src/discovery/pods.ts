@@ -45,7 +45,19 @@ export interface DiscoveredEndpoint {
 
 /** Why a matching pod is not (yet) an endpoint; null when it is one. */
 export function notReadyReason(pod: PodLike): string | null {
-  if (pod.metadata?.deletionTimestamp !== undefined && pod.metadata.deletionTimestamp !== null) return 'terminating';
+  return isTerminating(pod) ? 'terminating' : notServingReason(pod);
+}
+
+function isTerminating(pod: PodLike): boolean {
+  return pod.metadata?.deletionTimestamp !== undefined && pod.metadata.deletionTimestamp !== null;
+}
+
+/**
+ * Why a pod cannot serve at all, terminating or not; null when it can (Running, Ready, with an IP and a UID). A
+ * terminating pod that still serves is what Kubernetes' EndpointSlice marks `serving: true, terminating: true`: it
+ * takes no new request, but finishes the ones sent to it before (its grace period exists for them).
+ */
+function notServingReason(pod: PodLike): string | null {
   if (pod.status?.phase !== 'Running') return `phase ${pod.status?.phase ?? 'unknown'}`;
   if (!pod.status.podIP) return 'no pod IP yet';
   const ready = pod.status.conditions?.find((c) => c.type === 'Ready');
@@ -110,12 +122,18 @@ function hostPort(ip: string, port: number): string {
 /**
  * The endpoints among `pods` for a pool: matching, Ready, not terminating. When two of them share a pod IP (the
  * cache still holds a deleted pod whose IP a new pod got), only the newest is kept: IPs are unique among live pods.
+ * `terminating`: the matching pods that are terminating and still serve instead (never a new request's target).
  */
-export function podEndpoints(pods: readonly PodLike[], d: PoolDiscovery, revision: string): DiscoveredEndpoint[] {
+export function podEndpoints(
+  pods: readonly PodLike[],
+  d: PoolDiscovery,
+  revision: string,
+  which: 'ready' | 'terminating' = 'ready',
+): DiscoveredEndpoint[] {
   const labels = selectorLabels(d, revision);
   const byIp = new Map<string, DiscoveredEndpoint>();
   for (const pod of pods) {
-    if (!matches(pod, labels) || notReadyReason(pod) !== null) continue;
+    if (!matches(pod, labels) || isTerminating(pod) !== (which === 'terminating') || notServingReason(pod) !== null) continue;
     const ip = pod.status!.podIP!;
     const ep: DiscoveredEndpoint = {
       address: hostPort(ip, d.kubernetes.targetPort),

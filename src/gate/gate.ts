@@ -154,6 +154,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     discovery.sync(t.pools.values());
   };
   const endpointsOf = (p: CompiledPool) => (p.discovery === null || discovery === undefined ? p.endpoints : discovery.endpoints(p));
+  const terminatingOf = (p: CompiledPool) => (p.discovery === null || discovery === undefined ? [] : discovery.terminating(p));
   const poller =
     config.workerView.mode === 'live' && deps.viewFor === undefined
       ? createWorkerPoller(config.workerView, {
@@ -161,6 +162,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
           logger: log,
           registry,
           endpointsOf,
+          terminatingOf,
           table: () => policy.current(),
           onPolled: () => onPolled(),
           ...(deps.now ? { now: deps.now } : {}),

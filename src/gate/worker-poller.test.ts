@@ -310,6 +310,29 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
     expect(reasonOf(poller)).toMatch(/does not report its pod UID.*--pod-uid/);
   });
 
+  it('a terminating pod is still polled and shown apart (for the legs planned there), never among the endpoints', async () => {
+    let polls = 0;
+    const poller = pollerFor(
+      table,
+      {
+        endpointsOf: () => [],
+        terminatingOf: (p) =>
+          p.name === 'a-decode' ? [{ address, status: `http://${address}`, fingerprint: pool.fingerprint, podUid: 'uid-1' }] : [],
+        fetch: (async () => {
+          polls++;
+          return new Response(JSON.stringify({ fingerprint: pool.fingerprint, verified: true, draining: false, podUid: 'uid-1' }));
+        }) as typeof fetch,
+      },
+      200,
+    );
+    const view = poller.viewFor(table);
+    await poller.pollOnce();
+    expect(polls).toBe(1);
+    expect(view.endpoints('a-decode')).toEqual([]);
+    expect(view.terminating!('a-decode')).toMatchObject([{ address, fingerprint: pool.fingerprint, verified: true }]);
+    expect(eligibleFor([pool], view, pool.fingerprint, 'acme', { requestId: 'r' }).candidates).toEqual([]);
+  });
+
   it('an endpoint that leaves the pool (pod deleted) leaves the in-flight counts too: nothing stays counted for it', async () => {
     let t = 1_000_000;
     const load = createEndpointLoad({ now: () => t, bridgeTtlMs: () => 30_000 });

@@ -114,6 +114,11 @@ interface Deps {
   readonly fetch?: typeof fetch;
   /** A pool's endpoints now: its static list by default, discovered pods for a selector pool (src/discovery). */
   readonly endpointsOf?: (pool: CompiledPool) => readonly CompiledEndpoint[];
+  /**
+   * A selector pool's pods that are terminating but still serve (src/discovery `terminating`): still polled, so a
+   * prefill leg its contract planned there before the deletion can go there (`WorkerView.terminating`).
+   */
+  readonly terminatingOf?: (pool: CompiledPool) => readonly CompiledEndpoint[];
 }
 
 /**
@@ -141,6 +146,7 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   const now = deps.now ?? Date.now;
   const doFetch = deps.fetch ?? fetch;
   const endpointsOf = deps.endpointsOf ?? ((p: CompiledPool) => p.endpoints);
+  const terminatingOf = deps.terminatingOf ?? (() => []);
   const seen = new ObservationMap(() => now(), opts.staleAfterMs);
   const polls = new Counter({
     name: 'kvgate_worker_status_polls_total',
@@ -355,6 +361,10 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
           const e = indexOf(pool)?.byAddress.get(address);
           return e === undefined || p === undefined ? undefined : stateOfEndpoint(table, p, e);
         },
+        terminating(pool: string): readonly EndpointState[] {
+          const p = table.pools.get(pool);
+          return p === undefined ? [] : terminatingOf(p).map((e) => stateOfEndpoint(table, p, e));
+        },
         get ageMs() {
           return oldestAgeMs();
         },
@@ -374,7 +384,8 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         const targets = new Map<string, CompiledEndpoint & { readonly status: string }>();
         const addresses = new Set<string>();
         for (const p of deps.table().pools.values()) {
-          for (const e of endpointsOf(p)) {
+          // A terminating pod is still polled (and its in-flight count kept) until it is gone: legs planned there may come.
+          for (const e of [...endpointsOf(p), ...terminatingOf(p)]) {
             addresses.add(e.address);
             if (e.status !== null) targets.set(keyOf(e), { ...e, status: e.status });
           }
