@@ -56,6 +56,12 @@ const POLL_MS = 100;
  * new is routable.
  */
 const SETTLE_MS = 400;
+/**
+ * How long Ready capacity must have been there before a refusal counts as a bug: the gate's pick-up time (a watch
+ * event, a poll round, the sidecar's verification) plus slack for a loaded CI machine, where two suites share two
+ * cores. Shorter than every phase of the rollouts below, so a gate that never routes to a Ready pod still fails.
+ */
+const PICKUP_MS = 2500;
 /** The pods' termination grace (Kubernetes' default is 30 s): long enough for a request in flight on a loaded machine. */
 const GRACE_MS = 1500;
 
@@ -499,7 +505,7 @@ function check(rig: Rig, sent: readonly Sent[], roles: readonly Role[]): Verdict
     else if (audit[0]!['code'] !== s.reject || typeof audit[0]!['reason'] !== 'string' || audit[0]!['reason'] === '')
       problems.push(`${tag}: audit line ${JSON.stringify(audit[0])} does not match ${s.reject}`);
     // Why: capacity the request could use, settled before it was sent and still there when it was answered.
-    const from = s.sentAt - SETTLE_MS;
+    const from = s.sentAt - PICKUP_MS;
     const usable = s.boundTo !== null ? [s.boundTo] : [A, B];
     const had = usable.filter((r) => hadCapacity(rig, r, roles, from, s.doneAt));
     if (had.length > 0) problems.push(`${tag}: ${s.status} ${s.reject} while ${had.join(', ')} had Ready capacity`);
