@@ -46,10 +46,41 @@ describe('internal hop', () => {
     const drained = createTestWorkerView(table, { [planned]: { draining: true } });
     const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillCluster: 'a_prefill' } }), table, drained, ctx);
     expect(d).toMatchObject({ kind: 'hop', prefill: { cluster: 'a_prefill', endpoint: other } });
-    expect(d.trace).toContain(`the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster a_prefill`);
-    drained.set(other, { draining: true });
-    const none = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, drained, ctx);
+    expect(d.trace).toContain(`the contract's prefill endpoint ${planned} is draining; picking another in cluster a_prefill`);
+    const gone = createTestWorkerView(table, { [planned]: { verified: false } });
+    const replaced = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, gone, ctx);
+    expect(replaced).toMatchObject({ kind: 'hop', prefill: { endpoint: other } });
+    expect(replaced.trace).toContain(
+      `the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster a_prefill`,
+    );
+    gone.set(other, { draining: true });
+    const none = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, gone, ctx);
     expect(none).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity', retryAfterSeconds: 5 });
+  });
+
+  it('keeps the planned prefill endpoint whose sidecar drains when no other endpoint of the group can take the leg', () => {
+    // docs/operator-guide.md §6: a draining sidecar admits for drainAnnounceMs what was routed before the gate saw the
+    // drain, so a worker drain is no client-visible refusal, even for a group's last prefill endpoint.
+    const r = routed();
+    const planned = r.prefill!.endpoint!;
+    const other = planned === '10.0.1.1:9090' ? '10.0.1.2:9090' : '10.0.1.1:9090';
+    const both = createTestWorkerView(table, { [planned]: { draining: true }, [other]: { draining: true } });
+    const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, both, ctx);
+    expect(d).toMatchObject({ kind: 'hop', prefill: r.prefill });
+    expect(d.trace.join('\n')).toContain(`the leg stays on ${planned}, whose sidecar still admits requests routed before its drain`);
+    // Never past what the group allows: another fingerprint or an unverified sidecar there is still no way in, and a
+    // retry that excludes it (its window has passed: it answered 503 draining) is refused.
+    for (const patch of [{ fingerprint: 'f'.repeat(64) }, { verified: false }]) {
+      const bad = createTestWorkerView(table, { [planned]: { draining: true, ...patch }, [other]: { draining: true } });
+      expect(decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, bad, ctx)).toMatchObject({
+        kind: 'refuse',
+        code: 'no_compatible_capacity',
+      });
+    }
+    const retried = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract, retryExclude: [planned] } }), table, both, ctx);
+    expect(retried).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
+    // A new request never goes to a draining endpoint.
+    expect(decide(testFacts({ tenant: 'acme', requestId: 'req-new' }), table, both, ctx)).toMatchObject({ kind: 'refuse' });
   });
 
   it("keeps the contract's prefill endpoint while its pod is terminating but still serves; never picks such a pod anew", () => {
@@ -66,8 +97,9 @@ describe('internal hop', () => {
     const d = decide(testFacts({ requestId: 'req-hop', hop: { contract: r.contract } }), table, terminating, ctx);
     expect(d).toMatchObject({ kind: 'hop', group: r.group, prefill: r.prefill });
     expect(d.trace).toContain(`prefill endpoint ${planned} (pool a-prefill), as the contract planned`);
-    // Still checked like a listed one: another fingerprint, unverified or draining there is no way in.
-    for (const patch of [{ fingerprint: 'f'.repeat(64) }, { verified: false }, { draining: true }]) {
+    // Still checked like a listed one: another fingerprint or unverified there is no way in (a draining sidecar is
+    // only the last resort, as for any planned endpoint: the test above).
+    for (const patch of [{ fingerprint: 'f'.repeat(64) }, { verified: false }]) {
       const bad = createTestWorkerView(table, { [other]: { draining: true }, [planned]: patch });
       const view: WorkerView = {
         endpoints: terminating.endpoints,
@@ -123,8 +155,16 @@ describe('internal hop', () => {
     const draining = createTestWorkerView(table, { [planned]: { draining: true } });
     const h = { contract: r.contract, prefillEndpoint: planned, retryExclude: [other] };
     const d = decide(testFacts({ requestId: 'req-hop', hop: h }), table, draining, ctx);
-    expect(d).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
-    expect(d.kind === 'refuse' && d.message).toMatch(/excluded by the sidecar after a failed attempt/);
+    // Nothing else is left: the leg stays on the named endpoint, whose sidecar still admits (its own drain), never on
+    // `other`, which failed.
+    expect(d).toMatchObject({ kind: 'hop', prefill: { endpoint: planned } });
+    expect(d.trace.join('\n')).toContain('excluded by the sidecar after a failed attempt');
+    // Drained by the table instead (an operator's decision, not a sidecar's announced window): refused.
+    const drainedValue = clone(v) as { pools: { name: string; draining?: boolean }[] };
+    for (const p of drainedValue.pools) if (p.name === r.prefill!.pool) p.draining = true;
+    const tableDrained = tableFromValue(drainedValue);
+    const viaTable = decide(testFacts({ requestId: 'req-hop', hop: h }), tableDrained, createTestWorkerView(tableDrained), ctx);
+    expect(viaTable).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
   });
 
   it("refuses a prefill cluster outside the contract's group with 409 mixed_revision", () => {

@@ -144,9 +144,14 @@ function hopTarget(
     const listed = (list: (pool: string) => readonly EndpointState[]) =>
       pools.flatMap((p) => list(p.name).map((e) => ({ p, e }))).find((x) => x.e.address === planned);
     const state = listed((p) => h.view.endpoints(p)) ?? listed((p) => h.view.terminating?.(p) ?? []);
-    if (state !== undefined && state.e.fingerprint === h.c.fingerprint && state.e.verified && !state.e.draining) {
-      h.trace?.push(`prefill endpoint ${planned} (pool ${state.p.name}), as the contract planned`);
-      return hopDecision(h, { pool: state.p.name, cluster: state.p.cluster, endpoint: planned });
+    if (state !== undefined && state.e.fingerprint === h.c.fingerprint && state.e.verified) {
+      const target = { pool: state.p.name, cluster: state.p.cluster, endpoint: planned };
+      if (!state.e.draining) {
+        h.trace?.push(`prefill endpoint ${planned} (pool ${state.p.name}), as the contract planned`);
+        return hopDecision(h, target);
+      }
+      h.trace?.push(`the contract's prefill endpoint ${planned} is draining; picking another in cluster ${clusterName}`);
+      return pickHopEndpoint(h, pools, new Set([...exclude, planned]), target);
     }
     h.trace?.push(`the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster ${clusterName}`);
   }
@@ -188,8 +193,15 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
       trace?.push(
         `the named prefill endpoint ${address} is ${pool.draining || ep.draining ? 'draining' : `at its in-flight limit of ${pool.maxInFlightPerEndpoint}`}; picking another in cluster ${pool.cluster}`,
       );
-      // Its replacement honours the retry's exclusions too: never an endpoint that already failed this request.
-      return pickHopEndpoint(h, pools, new Set([...exclude, address]));
+      // Its replacement honours the retry's exclusions too: never an endpoint that already failed this request. Only
+      // a sidecar's own drain leaves it as the last resort (see `pickHopEndpoint`); a table drain or a limit does not.
+      const drainingOnly = ep.draining && !pool.draining && ep.inFlight < pool.maxInFlightPerEndpoint;
+      return pickHopEndpoint(
+        h,
+        pools,
+        new Set([...exclude, address]),
+        drainingOnly ? { pool: pool.name, cluster: pool.cluster, endpoint: address } : undefined,
+      );
     }
     trace?.push(`prefill endpoint ${address} (pool ${pool.name}) is in the group`);
     return hopDecision(h, { pool: pool.name, cluster: pool.cluster, endpoint: address });
@@ -203,10 +215,29 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
   );
 }
 
-function pickHopEndpoint(h: HopScope, pools: readonly CompiledPool[], exclude: ReadonlySet<string>): Decision {
+/**
+ * The least loaded eligible prefill endpoint of the group, else `lastResort`: the endpoint this request's leg was
+ * planned on (or named for), in the group and verified, whose sidecar announced a drain after the request was
+ * decided. A draining sidecar still admits for `drainAnnounceMs` exactly so that requests routed before the gate saw
+ * the drain are served (docs/operator-guide.md §6); refusing the leg there when no other endpoint can take it would
+ * turn a worker drain into a client-visible refusal. If the window has passed, the sidecar answers 503 `draining` and
+ * the decode sidecar's retry excludes it.
+ */
+function pickHopEndpoint(
+  h: HopScope,
+  pools: readonly CompiledPool[],
+  exclude: ReadonlySet<string>,
+  lastResort?: { pool: string; cluster: string; endpoint: string },
+): Decision {
   const { id, c, trace } = h;
   const e = eligibleFor(pools, h.view, c.fingerprint, c.tenant, { requestId: id, exclude });
   const picked = pickLeastLoaded(e.candidates, id);
+  if (picked === undefined && lastResort !== undefined) {
+    trace?.push(
+      `no other prefill endpoint of group ${c.groupId} is available (${e.reasons.join('; ')}); the leg stays on ${lastResort.endpoint}, whose sidecar still admits requests routed before its drain`,
+    );
+    return hopDecision(h, lastResort);
+  }
   if (picked === undefined) {
     const retryAfterSeconds = finalRetryAfter(h.table);
     return refuse(
