@@ -5,7 +5,6 @@
  * `role: both` pool, never given a prefill leg, and refused at load when a table splits it into prefill and decode.
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Registry } from 'prom-client';
@@ -14,22 +13,13 @@ import { stringify as toYaml } from 'yaml';
 import { policyCommand } from '../../src/cli/policy-command.js';
 import { verifyContract } from '../../src/contract/contract.js';
 import { createDevKeyRing } from '../../src/contract/keys.js';
-import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { H } from '../../src/headers.js';
-import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { fp8DynamicDescriptorInput, testDescriptorInput } from '../../src/policy/testing.js';
-import {
-  mustLoadEnvoyConfig,
-  request,
-  startEnvoyHarness,
-  startFakeUpstream,
-  type EnvoyHarness,
-  type FakeUpstream,
-  type HttpResult,
-} from '../../testbed/harness/index.js';
+import { request, startFakeUpstream, type EnvoyHarness, type FakeUpstream, type HttpResult } from '../../testbed/harness/index.js';
 import { silent } from './failure-matrix-support.js';
-import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
+import { createDevPki } from '../../testbed/tls/dev-pki.js';
+import { e2eGateConfig, shippedHarnessFor } from '../support/e2e-gate.js';
 
 const SEED = 'failure-matrix-requests';
 const keys = createDevKeyRing(SEED);
@@ -85,24 +75,8 @@ beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'kvgate-matrix-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(routeTable()));
   const pki = await createDevPki(path.join(dir, 'tls'));
-  const cfg = parseGateConfig(
-    toYaml({
-      listen: '127.0.0.1:0',
-      admin: '',
-      tls: devGateTls(pki),
-      policy: 'route-table.yaml',
-      keys: { devSeed: SEED },
-      workerView: { mode: 'static' },
-      drain: { announceMs: 0, graceMs: 1000 },
-    }),
-    path.join(dir, 'gate.yaml'),
-  );
-  if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
-  gate = await startGate(cfg.value, { logger: silent, keys, registry: new Registry(), defaultMetrics: false });
-  const envoyYaml = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
-  harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(envoyYaml, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
-  );
+  gate = await startGate(e2eGateConfig(dir, pki, SEED), { logger: silent, keys, registry: new Registry(), defaultMetrics: false });
+  harness = await shippedHarnessFor(gate, pki);
 });
 afterAll(async () => {
   await harness?.close();

@@ -6,7 +6,7 @@
  * reset the client's stream mid-response). The issue's target is a 60 s generation with graceMs 5 s; this runs the
  * same ratio in less time.
  */
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -14,21 +14,18 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
 import { createDevKeyRing } from '../../src/contract/keys.js';
-import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
-import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { twoRevisionTableValue } from '../../src/policy/testing.js';
 import {
   ENVOY_VERSIONS,
-  mustLoadEnvoyConfig,
   request,
-  startEnvoyHarness,
   startFakeUpstream,
   type EnvoyHarness,
   type EnvoyVersion,
   type FakeUpstream,
 } from '../../testbed/harness/index.js';
-import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
+import { createDevPki } from '../../testbed/tls/dev-pki.js';
+import { e2eGateConfig, shippedHarnessFor } from '../support/e2e-gate.js';
 
 const SEED = 'e2e-drain';
 const GRACE_MS = 300;
@@ -57,30 +54,13 @@ async function start(envoyVersion: EnvoyVersion) {
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-drain-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
   const pki = await createDevPki(path.join(dir, 'tls'));
-  const cfg = parseGateConfig(
-    toYaml({
-      listen: '127.0.0.1:0',
-      admin: '',
-      tls: devGateTls(pki),
-      policy: 'route-table.yaml',
-      keys: { devSeed: SEED },
-      workerView: { mode: 'static' },
-      drain: { announceMs: 0, graceMs: GRACE_MS },
-    }),
-    path.join(dir, 'gate.yaml'),
-  );
-  if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
-  const gate = await startGate(cfg.value, {
+  const gate = await startGate(e2eGateConfig(dir, pki, SEED, { drain: { announceMs: 0, graceMs: GRACE_MS } }), {
     logger: pino({ level: 'silent' }),
     keys: createDevKeyRing(SEED),
     registry: new Registry(),
     defaultMetrics: false,
   });
-  const yaml = await readFile(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
-  const harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
-    { envoyVersion },
-  );
+  const harness = await shippedHarnessFor(gate, pki, { envoyVersion });
   open = { harness, gate, decode };
   return open;
 }

@@ -13,12 +13,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
 import { verifyContract } from '../../src/contract/contract.js';
 import { createDevKeyRing } from '../../src/contract/keys.js';
-import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { clone, twoRevisionTableValue } from '../../src/policy/testing.js';
 import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, startFakeUpstream } from '../../testbed/harness/index.js';
-import { createDevPki, devGateTls, shippedEnvoyTls, type DevPki } from '../../testbed/tls/dev-pki.js';
+import { createDevPki, shippedEnvoyTls, type DevPki } from '../../testbed/tls/dev-pki.js';
+import { e2eGateConfig } from '../support/e2e-gate.js';
 
 const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
 const SEED = 'e2e-replicas';
@@ -32,20 +32,7 @@ afterEach(async () => {
 });
 
 async function startReplica(dir: string, registry: Registry, pki: DevPki): Promise<RunningGate> {
-  const cfg = parseGateConfig(
-    toYaml({
-      listen: '127.0.0.1:0',
-      tls: devGateTls(pki),
-      admin: '',
-      policy: 'route-table.yaml',
-      keys: { devSeed: SEED },
-      workerView: { mode: 'static' },
-      drain: { announceMs: 0, graceMs: 1000 },
-    }),
-    path.join(dir, 'gate.yaml'),
-  );
-  if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
-  const gate = await startGate(cfg.value, { logger: silent, keys, registry, defaultMetrics: false });
+  const gate = await startGate(e2eGateConfig(dir, pki, SEED), { logger: silent, keys, registry, defaultMetrics: false });
   cleanup.push(() => gate.close());
   return gate;
 }

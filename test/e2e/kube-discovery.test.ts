@@ -4,7 +4,6 @@
  * harness running the shipped envoy/envoy.yaml routes to them. Each "pod" is a loopback address (127.0.0.x) whose
  * server answers both the generation and its sidecar's status.
  */
-import { readFileSync } from 'node:fs';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -18,13 +17,12 @@ import { stringify as toYaml } from 'yaml';
 import { createDevKeyRing } from '../../src/contract/keys.js';
 import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
-import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../../src/policy/testing.js';
-import { mustLoadEnvoyConfig, ok, request as rawRequest, startEnvoyHarness, type EnvoyHarness } from '../../testbed/harness/index.js';
+import { ok, request as rawRequest, type EnvoyHarness } from '../../testbed/harness/index.js';
 import { readyPod, startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
-import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
+import { createDevPki } from '../../testbed/tls/dev-pki.js';
+import { e2eGateConfig, shippedHarnessFor } from '../support/e2e-gate.js';
 
-const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
 const SEED = 'e2e-kube';
 const NS = 'serving';
 const silent = pino({ level: 'silent' });
@@ -111,21 +109,12 @@ async function startRig(): Promise<Rig> {
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-kube-'));
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(value));
   const pki = await createDevPki(path.join(dir, 'tls'));
-  const cfg = parseGateConfig(
-    toYaml({
-      listen: '127.0.0.1:0',
-      admin: '',
-      tls: devGateTls(pki), // the shipped envoy.yaml speaks mTLS to the gate port
-      policy: 'route-table.yaml',
-      keys: { devSeed: SEED },
-      workerView: { mode: 'live', intervalMs: 100, timeoutMs: 500, staleAfterMs: 2000 },
-      discovery: { staleAfterMs: 5000 },
-      drain: { announceMs: 0, graceMs: 1000 },
-    }),
-    path.join(dir, 'gate.yaml'),
-  );
-  if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
-  const gate = await startGate(cfg.value, {
+  // TLS on the gate port: the shipped envoy.yaml speaks mTLS to it.
+  const cfg = e2eGateConfig(dir, pki, SEED, {
+    workerView: { mode: 'live', intervalMs: 100, timeoutMs: 500, staleAfterMs: 2000 },
+    discovery: { staleAfterMs: 5000 },
+  });
+  const gate = await startGate(cfg, {
     logger: silent,
     keys: createDevKeyRing(SEED),
     registry: new Registry(),
@@ -134,9 +123,7 @@ async function startRig(): Promise<Rig> {
     discoveryBackoff: { initialMs: 20, maxMs: 100 },
   });
   cleanup.push(() => gate.close());
-  const harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(ENVOY_YAML, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
-  );
+  const harness = await shippedHarnessFor(gate, pki);
   cleanup.push(() => harness.close());
   return { api, gate, harness, port, fp };
 }

@@ -24,7 +24,6 @@
  *   promoted (A no longer serves the model: the binding is ignored, policy-guide §5).
  */
 import { mkdtemp, writeFile } from 'node:fs/promises';
-import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -33,17 +32,15 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
 import { createDevKeyRing } from '../../src/contract/keys.js';
-import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
-import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { jsonLineSink } from '../../src/sidecar/testing.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../../src/policy/testing.js';
-import { mustLoadEnvoyConfig, request as rawRequest, startEnvoyHarness, type EnvoyHarness } from '../../testbed/harness/index.js';
+import { request as rawRequest, type EnvoyHarness } from '../../testbed/harness/index.js';
 import { startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
-import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
+import { createDevPki } from '../../testbed/tls/dev-pki.js';
+import { e2eGateConfig, shippedHarnessFor } from '../support/e2e-gate.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
 
-const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
 const SEED = 'e2e-rolling';
 const NS = 'serving';
 const A = 'llama-a';
@@ -191,22 +188,12 @@ async function startRig(pd: boolean): Promise<Rig> {
   const tablePath = path.join(dir, 'route-table.yaml');
   await writeFile(tablePath, toYaml(value));
   const pki = await createDevPki(path.join(dir, 'tls'));
-  const cfg = parseGateConfig(
-    toYaml({
-      listen: '127.0.0.1:0',
-      admin: '',
-      tls: devGateTls(pki),
-      policy: 'route-table.yaml',
-      keys: { devSeed: SEED },
-      workerView: { mode: 'live', intervalMs: POLL_MS, timeoutMs: 500, staleAfterMs: 2000 },
-      discovery: { staleAfterMs: 5000 },
-      drain: { announceMs: 0, graceMs: 1000 },
-    }),
-    path.join(dir, 'gate.yaml'),
-  );
-  if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
+  const cfg = e2eGateConfig(dir, pki, SEED, {
+    workerView: { mode: 'live', intervalMs: POLL_MS, timeoutMs: 500, staleAfterMs: 2000 },
+    discovery: { staleAfterMs: 5000 },
+  });
   const { lines: logs, sink } = jsonLineSink();
-  const gate = await startGate(cfg.value, {
+  const gate = await startGate(cfg, {
     logger: pino({ level: 'info' }, sink),
     keys: createDevKeyRing(SEED),
     registry: new Registry(),
@@ -215,9 +202,7 @@ async function startRig(pd: boolean): Promise<Rig> {
     discoveryBackoff: { initialMs: 20, maxMs: 100 },
   });
   cleanup.push(() => gate.close());
-  const harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(ENVOY_YAML, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
-  );
+  const harness = await shippedHarnessFor(gate, pki);
   cleanup.push(() => harness.close());
 
   const served: Served[] = [];
