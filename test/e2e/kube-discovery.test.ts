@@ -21,7 +21,7 @@ import { clone, tableFromValue, twoRevisionTableValue } from '../../src/policy/t
 import { ok, request as rawRequest, type EnvoyHarness } from '../../testbed/harness/index.js';
 import { readyPod, startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
 import { createDevPki } from '../../testbed/tls/dev-pki.js';
-import { e2eGateConfig, shippedHarnessFor } from '../support/e2e-gate.js';
+import { startDiscoveringGate } from '../support/e2e-gate.js';
 
 const SEED = 'e2e-kube';
 const NS = 'serving';
@@ -110,20 +110,8 @@ async function startRig(): Promise<Rig> {
   await writeFile(path.join(dir, 'route-table.yaml'), toYaml(value));
   const pki = await createDevPki(path.join(dir, 'tls'));
   // TLS on the gate port: the shipped envoy.yaml speaks mTLS to it.
-  const cfg = e2eGateConfig(dir, pki, SEED, {
-    workerView: { mode: 'live', intervalMs: 100, timeoutMs: 500, staleAfterMs: 2000 },
-    discovery: { staleAfterMs: 5000 },
-  });
-  const gate = await startGate(cfg, {
-    logger: silent,
-    keys: createDevKeyRing(SEED),
-    registry: new Registry(),
-    defaultMetrics: false,
-    kubeConfig: api.kubeConfig(),
-    discoveryBackoff: { initialMs: 20, maxMs: 100 },
-  });
+  const { gate, harness } = await startDiscoveringGate({ dir, pki, seed: SEED, kubeConfig: api.kubeConfig(), pollMs: 100, logger: silent });
   cleanup.push(() => gate.close());
-  const harness = await shippedHarnessFor(gate, pki);
   cleanup.push(() => harness.close());
   return { api, gate, harness, port, fp };
 }

@@ -28,17 +28,15 @@ import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
-import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
-import { createDevKeyRing } from '../../src/contract/keys.js';
-import { startGate, type RunningGate } from '../../src/gate/gate.js';
+import type { RunningGate } from '../../src/gate/gate.js';
 import { jsonLineSink } from '../../src/sidecar/testing.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../../src/policy/testing.js';
 import { request as rawRequest, type EnvoyHarness } from '../../testbed/harness/index.js';
 import { startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
 import { createDevPki } from '../../testbed/tls/dev-pki.js';
-import { e2eGateConfig, shippedHarnessFor } from '../support/e2e-gate.js';
+import { startDiscoveringGate } from '../support/e2e-gate.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
 
 const SEED = 'e2e-rolling';
@@ -188,21 +186,16 @@ async function startRig(pd: boolean): Promise<Rig> {
   const tablePath = path.join(dir, 'route-table.yaml');
   await writeFile(tablePath, toYaml(value));
   const pki = await createDevPki(path.join(dir, 'tls'));
-  const cfg = e2eGateConfig(dir, pki, SEED, {
-    workerView: { mode: 'live', intervalMs: POLL_MS, timeoutMs: 500, staleAfterMs: 2000 },
-    discovery: { staleAfterMs: 5000 },
-  });
   const { lines: logs, sink } = jsonLineSink();
-  const gate = await startGate(cfg, {
-    logger: pino({ level: 'info' }, sink),
-    keys: createDevKeyRing(SEED),
-    registry: new Registry(),
-    defaultMetrics: false,
+  const { gate, harness } = await startDiscoveringGate({
+    dir,
+    pki,
+    seed: SEED,
     kubeConfig: api.kubeConfig(),
-    discoveryBackoff: { initialMs: 20, maxMs: 100 },
+    pollMs: POLL_MS,
+    logger: pino({ level: 'info' }, sink),
   });
   cleanup.push(() => gate.close());
-  const harness = await shippedHarnessFor(gate, pki);
   cleanup.push(() => harness.close());
 
   const served: Served[] = [];

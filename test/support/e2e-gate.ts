@@ -5,9 +5,12 @@
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import type { Logger } from 'pino';
+import { Registry } from 'prom-client';
 import { stringify as toYaml } from 'yaml';
 import { type GateConfig, parseGateConfig } from '../../src/gate/config.js';
-import type { RunningGate } from '../../src/gate/gate.js';
+import { createDevKeyRing } from '../../src/contract/keys.js';
+import { type RunningGate, type StartGateDeps, startGate } from '../../src/gate/gate.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { type EnvoyHarness, mustLoadEnvoyConfig, startEnvoyHarness } from '../../testbed/harness/index.js';
 import { type DevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
@@ -42,4 +45,36 @@ export function shippedHarnessFor(
     mustLoadEnvoyConfig(yaml, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
     options,
   );
+}
+
+/**
+ * A gate whose selector pools are found through a Kubernetes API server (testbed/kube-apiserver's `kubeConfig`), with
+ * a live worker view polling every `pollMs`, and the shipped harness in front of it. The caller closes both.
+ */
+export async function startDiscoveringGate(o: {
+  readonly dir: string;
+  readonly pki: DevPki;
+  readonly seed: string;
+  readonly kubeConfig: NonNullable<StartGateDeps['kubeConfig']>;
+  readonly pollMs: number;
+  readonly logger: Logger;
+}): Promise<{ gate: RunningGate; harness: EnvoyHarness }> {
+  const cfg = e2eGateConfig(o.dir, o.pki, o.seed, {
+    workerView: { mode: 'live', intervalMs: o.pollMs, timeoutMs: 500, staleAfterMs: 2000 },
+    discovery: { staleAfterMs: 5000 },
+  });
+  const gate = await startGate(cfg, {
+    logger: o.logger,
+    keys: createDevKeyRing(o.seed),
+    registry: new Registry(),
+    defaultMetrics: false,
+    kubeConfig: o.kubeConfig,
+    discoveryBackoff: { initialMs: 20, maxMs: 100 },
+  });
+  try {
+    return { gate, harness: await shippedHarnessFor(gate, o.pki) };
+  } catch (e) {
+    await gate.close();
+    throw e;
+  }
 }
