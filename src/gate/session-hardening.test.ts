@@ -28,7 +28,7 @@ function gate() {
   const table = tableFromValue(queueTableValue());
   const admission = createAdmission({
     state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
-    keys: createDevKeyRing('hardening'),
+    keys: () => createDevKeyRing('hardening'),
     inFlight,
     now: Date.now,
   });

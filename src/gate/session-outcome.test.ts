@@ -30,7 +30,7 @@ function setup(decisions: boolean) {
   const inFlight = createInFlightTracker();
   const admission = createAdmission({
     state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
-    keys: createDevKeyRing('outcome-test'),
+    keys: () => createDevKeyRing('outcome-test'),
     inFlight,
     now: Date.now,
     recheckMs: 0,

@@ -34,7 +34,7 @@ describe('gate /metrics: bounded label values whatever clients send', () => {
     const inFlight = createInFlightTracker();
     const admission = createAdmission({
       state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
-      keys: createDevKeyRing('cardinality'),
+      keys: () => createDevKeyRing('cardinality'),
       inFlight,
       now: Date.now,
       metrics: createRolloutMetrics(registry),
