@@ -160,11 +160,12 @@ class ReloadingKeyStore implements KeyStore {
     const atMs = (this.#deps.now ?? Date.now)();
     const log = this.#deps.logger;
     if (file === undefined) {
+      const what = this.#kind === 'injected' ? 'keys given at start' : `keys.${this.#kind}`;
       log.info(
         { event: 'keys_not_reloadable', trigger, source: this.#kind },
-        `keys.${this.#kind} is read at start only; restart the process to change the keys (only keys.file reloads)`,
+        `${what}: read at start only; restart the process to change the keys (only keys.file reloads)`,
       );
-      return { atMs, trigger, result: 'unchanged', reason: `keys.${this.#kind} cannot be reloaded; restart to change it` };
+      return { atMs, trigger, result: 'unchanged', reason: `${what} cannot be reloaded; restart to change them` };
     }
     const reject = (reason: string): KeyReloadResult => {
       this.#reloads.inc({ result: 'rejected' });

@@ -10,6 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { statusCommand } from '../../src/cli/status-command.js';
 import { testKeyFileText } from '../../src/contract/testing.js';
 import { startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { client, complete, eventually, metricSum, metricsOf, silent } from './failure-matrix-support.js';
@@ -155,6 +156,15 @@ describe('key rotation without restarts (operator guide section 8)', () => {
     expect(r.status).toBe(403);
     expect(r.json).toMatchObject({ error: { code: 'contract_invalid' } });
     expect(await decodeFailures()).toBeGreaterThan(before);
+    // `kvgate status` names the gap: the gate's ids, and every sidecar that holds other ones.
+    let out = '';
+    expect(
+      await statusCommand(['--gate', `http://127.0.0.1:${t.gate.adminPort}`], { stdout: (s) => (out += s), stderr: (s) => (out += s) }),
+    ).toBe(0);
+    expect(out).toMatch(
+      /^keys: k3\* k2 \(keys\.file, reloads on change or SIGHUP\); last reload: applied at \S+ \(added k3; current k2 -> k3\)$/m,
+    );
+    expect(out.split('\n').filter((l) => l.includes("keys differ from the gate's: k2*"))).toHaveLength(t.workers.length);
     // The fix the guide gives: complete step 1 on the sidecars; the same request then goes through.
     await writeFile(sidecarFile, testKeyFileText({ current: 'k2', keys: { k2: 'k2', k3: 'k3' } }));
     await confirmEverywhere(['k2*', 'k3'], 'sidecars');
