@@ -3,6 +3,7 @@
  * stays), a key id that would change its secret is refused, every cache keyed by a ring follows the swap, and no
  * secret reaches a log line, the status or a metric.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdtemp, rename, rm, symlink, writeFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -151,6 +152,18 @@ describe('key store: reload of a key file', () => {
     expect(String(errors[2]!['reason'])).toContain('the cache-salt secret must be separate');
     expect(r.store.status().lastReload).toMatchObject({ result: 'rejected', trigger: 'file changed' });
     expectNoSecret(JSON.stringify(r.lines) + JSON.stringify(r.store.status()) + (await r.registry.metrics()));
+  });
+
+  it('never reads a FIFO or an oversized file at the key path (a blocking read would stall every request)', async () => {
+    const r = await rig({ current: 'k1', keys: { k1: 'k1' } });
+    const ring = r.store.current();
+    await rm(r.file);
+    execFileSync('mkfifo', [r.file]);
+    expect(r.store.reload('SIGHUP')).toMatchObject({ result: 'rejected', reason: expect.stringContaining('not a regular file') });
+    await rm(r.file);
+    await writeFile(r.file, ' '.repeat(2 * 1024 * 1024));
+    expect(r.store.reload('SIGHUP')).toMatchObject({ result: 'rejected', reason: expect.stringContaining('byte limit') });
+    expect(r.store.current()).toBe(ring);
   });
 
   it('refuses a file in which a key id in use maps to a different secret: other replicas still use the old one', async () => {

@@ -16,7 +16,7 @@
  * Nothing here logs, counts or reports a secret: key ids, the file path and the loader's messages (which never
  * include secret bytes, keys.ts) only.
  */
-import { watch, type FSWatcher } from 'node:fs';
+import { statSync, watch, type FSWatcher } from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -110,6 +110,23 @@ function sameRing(a: KeyRing, b: KeyRing): boolean {
   );
 }
 
+/** A key file holds a few ids and secrets: far below this. */
+const MAX_KEY_FILE_BYTES = 1024 * 1024;
+
+/** Why `file` must not be read (a FIFO, socket or device, or oversized), or undefined (read it; errors are the loader's). */
+function notARegularFile(file: string): string | undefined {
+  let st: ReturnType<typeof statSync>;
+  try {
+    st = statSync(file); // follows links, as the read does (a Kubernetes Secret's keys.json is a link into ..data)
+  } catch {
+    return undefined;
+  }
+  if (st.isDirectory()) return undefined; // the loader's EISDIR message
+  if (!st.isFile()) return 'it is not a regular file (a FIFO, socket or device)';
+  if (st.size > MAX_KEY_FILE_BYTES) return `it is ${st.size} bytes, over the ${MAX_KEY_FILE_BYTES} byte limit for a key file`;
+  return undefined;
+}
+
 class ReloadingKeyStore implements KeyStore {
   readonly #deps: KeyStoreDeps;
   readonly #kind: KeySourceKind;
@@ -176,6 +193,10 @@ class ReloadingKeyStore implements KeyStore {
       );
       return this.#last;
     };
+    // The loader reads synchronously: a FIFO with no writer (or a device) at the path would block this process, and
+    // every request it serves, forever. Only a regular file of a sane size is read; the loader reports anything else.
+    const unreadable = notARegularFile(file);
+    if (unreadable !== undefined) return reject(`key file ${file}: ${unreadable}; point keys.file at the key file itself`);
     let loaded: ReturnType<typeof loadKeyRing>;
     try {
       loaded = loadKeyRing({ file });
