@@ -1,7 +1,7 @@
 /**
  * `kvgate gate --config gate.yaml`: validate everything, then serve ext_proc until SIGTERM or SIGINT (drain; a second
  * signal closes at once).
- * SIGHUP reloads the route table (it is also reloaded when the file changes).
+ * SIGHUP reloads the route table and a `keys.file` key ring (both are also reloaded when their file changes).
  */
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -17,7 +17,8 @@ Runs the ext_proc gate (gRPC, ${'`'}envoy.service.ext_proc.v3.ExternalProcessor$
   --config FILE   gate settings (YAML or JSON); see README "Configuration reference"
 Signals: SIGTERM or SIGINT drains (NOT_SERVING, streams in flight finish within drain.graceMs, exit 0); a second
 SIGTERM or SIGINT closes at once (decided streams end OK and their requests go on; undecided ones are cancelled,
-Envoy answers them 500, one audit line each); SIGHUP reloads the route table.
+Envoy answers them 500, one audit line each); SIGHUP reloads the route table and the key file (keys.file; keys.env
+and keys.devSeed are read at start only). Both are also reloaded when their file changes.
 `;
 
 /** Where the command gets its signals, and who hears that it serves (tests drive it in-process). */
@@ -57,9 +58,17 @@ export async function gateCommand(argv: readonly string[], io: GateCommandIo = {
     return 2;
   }
   const running = gate;
-  process.on('SIGHUP', () => {
+  // Both files: an operator who sends SIGHUP after editing either expects it applied. The key reload is synchronous
+  // and never throws for a bad file (it keeps the ring in use and says why).
+  const onHup = (): void => {
     running.policy.reload('SIGHUP').catch((e: unknown) => logger.error({ err: e }, 'route table reload failed'));
-  });
+    try {
+      running.keys.reload('SIGHUP');
+    } catch (e) {
+      logger.error({ err: e }, 'key ring reload failed');
+    }
+  };
+  io.signals.on('SIGHUP', onHup);
   io.onReady?.(running);
   return new Promise<number>((resolve) => {
     // SIGTERM and SIGINT (Ctrl-C) both drain: an immediate close would cancel every stream in flight, and Envoy
@@ -77,6 +86,7 @@ export async function gateCommand(argv: readonly string[], io: GateCommandIo = {
       }
       logger.info({ signal, forced }, forced ? 'second signal: closing now, undecided streams are cancelled' : 'shutting down: draining');
       const done = forced ? running.close() : running.drain();
+      io.signals.off('SIGHUP', onHup);
       void done.then(() => tracing.shutdown().catch(() => undefined)).then(() => resolve(0));
     };
     const onTerm = (): void => stop('SIGTERM');

@@ -1,7 +1,7 @@
 /**
  * `kvgate status --gate URL [--json]`: one look at a running deployment. Reads the gate's admin `/status`, then the
  * status of every sidecar the route table names (`GET <status>/kvgate/v1/status`), and prints the gate (serving,
- * route table version and last reload, streams, queues) and one row per endpoint: pool, revision, role, the gate's
+ * route table version and last reload, the key ring's ids and last reload, streams, queues) and one row per endpoint: pool, revision, role, the gate's
  * state for it (routable, unverified, draining, stale, unreached) and why (a worker that does not match its
  * declaration named first: address, engine id, each field with both values), and what its sidecar says (verified,
  * draining, in flight / capacity). `--json` prints the same as one JSON document.
@@ -22,8 +22,18 @@ export interface StatusIo {
   readonly fetch?: typeof fetch;
 }
 
+/** The keys part of a gate's or sidecar's status (src/key-store.ts KeyStoreStatus): ids only, never a secret. */
+interface KeysView {
+  readonly source?: string;
+  readonly reloadable?: boolean;
+  readonly currentId?: string;
+  readonly keyIds?: readonly string[];
+  readonly lastReload?: { readonly atMs?: number; readonly result?: string; readonly reason?: string } | null;
+}
+
 interface GateStatus {
   readonly serving?: boolean;
+  readonly keys?: KeysView;
   readonly policy?: { readonly file?: string; readonly version?: string; readonly lastReload?: unknown };
   readonly streams?: number;
   readonly queues?: unknown;
@@ -40,6 +50,7 @@ interface SidecarView {
   readonly reasons?: readonly string[];
   /** The sidecar's loud opt-ins (src/sidecar/opt-ins.ts). */
   readonly optIns?: readonly string[];
+  readonly keys?: KeysView;
   readonly error?: string;
 }
 
@@ -116,6 +127,23 @@ function reloadText(r: unknown): string {
     : `ok${when}, version ${String(version ?? '?')}${note === '' ? '' : ` (with warnings${note})`}`;
 }
 
+/** The key ids a process holds, current first and marked: `k2* k1`. */
+function keyIdsText(k: KeysView): string {
+  const ids = k.keyIds ?? [];
+  return [...ids.filter((id) => id === k.currentId).map((id) => `${id}*`), ...ids.filter((id) => id !== k.currentId)].join(' ');
+}
+
+/** The gate's keys as a sentence: ids (current starred), source, whether it reloads, the last reload. */
+function keysText(k: KeysView | undefined): string {
+  if (k === undefined) return '?';
+  const how = k.reloadable === true ? 'reloads on change or SIGHUP' : 'read at start only';
+  const r = k.lastReload;
+  const when = typeof r?.atMs === 'number' ? ` at ${new Date(r.atMs).toISOString()}` : '';
+  const last =
+    r == null ? 'none' : `${r.result === 'rejected' ? 'REJECTED' : String(r.result ?? '?')}${when}${r.reason ? ` (${r.reason})` : ''}`;
+  return `${keyIdsText(k)} (keys.${k.source ?? '?'}, ${how}); last reload: ${last}`;
+}
+
 /** The queues as a sentence: `{ waiting, groups: [{ groupId, depth, oldestWaitMs }] }` (admission.ts queueStatus). */
 function queuesText(q: unknown): string {
   const { waiting, groups } = (q ?? {}) as { waiting?: unknown; groups?: unknown };
@@ -133,6 +161,7 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
     `gate: ${gate.serving === false ? 'DRAINING' : 'serving'}, ${gate.streams ?? 0} streams open, worker view ${gate.workerView?.mode ?? '?'} (age ${gate.workerView?.ageMs ?? '?'} ms)`,
   );
   out.push(`route table: ${gate.policy?.file ?? '?'} version ${gate.policy?.version ?? '?'}; last reload: ${reload}`);
+  out.push(`keys: ${keysText(gate.keys)}`);
   out.push(`queues: ${queuesText(gate.queues)}`);
   // The settings that leave a mixed or unverified route possible, shouted: none with the safe defaults.
   const optIns = gate.optIns ?? [];
@@ -150,11 +179,17 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
       const load = s === undefined || s.error !== undefined ? '-' : `${s.inFlight ?? 0}/${s.capacity?.maxInFlight ?? '?'}`;
       // A worker its sidecar found lying comes first, named: address, engine id, each field with both values.
       const sidecarOptIns = s?.optIns === undefined || s.optIns.length === 0 ? [] : [`sidecar opt-ins: ${s.optIns.join(', ')}`];
+      // During a key rotation: a sidecar that does not hold what the gate holds yet (confirm before the next step).
+      const keysDiffer =
+        s?.keys !== undefined && gate.keys !== undefined && keyIdsText(s.keys) !== keyIdsText(gate.keys)
+          ? [`keys differ from the gate's: ${keyIdsText(s.keys)}`]
+          : [];
       const why = [
         ...(e.named == null ? [] : [e.named]),
         ...e.reasons,
         ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? [])),
         ...sidecarOptIns,
+        ...keysDiffer,
       ]
         .filter((r, i, all) => all.indexOf(r) === i)
         .join('; ');

@@ -147,7 +147,8 @@ const BINDING_REUSE_MAX_MS = 60_000;
 
 /**
  * The bindings a ring signed lately, by everything they carry but their window. Per ring (a ring's current key is
- * fixed for its life), bounded: 2,048 entries of about 0.7 KB at most, and a miss only costs the signature.
+ * fixed for its life; a key reload makes a new ring, src/key-store.ts, so a binding signed with an id the reload
+ * removed or replaced as current is never handed out again), bounded: 2,048 entries of about 0.7 KB at most, and a miss only costs the signature.
  */
 const recentByRing = new WeakMap<KeyRing, BoundedCache<{ readonly token: string; readonly issuedAtMs: number }>>();
 function recentBindings(keys: KeyRing): BoundedCache<{ readonly token: string; readonly issuedAtMs: number }> {

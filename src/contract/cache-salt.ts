@@ -25,7 +25,8 @@ export function deriveCacheSalt(keys: KeyRing, groupId: string, tenantScope: str
   }
   if (clientSalt !== undefined) return hmac(keys.saltMacKey, `${groupId}\n${tenantScope}\n${clientSalt}`);
   // Without a client salt the salt is a function of (ring's salt secret, group, scope), and those repeat across
-  // requests: kept per key ring (its salt secret is fixed for its life), so another ring never sees these. Salts
+  // requests: kept per key ring (its salt secret is fixed for its life), so another ring never sees these. A key
+  // reload (src/key-store.ts) makes a new ring, so a new salt is never answered from the old ring's cache. Salts
   // with a client part are not kept: the client picks them.
   let cache = saltsByRing.get(keys);
   if (cache === undefined) {

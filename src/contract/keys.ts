@@ -24,7 +24,7 @@ export interface KeyRing {
    */
   macKey(id: string): KeyObject | undefined;
   /** The secret cache salts are derived from (`cache-salt.ts`); separate from the signing keys. Fixed for the ring's life
-   * (derived salts are kept per ring). */
+   * (derived salts are kept per ring). A key-file reload (src/key-store.ts) makes a new ring, never changes one. */
   readonly saltSecret: Buffer;
   /** `saltSecret` as a KeyObject, made once (see `macKey`). */
   readonly saltMacKey: KeyObject;
@@ -151,6 +151,11 @@ export function createKeyRing(opts: KeyRingOptions): KeyRing {
   return new SecretKeyRing(opts, false);
 }
 
+/** The key ids a ring holds, in file order (ids are not secret: logs, `/status` and metrics show them). */
+export function keyRingIds(keys: KeyRing): string[] {
+  return keys instanceof SecretKeyRing ? keys.keyIds : [keys.currentId];
+}
+
 /** True for rings from `createDevKeyRing`; the gate should log a loud warning when serving with one. */
 export function isInsecureKeyRing(keys: KeyRing): boolean {
   return keys instanceof SecretKeyRing && keys.insecure;
@@ -258,7 +263,7 @@ export interface LoadKeyRingOptions {
   readonly env?: Readonly<Record<string, string | undefined>>;
 }
 
-/** Load the key ring at startup from a JSON/YAML key file, or from `KVGATE_KEYS` (the same JSON) when no file is given. */
+/** Load the key ring from a JSON/YAML key file (at start, and on every reload: src/key-store.ts), or from `KVGATE_KEYS` (the same JSON) when no file is given. */
 export function loadKeyRing(opts: LoadKeyRingOptions): Result<KeyRing, KvgateError> {
   if (opts.file !== undefined) {
     let text: string;

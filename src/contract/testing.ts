@@ -2,6 +2,7 @@
  * Test support: a valid contract to start from and a fixed clock, so tests change one field at a time. Not used
  * by product code.
  */
+import { createHash } from 'node:crypto';
 import { cacheSaltDigestOf, promptDigestOf } from './body-binding.js';
 import { deriveCacheSalt } from './cache-salt.js';
 import { mintContract, type TransferContract } from './contract.js';
@@ -62,4 +63,18 @@ export function gateSigned(
   const salted = { ...body, cache_salt: deriveCacheSalt(keys, fields.groupId, fields.tenantScope) };
   const bound = { ...fields, cacheSaltDigest: cacheSaltDigestOf(salted.cache_salt), promptDigest: promptDigestOf(salted) };
   return { contract: mintContract(bound, keys), body: salted };
+}
+
+/** A 32-byte test secret, the same for the same label (so "the same secret under a new id" is easy to write). */
+export function testSecret(label: string): Buffer {
+  return createHash('sha256').update(`kvgate test secret\n${label}`).digest();
+}
+
+/**
+ * A key file's text: `keys` maps each key id to the label of its secret (`testSecret`), `salt` is the label of the
+ * cache-salt secret. `{ current: 'k2', keys: { k1: 'k1', k2: 'k2' }, salt: 'salt' }` is step 2 of a rotation.
+ */
+export function testKeyFileText(spec: { current: string; keys: Readonly<Record<string, string>>; salt?: string }): string {
+  const keys = Object.fromEntries(Object.entries(spec.keys).map(([id, label]) => [id, testSecret(label).toString('base64')]));
+  return JSON.stringify({ current: spec.current, keys, salt: testSecret(spec.salt ?? 'salt').toString('base64') });
 }

@@ -19,7 +19,7 @@ function rig(listedAlternates?: number) {
   const table = tableFromValue(queueTableValue((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' })));
   const admission = createAdmission({
     state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
-    keys,
+    keys: () => keys,
     inFlight,
     now: Date.now,
     metrics: createRolloutMetrics(new Registry()),

@@ -15,7 +15,11 @@ export interface RoutingState {
 
 export interface AdmissionDeps {
   readonly state: () => RoutingState;
-  readonly keys: KeyRing;
+  /**
+   * The key ring in use (src/key-store.ts): read once per decision, and that snapshot signs everything the decision
+   * mints, so a key reload never splits a request across two rings.
+   */
+  readonly keys: () => KeyRing;
   readonly inFlight: InFlightTracker;
   readonly now: () => number;
   /**

@@ -32,7 +32,7 @@ function rig(value: TableValue, opts: { maxMessageTimeoutMs?: number; now?: () =
   // Traced: these tests read where a request waited from its decision's steps.
   const admission = createAdmission({
     state: () => state,
-    keys,
+    keys: () => keys,
     inFlight,
     now: Date.now,
     metrics,
@@ -220,7 +220,7 @@ describe('admission: the fallback queue', () => {
         if (broken) throw new Error('kvgate bug: simulated');
         return { table, view: createStaticWorkerView(table, inFlight) };
       },
-      keys,
+      keys: () => keys,
       inFlight,
       now: Date.now,
       recheckMs: 0,
@@ -287,7 +287,7 @@ describe('admission: reloads and drains under traffic', () => {
     store = created.store;
     const inFlight = createInFlightTracker();
     let state: RoutingState = { table: store.current(), view: createStaticWorkerView(store.current(), inFlight) };
-    const admission = createAdmission({ state: () => state, keys, inFlight, now: Date.now, recheckMs: 0 });
+    const admission = createAdmission({ state: () => state, keys: () => keys, inFlight, now: Date.now, recheckMs: 0 });
     store.onSwap((table) => {
       state = { table, view: createStaticWorkerView(table, inFlight) };
       admission.notifyChanged();

@@ -93,7 +93,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
       const canWait = hint === null && hooks?.canExtendTimeout === true && maxWaitMs >= 1;
       const ctx = {
         nowMs: deps.now(),
-        keys: deps.keys,
+        keys: deps.keys(),
         trace: deps.traceDecisions === true,
         ...(deps.listedAlternates === undefined ? {} : { alternates: deps.listedAlternates }),
         ...(canWait ? { queue, maxWaitMs } : {}),

@@ -9,6 +9,7 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { isInsecureKeyRing, type KeyRing } from '../contract/keys.js';
+import { createKeyStore, type KeyStore } from '../key-store.js';
 import { createStaticWorkerView, type WorkerView } from '../decide/worker-view.js';
 import type { CompiledPool, CompiledRouteTable } from '../policy/compile.js';
 import { createEndpointLoad } from './endpoint-load.js';
@@ -37,6 +38,8 @@ export interface RunningGate {
   readonly healthPort: number | null;
   readonly adminPort: number | null;
   readonly policy: PolicyStore;
+  /** The key ring in use and its reload (a `keys.file` source is watched; `kvgate gate` reloads it on SIGHUP too). */
+  readonly keys: KeyStore;
   readonly registry: Registry;
   status(): unknown;
   /** Poll every sidecar now instead of waiting for the interval (live view; a no-op for the static view). */
@@ -48,7 +51,10 @@ export interface RunningGate {
 
 export interface StartGateDeps {
   readonly logger: Logger;
+  /** The ring loaded at start from `config.keys`; a `keys.file` source then reloads it (src/key-store.ts). */
   readonly keys: KeyRing;
+  /** Debounce of the key file watch (ms; default 200). */
+  readonly keyWatchDebounceMs?: number;
   readonly registry?: Registry;
   readonly now?: () => number;
   /** Replace the worker view built from the table (a test's view); by default the config's mode decides. */
@@ -82,6 +88,14 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     );
   }
   const policy = created.store;
+  const keys = createKeyStore({
+    source: config.keys,
+    initial: deps.keys,
+    logger: log,
+    registry,
+    metricPrefix: 'kvgate_',
+    ...(deps.now ? { now: deps.now } : {}),
+  });
   const now = deps.now ?? Date.now;
   const staleAfterMs = config.workerView.mode === 'live' ? config.workerView.staleAfterMs : 0;
   if (config.workerView.mode === 'static') {
@@ -183,7 +197,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   rollout.updateVerification(policy.current());
   const admission = createAdmission({
     state: () => state,
-    keys: deps.keys,
+    keys: keys.current,
     inFlight,
     now,
     maxMessageTimeoutMs: config.envoy.maxMessageTimeoutMs,
@@ -225,6 +239,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     void (poller ? poller.pollOnce() : Promise.resolve()).then(() => admission.notifyChanged());
   };
   policy.watch();
+  keys.watch(deps.keyWatchDebounceMs);
   const transport = await loadTransport(config);
   const grpc: GateServer = await startGateServer({
     admission,
@@ -251,6 +266,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     serving: !draining,
     transport: transportStatus(transport),
     policy: { file: config.policyPath, version: policy.version(), lastReload: policy.lastReload() },
+    keys: keys.status(),
     streams: grpc.activeStreams(),
     inFlight: Object.fromEntries(inFlight.snapshot()),
     inFlightUnreported: Object.fromEntries(inFlight.bridged()),
@@ -277,6 +293,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     poller?.stop();
     await discovery?.close();
     policy.close();
+    keys.close();
     // The streams first: a queued request is then cancelled with its audit line, as at the end of a drain's grace
     // period (Envoy answers it 500), instead of getting a 503 answer the stopped server would never deliver.
     await grpc.close();
@@ -288,6 +305,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     healthPort: grpc.healthPort ?? null,
     adminPort: admin?.port ?? null,
     policy,
+    keys,
     registry,
     status,
     refreshWorkerView: async () => poller?.pollOnce(),

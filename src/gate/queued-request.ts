@@ -116,7 +116,7 @@ class Waiter implements QueueEntry {
       const maxWaitMs = waitCapMs(this.#q.maxMessageTimeoutMs);
       d = decide(this.#facts, table, view, {
         nowMs,
-        keys: deps.keys,
+        keys: deps.keys(),
         trace: deps.traceDecisions === true,
         ...(deps.listedAlternates === undefined ? {} : { alternates: deps.listedAlternates }),
         queue: this.#q.queue,

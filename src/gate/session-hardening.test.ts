@@ -26,9 +26,10 @@ function gate() {
   });
   const inFlight = createInFlightTracker();
   const table = tableFromValue(queueTableValue());
+  const ring = createDevKeyRing('hardening');
   const admission = createAdmission({
     state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
-    keys: createDevKeyRing('hardening'),
+    keys: () => ring,
     inFlight,
     now: Date.now,
   });

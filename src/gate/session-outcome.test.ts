@@ -28,9 +28,10 @@ function setup(decisions: boolean) {
   const logger = pino({ level: 'info' }, sink);
   const table = tableFromValue(twoRevisionTableValue());
   const inFlight = createInFlightTracker();
+  const ring = createDevKeyRing('outcome-test');
   const admission = createAdmission({
     state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
-    keys: createDevKeyRing('outcome-test'),
+    keys: () => ring,
     inFlight,
     now: Date.now,
     recheckMs: 0,

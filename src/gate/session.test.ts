@@ -21,7 +21,8 @@ function harness(value: TableValue = queueTableValue(), logger = pino({ level: '
   const inFlight = createInFlightTracker();
   const table = tableFromValue(value);
   let state: RoutingState = { table, view: createStaticWorkerView(table, inFlight) };
-  const admission = createAdmission({ state: () => state, keys: createDevKeyRing('session-test'), inFlight, now, recheckMs: 0 });
+  const ring = createDevKeyRing('session-test');
+  const admission = createAdmission({ state: () => state, keys: () => ring, inFlight, now, recheckMs: 0 });
   const deps = { admission, logger, metrics: createGateMetrics(new Registry()), newRequestId: () => 'generated', now, gieHeaders: false };
   return {
     admission,

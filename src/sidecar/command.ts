@@ -1,6 +1,7 @@
 /**
  * `kvgate sidecar`: the composition root of one sidecar process. Reads the config (a file, or flags for the
- * common case), loads the key ring, starts the sidecar, and on SIGTERM/SIGINT drains (announced at once, new work
+ * common case), loads the key ring, starts the sidecar, reloads a `keys.file` key ring on SIGHUP (and when the file
+ * changes), and on SIGTERM/SIGINT drains (announced at once, new work
  * refused after `drainAnnounceMs`, in-flight requests finish, all bounded by `drainGraceMs`) before it exits. Every config problem is printed with its file, path
  * and fix, and the process exits before opening a port.
  *
@@ -38,6 +39,8 @@ that reused its IP).
 
 Runs beside one vLLM worker: probes it against its declared descriptor, verifies transfer contracts, and
 (decode) coordinates the prefill leg and verifies its attestation before any KV is consumed.
+Signals: SIGTERM or SIGINT drains; SIGHUP reloads the key file (--keys FILE or keys.file, also reloaded when the file
+changes; keys.env and --dev-keys are read at start only).
 `;
 
 const OPTIONS = {
@@ -63,7 +66,7 @@ const OPTIONS = {
 
 /** Where the process's signals and output go; replaceable in tests. */
 export interface CommandIo {
-  readonly signals: Pick<NodeJS.Process, 'once' | 'off'>;
+  readonly signals: Pick<NodeJS.Process, 'on' | 'once' | 'off'>;
   readonly stdout: (text: string) => void;
   readonly stderr: (text: string) => void;
   readonly env: Readonly<Record<string, string | undefined>>;
@@ -189,11 +192,23 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     { event: 'listening', url: sidecar.url, fingerprint: config.fingerprint, verified: s.verified, reasons: s.reasons },
     'sidecar listening',
   );
+  // SIGHUP reloads a keys.file key ring (keys.env and --dev-keys are read at start only; the reload says so). A bad
+  // file keeps the ring in use, with an error line and kvgate_sidecar_keys_reloads_total{result="rejected"}.
+  const running = sidecar;
+  const onHup = (): void => {
+    try {
+      running.keys.reload('SIGHUP');
+    } catch (e) {
+      logger.error({ err: e }, 'key ring reload failed');
+    }
+  };
+  io.signals.on('SIGHUP', onHup);
   io.onReady?.(sidecar.url);
   await new Promise<void>((resolve) => {
     const stop = (signal: string): void => {
       io.signals.off('SIGTERM', onTerm);
       io.signals.off('SIGINT', onInt);
+      io.signals.off('SIGHUP', onHup);
       logger.info({ event: 'signal', signal }, 'draining before exit');
       const grace = new Promise<void>((r) => setTimeout(r, config.drainGraceMs).unref());
       void Promise.race([sidecar.drain(), grace]).then(resolve);

@@ -17,7 +17,11 @@ import type { WorkerAuth } from './worker-auth.js';
 
 export interface SidecarContext {
   readonly config: SidecarConfig;
-  readonly keys: KeyRing;
+  /**
+   * The key ring in use (src/key-store.ts; a `keys.file` source reloads). A request reads it once, on arrival, and
+   * keeps that snapshot as `IncomingCall.keys`; handlers use the call's, never this, so one request never mixes rings.
+   */
+  readonly keys: () => KeyRing;
   readonly fetch: FetchFn;
   readonly now: () => number;
   readonly logger: Logger;
@@ -62,6 +66,8 @@ export interface IncomingCall {
   readonly receivedAt: number;
   /** The trace context of this request's span: calls made for it are its children. */
   readonly trace: Context;
+  /** The key ring this request verifies and signs with, taken once when it arrived (`SidecarContext.keys`). */
+  readonly keys: KeyRing;
 }
 
 /** A single-valued request header. */

@@ -185,7 +185,7 @@ async function decodeAfterPrefill(
     localPromptTokens: count.value.count,
     localPromptTokenDigest: count.value.digest,
     compatMode: ctx.config.compatMode,
-    keys: ctx.keys,
+    keys: call.keys,
     nowMs: ctx.now(),
   });
   if (!checked.ok) {

@@ -157,7 +157,7 @@ async function attest(
       issuedAtMs: now,
       expiresAtMs: now + ctx.config.attestationTtlMs,
     },
-    ctx.keys,
+    call.keys,
   );
   return { ok: true, token };
 }

@@ -14,6 +14,7 @@ import type { Registry } from 'prom-client';
 import { checkBodyBinding } from '../contract/body-binding.js';
 import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
+import { createKeyStore, type KeyStore } from '../key-store.js';
 import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import { H } from '../headers.js';
@@ -47,7 +48,10 @@ import { loadWorkerAuth, type WorkerAuth } from './worker-auth.js';
 export interface SidecarDeps {
   readonly logger: Logger;
   readonly registry: Registry;
+  /** The ring loaded at start from `config.keys`; a `keys.file` source then reloads it (src/key-store.ts). */
   readonly keys: KeyRing;
+  /** Debounce of the key file watch (ms; default 200). */
+  readonly keyWatchDebounceMs?: number;
   readonly fetch?: FetchFn;
   readonly now?: () => number;
   /** Spans (src/tracing.ts); default: the API's no-op tracer (trace context is still passed on). */
@@ -81,6 +85,8 @@ export interface Sidecar {
   /** The metrics-only port, or null when `metrics: ''`. */
   readonly metricsUrl: string | null;
   status(): SidecarStatus;
+  /** The key ring in use and its reload (a `keys.file` source is watched; `kvgate sidecar` reloads it on SIGHUP too). */
+  readonly keys: KeyStore;
   /** Probe the worker now (it also runs at start and every `probe.intervalMs`); resolves to the new status. */
   probe(): Promise<SidecarStatus>;
   /** Stop taking work; resolves once every in-flight request has finished. */
@@ -96,6 +102,7 @@ interface Runtime {
   readonly state: SidecarState;
   readonly registry: Registry;
   readonly replay: ReplayGuard;
+  readonly keys: KeyStore;
 }
 
 /** Listeners a request's own abort signal may carry before Node warns: well above what one request's calls add. */
@@ -120,9 +127,17 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   // Pooled keep-alive connections to the worker and the prefill leg's target (keep-alive-fetch.ts).
   const pool = createKeepAliveFetch();
   const workerUrl = config.worker.replace(/\/+$/, '');
+  const keys = createKeyStore({
+    source: config.keys,
+    initial: deps.keys,
+    logger: deps.logger,
+    registry: deps.registry,
+    metricPrefix: 'kvgate_sidecar_',
+    ...(deps.now ? { now: deps.now } : {}),
+  });
   const ctx: SidecarContext = {
     config,
-    keys: deps.keys,
+    keys: keys.current,
     fetch: deps.fetch ?? pool.fetch,
     now,
     logger: deps.logger,
@@ -150,6 +165,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
     state,
     registry: deps.registry,
     replay: createReplayGuard(deps.replayGuardMaxEntries, () => metrics.replayEvictions.inc()),
+    keys,
     load: createLoadReader(ctx.fetch, ctx.workerUrl, now),
   };
   const loop = createProbeLoop(rt);
@@ -166,16 +182,19 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   const side = await startSidePorts(config, state, deps.registry, deps.logger);
   await loop.probe();
   loop.start(closed.signal);
+  keys.watch(deps.keyWatchDebounceMs);
   return {
     url: `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host}:${port}`,
     port,
     adminUrl: side.adminUrl,
     metricsUrl: side.metricsUrl,
     status: () => state.status(),
+    keys,
     probe: loop.probe,
     drain: () => state.drain(),
     close: async () => {
       closed.abort();
+      keys.close();
       await loop.stop();
       await side.close();
       await new Promise<void>((resolve) => {
@@ -296,7 +315,10 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
   }
   if (req.method === 'GET' && path === '/kvgate/v1/status') {
     const load = await rt.load();
-    return sendJson(res, 200, load === null ? rt.state.status() : { ...rt.state.status(), load });
+    // The keys: current id, ids held, source and last reload (never a secret), so an operator can check every sidecar
+    // holds a new id before switching current to it.
+    const keys = rt.keys.status();
+    return sendJson(res, 200, load === null ? { ...rt.state.status(), keys } : { ...rt.state.status(), keys, load });
   }
   if (req.method === 'GET' && path === '/healthz') {
     // Not ready from the first moment of a drain (readiness takes the pod out of Services), even while the announce
@@ -372,6 +394,8 @@ async function handleCompletion(
 ): Promise<void> {
   const { config, metrics } = rt.ctx;
   const receivedAt = performance.now();
+  // This request's ring: the contract is verified, and the attestation signed or verified, with this one snapshot.
+  const keys = rt.ctx.keys();
   const requestId = contractRequestId(headerValue(req.headers, H.requestId));
   const logger = rt.ctx.logger.child({ request_id: requestId === undefined ? undefined : auditCut(requestId), role: config.role });
   const who: { tenant: string | null } = { tenant: null }; // set once the contract verified
@@ -396,7 +420,7 @@ async function handleCompletion(
     groupHeader: headerValue(req.headers, H.group),
     fingerprint: config.fingerprint,
     tenantScopes: config.tenantScopes,
-    keys: rt.ctx.keys,
+    keys,
     nowMs: rt.ctx.now(),
   });
   if (!contract.ok) {
@@ -466,6 +490,7 @@ async function handleCompletion(
       logger,
       receivedAt,
       trace: traced.context,
+      keys,
     });
   } catch (e) {
     // A bug, not a refusal: the client gets 500 (or its stream ends), and the request is still counted, logged and
@@ -495,6 +520,7 @@ async function runCompletion(
     logger: Logger;
     receivedAt: number;
     trace: Context;
+    keys: KeyRing;
   },
 ): Promise<Outcome> {
   const { config, metrics } = rt.ctx;
@@ -534,6 +560,7 @@ async function runCompletion(
     logger: c.logger,
     receivedAt: c.receivedAt,
     trace: c.trace,
+    keys: c.keys,
   };
   const outcome =
     config.role === 'prefill' ? await servePrefill(rt.ctx, call, contract, res) : await serveDecode(rt.ctx, call, contract, token, res);

@@ -164,8 +164,8 @@ export async function startTestSidecar(
   now?: () => number,
   /** Wraps the spy's fetch (a test that must hold or rewrite some upstream answers). */
   wrap?: (fetchFn: FetchFn) => FetchFn,
-  /** More of the sidecar's dependencies (e.g. a small replay guard). */
-  more: Pick<SidecarDeps, 'replayGuardMaxEntries'> = {},
+  /** More of the sidecar's dependencies (e.g. a small replay guard, the ring a key file gave). */
+  more: Partial<Pick<SidecarDeps, 'replayGuardMaxEntries' | 'keys' | 'keyWatchDebounceMs'>> = {},
 ): Promise<TestSidecar> {
   const config = await configOrPromise;
   const spy = createFetchSpy();
@@ -174,10 +174,10 @@ export async function startTestSidecar(
   const sidecar = await createSidecar(config, {
     logger,
     registry,
-    keys: TEST_KEYS,
     fetch: wrap === undefined ? spy.fetch : wrap(spy.fetch),
     ...(now === undefined ? {} : { now }),
     ...more,
+    keys: more.keys ?? TEST_KEYS,
   });
   return { sidecar, spy, registry, lines, config };
 }

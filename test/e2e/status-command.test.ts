@@ -29,6 +29,7 @@ describe('kvgate status', () => {
     expect(r.out).toMatch(/^gate: serving/m);
     expect(r.out).toMatch(/^route table: .*route-table\.yaml version \S+; last reload: ok at \d{4}-\d\d-\d\dT[^,]+, version \S+/m);
     expect(r.out).toMatch(/^queues: none waiting$/m);
+    expect(r.out).toMatch(/^keys: dev-insecure\* \(keys\.devSeed, read at start only\); last reload: none$/m);
     expect(r.out).toMatch(/^OPT-INS IN USE: .*keys\.devSeed/m); // the demo signs with a dev seed, and says so
     expect(r.out).not.toMatch(/[{}]/); // readable text, no raw JSON
     const row = (pool: string) => r.out.split('\n').find((l) => l.startsWith(`${pool} `)) ?? '';

@@ -32,9 +32,10 @@ describe('gate /metrics: bounded label values whatever clients send', () => {
     const registry = new Registry();
     const table = tableFromValue(queueTableValue((v) => (v['models']['llama-3-8b']['tenants'] = ['*'])));
     const inFlight = createInFlightTracker();
+    const ring = createDevKeyRing('cardinality');
     const admission = createAdmission({
       state: () => ({ table, view: createStaticWorkerView(table, inFlight) }),
-      keys: createDevKeyRing('cardinality'),
+      keys: () => ring,
       inFlight,
       now: Date.now,
       metrics: createRolloutMetrics(registry),

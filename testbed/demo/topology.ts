@@ -21,7 +21,7 @@ import { Registry } from 'prom-client';
 import { stringify as toYaml, parse as parseYaml } from 'yaml';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
 import { exampleDescriptorValue } from '../../src/policy/testing.js';
-import { createDevKeyRing, type KeyRing } from '../../src/contract/keys.js';
+import { createDevKeyRing, loadKeyRing, type KeyRing } from '../../src/contract/keys.js';
 import { registerProcessMetrics } from '../../src/process-metrics.js';
 import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
@@ -82,6 +82,12 @@ export interface TopologyOptions {
   readonly requestBodyMode?: RequestBodyMode;
   /** One tracer for the gate and every sidecar (a test's in-memory exporter); default: no-op. */
   readonly tracer?: Tracer;
+  /**
+   * Key files (`keys.file`) instead of the demo's dev seed: the gate reads `gate`, every sidecar `sidecar` (the same
+   * path for both, or two, so a test can update one side first). Both are reloaded when they change, as in a pod.
+   * `Topology.keys` is then the gate's ring at start; the ring in use is `gate.keys.current()`.
+   */
+  readonly keyFiles?: { readonly gate: string; readonly sidecar: string };
   /**
    * Per revision, fields merged over its descriptor after `descriptorOverrides` (e.g. an adapter for one revision).
    * A revision with any override gets its canaries recorded at start from an honest simulator of the result, as an
@@ -199,7 +205,7 @@ export async function onFreshPorts<T>(logger: Logger, start: () => Promise<T>): 
 
 async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
   const log = opts.logger;
-  const keys = createDevKeyRing(DEMO_KEY_SEED);
+  const keys = opts.keyFiles === undefined ? createDevKeyRing(DEMO_KEY_SEED) : keyRingOf(opts.keyFiles.gate);
   const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-demo-'));
   const stops: Array<() => Promise<void>> = [async () => rm(dir, { recursive: true, force: true })];
   const closeAll = async () => {
@@ -254,7 +260,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       tls: devGateTls(pki),
       admin: '127.0.0.1:0',
       policy: routeTablePath,
-      keys: { devSeed: DEMO_KEY_SEED },
+      keys: opts.keyFiles === undefined ? { devSeed: DEMO_KEY_SEED } : { file: opts.keyFiles.gate },
       drain: { announceMs: 0, graceMs: 5000 },
       log: { level: 'info', decisions: opts.logDecisions ?? false },
       ...(opts.llmd === true ? { envoy: { gieHeaders: true } } : {}),
@@ -400,7 +406,7 @@ export async function startWorker<R extends string>(s: WorkerSpec<R>): Promise<W
       descriptor: s.descriptor,
       nixlSideChannel: `127.0.0.1:${sim.nixlSideChannelPort}`,
       servedModelName,
-      keys: { devSeed: DEMO_KEY_SEED },
+      keys: s.opts.keyFiles === undefined ? { devSeed: DEMO_KEY_SEED } : { file: s.opts.keyFiles.sidecar },
       probe: { intervalMs: s.opts.sidecarProbeIntervalMs ?? 2000, timeoutMs: 2000, generation: 'declared' },
       prefill: { via: { envoy: s.internalUrl }, maxAttempts: 3, backoffMs: 20, maxBackoffMs: 200, timeoutMs: 30_000 },
       onTransferFailure: s.opts.onTransferFailure ?? 'fail',
@@ -415,7 +421,7 @@ export async function startWorker<R extends string>(s: WorkerSpec<R>): Promise<W
   const sidecar = await createSidecar(sidecarCfg.value, {
     logger: s.opts.logger.child({ component: 'sidecar', worker: name }),
     registry,
-    keys: s.keys,
+    keys: s.opts.keyFiles === undefined ? s.keys : keyRingOf(s.opts.keyFiles.sidecar),
     ...(s.opts.env === undefined ? {} : { env: s.opts.env }),
     ...(s.opts.tracer ? { tracer: s.opts.tracer } : {}),
   });
@@ -426,6 +432,13 @@ export async function startWorker<R extends string>(s: WorkerSpec<R>): Promise<W
     ...(s.opts.llmdVersion === undefined ? {} : { version: s.opts.llmdVersion }),
   });
   return { revision: s.revision, role: s.role, index: s.index, sim, sidecar, address, llmd };
+}
+
+/** The ring a key file holds now; throws what the loader says (a topology with a bad key file does not start). */
+function keyRingOf(file: string): KeyRing {
+  const r = loadKeyRing({ file });
+  if (!r.ok) throw r.error;
+  return r.value;
 }
 
 function routeTableFor(workers: readonly Worker[], opts: TopologyOptions, dir: string): Record<string, unknown> {
