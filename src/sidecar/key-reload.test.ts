@@ -3,7 +3,6 @@
  * sidecar`). The next attestation a prefill sidecar signs names the new current key id, a contract signed with a
  * newly added id verifies, and `/kvgate/v1/status` and `/metrics` show the ids held (never a secret).
  */
-import { EventEmitter } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -12,8 +11,7 @@ import { loadKeyRing, type KeyRing } from '../contract/keys.js';
 import { testKeyFileText, testSecret } from '../contract/testing.js';
 import { postJson, startTestSim } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
-import { sidecarCommand } from './command.js';
-import { bound, contractFor, sidecarConfigFor, startTestSidecar, withRecordedCanaries } from './testing.js';
+import { bound, contractFor, runSidecarCommand, sidecarConfigFor, startTestSidecar, withRecordedCanaries } from './testing.js';
 import type { CompatDescriptorInput } from '../compat/descriptor.js';
 
 const MODEL = '/models/acme-llama-3-8b';
@@ -112,18 +110,7 @@ describe('sidecar: key file reload', () => {
         log: { level: 'silent' },
       }),
     );
-    const signals = new EventEmitter();
-    let ready: (url: string) => void = () => undefined;
-    const url = new Promise<string>((r) => (ready = r));
-    let out = '';
-    const exit = sidecarCommand(['--config', config], {
-      signals: signals as unknown as NodeJS.Process,
-      stdout: (s) => (out += s),
-      stderr: (s) => (out += s),
-      env: {},
-      onReady: ready,
-    });
-    const base = await Promise.race([url, exit.then((code) => Promise.reject(new Error(`exited ${code}: ${out}`)))]);
+    const { url: base, signals, exit } = await runSidecarCommand(['--config', config]);
     const status = async () =>
       ((await (await fetch(`${base}/kvgate/v1/status`)).json()) as { fingerprint: string; keys: Record<string, any> }).keys;
     const fingerprint = ((await (await fetch(`${base}/kvgate/v1/status`)).json()) as { fingerprint: string }).fingerprint;

@@ -13,7 +13,16 @@ import { startTestSim, postJson } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { sidecarCommand } from './command.js';
 import type { CompatDescriptorInput } from '../compat/descriptor.js';
-import { bound, contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, withRecordedCanaries, type TestSidecar } from './testing.js';
+import {
+  bound,
+  contractFor,
+  gateHeaders,
+  runSidecarCommand,
+  sidecarConfigFor,
+  startTestSidecar,
+  withRecordedCanaries,
+  type TestSidecar,
+} from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 let sim: SimServer;
@@ -505,18 +514,8 @@ describe('kvgate sidecar command', () => {
         log: { level: 'silent' },
       }),
     );
-    const signals = new EventEmitter();
-    let ready: (url: string) => void = () => undefined;
-    const url = new Promise<string>((r) => (ready = r));
-    const exit = sidecarCommand(['--config', config], {
-      signals: signals as unknown as NodeJS.Process,
-      stdout: () => undefined,
-      stderr: () => undefined,
-      env: {},
-      onReady: ready,
-    });
+    const { signals, exit } = await runSidecarCommand(['--config', config]);
     try {
-      await url;
       hang = true;
       await reachedHang; // a probe round is now waiting on the worker
       signals.emit('SIGTERM');

@@ -2,6 +2,7 @@
  * Test support for sidecar tests: sidecars wired to simulated workers, a contract minter, a fetch spy and an
  * in-memory log sink. Not used by product code.
  */
+import { EventEmitter } from 'node:events';
 import { Writable } from 'node:stream';
 import { pino, type Logger } from 'pino';
 import { Registry } from 'prom-client';
@@ -14,6 +15,7 @@ import type { SimSettingsInput } from '../../testbed/sim/config.js';
 import { simCanaryDigests } from '../../testbed/sim/recorded-canaries.js';
 import { restartSimOnSamePorts } from '../../testbed/sim/restart.js';
 import type { SimServer } from '../../testbed/sim/server.js';
+import { sidecarCommand } from './command.js';
 import { CHAT_TEMPLATE_CANARY_MESSAGES, GENERATION_CANARY_PROMPT, TOKENIZER_CANARY_TEXT } from './canaries.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { parseSidecarConfig, type SidecarConfig, type SidecarConfigInput } from './config.js';
@@ -245,4 +247,31 @@ export function endpointOf(url: string): string {
 /** Stop `old` and start another simulated vLLM on the same ports with `sim` overrides (see testbed/sim/restart.ts). */
 export async function restartSimInPlace(old: SimServer, sim: SimSettingsInput = {}): Promise<SimServer> {
   return restartSimOnSamePorts(old, sim);
+}
+
+/** `kvgate sidecar` run in-process by a test: its signals come from `signals`, its output collects in `output()`. */
+export interface CommandRun {
+  /** The sidecar's URL once it listens. */
+  readonly url: string;
+  readonly signals: EventEmitter;
+  /** The command's exit code, once it ends (send SIGTERM on `signals`). */
+  readonly exit: Promise<number>;
+  output(): string;
+}
+
+/** Start `kvgate sidecar ...argv` in-process; rejects with its output when it exits before it listens. */
+export async function runSidecarCommand(argv: readonly string[]): Promise<CommandRun> {
+  const signals = new EventEmitter();
+  let ready: (url: string) => void = () => undefined;
+  const listening = new Promise<string>((r) => (ready = r));
+  let out = '';
+  const exit = sidecarCommand(argv, {
+    signals: signals as unknown as NodeJS.Process,
+    stdout: (s) => (out += s),
+    stderr: (s) => (out += s),
+    env: {},
+    onReady: ready,
+  });
+  const url = await Promise.race([listening, exit.then((code) => Promise.reject(new Error(`the sidecar exited ${code}: ${out}`)))]);
+  return { url, signals, exit, output: () => out };
 }

@@ -13,20 +13,9 @@ import { gateCommand } from '../../src/cli/gate-command.js';
 import { testKeyFileText, testSecret } from '../../src/contract/testing.js';
 import type { RunningGate } from '../../src/gate/gate.js';
 import { twoRevisionTableValue } from '../../src/policy/testing.js';
-import {
-  mustLoadEnvoyConfig,
-  ok,
-  request as rawRequest,
-  startEnvoyHarness,
-  startFakeUpstream,
-  type EnvoyHarness,
-  type FakeUpstream,
-} from '../../testbed/harness/index.js';
-import { createDevPki, devGateTls, shippedEnvoyTls } from '../../testbed/tls/dev-pki.js';
-import { readFileSync } from 'node:fs';
-import { PACKAGE_ROOT } from '../../src/package-root.js';
-
-const ENVOY_YAML = readFileSync(path.join(PACKAGE_ROOT, 'envoy', 'envoy.yaml'), 'utf8');
+import { ok, request as rawRequest, startFakeUpstream, type EnvoyHarness, type FakeUpstream } from '../../testbed/harness/index.js';
+import { createDevPki, devGateTls } from '../../testbed/tls/dev-pki.js';
+import { shippedHarnessFor } from '../support/e2e-gate.js';
 
 let dir: string;
 let keyFile: string;
@@ -63,9 +52,7 @@ beforeAll(async () => {
   const started = new Promise<RunningGate>((r) => (ready = r));
   exit = gateCommand(['--config', path.join(dir, 'gate.yaml')], { signals: signals as unknown as NodeJS.Process, onReady: ready });
   gate = await Promise.race([started, exit.then((code) => Promise.reject(new Error(`the gate exited ${code}`)))]);
-  harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(ENVOY_YAML, { listenerPorts: { public: 0, internal: 0 }, ...shippedEnvoyTls(pki, `127.0.0.1:${gate.grpcPort}`) }),
-  );
+  harness = await shippedHarnessFor(gate, pki);
 });
 afterAll(async () => {
   await harness?.close();
