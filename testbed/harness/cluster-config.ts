@@ -40,6 +40,8 @@ export function readCluster(r: ConfigReader, value: unknown, path: string): Clus
     'load_balancing_policy',
     'circuit_breakers',
     'transport_socket',
+    'dns_lookup_family',
+    'dns_refresh_rate',
   ]);
   const name = r.requiredStr(o['name'], `${path}.name`);
   if (name === undefined) return undefined;
@@ -62,8 +64,17 @@ export function readCluster(r: ConfigReader, value: unknown, path: string): Clus
   if (type !== 'ORIGINAL_DST' && o['original_dst_lb_config'] !== undefined) {
     r.issue(`${path}.original_dst_lb_config`, 'only valid on ORIGINAL_DST clusters');
   }
-  const endpoints = type === 'ORIGINAL_DST' ? [] : readLoadAssignment(r, o['load_assignment'], path, type);
+  for (const key of ['dns_lookup_family', 'dns_refresh_rate']) {
+    if (o[key] !== undefined && type !== 'STRICT_DNS') r.issue(`${path}.${key}`, 'only valid on STRICT_DNS clusters');
+  }
+  r.enumOf(o['dns_lookup_family'], `${path}.dns_lookup_family`, ['AUTO', 'V4_ONLY', 'V6_ONLY', 'V4_PREFERRED', 'ALL'], 'AUTO');
+  const dnsNames: string[] = [];
+  const endpoints = type === 'ORIGINAL_DST' ? [] : readLoadAssignment(r, o['load_assignment'], path, type, dnsNames);
   return {
+    // Envoy re-resolves every dns_refresh_rate (default 5 s); the harness has no DNS: a test plays each new answer
+    // with EnvoyHarness.setClusterEndpoints.
+    dnsRefreshMs: type === 'STRICT_DNS' ? r.durationMs(o['dns_refresh_rate'], `${path}.dns_refresh_rate`, 5000) : undefined,
+    dnsNames,
     name,
     type,
     lbPolicy,
@@ -87,7 +98,8 @@ export function parseHostPort(text: string): Endpoint | undefined {
   return { address: m[1], port };
 }
 
-function readLoadAssignment(r: ConfigReader, value: unknown, path: string, type: ClusterType): Endpoint[] {
+/** A STRICT_DNS cluster's DNS names go to `dnsNames`: the harness resolves none, a test gives their hosts (overrides). */
+function readLoadAssignment(r: ConfigReader, value: unknown, path: string, type: ClusterType, dnsNames: string[]): Endpoint[] {
   const la = r.obj(value ?? {}, `${path}.load_assignment`, ['cluster_name', 'endpoints']);
   r.str(la['cluster_name'], `${path}.load_assignment.cluster_name`);
   const out: Endpoint[] = [];
@@ -100,6 +112,10 @@ function readLoadAssignment(r: ConfigReader, value: unknown, path: string, type:
       const sa = readSocketAddress(r, ep['address'], `${lp}.endpoint.address`);
       if (sa === undefined) return;
       const resolved = resolveLiteral(sa.address, type);
+      if (resolved === undefined && type === 'STRICT_DNS') {
+        dnsNames.push(`${sa.address}:${sa.port}`);
+        return;
+      }
       if (resolved === undefined) {
         r.issue(
           `${lp}.endpoint.address.socket_address.address`,

@@ -12,6 +12,7 @@ import { ActiveStream, type StreamDeps } from './active-stream.js';
 import { createClusterManager } from './cluster-manager.js';
 import type { EnvoyConfig, ListenerConfig } from './envoy-config-types.js';
 import { createExtProcClient, type ExtProcClient } from './ext-proc-client.js';
+import type { HostHealth } from './health-check.js';
 import type { AppendSemantics } from './header-mutation.js';
 import { createRouteTable } from './router.js';
 import { closesAfterLastResponse, type EnvoyVersion } from './runtime-config.js';
@@ -43,6 +44,12 @@ export interface EnvoyHarnessOptions {
    * (GIE endpoint-picker protocol, "Destination Endpoint Served"), so the response-path ext_proc messages carry it.
    */
   readonly reportServedEndpoint?: boolean;
+  /**
+   * Run the ext_proc clusters' gRPC health checks as Envoy does (health-check.ts): streams go to healthy hosts only,
+   * and start waits for every host's first check, as Envoy's cluster initialisation does. Default: recorded only,
+   * every host healthy.
+   */
+  readonly activeHealthChecks?: boolean;
 }
 
 export interface ListenerHandle {
@@ -58,6 +65,13 @@ export interface EnvoyHarness {
   accessLog(): readonly AccessLogEntry[];
   /** Resolves when at least `n` requests have finished (a request's log entry lands after its response closes). */
   waitForAccessLog(n: number, timeoutMs?: number): Promise<readonly AccessLogEntry[]>;
+  /**
+   * A new DNS answer for a STRICT_DNS ext_proc cluster (`HOST:PORT` each): what Envoy does at its next
+   * `dns_refresh_rate` when a headless Service's ready pods change (ExtProcClient.setEndpoints).
+   */
+  setClusterEndpoints(cluster: string, endpoints: readonly string[]): void;
+  /** An ext_proc cluster's hosts and their health (`HOST:PORT` -> healthy | unhealthy). */
+  hostHealth(cluster: string): Record<string, HostHealth>;
   /** Stops accepting, lets in-flight requests finish (up to the drain timeout), then closes everything. */
   close(): Promise<void>;
 }
@@ -70,6 +84,8 @@ interface Shared {
   readonly clusterStats: Map<string, CounterScope<ClusterCounter>>;
   readonly agents: UpstreamAgents;
   readonly clients: ExtProcClient[];
+  /** The ext_proc clients of each cluster (one per listener that uses it). */
+  readonly clientsByCluster: Map<string, ExtProcClient[]>;
   readonly log: AccessLog;
 }
 
@@ -86,14 +102,19 @@ export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarne
     clusterStats,
     agents: createUpstreamAgents(),
     clients: [],
+    clientsByCluster: new Map(),
     log: new AccessLog(),
   };
   const active = new Set<ActiveStream>();
   const servers: http.Server[] = [];
   const sockets = new Set<Socket>();
   const listeners: Record<string, ListenerHandle> = {};
-  for (const l of config.listeners) {
-    const deps = listenerDeps(shared, l);
+  const allDeps = config.listeners.map((l) => listenerDeps(shared, l));
+  // Envoy starts its listeners once the clusters have initialised, which for a health-checked cluster means once
+  // every host has had its first check (ClusterImplBase::onPreInitComplete).
+  await Promise.all(shared.clients.map((c) => c.checked()));
+  for (const [i, l] of config.listeners.entries()) {
+    const deps = allDeps[i]!;
     const server = http.createServer((req, res) => {
       const stream = new ActiveStream(deps, req, res);
       for (const [ns, v] of Object.entries(options.requestMetadata?.(req.headers) ?? {})) stream.dynamicMetadata.set(ns, v);
@@ -118,6 +139,18 @@ export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarne
     stats: () => store.snapshot(),
     accessLog: () => shared.log.entries(),
     waitForAccessLog: (n, timeoutMs = 5000) => shared.log.waitFor(n, timeoutMs),
+    setClusterEndpoints(cluster, endpoints) {
+      const clients = shared.clientsByCluster.get(cluster);
+      if (clients === undefined) throw new Error(`no ext_proc cluster ${cluster}`);
+      const eps = endpoints.map((e) => {
+        const i = e.lastIndexOf(':');
+        return { address: e.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(e.slice(i + 1)) };
+      });
+      for (const c of clients) c.setEndpoints(eps);
+    },
+    hostHealth(cluster) {
+      return shared.clientsByCluster.get(cluster)?.[0]?.health() ?? {};
+    },
     async close() {
       const closed = Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
       for (const s of servers) s.closeIdleConnections();
@@ -142,8 +175,10 @@ function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
     if (cluster === undefined) throw new Error(`ext_proc cluster ${ep.clusterName} missing (config not validated?)`);
     const client = createExtProcClient(cluster, ep.authority, ep.initialMetadata, {
       gracefulClose: shared.config.runtime.extProcGracefulGrpcClose,
+      activeHealthChecks: shared.options.activeHealthChecks === true,
     });
     shared.clients.push(client);
+    shared.clientsByCluster.set(ep.clusterName, [...(shared.clientsByCluster.get(ep.clusterName) ?? []), client]);
     // Assumed naming (docs/envoy-ext-proc.md §9 gives only the HCM part): http.<hcm stat_prefix>.ext_proc.<filter stat_prefix.>counter.
     const filterPrefix = ep.statPrefix === '' ? '' : `${ep.statPrefix}.`;
     extProc = {

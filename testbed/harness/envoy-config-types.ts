@@ -144,7 +144,7 @@ export interface OverrideHostConfig {
   readonly fallback: 'ROUND_ROBIN' | 'LEAST_REQUEST';
 }
 
-/** Recorded, not run: the harness treats every configured host as healthy (see README). */
+/** Recorded; run (gRPC checks only) with EnvoyHarnessOptions.activeHealthChecks (health-check.ts, README). */
 export interface HealthCheckConfig {
   readonly timeoutMs: number;
   readonly intervalMs: number;
@@ -171,6 +171,10 @@ export interface ClusterConfig {
   readonly originalDst: OriginalDstConfig | undefined;
   readonly overrideHost: OverrideHostConfig | undefined;
   readonly healthChecks: readonly HealthCheckConfig[];
+  /** STRICT_DNS: `dns_refresh_rate` (recorded; a test plays each DNS answer, EnvoyHarness.setClusterEndpoints). */
+  readonly dnsRefreshMs?: number | undefined;
+  /** STRICT_DNS: the DNS names (`name:port`) of its load assignment, which the harness cannot resolve itself. */
+  readonly dnsNames?: readonly string[];
   /** `circuit_breakers` (Envoy's defaults when absent); see circuit-breakers.ts for what is enforced. */
   readonly circuitBreakers: CircuitBreakers;
   /** `transport_socket` (envoy.transport_sockets.tls): TLS with a client certificate to this cluster's hosts. */

@@ -194,6 +194,24 @@ describe('overrides', () => {
     ]);
   });
 
+  it("take a STRICT_DNS cluster's DNS answer from clusterEndpoints (the harness resolves no names)", () => {
+    const dns = reference('envoy-cluster-header')
+      .replace(
+        '  - name: backend_a\n    type: STATIC',
+        '  - name: backend_a\n    type: STRICT_DNS\n    dns_lookup_family: V4_ONLY\n    dns_refresh_rate: 5s',
+      )
+      .replace('address: 127.0.0.1, port_value: 8001', 'address: backend.svc.cluster.local, port_value: 8001');
+    expect(issues(dns)).toEqual([
+      'static_resources.clusters.backend_a: "backend.svc.cluster.local:8001": the harness resolves only IP literals and localhost; give the hosts its DNS answer holds in clusterEndpoints',
+    ]);
+    const c = mustLoad(dns, { clusterEndpoints: { backend_a: ['127.0.0.1:1111', '127.0.0.1:2222'] } }).clusters['backend_a'];
+    expect(c?.endpoints).toEqual([
+      { address: '127.0.0.1', port: 1111 },
+      { address: '127.0.0.1', port: 2222 },
+    ]);
+    expect(c?.dnsRefreshMs).toBe(5000);
+  });
+
   it('refuse names that match nothing and endpoints that are not host:port', () => {
     expect(
       issues(reference('envoy-cluster-header'), {

@@ -249,7 +249,15 @@ function applyOverrides(r: ConfigReader, config: EnvoyConfig, overrides: EnvoyCo
       continue;
     }
     const endpoints = list.map((text, i) => parseHostPort(text) ?? r.issue(`${path}[${i}]`, `"${text}" is not host:port`));
-    clusters[name] = { ...cluster, endpoints: endpoints.filter((e) => e !== undefined) };
+    clusters[name] = { ...cluster, endpoints: endpoints.filter((e) => e !== undefined), dnsNames: [] };
+  }
+  for (const [name, c] of Object.entries(clusters)) {
+    for (const dns of c.dnsNames ?? []) {
+      r.issue(
+        `static_resources.clusters.${name}`,
+        `"${dns}": the harness resolves only IP literals and localhost; give the hosts its DNS answer holds in clusterEndpoints`,
+      );
+    }
   }
   const roots = overrides.fileRoots ?? {};
   for (const [name, c] of Object.entries(clusters)) {

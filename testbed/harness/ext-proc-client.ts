@@ -9,6 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import { extProcClientConstructor } from '../../src/envoy/protos.js';
 import type { ClusterConfig } from './envoy-config-types.js';
 import { sansOf, type UpstreamTlsConfig } from './transport-socket.js';
+import { grpcHealthCheck, HealthCheckSession, type HostHealth, PANIC_THRESHOLD_PERCENT } from './health-check.js';
 
 /**
  * The cluster's transport socket as grpc-js credentials (transport-socket.ts says what Envoy does): the client
@@ -50,6 +51,16 @@ export interface ExtProcStream {
 
 export interface ExtProcClient {
   start(handlers: ExtProcStreamHandlers): ExtProcStream;
+  /**
+   * A STRICT_DNS refresh with a new answer (Envoy's `updateDynamicHostList`): added hosts join (unhealthy until their
+   * first check passes, with active health checks), dropped ones leave at once, or, with active health checks, once
+   * they fail a check. A host that leaves gets no new stream; its connections close when their streams end.
+   */
+  setEndpoints(endpoints: readonly ClusterConfig['endpoints'][number][]): void;
+  /** Each host (`address:port`) and its health: every host is healthy without active health checks. */
+  health(): Record<string, HostHealth>;
+  /** Resolves once every current host has had its first health check (immediately without active checks). */
+  checked(): Promise<void>;
   close(): void;
 }
 
@@ -60,9 +71,13 @@ export interface ExtProcClientOptions {
    */
   readonly gracefulClose?: boolean;
   readonly remoteCloseTimeoutMs?: number;
+  /** Run the cluster's gRPC health check (health-check.ts) and balance over healthy hosts; default: recorded only. */
+  readonly activeHealthChecks?: boolean;
 }
 
-/** A client for the ext_proc cluster; endpoints are used round robin, one channel each. */
+const hostKey = (ep: ClusterConfig['endpoints'][number]): string => `${ep.address}:${ep.port}`;
+
+/** A client for the ext_proc cluster; hosts are used round robin (healthy ones, with active checks), one channel each. */
 export function createExtProcClient(
   cluster: ClusterConfig,
   authority: string,
@@ -71,17 +86,19 @@ export function createExtProcClient(
 ): ExtProcClient {
   const Ctor = extProcClientConstructor();
   const creds = channelCredentials(cluster.tls);
-  const open = (ep: ClusterConfig['endpoints'][number]): grpc.Client =>
-    new Ctor(`${ep.address.includes(':') ? `[${ep.address}]` : ep.address}:${ep.port}`, creds, {
-      ...(cluster.tls?.sni === undefined ? {} : { 'grpc.ssl_target_name_override': cluster.tls.sni }),
-      // Envoy's envoy_grpc uses the cluster name as :authority.
-      'grpc.default_authority': authority,
-      'grpc.initial_reconnect_backoff_ms': 100,
-      'grpc.max_reconnect_backoff_ms': 1000,
-      // Each channel its own connection: grpc-js otherwise shares subchannels (and so the HTTP/2 connection)
-      // between channels to the same address, and a replaced channel would keep using the old connection.
-      'grpc.use_local_subchannel_pool': 1,
-    });
+  const target = (ep: ClusterConfig['endpoints'][number]): string =>
+    `${ep.address.includes(':') ? `[${ep.address}]` : ep.address}:${ep.port}`;
+  const channelOptions: grpc.ChannelOptions = {
+    ...(cluster.tls?.sni === undefined ? {} : { 'grpc.ssl_target_name_override': cluster.tls.sni }),
+    // Envoy's envoy_grpc uses the cluster name as :authority.
+    'grpc.default_authority': authority,
+    'grpc.initial_reconnect_backoff_ms': 100,
+    'grpc.max_reconnect_backoff_ms': 1000,
+    // Each channel its own connection: grpc-js otherwise shares subchannels (and so the HTTP/2 connection)
+    // between channels to the same address, and a replaced channel would keep using the old connection.
+    'grpc.use_local_subchannel_pool': 1,
+  };
+  const open = (ep: ClusterConfig['endpoints'][number]): grpc.Client => new Ctor(target(ep), creds, channelOptions);
   // One connection per endpoint, replaced after `max_requests_per_connection` streams as Envoy's pool does: the old
   // connection is drained (closed once its last stream ends), never cut under streams still using it.
   interface Conn {
@@ -90,9 +107,41 @@ export function createExtProcClient(
     active: number;
     retired: boolean;
   }
+  interface Host {
+    readonly ep: ClusterConfig['endpoints'][number];
+    conn: Conn;
+    readonly hc: HealthCheckSession | undefined;
+    /** Dropped by a DNS answer, kept while it passes its checks. */
+    pendingRemoval: boolean;
+  }
   const connect = (ep: ClusterConfig['endpoints'][number]): Conn => ({ channel: open(ep), streams: 0, active: 0, retired: false });
-  const pools = cluster.endpoints.map((ep) => ({ ep, conn: connect(ep) }));
-  const all = new Set(pools.map((p) => p.conn));
+  const check = options.activeHealthChecks === true ? grpcHealthCheck(cluster.healthChecks) : undefined;
+  const hosts = new Map<string, Host>();
+  const all = new Set<Conn>();
+  const retire = (c: Conn): void => {
+    c.retired = true;
+    if (c.active === 0) {
+      c.channel.close();
+      all.delete(c);
+    }
+  };
+  const remove = (key: string): void => {
+    const h = hosts.get(key);
+    if (h === undefined) return;
+    hosts.delete(key);
+    h.hc?.close();
+    retire(h.conn);
+  };
+  const onHealthChange = (): void => {
+    for (const [key, h] of hosts) if (h.pendingRemoval && h.hc?.health === 'unhealthy') remove(key);
+  };
+  const add = (ep: ClusterConfig['endpoints'][number]): void => {
+    const conn = connect(ep);
+    all.add(conn);
+    const hc = check === undefined ? undefined : new HealthCheckSession(ep, check, target(ep), creds, channelOptions, onHealthChange);
+    hosts.set(hostKey(ep), { ep, conn, hc, pendingRemoval: false });
+  };
+  for (const ep of cluster.endpoints) add(ep);
   const max = cluster.maxRequestsPerConnection;
   let next = 0;
   const release = (c: Conn): void => {
@@ -102,20 +151,23 @@ export function createExtProcClient(
       all.delete(c);
     }
   };
+  /** Healthy hosts, or every host below the panic threshold (Envoy's load balancer). */
+  const candidates = (): Host[] => {
+    const list = [...hosts.values()];
+    if (check === undefined) return list;
+    const healthy = list.filter((h) => h.hc?.health === 'healthy');
+    return healthy.length * 100 < list.length * PANIC_THRESHOLD_PERCENT ? list : healthy;
+  };
   return {
     start(handlers) {
-      const pool = pools[next++ % pools.length];
+      const list = candidates();
+      const pool = list[next++ % Math.max(1, list.length)];
       if (pool === undefined) throw new Error(`ext_proc cluster ${cluster.name} has no endpoints`);
       let open = 0;
       for (const c of all) open += c.active;
       if (open >= requestLimit(cluster.circuitBreakers, true)) return overflowStream(handlers);
       if (max !== undefined && pool.conn.streams >= max) {
-        const old = pool.conn;
-        old.retired = true;
-        if (old.active === 0) {
-          old.channel.close();
-          all.delete(old);
-        }
+        retire(pool.conn);
         pool.conn = connect(pool.ep);
         all.add(pool.conn);
       }
@@ -136,7 +188,29 @@ export function createExtProcClient(
       });
       return wrapCall(call, handlers, options);
     },
+    setEndpoints(endpoints) {
+      if (cluster.type !== 'STRICT_DNS')
+        throw new Error(`cluster ${cluster.name} is ${cluster.type}: only a STRICT_DNS cluster's hosts change`);
+      const keep = new Set(endpoints.map(hostKey));
+      for (const ep of endpoints) {
+        const h = hosts.get(hostKey(ep));
+        if (h === undefined) add(ep);
+        else h.pendingRemoval = false;
+      }
+      for (const [key, h] of [...hosts]) {
+        if (keep.has(key)) continue;
+        if (h.hc !== undefined && h.hc.health === 'healthy') h.pendingRemoval = true;
+        else remove(key);
+      }
+    },
+    health() {
+      return Object.fromEntries([...hosts].map(([k, h]) => [k, h.hc?.health ?? 'healthy']));
+    },
+    async checked() {
+      await Promise.all([...hosts.values()].map((h) => h.hc?.firstAnswer()));
+    },
     close() {
+      for (const h of hosts.values()) h.hc?.close();
       for (const c of all) c.channel.close();
     },
   };
