@@ -95,12 +95,12 @@ export const GateConfigSchema = z
     drain: z
       .object({
         /** Keep answering, as NOT_SERVING, this long after SIGTERM so Envoy's health checks notice. */
-        announceMs: z.number().int().min(0).default(2000),
+        announceMs: z.number().int().min(0).default(5000),
         /** Streams in flight get this long to finish before they are cancelled. */
         graceMs: z.number().int().min(0).default(30_000),
       })
       .strict()
-      .default({ announceMs: 2000, graceMs: 30_000 }),
+      .default({ announceMs: 5000, graceMs: 30_000 }),
     /** W3C trace context is always continued; spans are exported only when `tracing.otlpUrl` is set (src/tracing.ts). */
     tracing: TracingConfigSchema,
     log: z

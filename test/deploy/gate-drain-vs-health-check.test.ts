@@ -1,0 +1,45 @@
+/**
+ * A draining gate keeps answering for drain.announceMs, then refuses new streams; Envoy must have taken it out of
+ * rotation by then, or the streams it still sends there fail closed (500, failure_mode_allow: false). Envoy's gRPC
+ * health check ejects a host at its first non-SERVING answer (source/common/upstream/health_checker_impl.cc
+ * `setUnhealthy`: only network failures wait for unhealthy_threshold), and checks run `interval` after the last
+ * answer, each taking up to `timeout`: the draining gate is out within interval + timeout. So announceMs, as shipped
+ * and as defaulted, must exceed that for every shipped Envoy bootstrap's gate clusters (test/e2e/gate-rolling-restart
+ * shows what happens otherwise).
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { parseGateConfig } from '../../src/gate/config.js';
+import { PACKAGE_ROOT } from '../../src/package-root.js';
+
+const read = (f: string) => readFileSync(path.join(PACKAGE_ROOT, f), 'utf8');
+const seconds = (d: string) => Number(d.replace(/s$/, '')) * 1000;
+
+/** interval + timeout of each gate cluster's health check in a bootstrap. */
+function reachMs(bootstrap: string): Array<{ cluster: string; ms: number }> {
+  const doc = parseYaml(read(bootstrap)) as {
+    static_resources: { clusters: Array<{ name: string; health_checks?: Array<{ interval: string; timeout: string }> }> };
+  };
+  return doc.static_resources.clusters
+    .filter((c) => c.name.startsWith('kvgate_gate'))
+    .map((c) => {
+      const hc = c.health_checks?.[0];
+      expect(hc, `${bootstrap}: ${c.name} has a health check`).toBeDefined();
+      return { cluster: c.name, ms: seconds(hc!.interval) + seconds(hc!.timeout) };
+    });
+}
+
+describe('drain.announceMs outlasts Envoy ejecting the draining gate', () => {
+  it('the Kubernetes example: its gate.yaml against its envoy.yaml', () => {
+    const announce = (parseYaml(read('deploy/kubernetes/config/gate.yaml')) as { drain: { announceMs: number } }).drain.announceMs;
+    for (const r of reachMs('deploy/kubernetes/config/envoy.yaml')) expect(announce, r.cluster).toBeGreaterThan(r.ms);
+  });
+
+  it('the default, against the plain envoy/envoy.yaml', () => {
+    const cfg = parseGateConfig('policy: route-table.yaml\nkeys: { devSeed: x }\ninsecure: true\n', path.join(PACKAGE_ROOT, 'gate.yaml'));
+    if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
+    for (const r of reachMs('envoy/envoy.yaml')) expect(cfg.value.drain.announceMs, r.cluster).toBeGreaterThan(r.ms);
+  });
+});
