@@ -42,4 +42,26 @@ describe('drain.announceMs outlasts Envoy ejecting the draining gate', () => {
     if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
     for (const r of reachMs('envoy/envoy.yaml')) expect(cfg.value.drain.announceMs, r.cluster).toBeGreaterThan(r.ms);
   });
+
+  it('the GIE endpoint picker: its gate.yaml against the EPP readiness probe, which is how gateways drop a draining EPP', () => {
+    // GIE gateways reach the EPP through its Service; a draining EPP leaves the Service's endpoints once the kubelet's
+    // readiness probe failed failureThreshold times (Kubernetes' default 3), periodSeconds apart, and the EndpointSlice
+    // change then has to reach the gateway (a margin of 2 s here).
+    const drain = (parseYaml(read('deploy/gie/config/gate.yaml')) as { drain: { announceMs: number; graceMs: number } }).drain;
+    const epp = parseYaml(read('deploy/gie/epp.yaml').split('\n---\n').find((d) => /kind: Deployment/.test(d))!) as {
+      spec: {
+        template: {
+          spec: {
+            terminationGracePeriodSeconds: number;
+            containers: Array<{ name: string; readinessProbe: { periodSeconds?: number; failureThreshold?: number } }>;
+          };
+        };
+      };
+    };
+    const pod = epp.spec.template.spec;
+    const probe = pod.containers.find((c) => c.name === 'gate')!.readinessProbe;
+    const ejectMs = (probe.periodSeconds ?? 10) * (probe.failureThreshold ?? 3) * 1000 + 2000;
+    expect(drain.announceMs).toBeGreaterThan(ejectMs);
+    expect(drain.announceMs + drain.graceMs).toBeLessThan(pod.terminationGracePeriodSeconds * 1000);
+  });
 });
