@@ -58,6 +58,11 @@ export interface EnvoyHarness {
   accessLog(): readonly AccessLogEntry[];
   /** Resolves when at least `n` requests have finished (a request's log entry lands after its response closes). */
   waitForAccessLog(n: number, timeoutMs?: number): Promise<readonly AccessLogEntry[]>;
+  /**
+   * An EDS update: `cluster`'s hosts become `endpoints` (`host:port`, IP literals) for every request routed from now
+   * on, as a control plane's endpoint push replaces them in Envoy. Not for ORIGINAL_DST clusters.
+   */
+  setClusterEndpoints(cluster: string, endpoints: readonly string[]): void;
   /** Stops accepting, lets in-flight requests finish (up to the drain timeout), then closes everything. */
   close(): Promise<void>;
 }
@@ -117,6 +122,7 @@ export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarne
     listeners,
     stats: () => store.snapshot(),
     accessLog: () => shared.log.entries(),
+    setClusterEndpoints: (cluster, endpoints) => shared.clusters.setEndpoints(cluster, endpoints),
     waitForAccessLog: (n, timeoutMs = 5000) => shared.log.waitFor(n, timeoutMs),
     async close() {
       const closed = Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
