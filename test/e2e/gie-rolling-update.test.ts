@@ -27,7 +27,8 @@
  *   none had been dropped by the gate for its deletion before the request was sent;
  * - refusals: only 503 `no_compatible_capacity` (docs/gie.md: nothing eligible in the subset, or a session pinned
  *   to a revision with no capacity, docs/policy-guide.md §5/§7), never while capacity the request could use was
- *   Ready, listed by the gateway and settled for `PICKUP_MS`; each with exactly one audit line.
+ *   Ready, listed by the gateway and settled for `PICKUP_MS`; each with exactly one audit line, whose reason says
+ *   first that the view was narrowed to the gateway's subset.
  * An address reused by a pod of the other revision while the gateway still lists it for the old pod (removal lag
  * longer than the grace period): the gate never sends the old revision's requests there and routes the new pod only
  * once it has verified it.
@@ -285,6 +286,9 @@ function check(rig: Rig, sent: readonly Sent[]): { problems: string[]; pinnedRef
     if (s.requestId === undefined || audit.length !== 1) problems.push(`${tag}: ${s.status} ${s.reject} has ${audit.length} audit lines`);
     else if (audit[0]!['code'] !== s.reject || typeof audit[0]!['reason'] !== 'string' || audit[0]!['reason'] === '')
       problems.push(`${tag}: audit line ${JSON.stringify(audit[0])} does not match ${s.reject}`);
+    // Decided under the gateway's subset: the reason says the view was narrowed to it (src/gate/admission.ts).
+    else if (!String(audit[0]!['reason']).startsWith("the data plane's subset hint"))
+      problems.push(`${tag}: audit reason does not name the subset hint: ${audit[0]!['reason']}`);
     if (s.status !== 503 || s.reject !== 'no_compatible_capacity') problems.push(`${tag}: refused ${s.status} ${s.reject}`);
     const usable = s.boundTo !== null ? [s.boundTo] : [A, B];
     const had = usable.filter((r) => hadCapacity(rig, r, s.sentAt - PICKUP_MS, s.doneAt));
