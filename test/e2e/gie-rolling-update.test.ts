@@ -34,7 +34,7 @@
  * once it has verified it.
  */
 import { mkdtemp, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -48,7 +48,8 @@ import { createDevPki } from '../../testbed/tls/dev-pki.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
 import { startDiscoveringGate } from '../support/e2e-gate.js';
 import { type GieGateway, startGieGateway } from '../support/gie-gateway.js';
-import { freePort, type Sent, traffic, until } from '../support/rollout-traffic.js';
+import { PodServers, watchDropped } from '../support/pod-servers.js';
+import { auditProblem, freePort, type Sent, traffic, until } from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-gie-rolling';
 const NS = 'serving';
@@ -138,7 +139,7 @@ async function startRig(lag: Lag) {
 
   const served: Served[] = [];
   const pods: Pod[] = [];
-  const servers = new Map<string, Server>();
+  const servers = new PodServers();
   /** Addresses whose pod is gone and whose server is closed: the next pod may get one (IP reuse). */
   const freed: string[] = [];
   const startPod = async (sim: SimPod) => {
@@ -164,21 +165,12 @@ async function startRig(lag: Lag) {
         res.end(JSON.stringify({ pod: pod.name, revision: pod.revision }));
       });
     });
-    await new Promise<void>((r, j) => server.once('error', j).listen(port, pod.ip, () => r()));
-    servers.set(pod.name, server);
+    await servers.listen(pod, port, server);
   };
   const stopPod = async (pod: SimPod) => {
-    const s = servers.get(pod.name);
-    servers.delete(pod.name);
-    if (s === undefined) return;
-    s.closeAllConnections();
-    await new Promise((r) => s.close(() => r(undefined)));
-    freed.push(pod.ip);
+    if (await servers.stop(pod)) freed.push(pod.ip);
   };
-  cleanup.push(async () => {
-    for (const s of servers.values()) s.closeAllConnections();
-    await Promise.all([...servers.values()].map((s) => new Promise((r) => s.close(() => r(undefined)))));
-  });
+  cleanup.push(() => servers.closeAll());
 
   // The gateway's list: a pod is listed `addMs` after it turns Ready until `removeMs` after its deletion starts.
   const listedAt = (p: Pod, now: number) =>
@@ -186,16 +178,12 @@ async function startRig(lag: Lag) {
   const members = (now: number) => [...new Set(pods.filter((p) => listedAt(p, now)).map((p) => p.address))].sort();
   // The gate's view of each deleted pod: the moment its discovered endpoint went away.
   const droppedAt = new Map<string, number>();
-  const discovered = () => {
-    const d = (gate.status() as { discovery: Record<string, { endpoints: Array<{ pod: string }> }> }).discovery;
-    return new Set(Object.values(d).flatMap((p) => p.endpoints.map((e) => e.pod)));
-  };
-  const tick = setInterval(() => {
-    gw.setMembers(members(Date.now()));
-    const seen = discovered();
-    for (const p of pods) if (p.deletingAt !== undefined && !droppedAt.has(p.name) && !seen.has(p.name)) droppedAt.set(p.name, Date.now());
-  }, 5);
-  cleanup.push(async () => clearInterval(tick));
+  const stopWatch = watchDropped(gate, () => pods, droppedAt);
+  const tick = setInterval(() => gw.setMembers(members(Date.now())), 5);
+  cleanup.push(async () => {
+    clearInterval(tick);
+    stopWatch();
+  });
 
   const deployments: Deployment[] = [];
   cleanup.push(async () => {
@@ -282,13 +270,9 @@ function check(rig: Rig, sent: readonly Sent[]): { problems: string[]; pinnedRef
       continue;
     }
     if (rig.served.some((l) => l.seq === s.seq)) problems.push(`${tag}: ${s.status} after a pod served it`);
-    const audit = rig.logs.filter((l) => 'audit' in l && l['request_id'] === s.requestId);
-    if (s.requestId === undefined || audit.length !== 1) problems.push(`${tag}: ${s.status} ${s.reject} has ${audit.length} audit lines`);
-    else if (audit[0]!['code'] !== s.reject || typeof audit[0]!['reason'] !== 'string' || audit[0]!['reason'] === '')
-      problems.push(`${tag}: audit line ${JSON.stringify(audit[0])} does not match ${s.reject}`);
-    // Decided under the gateway's subset: the reason says the view was narrowed to it (src/gate/admission.ts).
-    else if (!String(audit[0]!['reason']).startsWith("the data plane's subset hint"))
-      problems.push(`${tag}: audit reason does not name the subset hint: ${audit[0]!['reason']}`);
+    // Decided under the gateway's subset: the reason says first that the view was narrowed to it (src/gate/admission.ts).
+    const audit = auditProblem(rig.logs, s, "the data plane's subset hint");
+    if (audit !== null) problems.push(`${tag}: ${audit}`);
     if (s.status !== 503 || s.reject !== 'no_compatible_capacity') problems.push(`${tag}: refused ${s.status} ${s.reject}`);
     const usable = s.boundTo !== null ? [s.boundTo] : [A, B];
     const had = usable.filter((r) => hadCapacity(rig, r, s.sentAt - PICKUP_MS, s.doneAt));

@@ -24,7 +24,7 @@
  *   promoted (A no longer serves the model: the binding is ignored, policy-guide §5).
  */
 import { mkdtemp, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -38,7 +38,8 @@ import { startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apise
 import { createDevPki } from '../../testbed/tls/dev-pki.js';
 import { startDiscoveringGate } from '../support/e2e-gate.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
-import { freePort, type Sent, traffic, until } from '../support/rollout-traffic.js';
+import { PodServers, watchDropped } from '../support/pod-servers.js';
+import { auditProblem, freePort, type Sent, traffic, until } from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-rolling';
 const NS = 'serving';
@@ -169,7 +170,7 @@ async function startRig(pd: boolean): Promise<Rig> {
   let release = () => {};
   const held = { reached: false, released: new Promise<void>((r) => (release = r)), release: () => release() };
   const pods = new Map<string, SimPod & { role: Role }>();
-  const servers = new Map<string, Server>();
+  const servers = new PodServers();
   const internalUrl = harness.listeners['internal']!.url;
 
   const startPod = async (pod: SimPod, role: Role) => {
@@ -242,34 +243,18 @@ async function startRig(pd: boolean): Promise<Rig> {
         res.end(JSON.stringify({ pod: pod.name, revision: pod.revision, prefill }));
       });
     });
-    await new Promise<void>((r, j) => server.once('error', j).listen(port, pod.ip, () => r()));
-    servers.set(pod.name, server);
+    await servers.listen(pod, port, server);
   };
-  const stopPod = async (pod: SimPod) => {
-    const s = servers.get(pod.name);
-    servers.delete(pod.name);
-    if (s === undefined) return;
-    s.closeAllConnections();
-    await new Promise((r) => s.close(() => r(undefined)));
-  };
+  const stopPod = async (pod: SimPod) => void (await servers.stop(pod));
   cleanup.push(async () => {
     held.release();
-    for (const s of servers.values()) s.closeAllConnections();
-    await Promise.all([...servers.values()].map((s) => new Promise((r) => s.close(() => r(undefined)))));
+    await servers.closeAll();
   });
 
   // The gate's view of each deleted pod: the moment its discovered endpoint went away.
   const droppedAt = new Map<string, number>();
-  const listed = () => {
-    const d = (gate.status() as { discovery: Record<string, { endpoints: Array<{ pod: string }> }> }).discovery;
-    return new Set(Object.values(d).flatMap((p) => p.endpoints.map((e) => e.pod)));
-  };
-  const watcher = setInterval(() => {
-    const now = listed();
-    for (const p of pods.values())
-      if (p.deletingAt !== undefined && !droppedAt.has(p.name) && !now.has(p.name)) droppedAt.set(p.name, Date.now());
-  }, 5);
-  cleanup.push(async () => clearInterval(watcher));
+  const stopWatch = watchDropped(gate, () => pods.values(), droppedAt);
+  cleanup.push(async () => stopWatch());
 
   const deployments: Deployment[] = [];
   cleanup.push(async () => {
@@ -365,10 +350,8 @@ function check(rig: Rig, sent: readonly Sent[], roles: readonly Role[]): Verdict
     refusals++;
     if (legs.length > 0) problems.push(`${tag}: ${s.status} after a pod served it (${legs.map((l) => l.pod).join(', ')})`);
     // Exactly one audit line, with its code and a reason.
-    const audit = rig.logs.filter((l) => 'audit' in l && l['request_id'] === s.requestId);
-    if (s.requestId === undefined || audit.length !== 1) problems.push(`${tag}: ${s.status} ${s.reject} has ${audit.length} audit lines`);
-    else if (audit[0]!['code'] !== s.reject || typeof audit[0]!['reason'] !== 'string' || audit[0]!['reason'] === '')
-      problems.push(`${tag}: audit line ${JSON.stringify(audit[0])} does not match ${s.reject}`);
+    const audit = auditProblem(rig.logs, s);
+    if (audit !== null) problems.push(`${tag}: ${audit}`);
     // Why: capacity the request could use, settled before it was sent and still there when it was answered.
     const from = s.sentAt - PICKUP_MS;
     const usable = s.boundTo !== null ? [s.boundTo] : [A, B];

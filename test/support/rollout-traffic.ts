@@ -121,3 +121,16 @@ export function traffic(url: string) {
     },
   };
 }
+
+/**
+ * What is wrong with a refusal's audit trail in `logs` (the gate's JSON lines), or null: exactly one line with `audit`
+ * set for its request id, with the refusal's code and a non-empty reason that starts with `reasonStarts` when given.
+ */
+export function auditProblem(logs: ReadonlyArray<Record<string, any>>, s: Sent, reasonStarts = ''): string | null {
+  const audit = logs.filter((l) => 'audit' in l && l['request_id'] === s.requestId);
+  if (s.requestId === undefined || audit.length !== 1) return `${s.status} ${s.reject} has ${audit.length} audit lines`;
+  const reason = audit[0]!['reason'];
+  if (audit[0]!['code'] !== s.reject || typeof reason !== 'string' || reason === '')
+    return `audit line ${JSON.stringify(audit[0])} does not match ${s.reject}`;
+  return reason.startsWith(reasonStarts) ? null : `audit reason does not start with "${reasonStarts}": ${reason}`;
+}
