@@ -96,4 +96,20 @@ describe('admission as an endpoint picker', () => {
     }
     expect(hooks.extended).toEqual([]);
   });
+
+  it('a refusal under a subset hint says the view was narrowed to it, not that the pool has no endpoints', async () => {
+    // A gateway whose endpoint list lags the pods (a rollout: GIE data planes list EndpointSlice endpoints on their own
+    // schedule) lists none of the group's routable endpoints. The audit reason must not send the operator to add
+    // capacity the pool has: it names the hint and what it listed.
+    const { admission } = rig();
+    const d = await decisionOf(admission.admit({ ...chatFacts('r8'), metadata: hint(['10.9.9.9:8000', '10.9.9.8']) }, signal()));
+    if (d.kind !== 'refuse') throw new Error(d.kind);
+    expect(d.code).toBe('no_compatible_capacity');
+    expect(d.message).toContain('pool a-decode has no endpoints in the worker view');
+    expect(d.message).toMatch(
+      /^the data plane's subset hint \(envoy\.lb\.subset_hint x-gateway-destination-endpoint-subset\) narrows the worker view to its 2 listed endpoints \(10\.9\.9\.9:8000, 10\.9\.9\.8\), the only ones kvgate may pick: no decode endpoint/,
+    );
+    // Without a hint the same pool routes: the refusal came from the hint alone.
+    expect((await decisionOf(admission.admit(chatFacts('r9'), signal()))).kind).toBe('route');
+  });
 });

@@ -10,10 +10,10 @@
  * group, under whatever table and view are current then.
  */
 import { Registry } from 'prom-client';
-import { readSubsetHint, restrictToSubset, SUBSET_KEY, SUBSET_NAMESPACE } from '../decide/subset-hint.js';
+import { readSubsetHint, restrictToSubset, SUBSET_KEY, SUBSET_NAMESPACE, type SubsetHint } from '../decide/subset-hint.js';
 import { decideRequest, type RawRequestFacts } from '../decide/decide-request.js';
 import { waitCapMs } from '../decide/queue-step.js';
-import type { Decision } from '../decide/types.js';
+import type { CoreDecision, Decision } from '../decide/types.js';
 import type { InFlightTicket, InFlightTracker } from '../decide/worker-view.js';
 import type { AdmissionDeps, Admitted, InFlightHold, WaitHooks } from './admission-types.js';
 import { parkRequest, type QueueContext } from './queued-request.js';
@@ -99,7 +99,7 @@ export function createAdmission(deps: AdmissionDeps): AdmissionControl {
         ...(canWait ? { queue, maxWaitMs } : {}),
       };
       const outcome = decideRequest(facts, table, view, ctx);
-      const d = outcome.decision;
+      const d = hint === null ? outcome.decision : withSubsetNote(outcome.decision, hint);
       for (const r of d.kind === 'hop' || d.kind === 'answer' ? [] : (d.fallback ?? [])) {
         metrics.fallback.inc({ step: r.step, outcome: r.outcome });
         if (r.skipped !== undefined) metrics.queueSkipped.inc({ reason: r.skipped.reason });
@@ -164,6 +164,22 @@ const NONE: readonly string[] = Object.freeze([]);
 /** The pick and its alternates: the decision ranked no more alternates than the data plane is given (`listedAlternates`). */
 function listedOf(endpoint: string, alternates: readonly string[] | undefined): readonly string[] {
   return alternates === undefined || alternates.length === 0 ? [endpoint] : [endpoint, ...alternates];
+}
+
+/**
+ * A refusal decided under a subset hint says so, first (an audit line keeps the reason's first AUDIT_REASON_MAX
+ * characters): the reasons after it ("pool ... has no endpoints in the worker view") are about the view narrowed to
+ * the hint, and without this an operator whose gateway's endpoint list lags the pods (every rollout in GIE mode) is
+ * told to add capacity the pool already has.
+ */
+function withSubsetNote(d: CoreDecision, hint: SubsetHint): CoreDecision {
+  if (d.kind !== 'refuse' || d.code !== 'no_compatible_capacity') return d;
+  const listed = [...hint.endpoints, ...hint.anyPort];
+  const shown = `${listed.slice(0, 4).join(', ')}${listed.length > 4 ? ', ...' : ''}`;
+  return {
+    ...d,
+    message: `the data plane's subset hint (${SUBSET_NAMESPACE} ${SUBSET_KEY}) narrows the worker view to its ${listed.length} listed endpoints (${shown}), the only ones kvgate may pick: ${d.message}`,
+  };
 }
 
 function emptySubsetRefusal(requestId: string): Decision {

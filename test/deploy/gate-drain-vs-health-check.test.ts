@@ -48,7 +48,11 @@ describe('drain.announceMs outlasts Envoy ejecting the draining gate', () => {
     // readiness probe failed failureThreshold times (Kubernetes' default 3), periodSeconds apart, and the EndpointSlice
     // change then has to reach the gateway (a margin of 2 s here).
     const drain = (parseYaml(read('deploy/gie/config/gate.yaml')) as { drain: { announceMs: number; graceMs: number } }).drain;
-    const epp = parseYaml(read('deploy/gie/epp.yaml').split('\n---\n').find((d) => /kind: Deployment/.test(d))!) as {
+    const epp = parseYaml(
+      read('deploy/gie/epp.yaml')
+        .split('\n---\n')
+        .find((d) => /kind: Deployment/.test(d))!,
+    ) as {
       spec: {
         template: {
           spec: {

@@ -30,12 +30,10 @@ import {
   type EnvoyHarness,
   type FakeUpstream,
 } from '../../testbed/harness/index.js';
+import { gieGatewayYaml } from '../support/gie-gateway.js';
 
 const SEED = 'e2e-gie';
 const silent = pino({ level: 'silent' });
-
-/** BUFFERED request bodies, response headers: what this file's first gateway sends the picker. */
-const BUFFERED_MODE = { request_body_mode: 'BUFFERED', response_header_mode: 'SEND' };
 
 /**
  * What Istio's InferencePool support configures (istio/istio pilot/pkg/xds/filters/filters.go
@@ -50,108 +48,6 @@ const ISTIO_INFERENCE_POOL_MODE = {
   response_body_mode: 'FULL_DUPLEX_STREAMED',
   response_trailer_mode: 'SEND',
 };
-
-/** A GIE-style gateway: ext_proc with the envoy.lb namespaces, one pool cluster with the override_host policy. */
-function gatewayYaml(gatePort: number, members: readonly string[], mode: Record<string, string> = BUFFERED_MODE): string {
-  const ep = (a: string) => {
-    const [address, port] = [a.slice(0, a.lastIndexOf(':')), Number(a.slice(a.lastIndexOf(':') + 1))];
-    return { endpoint: { address: { socket_address: { address, port_value: port } } } };
-  };
-  return toYaml({
-    static_resources: {
-      listeners: [
-        {
-          name: 'http',
-          address: { socket_address: { address: '127.0.0.1', port_value: 0 } },
-          filter_chains: [
-            {
-              filters: [
-                {
-                  name: 'envoy.filters.network.http_connection_manager',
-                  typed_config: {
-                    '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
-                    stat_prefix: 'ingress',
-                    route_config: {
-                      virtual_hosts: [
-                        { name: 'all', domains: ['*'], routes: [{ match: { prefix: '/' }, route: { cluster: 'pool', timeout: '0s' } }] },
-                      ],
-                    },
-                    http_filters: [
-                      {
-                        name: 'envoy.filters.http.ext_proc',
-                        typed_config: {
-                          '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
-                          grpc_service: { envoy_grpc: { cluster_name: 'epp' } },
-                          failure_mode_allow: false, // FailClose
-                          message_timeout: mode === BUFFERED_MODE ? '5s' : '1000s',
-                          processing_mode: mode,
-                          metadata_options: {
-                            forwarding_namespaces: { untyped: ['envoy.lb.subset_hint', 'envoy.lb'] },
-                            receiving_namespaces: { untyped: ['envoy.lb'] },
-                          },
-                        },
-                      },
-                      {
-                        name: 'envoy.filters.http.router',
-                        typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' },
-                      },
-                    ],
-                  },
-                },
-              ],
-            },
-          ],
-        },
-      ],
-      clusters: [
-        {
-          name: 'epp',
-          type: 'STATIC',
-          typed_extension_protocol_options: {
-            'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
-              '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
-              explicit_http_config: { http2_protocol_options: {} },
-            },
-          },
-          load_assignment: { cluster_name: 'epp', endpoints: [{ lb_endpoints: [ep(`127.0.0.1:${gatePort}`)] }] },
-        },
-        {
-          name: 'pool',
-          type: 'STATIC',
-          load_assignment: { cluster_name: 'pool', endpoints: [{ lb_endpoints: members.map(ep) }] },
-          load_balancing_policy: {
-            policies: [
-              {
-                typed_extension_config: {
-                  name: 'envoy.load_balancing_policies.override_host',
-                  typed_config: {
-                    '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
-                    override_host_sources: [
-                      { metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } },
-                      { header: 'x-gateway-destination-endpoint' },
-                    ],
-                    fallback_policy: {
-                      policies: [
-                        {
-                          typed_extension_config: {
-                            name: 'envoy.load_balancing_policies.round_robin',
-                            typed_config: {
-                              '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin',
-                            },
-                          },
-                        },
-                      ],
-                    },
-                  },
-                },
-              },
-            ],
-          },
-        },
-      ],
-    },
-  });
-}
 
 let cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -202,7 +98,7 @@ async function startRig(
   });
   cleanup.push(() => gate.close());
   const harness = await startEnvoyHarness(
-    mustLoadEnvoyConfig(gatewayYaml(gate.grpcPort, members ? members(pods) : pods.map((p) => p.address), opts.mode), {
+    mustLoadEnvoyConfig(gieGatewayYaml(gate.grpcPort, members ? members(pods) : pods.map((p) => p.address), opts.mode), {
       listenerPorts: { http: 0 },
     }),
     {

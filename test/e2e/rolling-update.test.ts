@@ -24,7 +24,7 @@
  *   promoted (A no longer serves the model: the binding is ignored, policy-guide §5).
  */
 import { mkdtemp, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -38,6 +38,8 @@ import { startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apise
 import { createDevPki } from '../../testbed/tls/dev-pki.js';
 import { startDiscoveringGate } from '../support/e2e-gate.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
+import { PodServers, watchDropped } from '../support/pod-servers.js';
+import { auditProblem, freePort, type Sent, traffic, until } from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-rolling';
 const NS = 'serving';
@@ -68,22 +70,6 @@ afterEach(async () => {
   cleanup = [];
 });
 
-async function until(check: () => boolean | Promise<boolean>, what: string, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
 /** What a pod served: one line per request (a prefill leg included). */
 interface Served {
   readonly seq: number;
@@ -95,24 +81,6 @@ interface Served {
   /** When its client sent the request (a prefill leg: the request it is part of). */
   readonly requestSentAt: number;
   readonly at: number;
-}
-
-/** One client request and what came back. */
-interface Sent {
-  readonly seq: number;
-  readonly client: string;
-  readonly session: string | null;
-  /** The revision of the binding the client sent back, if any. */
-  readonly boundTo: string | null;
-  readonly sentAt: number;
-  doneAt: number;
-  status: number;
-  stamp?: string | undefined;
-  reject?: string | undefined;
-  requestId?: string | undefined;
-  binding?: string | undefined;
-  body?: any;
-  error?: string;
 }
 
 interface Rig {
@@ -202,7 +170,7 @@ async function startRig(pd: boolean): Promise<Rig> {
   let release = () => {};
   const held = { reached: false, released: new Promise<void>((r) => (release = r)), release: () => release() };
   const pods = new Map<string, SimPod & { role: Role }>();
-  const servers = new Map<string, Server>();
+  const servers = new PodServers();
   const internalUrl = harness.listeners['internal']!.url;
 
   const startPod = async (pod: SimPod, role: Role) => {
@@ -275,34 +243,18 @@ async function startRig(pd: boolean): Promise<Rig> {
         res.end(JSON.stringify({ pod: pod.name, revision: pod.revision, prefill }));
       });
     });
-    await new Promise<void>((r, j) => server.once('error', j).listen(port, pod.ip, () => r()));
-    servers.set(pod.name, server);
+    await servers.listen(pod, port, server);
   };
-  const stopPod = async (pod: SimPod) => {
-    const s = servers.get(pod.name);
-    servers.delete(pod.name);
-    if (s === undefined) return;
-    s.closeAllConnections();
-    await new Promise((r) => s.close(() => r(undefined)));
-  };
+  const stopPod = async (pod: SimPod) => void (await servers.stop(pod));
   cleanup.push(async () => {
     held.release();
-    for (const s of servers.values()) s.closeAllConnections();
-    await Promise.all([...servers.values()].map((s) => new Promise((r) => s.close(() => r(undefined)))));
+    await servers.closeAll();
   });
 
   // The gate's view of each deleted pod: the moment its discovered endpoint went away.
   const droppedAt = new Map<string, number>();
-  const listed = () => {
-    const d = (gate.status() as { discovery: Record<string, { endpoints: Array<{ pod: string }> }> }).discovery;
-    return new Set(Object.values(d).flatMap((p) => p.endpoints.map((e) => e.pod)));
-  };
-  const watcher = setInterval(() => {
-    const now = listed();
-    for (const p of pods.values())
-      if (p.deletingAt !== undefined && !droppedAt.has(p.name) && !now.has(p.name)) droppedAt.set(p.name, Date.now());
-  }, 5);
-  cleanup.push(async () => clearInterval(watcher));
+  const stopWatch = watchDropped(gate, () => pods.values(), droppedAt);
+  cleanup.push(async () => stopWatch());
 
   const deployments: Deployment[] = [];
   cleanup.push(async () => {
@@ -351,86 +303,6 @@ const template = (revision: string, role?: Role): PodTemplate => ({
   labels: { app: 'llama', 'kvgate.io/revision': revision, ...(role === undefined ? {} : { 'kvgate.dev/role': role }) },
 });
 
-/** Continuous traffic: `clients` loops until `stop()`, each request recorded in `sent`. */
-function traffic(rig: Rig) {
-  const sent: Sent[] = [];
-  let seq = 0;
-  let running = true;
-  const kinds = [
-    { client: 'sticky-0', session: 'sticky-0', echo: true },
-    { client: 'sticky-1', session: 'sticky-1', echo: true },
-    { client: 'sticky-2', session: 'sticky-2', echo: true },
-    { client: 'keyed-0', session: 'keyed', echo: false },
-    { client: 'keyed-1', session: 'keyed', echo: false },
-    { client: 'anon-0', session: null, echo: false },
-    { client: 'anon-1', session: null, echo: false },
-  ] as const;
-  const bindings = new Map<string, { token: string; revision: string }>();
-  /** One request as `client`, recorded in `sent`; `binding` is echoed back when given. */
-  const one = async (
-    client: string,
-    session: string | null,
-    binding?: { token: string; revision: string },
-    extra: Record<string, string> = {},
-  ) => {
-    const s: Sent = { seq: ++seq, client, session, boundTo: binding?.revision ?? null, sentAt: Date.now(), doneAt: 0, status: 0 };
-    sent.push(s);
-    const r = await rawRequest(rig.harness.listeners['public']!.url, {
-      path: '/v1/completions',
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        'x-tenant-id': 'acme',
-        'x-test-seq': String(s.seq),
-        'x-test-sent': String(s.sentAt),
-        ...(session === null ? {} : { 'x-session-id': session }),
-        ...(binding === undefined ? {} : { 'x-kvgate-binding': binding.token }),
-        ...extra,
-      },
-      body: JSON.stringify({ model: 'llama-3-8b', prompt: `hello ${s.seq}` }),
-    });
-    s.doneAt = Date.now();
-    if ('error' in r) {
-      s.error = r.error;
-      return s;
-    }
-    s.status = r.status;
-    s.stamp = r.headers['x-kvgate-revision'] as string | undefined;
-    s.reject = r.headers['x-kvgate-reject-reason'] as string | undefined;
-    s.binding = r.headers['x-kvgate-binding'] as string | undefined;
-    try {
-      s.body = JSON.parse(r.body);
-    } catch {
-      s.body = r.body;
-    }
-    s.requestId = s.body?.error?.request_id;
-    return s;
-  };
-  const loops = kinds.map(async (k, i) => {
-    let n = 0;
-    while (running) {
-      // Keyed clients start a new session now and then; sticky ones keep theirs for the whole rollout.
-      const session = k.session === null ? null : k.echo ? k.session : `${k.session}-${i}-${Math.floor(n++ / 5)}`;
-      const s = await one(k.client, session, k.echo ? bindings.get(k.client) : undefined);
-      if (k.echo && s.status === 200 && s.binding !== undefined && s.stamp !== undefined)
-        bindings.set(k.client, { token: s.binding, revision: s.stamp });
-      await new Promise((res) => setTimeout(res, 3));
-    }
-  });
-  return {
-    sent,
-    clients: kinds.map((k) => k.client),
-    one,
-    bindingOf: (client: string) => bindings.get(client),
-    /** Requests finished so far. */
-    done: () => sent.filter((s) => s.doneAt !== 0).length,
-    async stop() {
-      running = false;
-      await Promise.all(loops);
-    },
-  };
-}
-
 /** A pod of `revision` (both roles for P/D) Ready and not terminating from `from` through `to`. */
 function hadCapacity(rig: Rig, revision: string, roles: readonly Role[], from: number, to: number): boolean {
   return roles.every((role) =>
@@ -478,10 +350,8 @@ function check(rig: Rig, sent: readonly Sent[], roles: readonly Role[]): Verdict
     refusals++;
     if (legs.length > 0) problems.push(`${tag}: ${s.status} after a pod served it (${legs.map((l) => l.pod).join(', ')})`);
     // Exactly one audit line, with its code and a reason.
-    const audit = rig.logs.filter((l) => 'audit' in l && l['request_id'] === s.requestId);
-    if (s.requestId === undefined || audit.length !== 1) problems.push(`${tag}: ${s.status} ${s.reject} has ${audit.length} audit lines`);
-    else if (audit[0]!['code'] !== s.reject || typeof audit[0]!['reason'] !== 'string' || audit[0]!['reason'] === '')
-      problems.push(`${tag}: audit line ${JSON.stringify(audit[0])} does not match ${s.reject}`);
+    const audit = auditProblem(rig.logs, s);
+    if (audit !== null) problems.push(`${tag}: ${audit}`);
     // Why: capacity the request could use, settled before it was sent and still there when it was answered.
     const from = s.sentAt - PICKUP_MS;
     const usable = s.boundTo !== null ? [s.boundTo] : [A, B];
@@ -517,7 +387,7 @@ describe('a rolling update under continuous traffic', () => {
     const rig = await startRig(false);
     const llama = rig.deployment('llama', 'both', template(A), 4);
     await until(() => llama.complete() && rig.routable(A, 'both') === 4, 'four llama-a pods routable');
-    const t = traffic(rig);
+    const t = traffic(rig.harness.listeners['public']!.url);
     let promoted = Number.POSITIVE_INFINITY;
     try {
       await until(() => t.done() >= 30, 'traffic flowing on A');
@@ -565,7 +435,7 @@ describe('a disaggregated rollout: one Deployment per revision and role', () => 
     const aPrefill = rig.deployment('a-prefill', 'prefill', template(A, 'prefill'), 2);
     const aDecode = rig.deployment('a-decode', 'decode', template(A, 'decode'), 2);
     await until(() => rig.routable(A, 'prefill') === 2 && rig.routable(A, 'decode') === 2, 'llama-a prefill and decode routable');
-    const t = traffic(rig);
+    const t = traffic(rig.harness.listeners['public']!.url);
     let halfB = { from: 0, to: 0 };
     let held: Sent | undefined;
     try {

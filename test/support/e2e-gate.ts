@@ -49,7 +49,8 @@ export function shippedHarnessFor(
 
 /**
  * A gate whose selector pools are found through a Kubernetes API server (testbed/kube-apiserver's `kubeConfig`), with
- * a live worker view polling every `pollMs`, and the shipped harness in front of it. The caller closes both.
+ * a live worker view polling every `pollMs`, and the shipped harness in front of it (or what `harness` starts, e.g. a
+ * GIE data plane; `extra` replaces top-level gate settings). The caller closes both.
  */
 export async function startDiscoveringGate(o: {
   readonly dir: string;
@@ -58,10 +59,13 @@ export async function startDiscoveringGate(o: {
   readonly kubeConfig: NonNullable<StartGateDeps['kubeConfig']>;
   readonly pollMs: number;
   readonly logger: Logger;
+  readonly extra?: Record<string, unknown>;
+  readonly harness?: (gate: RunningGate) => Promise<EnvoyHarness>;
 }): Promise<{ gate: RunningGate; harness: EnvoyHarness }> {
   const cfg = e2eGateConfig(o.dir, o.pki, o.seed, {
     workerView: { mode: 'live', intervalMs: o.pollMs, timeoutMs: 500, staleAfterMs: 2000 },
     discovery: { staleAfterMs: 5000 },
+    ...o.extra,
   });
   const gate = await startGate(cfg, {
     logger: o.logger,
@@ -72,7 +76,7 @@ export async function startDiscoveringGate(o: {
     discoveryBackoff: { initialMs: 20, maxMs: 100 },
   });
   try {
-    return { gate, harness: await shippedHarnessFor(gate, o.pki) };
+    return { gate, harness: await (o.harness ?? ((g) => shippedHarnessFor(g, o.pki)))(gate) };
   } catch (e) {
     await gate.close();
     throw e;

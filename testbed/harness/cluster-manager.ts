@@ -29,6 +29,8 @@ export interface ClusterManager {
   overflowed(cluster: ClusterConfig): boolean;
   /** Active-request bookkeeping for LEAST_REQUEST and the breakers; call `release` when the upstream request ends. */
   acquire(cluster: ClusterConfig, host: Endpoint): () => void;
+  /** Replace a cluster's hosts (an EDS update); `get` returns the cluster with them from now on. */
+  setEndpoints(name: string, endpoints: readonly string[]): void;
 }
 
 export function createClusterManager(
@@ -39,6 +41,7 @@ export function createClusterManager(
   const active = new Map<string, number>();
   const perCluster = new Map<string, number>();
   const key = (c: ClusterConfig, h: Endpoint): string => `${c.name}|${h.address}:${h.port}`;
+  const live = new Map(Object.entries(clusters));
 
   const balance = (c: ClusterConfig, policy: 'ROUND_ROBIN' | 'LEAST_REQUEST' | 'CLUSTER_PROVIDED'): Endpoint | undefined => {
     const hosts = c.endpoints;
@@ -55,7 +58,17 @@ export function createClusterManager(
   };
 
   return {
-    get: (name) => (Object.hasOwn(clusters, name) ? clusters[name] : undefined),
+    get: (name) => live.get(name),
+    setEndpoints(name, list) {
+      const c = live.get(name);
+      if (c === undefined || c.type === 'ORIGINAL_DST') throw new Error(`setEndpoints: no STATIC or STRICT_DNS cluster ${name}`);
+      const endpoints = list.map((text) => {
+        const ep = ipPort(text);
+        if (ep === undefined) throw new Error(`setEndpoints: ${text} is not IP:port`);
+        return ep;
+      });
+      live.set(name, Object.freeze({ ...c, endpoints: Object.freeze(endpoints) }));
+    },
     chooseHost(c, ctx) {
       if (c.type === 'ORIGINAL_DST') return originalDst(c, ctx);
       if (c.overrideHost !== undefined) {

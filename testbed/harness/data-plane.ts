@@ -66,8 +66,10 @@ export interface EnvoyHarness {
   /** Resolves when at least `n` requests have finished (a request's log entry lands after its response closes). */
   waitForAccessLog(n: number, timeoutMs?: number): Promise<readonly AccessLogEntry[]>;
   /**
-   * A new DNS answer for a STRICT_DNS ext_proc cluster (`HOST:PORT` each): what Envoy does at its next
-   * `dns_refresh_rate` when a headless Service's ready pods change (ExtProcClient.setEndpoints).
+   * New hosts for `cluster` (`host:port` each), as Envoy gets them at run time. For an ext_proc cluster of STRICT_DNS
+   * type: the next DNS answer, what Envoy resolves at its `dns_refresh_rate` when a headless Service's ready pods
+   * change (ExtProcClient.setEndpoints; hosts keep their health checks). For a routing cluster: an EDS update, a
+   * control plane's endpoint push, for every request routed from now on (IP literals; not for ORIGINAL_DST clusters).
    */
   setClusterEndpoints(cluster: string, endpoints: readonly string[]): void;
   /** An ext_proc cluster's hosts and their health (`HOST:PORT` -> healthy | unhealthy). */
@@ -141,7 +143,10 @@ export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarne
     waitForAccessLog: (n, timeoutMs = 5000) => shared.log.waitFor(n, timeoutMs),
     setClusterEndpoints(cluster, endpoints) {
       const clients = shared.clientsByCluster.get(cluster);
-      if (clients === undefined) throw new Error(`no ext_proc cluster ${cluster}`);
+      if (clients === undefined) {
+        shared.clusters.setEndpoints(cluster, endpoints);
+        return;
+      }
       const eps = endpoints.map((e) => {
         const i = e.lastIndexOf(':');
         return { address: e.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(e.slice(i + 1)) };

@@ -113,6 +113,18 @@ describe('load balancing', () => {
     expect([1, 2, 3].map(() => cm.chooseHost(c, ctx)?.address)).toEqual(['10.0.0.1', '10.0.0.2', '10.0.0.1']);
   });
 
+  it('an EDS update replaces the hosts the cluster is read with from then on', () => {
+    const c = cluster({});
+    const cm = createClusterManager({ c });
+    cm.setEndpoints('c', ['10.0.0.9:81']);
+    const now = cm.get('c')!;
+    expect(now.endpoints).toEqual([{ address: '10.0.0.9', port: 81 }]);
+    expect(cm.chooseHost(now, ctx)?.address).toBe('10.0.0.9');
+    expect(c.endpoints).toHaveLength(2); // the loaded config is not touched
+    expect(() => cm.setEndpoints('c', ['pod.local:80'])).toThrow(/IP:port/);
+    expect(() => cm.setEndpoints('nope', [])).toThrow(/no STATIC/);
+  });
+
   it('least request prefers the host with fewer active requests among two choices', () => {
     const c = cluster({ lbPolicy: 'LEAST_REQUEST' });
     const picks = [0.1, 0.9];
