@@ -174,11 +174,11 @@ function listedOf(endpoint: string, alternates: readonly string[] | undefined): 
  */
 function withSubsetNote(d: CoreDecision, hint: SubsetHint): CoreDecision {
   if (d.kind !== 'refuse' || d.code !== 'no_compatible_capacity') return d;
-  const listed = [...hint.endpoints, ...hint.anyPort];
-  const shown = `${listed.slice(0, 4).join(', ')}${listed.length > 4 ? ', ...' : ''}`;
+  // The count, not the addresses: the message is the client's error body too, and pod IPs are not the client's business.
+  const listed = hint.size;
   return {
     ...d,
-    message: `the data plane's subset hint (${SUBSET_NAMESPACE} ${SUBSET_KEY}) narrows the worker view to its ${listed.length} listed endpoints (${shown}), the only ones kvgate may pick: ${d.message}`,
+    message: `the data plane's subset hint (${SUBSET_NAMESPACE} ${SUBSET_KEY}) narrows the worker view to its ${listed} listed endpoints, the only ones kvgate may pick: ${d.message}`,
   };
 }
 
