@@ -68,4 +68,19 @@ describe('drain.announceMs outlasts Envoy ejecting the draining gate', () => {
     expect(drain.announceMs).toBeGreaterThan(ejectMs);
     expect(drain.announceMs + drain.graceMs).toBeLessThan(pod.terminationGracePeriodSeconds * 1000);
   });
+
+  it('the Envoy Gateway alternative: its EnvoyExtensionPolicy health-checks the gate within the Kubernetes gate.yaml announce window', () => {
+    const announce = (parseYaml(read('deploy/kubernetes/config/gate.yaml')) as { drain: { announceMs: number } }).drain.announceMs;
+    const policy = read('envoy/istio/envoy-gateway.yaml')
+      .split('\n---\n')
+      .map((d) => parseYaml(d) as { kind?: string; spec?: { extProc?: Array<{ backendSettings?: { healthCheck?: unknown } }> } })
+      .find((d) => d?.kind === 'EnvoyExtensionPolicy');
+    const active = (policy?.spec?.extProc?.[0]?.backendSettings?.healthCheck as { active?: Record<string, unknown> } | undefined)?.active;
+    // Without an active check the proxies drop a draining gate only through its readiness probe and the EndpointSlice.
+    expect(active, 'backendSettings.healthCheck.active').toMatchObject({
+      type: 'GRPC',
+      grpc: { service: 'envoy.service.ext_proc.v3.ExternalProcessor' },
+    });
+    expect(announce).toBeGreaterThan(seconds(active!['interval'] as string) + seconds(active!['timeout'] as string));
+  });
 });

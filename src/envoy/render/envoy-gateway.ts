@@ -3,6 +3,9 @@
  * (envoyproxy/gateway api/v1alpha1/ext_proc_types.go at c78106a: ExtProc with the inline BackendCluster
  * `backendRefs`/`backendSettings`, `messageTimeout`, `failOpen`, `processingMode`, `metadata.writableNamespaces`;
  * ClusterSettings.circuitBreaker: maxConnections, maxPendingRequests, maxParallelRequests, maxRequestsPerConnection;
+ * ClusterSettings.healthCheck.active of type GRPC (`grpc.service`; internal/gatewayapi/clustersettings.go
+ * `buildActiveHealthCheck` translates it to Envoy's grpc_health_check): without it the proxies drop a draining gate
+ * only when its readiness probe has failed and the EndpointSlice change reached them, after drain.announceMs;
  * the body mode `FullDuplexStreamed`, which also sends trailers and requires failOpen false).
  * No Envoy Gateway ran against it; the header says so.
  *
@@ -89,6 +92,14 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
     `        maxPendingRequests: ${String(gate.maxPendingRequests)}`,
     `        maxParallelRequests: ${String(gate.maxRequests)}`,
     `        maxRequestsPerConnection: ${String(GATE_MAX_REQUESTS_PER_CONNECTION)}`,
+    '      healthCheck:                           # as envoy.yaml: a draining gate answers NOT_SERVING and is ejected at once,',
+    '        active:                              # so it stops getting streams within interval + timeout (3 s, inside drain.announceMs)',
+    '          type: GRPC',
+    '          grpc: { service: envoy.service.ext_proc.v3.ExternalProcessor }',
+    '          interval: 2s',
+    '          timeout: 1s',
+    '          unhealthyThreshold: 2',
+    '          healthyThreshold: 1',
     '    messageTimeout: 2s',
     '    failOpen: false',
     '    processingMode:',
