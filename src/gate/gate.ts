@@ -240,7 +240,18 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   };
   policy.watch();
   keys.watch(deps.keyWatchDebounceMs);
-  const transport = await loadTransport(config);
+  // A start that fails from here on (TLS files that do not read, a port already taken) leaves nothing running: an
+  // embedding process (tests, a supervisor that retries) would otherwise keep the watches, the poller and discovery.
+  const abandon = async (e: unknown): Promise<never> => {
+    clearInterval(queuedPoll);
+    poller?.stop();
+    await discovery?.close();
+    policy.close();
+    keys.close();
+    admission.close();
+    throw e;
+  };
+  const transport = await loadTransport(config).catch(abandon);
   const grpc: GateServer = await startGateServer({
     admission,
     transport,
@@ -258,7 +269,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     maxReceiveMessageBytes: receiveLimit,
     maxBodyBytes: () => state.table.limits.maxBodyBytes,
     now,
-  });
+  }).catch(abandon);
   setReady = (r) => grpc.setReady(r);
   setReady(discoveryReady());
   let draining = false;
@@ -283,7 +294,12 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     queues: admission.queueStatus(),
   });
   const admin: AdminServer | null =
-    config.admin === '' ? null : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining });
+    config.admin === ''
+      ? null
+      : await startAdminServer({ listen: config.admin, registry, status, serving: () => !draining }).catch(async (e: unknown) => {
+          await grpc.close();
+          return abandon(e);
+        });
   // Once: a second signal during a drain closes at once, and the drain it cut short must not close (and log) again
   // when its own wait ends.
   let closing: Promise<void> | undefined;
