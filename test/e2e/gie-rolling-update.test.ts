@@ -49,17 +49,9 @@ import { Deployment, type PodTemplate, type SimPod } from '../support/deployment
 import { startDiscoveringGate } from '../support/e2e-gate.js';
 import { type GieGateway, startGieGateway } from '../support/gie-gateway.js';
 import { PodServers, watchDropped } from '../support/pod-servers.js';
-import { auditProblem, freePort, type Sent, traffic, until } from '../support/rollout-traffic.js';
+import { A, auditProblem, B, freePort, NS, PICKUP_MS, POLL_MS, type Sent, SETTLE_MS, traffic, until } from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-gie-rolling';
-const NS = 'serving';
-const A = 'llama-a';
-const B = 'llama-b';
-const POLL_MS = 100;
-/** `minReadySeconds`: a Ready pod is routable well within it (watch event + a poll). */
-const SETTLE_MS = 400;
-/** Capacity that was there this long before a request (listed, Ready, not terminating) must have been usable. */
-const PICKUP_MS = 2500;
 /** Termination grace: shorter than the slow gateway's removal lag, so a pod's address is reused while still listed. */
 const GRACE_MS = 400;
 

@@ -39,26 +39,9 @@ import { createDevPki } from '../../testbed/tls/dev-pki.js';
 import { startDiscoveringGate } from '../support/e2e-gate.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
 import { PodServers, watchDropped } from '../support/pod-servers.js';
-import { auditProblem, freePort, type Sent, traffic, until } from '../support/rollout-traffic.js';
+import { A, auditProblem, B, freePort, NS, PICKUP_MS, POLL_MS, type Sent, SETTLE_MS, traffic, until } from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-rolling';
-const NS = 'serving';
-const A = 'llama-a';
-const B = 'llama-b';
-/** The gate's worker view poll; a Ready pod is routable after the watch event and the next poll of its sidecar. */
-const POLL_MS = 100;
-/**
- * How long a Ready pod may take to be routable (watch event + a poll, with room for a loaded machine). The Deployments
- * use it as `minReadySeconds`, as the operator guide's rollout section asks, so old capacity never goes before the
- * new is routable.
- */
-const SETTLE_MS = 400;
-/**
- * How long Ready capacity must have been there before a refusal counts as a bug: the gate's pick-up time (a watch
- * event, a poll round, the sidecar's verification) plus slack for a loaded CI machine, where two suites share two
- * cores. Shorter than every phase of the rollouts below, so a gate that never routes to a Ready pod still fails.
- */
-const PICKUP_MS = 2500;
 /** The pods' termination grace (Kubernetes' default is 30 s): long enough for a request in flight on a loaded machine. */
 const GRACE_MS = 1500;
 

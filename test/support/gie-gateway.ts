@@ -6,7 +6,13 @@
  * Test support for test/e2e/gie-endpoint-picker.test.ts and test/e2e/gie-rolling-update.test.ts.
  */
 import { stringify as toYaml } from 'yaml';
-import { type EnvoyHarness, type EnvoyVersion, mustLoadEnvoyConfig, startEnvoyHarness } from '../../testbed/harness/index.js';
+import {
+  type EnvoyHarness,
+  type EnvoyVersion,
+  GIE_OVERRIDE_HOST_POLICY,
+  mustLoadEnvoyConfig,
+  startEnvoyHarness,
+} from '../../testbed/harness/index.js';
 
 /** BUFFERED request bodies, response headers: what a plain gateway sends the picker. */
 export const BUFFERED_MODE = { request_body_mode: 'BUFFERED', response_header_mode: 'SEND' };
@@ -79,34 +85,7 @@ export function gieGatewayYaml(gatePort: number, members: readonly string[], mod
           name: 'pool',
           type: 'STATIC',
           load_assignment: { cluster_name: 'pool', endpoints: [{ lb_endpoints: members.map(ep) }] },
-          load_balancing_policy: {
-            policies: [
-              {
-                typed_extension_config: {
-                  name: 'envoy.load_balancing_policies.override_host',
-                  typed_config: {
-                    '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
-                    override_host_sources: [
-                      { metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } },
-                      { header: 'x-gateway-destination-endpoint' },
-                    ],
-                    fallback_policy: {
-                      policies: [
-                        {
-                          typed_extension_config: {
-                            name: 'envoy.load_balancing_policies.round_robin',
-                            typed_config: {
-                              '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin',
-                            },
-                          },
-                        },
-                      ],
-                    },
-                  },
-                },
-              },
-            ],
-          },
+          load_balancing_policy: GIE_OVERRIDE_HOST_POLICY,
         },
       ],
     },

@@ -8,6 +8,25 @@ import { request as rawRequest } from '../../testbed/harness/index.js';
 
 export { until } from './until.js';
 
+/** The namespace and the two revisions the rollout tests roll between. */
+export const NS = 'serving';
+export const A = 'llama-a';
+export const B = 'llama-b';
+/** The gate's worker view poll; a Ready pod is routable after the watch event and the next poll of its sidecar. */
+export const POLL_MS = 100;
+/**
+ * How long a Ready pod may take to be routable (watch event + a poll, with room for a loaded machine). The Deployments
+ * use it as `minReadySeconds`, as the operator guide's rollout section asks, so old capacity never goes before the
+ * new is routable.
+ */
+export const SETTLE_MS = 400;
+/**
+ * How long Ready capacity must have been there before a refusal counts as a bug: the gate's pick-up time (a watch
+ * event, a poll round, the sidecar's verification) plus slack for a loaded CI machine, where two suites share two
+ * cores. Shorter than every phase of the rollouts, so a gate that never routes to a Ready pod still fails.
+ */
+export const PICKUP_MS = 2500;
+
 /** A TCP port free on 127.0.0.1 now (the pods' shared target port). */
 export async function freePort(): Promise<number> {
   const s = createServer();

@@ -27,6 +27,7 @@ export type { AppendSemantics } from './header-mutation.js';
 export { ENVOY_VERSIONS, type EnvoyVersion } from './runtime-config.js';
 export {
   chunkedRequest,
+  GIE_OVERRIDE_HOST_POLICY,
   ok,
   request,
   scenarioYaml,

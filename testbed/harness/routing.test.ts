@@ -8,7 +8,7 @@ import type { WireCommonResponse } from './ext-proc-messages.js';
 import { continueAll, reply, setHeader, type FakeHandler } from './fake-ext-proc.js';
 import { toStruct } from './ext-proc-messages.js';
 import { startFakeUpstream, type FakeUpstream } from './fake-upstream.js';
-import { ok, request, startScenario, type HttpResult, type Scenario } from './testing.js';
+import { GIE_OVERRIDE_HOST_POLICY, ok, request, startScenario, type HttpResult, type Scenario } from './testing.js';
 
 /** The fake upstream that answered, after checking that it did answer (a local reply has no such body). */
 function upstreamOf(r: HttpResult): string {
@@ -226,32 +226,7 @@ describe('override_host', () => {
           { lb_endpoints: pool.map((p) => ({ endpoint: { address: { socket_address: { address: '127.0.0.1', port_value: p.port } } } })) },
         ],
       },
-      load_balancing_policy: {
-        policies: [
-          {
-            typed_extension_config: {
-              name: 'envoy.load_balancing_policies.override_host',
-              typed_config: {
-                '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
-                override_host_sources: [
-                  { metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } },
-                  { header: 'x-gateway-destination-endpoint' },
-                ],
-                fallback_policy: {
-                  policies: [
-                    {
-                      typed_extension_config: {
-                        name: 'envoy.load_balancing_policies.round_robin',
-                        typed_config: { '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin' },
-                      },
-                    },
-                  ],
-                },
-              },
-            },
-          },
-        ],
-      },
+      load_balancing_policy: GIE_OVERRIDE_HOST_POLICY,
     };
     const target = pool[1]?.address ?? '';
     scenario = await startScenario({

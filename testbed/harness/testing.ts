@@ -10,6 +10,38 @@ import { startEnvoyHarness, type EnvoyHarness, type EnvoyHarnessOptions } from '
 import { startFakeExtProc, type FakeExtProc, type FakeHandler } from './fake-ext-proc.js';
 import { startFakeUpstream, type FakeUpstream, type UpstreamHandler } from './fake-upstream.js';
 
+/**
+ * A GIE data plane's pool cluster load balancing (gateway-api-inference-extension's Envoy config; Envoy
+ * `envoy.load_balancing_policies.override_host`): the endpoint the picker set in `envoy.lb` metadata or the
+ * `x-gateway-destination-endpoint` header, else round robin.
+ */
+export const GIE_OVERRIDE_HOST_POLICY = {
+  policies: [
+    {
+      typed_extension_config: {
+        name: 'envoy.load_balancing_policies.override_host',
+        typed_config: {
+          '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
+          override_host_sources: [
+            { metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } },
+            { header: 'x-gateway-destination-endpoint' },
+          ],
+          fallback_policy: {
+            policies: [
+              {
+                typed_extension_config: {
+                  name: 'envoy.load_balancing_policies.round_robin',
+                  typed_config: { '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin' },
+                },
+              },
+            ],
+          },
+        },
+      },
+    },
+  ],
+};
+
 export interface ScenarioOptions {
   readonly handler: FakeHandler;
   /** ext_proc `typed_config` fields besides `@type` and `grpc_service` (e.g. processing_mode). */
