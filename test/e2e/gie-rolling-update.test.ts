@@ -49,7 +49,20 @@ import { Deployment, type PodTemplate, type SimPod } from '../support/deployment
 import { startDiscoveringGate } from '../support/e2e-gate.js';
 import { type GieGateway, startGieGateway } from '../support/gie-gateway.js';
 import { PodServers, watchDropped } from '../support/pod-servers.js';
-import { A, auditProblem, B, freePort, NS, PICKUP_MS, POLL_MS, type Sent, SETTLE_MS, traffic, until } from '../support/rollout-traffic.js';
+import {
+  A,
+  auditProblem,
+  B,
+  freePort,
+  NS,
+  PICKUP_MS,
+  POLL_MS,
+  type Sent,
+  SETTLE_MS,
+  traffic,
+  until,
+  untilStickyRefused,
+} from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-gie-rolling';
 /** Termination grace: shorter than the slow gateway's removal lag, so a pod's address is reused while still listed. */
@@ -317,10 +330,7 @@ describe('a rolling update with kvgate as the InferencePool endpoint picker (GIE
       await until(() => aPods.every((p) => !rig.listedAt(p, Date.now())), 'the gateway dropped every llama-a pod');
       const aGone = Date.now();
       const sticky = t.clients.filter((c) => c.startsWith('sticky'));
-      await until(
-        () => sticky.every((c) => t.sent.some((s) => s.client === c && s.sentAt > aGone && s.reject === 'no_compatible_capacity')),
-        'each session bound to A refused once A is gone',
-      );
+      await untilStickyRefused(t, aGone);
       promoted = Date.now();
       await rig.reload({ stable: B });
       await until(

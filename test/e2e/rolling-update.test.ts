@@ -39,7 +39,20 @@ import { createDevPki } from '../../testbed/tls/dev-pki.js';
 import { startDiscoveringGate } from '../support/e2e-gate.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
 import { PodServers, watchDropped } from '../support/pod-servers.js';
-import { A, auditProblem, B, freePort, NS, PICKUP_MS, POLL_MS, type Sent, SETTLE_MS, traffic, until } from '../support/rollout-traffic.js';
+import {
+  A,
+  auditProblem,
+  B,
+  freePort,
+  NS,
+  PICKUP_MS,
+  POLL_MS,
+  type Sent,
+  SETTLE_MS,
+  traffic,
+  until,
+  untilStickyRefused,
+} from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-rolling';
 /** The pods' termination grace (Kubernetes' default is 30 s): long enough for a request in flight on a loaded machine. */
@@ -383,10 +396,7 @@ describe('a rolling update under continuous traffic', () => {
       const aGone = Date.now();
       // Sessions pinned to A: refused until their binding goes (docs/policy-guide.md §5, step 6; §7 notPinned).
       const sticky = t.clients.filter((c) => c.startsWith('sticky'));
-      await until(
-        () => sticky.every((c) => t.sent.some((s) => s.client === c && s.sentAt > aGone && s.reject === 'no_compatible_capacity')),
-        'each session bound to A refused once A is gone',
-      );
+      await untilStickyRefused(t, aGone);
       // Promote B: A no longer serves the model, so bindings to it are ignored and those sessions move to B.
       promoted = Date.now();
       await rig.reload((v) => void (v.models['llama-3-8b']!.rollout = { stable: B }));

@@ -6,7 +6,9 @@
 import { createServer } from 'node:http';
 import { request as rawRequest } from '../../testbed/harness/index.js';
 
-export { until } from './until.js';
+import { until } from './until.js';
+
+export { until };
 
 /** The namespace and the two revisions the rollout tests roll between. */
 export const NS = 'serving';
@@ -132,6 +134,19 @@ export function traffic(url: string) {
       await Promise.all(loops);
     },
   };
+}
+
+/**
+ * Waits until each sticky client (a session that sends its binding back) has had a request sent after `since`
+ * refused 503 `no_compatible_capacity`: a binding pins a session to its revision, and `routeVia` does not move pinned
+ * requests (docs/policy-guide.md section 5, step 6; section 7, `notPinned`).
+ */
+export async function untilStickyRefused(t: ReturnType<typeof traffic>, since: number): Promise<void> {
+  const sticky = t.clients.filter((c) => c.startsWith('sticky'));
+  await until(
+    () => sticky.every((c) => t.sent.some((s) => s.client === c && s.sentAt > since && s.reject === 'no_compatible_capacity')),
+    'each session bound to A refused once A is gone',
+  );
 }
 
 /**
