@@ -120,6 +120,42 @@ describe('internal hop', () => {
     expect(fresh).toMatchObject({ kind: 'refuse', code: 'no_compatible_capacity' });
   });
 
+  it('a named prefill endpoint whose pod is being deleted: the planned one keeps its leg, another is replaced, neither is "not a member"', () => {
+    const r = routed();
+    const planned = r.prefill!.endpoint!;
+    const other = planned === '10.0.1.1:9090' ? '10.0.1.2:9090' : '10.0.1.1:9090';
+    const base = createTestWorkerView(table);
+    const leaving = (address: string): WorkerView => ({
+      endpoints: (pool) => base.endpoints(pool).filter((e) => e.address !== address),
+      terminating: (pool) => base.endpoints(pool).filter((e) => e.address === address),
+    });
+    // The sidecar names the contract's own endpoint, deleted since the decision: the leg goes there (its grace period).
+    const kept = decide(
+      testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillEndpoint: planned } }),
+      table,
+      leaving(planned),
+      ctx,
+    );
+    expect(kept).toMatchObject({ kind: 'hop', prefill: r.prefill });
+    // It names another endpoint whose pod is being deleted: replaced inside the group, not refused as a stranger.
+    const replaced = decide(
+      testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillEndpoint: other } }),
+      table,
+      leaving(other),
+      ctx,
+    );
+    expect(replaced).toMatchObject({ kind: 'hop', prefill: { endpoint: planned } });
+    expect(replaced.trace.join('\n')).toContain(`the named prefill endpoint ${other} is being deleted`);
+    // An address the cluster never had is still refused.
+    const stranger = decide(
+      testFacts({ requestId: 'req-hop', hop: { contract: r.contract, prefillEndpoint: '10.9.9.9:9090' } }),
+      table,
+      base,
+      ctx,
+    );
+    expect(stranger).toMatchObject({ kind: 'refuse', code: 'mixed_revision' });
+  });
+
   it('a retry excludes the endpoints that failed and stays inside the group, or is refused', () => {
     const r = routed();
     const planned = r.prefill!.endpoint!;

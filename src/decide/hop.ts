@@ -136,8 +136,12 @@ function hopTarget(
   named: string | undefined,
   exclude: ReadonlySet<string>,
 ): Decision {
-  if (named !== undefined && !exclude.has(named)) return checkHopEndpoint(h, pools, named, exclude);
   const planned = h.c.prefill?.cluster === clusterName ? h.c.prefill.endpoint : null;
+  // A named endpoint is checked as a member of the cluster; the contract's own planned endpoint, named but no longer
+  // listed (its pod is being deleted), is what the planned path below handles.
+  if (named !== undefined && !exclude.has(named) && (named !== planned || isListed(h, pools, named))) {
+    return checkHopEndpoint(h, pools, named, exclude);
+  }
   if (planned !== null && !exclude.has(planned)) {
     // A pod deleted since the decision still serves until its grace period ends (that is what the period is for):
     // the leg of a request decided before may go there, never a new one.
@@ -156,6 +160,10 @@ function hopTarget(
     h.trace?.push(`the contract's prefill endpoint ${planned} is no longer usable; picking another in cluster ${clusterName}`);
   }
   return pickHopEndpoint(h, pools, new Set([...exclude, ...(planned === null ? [] : [planned])]));
+}
+
+function isListed(h: HopScope, pools: readonly CompiledPool[], address: string): boolean {
+  return pools.some((p) => h.view.endpoints(p.name).some((e) => e.address === address));
 }
 
 function prefillClusters(table: CompiledRouteTable, fingerprint: string): string {
@@ -205,6 +213,11 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
     }
     trace?.push(`prefill endpoint ${address} (pool ${pool.name}) is in the group`);
     return hopDecision(h, { pool: pool.name, cluster: pool.cluster, endpoint: address });
+  }
+  // Not listed, but a pod of the cluster being deleted (Ready inside its grace period): a member, not for new work.
+  if (pools.some((p) => (h.view.terminating?.(p.name) ?? []).some((e) => e.address === address))) {
+    trace?.push(`the named prefill endpoint ${address} is being deleted; picking another in cluster ${pools[0]!.cluster}`);
+    return pickHopEndpoint(h, pools, new Set([...exclude, address]));
   }
   return refuse(
     id,
