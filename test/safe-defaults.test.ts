@@ -47,6 +47,7 @@ import { exampleDescriptorInput } from '../src/compat/testing.js';
 import { formatIssues, type ConfigIssue } from '../src/config/issues.js';
 import { createDevKeyRing } from '../src/contract/keys.js';
 import { parseGateConfig } from '../src/gate/config.js';
+import { localGateConfig } from '../src/gate/testing.js';
 import { startGate, type RunningGate } from '../src/gate/gate.js';
 import { gateConfigOptIns, tableOptIns } from '../src/gate/opt-ins.js';
 import { createPolicyStore, type PolicyStore } from '../src/gate/policy-store.js';
@@ -155,21 +156,14 @@ describe('gate: opt-ins are warned at start and on reload, listed on /status, an
     const v = clone(twoRevisionTableValue()) as Value;
     v['tenancy']['prefixScope'] = 'shared';
     await writeFile(path.join(dir, 'route-table.json'), JSON.stringify(v));
-    const cfg = parseGateConfig(
-      JSON.stringify({
-        listen: '127.0.0.1:0',
-        admin: '',
-        policy: 'route-table.json',
-        keys: { devSeed: 'x' },
-        workerView: { mode: 'static' },
-        insecure: true,
-      }),
-      path.join(dir, 'gate.yaml'),
-    );
-    if (!cfg.ok) throw new Error(formatIssues(cfg.error));
     const { logger, lines } = createMemoryLogger('info');
     const registry = new Registry();
-    gate = await startGate(cfg.value, { logger, keys: createDevKeyRing('x'), registry, defaultMetrics: false });
+    gate = await startGate(localGateConfig(dir, 'route-table.json'), {
+      logger,
+      keys: createDevKeyRing('x'),
+      registry,
+      defaultMetrics: false,
+    });
     const w = warnings(lines).join('\n');
     expect(w).toMatch(/INSECURE development keys \(keys\.devSeed\)/);
     expect(w).toMatch(/STATIC worker view \(workerView\.mode: static\)/);

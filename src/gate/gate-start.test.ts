@@ -15,6 +15,7 @@ import { stringify as toYaml } from 'yaml';
 import { twoRevisionTableValue } from '../policy/testing.js';
 import { parseGateConfig } from './config.js';
 import { startGate } from './gate.js';
+import { localGateConfig } from './testing.js';
 
 let dir: string | undefined;
 afterEach(async () => {
@@ -61,19 +62,8 @@ describe('startGate: a start that fails after the ports begin to open', () => {
     const taken = await listening(); // the admin port is in use: the start fails after the gRPC port opened
     const before = watchers();
     try {
-      const cfg = parseGateConfig(
-        JSON.stringify({
-          listen: `127.0.0.1:${grpcPort}`,
-          admin: `127.0.0.1:${portOf(taken)}`,
-          insecure: true,
-          policy: 'route-table.yaml',
-          keys: { devSeed: 'x' },
-        }),
-        path.join(dir, 'gate.json'),
-      );
-      if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
       await expect(
-        startGate(cfg.value, {
+        startGate(localGateConfig(dir, 'route-table.yaml', { listen: `127.0.0.1:${grpcPort}`, admin: `127.0.0.1:${portOf(taken)}` }), {
           logger: pino({ level: 'silent' }),
           keys: createDevKeyRing('x'),
           registry: new Registry(),

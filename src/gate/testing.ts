@@ -5,7 +5,9 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { formatIssues } from '../config/issues.js';
 import { clone, twoRevisionTableValue } from '../policy/testing.js';
+import { type GateConfig, parseGateConfig } from './config.js';
 import type { RawRequestFacts } from '../decide/decide-request.js';
 import type { WaitHooks } from './admission-types.js';
 
@@ -75,3 +77,24 @@ export async function createTableFile(value: unknown): Promise<TableFile> {
 
 /** Resolve after pending microtasks and timers of the current turn have run. */
 export const tick = (ms = 0): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A gate config for an in-process test gate: plaintext (`insecure`), no admin port, dev keys, a static worker view, its
+ * route table `policy` next to `dir/gate.json`; `extra` replaces any top-level setting.
+ */
+export function localGateConfig(dir: string, policy: string, extra: Record<string, unknown> = {}): GateConfig {
+  const cfg = parseGateConfig(
+    JSON.stringify({
+      listen: '127.0.0.1:0',
+      admin: '',
+      insecure: true,
+      policy,
+      keys: { devSeed: 'x' },
+      workerView: { mode: 'static' },
+      ...extra,
+    }),
+    join(dir, 'gate.json'),
+  );
+  if (!cfg.ok) throw new Error(formatIssues(cfg.error));
+  return cfg.value;
+}

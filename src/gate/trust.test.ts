@@ -9,7 +9,7 @@ import { decide } from '../decide/decide.js';
 import { createTestWorkerView, testFacts, testKeys } from '../decide/testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
-import { parseGateConfig } from './config.js';
+import { localGateConfig } from './testing.js';
 import { startGate, type RunningGate } from './gate.js';
 
 type Value = Record<string, any>;
@@ -51,20 +51,13 @@ describe('trust: declared-only is loud', () => {
   it('/status lists it and kvgate_revision_trust labels it', async () => {
     dir = await mkdtemp(path.join(tmpdir(), 'kvgate-trust-'));
     await writeFile(path.join(dir, 'route-table.json'), JSON.stringify(declaredOnlyB()));
-    const cfg = parseGateConfig(
-      JSON.stringify({
-        listen: '127.0.0.1:0',
-        admin: '',
-        policy: 'route-table.json',
-        keys: { devSeed: 'x' },
-        workerView: { mode: 'static' },
-        insecure: true,
-      }),
-      path.join(dir, 'gate.yaml'),
-    );
-    if (!cfg.ok) throw new Error(JSON.stringify(cfg.error));
     const registry = new Registry();
-    gate = await startGate(cfg.value, { logger: pino({ enabled: false }), keys: createDevKeyRing('x'), registry, defaultMetrics: false });
+    gate = await startGate(localGateConfig(dir, 'route-table.json'), {
+      logger: pino({ enabled: false }),
+      keys: createDevKeyRing('x'),
+      registry,
+      defaultMetrics: false,
+    });
     const status = gate.status() as { trust: unknown; rollout: Array<{ revision: string; trust: string }> };
     expect(status.trust).toEqual({ revisions: { 'llama-a': 'recorded', 'llama-b': 'declared-only' }, declaredOnly: ['llama-b'] });
     expect(status.rollout.find((r) => r.revision === 'llama-b')?.trust).toBe('declared-only');
