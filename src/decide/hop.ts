@@ -139,15 +139,13 @@ function hopTarget(
   const planned = h.c.prefill?.cluster === clusterName ? h.c.prefill.endpoint : null;
   // A named endpoint is checked as a member of the cluster; the contract's own planned endpoint, named but no longer
   // listed (its pod is being deleted), is what the planned path below handles.
-  if (named !== undefined && !exclude.has(named) && (named !== planned || isListed(h, pools, named))) {
+  if (named !== undefined && !exclude.has(named) && (named !== planned || findIn(pools, listed(h), named) !== undefined)) {
     return checkHopEndpoint(h, pools, named, exclude);
   }
   if (planned !== null && !exclude.has(planned)) {
     // A pod deleted since the decision still serves until its grace period ends (that is what the period is for):
     // the leg of a request decided before may go there, never a new one.
-    const listed = (list: (pool: string) => readonly EndpointState[]) =>
-      pools.flatMap((p) => list(p.name).map((e) => ({ p, e }))).find((x) => x.e.address === planned);
-    const state = listed((p) => h.view.endpoints(p)) ?? listed((p) => h.view.terminating?.(p) ?? []);
+    const state = findIn(pools, listed(h), planned) ?? findIn(pools, leaving(h), planned);
     if (state !== undefined && state.e.fingerprint === h.c.fingerprint && state.e.verified) {
       const target = { pool: state.p.name, cluster: state.p.cluster, endpoint: planned };
       if (!state.e.draining) {
@@ -162,8 +160,26 @@ function hopTarget(
   return pickHopEndpoint(h, pools, new Set([...exclude, ...(planned === null ? [] : [planned])]));
 }
 
-function isListed(h: HopScope, pools: readonly CompiledPool[], address: string): boolean {
-  return pools.some((p) => h.view.endpoints(p.name).some((e) => e.address === address));
+/** A pool's endpoints as some part of the worker view lists them. */
+type Lister = (pool: string) => readonly EndpointState[];
+/** The endpoints that may take work. */
+const listed =
+  (h: HopScope): Lister =>
+  (pool) =>
+    h.view.endpoints(pool);
+/** Pods being deleted that still serve: only a leg planned there before may go (`WorkerView.terminating`). */
+const leaving =
+  (h: HopScope): Lister =>
+  (pool) =>
+    h.view.terminating?.(pool) ?? [];
+
+/** `address` in the first of `pools` whose `list` has it, with its state. */
+function findIn(pools: readonly CompiledPool[], list: Lister, address: string): { p: CompiledPool; e: EndpointState } | undefined {
+  for (const p of pools) {
+    const e = list(p.name).find((x) => x.address === address);
+    if (e !== undefined) return { p, e };
+  }
+  return undefined;
 }
 
 function prefillClusters(table: CompiledRouteTable, fingerprint: string): string {
@@ -215,7 +231,7 @@ function checkHopEndpoint(h: HopScope, pools: readonly CompiledPool[], address: 
     return hopDecision(h, { pool: pool.name, cluster: pool.cluster, endpoint: address });
   }
   // Not listed, but a pod of the cluster being deleted (Ready inside its grace period): a member, not for new work.
-  if (pools.some((p) => (h.view.terminating?.(p.name) ?? []).some((e) => e.address === address))) {
+  if (findIn(pools, leaving(h), address) !== undefined) {
     trace?.push(`the named prefill endpoint ${address} is being deleted; picking another in cluster ${pools[0]!.cluster}`);
     return pickHopEndpoint(h, pools, new Set([...exclude, address]));
   }
