@@ -20,40 +20,10 @@
  * `unhealthy_interval` / edge intervals (default = `interval`), HTTP checks (recorded only).
  */
 import * as grpc from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
 import type { Endpoint, HealthCheckConfig } from './envoy-config-types.js';
 
 export type HostHealth = 'healthy' | 'unhealthy';
-
-/** grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING */
-const SERVING = 1;
-
-function encodeRequest(service: string): Buffer {
-  const s = Buffer.from(service, 'utf8');
-  return s.length === 0 ? Buffer.alloc(0) : Buffer.concat([Buffer.from([0x0a, s.length]), s]);
-}
-
-/** `status` (field 1, varint) of a HealthCheckResponse; 0 (UNKNOWN) when absent. */
-function decodeStatus(b: Buffer): number {
-  for (let i = 0; i + 1 < b.length; ) {
-    const tag = b[i]!;
-    if (tag === 0x08) return b[i + 1]!;
-    if ((tag & 7) === 2) i += 2 + b[i + 1]!;
-    else i += 2;
-  }
-  return 0;
-}
-
-const healthService: grpc.ServiceDefinition = {
-  Check: {
-    path: '/grpc.health.v1.Health/Check',
-    requestStream: false,
-    responseStream: false,
-    requestSerialize: (s: string) => encodeRequest(s),
-    requestDeserialize: (b: Buffer) => b.toString(),
-    responseSerialize: (n: number) => Buffer.from([0x08, n]),
-    responseDeserialize: (b: Buffer) => decodeStatus(b),
-  },
-};
 
 /** One host's health-check session. */
 export class HealthCheckSession {
@@ -91,20 +61,20 @@ export class HealthCheckSession {
   #check(): void {
     if (this.#closed) return;
     const deadline = new Date(Date.now() + this.config.timeoutMs);
-    (this.#client as unknown as { Check: (req: string, o: grpc.CallOptions, cb: grpc.requestCallback<number>) => void }).Check(
-      this.config.check.grpc,
-      { deadline },
-      (err, status) => {
-        if (this.#closed) return;
-        if (err === null && status === SERVING) this.#success();
-        else if (err !== null && (err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.DEADLINE_EXCEEDED))
-          this.#failure('network');
-        else this.#failure('active');
-        this.#answered();
-        this.#timer = setTimeout(() => this.#check(), this.config.intervalMs);
-        this.#timer.unref();
-      },
-    );
+    (
+      this.#client as unknown as {
+        Check: (req: { service: string }, o: grpc.CallOptions, cb: grpc.requestCallback<{ status?: string }>) => void;
+      }
+    ).Check({ service: this.config.check.grpc }, { deadline }, (err, res) => {
+      if (this.#closed) return;
+      if (err === null && res?.status === 'SERVING') this.#success();
+      else if (err !== null && (err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.DEADLINE_EXCEEDED))
+        this.#failure('network');
+      else this.#failure('active');
+      this.#answered();
+      this.#timer = setTimeout(() => this.#check(), this.config.intervalMs);
+      this.#timer.unref();
+    });
   }
 
   #success(): void {
