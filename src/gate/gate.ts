@@ -268,6 +268,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     drainGraceMs: config.drain.graceMs,
     maxReceiveMessageBytes: receiveLimit,
     maxBodyBytes: () => state.table.limits.maxBodyBytes,
+    tenancy: () => state.table.tenancy,
     now,
   }).catch(abandon);
   setReady = (r) => grpc.setReady(r);

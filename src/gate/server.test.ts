@@ -490,10 +490,15 @@ describe('gate gRPC server', () => {
       listen: '127.0.0.1:0',
       transport: { kind: 'insecure' },
       drainGraceMs: 200,
+      // The tenant these requests were never decided under is still named on their audit lines, from their headers.
+      tenancy: () => ({ source: { header: 'x-tenant' }, required: false, prefixScope: 'tenant' }),
     });
     const g = gate;
     const bad = await openStream(g.port);
-    bad.send({ ...hdrs({ ':method': 'POST', ':path': '/bad' }), protocol_config: { request_body_mode: 'BUFFERED' } });
+    bad.send({
+      ...hdrs({ ':method': 'POST', ':path': '/bad', 'x-tenant': 'acme' }),
+      protocol_config: { request_body_mode: 'BUFFERED' },
+    });
     await bad.next();
     bad.send({ request_body: { body: Buffer.from('{}'), end_of_stream: true } });
     expect((await bad.status).code).toBe(grpc.status.INTERNAL);
@@ -501,15 +506,15 @@ describe('gate gRPC server', () => {
     routed.send(hdrs({ ':method': 'GET', ':path': '/a' }, true));
     await routed.next();
     const hung = await openStream(g.port);
-    hung.send(hdrs({ ':method': 'GET', ':path': '/hang', 'x-request-id': 'client-hung-1' }, true));
+    hung.send(hdrs({ ':method': 'GET', ':path': '/hang', 'x-request-id': 'client-hung-1', 'x-tenant': 'globex' }, true));
     const idle = await openStream(g.port); // no request on it yet: nothing to audit
     await new Promise((r) => setTimeout(r, 50));
     await g.drain();
     expect((await hung.status).code).toBe(grpc.status.UNAVAILABLE);
     const audits = lines.filter((l) => l['audit'] === 'refusal');
-    expect(audits.map((l) => [l['code'], typeof l['request_id'], typeof l['reason']])).toEqual([
-      ['internal', 'string', 'string'],
-      ['draining', 'string', 'string'],
+    expect(audits.map((l) => [l['code'], typeof l['request_id'], typeof l['reason'], l['tenant']])).toEqual([
+      ['internal', 'string', 'string', 'acme'],
+      ['draining', 'string', 'string', 'globex'],
     ]);
     // Joinable to the client's own id too, like every other audit line of a public request.
     expect(audits[1]).toMatchObject({

@@ -31,6 +31,7 @@ import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import type { Admission } from './admission.js';
 import type { GateMetrics } from './metrics.js';
 import type { Listener } from '../envoy/inbound.js';
+import type { Tenancy } from '../policy/schema.js';
 import { ExtProcSession, type SessionDeps } from './session.js';
 import { type GateTransport, serverCredentials, streamRole } from './transport.js';
 
@@ -66,6 +67,8 @@ export interface GateServerOptions {
   readonly maxReceiveMessageBytes?: number;
   /** The route table's current `limits.maxBodyBytes`, for FULL_DUPLEX_STREAMED bodies (SessionDeps.maxBodyBytes). */
   readonly maxBodyBytes?: () => number;
+  /** The route table's current tenancy, to name the tenant on the audit line of a request refused undecided. */
+  readonly tenancy?: () => Tenancy;
   readonly now?: () => number;
 }
 
@@ -132,6 +135,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
     decisionLog: opts.decisionLog,
     tracer: opts.tracer,
     ...(opts.maxBodyBytes === undefined ? {} : { maxBodyBytes: opts.maxBodyBytes }),
+    ...(opts.tenancy === undefined ? {} : { tenancy: opts.tenancy }),
     gieFallbackEndpoints: opts.gieFallbackEndpoints ?? 0,
   };
 
@@ -337,6 +341,7 @@ class StreamServer implements ServedStream {
           request_id: this.#session.requestId || undefined,
           audit: 'refusal',
           code: 'internal',
+          tenant: this.#session.auditTenant(),
           reason: 'the gate failed while answering this request; Envoy answers it with its status_on_error (fail closed)',
         },
         'ext_proc stream failed',
@@ -404,6 +409,7 @@ class StreamServer implements ServedStream {
           ...(this.#session.clientRequestId === undefined ? {} : { client_request_id: this.#session.clientRequestId }),
           audit: 'refusal',
           code: 'draining',
+          tenant: this.#session.auditTenant(),
           reason: `the gate shut down (${why}) before this request was decided; Envoy answers it with its status_on_error, before any worker saw it`,
           listener: this.#listener,
         },

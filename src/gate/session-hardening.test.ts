@@ -42,6 +42,7 @@ function gate() {
     newRequestId: () => `minted-${++n}`,
     now: Date.now,
     gieHeaders: false,
+    tenancy: () => table.tenancy,
   };
   /** One request through a fresh public session: headers (name -> raw bytes), then the body. */
   const send = async (h: Record<string, Buffer | string>, body: Buffer | string): Promise<WireProcessingResponse | null> => {
@@ -141,6 +142,8 @@ describe('JSON nested too deep', () => {
     const r = await g.send({ 'x-tenant-id': 'acme' }, deep);
     expect(refusal(r)).toMatchObject({ code: 'bad_request', message: expect.stringContaining('more than 64 levels deep') });
     expect(g.audits()).toHaveLength(1);
+    // Refused before the decision resolved a tenant: the line names the one the trusted header carries.
+    expect(g.audits()[0]).toMatchObject({ tenant: 'acme' });
     const decisions = await g.registry.getSingleMetricAsString('kvgate_decisions_total');
     expect(decisions).toContain('outcome="refuse",code="bad_request"');
     expect(decisions).not.toContain('outcome="route"');
@@ -180,6 +183,7 @@ describe('messages out of the protocol order', () => {
     const again = await s.onMessage({ ...headersMsg({}), request_headers: { headers: { headers: [] }, end_of_stream: true } });
     expect(refusal(again)).toMatchObject({ code: 'internal', message: expect.stringContaining('second request_headers') });
     expect(g.audits()).toHaveLength(1);
+    expect(g.audits()[0]).toMatchObject({ tenant: 'acme' });
     s.finish();
     // Without the check the second decision's hold replaced the first's, which then stayed taken forever.
     expect([...g.inFlight.snapshot().values()].reduce((a, b) => a + b, 0)).toBe(0);
@@ -203,6 +207,7 @@ describe('BUFFERED_PARTIAL: a non-final chunk is the whole body only when its le
     const r = await s.onMessage(bodyMsg(`${chat}${' '.repeat(100)}`, false));
     expect(refusal(r)).toMatchObject({ code: 'body_too_large' });
     expect(g.audits()).toHaveLength(1);
+    expect(g.audits()[0]).toMatchObject({ tenant: 'acme' });
     s.finish();
   });
 

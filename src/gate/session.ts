@@ -33,6 +33,8 @@ import type { BodySendMode, WireCommonResponse, WireHeaderMap, WireProcessingReq
 import { type Listener, toRequestFacts } from '../envoy/inbound.js';
 import type { Admission } from './admission.js';
 import type { Admitted, InFlightHold, WaitHooks } from './admission-types.js';
+import { tenantOf } from '../decide/request-facts.js';
+import type { Tenancy } from '../policy/schema.js';
 import { decisionLine } from './decision-log.js';
 import type { GateMetrics } from './metrics.js';
 import { routedOutcome } from './routed-outcome.js';
@@ -58,6 +60,11 @@ export interface SessionDeps {
   readonly maxBodyBytes?: () => number;
   /** GIE mode: alternates after the pick in x-gateway-destination-endpoint (gate config envoy.gieFallbackEndpoints). */
   readonly gieFallbackEndpoints?: number;
+  /**
+   * The route table's current tenancy, read only to name the tenant on an audit line of a request refused before its
+   * decision resolved one (a body that never came, a shutdown, a stream that failed). Undefined: such lines say null.
+   */
+  readonly tenancy?: () => Tenancy;
 }
 
 /** What a routed request keeps for its response phase: what to stamp, and what its outcome is counted under. One flat
@@ -196,6 +203,21 @@ export class ExtProcSession {
 
   get requestId(): string {
     return this.#requestId;
+  }
+
+  /**
+   * The tenant an audit line names for this request: the one its decision resolved (or its route keeps), else the one
+   * its held headers or metadata carry under the current tenancy (cut to the audit bound), else null. Only a tenant
+   * found in the trusted source is named; an absent, ambiguous or undecodable one is null: none was established.
+   */
+  auditTenant(decided?: string | null): string | null {
+    if (decided !== undefined) return decided === null ? null : auditCut(decided);
+    if (this.#routed !== undefined) return this.#routed.tenant === null ? null : auditCut(this.#routed.tenant);
+    const tenancy = this.#deps.tenancy?.();
+    const held = this.#received;
+    if (tenancy === undefined || held === undefined) return null;
+    const found = tenantOf({ headers: held.headers, metadata: this.#metadata, invalidHeaders: held.invalid }, tenancy);
+    return found.kind === 'found' ? auditCut(found.tenant) : null;
   }
 
   /** The id the client sent on the public listener (cut for audit lines), if any. */
@@ -424,12 +446,8 @@ export class ExtProcSession {
         return wrap(phase, common);
       }
       case 'route': {
-        const m = routeMutation(d, phase === 'request_body' ? decided.body : undefined, forged, {
-          gieHeaders: this.#deps.gieHeaders,
-          gieFallbackEndpoints: this.#deps.gieFallbackEndpoints ?? 0,
-        });
-        const common = withTraceHeaders(m.common, span);
-        // Keep only what the response phase needs, not the decision's trace, body and contract.
+        // Keep only what the response phase needs, not the decision's trace, body and contract. Kept before the
+        // answer is built, so a failure building it is audited under the request's tenant.
         this.#routed = {
           groupId: d.group.id,
           revision: d.group.revision,
@@ -437,6 +455,11 @@ export class ExtProcSession {
           tenant: d.group.tenant,
           ...(d.trust === undefined ? {} : { trust: d.trust }),
         };
+        const m = routeMutation(d, phase === 'request_body' ? decided.body : undefined, forged, {
+          gieHeaders: this.#deps.gieHeaders,
+          gieFallbackEndpoints: this.#deps.gieFallbackEndpoints ?? 0,
+        });
+        const common = withTraceHeaders(m.common, span);
         if (this.#duplex(phase)) return this.#sendDuplex({ ...m, common }, m.common.body_mutation?.body ?? body);
         const out = wrap(phase, common);
         if (m.dynamicMetadata) out.dynamic_metadata = m.dynamicMetadata;
@@ -528,7 +551,7 @@ export class ExtProcSession {
         {
           audit: 'refusal',
           code: d.code,
-          tenant: d.tenant === undefined || d.tenant === null ? null : auditCut(d.tenant),
+          tenant: this.auditTenant(d.tenant),
           reason: auditCut(d.message, AUDIT_REASON_MAX),
           listener: this.#listener,
           ...(d.revision === undefined ? {} : { revision: d.revision }),
