@@ -3,9 +3,11 @@
  * rotation by then, or the streams it still sends there fail closed (500, failure_mode_allow: false). Envoy's gRPC
  * health check ejects a host at its first non-SERVING answer (source/common/upstream/health_checker_impl.cc
  * `setUnhealthy`: only network failures wait for unhealthy_threshold), and checks run `interval` after the last
- * answer, each taking up to `timeout`: the draining gate is out within interval + timeout. So announceMs, as shipped
- * and as defaulted, must exceed that for every shipped Envoy bootstrap's gate clusters (test/e2e/gate-rolling-restart
- * shows what happens otherwise).
+ * answer, each taking up to `timeout`: the draining gate is out within interval + timeout. Until the Envoy has sent
+ * the gate cluster any traffic, the wait is `no_traffic_interval` instead (60 s unless set;
+ * source/extensions/health_checkers/common/health_checker_base_impl.cc `interval`, envoyproxy/envoy @045a5b1a), so the
+ * longer of the two counts. announceMs, as shipped and as defaulted, must exceed that for every shipped Envoy
+ * bootstrap's gate clusters (test/e2e/gate-rolling-restart shows what happens otherwise, warm and cold).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -17,17 +19,23 @@ import { PACKAGE_ROOT } from '../../src/package-root.js';
 const read = (f: string) => readFileSync(path.join(PACKAGE_ROOT, f), 'utf8');
 const seconds = (d: string) => Number(d.replace(/s$/, '')) * 1000;
 
-/** interval + timeout of each gate cluster's health check in a bootstrap. */
+/** Envoy's `no_traffic_interval` when a health check does not set it. */
+const ENVOY_NO_TRAFFIC_DEFAULT = '60s';
+
+/** The longer of interval and no_traffic_interval, plus timeout, of each gate cluster's health check in a bootstrap. */
 function reachMs(bootstrap: string): Array<{ cluster: string; ms: number }> {
   const doc = parseYaml(read(bootstrap)) as {
-    static_resources: { clusters: Array<{ name: string; health_checks?: Array<{ interval: string; timeout: string }> }> };
+    static_resources: {
+      clusters: Array<{ name: string; health_checks?: Array<{ interval: string; timeout: string; no_traffic_interval?: string }> }>;
+    };
   };
   return doc.static_resources.clusters
     .filter((c) => c.name.startsWith('kvgate_gate'))
     .map((c) => {
       const hc = c.health_checks?.[0];
       expect(hc, `${bootstrap}: ${c.name} has a health check`).toBeDefined();
-      return { cluster: c.name, ms: seconds(hc!.interval) + seconds(hc!.timeout) };
+      const wait = Math.max(seconds(hc!.interval), seconds(hc!.no_traffic_interval ?? ENVOY_NO_TRAFFIC_DEFAULT));
+      return { cluster: c.name, ms: wait + seconds(hc!.timeout) };
     });
 }
 
@@ -35,6 +43,24 @@ describe('drain.announceMs outlasts Envoy ejecting the draining gate', () => {
   it('the Kubernetes example: its gate.yaml against its envoy.yaml', () => {
     const announce = (parseYaml(read('deploy/kubernetes/config/gate.yaml')) as { drain: { announceMs: number } }).drain.announceMs;
     for (const r of reachMs('deploy/kubernetes/config/envoy.yaml')) expect(announce, r.cluster).toBeGreaterThan(r.ms);
+  });
+
+  it('the Istio gateways: the EnvoyFilter that health-checks the gate cluster, against the Kubernetes gate.yaml', () => {
+    const announce = (parseYaml(read('deploy/kubernetes/config/gate.yaml')) as { drain: { announceMs: number } }).drain.announceMs;
+    const filters = read('envoy/istio/ext-proc.yaml')
+      .split('\n---\n')
+      .map((d) => parseYaml(d) as { kind?: string; spec?: { configPatches?: Array<Record<string, any>> } })
+      .filter((d) => d?.kind === 'EnvoyFilter');
+    const checks = filters.flatMap((f) =>
+      (f.spec?.configPatches ?? [])
+        .filter((p) => p['applyTo'] === 'CLUSTER')
+        .flatMap((p) => p['patch']?.['value']?.['health_checks'] ?? []),
+    ) as Array<{ interval: string; timeout: string; no_traffic_interval?: string }>;
+    expect(checks.length).toBeGreaterThan(0);
+    for (const hc of checks) {
+      const wait = Math.max(seconds(hc.interval), seconds(hc.no_traffic_interval ?? ENVOY_NO_TRAFFIC_DEFAULT));
+      expect(announce).toBeGreaterThan(wait + seconds(hc.timeout));
+    }
   });
 
   it('the default, against the plain envoy/envoy.yaml', () => {

@@ -10,6 +10,10 @@
  * Timing: the shipped health check (interval, timeout) and the shipped gate drain (announceMs, graceMs) are read from
  * the Kubernetes example's files and run ten times faster, so their ratio is the shipped one.
  *
+ * A second case rolls a gate before this Envoy has sent any request: Envoy then checks the gate cluster every
+ * `no_traffic_interval` (60 s unless set), so the shipped bootstrap sets it, or the first requests could go to the
+ * gate that has gone.
+ *
  * Asserted, on Envoy 1.36 (the ext_proc stream spans a whole streamed generation) and 1.37: no client-visible
  * failure (every response 200, none reset, every streamed generation whole), every 200 stamped with its group,
  * revision and binding and kept on the revision its session's binding names whichever replica decided it, no gate
@@ -62,8 +66,7 @@ function fastEnvoyYaml(): string {
   const fast = (d: unknown): string => `${(Number(String(d).replace(/s$/, '')) / SPEEDUP).toString()}s`;
   for (const c of doc.static_resources.clusters) {
     for (const h of c.health_checks ?? []) {
-      h['interval'] = fast(h['interval']);
-      h['timeout'] = fast(h['timeout']);
+      for (const k of ['interval', 'timeout', 'no_traffic_interval']) if (h[k] !== undefined) h[k] = fast(h[k]);
     }
   }
   return toYaml(doc);
@@ -254,5 +257,24 @@ describe.each(ENVOY_VERSIONS)('rolling the gate Deployment on Envoy %s', (envoyV
     // No refusal is expected at all, so no audit line of one.
     expect(everyone.flatMap((g) => g.refusals())).toEqual([]);
     expect(harness.stats()['http.kvgate_public.ext_proc.streams_failed'] ?? 0).toBe(0);
+  }, 20_000);
+
+  it('a gateway that has sent nothing yet: a gate drained before the first request gets none of them', async () => {
+    const { harness, gates } = await topology(envoyVersion);
+    const healthy = (g: FleetGate) => GATE_CLUSTERS.every((c) => harness.hostHealth(c)[g.address] === 'healthy');
+    await until(() => gates.every(healthy), 'every gate healthy in Envoy');
+    // The roll's last step before any client came: the old gate drains, exits and leaves the headless Service.
+    const [old, ...live] = gates as [FleetGate, ...FleetGate[]];
+    await old.gate.drain();
+    await old.gate.close();
+    for (const c of GATE_CLUSTERS)
+      harness.setClusterEndpoints(
+        c,
+        live.map((g) => g.address),
+      );
+    const outcomes: Outcome[] = [];
+    for (let i = 0; i < REPLICAS * 2; i++) await client(harness, i, () => outcomes.length > i, outcomes, new Set());
+    expect(outcomes.map((o) => o.error ?? `${o.status} ${o.status === 200 ? '' : o.body}`)).toEqual(outcomes.map(() => '200 '));
+    expect(old.decisions()).toEqual([]);
   }, 20_000);
 });

@@ -281,6 +281,9 @@ function readHealthCheck(r: ConfigReader, value: unknown, path: string): HealthC
     'interval',
     'unhealthy_threshold',
     'healthy_threshold',
+    'no_traffic_interval',
+    'no_traffic_healthy_interval',
+    'interval_jitter',
     'http_health_check',
     'grpc_health_check',
   ]);
@@ -303,9 +306,15 @@ function readHealthCheck(r: ConfigReader, value: unknown, path: string): HealthC
   } else {
     r.issue(path, 'needs http_health_check or grpc_health_check (the kinds the harness records)');
   }
+  // Envoy's defaults: health_checker_base_impl.cc (envoyproxy/envoy @045a5b1a), `no_traffic_interval_` 60000 ms,
+  // `no_traffic_healthy_interval_` = no_traffic_interval, `interval_jitter_` 0.
+  const noTrafficIntervalMs = r.durationMs(o['no_traffic_interval'], `${path}.no_traffic_interval`, 60_000);
   return {
     timeoutMs: r.durationMs(o['timeout'], `${path}.timeout`, 1000),
     intervalMs: r.durationMs(o['interval'], `${path}.interval`, 5000),
+    noTrafficIntervalMs,
+    noTrafficHealthyIntervalMs: r.durationMs(o['no_traffic_healthy_interval'], `${path}.no_traffic_healthy_interval`, noTrafficIntervalMs),
+    intervalJitterMs: r.durationMs(o['interval_jitter'], `${path}.interval_jitter`, 0),
     unhealthyThreshold: threshold('unhealthy_threshold'),
     healthyThreshold: threshold('healthy_threshold'),
     check,

@@ -148,6 +148,12 @@ export interface OverrideHostConfig {
 export interface HealthCheckConfig {
   readonly timeoutMs: number;
   readonly intervalMs: number;
+  /** `no_traffic_interval` (Envoy's default 60 s): the interval while the cluster has never carried traffic. */
+  readonly noTrafficIntervalMs: number;
+  /** `no_traffic_healthy_interval` (default: `no_traffic_interval`): the same, after a passing check. */
+  readonly noTrafficHealthyIntervalMs: number;
+  /** `interval_jitter` (default 0): a random 0..jitter ms added to every interval. */
+  readonly intervalJitterMs: number;
   readonly unhealthyThreshold: number;
   readonly healthyThreshold: number;
   /** `http_health_check.path` or `grpc_health_check.service_name` */

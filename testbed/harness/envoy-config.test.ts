@@ -166,8 +166,23 @@ describe('refusals name the YAML path', () => {
       '    health_checks:\n    - { timeout: 1s, interval: 5s, unhealthy_threshold: 2, healthy_threshold: 1, http_health_check: { path: /health } }\n';
     const text = reference('envoy-cluster-header').replace('  - name: backend_b\n', `  - name: backend_b\n${hc}`);
     expect(mustLoad(text).clusters['backend_b']?.healthChecks).toEqual([
-      { timeoutMs: 1000, intervalMs: 5000, unhealthyThreshold: 2, healthyThreshold: 1, check: { http: '/health' } },
+      {
+        timeoutMs: 1000,
+        intervalMs: 5000,
+        noTrafficIntervalMs: 60_000, // Envoy's defaults
+        noTrafficHealthyIntervalMs: 60_000,
+        intervalJitterMs: 0,
+        unhealthyThreshold: 2,
+        healthyThreshold: 1,
+        check: { http: '/health' },
+      },
     ]);
+    const noTraffic = text.replace('interval: 5s,', 'interval: 5s, no_traffic_interval: 2s, interval_jitter: 0.1s,');
+    expect(mustLoad(noTraffic).clusters['backend_b']?.healthChecks[0]).toMatchObject({
+      noTrafficIntervalMs: 2000,
+      noTrafficHealthyIntervalMs: 2000, // follows no_traffic_interval unless set
+      intervalJitterMs: 100,
+    });
     const tcp = text.replace('http_health_check: { path: /health }', 'tcp_health_check: {}');
     expect(issues(tcp)).toEqual([
       'static_resources.clusters[2].health_checks[0].tcp_health_check: unsupported by the kvgate harness',

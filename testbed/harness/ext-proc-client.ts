@@ -118,6 +118,8 @@ export function createExtProcClient(
   const check = options.activeHealthChecks === true ? grpcHealthCheck(cluster.healthChecks) : undefined;
   const hosts = new Map<string, Host>();
   const all = new Set<Conn>();
+  /** Whether a stream was ever opened on this cluster (Envoy: `upstream_cx_total` used), for the health checks' intervals. */
+  let hadTraffic = false;
   const retire = (c: Conn): void => {
     c.retired = true;
     if (c.active === 0) {
@@ -138,7 +140,10 @@ export function createExtProcClient(
   const add = (ep: ClusterConfig['endpoints'][number]): void => {
     const conn = connect(ep);
     all.add(conn);
-    const hc = check === undefined ? undefined : new HealthCheckSession(ep, check, target(ep), creds, channelOptions, onHealthChange);
+    const hc =
+      check === undefined
+        ? undefined
+        : new HealthCheckSession(ep, check, target(ep), creds, channelOptions, onHealthChange, () => hadTraffic);
     hosts.set(hostKey(ep), { ep, conn, hc, pendingRemoval: false });
   };
   for (const ep of cluster.endpoints) add(ep);
@@ -172,6 +177,7 @@ export function createExtProcClient(
         all.add(pool.conn);
       }
       const conn = pool.conn;
+      hadTraffic = true;
       conn.streams++;
       conn.active++;
       const metadata = new grpc.Metadata();

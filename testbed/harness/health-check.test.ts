@@ -36,7 +36,8 @@ async function backend(): Promise<Backend> {
   return { address: `127.0.0.1:${port}`, health, server };
 }
 
-function client(hosts: readonly string[], unhealthyThreshold = 3): ExtProcClient {
+/** `noTrafficMs`: the check's `no_traffic_interval` (these clusters carry no traffic), 'default' to leave Envoy's 60 s. */
+function client(hosts: readonly string[], unhealthyThreshold = 3, noTrafficMs: number | 'default' = INTERVAL_MS): ExtProcClient {
   const r = new ConfigReader();
   const cluster = readCluster(
     r,
@@ -53,6 +54,7 @@ function client(hosts: readonly string[], unhealthyThreshold = 3): ExtProcClient
         {
           timeout: '1s', // generous: a check that times out on a busy machine is a network failure, as in Envoy
           interval: `${INTERVAL_MS / 1000}s`,
+          ...(noTrafficMs === 'default' ? {} : { no_traffic_interval: `${noTrafficMs / 1000}s` }),
           unhealthy_threshold: unhealthyThreshold,
           healthy_threshold: 2,
           grpc_health_check: { service_name: SERVICE },
@@ -130,6 +132,38 @@ describe('active gRPC health checks (Envoy)', () => {
     a.health.setStatus(SERVICE, 'NOT_SERVING');
     await until(() => c.health()[a.address] === undefined, 'the dropped host removed once it failed');
     expect(c.health()).toEqual({ [b.address]: 'healthy' });
+  });
+
+  it('check a cluster that never carried traffic every no_traffic_interval (60 s by default), not every interval', async () => {
+    const a = await backend();
+    const b = await backend();
+    const cold = client([a.address], 3, 'default');
+    const warm = client([b.address], 3);
+    await cold.checked();
+    await warm.checked();
+    a.health.setStatus(SERVICE, 'NOT_SERVING');
+    b.health.setStatus(SERVICE, 'NOT_SERVING');
+    await until(() => warm.health()[b.address] === 'unhealthy', 'the host with no_traffic_interval = interval ejected');
+    // Many intervals later the cold cluster has not checked again: its host still counts as healthy, draining or not.
+    await new Promise((r) => setTimeout(r, INTERVAL_MS * 10));
+    expect(cold.health()[a.address]).toBe('healthy');
+  });
+
+  it('switch to interval at the first check after the cluster carried a stream', async () => {
+    const a = await backend();
+    const NO_TRAFFIC_MS = 1000;
+    const c = client([a.address], 3, NO_TRAFFIC_MS);
+    await c.checked();
+    // A stream opens (the backend has no ext_proc service, so it fails at once; its connection is the traffic). The
+    // timer armed at the last check still runs its long wait; every check after it comes `interval` apart.
+    let ended = false;
+    c.start({ onMessage: () => undefined, onGrpcError: () => void (ended = true), onGrpcClose: () => void (ended = true) });
+    await until(() => ended, 'the stream ended');
+    await new Promise((r) => setTimeout(r, NO_TRAFFIC_MS + INTERVAL_MS * 2)); // the long wait is over
+    a.health.setStatus(SERVICE, 'NOT_SERVING');
+    const started = Date.now();
+    await until(() => c.health()[a.address] === 'unhealthy', 'the NOT_SERVING host ejected');
+    expect(Date.now() - started).toBeLessThan(NO_TRAFFIC_MS);
   });
 
   it('refuse a host change on a STATIC cluster (Envoy has no DNS answer for it)', async () => {

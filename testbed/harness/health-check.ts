@@ -14,10 +14,16 @@
  *   unhealthy", `updateDynamicHostList`), the initial ones and those a DNS answer adds alike;
  * - a host a DNS answer drops is kept while it passes its checks and removed once it fails (`updateDynamicHostList`,
  *   without `ignore_health_on_host_removal`);
- * - the load balancer's panic threshold (default 50 %): below it every host is used, healthy or not.
+ * - the load balancer's panic threshold (default 50 %): below it every host is used, healthy or not;
+ * - `HealthCheckerImplBase::interval` (`source/extensions/health_checkers/common/health_checker_base_impl.cc`,
+ *   envoyproxy/envoy @045a5b1a): until the cluster has ever carried traffic (`upstream_cx_total` used; health-check
+ *   connections do not count) the next check comes `no_traffic_interval` later (default 60 s), or
+ *   `no_traffic_healthy_interval` after a passing check that changed nothing pending; once it has, `interval`. The
+ *   interval is chosen when a check completes, so a timer armed before the first request still runs its long wait.
+ *   `interval_jitter` adds a random 0..jitter ms.
  *
- * Not modelled: jitter (`interval_jitter`, default 0), `no_traffic_interval` (the gate cluster carries traffic),
- * `unhealthy_interval` / edge intervals (default = `interval`), HTTP checks (recorded only).
+ * Not modelled: `interval_jitter_percent`, `initial_jitter`, `unhealthy_interval` / edge intervals (default =
+ * `interval`), HTTP checks (recorded only).
  */
 import * as grpc from '@grpc/grpc-js';
 import { service as healthService } from 'grpc-health-check';
@@ -44,6 +50,8 @@ export class HealthCheckSession {
     credentials: grpc.ChannelCredentials,
     channelOptions: grpc.ChannelOptions,
     private readonly onChange: () => void,
+    /** Whether the cluster has ever carried traffic (a stream opened on it). */
+    private readonly hadTraffic: () => boolean,
   ) {
     const Ctor = grpc.makeGenericClientConstructor(healthService, 'Health');
     this.#client = new Ctor(target, credentials, { ...channelOptions, 'grpc.use_local_subchannel_pool': 1 });
@@ -67,27 +75,50 @@ export class HealthCheckSession {
       }
     ).Check({ service: this.config.check.grpc }, { deadline }, (err, res) => {
       if (this.#closed) return;
-      if (err === null && res?.status === 'SERVING') this.#success();
+      let next: number;
+      if (err === null && res?.status === 'SERVING') next = this.#interval('healthy', this.#success());
       else if (err !== null && (err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.DEADLINE_EXCEEDED))
-        this.#failure('network');
-      else this.#failure('active');
+        next = this.#interval('unhealthy', this.#failure('network'));
+      else next = this.#interval('unhealthy', this.#failure('active'));
       this.#answered();
-      this.#timer = setTimeout(() => this.#check(), this.config.intervalMs);
+      this.#timer = setTimeout(() => this.#check(), next);
       this.#timer.unref();
     });
   }
 
-  #success(): void {
-    this.#networkFailures = 0;
-    if (this.health === 'unhealthy' && (this.#firstCheck || ++this.#healthy >= this.config.healthyThreshold)) this.#set('healthy');
-    this.#firstCheck = false;
+  /** `HealthCheckerImplBase::interval`: the wait before the next check, given this check's result. */
+  #interval(result: HostHealth, pending: boolean): number {
+    const c = this.config;
+    const base = this.hadTraffic()
+      ? c.intervalMs // unhealthy_interval and the edge intervals default to it
+      : result === 'healthy' && !pending
+        ? c.noTrafficHealthyIntervalMs
+        : c.noTrafficIntervalMs;
+    return base + (c.intervalJitterMs > 0 ? Math.floor(Math.random() * c.intervalJitterMs) : 0);
   }
 
-  #failure(type: 'network' | 'active'): void {
-    this.#healthy = 0;
-    if (this.health === 'healthy' && (type === 'active' || ++this.#networkFailures >= this.config.unhealthyThreshold))
-      this.#set('unhealthy');
+  /** A passing check; true while a change to healthy is pending (Envoy's `HealthTransition::ChangePending`). */
+  #success(): boolean {
+    this.#networkFailures = 0;
+    let pending = false;
+    if (this.health === 'unhealthy') {
+      if (this.#firstCheck || ++this.#healthy >= this.config.healthyThreshold) this.#set('healthy');
+      else pending = true;
+    }
     this.#firstCheck = false;
+    return pending;
+  }
+
+  /** A failed check; true while a change to unhealthy is pending (network failures below the threshold). */
+  #failure(type: 'network' | 'active'): boolean {
+    this.#healthy = 0;
+    let pending = false;
+    if (this.health === 'healthy') {
+      if (type === 'active' || ++this.#networkFailures >= this.config.unhealthyThreshold) this.#set('unhealthy');
+      else pending = true;
+    }
+    this.#firstCheck = false;
+    return pending;
   }
 
   #set(h: HostHealth): void {

@@ -207,6 +207,8 @@ function gateCluster(input: RenderInput, s: RenderSettings, role: 'public' | 'in
     '# above) avoids the resets; the cap keeps any connection below the burst whatever still resets a stream.',
     '# circuit_breakers: one stream per request in flight (Envoy 1.36 holds it until the request ends) plus the',
     "# queue, twice over; never below Envoy's default 1,024.",
+    '# no_traffic_interval: until this Envoy has sent the gate a request it would check every 60 s (its default), so a',
+    '# gate drained before the first request would still get it; 2 s, as under traffic.',
     ...(role === 'internal'
       ? ['# The same gate, for the internal listener: its own client certificate, so the gate gives its streams the internal role.']
       : []),
@@ -223,6 +225,7 @@ function gateCluster(input: RenderInput, s: RenderSettings, role: 'public' | 'in
     '  health_checks:',
     '  - timeout: 1s',
     '    interval: 2s',
+    '    no_traffic_interval: 2s',
     '    unhealthy_threshold: 2',
     '    healthy_threshold: 1',
     '    grpc_health_check: { service_name: envoy.service.ext_proc.v3.ExternalProcessor }',
