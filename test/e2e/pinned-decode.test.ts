@@ -236,7 +236,9 @@ async function startRig(gie: boolean): Promise<Rig> {
     cleanup.push(() => gate.close());
     cleanup.push(() => harness.close());
     const prefillVia = gie ? 'direct' : harness.listeners['internal']!.url;
-    const ips = { a: '127.0.0.2', b: '127.0.0.3', p0: '127.0.0.4', p1: '127.0.0.5' } as const;
+    // Pod IPs of their own (other e2e files use 127.0.0.2-5 and 127.0.30+), one /24 per rig.
+    const net = gie ? '127.0.10' : '127.0.9';
+    const ips = { a: `${net}.2`, b: `${net}.3`, p0: `${net}.4`, p1: `${net}.5` };
     const pods = {} as Record<keyof typeof ips, Pod>;
     for (const [name, ip] of Object.entries(ips) as Array<[keyof typeof ips, string]>) {
       const role = name.startsWith('p') ? 'prefill' : 'decode';
