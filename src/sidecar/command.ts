@@ -9,12 +9,13 @@
  *   kvgate sidecar --role decode --worker http://127.0.0.1:8000 --descriptor rev-a.yaml --listen 0.0.0.0:9090 --keys keys.yaml
  */
 import { parseArgs } from 'node:util';
-import { pino } from 'pino';
+import { pino, type DestinationStream } from 'pino';
 import { Registry } from 'prom-client';
 import { formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
-import { loadDescriptorFile, loadSidecarConfig, parseSidecarConfig, type SidecarConfig } from './config.js';
+import { EndpointAddressSchema } from '../policy/schema.js';
+import { hostPortFlag, loadDescriptorFile, loadSidecarConfig, NIXL_UNCHECKED, parseSidecarConfig, type SidecarConfig } from './config.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { createTracing } from '../tracing.js';
 import { sidecarOptIns } from './opt-ins.js';
@@ -27,7 +28,7 @@ export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
                       (--keys FILE | --dev-keys SEED) [--prefill-via direct|URL] [--on-transfer-failure fail|recompute]
                       [--worker-api-key-file FILE | --worker-api-key-env NAME]   (the worker's --api-key)
                       [--trust recorded|declared-only] [--nixl-side-channel host:port|unchecked] [--pod-uid UID]
-                      [--drain-announce-ms N]
+                      [--advertise IP:PORT] [--drain-announce-ms N]
 
 The descriptor must carry the canary digests recorded on a known-good worker (kvgate verify --record, or kvgate
 fingerprint --worker URL --descriptor FILE); --trust declared-only accepts a worker without them, and says so loudly.
@@ -35,7 +36,9 @@ From vLLM 0.13 the worker's NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_HOST:PORT)
 handshake hash; --nixl-side-channel unchecked opts out, and says so loudly. --nixl-side-channel may be given with
 --config (it overrides the file's nixlSideChannel: the pod IP is known only at run time), and so may --pod-uid
 (this pod's metadata.uid, reported on /status so a gate that discovers pods by selector can tell this pod from one
-that reused its IP).
+that reused its IP) and --advertise (this sidecar's endpoint as the gate names it, podIP:targetPort: a decode sidecar
+then serves only contracts routed to it, a prefill sidecar names itself in x-kvgate-served-by). Write addresses from
+the pod IP in brackets, "[$(POD_IP)]:9090": right for IPv4 and IPv6 pod IPs alike.
 
 Runs beside one vLLM worker: probes it against its declared descriptor, verifies transfer contracts, and
 (decode) coordinates the prefill leg and verifies its attestation before any KV is consumed.
@@ -60,6 +63,7 @@ const OPTIONS = {
   trust: { type: 'string' },
   'nixl-side-channel': { type: 'string' },
   'pod-uid': { type: 'string' },
+  advertise: { type: 'string' },
   'drain-announce-ms': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -72,6 +76,8 @@ export interface CommandIo {
   readonly env: Readonly<Record<string, string | undefined>>;
   /** Called with the listening URL once the sidecar serves (tests wait on it). */
   readonly onReady?: (url: string) => void;
+  /** Where the log lines go instead of stdout (tests read the audit lines). */
+  readonly log?: DestinationStream;
 }
 
 const processIo = (): CommandIo => ({
@@ -90,20 +96,18 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     return err([issue('command line', [], (e as Error).message, 'see kvgate sidecar --help')]);
   }
   if (values.help === true) return ok('help');
+  const addresses = addressFlags(values['nixl-side-channel'], values.advertise);
+  if (!addresses.ok) return addresses;
   if (values.config !== undefined) {
-    // --nixl-side-channel and --pod-uid may accompany --config: the pod IP and UID are known only at run time
-    // (Kubernetes expands $(POD_IP) and $(POD_UID) in args, never inside a mounted file).
-    const others = Object.keys(values).filter((k) => k !== 'config' && k !== 'nixl-side-channel' && k !== 'pod-uid');
+    // --nixl-side-channel, --pod-uid and --advertise may accompany --config: the pod IP and UID are known only at run
+    // time (Kubernetes expands $(POD_IP) and $(POD_UID) in args, never inside a mounted file).
+    const others = Object.keys(values).filter((k) => !RUN_TIME_FLAGS.has(k));
     if (others.length > 0)
       return err([
         issue('command line', [], `--config cannot be combined with --${others.join(', --')}`, 'put those settings in the config file'),
       ]);
-    const side = values['nixl-side-channel'];
     const podUid = values['pod-uid'];
-    return loadSidecarConfig(values.config, {
-      ...(side === undefined ? {} : { nixlSideChannel: side }),
-      ...(podUid === undefined ? {} : { podUid }),
-    });
+    return loadSidecarConfig(values.config, { ...addresses.value, ...(podUid === undefined ? {} : { podUid }) });
   }
   if (values.descriptor === undefined) {
     return err([
@@ -134,11 +138,35 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ...(values['on-transfer-failure'] === undefined ? {} : { onTransferFailure: values['on-transfer-failure'] }),
     ...workerApiKeyFlags(values['worker-api-key-file'], values['worker-api-key-env']),
     ...(values.trust === undefined ? {} : { trust: values.trust }),
-    ...(values['nixl-side-channel'] === undefined ? {} : { nixlSideChannel: values['nixl-side-channel'] }),
+    ...addresses.value,
     ...(values['pod-uid'] === undefined ? {} : { podUid: values['pod-uid'] }),
     ...(values['drain-announce-ms'] === undefined ? {} : { drainAnnounceMs: numberFlag(values['drain-announce-ms']) }),
   };
   return parseSidecarConfig(raw, 'command line');
+}
+
+/** The flags `--config` may come with: what only the running pod knows. */
+const RUN_TIME_FLAGS: ReadonlySet<string> = new Set(['config', 'nixl-side-channel', 'pod-uid', 'advertise']);
+
+/** `--nixl-side-channel` and `--advertise` as config entries, each written as the config spells it (`hostPortFlag`). */
+function addressFlags(
+  side: string | undefined,
+  advertise: string | undefined,
+): Result<{ nixlSideChannel?: string; advertise?: string }, ConfigIssue[]> {
+  const s = side === undefined || side === NIXL_UNCHECKED ? ok(side) : hostPortFlag('nixl-side-channel', side);
+  if (!s.ok) return s;
+  const a = advertise === undefined ? ok(undefined) : hostPortFlag('advertise', advertise);
+  if (!a.ok) return a;
+  if (a.value !== undefined && !EndpointAddressSchema.safeParse(a.value).success)
+    return err([
+      issue(
+        'command line',
+        'advertise',
+        `--advertise ${JSON.stringify(advertise)} is not an IP address and port: the gate names endpoints by IP (a listed address, or podIP:targetPort)`,
+        'write IP:PORT, e.g. 10.1.2.3:9090, [fd00::1]:9090, or "[$(POD_IP)]:9090" in a manifest',
+      ),
+    ]);
+  return ok({ ...(s.value === undefined ? {} : { nixlSideChannel: s.value }), ...(a.value === undefined ? {} : { advertise: a.value }) });
 }
 
 /** A numeric flag as a number when it is one; otherwise the text, so the schema names the flag in its error. */
@@ -174,7 +202,8 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     io.stderr(`kvgate sidecar: ${workerAuth.error}\n`);
     return 2;
   }
-  const logger = pino({ level: config.log.level, base: { component: 'sidecar', role: config.role } });
+  const options = { level: config.log.level, base: { component: 'sidecar', role: config.role } };
+  const logger = io.log === undefined ? pino(options) : pino(options, io.log);
   // Every loud opt-in (src/sidecar/opt-ins.ts) is a warning at start; /status lists the same ones as optIns.
   for (const o of sidecarOptIns(config)) logger.warn({ event: o.event, setting: o.setting, ...o.fields }, o.message);
   const tracing = await createTracing(config.tracing, 'sidecar');

@@ -7,7 +7,7 @@ import { fingerprintOf } from '../compat/fingerprint.js';
 import { exampleDescriptorInput } from '../compat/testing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
-import { configFromArgs } from './command.js';
+import { configFromArgs, sidecarCommand } from './command.js';
 import { loadSidecarConfig, parseSidecarConfig } from './config.js';
 import { staticStatusOf, toStatus } from './status.js';
 
@@ -236,5 +236,92 @@ describe('keysFor', () => {
     expect(keyRingFrom(withEnv.value.keys!, {})).toEqual({ ok: false, error: expect.stringContaining('MY_KEYS, which is not set') });
     const fromEnv = keyRingFrom(withEnv.value.keys!, { MY_KEYS: keyJson });
     expect(fromEnv.ok && fromEnv.value.currentId).toBe('k1');
+  });
+});
+
+describe('--advertise and --nixl-side-channel from the pod IP', () => {
+  const withFile = async (name: string, extra: Record<string, unknown> = {}) => {
+    const file = path.join(dir, name);
+    await writeFile(file, stringify({ ...base(), ...extra }));
+    return file;
+  };
+  const configOf = async (argv: string[]) => {
+    const r = await configFromArgs(argv);
+    if (!r.ok || r.value === 'help') throw new Error(r.ok ? 'help' : formatIssues(r.error));
+    return r.value;
+  };
+  const errorOf = async (argv: string[]) => {
+    const r = await configFromArgs(argv);
+    if (r.ok) throw new Error(`expected a refusal of ${argv.join(' ')}`);
+    return formatIssues(r.error);
+  };
+
+  it('--advertise may accompany --config and overrides the file; "[$(POD_IP)]:9090" is right for either IP family', async () => {
+    const file = await withFile('advertise.yaml', { advertise: '10.9.9.9:9090' });
+    expect((await configOf(['--config', file])).advertise).toBe('10.9.9.9:9090');
+    // What Kubernetes makes of "[$(POD_IP)]:9090": the gate's spelling of podIP:targetPort (src/discovery/pods.ts).
+    expect((await configOf(['--config', file, '--advertise', '[10.1.2.3]:9090'])).advertise).toBe('10.1.2.3:9090');
+    expect((await configOf(['--config', file, '--advertise', '[fd00::1]:9090'])).advertise).toBe('[fd00::1]:9090');
+    expect((await configOf(['--config', file, '--advertise', '10.1.2.3:9090'])).advertise).toBe('10.1.2.3:9090');
+    const all = await configOf([
+      '--config',
+      file,
+      '--advertise',
+      '[fd00::1]:9090',
+      '--pod-uid',
+      'u-1',
+      '--nixl-side-channel',
+      '[fd00::1]:5600',
+    ]);
+    expect([all.advertise, all.podUid, all.nixlSideChannel]).toEqual(['[fd00::1]:9090', 'u-1', '[fd00::1]:5600']);
+  });
+
+  it('--advertise works without --config too', async () => {
+    await writeFile(path.join(dir, 'd2.json'), JSON.stringify(exampleDescriptorInput()));
+    const flags = ['--role', 'decode', '--worker', 'http://127.0.0.1:8001', '--descriptor', path.join(dir, 'd2.json'), '--dev-keys', 's'];
+    const c = await configOf([...flags, '--nixl-side-channel', '[10.1.2.3]:5600', '--advertise', '[10.1.2.3]:9090']);
+    expect([c.advertise, c.nixlSideChannel]).toEqual(['10.1.2.3:9090', '10.1.2.3:5600']);
+  });
+
+  it('refuses an address it cannot read unambiguously, naming the flag and the bracketed fix', async () => {
+    const file = await withFile('advertise-bad.yaml');
+    // "$(POD_IP):9090" with an IPv6 pod IP: is the port 9090, or is fd00::1:9090 the address?
+    const v6 = await errorOf(['--config', file, '--advertise', 'fd00::1:9090']);
+    expect(v6).toContain('--advertise "fd00::1:9090": an IPv6 address must be in brackets');
+    expect(v6).toContain('"[$(POD_IP)]:9090"');
+    expect(await errorOf(['--config', file, '--nixl-side-channel', 'fd00::1:5600'])).toContain(
+      '--nixl-side-channel "fd00::1:5600": an IPv6 address must be in brackets',
+    );
+    expect(await errorOf(['--config', file, '--advertise', '[fd00::1]'])).toContain('must be followed by :PORT');
+    expect(await errorOf(['--config', file, '--advertise', '[decode-0.vllm]:9090'])).toContain('in brackets is not an IP address');
+    expect(await errorOf(['--config', file, '--advertise', '[10.1.2.3]:0'])).toContain('port 0 is not 1-65535');
+    // A host name is never the gate's name for an endpoint: such a decode sidecar would refuse every contract.
+    expect(await errorOf(['--config', file, '--advertise', 'decode-0.vllm:9090'])).toContain(
+      '--advertise "decode-0.vllm:9090" is not an IP address and port',
+    );
+    expect(await errorOf(['--config', file, '--advertise', ''])).toContain('is not an IP address and port');
+    const inFile = await errorOf(['--config', await withFile('advertise-host.yaml', { advertise: 'decode-0.vllm:9090' })]);
+    expect(inFile).toContain('advertise');
+    expect(inFile).toContain("must be 'ip:port' (IPv4) or '[ipv6]:port'");
+  });
+
+  it('the side channel keeps host names and the unchecked opt-out', async () => {
+    const file = await withFile('side-channel.yaml');
+    expect((await configOf(['--config', file, '--nixl-side-channel', 'localhost:5600'])).nixlSideChannel).toBe('localhost:5600');
+    expect((await configOf(['--config', file, '--nixl-side-channel', 'unchecked'])).nixlSideChannel).toBe('unchecked');
+  });
+
+  it('kvgate sidecar exits 2 before opening a port, with the reason on stderr', async () => {
+    const file = await withFile('advertise-exit.yaml');
+    let stderr = '';
+    const code = await sidecarCommand(['--config', file, '--advertise', 'fd00::1:9090'], {
+      signals: process,
+      stdout: () => undefined,
+      stderr: (t) => (stderr += t),
+      env: {},
+    });
+    expect(code).toBe(2);
+    expect(stderr).toContain('kvgate sidecar: invalid configuration');
+    expect(stderr).toContain('an IPv6 address must be in brackets');
   });
 });

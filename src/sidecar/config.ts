@@ -6,11 +6,13 @@
  * default that fails closed: transfer failures fail instead of silently recomputing, unknown connector versions are
  * refused (`compatMode: strict`), and the prefill leg goes back through Envoy so the gate checks every hop.
  */
+import { isIP } from 'node:net';
 import path from 'node:path';
 import { z } from 'zod';
 import { TracingConfigSchema } from '../tracing.js';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
+import { EndpointAddressSchema } from '../policy/schema.js';
 import { fromZodIssues } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
 import { formatOf, parseStructuredText } from '../config/text.js';
@@ -24,6 +26,37 @@ import { WorkerApiKeySchema } from './worker-auth.js';
 export const NIXL_UNCHECKED = 'unchecked';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 0.0.0.0:9090');
+
+/**
+ * A `HOST:PORT` flag value (`--advertise`, `--nixl-side-channel`) in the spelling the config takes. Kubernetes expands
+ * `$(POD_IP)` in args, and `status.podIP` is `10.1.2.3` or `fd00::1`: `"$(POD_IP):9090"` would give `fd00::1:9090`,
+ * where no reader can tell the port from the address. So the manifests write `"[$(POD_IP)]:9090"`, brackets always
+ * (as Go's `net.SplitHostPort` reads them): `[10.1.2.3]:9090` is taken as `10.1.2.3:9090`, `[fd00::1]:9090` stays as
+ * it is (how the gate names an IPv6 endpoint). An unbracketed value with more than one colon is refused; anything
+ * else is passed on unchanged for the schema to check.
+ */
+export function hostPortFlag(flag: string, value: string): Result<string, ConfigIssue[]> {
+  const fail = (message: string) =>
+    err([
+      issue(
+        'command line',
+        flag,
+        `--${flag} ${JSON.stringify(value)}: ${message}`,
+        `write HOST:PORT with an IP address in brackets, e.g. [10.1.2.3]:9090 or [fd00::1]:9090 (in a manifest "[$(POD_IP)]:9090", right for IPv4 and IPv6 pod IPs)`,
+      ),
+    ]);
+  const bracketed = /^\[([^\]]*)\]:(\d{1,5})$/.exec(value);
+  if (bracketed !== null) {
+    const [, host = '', port = ''] = bracketed;
+    if (Number(port) < 1 || Number(port) > 65535) return fail(`port ${port} is not 1-65535`);
+    const family = isIP(host);
+    if (family === 0) return fail(`${JSON.stringify(host)} in brackets is not an IP address`);
+    return ok(family === 4 ? `${host}:${port}` : value);
+  }
+  if (value.startsWith('[')) return fail('a bracketed address must be followed by :PORT');
+  if (value.split(':').length > 2) return fail('an IPv6 address must be in brackets, or its port cannot be told from the address');
+  return ok(value);
+}
 
 /** A loopback host:port: reachable only from inside the pod (a preStop hook, an operator's kubectl exec). */
 const loopbackHostPort = hostPort.refine((s) => /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|\[::1\]):\d{1,5}$/.test(s), {
@@ -63,8 +96,13 @@ export const SidecarConfigSchema = z
     admin: z.union([loopbackHostPort, z.literal('')]).default('127.0.0.1:9092'),
     /** GET /metrics alone, for the monitoring namespace ('' disables; /metrics stays on `listen` as well). */
     metrics: z.union([hostPort, z.literal('')]).default('0.0.0.0:9091'),
-    /** This sidecar's ip:port as the route table lists it; sent back as `x-kvgate-served-by` so retries can exclude it. */
-    advertise: hostPort.optional(),
+    /**
+     * This sidecar's endpoint exactly as the gate names it (a listed `address`, or a discovered pod's
+     * `podIP:targetPort`, IPv6 in brackets): a decode sidecar then serves only contracts whose decode endpoint (or GIE
+     * alternate) it is, and a prefill sidecar names itself in `x-kvgate-served-by` so retries can exclude it. An IP
+     * literal, as the route table's endpoints are: a host name would never equal the gate's name for it.
+     */
+    advertise: EndpointAddressSchema.optional(),
     descriptor: CompatDescriptorSchema.optional(),
     /** A YAML/JSON descriptor file, relative to this config file. */
     descriptorFile: z.string().min(1).optional(),

@@ -65,7 +65,12 @@ function engineIdOf(bytes: unknown): string | undefined {
 
 /** One handshake query; failures are returned, never thrown. `address` is `host:port`. */
 export async function readLiveNixlHash(address: string, ranks: 1 | 2, timeoutMs: number, signal?: AbortSignal): Promise<HashRead> {
-  const sock = new Request({ linger: 0, receiveTimeout: timeoutMs, sendTimeout: timeoutMs });
+  // ZMQ connects to a bracketed IPv6 address only on a socket with IPv6 enabled (ZMQ_IPV6; without it the connect
+  // never completes and the read times out), as vLLM enables it on its own sockets for an IPv6 host
+  // (vllm-project/vllm vllm/utils/network_utils.py @0c175ae9 `make_zmq_socket`; `make_zmq_path` brackets the host).
+  // Only then: with it, a host name such as `localhost` may resolve to ::1 while vLLM listens on 127.0.0.1.
+  const ipv6 = address.startsWith('[');
+  const sock = new Request({ linger: 0, receiveTimeout: timeoutMs, sendTimeout: timeoutMs, ...(ipv6 ? { ipv6 } : {}) });
   // Closing the socket ends a pending send or receive with an error: the read returns at once, as a failure.
   const onAbort = (): void => sock.close();
   signal?.addEventListener('abort', onAbort, { once: true });

@@ -19,7 +19,10 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
+import { podEndpoints } from '../../src/discovery/pods.js';
 import { PACKAGE_ROOT } from '../../src/package-root.js';
+import { PoolDiscoverySchema } from '../../src/policy/schema.js';
+import { hostPortFlag } from '../../src/sidecar/config.js';
 
 type Doc = Record<string, any>;
 type Labels = Record<string, string>;
@@ -204,8 +207,28 @@ function replaceSelector(from: Labels, to: Labels[]): (docs: Doc[]) => Doc[] {
     });
 }
 
+/** Drop `--advertise` from the decode sidecars' args (the pod is the data plane's pick, not the gate's). */
+const unpinDecode = (docs: Doc[]): Doc[] =>
+  docs.map((d) => {
+    if (d['kind'] !== 'StatefulSet' || d['spec']['template']['metadata']['labels']?.['kvgate.io/role'] !== 'decode') return d;
+    const c = structuredClone(d);
+    for (const x of c['spec']['template']['spec']['containers'] as Doc[]) {
+      const args = (x['args'] ?? []) as string[];
+      const at = args.indexOf('--advertise');
+      if (at >= 0) args.splice(at, 2);
+    }
+    return c;
+  });
+
 const ISTIO_EDITS: Edit[] = [
   ISTIO_INJECTION,
+  {
+    says: {
+      doc: 'envoy/istio/README.md',
+      quote: 'delete `--advertise, "[$(POD_IP)]:9090"` from the args of the decode StatefulSets\' `kvgate-sidecar`',
+    },
+    apply: unpinDecode,
+  },
   {
     says: { doc: 'envoy/istio/README.md', quote: 'delete it from `resources` in `deploy/kubernetes/kustomization.yaml`' },
     apply: (docs) => docs.filter((d) => d['x-source'] !== 'deploy/kubernetes/envoy-deployment.yaml'),
@@ -240,6 +263,13 @@ const ISTIO_EDITS: Edit[] = [
 ];
 
 const ENVOY_GATEWAY_EDITS: Edit[] = [
+  {
+    says: {
+      doc: 'envoy/istio/README.md',
+      quote: 'delete `--advertise, "[$(POD_IP)]:9090"` from the decode StatefulSets in `deploy/kubernetes/workers.yaml` here too',
+    },
+    apply: unpinDecode,
+  },
   {
     says: { doc: 'envoy/istio/README.md', quote: 'decode sidecars must use `prefill.via: direct`' },
     apply: editConfig('kvgate-sidecar', 'sidecar-decode.yaml', (c) => {
@@ -276,11 +306,23 @@ interface InstallPath {
   readonly edits: Edit[];
   /** Pods here run an Istio proxy (checked: their namespace is labelled for injection). */
   readonly mesh: boolean;
+  /**
+   * Who picks the decode pod: `gate` where the data plane connects to the endpoint the gate named (plain Envoy's
+   * ORIGINAL_DST on x-kvgate-decode-endpoint, a GIE gateway's x-gateway-destination-endpoint), `proxy` where it
+   * balances within the pool's Service itself (Istio, Envoy Gateway without GIE).
+   */
+  readonly decodePick: 'gate' | 'proxy';
 }
 const kubernetes = (): Doc[] => [...kustomize('deploy/kubernetes'), ...KUBERNETES_EXTERNAL];
 const monitoring = (): Doc[] => fileDocs('deploy/kubernetes/monitoring.yaml', NS); // `kubectl apply -n kvgate -f`
 const PATHS: InstallPath[] = [
-  { name: 'plain Envoy (deploy/kubernetes + monitoring.yaml)', docs: [...kubernetes(), ...monitoring()], edits: [], mesh: false },
+  {
+    name: 'plain Envoy (deploy/kubernetes + monitoring.yaml)',
+    docs: [...kubernetes(), ...monitoring()],
+    edits: [],
+    mesh: false,
+    decodePick: 'gate',
+  },
   {
     name: 'Istio (deploy/kubernetes + envoy/istio)',
     docs: [
@@ -292,6 +334,7 @@ const PATHS: InstallPath[] = [
     ],
     edits: ISTIO_EDITS,
     mesh: true,
+    decodePick: 'proxy',
   },
   {
     name: 'Envoy Gateway (deploy/kubernetes + envoy/istio/envoy-gateway.yaml)',
@@ -304,12 +347,14 @@ const PATHS: InstallPath[] = [
     ],
     edits: ENVOY_GATEWAY_EDITS,
     mesh: false,
+    decodePick: 'proxy',
   },
   ...Object.entries(GIE_GATEWAYS).map(([gw, extra]) => ({
     name: `GIE ${gw} (deploy/kubernetes + deploy/gie + deploy/gie/${gw})`,
     docs: [...kubernetes(), ...kustomize('deploy/gie'), ...GIE_EXTERNAL, ...fileDocs(`deploy/gie/${gw}/gateway.yaml`, NS), ...extra],
     edits: [],
     mesh: false,
+    decodePick: 'gate' as const,
   })),
 ];
 
@@ -1014,5 +1059,118 @@ describe('every reference an operator applies resolves within its install path',
     expect(saw('ConfigMap kvgate-sidecar has no key llama-b.yaml')).toBe(true);
     expect(saw('NetworkPolicy drops Deployment/kvgate-gate -> StatefulSet/vllm-a-decode:9090')).toBe(true);
     expect(saw('pool b-decode selects no pods')).toBe(true);
+  });
+});
+
+/** A container's `--flag value` pairs. */
+function flagsOf(c: Doc): Map<string, string> {
+  const args = (c['args'] ?? []) as string[];
+  const out = new Map<string, string>();
+  for (let i = 0; i < args.length; i++) if (args[i]!.startsWith('--') && i + 1 < args.length) out.set(args[i]!, args[++i]!);
+  return out;
+}
+
+/** `$(VAR)` in an arg, as the kubelet expands it from the container's env. */
+const expand = (arg: string, env: Record<string, string>): string => arg.replace(/\$\(([A-Z_]+)\)/g, (m, v: string) => env[v] ?? m);
+
+/**
+ * Every sidecar of a pool some gate of the path finds by selector names itself exactly as that gate names the pod's
+ * endpoint: `--advertise` expanded with an IPv4 and an IPv6 pod IP, read as `kvgate sidecar` reads it, must equal what
+ * the gate's discovery makes of that pod (src/discovery/pods.ts `podEndpoints`). Decode sidecars only where the gate's
+ * pick is where the request goes; where a proxy picks the pod, a pinned decode sidecar would refuse its traffic.
+ */
+function pinningProblems(ip: InstallPath): string[] {
+  let docs = ip.docs;
+  for (const e of ip.edits) docs = e.apply(docs);
+  const cl = new Cluster(docs);
+  const out: string[] = [];
+  const tables = docs.filter((d) => d['kind'] === 'ConfigMap' && typeof d['data']?.['route-table.yaml'] === 'string');
+  if (tables.length === 0) out.push('no gate route table');
+  for (const cm of tables) {
+    const table = parse(cm['data']['route-table.yaml']) as Doc;
+    for (const pool of table['pools'] ?? []) {
+      if (pool['discovery'] === undefined) continue;
+      const d = PoolDiscoverySchema.parse(pool['discovery']);
+      const what = `ConfigMap ${cm['metadata']['name']} pool ${pool['name']}`;
+      const pods = cl.podsSelected({ ...d.kubernetes.matchLabels, [d.kubernetes.revisionLabel]: pool['revision'] }, d.kubernetes.namespace);
+      if (pods.length === 0) out.push(`${what}: selects no pods`);
+      const pinned = pool['role'] !== 'decode' || ip.decodePick === 'gate';
+      for (const pod of pods) {
+        const sidecar = containers(pod.spec).find((c) => (c['args'] ?? [])[0] === 'sidecar');
+        if (sidecar === undefined) {
+          out.push(`${what}: ${pod.owner} runs no kvgate sidecar`);
+          continue;
+        }
+        const flags = flagsOf(sidecar);
+        const advertise = flags.get('--advertise');
+        if (!pinned) {
+          if (advertise !== undefined) out.push(`${what}: ${pod.owner} pins its decode sidecar, but the data plane picks the pod`);
+          continue;
+        }
+        if (advertise === undefined) {
+          out.push(`${what}: ${pod.owner}'s ${pool['role']} sidecar does not pin itself (no --advertise)`);
+          continue;
+        }
+        const podIpEnv = (sidecar['env'] ?? []).find((e: Doc) => e['name'] === 'POD_IP');
+        if (podIpEnv?.['valueFrom']?.['fieldRef']?.['fieldPath'] !== 'status.podIP')
+          out.push(`${what}: ${pod.owner}: POD_IP is not the downward API's status.podIP`);
+        for (const podIP of ['10.1.2.3', 'fd00::1']) {
+          const read = hostPortFlag('advertise', expand(advertise, { POD_IP: podIP }));
+          const named = podEndpoints(
+            [
+              {
+                metadata: { uid: 'u', name: 'p', labels: pod.labels },
+                status: { phase: 'Running', podIP, conditions: [{ type: 'Ready', status: 'True' }] },
+              },
+            ],
+            d,
+            pool['revision'],
+          )[0]?.address;
+          if (!read.ok || read.value !== named)
+            out.push(
+              `${what}: ${pod.owner} advertises ${read.ok ? read.value : 'an unreadable value'} at pod IP ${podIP}, the gate names ${named}`,
+            );
+          const side = flags.get('--nixl-side-channel');
+          if (side !== undefined && !hostPortFlag('nixl-side-channel', expand(side, { POD_IP: podIP })).ok)
+            out.push(`${what}: ${pod.owner}'s --nixl-side-channel ${side} is unreadable at pod IP ${podIP}`);
+        }
+      }
+    }
+  }
+  return [...new Set(out)];
+}
+
+describe('every sidecar names itself as the gate names its pod (a decode sidecar serves only contracts routed to it)', () => {
+  for (const ip of PATHS) {
+    it(`${ip.name}: ${ip.decodePick === 'gate' ? 'every sidecar pins itself' : 'prefill sidecars name themselves, decode sidecars are left to the proxy'}`, () => {
+      expect(pinningProblems(ip)).toEqual([]);
+    });
+  }
+
+  it('the check sees an unpinned decode sidecar, a wrong port and an unbracketed pod IP', () => {
+    const base = PATHS[0]!;
+    expect(pinningProblems({ ...base, edits: [{ says: { doc: '', quote: '' }, apply: unpinDecode }] })).toContain(
+      "ConfigMap kvgate-policy pool a-decode: StatefulSet/vllm-a-decode's decode sidecar does not pin itself (no --advertise)",
+    );
+    const rewrite = (from: string, to: string) => (docs: Doc[]) =>
+      docs.map((d) => (d['kind'] === 'StatefulSet' ? JSON.parse(JSON.stringify(d).replaceAll(from, to)) : d));
+    const wrongPort = pinningProblems({
+      ...base,
+      edits: [{ says: { doc: '', quote: '' }, apply: rewrite('[$(POD_IP)]:9090', '[$(POD_IP)]:8000') }],
+    });
+    expect(wrongPort).toContain(
+      'ConfigMap kvgate-policy pool b-decode: StatefulSet/vllm-b-decode advertises 10.1.2.3:8000 at pod IP 10.1.2.3, the gate names 10.1.2.3:9090',
+    );
+    const unbracketed = pinningProblems({ ...base, edits: [{ says: { doc: '', quote: '' }, apply: rewrite('[$(POD_IP)]', '$(POD_IP)') }] });
+    expect(unbracketed).toContain(
+      'ConfigMap kvgate-policy pool a-decode: StatefulSet/vllm-a-decode advertises an unreadable value at pod IP fd00::1, the gate names [fd00::1]:9090',
+    );
+    expect(unbracketed).toContain(
+      "ConfigMap kvgate-policy pool a-decode: StatefulSet/vllm-a-decode's --nixl-side-channel $(POD_IP):5600 is unreadable at pod IP fd00::1",
+    );
+    const gieWithProxyPick = PATHS.find((x) => x.name.startsWith('GIE istio'))!;
+    expect(pinningProblems({ ...gieWithProxyPick, decodePick: 'proxy' })).toContain(
+      'ConfigMap kvgate-epp-policy pool a-decode: StatefulSet/vllm-a-decode pins its decode sidecar, but the data plane picks the pod',
+    );
   });
 });

@@ -1,9 +1,11 @@
 import { decode, encode } from '@msgpack/msgpack';
+import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Request } from 'zeromq';
 import { predictNixlHash } from '../../src/compat/nixl-hash.js';
 import { liveHashSupport, readLiveNixlHash } from '../../src/sidecar/nixl-side-channel.js';
 import type { SimServer } from './server.js';
+import { startZmqSideChannel } from './zmq-side-channel.js';
 import { startTestSim } from './testing.js';
 
 const sims: SimServer[] = [];
@@ -44,6 +46,23 @@ describe('the ZMQ side channel, served as vLLM serves it', () => {
     );
     const r12 = await readLiveNixlHash(`127.0.0.1:${hma.nixlSideChannelPort}`, 2, 2000);
     expect(r12.ok && r12.hash).not.toBe(predictNixlHash(hma.config.descriptor).hash);
+  });
+
+  it('an IPv6 side channel (vLLM on an IPv6 pod IP) is read at its bracketed address', async () => {
+    const channel = await startZmqSideChannel({
+      host: '::1',
+      port: 0,
+      connectorVersion: 2,
+      compatibilityHash: 'f'.repeat(64),
+      agentMetadata: { engine_id: 'engine-v6' },
+      logger: pino({ level: 'silent' }),
+    });
+    try {
+      // `--nixl-side-channel "[$(POD_IP)]:5600"` with POD_IP=::1; without ZMQ_IPV6 on the socket the read timed out.
+      expect(await readLiveNixlHash(`[::1]:${channel.port}`, 1, 2000)).toEqual({ ok: true, hash: 'f'.repeat(64), engineId: 'engine-v6' });
+    } finally {
+      await channel.close();
+    }
   });
 
   it("a request of the wrong shape stops the listener, as it stops vLLM's thread: nobody is answered again", async () => {

@@ -16,6 +16,7 @@
  * A request of the wrong shape makes vLLM's unpacking raise inside the listener thread, which then serves nobody
  * again; the simulator does the same (logs, then stops answering), so a client that sends the wrong shape is caught.
  */
+import { isIP } from 'node:net';
 import { decode, encode } from '@msgpack/msgpack';
 import type { Logger } from 'pino';
 import { Router } from 'zeromq';
@@ -46,8 +47,11 @@ export interface RunningZmqSideChannel {
 const SETTLE_MS = 150;
 
 export async function startZmqSideChannel(o: ZmqSideChannelOptions): Promise<RunningZmqSideChannel> {
-  const sock = new Router({ linger: 0 });
-  await sock.bind(`tcp://${o.host}:${o.port}`);
+  // An IPv6 host is bracketed and the socket IPv6-enabled, as vLLM does (vllm-project/vllm
+  // vllm/utils/network_utils.py @0c175ae9 `make_zmq_path`, `make_zmq_socket`).
+  const v6 = isIP(o.host) === 6;
+  const sock = new Router({ linger: 0, ...(v6 ? { ipv6: true } : {}) });
+  await sock.bind(`tcp://${v6 ? `[${o.host}]` : o.host}:${o.port}`);
   const port = Number(/:(\d+)$/.exec(sock.lastEndpoint ?? '')?.[1] ?? o.port);
   const wire = sideChannelWire(o.connectorVersion);
   // msgspec encodes a dataclass as a map of its fields in declaration order, bytes as msgpack bin.
