@@ -36,7 +36,8 @@ export const EndpointAddressSchema = z.string().refine(isIpPort, {
   message: "must be 'ip:port' (IPv4) or '[ipv6]:port', e.g. 10.0.0.12:9090",
 });
 
-function isIpPort(s: string): boolean {
+/** `ip:port` (IPv4) or `[ipv6]:port` literals only: a host name could resolve anywhere. */
+export function isIpPort(s: string): boolean {
   const m = /^(?:\[([0-9A-Fa-f:.]+)\]|(\d{1,3}(?:\.\d{1,3}){3})):(\d{1,5})$/.exec(s);
   if (!m) return false;
   const port = Number(m[3]);

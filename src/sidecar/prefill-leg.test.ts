@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { TransferContract } from '../contract/contract.js';
 import { exampleContractFields } from '../contract/testing.js';
-import { backoffMs, isIpPortLiteral, prefillFailure, prefillTargetUrl } from './prefill-leg.js';
+import { isIpPort } from '../policy/schema.js';
+import { backoffMs, prefillFailure, prefillTargetUrl } from './prefill-leg.js';
 
 const contract = (endpoint: string | null, withLeg = true): TransferContract => ({
   kind: 'contract',
@@ -43,7 +44,7 @@ describe('prefillTargetUrl (SSRF guard)', () => {
     }
     const none = prefillTargetUrl('direct', contract(null), '/v1/completions');
     expect(none.ok ? '' : none.error.reason).toContain('set prefill.via');
-    expect(isIpPortLiteral('127.0.0.1:65535')).toBe(true);
+    expect(isIpPort('127.0.0.1:65535')).toBe(true);
   });
 });
 

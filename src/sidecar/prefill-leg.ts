@@ -10,23 +10,15 @@
  * Retried: 502, 503, 504 and connection failures, with bounded attempts and exponential backoff. Not retried:
  * timeouts (the prefill may still be running), 500/501 and 4xx, which are final.
  */
-import { isIP } from 'node:net';
 import type { TransferContract } from '../contract/contract.js';
 import { err, isErrorCode, KvgateError, ok, type ErrorCode, type Result } from '../errors.js';
 import { H } from '../headers.js';
+import { isIpPort } from '../policy/schema.js';
 import type { SidecarConfig } from './config.js';
 import type { SidecarContext } from './context.js';
 import { callUpstream, parseJsonObject, upstreamMessage, type UpstreamReply } from './http-io.js';
 
 const RETRYABLE = new Set([502, 503, 504]);
-
-/** `ip:port` or `[ipv6]:port` literals only: a host name could resolve anywhere. */
-export function isIpPortLiteral(s: string): boolean {
-  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|(\d{1,3}(?:\.\d{1,3}){3})):(\d{1,5})$/.exec(s);
-  if (m === null) return false;
-  const port = Number(m[3]);
-  return port >= 1 && port <= 65535 && isIP(m[1] ?? m[2]!) === (m[1] === undefined ? 4 : 6);
-}
 
 /** Where the prefill leg goes. Pure; refuses any address that does not come from the signed contract. */
 export function prefillTargetUrl(
@@ -44,7 +36,7 @@ export function prefillTargetUrl(
       ),
     );
   }
-  if (!isIpPortLiteral(endpoint)) {
+  if (!isIpPort(endpoint)) {
     return err(
       new KvgateError(
         'contract_invalid',
@@ -141,14 +133,14 @@ export async function runPrefillLeg(ctx: SidecarContext, input: PrefillLegInput)
  */
 function servedByOf(reply: UpstreamReply, contract: TransferContract, excluded: readonly string[]): string | undefined {
   const named = reply.headers.get(H.servedBy) ?? undefined;
-  if (named !== undefined && isIpPortLiteral(named)) return named;
+  if (named !== undefined && isIpPort(named)) return named;
   return excluded.length === 0 ? (contract.prefill?.endpoint ?? undefined) : undefined;
 }
 
 /** The endpoint that just failed: as the prefill sidecar named itself, else (first try) the one the contract named. */
 function failedEndpoint(reply: UpstreamReply | undefined, contract: TransferContract, attempt: number): string | undefined {
   const named = reply?.headers.get(H.servedBy) ?? undefined;
-  if (named !== undefined && isIpPortLiteral(named)) return named;
+  if (named !== undefined && isIpPort(named)) return named;
   return attempt === 1 ? (contract.prefill?.endpoint ?? undefined) : undefined;
 }
 
