@@ -19,6 +19,10 @@ export const H = {
   /** llm-d / Gateway API Inference Extension compatibility aliases for the decode endpoint and prefill host. */
   gieDestination: 'x-gateway-destination-endpoint',
   llmdPrefiller: 'x-prefiller-host-port',
+  /** Gate to sidecar on every status poll: a fresh 128-bit nonce (base64url) the answer must be signed for. */
+  statusNonce: 'x-kvgate-status-nonce',
+  /** Sidecar to gate on a status answer to a nonce: `<key id>.<base64url HMAC>` (src/contract/status-signature.ts). */
+  statusSignature: 'x-kvgate-status-signature',
 } as const;
 
 /** Every header kvgate owns. A client-sent header with this prefix is removed before anything reads it. */

@@ -5,13 +5,21 @@
  * state for it (routable, unverified, draining, stale, unreached) and why (a worker that does not match its
  * declaration named first: address, engine id, each field with both values), and what its sidecar says (verified,
  * draining, in flight / capacity). `--json` prints the same as one JSON document.
+ *
+ * With the key ring (`--keys FILE`, else `KVGATE_KEYS`), each sidecar is asked as the gate asks it, with a fresh nonce,
+ * and its answer's signature is checked (src/contract/status-signature.ts); without, the table says it did not check.
  */
 import { parseArgs } from 'node:util';
+import { loadKeyRing, type KeyRing } from '../contract/keys.js';
+import { newStatusNonce, verifyStatus } from '../contract/status-signature.js';
 import type { PoolState } from '../gate/worker-poller.js';
+import { H } from '../headers.js';
 
-export const STATUS_USAGE = `usage: kvgate status --gate URL [--json] [--timeout-ms N]
+export const STATUS_USAGE = `usage: kvgate status --gate URL [--keys FILE] [--json] [--timeout-ms N]
 
   --gate URL        the gate's admin address, e.g. http://127.0.0.1:9003
+  --keys FILE       the key file the gate and sidecars hold: check each sidecar's answer is signed by a key holder
+                    (default: KVGATE_KEYS when set; otherwise signatures are not checked)
   --json            print one JSON document instead of tables
   --timeout-ms N    limit per HTTP call (default 2000)
 `;
@@ -20,7 +28,17 @@ export interface StatusIo {
   readonly stdout: (text: string) => void;
   readonly stderr: (text: string) => void;
   readonly fetch?: typeof fetch;
+  /** Where `KVGATE_KEYS` is read (default: process.env). */
+  readonly env?: Readonly<Record<string, string | undefined>>;
 }
+
+/** Whether a sidecar's answer was signed for this call, or why it could not be told. */
+type SignatureView =
+  | { readonly checked: true; readonly verified: true; readonly keyId: string }
+  | { readonly checked: true; readonly verified: false; readonly reason: string; readonly message: string }
+  | { readonly checked: false; readonly message: string };
+
+const NOT_CHECKED = 'not checked: no keys (pass --keys FILE or set KVGATE_KEYS)';
 
 /** The keys part of a gate's or sidecar's status (src/key-store.ts KeyStoreStatus): ids only, never a secret. */
 interface KeysView {
@@ -52,6 +70,8 @@ interface SidecarView {
   readonly optIns?: readonly string[];
   readonly keys?: KeysView;
   readonly error?: string;
+  /** Added by `kvgate status`: whether this answer was signed by a key holder for this call. */
+  readonly signature?: SignatureView;
 }
 
 /** `kvgate status ...`: 0 when the gate answered, 1 when it did not, 2 on bad flags. */
@@ -66,6 +86,7 @@ export async function statusCommand(
       options: {
         gate: { type: 'string' },
         json: { type: 'boolean' },
+        keys: { type: 'string' },
         'timeout-ms': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -83,6 +104,16 @@ export async function statusCommand(
   if (values.gate === undefined || !Number.isInteger(timeoutMs) || timeoutMs <= 0) {
     io.stderr(`kvgate status: ${values.gate === undefined ? 'no --gate URL' : '--timeout-ms must be a positive integer'}\n${STATUS_USAGE}`);
     return 2;
+  }
+  const env = io.env ?? process.env;
+  let keys: KeyRing | undefined;
+  if (values.keys !== undefined || (env['KVGATE_KEYS'] ?? '').trim() !== '') {
+    const loaded = loadKeyRing(values.keys === undefined ? { env } : { file: values.keys });
+    if (!loaded.ok) {
+      io.stderr(`kvgate status: ${loaded.error.reason}\n`);
+      return 2;
+    }
+    keys = loaded.value;
   }
   const doFetch = io.fetch ?? fetch;
   const get = async (url: string): Promise<unknown> => {
@@ -105,7 +136,7 @@ export async function statusCommand(
     await Promise.all(
       urls.map(async (u): Promise<[string, SidecarView]> => {
         try {
-          return [u, (await get(`${u.replace(/\/+$/, '')}/kvgate/v1/status`)) as SidecarView];
+          return [u, await getSidecar(doFetch, `${u.replace(/\/+$/, '')}/kvgate/v1/status`, timeoutMs, keys)];
         } catch (e) {
           return [u, { error: (e as Error).message }];
         }
@@ -114,6 +145,33 @@ export async function statusCommand(
   );
   io.stdout(values.json === true ? `${JSON.stringify({ gate, sidecars }, null, 2)}\n` : renderStatus(gate, sidecars));
   return 0;
+}
+
+/** A sidecar's status, asked with a fresh nonce and its signature checked when `keys` are given (as the gate does). */
+async function getSidecar(doFetch: typeof fetch, url: string, timeoutMs: number, keys: KeyRing | undefined): Promise<SidecarView> {
+  const nonce = keys === undefined ? undefined : newStatusNonce();
+  const res = await doFetch(url, {
+    signal: AbortSignal.timeout(timeoutMs),
+    ...(nonce === undefined ? {} : { headers: { [H.statusNonce]: nonce } }),
+  });
+  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  const bytes = Buffer.from(await res.arrayBuffer());
+  let signature: SignatureView = { checked: false, message: NOT_CHECKED };
+  if (keys !== undefined && nonce !== undefined) {
+    const v = verifyStatus(keys, nonce, bytes, res.headers.get(H.statusSignature));
+    signature = v.ok
+      ? { checked: true, verified: true, keyId: v.value.keyId }
+      : { checked: true, verified: false, reason: v.error.reason, message: v.error.message };
+  }
+  return { ...(JSON.parse(bytes.toString('utf8')) as SidecarView), signature };
+}
+
+/** The SIGNED column: the key id a verified answer was signed with, FAILED, or that it was not checked. */
+function signatureText(s: SidecarView | undefined): string {
+  const sig = s?.signature;
+  if (s === undefined || s.error !== undefined || sig === undefined) return '-';
+  if (!sig.checked) return 'unchecked';
+  return sig.verified ? `ok ${sig.keyId}` : `FAILED (${sig.reason})`;
 }
 
 /** The last reload as a sentence: the gate's /status gives `{ ok, version, atMs, message }` (policy-store.ts). */
@@ -166,7 +224,9 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
   // The settings that leave a mixed or unverified route possible, shouted: none with the safe defaults.
   const optIns = gate.optIns ?? [];
   out.push(optIns.length === 0 ? 'opt-ins: none' : `OPT-INS IN USE: ${optIns.join(', ')}`);
-  const rows: string[][] = [['POOL', 'REVISION', 'ROLE', 'ENDPOINT', 'STATE', 'SIDECAR', 'IN FLIGHT', 'WHY']];
+  const sidecarList = Object.values(sidecars).filter((s) => s.error === undefined);
+  if (sidecarList.some((s) => s.signature?.checked === false)) out.push(`sidecar signatures: ${NOT_CHECKED}`);
+  const rows: string[][] = [['POOL', 'REVISION', 'ROLE', 'ENDPOINT', 'STATE', 'SIDECAR', 'IN FLIGHT', 'SIGNED', 'WHY']];
   for (const p of gate.workerView?.pools ?? []) {
     for (const e of p.endpoints) {
       const s = e.status === null ? undefined : sidecars[e.status];
@@ -184,7 +244,10 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
         s?.keys !== undefined && gate.keys !== undefined && keyIdsText(s.keys) !== keyIdsText(gate.keys)
           ? [`keys differ from the gate's: ${keyIdsText(s.keys)}`]
           : [];
+      // An answer no key holder signed for this call: what it says is not the sidecar's word, and the gate refuses it too.
+      const badSignature = s?.signature?.checked === true && !s.signature.verified ? [`signature: ${s.signature.message}`] : [];
       const why = [
+        ...badSignature,
         ...(e.named == null ? [] : [e.named]),
         ...e.reasons,
         ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? [])),
@@ -193,7 +256,7 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
       ]
         .filter((r, i, all) => all.indexOf(r) === i)
         .join('; ');
-      rows.push([p.pool, p.revision, p.role, e.address, e.state, sidecar, load, why === '' ? '-' : why]);
+      rows.push([p.pool, p.revision, p.role, e.address, e.state, sidecar, load, signatureText(s), why === '' ? '-' : why]);
     }
   }
   if (gate.workerView?.pools == null) out.push('(static worker view: the gate does not poll sidecars, so no endpoint states)');

@@ -7,6 +7,8 @@ import { cacheSaltDigestOf, promptDigestOf } from './body-binding.js';
 import { deriveCacheSalt } from './cache-salt.js';
 import { mintContract, type TransferContract } from './contract.js';
 import type { KeyRing } from './keys.js';
+import { signStatus } from './status-signature.js';
+import { H } from '../headers.js';
 import type { Attestation } from './attestation.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
 
@@ -77,4 +79,21 @@ export function testSecret(label: string): Buffer {
 export function testKeyFileText(spec: { current: string; keys: Readonly<Record<string, string>>; salt?: string }): string {
   const keys = Object.fromEntries(Object.entries(spec.keys).map(([id, label]) => [id, testSecret(label).toString('base64')]));
   return JSON.stringify({ current: spec.current, keys, salt: testSecret(spec.salt ?? 'salt').toString('base64') });
+}
+
+/**
+ * A fetch that answers as a sidecar holding `keys` does: `inner`'s answer, signed for the poll's nonce when the poll
+ * sent one (`x-kvgate-status-nonce`), over the exact bytes passed on. For tests that fake sidecars with a fetch
+ * function; HTTP servers that stand in for sidecars use `answerStatus` (src/sidecar/testing.ts).
+ */
+export function signingFetch(keys: KeyRing, inner: typeof fetch): typeof fetch {
+  return (async (input: Parameters<typeof fetch>[0], init?: RequestInit) => {
+    const res = await inner(input, init);
+    const nonce = new Headers(init?.headers).get(H.statusNonce);
+    if (nonce === null) return res;
+    const bytes = Buffer.from(await res.arrayBuffer());
+    const headers = new Headers(res.headers);
+    headers.set(H.statusSignature, signStatus(keys, nonce, bytes));
+    return new Response(bytes, { status: res.status, headers });
+  }) as typeof fetch;
 }

@@ -175,6 +175,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
           inFlight,
           logger: log,
           registry,
+          keys: keys.current,
           endpointsOf,
           terminatingOf,
           table: () => policy.current(),

@@ -5,17 +5,35 @@ import { createInFlightTracker } from '../decide/worker-view.js';
 import { tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { eligibleFor } from '../decide/pick.js';
 import { createEndpointLoad } from './endpoint-load.js';
+import { createDevKeyRing, createKeyRing, keyRingIds, type KeyRing } from '../contract/keys.js';
+import { signingFetch } from '../contract/testing.js';
 import { createWorkerPoller } from './worker-poller.js';
 
-/** A poller over `table` with the tests' timings (1 s interval, `timeoutMs`, 5 s stale) and a silent logger. */
+/** The ring the gate and its sidecars hold in these tests. */
+const KEYS = createDevKeyRing('worker-poller-tests');
+
+/**
+ * A poller over `table` with the tests' timings (1 s interval, `timeoutMs`, 5 s stale), a silent logger and the test
+ * ring; `deps.fetch` answers as sidecars holding that ring (signed) unless `sign` is false.
+ */
 function pollerFor(
   table: ReturnType<typeof tableFromValue>,
   deps: Partial<Parameters<typeof createWorkerPoller>[1]> = {},
   timeoutMs = 200,
+  sign = true,
 ) {
+  const fetch = deps.fetch === undefined ? {} : { fetch: sign ? signingFetch(KEYS, deps.fetch) : deps.fetch };
   return createWorkerPoller(
     { intervalMs: 1000, timeoutMs, staleAfterMs: 5000 },
-    { inFlight: createInFlightTracker(), logger: pino({ level: 'silent' }), registry: new Registry(), table: () => table, ...deps },
+    {
+      inFlight: createInFlightTracker(),
+      logger: pino({ level: 'silent' }),
+      registry: new Registry(),
+      keys: () => KEYS,
+      table: () => table,
+      ...deps,
+      ...fetch,
+    },
   );
 }
 
@@ -203,8 +221,9 @@ describe('live worker view', () => {
         inFlight: createInFlightTracker(),
         logger: pino({ level: 'silent' }),
         registry,
+        keys: () => KEYS,
         table: () => table,
-        fetch: (async () => status({ fingerprint: pool.fingerprint, verified, draining: false })) as typeof fetch,
+        fetch: signingFetch(KEYS, (async () => status({ fingerprint: pool.fingerprint, verified, draining: false })) as typeof fetch),
       },
     );
     const value = async (labels: Record<string, string>) => {
@@ -343,20 +362,24 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
         inFlight: load,
         logger: pino({ level: 'silent' }),
         registry: new Registry(),
+        keys: () => KEYS,
         table: () => table,
         now: () => t,
         endpointsOf: (p) =>
           p.name === 'a-decode' && listed ? [{ address, status: `http://${address}`, fingerprint: pool.fingerprint, podUid: 'uid-1' }] : [],
-        fetch: (async () =>
-          new Response(
-            JSON.stringify({
-              fingerprint: pool.fingerprint,
-              verified: true,
-              draining: false,
-              podUid: 'uid-1',
-              requests: { inFlight: ['r1', 'r2'], received: ['r1', 'r2'] },
-            }),
-          )) as typeof fetch,
+        fetch: signingFetch(
+          KEYS,
+          (async () =>
+            new Response(
+              JSON.stringify({
+                fingerprint: pool.fingerprint,
+                verified: true,
+                draining: false,
+                podUid: 'uid-1',
+                requests: { inFlight: ['r1', 'r2'], received: ['r1', 'r2'] },
+              }),
+            )) as typeof fetch,
+        ),
       },
     );
     await poller.pollOnce();
@@ -396,6 +419,7 @@ describe('live worker view: a discovered pod is routed only when its own sidecar
         }) as typeof fetch,
       },
       5000,
+      false, // refused for its size before any signature is looked at
     );
     await poller.pollOnce(); // 64 MiB on offer
     expect(pulled).toBeLessThan(8 * 1024 * 1024);
@@ -464,3 +488,139 @@ describe('pollOnce while a round runs', () => {
     expect(poller.viewFor(table).endpoints('a-decode')[0]).toMatchObject({ verified: false });
   });
 });
+
+describe('signed status answers', () => {
+  const table = tableWithStatus();
+  const pool = table.pools.get('a-decode')!;
+  const address = pool.endpoints[0]!.address;
+  const answer = { fingerprint: pool.fingerprint, verified: true, draining: false };
+
+  /** A poller whose sidecar answers through `respond` (given the poll's request), with its logs and metrics. */
+  function setup(respond: (init: RequestInit | undefined) => Response | Promise<Response>, gateKeys = () => KEYS) {
+    const lines: Record<string, unknown>[] = [];
+    const registry = new Registry();
+    const poller = pollerFor(
+      table,
+      {
+        keys: gateKeys,
+        registry,
+        logger: pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }),
+        // The table's other polled endpoints answer as their sidecars do: only this one is under test.
+        fetch: (async (url: string, init?: RequestInit) => (url.includes(address) ? respond(init) : signed()(url, init))) as typeof fetch,
+      },
+      200,
+      false,
+    );
+    const view = poller.viewFor(table);
+    return {
+      poller,
+      verified: () => view.endpoints('a-decode').find((e) => e.address === address)!.verified,
+      entry: () =>
+        poller
+          .poolStates()
+          .find((p) => p.pool === 'a-decode')!
+          .endpoints.find((e) => e.address === address)!,
+      warnings: () => lines.filter((l) => l['msg'] === 'worker status answer refused: signature'),
+      polls: async (result: string) =>
+        (await registry.getSingleMetric('kvgate_worker_status_polls_total')!.get()).values.find((v) => v.labels['result'] === result)
+          ?.value,
+    };
+  }
+  const signed = (keys = KEYS) => signingFetch(keys, (async () => new Response(JSON.stringify(answer))) as typeof fetch);
+
+  it('routes on an answer signed for this poll; an unsigned copy of it is unverified, counted and warned once', async () => {
+    let sign = true;
+    const t = setup((init) => (sign ? signed()('http://x', init) : new Response(JSON.stringify(answer))));
+    await t.poller.pollOnce();
+    expect(t.verified()).toBe(true);
+    expect(await t.polls('unsigned')).toBe(0); // every result is exported from the start
+    sign = false;
+    for (let i = 0; i < 3; i++) await t.poller.pollOnce();
+    expect(t.verified()).toBe(false);
+    expect(t.entry().state).toBe('unverified');
+    expect(t.entry().reasons.join('; ')).toMatch(
+      /the answer is not signed \(no x-kvgate-status-signature\).*upgrade sidecars before gates/,
+    );
+    expect(await t.polls('unsigned')).toBe(3);
+    expect(t.warnings()).toHaveLength(1);
+    expect(t.warnings()[0]).toMatchObject({ endpoint: address, reason: 'missing', level: 40 });
+    sign = true;
+    await t.poller.pollOnce();
+    expect(t.verified()).toBe(true);
+    expect(t.poller.snapshot()[address]).toMatchObject({ signedBy: 'dev-insecure' });
+  });
+
+  it('a replay of a real signed answer (another poll nonce) is unverified: bad_signature', async () => {
+    let recorded: { body: ArrayBuffer; headers: Headers } | undefined;
+    const t = setup(async (init) => {
+      if (recorded !== undefined) return new Response(recorded.body, { headers: recorded.headers });
+      const res = await signed()('http://x', init);
+      recorded = { body: await res.clone().arrayBuffer(), headers: res.headers };
+      return res;
+    });
+    await t.poller.pollOnce();
+    expect(t.verified()).toBe(true);
+    await t.poller.pollOnce();
+    expect(t.verified()).toBe(false);
+    expect(t.entry().reasons.join('; ')).toMatch(/does not verify under key id dev-insecure for this poll's nonce and body: replayed/);
+    expect(await t.polls('bad_signature')).toBe(1);
+    expect(t.warnings()[0]).toMatchObject({ reason: 'bad_signature' });
+  });
+
+  it('an answer altered after signing is unverified before its JSON is trusted', async () => {
+    const t = setup(async (init) => {
+      const honest = signingFetch(KEYS, (async () => new Response(JSON.stringify({ ...answer, verified: false }))) as typeof fetch);
+      const res = await honest('http://x', init);
+      // The sidecar signed "verified": false; flipped on the way.
+      const text = (await res.text()).replace('"verified":false', '"verified":true');
+      expect(text).toContain('"verified":true');
+      return new Response(text, { headers: res.headers });
+    });
+    await t.poller.pollOnce();
+    expect(t.verified()).toBe(false);
+    expect(t.poller.snapshot()[address]).toMatchObject({ fingerprint: null, signatureProblem: 'bad_signature' });
+  });
+
+  it('a malformed signature or a key id the gate lacks is refused with a reason naming it', async () => {
+    let header = 'not a signature';
+    const t = setup(async () => new Response(JSON.stringify(answer), { headers: { 'x-kvgate-status-signature': header } }));
+    await t.poller.pollOnce();
+    expect(t.entry().reasons.join('; ')).toMatch(/is not <key id>\.<43 base64url characters>/);
+    expect(await t.polls('malformed_signature')).toBe(1);
+    header = `${'k'.repeat(64)}.${'A'.repeat(400)}`; // oversized: refused unread, the same way
+    await t.poller.pollOnce();
+    expect(await t.polls('malformed_signature')).toBe(2);
+    expect(t.warnings()).toHaveLength(1); // the same reason: no second warning
+    const other = createKeyRingWith('k9', createDevKeyRing('another-fleet'));
+    const t2 = setup((init) => signingFetch(other, (async () => new Response(JSON.stringify(answer))) as typeof fetch)('http://x', init));
+    await t2.poller.pollOnce();
+    expect(t2.verified()).toBe(false);
+    expect(t2.entry().reasons.join('; ')).toMatch(/signed with key id k9, which this gate does not hold/);
+    expect(await t2.polls('unknown_key')).toBe(1);
+  });
+
+  it('verifies under the ring in use now: a gate reloaded with the sidecar new current id verifies its answers', async () => {
+    const sidecar = createKeyRingWith('k2', KEYS);
+    let gate = KEYS;
+    const t = setup(
+      (init) => signingFetch(sidecar, (async () => new Response(JSON.stringify(answer))) as typeof fetch)('http://x', init),
+      () => gate,
+    );
+    await t.poller.pollOnce();
+    expect(t.entry().reasons.join('; ')).toContain('key id k2');
+    gate = sidecar; // the key file reloaded (src/key-store.ts hands the poller the new ring)
+    await t.poller.pollOnce();
+    expect(t.verified()).toBe(true);
+    expect(t.poller.snapshot()[address]).toMatchObject({ signedBy: 'k2' });
+  });
+});
+
+/** `base`'s key ids and secrets plus `id` (a fresh secret), signing with `id`: step 2 of a rotation. */
+function createKeyRingWith(id: string, base: KeyRing): KeyRing {
+  const ids = keyRingIds(base);
+  return createKeyRing({
+    keys: [...ids.map((k) => ({ id: k, secret: base.secret(k)! })), { id, secret: Buffer.alloc(32, id.charCodeAt(1)) }],
+    currentId: id,
+    saltSecret: base.saltSecret,
+  });
+}

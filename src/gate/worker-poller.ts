@@ -9,6 +9,11 @@
  * calls it when a request's ext_proc stream ends, so the end of a request shows within a round trip where the
  * stream lives as long as the request (Envoy 1.36), and at the next poll otherwise.
  *
+ * Every poll carries a fresh nonce, and an answer counts only when a holder of the key ring signed it for that nonce
+ * and those exact bytes (src/contract/status-signature.ts): it is checked before a byte of the JSON is parsed. An
+ * unsigned, malformed, unknown-key, replayed or altered answer makes the endpoint unverified at once (whatever it
+ * said before), with the reason on `/status`, a `kvgate_worker_status_polls_total` result and one warning per change.
+ *
  * Fail closed: an endpoint whose sidecar was never reached, or whose last answer is older than `staleAfterMs`,
  * counts as unverified and takes no new requests. An endpoint with no status URL in the route table keeps its
  * declared fingerprint (the static view's behaviour), and `/status` says so.
@@ -26,6 +31,14 @@ import {
   type WorkerView,
 } from '../decide/worker-view.js';
 import type { CompiledEndpoint, CompiledPool, CompiledRouteTable } from '../policy/compile.js';
+import type { KeyRing } from '../contract/keys.js';
+import {
+  newStatusNonce,
+  verifyStatus,
+  type StatusSignatureFailure,
+  type StatusSignatureFailureReason,
+} from '../contract/status-signature.js';
+import { H } from '../headers.js';
 import {
   describeNamedMismatch,
   liveHashOf,
@@ -81,6 +94,10 @@ export interface Observation {
   readonly role?: 'prefill' | 'decode';
   /** How the sidecar checks its worker (trust and canaries): sidecar-trust.ts compares them with the table's. */
   readonly checks?: SidecarChecks;
+  /** The key id the last answer was signed with (it verified). */
+  readonly signedBy?: string;
+  /** Why the last answer's signature did not verify: the endpoint is unverified until one does. */
+  readonly signatureProblem?: StatusSignatureFailureReason;
 }
 
 export interface WorkerPoller {
@@ -109,6 +126,8 @@ interface Deps {
   readonly onPolled?: () => void;
   readonly logger: Logger;
   readonly registry: Registry;
+  /** The gate's key ring in use (src/key-store.ts `current`): a status answer must be signed under one of its ids. */
+  readonly keys: () => KeyRing;
   readonly table: () => CompiledRouteTable;
   readonly now?: () => number;
   readonly fetch?: typeof fetch;
@@ -150,10 +169,11 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   const seen = new ObservationMap(() => now(), opts.staleAfterMs);
   const polls = new Counter({
     name: 'kvgate_worker_status_polls_total',
-    help: 'Polls of sidecar status endpoints by result (ok, error).',
+    help: 'Polls of sidecar status endpoints by result: ok, error (no answer), or an answer refused unread because its signature is missing (unsigned), malformed (malformed_signature), under a key id the gate lacks (unknown_key) or does not verify for this poll (bad_signature: replayed, altered or forged).',
     labelNames: ['result'] as const,
     registers: [deps.registry],
   });
+  for (const result of POLL_RESULTS) polls.inc({ result }, 0);
   const age = new Gauge({
     name: 'kvgate_worker_view_age_seconds',
     help: 'Age of the oldest sidecar observation behind the live worker view.',
@@ -231,10 +251,31 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     const key = keyOf(e);
     const prev = seen.get(key);
     const startedAtMs = now();
+    let signedBy: string;
+    let body: Record<string, unknown>;
     try {
-      const res = await doFetch(`${status.replace(/\/+$/, '')}/kvgate/v1/status`, { signal: AbortSignal.timeout(opts.timeoutMs) });
+      const nonce = newStatusNonce();
+      const res = await doFetch(`${status.replace(/\/+$/, '')}/kvgate/v1/status`, {
+        headers: { [H.statusNonce]: nonce },
+        signal: AbortSignal.timeout(opts.timeoutMs),
+      });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
-      const body = (await readStatusBody(res)) as Record<string, unknown>;
+      const bytes = await readStatusBytes(res);
+      // The signature first: nothing of an answer no key holder signed for this poll is parsed, let alone trusted.
+      const signed = verifyStatus(deps.keys(), nonce, bytes, res.headers.get(H.statusSignature));
+      if (!signed.ok) return refuseUnsigned(e, signed.error);
+      signedBy = signed.value.keyId;
+      body = JSON.parse(bytes.toString('utf8')) as Record<string, unknown>;
+    } catch (err) {
+      return pollFailed(e, prev, err as Error);
+    }
+    if (prev?.signatureProblem !== undefined) {
+      deps.logger.info(
+        { endpoint: address, status, keyId: signedBy },
+        'worker status answer is signed again; the endpoint is judged on it',
+      );
+    }
+    try {
       const fingerprint = typeof body['fingerprint'] === 'string' ? body['fingerprint'] : null;
       const wrongPod = podUidProblem(e.podUid, address, body['podUid']);
       const reasons = Array.isArray(body['reasons']) ? (body['reasons'] as unknown[]).map(String) : [];
@@ -250,19 +291,54 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
         ...optional('nixlHash', liveHashOf(body['nixlHash'])),
         ...optional('mismatch', namedMismatchOf(body['mismatch'])),
         ...optional('checks', sidecarChecksOf(body)),
+        signedBy,
       });
       deps.inFlight.observe?.(address, requestReportOf(body['requests']), startedAtMs);
       polls.inc({ result: 'ok' });
-    } catch (e) {
-      polls.inc({ result: 'error' });
-      const error = `sidecar status ${status} unreachable: ${(e as Error).message}`;
-      seen.set(
-        key,
-        prev
-          ? { ...prev, status, error }
-          : { status, fingerprint: null, verified: false, draining: false, reasons: [error], observedAtMs: 0, error },
+    } catch (err) {
+      pollFailed(e, prev, err as Error);
+    }
+  }
+
+  /** No usable answer (unreachable, an HTTP error, too large, not JSON): the last good observation stands until stale. */
+  function pollFailed(e: CompiledEndpoint & { readonly status: string }, prev: Observation | undefined, cause: Error): void {
+    const { address, status } = e;
+    polls.inc({ result: 'error' });
+    const error = `sidecar status ${status} unreachable: ${cause.message}`;
+    seen.set(
+      keyOf(e),
+      prev
+        ? { ...prev, status, error }
+        : { status, fingerprint: null, verified: false, draining: false, reasons: [error], observedAtMs: 0, error },
+    );
+    if (!prev?.error) deps.logger.warn({ endpoint: address, error }, 'worker status poll failed');
+  }
+
+  /**
+   * An answer no key holder signed for this poll: whatever answers for the pod IP is not (or not only) its sidecar, or
+   * the sidecar cannot sign for this gate. Unverified at once, whatever was seen before (unlike an unreachable
+   * sidecar, this is an answer that must not be believed); warned once per endpoint and reason, not per poll.
+   */
+  function refuseUnsigned(e: CompiledEndpoint & { readonly status: string }, failure: StatusSignatureFailure): void {
+    const { address, status } = e;
+    const key = keyOf(e);
+    const prev = seen.get(key);
+    polls.inc({ result: POLL_RESULT_OF[failure.reason] });
+    const why = `sidecar status ${status}: ${failure.message}; not routed until an answer verifies`;
+    seen.set(key, {
+      status,
+      fingerprint: null,
+      verified: false,
+      draining: false,
+      reasons: [why],
+      observedAtMs: now(),
+      signatureProblem: failure.reason,
+    });
+    if (prev?.signatureProblem !== failure.reason) {
+      deps.logger.warn(
+        { endpoint: address, status, reason: failure.reason, error: failure.message },
+        'worker status answer refused: signature',
       );
-      if (!prev?.error) deps.logger.warn({ endpoint: address, error }, 'worker status poll failed');
     }
   }
 
@@ -444,6 +520,15 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
   return poller;
 }
 
+/** `kvgate_worker_status_polls_total` results; each signature failure has its own. */
+const POLL_RESULT_OF: Readonly<Record<StatusSignatureFailureReason, string>> = {
+  missing: 'unsigned',
+  malformed: 'malformed_signature',
+  unknown_key: 'unknown_key',
+  bad_signature: 'bad_signature',
+};
+const POLL_RESULTS = ['ok', 'error', ...Object.values(POLL_RESULT_OF)];
+
 /**
  * The most a status answer may be. A sidecar's is tens of KiB (its 1,024 most recent request ids, those in flight,
  * the descriptor); whatever answers at a pod IP is not necessarily one (an IP reused by any pod of the cluster, a
@@ -451,8 +536,8 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
  */
 const MAX_STATUS_BYTES = 4 * 1024 * 1024;
 
-/** The answer's JSON, read up to MAX_STATUS_BYTES; a longer answer is cancelled there and refused. */
-async function readStatusBody(res: Response): Promise<unknown> {
+/** The answer's bytes, read up to MAX_STATUS_BYTES; a longer answer is cancelled there and refused. */
+async function readStatusBytes(res: Response): Promise<Buffer> {
   const tooLarge = (): Error =>
     new Error(`the answer is larger than ${MAX_STATUS_BYTES} bytes, so it is not a kvgate sidecar status; not read further`);
   if (Number(res.headers.get('content-length') ?? 0) > MAX_STATUS_BYTES) {
@@ -473,7 +558,7 @@ async function readStatusBody(res: Response): Promise<unknown> {
     }
     parts.push(value);
   }
-  return JSON.parse(Buffer.concat(parts).toString('utf8'));
+  return Buffer.concat(parts);
 }
 
 function roleOf(v: unknown): 'prefill' | 'decode' | undefined {

@@ -20,9 +20,11 @@ import {
   runSidecarCommand,
   sidecarConfigFor,
   startTestSidecar,
+  TEST_KEYS,
   withRecordedCanaries,
   type TestSidecar,
 } from './testing.js';
+import { newStatusNonce, verifyStatus } from '../contract/status-signature.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 let sim: SimServer;
@@ -78,6 +80,21 @@ describe('status, health and metrics', () => {
     expect(s['declaredOnly']).toContain('architecture.attentionBackend');
   });
 
+  it("signs its status for the gate's nonce over the exact bytes sent; without a nonce the same JSON comes unsigned", async () => {
+    const nonce = newStatusNonce();
+    const polled = await fetch(`${t.sidecar.url}/kvgate/v1/status`, { headers: { 'x-kvgate-status-nonce': nonce } });
+    const bytes = Buffer.from(await polled.arrayBuffer());
+    const header = polled.headers.get('x-kvgate-status-signature');
+    expect(header).toMatch(/^dev-insecure\.[A-Za-z0-9_-]{43}$/);
+    expect(verifyStatus(TEST_KEYS, nonce, bytes, header)).toEqual({ ok: true, value: { keyId: 'dev-insecure' } });
+    expect(verifyStatus(TEST_KEYS, newStatusNonce(), bytes, header).ok).toBe(false); // bound to this poll
+    const plain = await fetch(`${t.sidecar.url}/kvgate/v1/status`);
+    expect(plain.headers.get('x-kvgate-status-signature')).toBeNull();
+    const { requests: _a, ...signedDoc } = JSON.parse(bytes.toString('utf8')) as Record<string, unknown>;
+    const { requests: _b, ...plainDoc } = (await plain.json()) as Record<string, unknown>;
+    expect(plainDoc).toEqual(signedDoc);
+  });
+
   it('refuses the Responses API with 400, one audit line and a counted refusal', async () => {
     const r = await fetch(`${t.sidecar.url}/v1/responses`, { method: 'POST', body: '{}', headers: { 'x-request-id': 'resp-1' } });
     expect([r.status, r.headers.get('x-kvgate-reject-reason')]).toEqual([400, 'bad_request']);
@@ -87,6 +104,21 @@ describe('status, health and metrics', () => {
     expect(String(audits[0]!['reason'])).toContain('POST /v1/responses');
     const metrics = await (await fetch(`${t.sidecar.url}/metrics`)).text();
     expect(metrics).toContain('kvgate_sidecar_requests_total{role="decode",outcome="refused",code="bad_request"} 1');
+  });
+
+  it('refuses a malformed status nonce with 400 and one audit line, signing nothing', async () => {
+    const r = await fetch(`${t.sidecar.url}/kvgate/v1/status`, {
+      headers: { 'x-kvgate-status-nonce': 'short', 'x-request-id': 'nonce-1' },
+    });
+    expect([r.status, r.headers.get('x-kvgate-reject-reason'), r.headers.get('x-kvgate-status-signature')]).toEqual([
+      400,
+      'bad_request',
+      null,
+    ]);
+    expect(((await r.json()) as { error: { message: string } }).error.message).toContain('x-kvgate-status-nonce must be 16 random bytes');
+    const audits = t.lines.filter((l) => l['audit'] === 'refusal' && l['request_id'] === 'nonce-1');
+    expect(audits).toHaveLength(1);
+    expect(audits[0]).toMatchObject({ code: 'bad_request', path: '/kvgate/v1/status' });
   });
 
   it('answers unknown routes with 404, oversized and malformed bodies with kvgate errors', async () => {

@@ -26,7 +26,7 @@ import { createReplayGuard, type ReplayGuard } from './replay-guard.js';
 import { headerValue, type IncomingCall, type SidecarContext } from './context.js';
 import { serveDecode } from './decode-role.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
-import { abortWith, listen, parseJsonObject, readBody, sendError, sendJson, sendText, type FetchFn } from './http-io.js';
+import { abortWith, listen, parseJsonObject, readBody, sendError, sendText, type FetchFn } from './http-io.js';
 import { createSidecarMetrics } from './metrics.js';
 import { sidecarOptIns } from './opt-ins.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
@@ -38,6 +38,7 @@ import { SidecarState } from './sidecar-state.js';
 import { DRAIN_PATH, startSidePorts, UNDRAIN_PATH } from './side-ports.js';
 import { endRequestSpan, NOOP_TRACER, startRequestSpan } from './spans.js';
 import { admissionRefusal, type SidecarStatus } from './status.js';
+import { sendStatus, statusNonceOf } from './status-answer.js';
 import { FailedTransferReads } from './failed-transfer-reads.js';
 import { readWorkerVersion } from './launch-check.js';
 import { SharedRead } from './shared-read.js';
@@ -314,11 +315,17 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
     return refuseWithoutContract(rt, req, res, path, e);
   }
   if (req.method === 'GET' && path === '/kvgate/v1/status') {
+    // The gate's poll carries a nonce: the answer is signed for it (status-answer.ts), so nothing else that answers
+    // for this pod IP, and no replay of an earlier answer, passes for this sidecar.
+    const polled = statusNonceOf(req.headers);
+    if ('error' in polled) return refuseWithoutContract(rt, req, res, path, polled.error);
+    const ring = rt.ctx.keys();
     const load = await rt.load();
     // The keys: current id, ids held, source and last reload (never a secret), so an operator can check every sidecar
     // holds a new id before switching current to it.
     const keys = rt.keys.status();
-    return sendJson(res, 200, load === null ? { ...rt.state.status(), keys } : { ...rt.state.status(), keys, load });
+    const body = load === null ? { ...rt.state.status(), keys } : { ...rt.state.status(), keys, load };
+    return sendStatus(res, body, ring, polled.nonce);
   }
   if (req.method === 'GET' && path === '/healthz') {
     // Not ready from the first moment of a drain (readiness takes the pod out of Services), even while the announce

@@ -3,6 +3,7 @@
  * in-memory log sink. Not used by product code.
  */
 import { EventEmitter } from 'node:events';
+import type http from 'node:http';
 import { Writable } from 'node:stream';
 import { pino, type Logger } from 'pino';
 import { Registry } from 'prom-client';
@@ -21,8 +22,22 @@ import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { parseSidecarConfig, type SidecarConfig, type SidecarConfigInput } from './config.js';
 import type { FetchFn } from './http-io.js';
 import { createSidecar, type Sidecar, type SidecarDeps } from './server.js';
+import { sendStatus, statusNonceOf } from './status-answer.js';
 
 export const TEST_KEYS: KeyRing = createDevKeyRing('kvgate-sidecar-tests');
+
+/**
+ * Answer a status poll as a sidecar holding `keys` does (status-answer.ts): `body` signed for the poll's nonce, or
+ * unsigned when none was sent. For HTTP servers that stand in for sidecars in tests (a bad nonce gets a 400).
+ */
+export function answerStatus(req: http.IncomingMessage, res: http.ServerResponse, body: unknown, keys: KeyRing): void {
+  const polled = statusNonceOf(req.headers);
+  if ('error' in polled) {
+    res.writeHead(400, { 'content-type': 'text/plain' }).end(`${polled.error.reason}\n`);
+    return;
+  }
+  sendStatus(res, body, keys, polled.nonce);
+}
 
 /** Every call a sidecar made through its fetch, with a way to make the next calls fail or change. */
 export interface FetchSpy {

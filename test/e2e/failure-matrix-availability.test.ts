@@ -4,14 +4,12 @@
  * traffic (requests in the outage fail closed with Envoy's 500 and never reach a worker), and route-table reloads
  * under traffic (a good table changes the cohort weight; a bad one is rejected and routing does not change).
  */
-import { readFile, rename, writeFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { baseline, firstDivergence, PROMPTS, tokenIds, type HttpResult } from '../../testbed/demo/scenarios.js';
 import { REVISIONS, startTopology, type RevisionName, type Topology } from '../../testbed/demo/topology.js';
 import type { ReloadResult } from '../../src/gate/policy-store.js';
 import { H } from '../../src/headers.js';
-import { client, complete, counter, eventually, silent } from './failure-matrix-support.js';
+import { client, complete, counter, editRouteTable, eventually, silent } from './failure-matrix-support.js';
 
 const MAX_TOKENS = 8;
 const TRAFFIC_PROMPTS = [PROMPTS[0], PROMPTS[2], PROMPTS[3]] as const;
@@ -60,14 +58,6 @@ async function traffic(label: string, clients: number, stop: () => boolean): Pro
     }),
   );
   return out;
-}
-
-/** Rewrite the route table the way an operator's tooling does: a new file renamed over the old one. */
-async function editRouteTable(edit: (table: any) => void): Promise<void> {
-  const table = parseYaml(await readFile(t.routeTablePath, 'utf8'));
-  edit(table);
-  await writeFile(`${t.routeTablePath}.tmp`, toYaml(table));
-  await rename(`${t.routeTablePath}.tmp`, t.routeTablePath);
 }
 
 /**
@@ -206,7 +196,7 @@ describe('route-table reloads under traffic', () => {
     let done = false;
     const load = traffic('reload-good', 3, () => done);
     await new Promise((r) => setTimeout(r, 30));
-    await editRouteTable((table) => (table.models['llama-3-8b'].rollout.weight = 100));
+    await editRouteTable(t, (table) => (table.models['llama-3-8b'].rollout.weight = 100));
     const version = t.gate.policy.version();
     const result = await reloadUntil('failure matrix: candidate to 100%', (r) => r.ok && r.version !== version);
     done = true;
@@ -229,9 +219,9 @@ describe('route-table reloads under traffic', () => {
     await new Promise((r) => setTimeout(r, 30));
     // A schema error (weight over 100), then a table that parses but fails the semantic checks (a pool of a
     // revision that does not exist): each is rejected whole, with the path to fix.
-    await editRouteTable((table) => (table.models['llama-3-8b'].rollout.weight = 150));
+    await editRouteTable(t, (table) => (table.models['llama-3-8b'].rollout.weight = 150));
     const schema = await reloadUntil('failure matrix: weight 150', (r) => /weight/.test(r.message));
-    await editRouteTable((table) => {
+    await editRouteTable(t, (table) => {
       table.models['llama-3-8b'].rollout.weight = 100;
       table.pools[0].revision = 'llama-c';
     });

@@ -3,7 +3,9 @@
  * parsing that keeps error events, and Prometheus counters read from a simulated worker or a sidecar. Test support
  * only; the topology itself comes from testbed/demo/topology.ts.
  */
+import { readFile, rename, writeFile } from 'node:fs/promises';
 import { pino } from 'pino';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { completion, post, type HttpResult } from '../../testbed/demo/scenarios.js';
 import { SERVED_MODEL, type Topology } from '../../testbed/demo/topology.js';
 import { groupIdOf } from '../../src/compat/fingerprint.js';
@@ -12,6 +14,14 @@ import { parseLabels } from '../../testbed/sim/testing.js';
 
 /** Logs off unless `E2E_LOG=debug` (or another level) is set while debugging a failure. */
 export const silent = pino({ level: process.env['E2E_LOG'] ?? 'silent' });
+
+/** Rewrite the topology's route table the way an operator's tooling does: a new file renamed over the old one. */
+export async function editRouteTable(t: Topology, edit: (table: any) => void): Promise<void> {
+  const table = parseYaml(await readFile(t.routeTablePath, 'utf8'));
+  edit(table);
+  await writeFile(`${t.routeTablePath}.tmp`, toYaml(table));
+  await rename(`${t.routeTablePath}.tmp`, t.routeTablePath);
+}
 
 /** Headers of a client of tenant `tenant` in session `session`. */
 export function client(tenant = 'acme', session = 'matrix', extra: Record<string, string> = {}): Record<string, string> {

@@ -42,7 +42,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
 import type { RunningGate } from '../../src/gate/gate.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../../src/policy/testing.js';
-import { jsonLineSink } from '../../src/sidecar/testing.js';
+import { createDevKeyRing } from '../../src/contract/keys.js';
+import { answerStatus, jsonLineSink } from '../../src/sidecar/testing.js';
 import { startKubeApiServer } from '../../testbed/kube-apiserver/server.js';
 import { createDevPki } from '../../testbed/tls/dev-pki.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
@@ -65,6 +66,7 @@ import {
 } from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-gie-rolling';
+const KEYS = createDevKeyRing(SEED);
 /** Termination grace: shorter than the slow gateway's removal lag, so a pod's address is reused while still listed. */
 const GRACE_MS = 400;
 
@@ -153,8 +155,8 @@ async function startRig(lag: Lag) {
     const server = createServer((req, res) => {
       if (req.url === '/kvgate/v1/status') {
         pod.polledAt ??= Date.now();
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ fingerprint: fp.get(pod.revision), verified: true, draining: false, reasons: [], podUid: pod.uid }));
+        // Signed for the gate's poll, as a sidecar holding the gate's key ring does.
+        answerStatus(req, res, { fingerprint: fp.get(pod.revision), verified: true, draining: false, reasons: [], podUid: pod.uid }, KEYS);
         return;
       }
       req.resume();

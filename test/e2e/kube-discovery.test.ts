@@ -15,6 +15,7 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
 import { createDevKeyRing } from '../../src/contract/keys.js';
+import { answerStatus } from '../../src/sidecar/testing.js';
 import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate, type RunningGate } from '../../src/gate/gate.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../../src/policy/testing.js';
@@ -60,8 +61,13 @@ afterEach(async () => {
 async function startPodServer(ip: string, port: number, pod: FakePod): Promise<void> {
   const server: Server = createServer((req, res) => {
     if (req.url === '/kvgate/v1/status') {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ fingerprint: pod.fingerprint, verified: true, draining: false, reasons: [], podUid: pod.uid }));
+      // Signed for the gate's poll, as a sidecar holding the gate's key ring does.
+      answerStatus(
+        req,
+        res,
+        { fingerprint: pod.fingerprint, verified: true, draining: false, reasons: [], podUid: pod.uid },
+        createDevKeyRing(SEED),
+      );
       return;
     }
     req.resume();

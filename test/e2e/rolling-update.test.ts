@@ -31,7 +31,8 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
 import type { RunningGate } from '../../src/gate/gate.js';
-import { jsonLineSink } from '../../src/sidecar/testing.js';
+import { createDevKeyRing } from '../../src/contract/keys.js';
+import { answerStatus, jsonLineSink } from '../../src/sidecar/testing.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../../src/policy/testing.js';
 import { request as rawRequest, type EnvoyHarness } from '../../testbed/harness/index.js';
 import { startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
@@ -55,6 +56,7 @@ import {
 } from '../support/rollout-traffic.js';
 
 const SEED = 'e2e-rolling';
+const KEYS = createDevKeyRing(SEED);
 /** The pods' termination grace (Kubernetes' default is 30 s): long enough for a request in flight on a loaded machine. */
 const GRACE_MS = 1500;
 
@@ -173,17 +175,16 @@ async function startRig(pd: boolean): Promise<Rig> {
     pods.set(pod.name, Object.assign(pod, { role }));
     const server = createServer((req, res) => {
       if (req.url === '/kvgate/v1/status') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(
-          JSON.stringify({
-            fingerprint: fp.get(pod.revision),
-            verified: true,
-            draining: false,
-            reasons: [],
-            podUid: pod.uid,
-            ...(role === 'both' ? {} : { role }),
-          }),
-        );
+        // Signed for the gate's poll, as a sidecar holding the gate's key ring does.
+        const status = {
+          fingerprint: fp.get(pod.revision),
+          verified: true,
+          draining: false,
+          reasons: [],
+          podUid: pod.uid,
+          ...(role === 'both' ? {} : { role }),
+        };
+        answerStatus(req, res, status, KEYS);
         return;
       }
       const chunks: Buffer[] = [];

@@ -3,8 +3,12 @@
  * pool, revision, role, state and why, in a table, and the same as JSON with `--json`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { renderStatus, statusCommand } from '../../src/cli/status-command.js';
-import { startTopology, type Topology } from '../../testbed/demo/topology.js';
+import { createDevKeyRing } from '../../src/contract/keys.js';
+import { DEMO_KEY_SEED, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { silent } from './failure-matrix-support.js';
 
 let t: Topology;
@@ -14,9 +18,14 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 async function run(args: string[]) {
+  return runWith(args, {});
+}
+
+/** `kvgate status` with `env` as its environment (where KVGATE_KEYS is read). */
+async function runWith(args: string[], env: Record<string, string>) {
   let out = '';
   let err = '';
-  const code = await statusCommand(args, { stdout: (s) => (out += s), stderr: (s) => (err += s) });
+  const code = await statusCommand(args, { stdout: (s) => (out += s), stderr: (s) => (err += s), env });
   return { code, out, err };
 }
 
@@ -48,6 +57,38 @@ describe('kvgate status', () => {
     expect(doc.gate.workerView.pools.map((p) => p.pool).sort()).toEqual(['a-decode', 'a-prefill', 'b-decode', 'b-prefill']);
     const prefillA = doc.gate.workerView.pools.find((p) => p.pool === 'a-prefill')!.endpoints[0]!;
     expect(doc.sidecars[prefillA.status]!.role).toBe('prefill');
+  });
+
+  it("with the key ring, checks each sidecar's answer is signed for this call; without, says it did not check", async () => {
+    const gate = `http://127.0.0.1:${t.gate.adminPort}`;
+    const plain = await run(['--gate', gate]);
+    expect(plain.out).toMatch(/^sidecar signatures: not checked: no keys \(pass --keys FILE or set KVGATE_KEYS\)$/m);
+    expect(plain.out.split('\n').find((l) => l.startsWith('a-decode '))).toMatch(/\bunchecked\b/);
+    const ring = createDevKeyRing(DEMO_KEY_SEED);
+    const keyFile = (secret: Buffer) =>
+      JSON.stringify({
+        current: 'dev-insecure',
+        keys: { 'dev-insecure': secret.toString('base64') },
+        salt: ring.saltSecret.toString('base64'),
+      });
+    const held = await runWith(['--gate', gate], { KVGATE_KEYS: keyFile(ring.secret('dev-insecure')!) });
+    expect(held.code).toBe(0);
+    expect(held.out).not.toContain('sidecar signatures: not checked');
+    for (const pool of ['a-decode', 'a-prefill', 'b-prefill']) {
+      expect(held.out.split('\n').find((l) => l.startsWith(`${pool} `))).toMatch(/\bok dev-insecure\b/);
+    }
+    // Another secret under the same id (not the ring the sidecars hold): every answer fails, and says why.
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-status-keys-'));
+    await writeFile(path.join(dir, 'keys.json'), keyFile(Buffer.alloc(32, 9)));
+    const other = await runWith(['--gate', gate, '--keys', path.join(dir, 'keys.json'), '--json'], {});
+    const doc = JSON.parse(other.out) as { sidecars: Record<string, { signature: { verified: boolean; reason: string } }> };
+    expect(Object.values(doc.sidecars).map((s) => s.signature)).toEqual(
+      Object.values(doc.sidecars).map(() => expect.objectContaining({ checked: true, verified: false, reason: 'bad_signature' })),
+    );
+    const text = await runWith(['--gate', gate, '--keys', path.join(dir, 'keys.json')], {});
+    expect(text.out.split('\n').find((l) => l.startsWith('a-decode '))).toMatch(
+      /FAILED \(bad_signature\)\s+signature: the answer's signature does not verify under key id dev-insecure/,
+    );
   });
 
   it('a gate that does not answer: exit 1 with what to check', async () => {

@@ -7,6 +7,7 @@ import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { benchTableValue, compileBenchTable } from '../../bench/lib/tables.js';
+import { createDevKeyRing } from '../../src/contract/keys.js';
 import { createInFlightTracker } from '../../src/decide/worker-view.js';
 import { createWorkerPoller } from '../../src/gate/worker-poller.js';
 
@@ -15,7 +16,13 @@ describe('bench route tables', () => {
     const table = compileBenchTable(benchTableValue({ models: 2, endpointsPerPool: 4, maxInFlightPerEndpoint: 64 }));
     const poller = createWorkerPoller(
       { intervalMs: 1000, timeoutMs: 200, staleAfterMs: 5000 },
-      { inFlight: createInFlightTracker(), logger: pino({ level: 'silent' }), registry: new Registry(), table: () => table },
+      {
+        inFlight: createInFlightTracker(),
+        logger: pino({ level: 'silent' }),
+        registry: new Registry(),
+        keys: () => createDevKeyRing('bench-tables'),
+        table: () => table,
+      },
     );
     const view = poller.viewFor(table);
     const pools = [...table.pools.keys()];
