@@ -4,7 +4,7 @@
  */
 import { BoundedCache } from '../bounded-cache.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
-import { findKvTransferParams, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
+import { findKvTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
 import type { OpenAiRequest, RequestFacts } from './types.js';
 
@@ -80,6 +80,11 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
         `kv_transfer_params is set by kvgate's sidecars, never by a client (found at ${quoteClientValue(kvParams)}); remove it from the request`,
       ),
     );
+  }
+  // As at the sidecars (src/sidecar/http-io.ts parseJsonObject): no digest can be computed over Infinity, so minting
+  // the contract would fail as an internal error, and every sidecar would refuse the body anyway.
+  if (hasNonFiniteNumber(obj)) {
+    return bad('the request body holds a number beyond the range of a double (such as 1e400); send finite numbers');
   }
   const fieldError = checkFields(obj, endpoint);
   if (fieldError !== undefined) return bad(fieldError);

@@ -6,7 +6,7 @@ import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
 import { H } from '../headers.js';
-import { jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
+import { hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
 
 /**
  * The fetch the sidecar uses (keep-alive-fetch.ts over a pooled http.Agent, unless a test injects one). It may also
@@ -92,18 +92,6 @@ export function parseJsonObject(body: Buffer | string, what = 'the request body'
     return err(new KvgateError('bad_request', `${what} holds a number beyond the range of a double (such as 1e400); send finite numbers`));
   }
   return ok(value as Record<string, unknown>);
-}
-
-/** Whether a parsed JSON value holds Infinity anywhere (depth is bounded by MAX_JSON_DEPTH before parsing). */
-function hasNonFiniteNumber(v: unknown): boolean {
-  if (typeof v === 'number') return !Number.isFinite(v);
-  if (v === null || typeof v !== 'object') return false;
-  if (Array.isArray(v)) {
-    for (const x of v) if (hasNonFiniteNumber(x)) return true;
-    return false;
-  }
-  for (const x of Object.values(v)) if (hasNonFiniteNumber(x)) return true;
-  return false;
 }
 
 /** Send a JSON answer; after headers went out (a stream) it can only end the response. */
