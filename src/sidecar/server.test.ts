@@ -89,6 +89,36 @@ describe('status, health and metrics', () => {
     expect(metrics).toContain('kvgate_sidecar_requests_total{role="decode",outcome="refused",code="bad_request"} 1');
   });
 
+  it('refuses HTTP the parser rejects (TE with Content-Length, two lengths, a folded header) with 400 and one audit line each; nothing pipelined behind is served', async () => {
+    const raw = (text: string): Promise<string> =>
+      new Promise((resolve, reject) => {
+        const { port } = new URL(t.sidecar.url);
+        const socket = net.connect(Number(port), '127.0.0.1', () => socket.end(text));
+        let out = '';
+        socket.on('data', (d: Buffer) => (out += d.toString()));
+        socket.on('close', () => resolve(out));
+        socket.on('error', reject);
+      });
+    const before = t.lines.filter((l) => l['audit'] === 'refusal').length;
+    const smuggled = 'GET /kvgate/v1/status HTTP/1.1\r\nHost: x\r\n\r\n';
+    const attempts = [
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${smuggled}`,
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 40\r\n\r\nabcd${smuggled}`,
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nx-kvgate-contract: a\r\n b\r\nContent-Length: 0\r\n\r\n${smuggled}`,
+    ];
+    for (const a of attempts) {
+      const answer = await raw(a);
+      expect(answer.split('\r\n')[0], a).toBe('HTTP/1.1 400 Bad Request');
+      expect(answer, a).not.toContain('"fingerprint"'); // the smuggled status request was never answered
+    }
+    const audits = t.lines.filter((l) => l['audit'] === 'refusal').slice(before);
+    expect(audits).toHaveLength(attempts.length);
+    for (const line of audits) {
+      expect(line).toMatchObject({ code: 'bad_request', role: 'decode', tenant: null, remote: '127.0.0.1' });
+      expect(String(line['reason'])).toMatch(/^the request is not valid HTTP\/1\.1 \(HPE_[A-Z_]+\)/);
+    }
+  });
+
   it('answers unknown routes with 404, oversized and malformed bodies with kvgate errors', async () => {
     expect((await fetch(`${t.sidecar.url}/v1/embeddings`, { method: 'POST' })).status).toBe(404);
     const c = contractFor(t.config.fingerprint, null, {}, fixedNow);

@@ -8,6 +8,7 @@
  */
 import { setMaxListeners } from 'node:events';
 import http from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -175,6 +176,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
       sendError(res, KvgateError.from(e), headerValue(req.headers, H.requestId) ?? '');
     });
   });
+  server.on('clientError', (e: Error & { code?: string }, socket: Duplex) => refuseUnparsed(rt, e, socket));
   // Above the proxy's idle timeout (config.ts keepAliveTimeoutMs), so the proxy, not the sidecar, ends idle connections.
   server.keepAliveTimeout = config.keepAliveTimeoutMs;
   server.headersTimeout = Math.max(server.headersTimeout, config.keepAliveTimeoutMs + 1_000);
@@ -345,6 +347,37 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
     'text/plain',
     'not found: the sidecar serves POST /v1/completions, /v1/chat/completions and GET /kvgate/v1/status, /healthz, /metrics\n',
   );
+}
+
+/**
+ * What Node's HTTP parser refuses before `route` sees a request: request smuggling (Transfer-Encoding with
+ * Content-Length, two lengths, a folded header), headers over the limit, a request that did not arrive within
+ * `headersTimeout`. Answered as Node answers it (400, 431, 408; the connection closes, so nothing pipelined behind it
+ * is read), and, unlike Node's own answer, counted and audited like every other refusal. A reset connection is the
+ * client leaving, not a refusal.
+ */
+function refuseUnparsed(rt: Runtime, e: Error & { code?: string }, socket: Duplex): void {
+  if (e.code === 'ECONNRESET' || e.code === 'EPIPE') return void socket.destroy();
+  const { config, metrics } = rt.ctx;
+  const code = auditCut(e.code ?? 'unknown', 64);
+  metrics.requests.inc({ role: config.role, outcome: 'refused', code: 'bad_request' });
+  rt.ctx.logger.warn(
+    {
+      audit: 'refusal',
+      code: 'bad_request',
+      reason: `the request is not valid HTTP/1.1 (${code}); send one request with one Content-Length or chunked body`,
+      tenant: null,
+      role: config.role,
+      trust: config.trust,
+      remote: (socket as Duplex & { remoteAddress?: string }).remoteAddress ?? null,
+    },
+    'refused: bad_request',
+  );
+  const status = code === 'HPE_HEADER_OVERFLOW' ? 431 : code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+  // An answer already under way on this connection (a pipelined request broke behind it) cannot be followed by one.
+  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+  if (!socket.writable || answering) return void socket.destroy();
+  socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
 }
 
 /**
