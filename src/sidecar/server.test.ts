@@ -119,8 +119,29 @@ describe('status, health and metrics', () => {
     }
   });
 
+  it('refuses a method or path it does not serve for requests (POST /v1/embeddings, PUT or GET /v1/completions, a trailing slash) with 400 and one audit line each', async () => {
+    const before = t.lines.filter((l) => l['audit'] === 'refusal').length;
+    const probes: [string, string][] = [
+      ['POST', '/v1/embeddings'],
+      ['PUT', '/v1/completions'],
+      ['GET', '/v1/chat/completions'],
+      ['POST', '/v1/completions/'],
+      ['DELETE', `/${'x'.repeat(3000)}`],
+    ];
+    for (const [method, p] of probes) {
+      const r = await fetch(`${t.sidecar.url}${p}`, { method, headers: { 'x-request-id': `probe-${method}` } });
+      expect([r.status, r.headers.get('x-kvgate-reject-reason')], `${method} ${p}`).toEqual([400, 'bad_request']);
+    }
+    const audits = t.lines.filter((l) => l['audit'] === 'refusal').slice(before);
+    expect(audits.map((l) => [l['code'], l['path'] === undefined ? undefined : String(l['path']).length <= 129])).toEqual(
+      probes.map(() => ['bad_request', true]),
+    );
+    expect(String(audits[0]!['reason'])).toContain('POST "/v1/embeddings"');
+    expect(String(audits[4]!['reason']).length).toBeLessThan(400);
+  });
+
   it('answers unknown routes with 404, oversized and malformed bodies with kvgate errors', async () => {
-    expect((await fetch(`${t.sidecar.url}/v1/embeddings`, { method: 'POST' })).status).toBe(404);
+    expect((await fetch(`${t.sidecar.url}/no/such/page`)).status).toBe(404);
     const c = contractFor(t.config.fingerprint, null, {}, fixedNow);
     const bad = await postJson(`${t.sidecar.url}/v1/completions`, '{not json', gateHeaders(c));
     expect([bad.status, bad.body.error.code]).toEqual([400, 'bad_request']);

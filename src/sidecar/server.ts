@@ -17,7 +17,7 @@ import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
 import { createKeyStore, type KeyStore } from '../key-store.js';
 import { KvgateError } from '../errors.js';
-import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
+import { AUDIT_REASON_MAX, auditCut, quoteClientValue } from '../json-limits.js';
 import { H } from '../headers.js';
 import { compareObservation } from './compare.js';
 import { createLoadReader, type WorkerLoad } from './worker-load.js';
@@ -340,6 +340,16 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
       `${path} is served only on the sidecar's loopback admin port (admin: ${rt.ctx.config.admin || 'disabled'}); call it from inside the pod`,
     );
     return refuseWithoutContract(rt, req, res, path, e, { remote: req.socket.remoteAddress ?? null });
+  }
+  if (endpoint !== undefined || (req.method !== 'GET' && req.method !== 'HEAD')) {
+    // A request this port does not serve (another method on a completion path, a trailing slash, another API): whoever
+    // sent it reached the request port, so it is refused and audited like the gate's unrouted paths, not a bare 404.
+    req.resume();
+    const e = new KvgateError(
+      'bad_request',
+      `the sidecar serves POST /v1/completions and /v1/chat/completions, not ${req.method ?? ''} ${quoteClientValue(path)}; send requests through the gate`,
+    );
+    return refuseWithoutContract(rt, req, res, auditCut(path), e);
   }
   return sendText(
     res,
