@@ -140,7 +140,8 @@ export interface UpstreamReply {
  * a completion that is not streamed) and the prefill leg. Each is held in memory before it is parsed, so without a
  * bound a worker that answers without end (lying, broken or compromised) would grow the sidecar until the kernel
  * killed it, and through the prefill leg a prefill worker could do that to the decode sidecars of other pods. vLLM's
- * largest honest answers (a prompt's token ids, `prompt_logprobs` of a long prompt) stay far below it.
+ * honest answers stay below it (a 128k-token prompt's token ids are about 1 MB) except `prompt_logprobs` near vLLM's
+ * maximum of 20 over a prompt of tens of thousands of tokens, which fails as a worker error.
  */
 export const MAX_UPSTREAM_ANSWER_BYTES = 64 * 1024 * 1024;
 
