@@ -375,7 +375,7 @@ function refuseUnparsed(rt: Runtime, e: Error & { code?: string }, socket: Duple
     {
       audit: 'refusal',
       code: 'bad_request',
-      reason: `the request is not valid HTTP/1.1 (${code}); send one request with one Content-Length or chunked body`,
+      reason: `the request is not valid HTTP/1.1 (${code}): its framing, headers or timing were refused before it was read`,
       tenant: null,
       role: config.role,
       trust: config.trust,
