@@ -44,6 +44,22 @@ export function jsonStringEnd(text: string, quote: number): number {
 }
 
 /**
+ * Whether a parsed JSON value holds Infinity anywhere: JSON.parse reads a literal beyond a double's range (1e400) as
+ * Infinity, which canonical JSON (the contract's prompt digest, the attestation's transfer digest) cannot represent
+ * and JSON.stringify would pass on as null. Recursive: call it only on text `jsonNestingExceeds` accepted.
+ */
+export function hasNonFiniteNumber(v: unknown): boolean {
+  if (typeof v === 'number') return !Number.isFinite(v);
+  if (v === null || typeof v !== 'object') return false;
+  if (Array.isArray(v)) {
+    for (const x of v) if (hasNonFiniteNumber(x)) return true;
+    return false;
+  }
+  for (const x of Object.values(v)) if (hasNonFiniteNumber(x)) return true;
+  return false;
+}
+
+/**
  * Where vLLM would read `kv_transfer_params`: `CompletionRequest`/`ChatCompletionRequest.kv_transfer_params`, and
  * `vllm_xargs`, whose entries become `SamplingParams.extra_args`, from which the engine's `Request` takes
  * `extra_args["kv_transfer_params"]` (vllm-project/vllm: vllm/entrypoints/openai/protocol.py `to_sampling_params`,

@@ -34,6 +34,11 @@ describe('checkBodyBinding', () => {
     // Fields that change the tokens count as the prompt too.
     expect(reason({ ...body, chat_template: '{{ messages }}' })).toBe('prompt_mismatch');
     expect(reason({ ...body, add_generation_prompt: false })).toBe('prompt_mismatch');
+    // vLLM renders `reasoning_effort` into the chat template's kwargs and cuts the prompt's tokens by
+    // `truncate_prompt_tokens` (and `truncation_side`): the same messages, other tokens, other KV.
+    expect(reason({ ...body, reasoning_effort: 'high' })).toBe('prompt_mismatch');
+    expect(reason({ ...body, truncate_prompt_tokens: 1 })).toBe('prompt_mismatch');
+    expect(reason({ ...body, truncation_side: 'right' })).toBe('prompt_mismatch');
   });
 
   it('quotes a client-sent model at most 128 characters', () => {

@@ -14,7 +14,10 @@ import { err, ok, type Result } from '../errors.js';
  * themselves, and every field vLLM's completion and chat paths read while rendering and tokenizing them
  * (vllm-project/vllm, vllm/entrypoints/openai/protocol.py at v0.11.0: CompletionRequest `prompt`, `prompt_embeds`,
  * `suffix`, `add_special_tokens`; ChatCompletionRequest `messages`, `chat_template`, `chat_template_kwargs`, `tools`,
- * `documents`, `add_generation_prompt`, `continue_final_message`, `add_special_tokens`, `mm_processor_kwargs`).
+ * `documents`, `add_generation_prompt`, `continue_final_message`, `add_special_tokens`, `mm_processor_kwargs`), and
+ * what later versions read there too: `reasoning_effort`, which `ChatCompletionRequest.build_chat_params` merges into
+ * the template's kwargs, and `truncate_prompt_tokens` (with `truncation_side`), which `build_tok_params` cuts the
+ * prompt's tokens by (vllm/entrypoints/openai/chat_completion/protocol.py @d5dba2d7).
  * The sidecars rewrite none of them on either leg (src/sidecar/openai-body.ts `toPrefillBody`).
  */
 export const PROMPT_FIELDS = [
@@ -30,6 +33,9 @@ export const PROMPT_FIELDS = [
   'continue_final_message',
   'add_special_tokens',
   'mm_processor_kwargs',
+  'reasoning_effort',
+  'truncate_prompt_tokens',
+  'truncation_side',
 ] as const;
 
 // One-shot `crypto.hash` (Node >= 20.12): the same digest as createHash().update(text, 'utf8'), without a Hash object.

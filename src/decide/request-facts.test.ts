@@ -130,6 +130,38 @@ describe('parseOpenAiBody', () => {
     ).toBe(true);
   });
 
+  it('refuses a chat content part naming its media by a client-chosen uuid: vLLM caches media by that id, unsalted', () => {
+    const part = (extra: Record<string, unknown>) => ({
+      ...chat,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'describe it' }, extra] }],
+    });
+    const bodies = [
+      // Another tenant's image, read back by its id alone: vLLM takes the media from its caches when the data is null.
+      part({ type: 'image_url', image_url: null, uuid: 'sku-1234' }),
+      part({ type: 'image_url', image_url: { url: 'https://example.com/mine.png' }, uuid: 'sku-1234' }),
+      part({ image_url: 'https://example.com/mine.png', uuid: 7 }),
+      part({ type: 'image_embeds', image_embeds: null, uuid: '' }),
+      part({ type: 'video_url', video_url: { url: 'https://example.com/v.mp4' }, uuid: 'v' }),
+      part({ type: 'audio_embeds', audio_embeds: null, uuid: 'a' }),
+    ];
+    for (const body of bodies) {
+      const e = refusal('/v1/chat/completions', bytes(body));
+      expect([e.code, e.reason], JSON.stringify(body)).toEqual([
+        'bad_request',
+        expect.stringContaining('messages[0].content[1] names its media by "uuid"'),
+      ]);
+    }
+    // Without an id (or with a null one, which vLLM reads as none) the media is hashed by content: routed.
+    for (const extra of [
+      { type: 'image_url', image_url: { url: 'https://example.com/mine.png' } },
+      { type: 'image_url', image_url: { url: 'x' }, uuid: null },
+    ]) {
+      expect(parseOpenAiBody('/v1/chat/completions', bytes(part(extra)), limits).ok, JSON.stringify(extra)).toBe(true);
+    }
+    // The word in text is only text.
+    expect(parseOpenAiBody('/v1/chat/completions', bytes(part({ type: 'text', text: 'uuid' })), limits).ok).toBe(true);
+  });
+
   it('refuses a body nested deeper than 64 levels with 400 before parsing it (20,000 levels: no stack overflow)', () => {
     const deep = `{"model":"m","messages":[{"role":"user","content":"x"}],"x":${'['.repeat(20_000)}${']'.repeat(20_000)}}`;
     const e = refusal('/v1/chat/completions', new TextEncoder().encode(deep), 100_000);

@@ -4,7 +4,7 @@
  */
 import { BoundedCache } from '../bounded-cache.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
-import { findKvTransferParams, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
+import { findKvTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
 import type { OpenAiRequest, RequestFacts } from './types.js';
 
@@ -81,6 +81,11 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
       ),
     );
   }
+  // As at the sidecars (src/sidecar/http-io.ts parseJsonObject): no digest can be computed over Infinity, so minting
+  // the contract would fail as an internal error, and every sidecar would refuse the body anyway.
+  if (hasNonFiniteNumber(obj)) {
+    return bad('the request body holds a number beyond the range of a double (such as 1e400); send finite numbers');
+  }
   const fieldError = checkFields(obj, endpoint);
   if (fieldError !== undefined) return bad(fieldError);
   const user = optionalString(obj['user']);
@@ -126,7 +131,32 @@ function checkMessages(messages: unknown): string | undefined {
   const i = messages.findIndex(
     (m) => m === null || typeof m !== 'object' || Array.isArray(m) || typeof (m as { role?: unknown }).role !== 'string',
   );
-  return i === -1 ? undefined : `messages[${i}] must be an object with a string "role"`;
+  if (i !== -1) return `messages[${i}] must be an object with a string "role"`;
+  return clientMediaUuid(messages as readonly Record<string, unknown>[]);
+}
+
+/**
+ * A content part that names its media by a client-chosen `uuid`. vLLM takes that id as the item's identity in its
+ * multimodal caches instead of hashing the media, and accepts the media itself as null when an id is given, so the
+ * item comes from the cache alone (vllm-project/vllm vllm/entrypoints/chat_utils.py `_parse_chat_message_content_part`
+ * and `_parse_chat_message_content_mm_part` @001eadcf: "User must guarantee that it is properly generated and unique
+ * for different medias"). The cache key is the id, not the tenant's `cache_salt`: a tenant that sends another tenant's
+ * id would be answered about that tenant's image. A null `uuid` is no id (vLLM reads it as absent).
+ */
+function clientMediaUuid(messages: readonly Record<string, unknown>[]): string | undefined {
+  for (let i = 0; i < messages.length; i++) {
+    const content = messages[i]!['content'];
+    if (!Array.isArray(content)) continue;
+    for (let j = 0; j < content.length; j++) {
+      const part = content[j] as unknown;
+      if (part === null || typeof part !== 'object' || Array.isArray(part)) continue;
+      const uuid = (part as Record<string, unknown>)['uuid'];
+      if (Object.hasOwn(part, 'uuid') && uuid !== null) {
+        return `messages[${i}].content[${j}] names its media by "uuid"; vLLM caches media by that id across tenants (cache_salt does not scope it), so kvgate refuses client-chosen media ids: remove "uuid" and the worker identifies the media by its content`;
+      }
+    }
+  }
+  return undefined;
 }
 
 function checkPrompt(obj: Record<string, unknown>): string | undefined {

@@ -150,6 +150,26 @@ describe('JSON nested too deep', () => {
   });
 });
 
+describe('numbers beyond a double', () => {
+  it('1e400 in a prompt field (tools, chat_template_kwargs, a message) is refused 400 at the gate, not failed as internal', async () => {
+    const g = gate();
+    const bodies = [
+      `{"model":"llama-3-8b","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"maximum":1e400}}}]}`,
+      `{"model":"llama-3-8b","messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"budget":-1e400}}`,
+      `{"model":"llama-3-8b","messages":[{"role":"user","content":"hi","weight":1e400}]}`,
+      // Outside the prompt fields too: the sidecars refuse any, so the gate must not mint a contract for it.
+      `{"model":"llama-3-8b","messages":[{"role":"user","content":"hi"}],"temperature":1e400}`,
+    ];
+    for (const body of bodies) {
+      const r = await g.send({ 'x-tenant-id': 'acme' }, body);
+      expect(refusal(r), body).toMatchObject({ code: 'bad_request', message: expect.stringContaining('beyond the range of a double') });
+    }
+    expect(g.audits().map((l) => l['code'])).toEqual(bodies.map(() => 'bad_request'));
+    expect(g.lines.filter((l) => l['level'] === 50)).toEqual([]); // no error line: a client's body is not a gate failure
+    expect([...g.inFlight.snapshot().values()].filter((v) => v !== 0)).toEqual([]); // and no worker is left counted busy
+  });
+});
+
 const headersMsg = (h: Record<string, string>, mode: 'BUFFERED' | 'BUFFERED_PARTIAL' = 'BUFFERED'): WireProcessingRequest => ({
   request: 'request_headers',
   request_headers: {

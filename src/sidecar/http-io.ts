@@ -6,7 +6,7 @@ import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
 import { H } from '../headers.js';
-import { jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
+import { hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
 
 /**
  * The fetch the sidecar uses (keep-alive-fetch.ts over a pooled http.Agent, unless a test injects one). It may also
@@ -94,18 +94,6 @@ export function parseJsonObject(body: Buffer | string, what = 'the request body'
   return ok(value as Record<string, unknown>);
 }
 
-/** Whether a parsed JSON value holds Infinity anywhere (depth is bounded by MAX_JSON_DEPTH before parsing). */
-function hasNonFiniteNumber(v: unknown): boolean {
-  if (typeof v === 'number') return !Number.isFinite(v);
-  if (v === null || typeof v !== 'object') return false;
-  if (Array.isArray(v)) {
-    for (const x of v) if (hasNonFiniteNumber(x)) return true;
-    return false;
-  }
-  for (const x of Object.values(v)) if (hasNonFiniteNumber(x)) return true;
-  return false;
-}
-
 /** Send a JSON answer; after headers went out (a stream) it can only end the response. */
 export function sendJson(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = `${JSON.stringify(body)}\n`;
@@ -147,7 +135,24 @@ export interface UpstreamReply {
   readonly text: string;
 }
 
+/**
+ * The longest answer the sidecar reads whole from an upstream: its worker (probes, `/tokenize`, `/version`, a prefill,
+ * a completion that is not streamed) and the prefill leg. Each is held in memory before it is parsed, so without a
+ * bound a worker that answers without end (lying, broken or compromised) would grow the sidecar until the kernel
+ * killed it, and through the prefill leg a prefill worker could do that to the decode sidecars of other pods. vLLM's
+ * honest answers stay below it (a 128k-token prompt's token ids are about 1 MB) except `prompt_logprobs` near vLLM's
+ * maximum of 20 over a prompt of tens of thousands of tokens, which fails as a worker error.
+ */
+export const MAX_UPSTREAM_ANSWER_BYTES = 64 * 1024 * 1024;
+
+/** The failure of an answer longer than `limit` bytes (the rest is not read). */
+export function answerTooLong(url: string, limit: number): UpstreamFailure {
+  return { message: `${url}: the answer is longer than ${limit} bytes; refused unread`, timedOut: false };
+}
+
 export interface UpstreamCall {
+  /** The longest answer read (bytes); default `MAX_UPSTREAM_ANSWER_BYTES`. */
+  readonly maxBytes?: number;
   readonly method?: 'GET' | 'POST';
   readonly body?: unknown;
   readonly headers?: Record<string, string>;
@@ -171,11 +176,36 @@ export async function callUpstream(fetchFn: FetchFn, url: string, call: Upstream
   if (fetchFn.whole !== undefined && url.startsWith('http:')) return fetchFn.whole(url, call);
   const res = await openUpstream(fetchFn, url, call);
   if (!res.ok) return res;
+  const limit = call.maxBytes ?? MAX_UPSTREAM_ANSWER_BYTES;
   try {
-    return ok({ status: res.value.status, headers: res.value.headers, text: await res.value.text() });
+    const text = await boundedText(res.value, limit);
+    if (text === undefined) return err(answerTooLong(url, limit));
+    return ok({ status: res.value.status, headers: res.value.headers, text });
   } catch (e) {
     return err({ message: describeFetchError(e, url), timedOut: false });
   }
+}
+
+/**
+ * A Response's body as `text()` reads it (UTF-8, invalid sequences replaced, a leading byte order mark dropped), or
+ * undefined once it passes `limit` bytes: the body is then cancelled, not read to its end.
+ */
+export async function boundedText(res: Response, limit: number): Promise<string | undefined> {
+  if (res.body === null) return '';
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      void reader.cancel().catch(() => undefined);
+      return undefined;
+    }
+    chunks.push(value);
+  }
+  return new TextDecoder().decode(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks));
 }
 
 /**

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { callUpstream, describeFetchError } from './http-io.js';
+import { callUpstream, describeFetchError, MAX_UPSTREAM_ANSWER_BYTES } from './http-io.js';
 import { bodyTapOf, createKeepAliveFetch, type BodySink, type KeepAliveFetch } from './keep-alive-fetch.js';
 
 const cleanups: (() => void)[] = [];
@@ -332,6 +332,35 @@ describe("callUpstream over the pool's whole-answer path", () => {
     for (const x of cleanups.splice(0, 1)) x(); // the server closes: its port refuses
     const refused = await callUpstream(c.fetch, `${up.url}/version`, { timeoutMs: 2_000 });
     expect(!refused.ok && refused.error.message).toMatch(/ECONNREFUSED|ECONNRESET/);
+  });
+
+  it('an answer that never ends is refused once it passes the answer limit, not buffered until the timeout (a lying worker)', async () => {
+    const chunk = Buffer.alloc(1 << 20, 0x20);
+    const up = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"a":"');
+      const more = (): void => {
+        while (!res.destroyed && res.write(chunk));
+        if (!res.destroyed) res.once('drain', more);
+      };
+      more();
+    });
+    // Over the pooled client (`whole`) and over a plain fetch (a test's, or an https upstream's) alike.
+    for (const fetchFn of [client().fetch, (input: string, init?: RequestInit) => fetch(input, init)]) {
+      const small = await callUpstream(fetchFn, `${up.url}/v1/completions`, { body: {}, timeoutMs: 20_000, maxBytes: 4096 });
+      expect(small).toEqual({
+        ok: false,
+        error: { message: `${up.url}/v1/completions: the answer is longer than 4096 bytes; refused unread`, timedOut: false },
+      });
+      const byDefault = await callUpstream(fetchFn, `${up.url}/v1/completions`, { body: {}, timeoutMs: 20_000 });
+      expect(byDefault).toEqual({
+        ok: false,
+        error: {
+          message: `${up.url}/v1/completions: the answer is longer than ${MAX_UPSTREAM_ANSWER_BYTES} bytes; refused unread`,
+          timedOut: false,
+        },
+      });
+    }
   });
 
   it('a body cut short is an error, and a GET on a stale pooled socket is sent once more', async () => {

@@ -16,7 +16,14 @@
  */
 import http from 'node:http';
 import { err, ok, type Result } from '../errors.js';
-import type { FetchFn, UpstreamCall, UpstreamFailure, UpstreamReply } from './http-io.js';
+import {
+  answerTooLong,
+  MAX_UPSTREAM_ANSWER_BYTES,
+  type FetchFn,
+  type UpstreamCall,
+  type UpstreamFailure,
+  type UpstreamReply,
+} from './http-io.js';
 
 /** Idle time after which a pooled connection is closed (uvicorn's `timeout_keep_alive` default is 5 s). */
 export const FREE_SOCKET_MS = 4_000;
@@ -81,7 +88,16 @@ function readWhole(agent: http.Agent, url: string, call: UpstreamCall, retried =
     }
     function onResponse(res: http.IncomingMessage): void {
       const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      const limit = call.maxBytes ?? MAX_UPSTREAM_ANSWER_BYTES;
+      let size = 0;
+      res.on('data', (chunk: Buffer) => {
+        size += chunk.length;
+        if (size <= limit) return void chunks.push(chunk);
+        // Longer than any honest answer: the call fails now and the connection goes (the rest is never read).
+        chunks.length = 0;
+        finish(err(answerTooLong(url, limit)));
+        req.destroy();
+      });
       res.on('end', () => {
         try {
           finish(ok({ status: res.statusCode ?? 0, headers: responseHeaders(res.rawHeaders), text: utf8(chunks) }));

@@ -8,6 +8,7 @@ import { verifyContract } from '../contract/contract.js';
 import { startTestSim, postJson } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { PREFILL_KV_PARAMS } from './openai-body.js';
+import { MAX_CLAIMS } from './replay-guard.js';
 import { contractFor, gateHeaders, sidecarConfigFor, startTestSidecar, TEST_KEYS, type TestSidecar, bound, TEST_SALT } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
@@ -213,5 +214,21 @@ describe('prefill role', () => {
     expect(audits[0]).toMatchObject({ code: 'bad_request' });
     expect(String(audits[0]!['reason'])).toMatch(/^the prefill worker refused the request \(HTTP 400\)/);
     expect(p.lines.filter((l) => JSON.stringify(l).includes('Heron-9d2'))).toEqual([]);
+  });
+
+  it(`admits one contract at most ${MAX_CLAIMS} times, even when every attempt fails (a holder restarting one prefill without end)`, async () => {
+    const c = contract();
+    const [body, headers] = bound(c, { model: MODEL, prompt: 'The capital of France is' });
+    p.spy.reset();
+    const statuses: number[] = [];
+    for (let i = 0; i <= MAX_CLAIMS; i++) {
+      // Every attempt fails on the worker (a 503, as a caller that aborts mid-prefill also fails it): each is released.
+      if (i < MAX_CLAIMS) p.spy.answerNext((u) => u === `${sim.url}/v1/completions`, 503, { error: { message: 'busy', code: 503 } });
+      statuses.push((await postJson(`${p.sidecar.url}/v1/completions`, body, headers)).status);
+    }
+    expect(statuses).toEqual([...Array.from({ length: MAX_CLAIMS }, () => 503), 403]);
+    expect(p.spy.workCalls(sim.url)).toHaveLength(MAX_CLAIMS);
+    const last = p.lines.filter((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal').at(-1);
+    expect(last).toMatchObject({ code: 'contract_invalid' });
   });
 });

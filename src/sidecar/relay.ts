@@ -13,7 +13,7 @@
 import type http from 'node:http';
 import { toErrorBody } from '../errors.js';
 import type { IncomingCall, SidecarContext } from './context.js';
-import { describeFetchError, openUpstream, upstreamMessage } from './http-io.js';
+import { answerTooLong, boundedText, describeFetchError, MAX_UPSTREAM_ANSWER_BYTES, openUpstream, upstreamMessage } from './http-io.js';
 import { bodyTapOf, type BodyTap } from './keep-alive-fetch.js';
 import { inChildSpan } from './spans.js';
 import { classifyEvent, SseSplitter, sseErrorFrames } from './sse.js';
@@ -71,11 +71,12 @@ async function relay(ctx: SidecarContext, call: IncomingCall, res: http.ServerRe
   const response = upstream.value;
   const type = response.headers.get('content-type') ?? 'application/json';
   if (response.status === 200 && type.startsWith('text/event-stream') && response.body !== null) {
-    return relayStream(response, res, call, opts);
+    return relayStream(response, res, call, opts, url);
   }
-  let text: string;
+  let text: string | undefined;
   try {
-    text = await response.text();
+    text = await boundedText(response, MAX_UPSTREAM_ANSWER_BYTES);
+    if (text === undefined) return { kind: 'failed_before_tokens', message: answerTooLong(url, MAX_UPSTREAM_ANSWER_BYTES).message };
   } catch (e) {
     return call.signal.aborted ? { kind: 'client_gone' } : { kind: 'failed_before_tokens', message: describeFetchError(e, url) };
   }
@@ -102,11 +103,18 @@ function jsonFailure(text: string): string | undefined {
   return c.kind === 'error' ? (c.message ?? 'the worker reported an error') : undefined;
 }
 
-async function relayStream(response: Response, res: http.ServerResponse, call: IncomingCall, opts: RelayOptions): Promise<RelayResult> {
+async function relayStream(
+  response: Response,
+  res: http.ServerResponse,
+  call: IncomingCall,
+  opts: RelayOptions,
+  url: string,
+): Promise<RelayResult> {
   const reader = response.body!.getReader();
   const decoder = new TextDecoder();
   const splitter = new SseSplitter();
   const held: Uint8Array[] = [];
+  let heldBytes = 0;
   const tap = bodyTapOf(response);
   let committed = !opts.holdUntilOutput;
   if (committed) {
@@ -124,6 +132,12 @@ async function relayStream(response: Response, res: http.ServerResponse, call: I
         continue;
       }
       held.push(value);
+      heldBytes += value.byteLength;
+      if (heldBytes > MAX_UPSTREAM_ANSWER_BYTES) {
+        // Held, not yet sent: a worker that streams without ever producing output must not grow the sidecar.
+        void reader.cancel().catch(() => undefined);
+        return { kind: 'failed_before_tokens', message: answerTooLong(url, MAX_UPSTREAM_ANSWER_BYTES).message };
+      }
       for (const data of splitter.push(decoder.decode(value, { stream: true }))) {
         const c = classifyEvent(data);
         if (c.kind === 'error' && !committed) {

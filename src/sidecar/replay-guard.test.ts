@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createReplayGuard } from './replay-guard.js';
+import { createReplayGuard, MAX_CLAIMS } from './replay-guard.js';
 
 describe('replay guard', () => {
   it('admits a request id once while its contract is valid, again after it expired', () => {
@@ -12,11 +12,22 @@ describe('replay guard', () => {
     expect(g.claim('r1', 3_000, 1_001)).toBe(true);
   });
 
-  it('forgets a released (failed) attempt so it may be retried', () => {
+  it('re-admits a released (failed) attempt so it may be retried', () => {
     const g = createReplayGuard();
     expect(g.claim('r1', 1_000, 0)).toBe(true);
     g.release('r1');
     expect(g.claim('r1', 1_000, 10)).toBe(true);
+  });
+
+  it('admits one contract at most MAX_CLAIMS times while it is valid, released or not (a caller that aborts each attempt)', () => {
+    const g = createReplayGuard();
+    for (let i = 0; i < MAX_CLAIMS; i++) {
+      expect(g.claim('r1', 1_000, i), `claim ${i + 1}`).toBe(true);
+      g.release('r1');
+    }
+    expect(g.claim('r1', 1_000, 100)).toBe(false);
+    expect(g.claim('r2', 1_000, 100)).toBe(true); // other contracts are not affected
+    expect(g.claim('r1', 3_000, 1_001)).toBe(true); // once expired it is forgotten (verification refuses it anyway)
   });
 
   it('stays bounded, evicting the oldest admissions first and counting it', () => {
@@ -72,14 +83,15 @@ describe('replay guard eviction by expiry', () => {
     expect(g.claim('b', 1_000, 20)).toBe(true); // b (expiring first) was forgotten
   });
 
-  it('release of an entry in the middle keeps the order of the rest', () => {
+  it('a released entry is kept until it expires or is evicted, in its place in the order', () => {
     const g = createReplayGuard(3);
     g.claim('a', 3_000, 0);
     g.claim('b', 1_000, 0);
     g.claim('c', 2_000, 0);
     g.release('b');
-    g.release('b'); // unknown id: no-op
-    expect(g.size).toBe(2);
+    g.release('b'); // already released: no-op
+    g.release('x'); // unknown id: no-op
+    expect(g.size).toBe(3);
     g.claim('d', 4_000, 0);
     g.claim('e', 5_000, 0); // full: c (2 000) is forgotten, not a
     expect(g.claim('a', 3_000, 1)).toBe(false);
@@ -91,13 +103,19 @@ describe('replay guard eviction by expiry', () => {
    * full of live entries, forget the one expiring soonest (the earliest admitted among equals).
    */
   function naiveGuard(maxEntries: number) {
-    const seen = new Map<string, { exp: number; seq: number }>();
+    const seen = new Map<string, { exp: number; seq: number; claims?: number; released?: boolean }>();
     let seq = 0;
     let evicted = 0;
     return {
       claim(id: string, exp: number, now: number): boolean {
         const e = seen.get(id);
-        if (e !== undefined && e.exp > now) return false;
+        if (e !== undefined && e.exp > now) {
+          // A released admission may be taken again, MAX_CLAIMS times in all while it is valid.
+          if (e.released !== true || (e.claims ?? 1) >= MAX_CLAIMS) return false;
+          e.released = false;
+          e.claims = (e.claims ?? 1) + 1;
+          return true;
+        }
         seen.delete(id);
         for (const [k, v] of seen) if (v.exp <= now) seen.delete(k);
         while (seen.size >= maxEntries) {
@@ -114,10 +132,12 @@ describe('replay guard eviction by expiry', () => {
         return true;
       },
       release(id: string) {
-        seen.delete(id);
+        const e = seen.get(id);
+        if (e !== undefined) e.released = true;
       },
+      /** Live admissions not released: a claim of any of them is refused. */
       live(now: number) {
-        return [...seen].filter(([, v]) => v.exp > now);
+        return [...seen].filter(([, v]) => v.exp > now && v.released !== true);
       },
       get size() {
         return seen.size;
@@ -128,7 +148,7 @@ describe('replay guard eviction by expiry', () => {
     };
   }
 
-  it('matches the specification for mixed lifetimes, releases and re-admissions', () => {
+  it('matches the specification for mixed lifetimes, releases and re-admissions (MAX_CLAIMS included)', () => {
     const op = fc.oneof(
       {
         weight: 5,

@@ -17,11 +17,20 @@
  * Cost: entries live in a binary min-heap by expiry with a map from id to heap slot; `claim` and `release` are
  * O(log n) (amortised for `claim`, which also drops the entries that expired since the last call, each once).
  * A prefill attempt that did not succeed is released, so a retry of the same request may come back to this worker.
+ * A released entry is kept (marked), not forgotten: one contract is admitted at most `MAX_CLAIMS` times while it is
+ * valid, so a holder that aborts every attempt cannot restart the same prefill on this worker without end.
  */
+
+/**
+ * Admissions of one contract per worker while it is valid, releases included: well above what retries need (a decode
+ * side tries at most `prefill.maxAttempts` <= 10 prefill legs, each to another endpoint where it can), and a bound on
+ * what a captured contract can make this worker start.
+ */
+export const MAX_CLAIMS = 16;
 export interface ReplayGuard {
   /** True when `requestId` was not admitted before (it is now); false for a replay. */
   claim(requestId: string, expiresAtMs: number, nowMs: number): boolean;
-  /** Forget an admission whose attempt failed, so the request may be retried here. */
+  /** An admission whose attempt failed or was refused before any work: the request may be retried here (up to `MAX_CLAIMS`). */
   release(requestId: string): void;
   readonly size: number;
 }
@@ -33,6 +42,10 @@ interface Entry {
   seq: number;
   /** This entry's slot in the heap. */
   at: number;
+  /** Admissions so far (at most MAX_CLAIMS). */
+  claims: number;
+  /** Released by its last admission: it may be claimed again while `claims` < MAX_CLAIMS. */
+  released: boolean;
 }
 
 export function createReplayGuard(maxEntries = 200_000, onEvict: () => void = () => undefined): ReplayGuard {
@@ -84,7 +97,12 @@ export function createReplayGuard(maxEntries = 200_000, onEvict: () => void = ()
   return {
     claim(requestId, expiresAtMs, nowMs) {
       const held = byId.get(requestId);
-      if (held !== undefined && held.exp > nowMs) return false;
+      if (held !== undefined && held.exp > nowMs) {
+        if (!held.released || held.claims >= MAX_CLAIMS) return false;
+        held.released = false;
+        held.claims++;
+        return true;
+      }
       if (held !== undefined) remove(held);
       // Expired admissions leave first: each is popped once, so this is O(log n) amortised per claim.
       for (let top = heap[0]; top !== undefined && top.exp <= nowMs; top = heap[0]) remove(top);
@@ -93,7 +111,7 @@ export function createReplayGuard(maxEntries = 200_000, onEvict: () => void = ()
         remove(heap[0] as Entry);
         onEvict();
       }
-      const e: Entry = { id: requestId, exp: expiresAtMs, seq: nextSeq++, at: heap.length };
+      const e: Entry = { id: requestId, exp: expiresAtMs, seq: nextSeq++, at: heap.length, claims: 1, released: false };
       byId.set(requestId, e);
       heap.push(e);
       siftUp(e, e.at);
@@ -101,7 +119,7 @@ export function createReplayGuard(maxEntries = 200_000, onEvict: () => void = ()
     },
     release(requestId) {
       const e = byId.get(requestId);
-      if (e !== undefined) remove(e);
+      if (e !== undefined) e.released = true;
     },
     get size() {
       return heap.length;

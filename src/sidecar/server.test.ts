@@ -121,8 +121,59 @@ describe('status, health and metrics', () => {
     expect(audits[0]).toMatchObject({ code: 'bad_request', path: '/kvgate/v1/status' });
   });
 
+  it('refuses HTTP the parser rejects (TE with Content-Length, two lengths, a folded header) with 400 and one audit line each; nothing pipelined behind is served', async () => {
+    const raw = (text: string): Promise<string> =>
+      new Promise((resolve, reject) => {
+        const { port } = new URL(t.sidecar.url);
+        const socket = net.connect(Number(port), '127.0.0.1', () => socket.end(text));
+        let out = '';
+        socket.on('data', (d: Buffer) => (out += d.toString()));
+        socket.on('close', () => resolve(out));
+        socket.on('error', reject);
+      });
+    const before = t.lines.filter((l) => l['audit'] === 'refusal').length;
+    const smuggled = 'GET /kvgate/v1/status HTTP/1.1\r\nHost: x\r\n\r\n';
+    const attempts = [
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${smuggled}`,
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 40\r\n\r\nabcd${smuggled}`,
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nx-kvgate-contract: a\r\n b\r\nContent-Length: 0\r\n\r\n${smuggled}`,
+    ];
+    for (const a of attempts) {
+      const answer = await raw(a);
+      expect(answer.split('\r\n')[0], a).toBe('HTTP/1.1 400 Bad Request');
+      expect(answer, a).not.toContain('"fingerprint"'); // the smuggled status request was never answered
+    }
+    const audits = t.lines.filter((l) => l['audit'] === 'refusal').slice(before);
+    expect(audits).toHaveLength(attempts.length);
+    for (const line of audits) {
+      expect(line).toMatchObject({ code: 'bad_request', role: 'decode', tenant: null, remote: '127.0.0.1' });
+      expect(String(line['reason'])).toMatch(/^the request is not valid HTTP\/1\.1 \(HPE_[A-Z_]+\)/);
+    }
+  });
+
+  it('refuses a method or path it does not serve for requests (POST /v1/embeddings, PUT or GET /v1/completions, a trailing slash) with 400 and one audit line each', async () => {
+    const before = t.lines.filter((l) => l['audit'] === 'refusal').length;
+    const probes: [string, string][] = [
+      ['POST', '/v1/embeddings'],
+      ['PUT', '/v1/completions'],
+      ['GET', '/v1/chat/completions'],
+      ['POST', '/v1/completions/'],
+      ['DELETE', `/${'x'.repeat(3000)}`],
+    ];
+    for (const [method, p] of probes) {
+      const r = await fetch(`${t.sidecar.url}${p}`, { method, headers: { 'x-request-id': `probe-${method}` } });
+      expect([r.status, r.headers.get('x-kvgate-reject-reason')], `${method} ${p}`).toEqual([400, 'bad_request']);
+    }
+    const audits = t.lines.filter((l) => l['audit'] === 'refusal').slice(before);
+    expect(audits.map((l) => [l['code'], l['path'] === undefined ? undefined : String(l['path']).length <= 129])).toEqual(
+      probes.map(() => ['bad_request', true]),
+    );
+    expect(String(audits[0]!['reason'])).toContain('POST "/v1/embeddings"');
+    expect(String(audits[4]!['reason']).length).toBeLessThan(400);
+  });
+
   it('answers unknown routes with 404, oversized and malformed bodies with kvgate errors', async () => {
-    expect((await fetch(`${t.sidecar.url}/v1/embeddings`, { method: 'POST' })).status).toBe(404);
+    expect((await fetch(`${t.sidecar.url}/no/such/page`)).status).toBe(404);
     const c = contractFor(t.config.fingerprint, null, {}, fixedNow);
     const bad = await postJson(`${t.sidecar.url}/v1/completions`, '{not json', gateHeaders(c));
     expect([bad.status, bad.body.error.code]).toEqual([400, 'bad_request']);

@@ -8,6 +8,7 @@
  */
 import { setMaxListeners } from 'node:events';
 import http from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -16,7 +17,7 @@ import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
 import { createKeyStore, type KeyStore } from '../key-store.js';
 import { KvgateError } from '../errors.js';
-import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
+import { AUDIT_REASON_MAX, auditCut, quoteClientValue } from '../json-limits.js';
 import { H } from '../headers.js';
 import { compareObservation } from './compare.js';
 import { createLoadReader, type WorkerLoad } from './worker-load.js';
@@ -176,6 +177,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
       sendError(res, KvgateError.from(e), headerValue(req.headers, H.requestId) ?? '');
     });
   });
+  server.on('clientError', (e: Error & { code?: string }, socket: Duplex) => refuseUnparsed(rt, e, socket));
   // Above the proxy's idle timeout (config.ts keepAliveTimeoutMs), so the proxy, not the sidecar, ends idle connections.
   server.keepAliveTimeout = config.keepAliveTimeoutMs;
   server.headersTimeout = Math.max(server.headersTimeout, config.keepAliveTimeoutMs + 1_000);
@@ -346,12 +348,53 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
     );
     return refuseWithoutContract(rt, req, res, path, e, { remote: req.socket.remoteAddress ?? null });
   }
+  if (endpoint !== undefined || (req.method !== 'GET' && req.method !== 'HEAD')) {
+    // A request this port does not serve (another method on a completion path, a trailing slash, another API): whoever
+    // sent it reached the request port, so it is refused and audited like the gate's unrouted paths, not a bare 404.
+    req.resume();
+    const e = new KvgateError(
+      'bad_request',
+      `the sidecar serves POST /v1/completions and /v1/chat/completions, not ${req.method ?? ''} ${quoteClientValue(path)}; send requests through the gate`,
+    );
+    return refuseWithoutContract(rt, req, res, auditCut(path), e);
+  }
   return sendText(
     res,
     404,
     'text/plain',
     'not found: the sidecar serves POST /v1/completions, /v1/chat/completions and GET /kvgate/v1/status, /healthz, /metrics\n',
   );
+}
+
+/**
+ * What Node's HTTP parser refuses before `route` sees a request: request smuggling (Transfer-Encoding with
+ * Content-Length, two lengths, a folded header), headers over the limit, a request that did not arrive within
+ * `headersTimeout`. Answered as Node answers it (400, 431, 408; the connection closes, so nothing pipelined behind it
+ * is read), and, unlike Node's own answer, counted and audited like every other refusal. A reset connection is the
+ * client leaving, not a refusal.
+ */
+function refuseUnparsed(rt: Runtime, e: Error & { code?: string }, socket: Duplex): void {
+  if (e.code === 'ECONNRESET' || e.code === 'EPIPE') return void socket.destroy();
+  const { config, metrics } = rt.ctx;
+  const code = auditCut(e.code ?? 'unknown', 64);
+  metrics.requests.inc({ role: config.role, outcome: 'refused', code: 'bad_request' });
+  rt.ctx.logger.warn(
+    {
+      audit: 'refusal',
+      code: 'bad_request',
+      reason: `the request is not valid HTTP/1.1 (${code}): its framing, headers or timing were refused before it was read`,
+      tenant: null,
+      role: config.role,
+      trust: config.trust,
+      remote: (socket as Duplex & { remoteAddress?: string }).remoteAddress ?? null,
+    },
+    'refused: bad_request',
+  );
+  const status = code === 'HPE_HEADER_OVERFLOW' ? 431 : code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+  // An answer already under way on this connection (a pipelined request broke behind it) cannot be followed by one.
+  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+  if (!socket.writable || answering) return void socket.destroy();
+  socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
 }
 
 /**

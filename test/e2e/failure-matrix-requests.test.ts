@@ -145,7 +145,8 @@ describe('bodies the gate refuses before any worker sees them', () => {
       'bad_request',
       /only POST \/v1\/completions and \/v1\/chat\/completions/,
     );
-    // A trailing slash too: the sidecars serve the exact paths, so routing it would only earn an unaudited 404 there.
+    // A trailing slash too: the sidecars serve the exact paths, so routing it would only be refused there (after a
+    // contract was minted for it).
     expectRefusal(
       await send('public', JSON.stringify({ model: MODEL, prompt: 'hi' }), {}, { path: '/v1/completions/' }),
       400,
