@@ -29,6 +29,7 @@ export const VENDORED_ROOT_PROTOS: readonly string[] = [
   'envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto',
   'envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto',
   'envoy/extensions/filters/http/router/v3/router.proto',
+  'envoy/extensions/filters/http/buffer/v3/buffer.proto',
   'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
   'envoy/extensions/transport_sockets/tls/v3/tls.proto',
 ];

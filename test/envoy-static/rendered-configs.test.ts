@@ -174,7 +174,8 @@ describe('rendered variants pass the proto check', () => {
       return Object.fromEntries(
         doc.static_resources.listeners.map((l) => [
           l.name,
-          l.filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.processing_mode as Mode,
+          l.filter_chains[0].filters[0].typed_config.http_filters.find((f: { name: string }) => f.name === 'envoy.filters.http.ext_proc')
+            .typed_config.processing_mode as Mode,
         ]),
       );
     };
@@ -184,6 +185,14 @@ describe('rendered variants pass the proto check', () => {
     expect(modes(gie)['internal']).toMatchObject({ request_body_mode: 'BUFFERED', request_trailer_mode: 'SKIP' });
     const buffered = await render([...base, '--gie', '--request-body-mode', 'BUFFERED']);
     expect(modes(buffered)['public']?.request_body_mode).toBe('BUFFERED');
+    // A BUFFERED listener holds the request in the buffer filter first; a FULL_DUPLEX_STREAMED one streams it.
+    const filterNames = (text: string, listener: number) =>
+      (parseYaml(text) as any).static_resources.listeners[listener].filter_chains[0].filters[0].typed_config.http_filters.map(
+        (f: { name: string }) => f.name,
+      );
+    expect(filterNames(buffered, 0)).toEqual(['envoy.filters.http.buffer', 'envoy.filters.http.ext_proc', 'envoy.filters.http.router']);
+    expect(filterNames(gie, 0)).toEqual(['envoy.filters.http.ext_proc', 'envoy.filters.http.router']);
+    expect(filterNames(gie, 1)).toEqual(['envoy.filters.http.buffer', 'envoy.filters.http.ext_proc', 'envoy.filters.http.router']);
     expect(buffered).toContain('--gie --request-body-mode BUFFERED');
     const plain = await render([...base, '--request-body-mode', 'FULL_DUPLEX_STREAMED']);
     expect(modes(plain)['public']?.request_body_mode).toBe('FULL_DUPLEX_STREAMED');

@@ -53,6 +53,10 @@ export class ActiveStream implements FilterCallbacks {
   #upstream: UpstreamCall | undefined;
   #release: (() => void) | undefined;
   #timers: NodeJS.Timeout[] = [];
+  /** The HCM's request_timeout, while armed. */
+  #requestTimer: NodeJS.Timeout | undefined;
+  /** The request body being received, for the 408/504 choice of a request timeout. */
+  #requestBody: BodyReader | undefined;
   #idle: NodeJS.Timeout | undefined;
   #responseStarted = false;
   /** Response headers entered the encode path; later local replies bypass the filters (Envoy's direct reply). */
@@ -95,10 +99,25 @@ export class ActiveStream implements FilterCallbacks {
   /** Runs the request to completion (or until a local reply / reset takes over). Never rejects. */
   async run(): Promise<void> {
     this.#deps.hcmStats.inc('downstream_rq_total');
+    const hcm = this.#deps.listener.hcm;
+    // request_timeout runs from the stream's start until the router has sent the whole request on, or the response
+    // starts (ConnectionManagerImpl::ActiveStream::onRequestTimeout: 408 while the request is still coming in).
+    if (hcm.requestTimeoutMs > 0) this.#requestTimer = setTimeout(() => this.#onRequestTimeout(), hcm.requestTimeoutMs);
     const body = BodyReader.fromMessage(this.#req, requestHasBody(this.#req));
+    this.#requestBody = body;
     // The HCM resolves and caches the route before any filter runs.
     this.#route = this.#deps.routes.resolve(this.#headers);
     const gen = this.#generation;
+    if (hcm.buffer !== undefined && !body.ended) {
+      // envoy.filters.http.buffer (source/extensions/filters/http/buffer/buffer_filter.cc): decodeHeaders stops
+      // iteration, decodeData buffers until end_stream with the decoder buffer limit at max_request_bytes (past it the
+      // HCM answers 413), so the filters after it, ext_proc included, see nothing of the request until it is whole.
+      const length = await body.bufferAll(hcm.buffer.maxRequestBytes);
+      if (gen !== this.#generation || this.#res.writableEnded) return;
+      if (length === undefined) return this.sendPayloadTooLarge('request');
+      // maybeAddContentLength: a request that came without a length gets the buffered one.
+      if (!this.#headers.has('content-length')) this.#headers.set('content-length', String(length));
+    }
     const decoded = this.#filter === undefined ? passThrough(body) : await this.#filter.decode(this.#headers, body);
     if (decoded.kind === 'stop' || gen !== this.#generation || this.#res.writableEnded) return;
     await this.#routeRequest(decoded);
@@ -194,6 +213,7 @@ export class ActiveStream implements FilterCallbacks {
     void up
       .sendBody(decoded.prefix, decoded.rest, () => this.#requestTrailers(decoded), touch)
       .then(() => {
+        this.#disarmRequestTimeout(); // the router sent the last byte upstream
         if (timeoutMs > 0 && gen === this.#generation) this.#timers.push(setTimeout(() => this.#onRouteTimeout(cluster), timeoutMs));
       });
     const result = await up.response;
@@ -234,6 +254,7 @@ export class ActiveStream implements FilterCallbacks {
       headers.set('content-length', '0');
     }
     this.#responseStarted = true;
+    this.#disarmRequestTimeout();
     res.writeHead(Number(headers.get(':status') ?? 200), headers.toNodeHeaders());
     res.flushHeaders();
     try {
@@ -296,7 +317,21 @@ export class ActiveStream implements FilterCallbacks {
     }, ms);
   }
 
+  #onRequestTimeout(): void {
+    this.#requestTimer = undefined;
+    this.#deps.hcmStats.inc('downstream_rq_timeout');
+    // Http::Utility::maybeRequestTimeoutCode: 408 while the request is still being received, 504 after.
+    const status = this.#requestBody?.received === true ? 504 : 408;
+    void this.#localReply({ status, body: Buffer.from('request timeout'), details: 'request_overall_timeout' }, true, []);
+  }
+
+  #disarmRequestTimeout(): void {
+    if (this.#requestTimer !== undefined) clearTimeout(this.#requestTimer);
+    this.#requestTimer = undefined;
+  }
+
   #clearTimers(): void {
+    this.#disarmRequestTimeout();
     for (const t of this.#timers) clearTimeout(t);
     this.#timers = [];
     if (this.#idle !== undefined) clearTimeout(this.#idle);

@@ -41,6 +41,11 @@ export class BodyReader {
     );
   }
 
+  /** True once the source is exhausted: the whole body has been read from the peer (taken or not). */
+  get received(): boolean {
+    return this.#sourceDone;
+  }
+
   /** True once the source is exhausted and every chunk has been taken. */
   get ended(): boolean {
     return this.#sourceDone && this.#available.length === 0;
@@ -57,7 +62,28 @@ export class BodyReader {
   /** Resolves when a chunk is available or the body has ended (reading one chunk from the source if needed). */
   wait(): Promise<void> {
     if (this.#available.length > 0 || this.#sourceDone || this.#source === undefined) return Promise.resolve();
-    this.#fill ??= this.#source.next().then(
+    return this.#pull(this.#source);
+  }
+
+  /**
+   * Reads the whole body into the reader, as Envoy's buffer filter holds a request until its end: its length once it
+   * has ended within `limit` bytes, undefined as soon as more than `limit` arrived (the rest is not read). A read
+   * error ends it as the body's own `next()` would report it.
+   */
+  async bufferAll(limit: number): Promise<number | undefined> {
+    let total = 0;
+    for (const c of this.#available) total += c.length;
+    while (total <= limit && !this.#sourceDone && this.#source !== undefined) {
+      const before = this.#available.length;
+      await this.#pull(this.#source);
+      for (let i = before; i < this.#available.length; i++) total += this.#available[i]!.length;
+    }
+    return total <= limit ? total : undefined;
+  }
+
+  /** Reads one chunk from the source into the reader (one read at a time). */
+  #pull(source: AsyncIterator<Buffer | Uint8Array>): Promise<void> {
+    this.#fill ??= source.next().then(
       (r) => {
         this.#fill = undefined;
         if (r.done === true) this.#sourceDone = true;

@@ -117,7 +117,12 @@ export async function startEnvoyHarness(config: EnvoyConfig, options: EnvoyHarne
   await Promise.all(shared.clients.map((c) => c.checked()));
   for (const [i, l] of config.listeners.entries()) {
     const deps = allDeps[i]!;
-    const server = http.createServer((req, res) => {
+    // request_headers_timeout: Node's own header timer stands in for the HCM's (both answer 408 and close; Node checks
+    // it every connectionsCheckingInterval, so it is armed at a second's resolution here).
+    const headersMs = l.hcm.requestHeadersTimeoutMs;
+    const serverOptions: http.ServerOptions =
+      headersMs > 0 ? { headersTimeout: headersMs, connectionsCheckingInterval: Math.min(1000, headersMs) } : {};
+    const server = http.createServer(serverOptions, (req, res) => {
       const stream = new ActiveStream(deps, req, res);
       for (const [ns, v] of Object.entries(options.requestMetadata?.(req.headers) ?? {})) stream.dynamicMetadata.set(ns, v);
       active.add(stream);

@@ -104,6 +104,15 @@ export interface HcmConfig {
   readonly streamIdleTimeoutMs: number;
   readonly routeConfigName: string;
   readonly virtualHosts: readonly VirtualHost[];
+  /**
+   * `request_timeout` (Envoy default 0: off): the whole request must be received, and sent on by the router, within
+   * it, or the stream gets a local 408 (504 once the request was all in). The response starting disarms it.
+   */
+  readonly requestTimeoutMs: number;
+  /** `request_headers_timeout` (default 0: off): the headers must arrive within it (a local 408 otherwise). */
+  readonly requestHeadersTimeoutMs: number;
+  /** The buffer filter before the ext_proc filter, if the chain has one: its `max_request_bytes`. */
+  readonly buffer: { readonly maxRequestBytes: number } | undefined;
   /** The ext_proc filter before the router, if the chain has one. */
   readonly extProc: ExtProcFilterConfig | undefined;
 }

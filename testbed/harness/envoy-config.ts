@@ -10,7 +10,7 @@ import { mapFile } from './transport-socket.js';
 import { parse as parseYaml } from 'yaml';
 import type { Result } from '../../src/errors.js';
 import { parseHostPort, readCluster, readSocketAddress } from './cluster-config.js';
-import { ConfigReader, UNSUPPORTED, deepFreeze } from './config-reader.js';
+import { ConfigReader, UNSUPPORTED, deepFreeze, isPlainObject } from './config-reader.js';
 import type {
   ClusterConfig,
   EnvoyConfig,
@@ -27,6 +27,8 @@ export type * from './envoy-config-types.js';
 
 const HCM_NAME = 'envoy.filters.network.http_connection_manager';
 const HCM_TYPE = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
+const BUFFER_NAME = 'envoy.filters.http.buffer';
+const BUFFER_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer';
 const ROUTER_NAME = 'envoy.filters.http.router';
 const ROUTER_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';
 const DEFAULT_BUFFER_LIMIT = 1024 * 1024;
@@ -128,6 +130,8 @@ function readHcm(r: ConfigReader, value: unknown, path: string): HcmConfig | und
     'stat_prefix',
     'codec_type',
     'stream_idle_timeout',
+    'request_timeout',
+    'request_headers_timeout',
     // The harness never rewrites x-request-id (it adds one only when absent), which is what Envoy does with this set
     // to true or for requests it classes as internal; false would mean regenerating it for edge requests.
     'preserve_external_request_id',
@@ -146,20 +150,28 @@ function readHcm(r: ConfigReader, value: unknown, path: string): HcmConfig | und
   const virtualHosts = r
     .arr(rc['virtual_hosts'], `${tp}.route_config.virtual_hosts`)
     .map((vh, i) => readVirtualHost(r, vh, `${tp}.route_config.virtual_hosts[${i}]`));
-  const extProc = readHttpFilters(r, o['http_filters'], `${tp}.http_filters`);
+  const { extProc, buffer } = readHttpFilters(r, o['http_filters'], `${tp}.http_filters`);
   return {
     statPrefix,
     streamIdleTimeoutMs: r.durationMs(o['stream_idle_timeout'], `${tp}.stream_idle_timeout`, 300_000),
+    requestTimeoutMs: r.durationMs(o['request_timeout'], `${tp}.request_timeout`, 0),
+    requestHeadersTimeoutMs: r.durationMs(o['request_headers_timeout'], `${tp}.request_headers_timeout`, 0),
     routeConfigName: r.str(rc['name'], `${tp}.route_config.name`, '') ?? '',
     virtualHosts,
+    buffer,
     extProc,
   };
 }
 
-/** The chain must be `[ext_proc?, router]`: the router last, at most one ext_proc before it. */
-function readHttpFilters(r: ConfigReader, value: unknown, path: string): ExtProcFilterConfig | undefined {
+/** The chain must be `[buffer?, ext_proc?, router]`: the router last, at most one of each before it, in that order. */
+function readHttpFilters(
+  r: ConfigReader,
+  value: unknown,
+  path: string,
+): { extProc: ExtProcFilterConfig | undefined; buffer: HcmConfig['buffer'] } {
   const filters = r.arr(value, path);
   let extProc: ExtProcFilterConfig | undefined;
+  let buffer: HcmConfig['buffer'];
   filters.forEach((raw, i) => {
     const p = `${path}[${i}]`;
     const f = r.obj(raw, p, ['name', 'typed_config']);
@@ -167,6 +179,15 @@ function readHttpFilters(r: ConfigReader, value: unknown, path: string): ExtProc
     if (f['name'] === ROUTER_NAME) {
       if (!isLast) r.issue(`${p}.name`, 'the router must be the last HTTP filter');
       r.typed(f['typed_config'] ?? {}, `${p}.typed_config`, ROUTER_TYPE, []);
+    } else if (f['name'] === BUFFER_NAME) {
+      if (buffer !== undefined || extProc !== undefined) r.issue(`${p}.name`, `a buffer filter after another filter is ${UNSUPPORTED}`);
+      const b = r.typed(f['typed_config'] ?? {}, `${p}.typed_config`, BUFFER_TYPE, ['max_request_bytes']);
+      // UInt32Value: protobuf JSON writes it as a bare number; Envoy refuses the filter without it.
+      const max = b['max_request_bytes'];
+      if (max === undefined) r.issue(`${p}.typed_config.max_request_bytes`, 'required (Envoy refuses a buffer filter without it)');
+      const n = isPlainObject(max) ? r.obj(max, `${p}.typed_config.max_request_bytes`, ['value'])['value'] : max;
+      buffer = { maxRequestBytes: r.uint(n, `${p}.typed_config.max_request_bytes`, 1) };
+      if (isLast) r.issue(p, 'the router must follow the buffer filter');
     } else if (f['name'] === EXT_PROC_FILTER_NAME) {
       if (extProc !== undefined) r.issue(`${p}.name`, `a second ext_proc filter is ${UNSUPPORTED}`);
       else extProc = readExtProcFilter(r, f['typed_config'] ?? {}, `${p}.typed_config`);
@@ -176,8 +197,8 @@ function readHttpFilters(r: ConfigReader, value: unknown, path: string): ExtProc
       r.issue(`${p}.name`, `"${String(f['name'])}" (${String(typeUrl)}) ${UNSUPPORTED}`);
     }
   });
-  if (filters.length === 0) r.issue(path, `required: [${EXT_PROC_FILTER_NAME}?, ${ROUTER_NAME}]`);
-  return extProc;
+  if (filters.length === 0) r.issue(path, `required: [${BUFFER_NAME}?, ${EXT_PROC_FILTER_NAME}?, ${ROUTER_NAME}]`);
+  return { extProc, buffer };
 }
 
 function readVirtualHost(r: ConfigReader, value: unknown, path: string): VirtualHost {

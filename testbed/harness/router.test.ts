@@ -34,7 +34,10 @@ describe('routes', () => {
   const hcm: HcmConfig = {
     statPrefix: 'ingress',
     streamIdleTimeoutMs: 300_000,
+    requestTimeoutMs: 0,
+    requestHeadersTimeoutMs: 0,
     routeConfigName: 'r',
+    buffer: undefined,
     extProc: undefined,
     virtualHosts: [
       {

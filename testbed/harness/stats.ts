@@ -69,6 +69,7 @@ export const HCM_COUNTERS = [
   'downstream_rq_5xx',
   'downstream_rq_too_large',
   'downstream_rq_idle_timeout',
+  'downstream_rq_timeout',
   'rs_too_large',
   'no_route',
   'no_cluster',

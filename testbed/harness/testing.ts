@@ -66,6 +66,10 @@ export interface ScenarioOptions {
   readonly runtime?: Readonly<Record<string, boolean>>;
   readonly upstreamHandler?: UpstreamHandler;
   readonly harness?: EnvoyHarnessOptions;
+  /** HTTP filters before the ext_proc filter, verbatim (e.g. a buffer filter). */
+  readonly filtersBefore?: readonly Record<string, unknown>[];
+  /** Fields merged into the HTTP connection manager's typed_config (e.g. request_timeout). */
+  readonly hcmFields?: Record<string, unknown>;
 }
 
 export interface Scenario {
@@ -118,6 +122,7 @@ export function scenarioYaml(o: Omit<ScenarioOptions, 'handler' | 'harness' | 'u
                   typed_config: {
                     '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
                     stat_prefix: 'ingress',
+                    ...(o.hcmFields ?? {}),
                     route_config: {
                       name: 'local_route',
                       virtual_hosts: [
@@ -131,6 +136,7 @@ export function scenarioYaml(o: Omit<ScenarioOptions, 'handler' | 'harness' | 'u
                       ],
                     },
                     http_filters: [
+                      ...(o.filtersBefore ?? []),
                       {
                         name: 'envoy.filters.http.ext_proc',
                         typed_config: {

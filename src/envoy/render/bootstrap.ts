@@ -107,6 +107,50 @@ function runtime(s: RenderSettings): string[] {
  */
 export const STREAM_IDLE_TIMEOUT_S = 300;
 
+/**
+ * How long a client may take to send its request, on both listeners (HCM `request_headers_timeout` and
+ * `request_timeout`; both off by default in Envoy). The request timer runs until the router has sent the whole request
+ * on (or the response starts), so it covers the body and the gate's queue, which max_message_timeout keeps under 30 s:
+ * a minute leaves the body half. ConnectionManagerImpl::ActiveStream::onRequestTimeout answers 408.
+ */
+export const REQUEST_HEADERS_TIMEOUT_S = 10;
+export const REQUEST_TIMEOUT_S = 60;
+
+export function requestTimeouts(): string[] {
+  return [
+    `        request_headers_timeout: ${String(REQUEST_HEADERS_TIMEOUT_S)}s              # headers not in by then: 408`,
+    `        request_timeout: ${String(REQUEST_TIMEOUT_S)}s                      # the whole request in and sent on within a minute, else 408`,
+  ];
+}
+
+/**
+ * The buffer filter before ext_proc (BUFFERED only): the gate's stream opens when the request is whole, so a client
+ * that trickles its body holds no stream of the gate cluster (whose circuit breaker counts them). Envoy's ext_proc
+ * opens its stream at the request headers; buffer_filter.cc stops iteration until end_stream, so the filters after
+ * it see nothing before. Past max_request_bytes (= limits.maxBodyBytes) the HCM answers 413. FULL_DUPLEX_STREAMED
+ * streams the body to the gate by design, and is left to request_timeout.
+ */
+function bufferFilter(input: RenderInput, s: RenderSettings, role: 'public' | 'internal'): string[] {
+  // The internal listener's ext_proc is BUFFERED in every mode (ext-proc-filter.ts).
+  if (role === 'public' && s.requestBodyMode === 'FULL_DUPLEX_STREAMED') return [];
+  const [first, ...rest] = bufferFilterConfig(input.maxBodyBytes);
+  return [
+    '        # The whole request before ext_proc, whose gate stream opens at the headers: a client that trickles its body',
+    '        # then holds no gate stream (the gate cluster breaker counts them).',
+    ...indent([`- ${first!}`, ...indent(rest, 2)], 8),
+  ];
+}
+
+/** The buffer filter's config (name and typed_config), for envoy.yaml and the Istio EnvoyFilter alike. */
+export function bufferFilterConfig(maxBodyBytes: number): string[] {
+  return [
+    'name: envoy.filters.http.buffer',
+    'typed_config:',
+    '  "@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer',
+    `  max_request_bytes: ${String(maxBodyBytes)}              # = limits.maxBodyBytes: 413 past it`,
+  ];
+}
+
 function publicListener(input: RenderInput, s: RenderSettings): string[] {
   return [
     '# ── public: every client request is bound to one compatibility group before anything else happens ──',
@@ -122,6 +166,7 @@ function publicListener(input: RenderInput, s: RenderSettings): string[] {
     '        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
     '        stat_prefix: kvgate_public',
     `        stream_idle_timeout: ${String(STREAM_IDLE_TIMEOUT_S)}s                  # long generations stream; idle, not total, is bounded`,
+    ...requestTimeouts(),
     ...(s.useRemoteAddress
       ? ['        use_remote_address: true                   # x-forwarded-for from the peer, not from the client']
       : []),
@@ -139,6 +184,7 @@ function publicListener(input: RenderInput, s: RenderSettings): string[] {
     '        # Authentication goes HERE, before ext_proc (jwt_authn, ext_authz...): it must set the tenant header the',
     '        # route table trusts (tenancy.source) and remove any client-sent copy. See docs/security.md.',
     '        http_filters:',
+    ...bufferFilter(input, s, 'public'),
     ...indent([`- ${extProcFilter('public', GATE_CLUSTER, s)[0]!}`, ...indent(extProcFilter('public', GATE_CLUSTER, s).slice(1), 2)], 8),
     '        - name: envoy.filters.http.router',
     '          typed_config:',
@@ -162,6 +208,7 @@ function internalListener(input: RenderInput, s: RenderSettings): string[] {
     "        # The gate checks each prefill leg's contract against x-request-id: never let Envoy regenerate it here",
     '        # (it would for requests it classes as external when use_remote_address is set).',
     '        preserve_external_request_id: true',
+    ...requestTimeouts(),
     '        route_config:',
     '          name: internal',
     '          virtual_hosts:',
@@ -174,6 +221,7 @@ function internalListener(input: RenderInput, s: RenderSettings): string[] {
     '                cluster_not_found_response_code: SERVICE_UNAVAILABLE',
     '                timeout: 120s                              # one prefill; bounded',
     '        http_filters:',
+    ...bufferFilter(input, s, 'internal'),
     ...indent([`- ${filter[0]!}`, ...indent(filter.slice(1), 2)], 8),
     '        - name: envoy.filters.http.router',
     '          typed_config:',

@@ -19,7 +19,7 @@
  * FULL_DUPLEX_STREAMED, then the request_trailer_mode has to be set to SEND", envoyproxy/gateway issue #6270 on
  * v1.4.1); internal/xds/translator/extproc.go `buildProcessingMode` now sets SEND. The GIE header names that floor.
  */
-import { GATE_MAX_REQUESTS_PER_CONNECTION } from './bootstrap.js';
+import { GATE_MAX_REQUESTS_PER_CONNECTION, REQUEST_TIMEOUT_S } from './bootstrap.js';
 import { gateBreakers, poolBreakers, type RenderCluster, type RenderInput } from './input.js';
 import { poolServiceDocs, poolServiceOf, renderedService } from './pool-services.js';
 import { type RenderSettings, renderFlags } from './settings.js';
@@ -119,6 +119,10 @@ export function renderEnvoyGateway(input: RenderInput, s: RenderSettings): strin
     '  - { group: gateway.networking.k8s.io, kind: Gateway, name: kvgate }',
     '  connection:',
     `    bufferLimit: ${String(input.maxBodyBytes)}                   # = the route table's limits.maxBodyBytes (default buffer: 32 KiB)`,
+    '  # request_headers_timeout has no field here. Envoy Gateway cannot put a buffer filter before ext_proc either, so',
+    "  # a client that trickles its body holds a gate stream until this timeout (envoy.yaml's buffer filter holds none).",
+    '  timeout:',
+    `    http: { requestReceivedTimeout: ${String(REQUEST_TIMEOUT_S)}s }       # HCM request_timeout, as envoy.yaml: the whole request in time, else 408`,
     '---',
     '# Circuit breakers for the pools: the gate admits endpoints x maxInFlightPerEndpoint; twice that before Envoy refuses.',
     'apiVersion: gateway.envoyproxy.io/v1alpha1',

@@ -6,7 +6,13 @@
  * connectionPool.http.{http1MaxPendingRequests,http2MaxRequests,maxRequestsPerConnection,idleTimeout}, tls
  * (ClientTLSSettings). A pool's idleTimeout stays below the sidecar's keep-alive timeout (bootstrap.ts POOL_IDLE_TIMEOUT_S).
  */
-import { GATE_MAX_REQUESTS_PER_CONNECTION, POOL_IDLE_TIMEOUT_S, STREAM_IDLE_TIMEOUT_S } from './bootstrap.js';
+import {
+  bufferFilterConfig,
+  GATE_MAX_REQUESTS_PER_CONNECTION,
+  POOL_IDLE_TIMEOUT_S,
+  requestTimeouts,
+  STREAM_IDLE_TIMEOUT_S,
+} from './bootstrap.js';
 import { extProcFilter } from './ext-proc-filter.js';
 import { gateBreakers, poolBreakers, type RenderCluster, type RenderInput } from './input.js';
 import { poolServiceDocs, poolServiceOf } from './pool-services.js';
@@ -80,6 +86,14 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
     '  workloadSelector:',
     `    labels: { istio: kvgate-${listener} }`,
     '  configPatches:',
+    ...(pub && s.requestBodyMode === 'FULL_DUPLEX_STREAMED'
+      ? []
+      : [
+          "  # The whole request first (Envoy's buffer filter, as envoy.yaml): ext_proc opens the gate's stream at the",
+          '  # request headers, so without it a client that trickles its body holds a gate stream all along. Inserted',
+          '  # before the router ahead of ext_proc, so the chain ends buffer, ext_proc, router.',
+          ...insertBeforeRouter(bufferFilterConfig(input.maxBodyBytes)),
+        ]),
     ...(pub
       ? [
           '  # ext_proc right before the router, on every HTTP connection manager of this gateway. Authentication filters',
@@ -89,18 +103,7 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
           `  # tenancy.source.metadata: { namespace: envoy.filters.http.jwt_authn, path: [${ISTIO_JWT_PAYLOAD_KEY}, <claim>] }.`,
         ]
       : []),
-    '  - applyTo: HTTP_FILTER',
-    '    match:',
-    '      context: GATEWAY',
-    '      listener:',
-    '        filterChain:',
-    '          filter:',
-    '            name: envoy.filters.network.http_connection_manager',
-    '            subFilter: { name: envoy.filters.http.router }',
-    '    patch:',
-    '      operation: INSERT_BEFORE',
-    '      value:',
-    ...indent(filter, 8),
+    ...insertBeforeRouter(filter),
   );
   lines.push(...connectionManagerMerge(pub));
   lines.push(
@@ -133,6 +136,24 @@ function gatewayFilter(listener: 'public' | 'internal', input: RenderInput, s: R
   return lines;
 }
 
+/** An HTTP_FILTER patch inserting `filter` (name and typed_config) right before the router of every HCM. */
+function insertBeforeRouter(filter: readonly string[]): string[] {
+  return [
+    '  - applyTo: HTTP_FILTER',
+    '    match:',
+    '      context: GATEWAY',
+    '      listener:',
+    '        filterChain:',
+    '          filter:',
+    '            name: envoy.filters.network.http_connection_manager',
+    '            subFilter: { name: envoy.filters.http.router }',
+    '    patch:',
+    '      operation: INSERT_BEFORE',
+    '      value:',
+    ...indent(filter, 8),
+  ];
+}
+
 /**
  * The HTTP connection manager settings envoy.yaml has and Istio's do not. Istio builds every HCM with
  * `StreamIdleTimeout = 0s` (disabled: istio/istio pilot/pkg/networking/core/listener_builder.go @7fd2c08f
@@ -144,7 +165,7 @@ function connectionManagerMerge(pub: boolean): string[] {
   const why = [
     "  # Istio builds every HTTP connection manager with stream_idle_timeout 0s (disabled); envoy.yaml's listeners reset",
     `  # a stream idle for ${String(STREAM_IDLE_TIMEOUT_S)} s (a stalled generation, or a FULL_DUPLEX_STREAMED body the gate never answers:`,
-    '  # Envoy arms no message_timeout there). The same here.',
+    '  # Envoy arms no message_timeout there). The same here, with its request_headers_timeout and request_timeout.',
   ];
   return [
     ...(pub
@@ -169,6 +190,7 @@ function connectionManagerMerge(pub: boolean): string[] {
     '        typed_config:',
     '          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
     `          stream_idle_timeout: ${String(STREAM_IDLE_TIMEOUT_S)}s`,
+    ...indent(requestTimeouts(), 2),
     ...(pub ? [] : ['          preserve_external_request_id: true']),
   ];
 }
