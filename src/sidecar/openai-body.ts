@@ -3,6 +3,7 @@
  * proxies send (docs/vllm-disaggregation.md §7.2-7.4), and the `/tokenize` request that counts a prompt the way the
  * worker's completion path will.
  */
+import { vllmAtLeast } from '../compat/vllm-defaults.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { findKvTransferParams } from '../json-limits.js';
 
@@ -124,16 +125,59 @@ export function truncateIds(ids: readonly number[], t: Truncation | undefined, m
   return t.side === 'left' ? ids.slice(ids.length - keep) : ids.slice(0, keep);
 }
 
+/** vLLM's `merge_kwargs` (vllm/renderers/params.py @017638d7): an override of None or "auto" leaves the default. */
+function mergeKwargs(defaults: Readonly<Record<string, unknown>>, overrides: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...defaults };
+  for (const [k, v] of Object.entries(overrides)) if (v !== undefined && v !== null && v !== 'auto') out[k] = v;
+  return out;
+}
+
+/**
+ * The chat template kwargs the worker's chat completion path renders with, as `/tokenize` must receive them (it takes
+ * neither `documents` nor `reasoning_effort` itself). Two generations of vLLM (vllm-project/vllm):
+ * - from 0.22 (the first release after PR #43401, merged 2026-05-22; read from the merge date, not from a release
+ *   tag, as `vllmAtLeast` in src/compat/vllm-defaults.ts does for PR #41847): `ChatCompletionRequest.build_chat_params`
+ *   merges `documents`, `reasoning_effort` and, when `reasoning_effort` is set and the client's kwargs do not name
+ *   it, `enable_thinking` (false for "none") OVER the client's `chat_template_kwargs`
+ *   (vllm/entrypoints/openai/chat_completion/protocol.py @002032ee; `merge_kwargs`: None and "auto" do not override);
+ * - before: `_preprocess_chat` put `documents` under the client's kwargs, which win
+ *   (`_chat_template_kwargs.update(chat_template_kwargs)`, vllm/entrypoints/openai/serving_engine.py), and the
+ *   template never saw `reasoning_effort`. Releases between the renderer refactor and 0.22 that passed
+ *   `reasoning_effort` without `enable_thinking` are not modelled: a request naming it may be refused there as a
+ *   prompt mismatch (fail closed), never served mixed.
+ */
+export function chatTemplateKwargs(
+  body: Readonly<Record<string, unknown>>,
+  vllmVersion: string | undefined,
+): Record<string, unknown> | undefined {
+  const client = body['chat_template_kwargs'];
+  const user = client !== null && typeof client === 'object' && !Array.isArray(client) ? (client as Record<string, unknown>) : undefined;
+  const documents = body['documents'];
+  if (vllmVersion !== undefined && vllmAtLeast(vllmVersion, 0, 22)) {
+    const effort = body['reasoning_effort'];
+    const extra: Record<string, unknown> = { documents, reasoning_effort: effort };
+    if (effort !== undefined && effort !== null && (user === undefined || !Object.hasOwn(user, 'enable_thinking')))
+      extra['enable_thinking'] = effort !== 'none';
+    const merged = mergeKwargs(user ?? {}, extra);
+    return Object.keys(merged).length === 0 && user === undefined ? undefined : merged;
+  }
+  if (documents === undefined || documents === null) return user;
+  return { documents, ...(user ?? {}) };
+}
+
 /**
  * The `/tokenize` request that renders and tokenises this prompt exactly as the worker's completion path does:
  * chat uses the request's `add_generation_prompt` (default true), `continue_final_message` (default false) and
- * `add_special_tokens` (default false); completions use `add_special_tokens` (default true). Chat `documents`, which
- * `/tokenize` does not take, travel in `chat_template_kwargs.documents`: vLLM's chat path puts them in the template
- * kwargs and then lets `chat_template_kwargs` override them (`_chat_template_kwargs.update(chat_template_kwargs)` in
- * `vllm/entrypoints/openai/serving_engine.py` `_preprocess_chat`), so the rendering is the same. A batch of prompts
+ * `add_special_tokens` (default false); completions use `add_special_tokens` (default true). Chat `documents` and
+ * `reasoning_effort`, which `/tokenize` does not take, travel in `chat_template_kwargs` as the worker's version merges
+ * them (`chatTemplateKwargs`; `vllmVersion` is the worker's, from its verified descriptor). A batch of prompts
  * cannot be disaggregated (one `kv_transfer_params` per request) and is refused.
  */
-export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): Result<PromptCount, KvgateError> {
+export function toPromptCount(
+  endpoint: Endpoint,
+  body: Readonly<Record<string, unknown>>,
+  vllmVersion?: string,
+): Result<PromptCount, KvgateError> {
   const model = body['model'];
   if (typeof model !== 'string' || model === '') return err(new KvgateError('bad_request', 'the request names no model'));
   const truncation = truncationOf(body);
@@ -154,11 +198,8 @@ export function toPromptCount(endpoint: Endpoint, body: Readonly<Record<string, 
     req['continue_final_message'] = body['continue_final_message'] ?? false;
     req['add_special_tokens'] = body['add_special_tokens'] ?? false;
     for (const k of CHAT_TOKENIZE_FIELDS) if (body[k] !== undefined) req[k] = body[k];
-    const documents = body['documents'];
-    if (documents !== undefined && documents !== null) {
-      const kwargs = (req['chat_template_kwargs'] ?? {}) as Record<string, unknown>;
-      req['chat_template_kwargs'] = { documents, ...kwargs };
-    }
+    const kwargs = chatTemplateKwargs(body, vllmVersion);
+    if (kwargs !== undefined) req['chat_template_kwargs'] = kwargs;
     return ok({ kind: 'tokenize', body: req, ...cut });
   }
   let prompt = body['prompt'];

@@ -105,3 +105,73 @@ describe('chat continued from a final assistant message', () => {
     }
   });
 });
+
+describe('template kwargs on current vLLM (0.22 on): reasoning_effort and enable_thinking', () => {
+  // build_chat_params merges documents, reasoning_effort and (unless the client's kwargs name it) enable_thinking over
+  // the client's chat_template_kwargs (vllm/entrypoints/openai/chat_completion/protocol.py @002032ee); /tokenize takes
+  // neither field, so the decode side must send the merged kwargs or its count differs from the prefill's.
+  const asks: Record<string, unknown>[] = [
+    { reasoning_effort: 'none' },
+    { reasoning_effort: 'high' },
+    { reasoning_effort: 'high', chat_template_kwargs: { enable_thinking: false } },
+    { chat_template_kwargs: { reasoning_effort: 'low' } },
+    { reasoning_effort: 'auto', chat_template_kwargs: { reasoning_effort: 'low' } },
+    {},
+  ];
+  const messages = [{ role: 'user', content: 'Think about which colour the sky is.' }];
+
+  it('counts what the chat completion renders, for each way of asking', async () => {
+    const s = await startTestSim({}, { flavour: 'main', servedModelName: 'm' });
+    try {
+      const counts = new Set<number>();
+      for (const ask of asks) {
+        const req = { model: 'm', messages, max_tokens: 1, ...ask };
+        const completion = await postJson(`${s.url}/v1/chat/completions`, req);
+        expect(completion.status, JSON.stringify(ask)).toBe(200);
+        const rendered = (completion.body as { usage: { prompt_tokens: number } }).usage.prompt_tokens;
+        counts.add(rendered);
+        const how = toPromptCount('chat', req, '0.22.0');
+        if (!how.ok || how.value.kind !== 'tokenize') throw new Error('expected a /tokenize body');
+        const tok = await postJson(`${s.url}/tokenize`, how.value.body);
+        expect((tok.body as { count: number }).count, JSON.stringify(ask)).toBe(rendered);
+      }
+      expect(counts.size).toBeGreaterThan(1); // the asks really render differently
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("renders as the worker's version does: the same request counted the 0.11 way would not match a current worker", async () => {
+    const s = await startTestSim({}, { flavour: 'main', servedModelName: 'm' });
+    try {
+      const req = { model: 'm', messages, max_tokens: 1, reasoning_effort: 'none' };
+      const rendered = ((await postJson(`${s.url}/v1/chat/completions`, req)).body as { usage: { prompt_tokens: number } }).usage
+        .prompt_tokens;
+      const old = toPromptCount('chat', req, '0.11.0');
+      if (!old.ok || old.value.kind !== 'tokenize') throw new Error('expected a /tokenize body');
+      expect(old.value.body['chat_template_kwargs']).toBeUndefined();
+      expect(((await postJson(`${s.url}/tokenize`, old.value.body)).body as { count: number }).count).not.toBe(rendered);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
+describe('template kwargs before 0.22', () => {
+  it('a 0.13 worker does not render reasoning_effort, and the 0.13 count leaves it out too', async () => {
+    const s = await startTestSim({}, { flavour: '0.13', servedModelName: 'm' });
+    try {
+      const messages = [{ role: 'user', content: 'Think about which colour the sky is.' }];
+      const plain = { model: 'm', messages, max_tokens: 1 };
+      const withEffort = { ...plain, reasoning_effort: 'none' };
+      const count = async (b: Record<string, unknown>) =>
+        ((await postJson(`${s.url}/v1/chat/completions`, b)).body as { usage: { prompt_tokens: number } }).usage.prompt_tokens;
+      expect(await count(withEffort)).toBe(await count(plain));
+      const how = toPromptCount('chat', withEffort, '0.13.0');
+      if (!how.ok || how.value.kind !== 'tokenize') throw new Error('expected a /tokenize body');
+      expect(((await postJson(`${s.url}/tokenize`, how.value.body)).body as { count: number }).count).toBe(await count(plain));
+    } finally {
+      await s.close();
+    }
+  });
+});

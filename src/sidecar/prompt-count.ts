@@ -36,7 +36,7 @@ export async function countPromptTokens(
   call: IncomingCall,
   headers: Record<string, string>,
 ): Promise<Result<LocalPrompt, KvgateError>> {
-  const how = toPromptCount(call.endpoint, call.body);
+  const how = toPromptCount(call.endpoint, call.body, ctx.config.descriptor.engine.version);
   if (!how.ok) return how;
   if (how.value.kind === 'known') {
     const ids = truncateIds(how.value.ids, how.value.truncation, probedMaxModelLen(ctx));

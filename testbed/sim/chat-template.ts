@@ -65,17 +65,50 @@ export function resolveChatTemplate(t: { id: string; revision: string }): ChatTe
 
 /**
  * Render a conversation to the prompt text vLLM would tokenize (special-token markers included; the tokenizer
- * recognises them). `addGenerationPrompt` appends the assistant header, as `add_generation_prompt` does.
+ * recognises them). `addGenerationPrompt` appends the assistant header, as `add_generation_prompt` does. `kwargs` are
+ * the chat template kwargs; the simulated templates declare two, as reasoning models' templates do: `reasoning_effort`
+ * (a string: a `Reasoning: <effort>` line in the system preamble, as gpt-oss's and Qwen3.8's templates grade it) and
+ * `enable_thinking` (false: chatml closes an empty think block after the generation prompt, as Qwen3's does).
  */
-export function renderChat(profile: ChatTemplateProfile, messages: readonly ChatMessage[], opts: { addGenerationPrompt: boolean }): string {
+export function renderChat(
+  profile: ChatTemplateProfile,
+  messages: readonly ChatMessage[],
+  opts: { addGenerationPrompt: boolean; kwargs?: Readonly<Record<string, unknown>> | undefined },
+): string {
+  const effort = opts.kwargs?.['reasoning_effort'];
+  const preamble =
+    typeof effort === 'string' ? [profile.preamble, `Reasoning: ${effort}`].filter((l) => l !== '').join('\n') : profile.preamble;
   switch (profile.style) {
-    case 'chatml':
-      return renderChatml(profile.preamble, messages, opts.addGenerationPrompt);
+    case 'chatml': {
+      const out = renderChatml(preamble, messages, opts.addGenerationPrompt);
+      return opts.addGenerationPrompt && opts.kwargs?.['enable_thinking'] === false ? `${out}<think>\n\n</think>\n\n` : out;
+    }
     case 'llama3':
-      return renderLlama3(profile.preamble, messages, opts.addGenerationPrompt);
+      return renderLlama3(preamble, messages, opts.addGenerationPrompt);
     case 'mistral':
-      return renderMistral(profile.preamble, messages);
+      return renderMistral(preamble, messages);
   }
+}
+
+/**
+ * The template kwargs of a chat completion on this vLLM version (flavour.ts `chatKwargs`). `request-fields-win`
+ * follows `build_chat_params` and vLLM's `merge_kwargs` (vllm/renderers/params.py @017638d7: an override of None or
+ * "auto" leaves the client's value).
+ */
+export function completionChatKwargs(
+  how: 'request-fields-win' | 'client-wins',
+  r: Readonly<Record<string, unknown>>,
+): Record<string, unknown> {
+  const c = r['chat_template_kwargs'];
+  const user = c !== null && typeof c === 'object' && !Array.isArray(c) ? (c as Record<string, unknown>) : {};
+  const documents = r['documents'];
+  if (how === 'client-wins') return documents === undefined || documents === null ? { ...user } : { documents, ...user };
+  const effort = r['reasoning_effort'];
+  const extra: Record<string, unknown> = { documents, reasoning_effort: effort };
+  if (effort !== undefined && effort !== null && !Object.hasOwn(user, 'enable_thinking')) extra['enable_thinking'] = effort !== 'none';
+  const out: Record<string, unknown> = { ...user };
+  for (const [k, v] of Object.entries(extra)) if (v !== undefined && v !== null && v !== 'auto') out[k] = v;
+  return out;
 }
 
 function renderChatml(preamble: string, messages: readonly ChatMessage[], gen: boolean): string {

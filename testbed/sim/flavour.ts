@@ -74,6 +74,15 @@ export interface FlavourTraits {
    * deprecated by PR #37201, removed by PR #49389 (merged 2026-07-22; absent from `vllm/config/cache.py` @002f10e0).
    */
   readonly calculateKvScalesLabel: boolean;
+  /**
+   * How a chat completion's template kwargs are built. `request-fields-win` (main): `build_chat_params` merges the
+   * request's `documents`, `reasoning_effort` and (when `reasoning_effort` is set and the client's kwargs do not name
+   * it) `enable_thinking` OVER `chat_template_kwargs` (vllm-project/vllm
+   * vllm/entrypoints/openai/chat_completion/protocol.py @002032ee; PR #43401 added `enable_thinking`, 2026-05-22).
+   * `client-wins` (0.11, 0.13): `documents` under the client's kwargs, `reasoning_effort` not rendered
+   * (`_preprocess_chat`, vllm/entrypoints/openai/serving_engine.py). `/tokenize` renders the client's kwargs alone in both.
+   */
+  readonly chatKwargs: 'request-fields-win' | 'client-wins';
 }
 
 const LEGACY: FlavourTraits = {
@@ -92,6 +101,7 @@ const LEGACY: FlavourTraits = {
   errorBeforeOutput: { chat: 'event', completion: 'event' },
   nixlMetrics: 'all',
   calculateKvScalesLabel: true,
+  chatKwargs: 'client-wins',
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -111,6 +121,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
     nixlMetrics: 'none',
     calculateKvScalesLabel: true,
+    chatKwargs: 'client-wins',
   },
   '0.13': {
     hashCheck: true,
@@ -128,6 +139,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorBeforeOutput: { chat: 'dropped', completion: 'dropped' },
     nixlMetrics: 'no-expiry',
     calculateKvScalesLabel: true,
+    chatKwargs: 'client-wins',
   },
   main: {
     hashCheck: true,
@@ -145,6 +157,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     errorBeforeOutput: { chat: 'event', completion: 'dropped' },
     nixlMetrics: 'all',
     calculateKvScalesLabel: false,
+    chatKwargs: 'request-fields-win',
   },
 };
 

@@ -4,7 +4,7 @@
  * SSE chunks ending with `data: [DONE]`). Writes through a `ResponseSink`, so it never touches a socket itself.
  */
 import type { Logger } from 'pino';
-import { renderChat, type ChatTemplateProfile } from './chat-template.js';
+import { completionChatKwargs, renderChat, type ChatTemplateProfile } from './chat-template.js';
 import type { SimConfig } from './config.js';
 import type { SimEngine, EngineEvent } from './engine.js';
 import type { FaultState, RequestFaults } from './faults.js';
@@ -198,7 +198,10 @@ function promptTokens(
       role: m.role,
       content: messageText(m.content as Parameters<typeof messageText>[0]),
     }));
-    const text = renderChat(ctx.template, messages, { addGenerationPrompt: r['add_generation_prompt'] !== false });
+    const text = renderChat(ctx.template, messages, {
+      addGenerationPrompt: r['add_generation_prompt'] !== false,
+      kwargs: completionChatKwargs(ctx.traits.chatKwargs, r),
+    });
     return { ok: true, value: tok.encode(text, { addSpecialTokens: r['add_special_tokens'] === true }) };
   }
   let prompt = r['prompt'] as string | number[] | string[] | number[][];

@@ -68,6 +68,10 @@ export function handleModels(ctx: WorkerContext) {
   return { object: 'list', data };
 }
 
+function kwargsOf(v: unknown): Readonly<Record<string, unknown>> | undefined {
+  return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+}
+
 /** `{model, prompt, add_special_tokens}` or `{model, messages, add_generation_prompt}` -> `{count, max_model_len, tokens}`. */
 export function handleTokenize(ctx: WorkerContext, body: unknown): Reply {
   const isChat = body !== null && typeof body === 'object' && 'messages' in body;
@@ -81,7 +85,8 @@ export function handleTokenize(ctx: WorkerContext, body: unknown): Reply {
     const text = renderChat(
       ctx.template,
       r.messages.map((m) => ({ role: m.role, content: messageText(m.content) })),
-      { addGenerationPrompt: r.add_generation_prompt !== false },
+      // TokenizeChatRequest renders the client's chat_template_kwargs alone (it has no documents or reasoning_effort).
+      { addGenerationPrompt: r.add_generation_prompt !== false, kwargs: kwargsOf(r['chat_template_kwargs']) },
     );
     tokens = ctx.tokenizer.encode(text, { addSpecialTokens: r.add_special_tokens === true });
   } else {
