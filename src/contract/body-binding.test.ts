@@ -39,6 +39,10 @@ describe('checkBodyBinding', () => {
     expect(reason({ ...body, reasoning_effort: 'high' })).toBe('prompt_mismatch');
     expect(reason({ ...body, truncate_prompt_tokens: 1 })).toBe('prompt_mismatch');
     expect(reason({ ...body, truncation_side: 'right' })).toBe('prompt_mismatch');
+    // Current vLLM also renders with these (build_chat_params @002032ee; a video's frames are prompt tokens).
+    expect(reason({ ...body, media_io_kwargs: { video: { num_frames: 8 } } })).toBe('prompt_mismatch');
+    expect(reason({ ...body, tool_choice: 'required' })).toBe('prompt_mismatch');
+    expect(reason({ ...body, response_format: { type: 'json_object' } })).toBe('prompt_mismatch');
   });
 
   it('quotes a client-sent model at most 128 characters', () => {

@@ -17,7 +17,9 @@ import { err, ok, type Result } from '../errors.js';
  * `documents`, `add_generation_prompt`, `continue_final_message`, `add_special_tokens`, `mm_processor_kwargs`), and
  * what later versions read there too: `reasoning_effort`, which `ChatCompletionRequest.build_chat_params` merges into
  * the template's kwargs, and `truncate_prompt_tokens` (with `truncation_side`), which `build_tok_params` cuts the
- * prompt's tokens by (vllm/entrypoints/openai/chat_completion/protocol.py @d5dba2d7).
+ * prompt's tokens by (vllm/entrypoints/openai/chat_completion/protocol.py @d5dba2d7); and, in later copies of that file
+ * (@002032ee), `media_io_kwargs` (how media are loaded: a video's frames are prompt tokens), `tool_choice` and
+ * `response_format`, which `build_chat_params` now hands the renderer.
  * The sidecars rewrite none of them on either leg (src/sidecar/openai-body.ts `toPrefillBody`).
  */
 export const PROMPT_FIELDS = [
@@ -36,6 +38,9 @@ export const PROMPT_FIELDS = [
   'reasoning_effort',
   'truncate_prompt_tokens',
   'truncation_side',
+  'media_io_kwargs',
+  'tool_choice',
+  'response_format',
 ] as const;
 
 // One-shot `crypto.hash` (Node >= 20.12): the same digest as createHash().update(text, 'utf8'), without a Hash object.

@@ -99,9 +99,11 @@ export type PromptCount =
 
 /**
  * Fields of vLLM's `TokenizeChatRequest` besides messages (vllm-project/vllm `vllm/entrypoints/openai/protocol.py`,
- * v0.11.0 to main): sent as the client sent them so `/tokenize` renders exactly what the completion renders.
+ * v0.11.0 to main; `media_io_kwargs` in vllm/entrypoints/serve/tokenize/protocol.py @030ea52e): sent as the client sent
+ * them so `/tokenize` renders exactly what the completion renders. (`chat_template_kwargs` is rebuilt:
+ * `chatTemplateKwargs`.)
  */
-const CHAT_TOKENIZE_FIELDS = ['chat_template', 'chat_template_kwargs', 'tools', 'mm_processor_kwargs'] as const;
+const CHAT_TOKENIZE_FIELDS = ['chat_template', 'chat_template_kwargs', 'tools', 'mm_processor_kwargs', 'media_io_kwargs'] as const;
 
 /** The request's truncation, or an error for a value vLLM would refuse; undefined when it asks for none. */
 export function truncationOf(body: Readonly<Record<string, unknown>>): Result<Truncation | undefined, KvgateError> {
