@@ -38,6 +38,7 @@ import {
   type StatusSignatureFailure,
   type StatusSignatureFailureReason,
 } from '../contract/status-signature.js';
+import { boundedBytes } from '../bounded-body.js';
 import { H } from '../headers.js';
 import {
   describeNamedMismatch,
@@ -545,20 +546,9 @@ async function readStatusBytes(res: Response): Promise<Buffer> {
     throw tooLarge();
   }
   if (res.body === null) throw new Error('an empty answer');
-  const reader = res.body.getReader();
-  const parts: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > MAX_STATUS_BYTES) {
-      await reader.cancel();
-      throw tooLarge();
-    }
-    parts.push(value);
-  }
-  return Buffer.concat(parts);
+  const bytes = await boundedBytes(res, MAX_STATUS_BYTES);
+  if (bytes === undefined) throw tooLarge();
+  return bytes;
 }
 
 function roleOf(v: unknown): 'prefill' | 'decode' | undefined {

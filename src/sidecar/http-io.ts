@@ -4,6 +4,7 @@
  */
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { boundedBytes } from '../bounded-body.js';
 import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
 import { H } from '../headers.js';
 import { hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH } from '../json-limits.js';
@@ -191,21 +192,8 @@ export async function callUpstream(fetchFn: FetchFn, url: string, call: Upstream
  * undefined once it passes `limit` bytes: the body is then cancelled, not read to its end.
  */
 export async function boundedText(res: Response, limit: number): Promise<string | undefined> {
-  if (res.body === null) return '';
-  const reader = res.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > limit) {
-      void reader.cancel().catch(() => undefined);
-      return undefined;
-    }
-    chunks.push(value);
-  }
-  return new TextDecoder().decode(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks));
+  const bytes = await boundedBytes(res, limit);
+  return bytes === undefined ? undefined : new TextDecoder().decode(bytes);
 }
 
 /**
