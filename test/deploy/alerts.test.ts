@@ -184,6 +184,24 @@ describe('the PrometheusRule in monitoring.yaml', () => {
     expect(problems).toEqual([]);
   });
 
+  it('the counters alerted on by result start every watched result at 0, so increase() sees the first one', async () => {
+    const registries = await catalogue();
+    const all = [...registries.gate, ...registries.sidecar];
+    const startsAtZero = ['kvgate_worker_status_polls_total', 'kvgate_keys_reloads_total', 'kvgate_sidecar_keys_reloads_total'];
+    startsAtZero.push('kvgate_policy_reloads_total', 'kvgate_sidecar_silent_recomputes_total');
+    let watched = 0;
+    for (const a of await shippedAlerts())
+      for (const s of readPromql(a.expr).selectors.filter((x) => startsAtZero.includes(x.metric)))
+        for (const m of s.matchers.filter((x) => x.label === 'result')) {
+          const fresh = await all.find((x) => (x as unknown as { name: string }).name === s.metric)!.get();
+          for (const v of literalValues(m.op, m.value) ?? []) {
+            watched++;
+            expect(fresh.values.find((x) => x.labels['result'] === v)?.value, `${a.alert}: ${s.metric}{result="${v}"}`).toBe(0);
+          }
+        }
+    expect(watched).toBeGreaterThanOrEqual(10);
+  });
+
   it("every runbook_url is a heading of docs/operator-guide.md's alerts section, one per alert", async () => {
     const guide = await readFile(path.join(PACKAGE_ROOT, 'docs', 'operator-guide.md'), 'utf8');
     // GitHub's heading anchors: lower case, punctuation other than - and _ dropped, spaces to dashes.
