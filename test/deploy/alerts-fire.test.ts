@@ -8,13 +8,21 @@
  * - loud opt-ins: the topology runs on a development key seed (`keys.devSeed`), a loud opt-in of gate and sidecars;
  * - a status answer nobody signed: an impostor listed in a pool answers the gate's polls with a copy of the real
  *   sidecar's status and no signature;
- * - a pool with nothing routable: its only decode worker drains.
+ * - a pool with nothing routable: its only decode worker drains;
+ * - a key rotation step that reached the gate and one sidecar but not another, whose reload was rejected (the real
+ *   key stores of src/key-store.ts reloading key files, each on its own registry as each process has).
  */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadKeyRing } from '../../src/contract/keys.js';
+import { testKeyFileText } from '../../src/contract/testing.js';
 import { optInGauge } from '../../src/gate/opt-ins.js';
+import { createKeyStore } from '../../src/key-store.js';
 import { startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { editRouteTable, eventually, metricsOf, silent } from '../e2e/failure-matrix-support.js';
 import { shippedAlerts } from '../support/alert-rules.js';
@@ -111,5 +119,60 @@ describe('alerts fire on the condition they name', () => {
     expect(firing.map((s) => [s.labels['pool'], s.labels['revision'], s.labels['role'], s.labels['state']])).toEqual([
       ['b-decode', 'llama-b', 'decode', 'routable'],
     ]);
+  });
+});
+
+describe('key alerts fire on a rotation step that did not reach every replica', () => {
+  it('KvgateKeyIdNotOnEveryReplica and KvgateSidecarKeyReloadRejected: sidecar b rejected the file that adds k2', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-alerts-'));
+    try {
+      const replicas = (['kvgate-gate-0', 'sidecar-a', 'sidecar-b'] as const).map((pod) => {
+        const file = path.join(dir, `${pod}.json`);
+        return {
+          pod,
+          file,
+          registry: new Registry(),
+          prefix: pod.startsWith('kvgate-gate') ? ('kvgate_' as const) : ('kvgate_sidecar_' as const),
+        };
+      });
+      const step0 = testKeyFileText({ current: 'k1', keys: { k1: 'k1' } });
+      for (const r of replicas) await writeFile(r.file, step0);
+      const stores = replicas.map((r) => {
+        const initial = loadKeyRing({ file: r.file });
+        if (!initial.ok) throw initial.error;
+        const store = createKeyStore({
+          source: { file: r.file },
+          initial: initial.value,
+          logger: silent,
+          registry: r.registry,
+          metricPrefix: r.prefix,
+        });
+        return { ...r, store };
+      });
+      const scrapeKeys = async () =>
+        (await Promise.all(stores.map(async (r) => samplesOf(await r.registry.metrics(), { namespace: 'kvgate', pod: r.pod })))).flat();
+      const [missing, rejected] = [await exprOf('KvgateKeyIdNotOnEveryReplica'), await exprOf('KvgateSidecarKeyReloadRejected')];
+      const before = await scrapeKeys();
+      expect(evaluateInstant(missing, { now: before })).toEqual([]);
+
+      // Step 1 (add k2) reaches the gate and sidecar a; sidecar b's copy maps k1 to another secret and is rejected.
+      const step1 = testKeyFileText({ current: 'k1', keys: { k1: 'k1', k2: 'k2' } });
+      await writeFile(stores[0]!.file, step1);
+      await writeFile(stores[1]!.file, step1);
+      await writeFile(stores[2]!.file, testKeyFileText({ current: 'k1', keys: { k1: 'another secret', k2: 'k2' } }));
+      expect(stores.map((r) => r.store.reload('SIGHUP').result)).toEqual(['applied', 'applied', 'rejected']);
+      const now = await scrapeKeys();
+      expect(evaluateInstant(missing, { now }).map((x) => [x.labels, x.value])).toEqual([[{ key_id: 'k2' }, 2]]);
+      expect(evaluateInstant(rejected, { before, now }).map((x) => x.labels)).toEqual([{ namespace: 'kvgate', pod: 'sidecar-b' }]);
+      expect(evaluateInstant(await exprOf('KvgateKeyReloadRejected'), { before, now })).toEqual([]);
+
+      // The fixed file reaches sidecar b: every replica holds k1 and k2 again.
+      await writeFile(stores[2]!.file, step1);
+      expect(stores[2]!.store.reload('SIGHUP').result).toBe('applied');
+      expect(evaluateInstant(missing, { now: await scrapeKeys() })).toEqual([]);
+      for (const r of stores) r.store.close();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

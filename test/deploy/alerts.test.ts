@@ -4,7 +4,7 @@
  * (histogram samples by their `_bucket`/`_sum`/`_count` names), matches only labels those metrics carry, compares
  * them only with values the code emits, and links a runbook heading of docs/operator-guide.md. The catalogue is built
  * as the processes build it: each metrics module registered on its own registry.
- * test/deploy/alerts-fire.test.ts drives three of the alerts end to end.
+ * test/deploy/alerts-fire.test.ts drives six of the alerts end to end.
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';

@@ -5,7 +5,8 @@
  * `readPromql` parses an expression and lists what it selects, so a test can check every name, label and value
  * against what the gate and sidecars export. `evaluateInstant` evaluates the small subset the alert rules use against
  * scraped `/metrics` text: selectors, `increase`/`rate` over two scrapes, `vector`, `sum`/`count`/`max`/`min` by or
- * without labels, arithmetic and comparisons between a vector and a number, `and`/`or`/`unless`. No PromQL evaluator
+ * without labels, arithmetic and comparisons (without `bool`) between numbers and vectors, vector matching with
+ * `on`/`ignoring` and `group_left`/`group_right` (no extra labels copied), `and`/`or`/`unless`. No PromQL evaluator
  * on npm is kept by the Prometheus project, so this is test support only. It is exact for gauges; for counters it
  * takes the difference of two scrapes where Prometheus extrapolates over the range, which keeps whether an
  * `increase(...) > 0` fires. Anything else throws rather than guess.
@@ -197,7 +198,7 @@ export function evaluateInstant(expr: string, scrapes: Scrapes): Sample[] {
             .getChild('GroupingLabels')!
             .getChildren('LabelName')
             .map((l) => text(expr, l));
-    const by = modifier?.getChild('By') !== null && modifier !== null;
+    const by = modifier === null || modifier.getChild('By') !== null; // no modifier: one group of everything
     const input = vector(evalNode(n.getChild('FunctionCallBody')!.firstChild!), n);
     const groups = new Map<string, { labels: Record<string, string>; values: number[] }>();
     for (const s of input) {
@@ -215,6 +216,51 @@ export function evaluateInstant(expr: string, scrapes: Scrapes): Sample[] {
     if (reduce[op] === undefined) return unsupported(n);
     return { kind: 'vector', samples: [...groups.values()].map((g) => ({ labels: g.labels, value: reduce[op]!(g.values) })) };
   };
+  /** Two vectors: `and`/`or`/`unless`, or arithmetic and comparisons one-to-one or with `group_left`/`group_right`. */
+  const vectorMatch = (op: string, l: Sample[], r: Sample[], modifier: Node | undefined, n: Node): Value => {
+    const lists = modifier?.getChildren('GroupingLabels').map((g) => g.getChildren('LabelName').map((x) => text(expr, x))) ?? [];
+    const on = modifier?.getChild('On') !== null && modifier !== undefined;
+    const matching = lists[0] ?? [];
+    const sig = (labels: Readonly<Record<string, string>>) => (on ? key(labels, matching) : key(labels, undefined, matching));
+    const rightSigs = new Set(r.map((x) => sig(x.labels)));
+    if (op === 'and') return { kind: 'vector', samples: l.filter((x) => rightSigs.has(sig(x.labels))) };
+    if (op === 'unless') return { kind: 'vector', samples: l.filter((x) => !rightSigs.has(sig(x.labels))) };
+    if (op === 'or') {
+      const leftSigs = new Set(l.map((x) => sig(x.labels)));
+      return { kind: 'vector', samples: [...l, ...r.filter((x) => !leftSigs.has(sig(x.labels)))] };
+    }
+    const [compare, arith] = [COMPARE[op], ARITH[op]];
+    if (compare === undefined && arith === undefined) return unsupported(n);
+    const groupRight = modifier?.getChild('GroupRight') != null;
+    const groupLeft = modifier?.getChild('GroupLeft') != null;
+    if ((lists[1]?.length ?? 0) > 0) return unsupported(modifier!); // group_left(labels): copying labels is not needed here
+    // The "many" side keeps its labels; the "one" side must have at most one series per signature.
+    const [many, one] = groupRight ? [r, l] : [l, r];
+    const ones = new Map<string, Sample>();
+    for (const x of one) {
+      if (ones.has(sig(x.labels))) throw new Error(`many-to-many matching in ${JSON.stringify(text(expr, n))}`);
+      ones.set(sig(x.labels), x);
+    }
+    const seen = new Set<string>();
+    const samples: Sample[] = [];
+    for (const x of many) {
+      const match = ones.get(sig(x.labels));
+      if (match === undefined) continue;
+      if (!groupLeft && !groupRight) {
+        if (seen.has(sig(x.labels))) throw new Error(`many-to-one matching without group_left in ${JSON.stringify(text(expr, n))}`);
+        seen.add(sig(x.labels));
+      }
+      const [a, b] = groupRight ? [match.value, x.value] : [x.value, match.value];
+      // One-to-one keeps the matching labels only (on) or drops the ignored ones; group_left/right keep the many side's,
+      // less the metric name for arithmetic (Prometheus's shouldDropMetricName).
+      const manyLabels = compare !== undefined ? { ...x.labels } : dropName(x.labels);
+      const kept = groupLeft || groupRight ? manyLabels : Object.fromEntries(JSON.parse(sig(x.labels)) as [string, string][]);
+      if (compare !== undefined) {
+        if (compare(a, b)) samples.push({ labels: kept, value: a });
+      } else samples.push({ labels: kept, value: arith!(a, b) });
+    }
+    return { kind: 'vector', samples };
+  };
   const evalBinary = (n: Node): Value => {
     const [lhsNode, opNode] = [n.firstChild!, n.firstChild!.nextSibling!];
     let rhsNode = opNode.nextSibling!;
@@ -223,16 +269,7 @@ export function evaluateInstant(expr: string, scrapes: Scrapes): Sample[] {
     if (rhsNode.name === 'BoolModifier') return unsupported(rhsNode);
     const op = text(expr, opNode);
     const [lhs, rhs] = [evalNode(lhsNode), evalNode(rhsNode)];
-    if (op === 'and' || op === 'or' || op === 'unless') {
-      if (modifier !== undefined) return unsupported(modifier);
-      const [l, r] = [vector(lhs, lhsNode), vector(rhs, rhsNode)];
-      const right = new Set(r.map((s) => key(s.labels)));
-      if (op === 'and') return { kind: 'vector', samples: l.filter((s) => right.has(key(s.labels))) };
-      if (op === 'unless') return { kind: 'vector', samples: l.filter((s) => !right.has(key(s.labels))) };
-      const left = new Set(l.map((s) => key(s.labels)));
-      return { kind: 'vector', samples: [...l, ...r.filter((s) => !left.has(key(s.labels)))] };
-    }
-    if (modifier !== undefined || (lhs.kind === 'vector' && rhs.kind === 'vector')) return unsupported(n);
+    if (lhs.kind === 'vector' && rhs.kind === 'vector') return vectorMatch(op, lhs.samples, rhs.samples, modifier, n);
     const compare = COMPARE[op];
     const arith = ARITH[op];
     if (lhs.kind === 'scalar' && rhs.kind === 'scalar') {
