@@ -111,6 +111,9 @@ class FilePolicyStore implements PolicyStore {
       labelNames: ['result'] as const,
       registers: [deps.registry],
     });
+    // Every result from 0, so the first rejected reload after a start shows as an increase (an alert on
+    // increase(...{result="rejected"}) misses a series that first appears at 1).
+    for (const result of ['applied', 'unchanged', 'rejected'] as const) this.#reloads.inc({ result }, 0);
     this.#info = new Gauge({
       name: 'kvgate_policy_info',
       help: 'The route table in use (value 1), labelled with its content hash (the table file and its descriptor files).',

@@ -41,6 +41,15 @@ const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 /** Register the sidecar's metrics on `registry` (one registry per sidecar, so tests can run many). */
 export function createSidecarMetrics(registry: Registry): SidecarMetrics {
   const registers = [registry];
+  const silentRecomputes = new Counter({
+    name: 'kvgate_sidecar_silent_recomputes_total',
+    help: 'KV transfers the decode worker failed and recomputed on its own (vllm:nixl_num_failed_transfers rose), by what followed.',
+    labelNames: ['result'] as const,
+    registers,
+  });
+  // Every result from 0, so the first one after a start shows as an increase (an alert on increase(...) misses a
+  // series that first appears at 1); the results are silent-recompute.ts's.
+  for (const result of ['refused', 'served', 'unattributed', 'unverified'] as const) silentRecomputes.inc({ result }, 0);
   return {
     requests: new Counter({
       name: 'kvgate_sidecar_requests_total',
@@ -78,12 +87,7 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       labelNames: ['action'] as const,
       registers,
     }),
-    silentRecomputes: new Counter({
-      name: 'kvgate_sidecar_silent_recomputes_total',
-      help: 'KV transfers the decode worker failed and recomputed on its own (vllm:nixl_num_failed_transfers rose), by what followed.',
-      labelNames: ['result'] as const,
-      registers,
-    }),
+    silentRecomputes,
     probes: new Counter({
       name: 'kvgate_sidecar_probes_total',
       help: 'Worker probes, by result (verified, unverified, down).',
