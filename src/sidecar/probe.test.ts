@@ -2,6 +2,7 @@
  * Probing real simulated workers: a worker that matches its label is verified; one that lies (behaveAs another
  * tokenizer, vLLM version or weights revision) is unverified with the right reasons, and its sidecar refuses work.
  */
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CompatDescriptorInput } from '../compat/descriptor.js';
 import { startTestSim, testDescriptor } from '../../testbed/sim/testing.js';
@@ -18,6 +19,20 @@ const track = <T extends { close(): Promise<void> }>(x: T): T => {
 afterAll(async () => {
   for (const x of open.reverse()) await x.close();
 });
+
+/** A free loopback port in 20000-29999, below Linux's default ephemeral range (32768-60999). */
+async function freePortBelowEphemeral(): Promise<number> {
+  for (let i = 0; i < 100; i++) {
+    const port = 20_000 + Math.floor(Math.random() * 10_000);
+    const free = await new Promise<boolean>((resolve) => {
+      const s = net.createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  throw new Error('no free port in 20000-29999');
+}
 
 let honest: SimServer;
 let declared: CompatDescriptorInput;
@@ -108,10 +123,10 @@ describe('probing', () => {
   });
 
   it('a worker that is down is unverified with the reason, and verified once a later probe agrees', async () => {
-    const sim = await startTestSim();
-    const port = sim.port;
-    await sim.close();
-    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode', { descriptor: declared }));
+    // The worker's port is free until the worker starts: one below the ephemeral range, which no other test's
+    // port-0 listener can be handed in between (a closed ephemeral port was, and this test failed EADDRINUSE).
+    const port = await freePortBelowEphemeral();
+    const t = await startTestSidecar(sidecarConfigFor(honest, 'decode', { descriptor: declared, worker: `http://127.0.0.1:${port}` }));
     track(t.sidecar);
     const down = t.sidecar.status();
     expect(down.verified).toBe(false);
