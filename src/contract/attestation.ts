@@ -15,7 +15,7 @@ import type { KeyRing } from './keys.js';
 import type { TransferContract } from './contract.js';
 import { count, digest, epoch, failFor, object, onlyKeys, positive, text, window } from './mint-payload.js';
 import { epochMs, hasValidWindow, nonEmpty, sha256Hex, WINDOW_MESSAGE } from './payload-schemas.js';
-import { openToken, signToken, type EnvelopeFailureReason } from './token.js';
+import { ENVELOPE_FAILURE_REASONS, openToken, signToken } from './token.js';
 import { err, ok, type Result } from '../errors.js';
 
 export interface Attestation {
@@ -44,15 +44,19 @@ export interface Attestation {
   expiresAtMs: number;
 }
 
+/** Why an attestation does not verify: the envelope's reasons and the attestation's own. */
+export const ATTESTATION_FAILURE_REASONS = [
+  ...ENVELOPE_FAILURE_REASONS,
+  'request_mismatch',
+  'group_mismatch',
+  'fingerprint_mismatch',
+  'tenant_mismatch',
+  'prompt_tokens_mismatch',
+  'layout_mismatch',
+] as const;
+
 export type AttestationFailure = {
-  reason:
-    | EnvelopeFailureReason
-    | 'request_mismatch'
-    | 'group_mismatch'
-    | 'fingerprint_mismatch'
-    | 'tenant_mismatch'
-    | 'prompt_tokens_mismatch'
-    | 'layout_mismatch';
+  reason: (typeof ATTESTATION_FAILURE_REASONS)[number];
   message: string;
 };
 

@@ -43,6 +43,15 @@ export const PROMPT_FIELDS = [
   'response_format',
 ] as const;
 
+/** Why a body does not match its contract. */
+export const BODY_BINDING_FAILURE_REASONS = [
+  'salt_missing',
+  'salt_mismatch',
+  'model_mismatch',
+  'adapter_mismatch',
+  'prompt_mismatch',
+] as const;
+
 // One-shot `crypto.hash` (Node >= 20.12): the same digest as createHash().update(text, 'utf8'), without a Hash object.
 const sha256 = (text: string): string => hash('sha256', text, 'hex');
 
@@ -68,7 +77,7 @@ export interface BodyBound {
 }
 
 export interface BodyMismatch {
-  readonly reason: 'salt_missing' | 'salt_mismatch' | 'model_mismatch' | 'adapter_mismatch' | 'prompt_mismatch';
+  readonly reason: (typeof BODY_BINDING_FAILURE_REASONS)[number];
   readonly message: string;
 }
 

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import type { KeyRing } from './keys.js';
 import { epochMs, hasValidWindow, nonEmpty, sha256Hex, WINDOW_MESSAGE } from './payload-schemas.js';
 import { digest, epoch, failFor, type Fail, MAX_ALTERNATES, object, onlyKeys, text, textOrNull, window } from './mint-payload.js';
-import { openToken, signToken, type EnvelopeFailureReason } from './token.js';
+import { ENVELOPE_FAILURE_REASONS, openToken, signToken } from './token.js';
 import { err, ok, type Result } from '../errors.js';
 
 export interface TransferContract {
@@ -32,8 +32,17 @@ export interface TransferContract {
   prefill: { cluster: string; endpoint: string | null } | null;
 }
 
+/** Why a contract does not verify: the envelope's reasons and the contract's own. */
+export const CONTRACT_FAILURE_REASONS = [
+  ...ENVELOPE_FAILURE_REASONS,
+  'request_mismatch',
+  'group_mismatch',
+  'fingerprint_mismatch',
+  'tenant_mismatch',
+] as const;
+
 export type ContractFailure = {
-  reason: EnvelopeFailureReason | 'request_mismatch' | 'group_mismatch' | 'fingerprint_mismatch' | 'tenant_mismatch';
+  reason: (typeof CONTRACT_FAILURE_REASONS)[number];
   message: string;
 };
 

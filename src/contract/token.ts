@@ -24,15 +24,17 @@ export const MAX_TOKEN_CHARS = 8_192;
 
 export type TokenKind = 'contract' | 'attestation' | 'binding';
 
-/** Failures every token kind shares. */
-export type EnvelopeFailureReason =
-  | 'malformed'
-  | 'unknown_key'
-  | 'bad_signature'
-  | 'wrong_kind'
-  | 'expired'
-  | 'not_yet_valid'
-  | 'lifetime_exceeded';
+/** Failures every token kind shares (a list, so metrics can start each at 0). */
+export const ENVELOPE_FAILURE_REASONS = [
+  'malformed',
+  'unknown_key',
+  'bad_signature',
+  'wrong_kind',
+  'expired',
+  'not_yet_valid',
+  'lifetime_exceeded',
+] as const;
+export type EnvelopeFailureReason = (typeof ENVELOPE_FAILURE_REASONS)[number];
 
 /**
  * The longest validity window a verifier accepts per kind, whatever the signer wrote: a token valid for a century is

@@ -5,6 +5,7 @@
  * increments summed until a scrape reads it.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { ERROR_STATUS } from '../errors.js';
 import { PendingCounter } from './pending-counts.js';
 
 export interface GateMetrics {
@@ -39,6 +40,9 @@ export function createGateMetrics(registry: Registry): GateMetrics {
     labelNames: ['outcome', 'code', 'revision'] as const,
     registers,
   });
+  // A refusal series at 0 for every code (refusals carry no revision), so the first mixed_revision or
+  // no_compatible_capacity after a start shows as an increase to the alerts (deploy/kubernetes/monitoring.yaml).
+  for (const code of Object.keys(ERROR_STATUS)) decisionCounts.counter.inc({ outcome: 'refuse', code, revision: '' }, 0);
   const messageCounts = new PendingCounter({
     name: 'kvgate_ext_proc_messages_total',
     help: 'ext_proc ProcessingRequest messages received, by type.',

@@ -12,7 +12,13 @@ import { BoundedCache } from '../bounded-cache.js';
 import { normalizeKvLayout } from '../compat/normalize.js';
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { checkTransfer, type CompatMode, type CompatVerdict } from '../compat/connector-rules.js';
-import { transferParamsDigestOf, verifyAttestation, type Attestation, type AttestationFailure } from '../contract/attestation.js';
+import {
+  ATTESTATION_FAILURE_REASONS,
+  transferParamsDigestOf,
+  verifyAttestation,
+  type Attestation,
+  type AttestationFailure,
+} from '../contract/attestation.js';
 import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
 import { err, KvgateError, ok, type ErrorCode, type Result } from '../errors.js';
@@ -37,9 +43,18 @@ export interface AttestationCheckInput {
   readonly nowMs: number;
 }
 
+/** Every reason the decode side refuses an attestation for (a list, so the metric can start each at 0). */
+export const ATTESTATION_REFUSAL_REASONS = [
+  ...ATTESTATION_FAILURE_REASONS,
+  'missing',
+  'engine_mismatch',
+  'params_mismatch',
+  'transfer_rules',
+] as const;
+
 export interface AttestationRefusal {
   readonly error: KvgateError;
-  readonly reason: AttestationFailure['reason'] | 'missing' | 'engine_mismatch' | 'params_mismatch' | 'transfer_rules';
+  readonly reason: (typeof ATTESTATION_REFUSAL_REASONS)[number];
 }
 
 const refuse = (reason: AttestationRefusal['reason'], code: ErrorCode, message: string): { ok: false; error: AttestationRefusal } =>

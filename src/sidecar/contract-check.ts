@@ -8,7 +8,7 @@
  * request) is 403 `contract_invalid`; a scope this worker does not serve is 403 `tenant_scope_denied`.
  */
 import { groupIdOf } from '../compat/fingerprint.js';
-import { verifyContract, type ContractFailure, type TransferContract } from '../contract/contract.js';
+import { CONTRACT_FAILURE_REASONS, verifyContract, type TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 
@@ -27,10 +27,19 @@ export interface ContractCheckInput {
   readonly nowMs: number;
 }
 
+/** Every reason a sidecar refuses a contract for, from its headers (a list, so the metric can start each at 0). */
+export const CONTRACT_REFUSAL_REASONS = [
+  ...CONTRACT_FAILURE_REASONS,
+  'missing',
+  'missing_request_id',
+  'tenant_scope',
+  'group_inconsistent',
+] as const;
+
 /** A refused contract: the client-facing error, and a bounded reason for the metric. */
 export interface ContractRefusal {
   readonly error: KvgateError;
-  readonly reason: ContractFailure['reason'] | 'missing' | 'missing_request_id' | 'tenant_scope' | 'group_inconsistent';
+  readonly reason: (typeof CONTRACT_REFUSAL_REASONS)[number];
 }
 
 const refuse = (reason: ContractRefusal['reason'], error: KvgateError): { ok: false; error: ContractRefusal } => err({ reason, error });

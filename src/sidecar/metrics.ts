@@ -4,6 +4,9 @@
  * reasons), never request data.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { BODY_BINDING_FAILURE_REASONS } from '../contract/body-binding.js';
+import { ATTESTATION_REFUSAL_REASONS } from './attestation-check.js';
+import { CONTRACT_REFUSAL_REASONS } from './contract-check.js';
 
 export interface SidecarMetrics {
   /** Requests by role and outcome (`served`, `recomputed`, `local`, `refused`, `failed`) and kvgate error code. */
@@ -38,6 +41,20 @@ export interface SidecarMetrics {
 /** From 1 ms (a contract check) to a minute (a long prompt's prefill behind a queue). */
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
+/** Every reason `kvgate_sidecar_contract_failures_total` counts (server.ts: the headers, the endpoint, a replay, the body). */
+const CONTRACT_METRIC_REASONS = [
+  ...new Set([...CONTRACT_REFUSAL_REASONS, 'wrong_endpoint', 'replayed', ...BODY_BINDING_FAILURE_REASONS]),
+] as const;
+
+/**
+ * A counter with a series at 0 for every reason it can count, so the first refusal after a start shows as an increase:
+ * an alert on `increase(...) > 0` misses a series that first appears at 1 (deploy/kubernetes/monitoring.yaml).
+ */
+function startedAtZero<C extends Counter<'reason'>>(counter: C, reasons: readonly string[]): C {
+  for (const reason of reasons) counter.inc({ reason }, 0);
+  return counter;
+}
+
 /** Register the sidecar's metrics on `registry` (one registry per sidecar, so tests can run many). */
 export function createSidecarMetrics(registry: Registry): SidecarMetrics {
   const registers = [registry];
@@ -57,18 +74,24 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       labelNames: ['role', 'outcome', 'code'] as const,
       registers,
     }),
-    contractFailures: new Counter({
-      name: 'kvgate_sidecar_contract_failures_total',
-      help: 'Transfer contracts refused before any worker call, by reason.',
-      labelNames: ['reason'] as const,
-      registers,
-    }),
-    attestationFailures: new Counter({
-      name: 'kvgate_sidecar_attestation_failures_total',
-      help: 'Prefill attestations refused before any KV was consumed, by reason.',
-      labelNames: ['reason'] as const,
-      registers,
-    }),
+    contractFailures: startedAtZero(
+      new Counter({
+        name: 'kvgate_sidecar_contract_failures_total',
+        help: 'Transfer contracts refused before any worker call, by reason.',
+        labelNames: ['reason'] as const,
+        registers,
+      }),
+      CONTRACT_METRIC_REASONS,
+    ),
+    attestationFailures: startedAtZero(
+      new Counter({
+        name: 'kvgate_sidecar_attestation_failures_total',
+        help: 'Prefill attestations refused before any KV was consumed, by reason.',
+        labelNames: ['reason'] as const,
+        registers,
+      }),
+      ATTESTATION_REFUSAL_REASONS,
+    ),
     prefillRetries: new Counter({
       name: 'kvgate_sidecar_prefill_retries_total',
       help: 'Prefill legs retried inside the bound group, by the status that caused the retry (0 = connection failure).',

@@ -113,6 +113,8 @@ const REQUEST_SIGNAL_LISTENERS = 64;
 /** Start a sidecar: listen, probe the worker once, then keep probing. Resolves when it is ready to serve. */
 export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): Promise<Sidecar> {
   const metrics = createSidecarMetrics(deps.registry);
+  // Both results at 0 under this sidecar's role, so the first refused restart shows as an increase to its alert.
+  for (const result of ['reverified', 'refused'] as const) metrics.restarts.inc({ role: config.role, result }, 0);
   // Where operators alert: the same opt-ins the start warnings and /status name (opt-ins.ts).
   for (const o of sidecarOptIns(config)) metrics.optIn.set({ setting: o.setting }, 1);
   const now = deps.now ?? Date.now;
