@@ -50,23 +50,14 @@ const CONTRACT_METRIC_REASONS = [
  * A counter with a series at 0 for every reason it can count, so the first refusal after a start shows as an increase:
  * an alert on `increase(...) > 0` misses a series that first appears at 1 (deploy/kubernetes/monitoring.yaml).
  */
-function startedAtZero<C extends Counter<'reason'>>(counter: C, reasons: readonly string[]): C {
-  for (const reason of reasons) counter.inc({ reason }, 0);
+function startedAtZero<L extends string, C extends Counter<L>>(counter: C, label: L, values: readonly string[]): C {
+  for (const v of values) counter.inc({ [label]: v } as Partial<Record<L, string>>, 0);
   return counter;
 }
 
 /** Register the sidecar's metrics on `registry` (one registry per sidecar, so tests can run many). */
 export function createSidecarMetrics(registry: Registry): SidecarMetrics {
   const registers = [registry];
-  const silentRecomputes = new Counter({
-    name: 'kvgate_sidecar_silent_recomputes_total',
-    help: 'KV transfers the decode worker failed and recomputed on its own (vllm:nixl_num_failed_transfers rose), by what followed.',
-    labelNames: ['result'] as const,
-    registers,
-  });
-  // Every result from 0, so the first one after a start shows as an increase (an alert on increase(...) misses a
-  // series that first appears at 1); the results are silent-recompute.ts's.
-  for (const result of ['refused', 'served', 'unattributed', 'unverified'] as const) silentRecomputes.inc({ result }, 0);
   return {
     requests: new Counter({
       name: 'kvgate_sidecar_requests_total',
@@ -81,6 +72,7 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
         labelNames: ['reason'] as const,
         registers,
       }),
+      'reason',
       CONTRACT_METRIC_REASONS,
     ),
     attestationFailures: startedAtZero(
@@ -90,6 +82,7 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
         labelNames: ['reason'] as const,
         registers,
       }),
+      'reason',
       ATTESTATION_REFUSAL_REASONS,
     ),
     prefillRetries: new Counter({
@@ -110,7 +103,17 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       labelNames: ['action'] as const,
       registers,
     }),
-    silentRecomputes,
+    // The results are silent-recompute.ts's.
+    silentRecomputes: startedAtZero(
+      new Counter({
+        name: 'kvgate_sidecar_silent_recomputes_total',
+        help: 'KV transfers the decode worker failed and recomputed on its own (vllm:nixl_num_failed_transfers rose), by what followed.',
+        labelNames: ['result'] as const,
+        registers,
+      }),
+      'result',
+      ['refused', 'served', 'unattributed', 'unverified'],
+    ),
     probes: new Counter({
       name: 'kvgate_sidecar_probes_total',
       help: 'Worker probes, by result (verified, unverified, down).',
