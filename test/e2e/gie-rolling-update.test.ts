@@ -48,7 +48,7 @@ import { startKubeApiServer } from '../../testbed/kube-apiserver/server.js';
 import { createDevPki } from '../../testbed/tls/dev-pki.js';
 import { Deployment, type PodTemplate, type SimPod } from '../support/deployment-controller.js';
 import { startDiscoveringGate } from '../support/e2e-gate.js';
-import { type GieGateway, startGieGateway } from '../support/gie-gateway.js';
+import { behindGieGateway } from '../support/gie-gateway.js';
 import { PodServers, watchDropped } from '../support/pod-servers.js';
 import {
   A,
@@ -123,7 +123,10 @@ async function startRig(lag: Lag) {
   await writeFile(tablePath, toYaml(value));
   const { lines: logs, sink } = jsonLineSink();
   const subsets = new Map<number, readonly string[]>();
-  let gateway: GieGateway | undefined;
+  const picker = behindGieGateway(2, {
+    endpoints: () => members(Date.now()),
+    onRequest: (h, subset) => subsets.set(Number(h['x-test-seq']), subset),
+  });
   const { gate, harness } = await startDiscoveringGate({
     dir,
     pki: await createDevPki(path.join(dir, 'tls')),
@@ -131,18 +134,12 @@ async function startRig(lag: Lag) {
     kubeConfig: api.kubeConfig(),
     pollMs: POLL_MS,
     logger: pino({ level: 'info' }, sink),
-    extra: { insecure: true, tls: undefined, envoy: { gieHeaders: true, gieFallbackEndpoints: 2 } },
-    harness: async (g) => {
-      gateway = await startGieGateway(g.grpcPort, {
-        endpoints: () => members(Date.now()),
-        onRequest: (h, subset) => subsets.set(Number(h['x-test-seq']), subset),
-      });
-      return gateway.harness;
-    },
+    extra: picker.extra,
+    harness: picker.harness,
   });
   cleanup.push(() => gate.close());
   cleanup.push(() => harness.close());
-  const gw = gateway!;
+  const gw = picker.gateway();
 
   const served: Served[] = [];
   const pods: Pod[] = [];

@@ -28,7 +28,7 @@ import { simCanaryDigests } from '../../testbed/sim/recorded-canaries.js';
 import { createSimServer, type SimServer } from '../../testbed/sim/server.js';
 import { createDevPki } from '../../testbed/tls/dev-pki.js';
 import { startDiscoveringGate } from '../support/e2e-gate.js';
-import { type GieGateway, startGieGateway } from '../support/gie-gateway.js';
+import { behindGieGateway, type GieGateway } from '../support/gie-gateway.js';
 import { freePort, until } from '../support/rollout-traffic.js';
 import { counter } from './failure-matrix-support.js';
 
@@ -215,7 +215,7 @@ async function startRig(gie: boolean): Promise<Rig> {
         fallback: [{ refuse: { retryAfterSeconds: 1 } }],
       }),
     );
-    let gateway: GieGateway | undefined;
+    const picker = gie ? behindGieGateway(1) : undefined;
     const { gate, harness } = await startDiscoveringGate({
       dir,
       pki: await createDevPki(path.join(dir, 'tls')),
@@ -223,15 +223,7 @@ async function startRig(gie: boolean): Promise<Rig> {
       kubeConfig: api.kubeConfig(),
       pollMs: 100,
       logger: silent,
-      ...(gie
-        ? {
-            extra: { insecure: true, tls: undefined, envoy: { gieHeaders: true, gieFallbackEndpoints: 1 } },
-            harness: async (g: RunningGate) => {
-              gateway = await startGieGateway(g.grpcPort);
-              return gateway.harness;
-            },
-          }
-        : {}),
+      ...(picker === undefined ? {} : { extra: picker.extra, harness: picker.harness }),
     });
     cleanup.push(() => gate.close());
     cleanup.push(() => harness.close());
@@ -246,6 +238,7 @@ async function startRig(gie: boolean): Promise<Rig> {
       cleanup.push(() => pods[name].stop());
       api.store.create(readyPod(name, NS, ip, { app: 'vllm', 'kvgate.io/role': role, 'kvgate.io/revision': 'llama-a' }, `uid-${name}`));
     }
+    const gateway = picker?.gateway();
     gateway?.setMembers([pods.a.address, pods.b.address]);
     const rig: Rig = { gate, harness, gateway, pods, close };
     await until(async () => (await complete(rig, 'warm-up')).status === 200, 'every pod discovered and verified');

@@ -138,3 +138,23 @@ export async function startGieGateway(
   harness.setClusterEndpoints('pool', []);
   return { harness, members: () => members, setMembers };
 }
+
+/**
+ * What `startDiscoveringGate` (test/support/e2e-gate.ts) needs for a gate serving as the endpoint picker behind a
+ * `startGieGateway` gateway: plaintext (these gateways speak ext_proc without TLS), GIE headers with
+ * `fallbackEndpoints` alternates, and the gateway as its harness; `gateway()` is that gateway once started.
+ */
+export function behindGieGateway(fallbackEndpoints: number, opts: Parameters<typeof startGieGateway>[1] = {}) {
+  let gateway: GieGateway | undefined;
+  return {
+    extra: { insecure: true, tls: undefined, envoy: { gieHeaders: true, gieFallbackEndpoints: fallbackEndpoints } },
+    harness: async (gate: { readonly grpcPort: number }): Promise<EnvoyHarness> => {
+      gateway = await startGieGateway(gate.grpcPort, opts);
+      return gateway.harness;
+    },
+    gateway(): GieGateway {
+      if (gateway === undefined) throw new Error('the GIE gateway has not started (startDiscoveringGate starts it)');
+      return gateway;
+    },
+  };
+}
