@@ -12,8 +12,7 @@
 import { parseArgs } from 'node:util';
 import { loadKeyRing, type KeyRing } from '../contract/keys.js';
 import { newStatusNonce, verifyStatus } from '../contract/status-signature.js';
-import type { PoolState } from '../gate/worker-poller.js';
-import { H } from '../headers.js';
+import { askSidecarStatus, type PoolState } from '../gate/worker-poller.js';
 
 export const STATUS_USAGE = `usage: kvgate status --gate URL [--keys FILE] [--json] [--timeout-ms N]
 
@@ -136,7 +135,7 @@ export async function statusCommand(
     await Promise.all(
       urls.map(async (u): Promise<[string, SidecarView]> => {
         try {
-          return [u, await getSidecar(doFetch, `${u.replace(/\/+$/, '')}/kvgate/v1/status`, timeoutMs, keys)];
+          return [u, await getSidecar(doFetch, u, timeoutMs, keys)];
         } catch (e) {
           return [u, { error: (e as Error).message }];
         }
@@ -147,23 +146,18 @@ export async function statusCommand(
   return 0;
 }
 
-/** A sidecar's status, asked with a fresh nonce and its signature checked when `keys` are given (as the gate does). */
-async function getSidecar(doFetch: typeof fetch, url: string, timeoutMs: number, keys: KeyRing | undefined): Promise<SidecarView> {
+/** A sidecar's status, asked as the gate asks it, its signature checked when `keys` are given. */
+async function getSidecar(doFetch: typeof fetch, base: string, timeoutMs: number, keys: KeyRing | undefined): Promise<SidecarView> {
   const nonce = keys === undefined ? undefined : newStatusNonce();
-  const res = await doFetch(url, {
-    signal: AbortSignal.timeout(timeoutMs),
-    ...(nonce === undefined ? {} : { headers: { [H.statusNonce]: nonce } }),
-  });
-  if (!res.ok) throw new Error(`HTTP ${res.status}`);
-  const bytes = Buffer.from(await res.arrayBuffer());
+  const answer = await askSidecarStatus(doFetch, base, timeoutMs, nonce);
   let signature: SignatureView = { checked: false, message: NOT_CHECKED };
   if (keys !== undefined && nonce !== undefined) {
-    const v = verifyStatus(keys, nonce, bytes, res.headers.get(H.statusSignature));
+    const v = verifyStatus(keys, nonce, answer.bytes, answer.signature);
     signature = v.ok
       ? { checked: true, verified: true, keyId: v.value.keyId }
       : { checked: true, verified: false, reason: v.error.reason, message: v.error.message };
   }
-  return { ...(JSON.parse(bytes.toString('utf8')) as SidecarView), signature };
+  return { ...(JSON.parse(answer.bytes.toString('utf8')) as SidecarView), signature };
 }
 
 /** The SIGNED column: the key id a verified answer was signed with, FAILED, or that it was not checked. */

@@ -256,14 +256,9 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     let body: Record<string, unknown>;
     try {
       const nonce = newStatusNonce();
-      const res = await doFetch(`${status.replace(/\/+$/, '')}/kvgate/v1/status`, {
-        headers: { [H.statusNonce]: nonce },
-        signal: AbortSignal.timeout(opts.timeoutMs),
-      });
-      if (!res.ok) throw new Error(`HTTP ${res.status}`);
-      const bytes = await readStatusBytes(res);
+      const { bytes, signature } = await askSidecarStatus(doFetch, status, opts.timeoutMs, nonce);
       // The signature first: nothing of an answer no key holder signed for this poll is parsed, let alone trusted.
-      const signed = verifyStatus(deps.keys(), nonce, bytes, res.headers.get(H.statusSignature));
+      const signed = verifyStatus(deps.keys(), nonce, bytes, signature);
       if (!signed.ok) return refuseUnsigned(e, signed.error);
       signedBy = signed.value.keyId;
       body = JSON.parse(bytes.toString('utf8')) as Record<string, unknown>;
@@ -536,6 +531,25 @@ const POLL_RESULTS = ['ok', 'error', ...Object.values(POLL_RESULT_OF)];
  * broken sidecar), and buffering its answer whole would let it fill the gate's memory on every poll round.
  */
 const MAX_STATUS_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Ask a sidecar for its status as the gate does: `GET <status>/kvgate/v1/status` with the poll's nonce (none: an
+ * unsigned answer), the answer read up to MAX_STATUS_BYTES; with the signature header it came with, for `verifyStatus`
+ * over those exact bytes before anything parses them. `kvgate status` asks the same way.
+ */
+export async function askSidecarStatus(
+  doFetch: typeof fetch,
+  status: string,
+  timeoutMs: number,
+  nonce: string | undefined,
+): Promise<{ bytes: Buffer; signature: string | null }> {
+  const res = await doFetch(`${status.replace(/\/+$/, '')}/kvgate/v1/status`, {
+    signal: AbortSignal.timeout(timeoutMs),
+    ...(nonce === undefined ? {} : { headers: { [H.statusNonce]: nonce } }),
+  });
+  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  return { bytes: await readStatusBytes(res), signature: res.headers.get(H.statusSignature) };
+}
 
 /** The answer's bytes, read up to MAX_STATUS_BYTES; a longer answer is cancelled there and refused. */
 async function readStatusBytes(res: Response): Promise<Buffer> {
