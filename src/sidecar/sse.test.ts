@@ -8,6 +8,23 @@ describe('SseSplitter', () => {
     expect(s.push(':1}\n\nda')).toEqual(['{"a":1}']);
     expect(s.push('ta: x\r\n\r\n: comment\n\ndata: [DONE]\n\n')).toEqual(['x', '[DONE]']);
   });
+
+  it('reads a CRLF split between two chunks as one line end, not as the blank line that ends an event', () => {
+    const s = new SseSplitter();
+    expect(s.push('data: a\r')).toEqual([]);
+    expect(s.push('\ndata: b\r\n\r')).toEqual(['a\nb']);
+    expect(s.push('\ndata: c\r')).toEqual([]);
+    expect(s.push('\r')).toEqual(['c']);
+  });
+
+  it('finds a blank line split between two chunks after a long event that did not end', () => {
+    const s = new SseSplitter();
+    const long = 'x'.repeat(1 << 16);
+    expect(s.push(`data: ${long}`)).toEqual([]);
+    for (let i = 0; i < 16; i++) expect(s.push(long)).toEqual([]);
+    expect(s.push('\n')).toEqual([]);
+    expect(s.push('\ndata: next\n\n')).toEqual([long.repeat(17), 'next']);
+  });
 });
 
 describe('classifyEvent', () => {

@@ -5,22 +5,46 @@
 
 /** Splits a byte stream (decoded as UTF-8 text) into SSE events and returns each event's joined `data:` lines. */
 export class SseSplitter {
-  #buffer = '';
+  /** The text since the last event ended, in the pieces it came in (it holds no blank line). */
+  #pending: string[] = [];
+  #carriageReturn = false;
 
-  /** Feed more text; returns the data of every event completed by it (events with no data lines are skipped). */
+  /**
+   * Feed more text; returns the data of every event completed by it (events with no data lines are skipped). Linear
+   * in what is fed: the text of an event that has not ended is kept in pieces and searched once, never joined or
+   * re-scanned per chunk, so a worker streaming one endless event costs what it sends, not its square.
+   */
   push(text: string): string[] {
-    this.#buffer += text.replace(/\r\n?/g, '\n');
+    // A CR ends a line at once; a CRLF split between two chunks is still one line end, not two.
+    const raw = this.#carriageReturn && text.startsWith('\n') ? text.slice(1) : text;
+    if (text.length > 0) this.#carriageReturn = text.endsWith('\r');
+    const more = raw.replace(/\r\n?/g, '\n');
     const out: string[] = [];
-    for (let i = this.#buffer.indexOf('\n\n'); i >= 0; i = this.#buffer.indexOf('\n\n')) {
-      const block = this.#buffer.slice(0, i);
-      this.#buffer = this.#buffer.slice(i + 2);
-      const data = block
-        .split('\n')
-        .filter((l) => l.startsWith('data:'))
-        .map((l) => l.slice(5).replace(/^ /, ''));
-      if (data.length > 0) out.push(data.join('\n'));
+    let from = 0;
+    const last = this.#pending.at(-1);
+    if (last !== undefined && last.endsWith('\n') && more.startsWith('\n')) {
+      // The blank line began at the end of the text before.
+      this.#pending[this.#pending.length - 1] = last.slice(0, -1);
+      this.#emit(out);
+      from = 1;
     }
+    for (let i = more.indexOf('\n\n', from); i >= 0; i = more.indexOf('\n\n', from)) {
+      this.#pending.push(more.slice(from, i));
+      this.#emit(out);
+      from = i + 2;
+    }
+    if (from < more.length) this.#pending.push(more.slice(from));
     return out;
+  }
+
+  #emit(out: string[]): void {
+    const block = this.#pending.join('');
+    this.#pending = [];
+    const data = block
+      .split('\n')
+      .filter((l) => l.startsWith('data:'))
+      .map((l) => l.slice(5).replace(/^ /, ''));
+    if (data.length > 0) out.push(data.join('\n'));
   }
 }
 
