@@ -56,6 +56,22 @@ describe('--api-key', () => {
     expect(await call('Bearer sk-TEST')).toBe(401);
     expect(await call('Basic sk-test')).toBe(401);
   });
+
+  it('guards /v2, /inference and /cohere too on main, /v1 alone on 0.13; /tokenize stays open on both', async () => {
+    const status = async (s: SimServer, path: string, authorization?: string) =>
+      (await postJson(`${s.url}${path}`, { token_ids: [1], sampling_params: { max_tokens: 1 } }, authorization ? { authorization } : {}))
+        .status;
+    const main = await sim({}, { apiKey: 'sk-test', flavour: 'main' });
+    const old = await sim({}, { apiKey: 'sk-test', flavour: '0.13' });
+    for (const path of ['/inference/v1/generate', '/v2/embed', '/cohere/v1/rerank']) {
+      // The simulator serves none of these routes: past the key they are FastAPI's 404.
+      expect([path, await status(main, path)]).toEqual([path, 401]);
+      expect([path, await status(main, path, 'Bearer sk-test')]).toEqual([path, 404]);
+      expect([path, await status(old, path)]).toEqual([path, 404]);
+    }
+    expect((await postJson(`${main.url}/tokenize`, { prompt: PROMPT })).status).toBe(200);
+    expect((await getJson(`${main.url}/metrics`)).status).toBe(200);
+  });
 });
 
 describe('request errors per version (PR #30134 param metadata)', () => {

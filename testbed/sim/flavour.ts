@@ -83,6 +83,15 @@ export interface FlavourTraits {
    * (`_preprocess_chat`, vllm/entrypoints/openai/serving_engine.py). `/tokenize` renders the client's kwargs alone in both.
    */
   readonly chatKwargs: 'request-fields-win' | 'client-wins';
+  /**
+   * Path prefixes `--api-key` guards (`AuthenticationMiddleware`, a `startswith` on the path after the root path).
+   * `/v1` alone through 0.13 (the inline middleware of `vllm/entrypoints/openai/api_server.py`, later
+   * `vllm/entrypoints/openai/server_utils.py` @029329a8). Main guards `GUARDED_PREFIX = ("/v1", "/v2", "/inference",
+   * "/cohere")` (vllm-project/vllm `vllm/entrypoints/serve/middleware/authenticate.py` @baaf6e9c; issue #42591 reported
+   * `/v2/embed` open in 0.20.2, PR #42064 `/inference/v1/generate`, PR #56269 documents the four). `/tokenize`,
+   * `/metrics`, `/version` and `/health` stay open in every version.
+   */
+  readonly apiKeyPrefixes: readonly string[];
 }
 
 const LEGACY: FlavourTraits = {
@@ -102,6 +111,7 @@ const LEGACY: FlavourTraits = {
   nixlMetrics: 'all',
   calculateKvScalesLabel: true,
   chatKwargs: 'client-wins',
+  apiKeyPrefixes: ['/v1'],
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -122,6 +132,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     nixlMetrics: 'none',
     calculateKvScalesLabel: true,
     chatKwargs: 'client-wins',
+    apiKeyPrefixes: ['/v1'],
   },
   '0.13': {
     hashCheck: true,
@@ -140,6 +151,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     nixlMetrics: 'no-expiry',
     calculateKvScalesLabel: true,
     chatKwargs: 'client-wins',
+    apiKeyPrefixes: ['/v1'],
   },
   main: {
     hashCheck: true,
@@ -158,6 +170,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     nixlMetrics: 'all',
     calculateKvScalesLabel: false,
     chatKwargs: 'request-fields-win',
+    apiKeyPrefixes: ['/v1', '/v2', '/inference', '/cohere'],
   },
 };
 
