@@ -74,6 +74,29 @@ describe('--api-key', () => {
   });
 });
 
+describe('kv_transfer_params.prompt_token_ids (PR #48145, decode-side reuse of the prefill ids)', () => {
+  it('main runs a chat request on the ids it carries instead of the rendered messages; 0.13 renders the messages', async () => {
+    const ids = [11, 12, 13, 14, 15];
+    const chat = async (flavour: '0.13' | 'main', kv: unknown) =>
+      (
+        await postJson(`${(await sim({}, { flavour })).url}/v1/chat/completions`, {
+          messages: [{ role: 'user', content: PROMPT }],
+          max_tokens: 1,
+          return_token_ids: true,
+          kv_transfer_params: kv,
+        })
+      ).body;
+    const main = await chat('main', { prompt_token_ids: ids });
+    expect([main.prompt_token_ids, main.usage.prompt_tokens]).toEqual([ids, ids.length]);
+    // Empty is no ids (`pop(...) or None`): the messages are rendered.
+    const empty = await chat('main', { prompt_token_ids: [] });
+    expect(empty.usage.prompt_tokens).toBeGreaterThan(ids.length);
+    const old = await chat('0.13', { prompt_token_ids: ids });
+    expect(old.prompt_token_ids).not.toEqual(ids);
+    expect(old.usage.prompt_tokens).toBe(empty.usage.prompt_tokens);
+  });
+});
+
 describe('request errors per version (PR #30134 param metadata)', () => {
   const errorsOf = async (flavour: '0.11' | '0.13' | 'main') => {
     const s = await sim({}, { flavour, maxModelLen: 64, numGpuBlocks: 8 });

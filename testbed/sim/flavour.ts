@@ -92,6 +92,13 @@ export interface FlavourTraits {
    * `/metrics`, `/version` and `/health` stay open in every version.
    */
   readonly apiKeyPrefixes: readonly string[];
+  /**
+   * A chat request whose `kv_transfer_params` hold a non-empty `prompt_token_ids` runs on those ids: the renderer pops
+   * the key and skips the chat template and tokenizer (decode-side reuse of the prefill's ids; PR #48145, merged
+   * 2026-07; `_reused_prompt_token_ids` in vllm-project/vllm `vllm/renderers/online_renderer.py` @01063cd0). Chat
+   * only (`preprocess_chat`); completions take their ids from `prompt`. Absent before (0.11, 0.13, no flavour).
+   */
+  readonly reusesPromptTokenIds: boolean;
 }
 
 const LEGACY: FlavourTraits = {
@@ -112,6 +119,7 @@ const LEGACY: FlavourTraits = {
   calculateKvScalesLabel: true,
   chatKwargs: 'client-wins',
   apiKeyPrefixes: ['/v1'],
+  reusesPromptTokenIds: false,
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -133,6 +141,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     calculateKvScalesLabel: true,
     chatKwargs: 'client-wins',
     apiKeyPrefixes: ['/v1'],
+    reusesPromptTokenIds: false,
   },
   '0.13': {
     hashCheck: true,
@@ -152,6 +161,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     calculateKvScalesLabel: true,
     chatKwargs: 'client-wins',
     apiKeyPrefixes: ['/v1'],
+    reusesPromptTokenIds: false,
   },
   main: {
     hashCheck: true,
@@ -171,6 +181,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     calculateKvScalesLabel: false,
     chatKwargs: 'request-fields-win',
     apiKeyPrefixes: ['/v1', '/v2', '/inference', '/cohere'],
+    reusesPromptTokenIds: true,
   },
 };
 
