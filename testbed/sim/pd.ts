@@ -83,9 +83,15 @@ export function parseKvTransferParams(raw: unknown, ownRequestId?: string): KvTr
   return { kind: 'none' };
 }
 
-/** Whether P keeps blocks for a request that finished this way (v2 keeps only length-capped requests). */
+/**
+ * Whether P keeps blocks for a request that finished this way. Up to connector v4 only a length-capped finish did
+ * (`request.status != FINISHED_LENGTH_CAPPED` returns no params: v2 `v1/nixl_connector.py` @002a1057, v4
+ * `nixl/scheduler.py` @fe6adf39); a stop finish was accepted later in the v4 line (`nixl/pull_scheduler.py`
+ * @b36ea896: leases, `remote_num_tokens`, no `remote_blocks_expiry_time` yet) and in every v5+ copy read
+ * (@0050936b). The v4 boundary is not a version bump, so v4 here keeps the earlier behaviour.
+ */
 export function producerKeepsBlocks(finishReason: 'stop' | 'length', connectorVersion: number): boolean {
-  return finishReason === 'length' || connectorVersion >= 7;
+  return finishReason === 'length' || connectorVersion >= 5;
 }
 
 /**
