@@ -84,11 +84,11 @@ export function parseKvTransferParams(raw: unknown, ownRequestId?: string): KvTr
 }
 
 /**
- * Whether P keeps blocks for a request that finished this way. Up to connector v4 only a length-capped finish did
- * (`request.status != FINISHED_LENGTH_CAPPED` returns no params: v2 `v1/nixl_connector.py` @002a1057, v4
- * `nixl/scheduler.py` @fe6adf39); a stop finish was accepted later in the v4 line (`nixl/pull_scheduler.py`
- * @b36ea896: leases, `remote_num_tokens`, no `remote_blocks_expiry_time` yet) and in every v5+ copy read
- * (@0050936b). The v4 boundary is not a version bump, so v4 here keeps the earlier behaviour.
+ * Whether P keeps blocks for a request that finished this way. The v2 connector kept only a length-capped finish
+ * (`request.status != FINISHED_LENGTH_CAPPED` returns no params: single-file `v1/nixl_connector.py` @002a1057 and the
+ * split `nixl/scheduler.py` @fe6adf39, both v2); by v4 a stop finish keeps them too (`nixl/pull_scheduler.py`
+ * @b36ea896: lease heartbeats, `remote_num_tokens`, no `remote_blocks_expiry_time` yet), as in every later copy read
+ * (@0050936b). Which of v2..v4 changed it was not established, so the simulator switches at v5.
  */
 export function producerKeepsBlocks(finishReason: 'stop' | 'length', connectorVersion: number): boolean {
   return finishReason === 'length' || connectorVersion >= 5;
