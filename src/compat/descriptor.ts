@@ -119,8 +119,9 @@ const CompatDescriptorObjectSchema = z
     engine: EngineSchema,
     connector: ConnectorSchema,
     /**
-     * vLLM's hybrid KV cache manager on (`is_hma_enabled`, a NIXL hash factor from connector v3/v4). Left out: what
-     * vLLM of `engine.version` does for a P/D worker (src/compat/vllm-defaults.ts: off before 0.21, on from 0.21).
+     * vLLM's hybrid KV cache manager on (`is_hma_enabled`, a NIXL hash factor from v2 on vLLM 0.18, and v3 on).
+     * Left out: what vLLM of `engine.version` does for a P/D worker (src/compat/vllm-defaults.ts: off before 0.21, on
+     * from 0.21).
      */
     hybridKvCacheManager: z.boolean().optional(),
     /**

@@ -29,9 +29,12 @@ const BASE = { crossLayersBlocks: false, hma: false, speculative: false, transfe
 /** Keyed by connector version. Versions outside this table yield `status: 'recheck'`. */
 export const NIXL_FACTOR_SETS: Readonly<Record<number, FactorSet>> = Object.freeze({
   1: { ...BASE, provenance: 'interpolated' },
-  2: { ...BASE, provenance: 'read' }, // single-file connector @ 002a1057
+  // Single-file connector @ 002a1057; the same version number later gained cross_layers_blocks (vLLM 0.16) and
+  // is_hma_enabled (the split nixl/ package, vLLM 0.18), see `v2FlagsByRelease`.
+  2: { ...BASE, provenance: 'read' },
   3: { ...BASE, crossLayersBlocks: true, hma: true, provenance: 'interpolated' },
-  4: { ...BASE, crossLayersBlocks: true, hma: true, provenance: 'read' }, // nixl/metadata.py, lease era
+  // The dict of the split v2 package (nixl/metadata.py @ fe6adf39 is still v2); no v4 copy was read.
+  4: { ...BASE, crossLayersBlocks: true, hma: true, provenance: 'interpolated' },
   5: { ...BASE, crossLayersBlocks: true, hma: true, provenance: 'interpolated' },
   6: { ...BASE, crossLayersBlocks: true, hma: true, speculative: true, provenance: 'interpolated' },
   7: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'interpolated' },
@@ -91,20 +94,31 @@ export function nixlFactors(d: CompatDescriptor): { factors: Record<string, unkn
     attn_backend_name: d.architecture.attentionBackend,
     cache_dtype: d.kvCache.dtype,
   };
-  if (set.crossLayersBlocks || crossLayersInSingleFileConnector(d)) factors['cross_layers_blocks'] = d.crossLayersBlocks;
-  if (set.hma) factors['is_hma_enabled'] = d.hybridKvCacheManager;
+  const v2 = v2FlagsByRelease(d);
+  if (set.crossLayersBlocks || v2.crossLayersBlocks) factors['cross_layers_blocks'] = d.crossLayersBlocks;
+  if (set.hma || v2.hma) factors['is_hma_enabled'] = d.hybridKvCacheManager;
   if (set.speculative) factors['speculative_config'] = d.speculative;
   if (set.transferMode) factors['transfer_mode'] = d.connector.transferMode;
   return { factors, set, known };
 }
 
 /**
- * Connector v1/v2 (the single-file `v1/nixl_connector.py`) gained the `cross_layers_blocks` factor without a connector
- * version bump: PR #33339 (merged February 2026, first release taken as 0.16) passes it to
- * `compute_nixl_compatibility_hash`, so the factor set of v2 depends on the vLLM release, not on the connector alone.
+ * Connector v2 gained two factors without a connector version bump, so its factor set depends on the vLLM release:
+ * - `cross_layers_blocks`: PR #33339 (merged February 2026, first release taken as 0.16) passes it to
+ *   `compute_nixl_compatibility_hash` in the single-file `v1/nixl_connector.py`;
+ * - `is_hma_enabled`: hashed by the split `nixl/` package, whose `nixl/utils.py` @fe6adf39 still declares
+ *   `NIXL_CONNECTOR_VERSION = 2` while `nixl/metadata.py` @fe6adf39 hashes the flag (no single-file copy does:
+ *   @002a1057, @0f120751, the 0.16 ones). It came with HMA support for NixlConnector (PR #35758, opened
+ *   2026-03-02, merged before PR #39269 of 2026-04-08 calls NixlConnector `SupportsHMA`); 0.18 is taken as the first
+ *   release from those dates, not from a release tag, so v2 predictions from 0.17 on are `interpolated`.
  */
-function crossLayersInSingleFileConnector(d: CompatDescriptor): boolean {
-  return d.connector.version <= 2 && vllmAtLeast(d.engine.version, 0, 16);
+function v2FlagsByRelease(d: CompatDescriptor): { crossLayersBlocks: boolean; hma: boolean; uncertain: boolean } {
+  if (d.connector.version > 2) return { crossLayersBlocks: false, hma: false, uncertain: false };
+  return {
+    crossLayersBlocks: vllmAtLeast(d.engine.version, 0, 16),
+    hma: d.connector.version === 2 && vllmAtLeast(d.engine.version, 0, 18),
+    uncertain: d.connector.version === 2 && vllmAtLeast(d.engine.version, 0, 17),
+  };
 }
 
 export function predictNixlHash(d: CompatDescriptor): NixlHashPrediction {
@@ -127,6 +141,16 @@ export function predictNixlHash(d: CompatDescriptor): NixlHashPrediction {
       factors,
       status: 'interpolated',
       reason: `the factor set of NIXL connector v${d.connector.version} is interpolated from the versions read in vLLM's source`,
+    };
+  }
+  if (v2FlagsByRelease(d).uncertain) {
+    return {
+      hash,
+      factors,
+      status: 'interpolated',
+      reason:
+        `NIXL connector v2 began hashing is_hma_enabled without a version bump, in a release taken as 0.18 from PR dates; ` +
+        `for vLLM ${d.engine.version} the prediction ${'is_hma_enabled' in factors ? 'includes' : 'leaves out'} that factor`,
     };
   }
   return { hash, factors, status: 'known' };

@@ -11,7 +11,10 @@ config objects shaped like vLLM's (no torch or vLLM needed):
 - v2 (single-file connector @ 002a1057): the base set.
 - v2 after PR #33339 ("Enable Cross layers KV cache layout at NIXL Connector V2", vLLM 0.16 on): the base set plus
   cross_layers_blocks, passed in by the caller, with no connector version bump.
-- v4 (nixl/metadata.py, lease era): base + cross_layers_blocks + is_hma_enabled.
+- v2 in the split nixl/ package (nixl/metadata.py and nixl/utils.py @ fe6adf39, NIXL_CONNECTOR_VERSION still 2):
+  is_hma_enabled joins as well, again without a bump; the first release is taken as 0.18 (HMA support for
+  NixlConnector, PR #35758, opened 2026-03-02 and merged before 2026-04-08), not read from a release tag.
+- v4 (interpolated from the version history; same dict as the split v2): base + cross_layers_blocks + is_hma_enabled.
 - v12 (nixl/metadata.py @ 02cfb534): v4 minus cross_layers_blocks, plus speculative_config and transfer_mode.
 
 The hash is vLLM's `hash_factors()`: sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest().
@@ -122,7 +125,8 @@ def compute_nixl_compatibility_hash(vllm_config, attn_backend_name, connector_ve
     single_file_with_cross_layers = connector_version <= 2 and vllm_minor(vllm_config.vllm_version) >= (0, 16)
     if (connector_version >= 3 and connector_version < 7) or single_file_with_cross_layers:
         factors["cross_layers_blocks"] = cross_layers_blocks
-    if connector_version >= 3:
+    split_v2_with_hma = connector_version == 2 and vllm_minor(vllm_config.vllm_version) >= (0, 18)
+    if connector_version >= 3 or split_v2_with_hma:
         factors["is_hma_enabled"] = not vllm_config.scheduler_config.disable_hybrid_kv_cache_manager
     if connector_version >= 6:
         factors["speculative_config"] = speculative_factor(vllm_config)
@@ -242,6 +246,10 @@ VECTORS += [
     worker("v2 on vLLM 0.16 (PR #33339), cross-layer blocks off", model="/models/\u0420\u0443\u0441\u0441\u043a\u0438\u0439-7B",
            model_id="acme/\u0440\u0443\u0441-7b", dtype="bfloat16", kv_dtype="auto", version="0.16.0",
            connector_version=2, cross_layers=False),
+    worker("v2 split package on vLLM 0.18, HMA on", model="Qwen/Qwen3-8B", model_id="Qwen/Qwen3-8B",
+           dtype="bfloat16", kv_dtype="auto", version="0.18.1", connector_version=2, hma=True),
+    worker("v2 split package on vLLM 0.18, HMA off", model="Qwen/Qwen3-8B", model_id="Qwen/Qwen3-8B",
+           dtype="bfloat16", kv_dtype="auto", version="0.18.1", connector_version=2, hma=False),
     worker("v4 flags left out on vLLM 0.15 (HMA off with a connector)", model="Qwen/Qwen3-8B", model_id="Qwen/Qwen3-8B",
            dtype="bfloat16", kv_dtype="auto", version="0.15.1", connector_version=4, omit_flags=True),
     worker("v12 flags left out on vLLM 0.21 (HMA on, PR #41847)", model="Qwen/Qwen3-8B", model_id="Qwen/Qwen3-8B",

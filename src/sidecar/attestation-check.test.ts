@@ -109,7 +109,11 @@ describe('checkAttestedTransfer', () => {
         }),
       ).ok,
     ).toBe(true);
-    for (const swap of [{ remote_block_ids: [7, 8, 9] }, { remote_host: 'elsewhere' }, { remote_port: 5601 }]) {
+    // An added key is a change too: vLLM main's decode renderer takes a chat prompt from
+    // kv_transfer_params.prompt_token_ids when present (vllm-project/vllm vllm/renderers/online_renderer.py
+    // @01063cd0, PR #48145), so a coordinator that slipped ids in would choose the prompt D decodes.
+    const swaps = [{ remote_block_ids: [7, 8, 9] }, { remote_host: 'elsewhere' }, { remote_port: 5601 }, { prompt_token_ids: [9, 9, 9] }];
+    for (const swap of swaps) {
       expect(codeOf(checkAttestedTransfer(input({ ...signed, ...swap })))).toBe('attestation_invalid/params_mismatch');
     }
   });

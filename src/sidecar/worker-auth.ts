@@ -1,10 +1,12 @@
 /**
  * The worker's API key: vLLM started with `--api-key` (or `VLLM_API_KEY`) answers 401 `{"error": "Unauthorized"}` to
- * any `/v1` path without `Authorization: Bearer <key>` (the authentication middleware in
- * vllm-project/vllm `vllm/entrypoints/openai/api_server.py`, v0.11.0 through main @002f10e0: it checks only paths
- * starting with `/v1`, after stripping the root path). The sidecar sends the key on EVERY call to its worker, `/v1`
- * or not (probes, canaries, prefill, decode, `/tokenize`, `/version`, `/metrics`): harmless where vLLM does not check,
- * and right for deployments that put an authenticating proxy in front of the whole worker.
+ * a guarded path without `Authorization: Bearer <key>` (the authentication middleware, vllm-project/vllm
+ * `vllm/entrypoints/openai/api_server.py` and `server_utils.py` @029329a8: paths starting with `/v1`; current main,
+ * `vllm/entrypoints/serve/middleware/authenticate.py` @baaf6e9c: `/v1`, `/v2`, `/inference`, `/cohere`; always after
+ * stripping the root path; docs/vllm-disaggregation.md §9). The sidecar sends the key on EVERY call to its worker,
+ * guarded or not (probes, canaries, prefill, decode, `/tokenize`, `/version`, `/metrics`): harmless where vLLM does not
+ * check, right for deployments that put an authenticating proxy in front of the whole worker, and right if vLLM ever
+ * guards every route (PR #58028, open).
  *
  * The key is read once at start from a file (a mounted Secret) or an environment variable. The config only names
  * where it is; the value never enters the config object, the status document or a log line.

@@ -51,7 +51,10 @@ export const SimSettingsSchema = z
     gpuMemoryUtilization: z.number().gt(0).max(1).default(0.9),
     /** Which vLLM the worker is (flavour.ts); absent: the simulator's composite behaviour. */
     flavour: z.enum(SIM_FLAVOURS).optional(),
-    /** `--api-key`: every `/v1` path needs `Authorization: Bearer <key>` (401 `{"error": "Unauthorized"}` otherwise). */
+    /**
+     * `--api-key`: every guarded path (`/v1`; main also `/v2`, `/inference`, `/cohere`) needs
+     * `Authorization: Bearer <key>` (401 `{"error": "Unauthorized"}` otherwise).
+     */
     apiKey: z.string().min(1).optional(),
     /**
      * `--api-server-count`; only its effect on `/metrics` is modelled: above 1 vLLM sets `PROMETHEUS_MULTIPROC_DIR`

@@ -56,6 +56,45 @@ describe('--api-key', () => {
     expect(await call('Bearer sk-TEST')).toBe(401);
     expect(await call('Basic sk-test')).toBe(401);
   });
+
+  it('guards /v2, /inference and /cohere too on main, /v1 alone on 0.13; /tokenize stays open on both', async () => {
+    const status = async (s: SimServer, path: string, authorization?: string) =>
+      (await postJson(`${s.url}${path}`, { token_ids: [1], sampling_params: { max_tokens: 1 } }, authorization ? { authorization } : {}))
+        .status;
+    const main = await sim({}, { apiKey: 'sk-test', flavour: 'main' });
+    const old = await sim({}, { apiKey: 'sk-test', flavour: '0.13' });
+    for (const path of ['/inference/v1/generate', '/v2/embed', '/cohere/v1/rerank']) {
+      // The simulator serves none of these routes: past the key they are FastAPI's 404.
+      expect([path, await status(main, path)]).toEqual([path, 401]);
+      expect([path, await status(main, path, 'Bearer sk-test')]).toEqual([path, 404]);
+      expect([path, await status(old, path)]).toEqual([path, 404]);
+    }
+    expect((await postJson(`${main.url}/tokenize`, { prompt: PROMPT })).status).toBe(200);
+    expect((await getJson(`${main.url}/metrics`)).status).toBe(200);
+  });
+});
+
+describe('kv_transfer_params.prompt_token_ids (PR #48145, decode-side reuse of the prefill ids)', () => {
+  it('main runs a chat request on the ids it carries instead of the rendered messages; 0.13 renders the messages', async () => {
+    const ids = [11, 12, 13, 14, 15];
+    const chat = async (flavour: '0.13' | 'main', kv: unknown) =>
+      (
+        await postJson(`${(await sim({}, { flavour })).url}/v1/chat/completions`, {
+          messages: [{ role: 'user', content: PROMPT }],
+          max_tokens: 1,
+          return_token_ids: true,
+          kv_transfer_params: kv,
+        })
+      ).body;
+    const main = await chat('main', { prompt_token_ids: ids });
+    expect([main.prompt_token_ids, main.usage.prompt_tokens]).toEqual([ids, ids.length]);
+    // Empty is no ids (`pop(...) or None`): the messages are rendered.
+    const empty = await chat('main', { prompt_token_ids: [] });
+    expect(empty.usage.prompt_tokens).toBeGreaterThan(ids.length);
+    const old = await chat('0.13', { prompt_token_ids: ids });
+    expect(old.prompt_token_ids).not.toEqual(ids);
+    expect(old.usage.prompt_tokens).toBe(empty.usage.prompt_tokens);
+  });
 });
 
 describe('request errors per version (PR #30134 param metadata)', () => {

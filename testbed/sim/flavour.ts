@@ -83,6 +83,22 @@ export interface FlavourTraits {
    * (`_preprocess_chat`, vllm/entrypoints/openai/serving_engine.py). `/tokenize` renders the client's kwargs alone in both.
    */
   readonly chatKwargs: 'request-fields-win' | 'client-wins';
+  /**
+   * Path prefixes `--api-key` guards (`AuthenticationMiddleware`, a `startswith` on the path after the root path).
+   * `/v1` alone through 0.13 (the inline middleware of `vllm/entrypoints/openai/api_server.py`, later
+   * `vllm/entrypoints/openai/server_utils.py` @029329a8). Main guards `GUARDED_PREFIX = ("/v1", "/v2", "/inference",
+   * "/cohere")` (vllm-project/vllm `vllm/entrypoints/serve/middleware/authenticate.py` @baaf6e9c; issue #42591 reported
+   * `/v2/embed` open in 0.20.2, PR #42064 `/inference/v1/generate`, PR #56269 documents the four). `/tokenize`,
+   * `/metrics`, `/version` and `/health` stay open in every version.
+   */
+  readonly apiKeyPrefixes: readonly string[];
+  /**
+   * A chat request whose `kv_transfer_params` hold a non-empty `prompt_token_ids` runs on those ids: the renderer pops
+   * the key and skips the chat template and tokenizer (decode-side reuse of the prefill's ids; PR #48145, merged
+   * 2026-07; `_reused_prompt_token_ids` in vllm-project/vllm `vllm/renderers/online_renderer.py` @01063cd0). Chat
+   * only (`preprocess_chat`); completions take their ids from `prompt`. Absent before (0.11, 0.13, no flavour).
+   */
+  readonly reusesPromptTokenIds: boolean;
 }
 
 const LEGACY: FlavourTraits = {
@@ -102,6 +118,8 @@ const LEGACY: FlavourTraits = {
   nixlMetrics: 'all',
   calculateKvScalesLabel: true,
   chatKwargs: 'client-wins',
+  apiKeyPrefixes: ['/v1'],
+  reusesPromptTokenIds: false,
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -122,6 +140,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     nixlMetrics: 'none',
     calculateKvScalesLabel: true,
     chatKwargs: 'client-wins',
+    apiKeyPrefixes: ['/v1'],
+    reusesPromptTokenIds: false,
   },
   '0.13': {
     hashCheck: true,
@@ -140,6 +160,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     nixlMetrics: 'no-expiry',
     calculateKvScalesLabel: true,
     chatKwargs: 'client-wins',
+    apiKeyPrefixes: ['/v1'],
+    reusesPromptTokenIds: false,
   },
   main: {
     hashCheck: true,
@@ -158,6 +180,8 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     nixlMetrics: 'all',
     calculateKvScalesLabel: false,
     chatKwargs: 'request-fields-win',
+    apiKeyPrefixes: ['/v1', '/v2', '/inference', '/cohere'],
+    reusesPromptTokenIds: true,
   },
 };
 

@@ -90,7 +90,8 @@ export function prepareGeneration(
   if (!model) return { ok: false, status: 404, body: modelNotFound(ctx, String(r.model)) };
   if ((r.n ?? 1) !== 1) return fail(400, 'n > 1 is not supported by the kvgate simulator (it decodes greedily)', 'n');
   if (r.echo) return fail(400, 'echo is not supported by the kvgate simulator', 'echo');
-  const full = promptTokens(ctx, kind, r);
+  const reused = kind === 'chat' && ctx.traits.reusesPromptTokenIds ? reusedPromptTokenIds(r.kv_transfer_params) : undefined;
+  const full = reused === undefined ? promptTokens(ctx, kind, r) : knownIds(ctx, reused.ids);
   if (!full.ok) return fail(400, full.error);
   const tokens = truncatePrompt(ctx, r, full.value);
   if (!tokens.ok) return fail(400, tokens.error, 'truncate_prompt_tokens');
@@ -124,7 +125,7 @@ export function prepareGeneration(
       render: (id) => (asIds ? `token_id:${id}` : ctx.tokenizer.tokenText(id)),
       returnTokenIds: r.return_token_ids === true,
       cacheSalt: r.cache_salt ?? null,
-      kvTransferParams: r.kv_transfer_params,
+      kvTransferParams: reused === undefined ? r.kv_transfer_params : reused.rest,
       reasoningTokens: kind === 'chat' ? ctx.config.sim.reasoningTokens : 0,
       reasoningFields: ctx.traits.reasoningFields,
     },
@@ -185,6 +186,22 @@ function maxTokensFor(
   }
   const n = requested ?? maxLen - len;
   return n < 1 ? { message: `max_tokens must be at least 1, got ${n}.`, param: 'max_tokens' } : n;
+}
+
+/**
+ * vLLM main's decode-side reuse of the prefill's prompt ids (flavour.ts `reusesPromptTokenIds`): a non-empty
+ * `kv_transfer_params.prompt_token_ids` is popped (`kv.pop("prompt_token_ids", None) or None`) and becomes the prompt.
+ */
+function reusedPromptTokenIds(params: unknown): { ids: unknown[]; rest: Record<string, unknown> } | undefined {
+  if (params === null || typeof params !== 'object' || Array.isArray(params)) return undefined;
+  const { prompt_token_ids: ids, ...rest } = params as Record<string, unknown>;
+  return Array.isArray(ids) && ids.length > 0 ? { ids, rest } : undefined;
+}
+
+function knownIds(ctx: WorkerContext, ids: readonly unknown[]): { ok: true; value: number[] } | { ok: false; error: string } {
+  const bad = ids.find((id) => !Number.isInteger(id) || (id as number) < 0 || (id as number) >= ctx.tokenizer.vocabSize);
+  if (bad !== undefined) return { ok: false, error: `Token id ${String(bad)} is out of vocabulary` };
+  return { ok: true, value: ids as number[] };
 }
 
 function promptTokens(

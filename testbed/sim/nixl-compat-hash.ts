@@ -10,7 +10,9 @@
  *   `compute_nixl_compatibility_hash`: vllm_version, nixl_connector_version, model, dtype (str(torch.dtype)),
  *   num_kv_heads, head_size, num_hidden_layers, attn_backend_name, cache_dtype (the raw --kv-cache-dtype).
  * - v2 from vLLM 0.16: + cross_layers_blocks (PR #33339, "Enable Cross layers KV cache layout at NIXL Connector V2").
- * - v3..v6 (nixl/metadata.py, lease era): + cross_layers_blocks (PR #30207), + is_hma_enabled
+ * - v2 in the split nixl/ package (nixl/utils.py and nixl/metadata.py @ fe6adf39, still NIXL_CONNECTOR_VERSION 2),
+ *   taken as vLLM 0.18 on (HMA support for NixlConnector, PR #35758): + is_hma_enabled.
+ * - v3..v6 (interpolated: the split v2 dict): + cross_layers_blocks (PR #30207), + is_hma_enabled
  *   (not scheduler_config.disable_hybrid_kv_cache_manager); v6 + speculative_config (PR #49230).
  * - v7..v12: cross_layers_blocks gone, + transfer_mode (PR #50620); read at nixl/metadata.py @ 02cfb534 (v12).
  * `hash_factors` (vllm/config/utils.py) = sha256(json.dumps(factors, sort_keys=True)).
@@ -83,7 +85,10 @@ export function simHashFactors(d: CompatDescriptor, flags: SimHashFlags, evenWit
   const minor = /^0\.(\d+)/.exec(d.engine.version);
   const singleFileWithCrossLayers = v <= 2 && (minor === null || Number(minor[1]) >= 16);
   if ((v >= 3 && v <= 6) || singleFileWithCrossLayers) f['cross_layers_blocks'] = flags.crossLayersBlocks;
-  if (v >= 3) f['is_hma_enabled'] = flags.hma;
+  // The split nixl/ package hashes is_hma_enabled while still v2 (nixl/utils.py and nixl/metadata.py @ fe6adf39);
+  // its first release is taken as 0.18 (PR #35758's dates), as in src/compat/nixl-hash.ts.
+  const splitV2WithHma = v === 2 && minor !== null && Number(minor[1]) >= 18;
+  if (v >= 3 || splitV2WithHma) f['is_hma_enabled'] = flags.hma;
   if (v >= 6) f['speculative_config'] = d.speculative;
   if (v >= 7) f['transfer_mode'] = d.connector.transferMode;
   return f;

@@ -77,6 +77,9 @@ describe('kv_transfer_params', () => {
     expect(nested.kind === 'consumer' && nested.remote.remoteBlockIds).toEqual([1, 2]);
     expect(producerKeepsBlocks('stop', 2)).toBe(false);
     expect(producerKeepsBlocks('length', 2)).toBe(true);
+    // v2 (@002a1057, @fe6adf39) length-only; from v4 (@b36ea896) a stop finish too; the simulator switches at v5.
+    expect(producerKeepsBlocks('stop', 4)).toBe(false);
+    expect(producerKeepsBlocks('stop', 5)).toBe(true);
   });
 });
 

@@ -83,9 +83,15 @@ export function parseKvTransferParams(raw: unknown, ownRequestId?: string): KvTr
   return { kind: 'none' };
 }
 
-/** Whether P keeps blocks for a request that finished this way (v2 keeps only length-capped requests). */
+/**
+ * Whether P keeps blocks for a request that finished this way. The v2 connector kept only a length-capped finish
+ * (`request.status != FINISHED_LENGTH_CAPPED` returns no params: single-file `v1/nixl_connector.py` @002a1057 and the
+ * split `nixl/scheduler.py` @fe6adf39, both v2); by v4 a stop finish keeps them too (`nixl/pull_scheduler.py`
+ * @b36ea896: lease heartbeats, `remote_num_tokens`, no `remote_blocks_expiry_time` yet), as in every later copy read
+ * (@0050936b). Which of v2..v4 changed it was not established, so the simulator switches at v5.
+ */
 export function producerKeepsBlocks(finishReason: 'stop' | 'length', connectorVersion: number): boolean {
-  return finishReason === 'length' || connectorVersion >= 7;
+  return finishReason === 'length' || connectorVersion >= 5;
 }
 
 /**

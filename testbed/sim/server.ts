@@ -204,7 +204,8 @@ async function route(
 ): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
   const method = req.method ?? 'GET';
-  if (!authorized(ctx.config.sim.apiKey, path, method, req)) return sendJson(res, 401, { error: 'Unauthorized' });
+  if (!authorized(ctx.config.sim.apiKey, ctx.traits.apiKeyPrefixes, path, method, req))
+    return sendJson(res, 401, { error: 'Unauthorized' });
   const allow = (m: string): boolean => {
     if (method === m) return true;
     sendJson(res, 405, { detail: 'Method Not Allowed' });
@@ -272,12 +273,14 @@ async function route(
 
 /**
  * vLLM's `--api-key` middleware (`AuthenticationMiddleware`; vllm-project/vllm `vllm/entrypoints/openai/api_server.py`,
- * now `vllm/entrypoints/openai/server_utils.py` @029329a8): every path starting with `/v1` except OPTIONS needs an
- * `Authorization` header that `partition(" ")` splits into a scheme equal to "bearer" in any case and exactly the key
- * (compared by sha256 digest); other paths are open.
+ * then `vllm/entrypoints/openai/server_utils.py` @029329a8, now `vllm/entrypoints/serve/middleware/authenticate.py`
+ * @baaf6e9c): every path starting with one of the version's guarded prefixes (flavour.ts `apiKeyPrefixes`: `/v1`, and
+ * on main also `/v2`, `/inference`, `/cohere`) except OPTIONS needs an `Authorization` header that `partition(" ")`
+ * splits into a scheme equal to "bearer" in any case and exactly the key (compared by sha256 digest); other paths
+ * are open.
  */
-function authorized(key: string | undefined, path: string, method: string, req: IncomingMessage): boolean {
-  if (key === undefined || method === 'OPTIONS' || !path.startsWith('/v1')) return true;
+function authorized(key: string | undefined, prefixes: readonly string[], path: string, method: string, req: IncomingMessage): boolean {
+  if (key === undefined || method === 'OPTIONS' || !prefixes.some((p) => path.startsWith(p))) return true;
   const value = req.headers['authorization'];
   if (!value) return false;
   const space = value.indexOf(' ');

@@ -91,8 +91,11 @@ export async function postSse(
 }
 
 /**
- * vLLM's toy proxy: P gets the request with `do_remote_decode`, `max_tokens: 1`, `stream: false`; D gets the
- * ORIGINAL request plus P's `kv_transfer_params`. Both get the same X-Request-Id.
+ * vLLM's toy proxy (vllm-project/vllm tests/v1/kv_connector/nixl_integration/toy_proxy_server.py @030ea52e): P gets
+ * the request with `do_remote_decode`, `max_tokens: 1` (and `max_completion_tokens: 1` when present), `stream: false`,
+ * no `stream_options`, `min_tokens` or `min_completion_tokens`; D gets the ORIGINAL request plus P's
+ * `kv_transfer_params` when P answered any (`if kv_transfer_params:`), else the original unchanged. Both get the same
+ * X-Request-Id.
  */
 export async function runDisaggregated(
   prefill: { url: string },
@@ -111,8 +114,10 @@ export async function runDisaggregated(
   if ('max_completion_tokens' in pReq) pReq['max_completion_tokens'] = 1;
   delete pReq['stream_options'];
   delete pReq['min_tokens'];
+  delete pReq['min_completion_tokens'];
   const p = await postJson(`${prefill.url}${path}`, pReq, { 'x-request-id': requestId, ...headers.prefill });
-  const dReq = { ...request, kv_transfer_params: p.body?.kv_transfer_params ?? null };
+  const params: unknown = p.body?.kv_transfer_params;
+  const dReq = isNonEmptyObject(params) ? { ...request, kv_transfer_params: params } : { ...request };
   const d = await postJson(`${decode.url}${path}`, dReq, { 'x-request-id': requestId, ...headers.decode });
   return { prefill: p, decode: d };
 }
@@ -137,6 +142,11 @@ export function parseLabels(s: string): Record<string, string> {
 
 export async function scrape(server: { url: string }): Promise<string> {
   return (await fetch(`${server.url}/metrics`)).text();
+}
+
+/** Python truthiness of a decoded JSON value as the toy proxy tests it: a non-empty dict. */
+function isNonEmptyObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length > 0;
 }
 
 function safeJson(text: string): unknown {
