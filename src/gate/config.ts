@@ -26,9 +26,15 @@ export const GateConfigSchema = z
      * A plaintext gRPC port with only grpc.health.v1 (liveness, readiness, the ext_proc service; the main port's
      * statuses), for kubelet gRPC probes, which cannot present a client certificate to the mTLS port. Empty: off.
      */
-    health: z.union([hostPort, z.literal('')]).default(''),
+    health: z
+      .union([hostPort, z.literal('')])
+      .describe("host:port, e.g. 0.0.0.0:9004; '' turns it off")
+      .default(''),
     /** Plain HTTP: /metrics (Prometheus), /status (JSON), /healthz. Empty string disables it. */
-    admin: z.union([hostPort, z.literal('')]).default('0.0.0.0:9003'),
+    admin: z
+      .union([hostPort, z.literal('')])
+      .describe("host:port, e.g. 0.0.0.0:9003; '' turns it off")
+      .default('0.0.0.0:9003'),
     /** The route table file (YAML or JSON), relative to this config file. */
     policy: z.string().min(1, 'name the route table file, e.g. policy: route-table.yaml'),
     keys: KeySourceSchema,

@@ -93,9 +93,15 @@ export const SidecarConfigSchema = z
     worker: httpUrl,
     listen: hostPort.default('0.0.0.0:9090'),
     /** POST /kvgate/v1/drain and /kvgate/v1/undrain, on loopback only ('' disables; SIGTERM still drains). */
-    admin: z.union([loopbackHostPort, z.literal('')]).default('127.0.0.1:9092'),
+    admin: z
+      .union([loopbackHostPort, z.literal('')])
+      .describe("a loopback host:port, e.g. 127.0.0.1:9092; '' turns it off")
+      .default('127.0.0.1:9092'),
     /** GET /metrics alone, for the monitoring namespace ('' disables; /metrics stays on `listen` as well). */
-    metrics: z.union([hostPort, z.literal('')]).default('0.0.0.0:9091'),
+    metrics: z
+      .union([hostPort, z.literal('')])
+      .describe("host:port, e.g. 0.0.0.0:9091; '' turns it off")
+      .default('0.0.0.0:9091'),
     /**
      * This sidecar's endpoint exactly as the gate names it (a listed `address`, or a discovered pod's
      * `podIP:targetPort`, IPv6 in brackets): a decode sidecar then serves only contracts whose decode endpoint (or GIE
