@@ -121,6 +121,20 @@ export const GateConfigSchema = z
   })
   .strict()
   .superRefine((c, ctx) => {
+    const wv = c.workerView;
+    // Polls start every intervalMs (setInterval, src/gate/worker-poller.ts) and answer within timeoutMs, so an
+    // endpoint's last answer is up to intervalMs + timeoutMs old when the next one lands: a staleAfterMs at or below
+    // that marks every endpoint stale between polls, and the gate refuses its traffic on and off.
+    if (wv.mode === 'live' && wv.staleAfterMs <= wv.intervalMs + wv.timeoutMs) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['workerView', 'staleAfterMs'],
+        message: `staleAfterMs (${wv.staleAfterMs}) is not above intervalMs + timeoutMs (${wv.intervalMs} + ${wv.timeoutMs}): every endpoint's last answer would be stale before the next poll answers, so endpoints would drop out between polls and take no requests`,
+        params: {
+          fix: `raise staleAfterMs above ${wv.intervalMs + wv.timeoutMs} (a few poll rounds; the default is 10000 with intervalMs 2000 and timeoutMs 1000), or lower intervalMs`,
+        },
+      });
+    }
     if (c.tls === undefined && !c.insecure) {
       ctx.addIssue({
         code: 'custom',
