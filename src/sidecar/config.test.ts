@@ -114,6 +114,35 @@ describe('loading from files and flags', () => {
     );
   });
 
+  it('gives every issue in a config file and its descriptor file a line, as the gate and route table do', async () => {
+    const { descriptor: _d, ...rest } = base();
+    const descriptor = stringify({ ...exampleDescriptorInput(), modelDtype: 16 });
+    await writeFile(path.join(dir, 'rev-line.yaml'), descriptor);
+    await writeFile(path.join(dir, 'rev-ok.yaml'), stringify(exampleDescriptorInput()));
+    const text = (extra: string, file = 'rev-ok.yaml') => `${stringify({ ...rest, descriptorFile: file })}${extra}`;
+    const load = async (name: string, extra: string, overrides: Record<string, unknown> = {}, file?: string) => {
+      await writeFile(path.join(dir, name), text(extra, file));
+      const r = await loadSidecarConfig(path.join(dir, name), overrides);
+      return r.ok ? '' : formatIssues(r.error);
+    };
+    const lines = text('').split('\n').length;
+    expect(await load('typo.yaml', 'drainAnounceMs: 5\n')).toContain(`typo.yaml:${lines}:1: error: drainAnounceMs: unknown key`);
+    expect(await load('long.yaml', 'drainAnnounceMs: 40000\n')).toContain(`long.yaml:${lines}:1: error: drainAnnounceMs:`);
+    const dline = descriptor.split('\n').findIndex((l) => l.startsWith('modelDtype:')) + 1;
+    expect(await load('desc.yaml', '', {}, 'rev-line.yaml')).toContain(
+      `desc.yaml -> rev-line.yaml:${dline}:13: error: modelDtype: expected string`,
+    );
+    // A value a flag replaced is not in the file: no line for it.
+    expect(await load('flag.yaml', '', { nixlSideChannel: 5600 })).toMatch(/flag\.yaml: error: nixlSideChannel: expected a string or "unchecked", got number 5600/);
+  });
+
+  it('says first that a config gives both descriptor and descriptorFile, whatever the inline one holds', () => {
+    const r = parseSidecarConfig({ ...base(), descriptor: { model: { id: 'x' } }, descriptorFile: 'a.yaml' }, 'f');
+    expect(r.ok ? [] : r.error.map((i) => `${i.path}: ${i.message}`)).toEqual([
+      'descriptor: needs exactly one of descriptor (inline) or descriptorFile',
+    ]);
+  });
+
   it('resolves keys.file relative to the config file, not the working directory (as the gate does)', async () => {
     const sub = path.join(dir, 'etc');
     await mkdir(sub, { recursive: true });
