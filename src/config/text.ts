@@ -32,6 +32,9 @@ export function parseStructuredText(
   const doc = parseDocument(text, { lineCounter, prettyErrors: true, uniqueKeys: true, schema: 'core', merge: false });
   const locate = locator(doc, lineCounter);
   if (format === 'json') {
+    // An empty .json file (a truncated write, an editor mid-save) is no syntax error to explain: the schema says
+    // "the file is empty", as it does for an empty YAML file.
+    if (text.replace(/^\uFEFF/, '').trim() === '') return ok({ value: null, locate });
     let value: unknown;
     try {
       // JSON.parse refuses a byte order mark, which editors on Windows write; YAML skips it already.
