@@ -1,14 +1,14 @@
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { exampleDescriptorInput } from '../compat/testing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { configFromArgs, sidecarCommand } from './command.js';
-import { loadSidecarConfig, parseSidecarConfig } from './config.js';
+import { loadSidecarConfig, parseSidecarConfig, SidecarConfigSchema } from './config.js';
 import { staticStatusOf, toStatus } from './status.js';
 
 const base = () => ({
@@ -133,7 +133,9 @@ describe('loading from files and flags', () => {
       `desc.yaml -> rev-line.yaml:${dline}:13: error: modelDtype: expected string`,
     );
     // A value a flag replaced is not in the file: no line for it.
-    expect(await load('flag.yaml', '', { nixlSideChannel: 5600 })).toMatch(/flag\.yaml: error: nixlSideChannel: expected a string or "unchecked", got number 5600/);
+    expect(await load('flag.yaml', '', { nixlSideChannel: 5600 })).toMatch(
+      /flag\.yaml: error: nixlSideChannel: expected a string or "unchecked", got number 5600/,
+    );
   });
 
   it('says first that a config gives both descriptor and descriptorFile, whatever the inline one holds', () => {
@@ -352,5 +354,31 @@ describe('--advertise and --nixl-side-channel from the pod IP', () => {
     expect(code).toBe(2);
     expect(stderr).toContain('kvgate sidecar: invalid configuration');
     expect(stderr).toContain('an IPv6 address must be in brackets');
+  });
+});
+
+describe('docs/sidecar-config.md', () => {
+  it('lists every key the sidecar accepts, and each default as the schema applies it', async () => {
+    const doc = await readFile(path.join(import.meta.dirname, '..', '..', 'docs', 'sidecar-config.md'), 'utf8');
+    const rows = [...doc.matchAll(/^\| `([^`]+)` \| ([^|]+) \|/gm)].map((m) => ({ key: m[1]!, given: m[2]!.trim() }));
+    // The keys: one row per leaf, a row per field of prefill, probe, tracing and log, one row for keys and workerApiKey.
+    const leaves = (schema: unknown, prefix: string): string[] => {
+      let s = schema as { _zod: { def: { type: string; shape?: Record<string, unknown>; innerType?: unknown } } };
+      while (s._zod.def.innerType !== undefined) s = s._zod.def.innerType as typeof s;
+      const whole = ['descriptor', 'keys', 'workerApiKey'];
+      if (s._zod.def.type !== 'object' || whole.includes(prefix)) return [prefix];
+      return Object.entries(s._zod.def.shape!).flatMap(([k, v]) => leaves(v, prefix === '' ? k : `${prefix}.${k}`));
+    };
+    expect(rows.map((r) => r.key).sort()).toEqual(leaves(SidecarConfigSchema, '').sort());
+    // The defaults: a backticked value is what a config that leaves the key out gets; "none" is unset.
+    const parsed = SidecarConfigSchema.parse({ role: 'decode', worker: 'http://127.0.0.1:8000', descriptorFile: 'x' });
+    const at = (key: string) => key.split('.').reduce<unknown>((o, k) => (o as Record<string, unknown> | undefined)?.[k], parsed);
+    for (const { key, given } of rows) {
+      if (given === '(required)' || key === 'descriptorFile') continue;
+      const literal = /^`([^`]+)`$/.exec(given)?.[1];
+      if (given.startsWith('none')) expect({ key, value: at(key) }).toEqual({ key, value: undefined });
+      else if (literal !== undefined) expect({ key, default: at(key) }).toEqual({ key, default: parse(literal) });
+      else throw new Error(`docs/sidecar-config.md: the default of ${key} is neither (required), none nor a \`value\`: ${given}`);
+    }
   });
 });
