@@ -3,7 +3,7 @@ import type { ConfigIssue } from '../config/issues.js';
 import { routeTableFromValue } from './load.js';
 import { checkObservedEndpoints } from './compile.js';
 import { checkRouteTable } from './semantic.js';
-import { fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
+import { clone, fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
 
 type Value = Record<string, any>;
 
@@ -267,6 +267,17 @@ describe('checkRouteTable', () => {
     expect(only(issues, 'tenancy.source.header').fix).toMatch(/e\.g\. x-tenant-id$/);
     expect(only(issues, 'tenancy.userHeader').fix).toMatch(/e\.g\. x-user-id$/);
     expect(only(issues, 'session.header').fix).toMatch(/e\.g\. x-session-id \(the default\)$/);
+  });
+
+  it('warns when two revisions declare the same descriptor: one group under two names', () => {
+    const issues = issuesAfter((v) => (v['revisions']['llama-b']['descriptor'] = clone(v['revisions']['llama-a']['descriptor'])));
+    expect(only(issues, 'revisions.llama-b.descriptor')).toMatchObject({
+      severity: 'warning',
+      message: expect.stringMatching(
+        /^revisions "llama-a" and "llama-b" declare the same descriptor \(fingerprint [0-9a-f]{12}…\): they are one compatibility group/,
+      ),
+    });
+    expect(issuesAfter(() => {}).filter((i) => /same descriptor/.test(i.message))).toEqual([]);
   });
 
   it('refuses one header as two of tenant, user and session', () => {

@@ -14,6 +14,7 @@ import { tenantAllowed, type RouteTable } from './schema.js';
 import {
   checkAddresses,
   checkClusters,
+  checkDuplicateGroups,
   checkConnectorRules,
   checkEndpointDescriptors,
   checkGroupTransfers,
@@ -74,6 +75,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkRecordedBehaviour(ctx);
   checkEndpointDescriptors(ctx);
   checkClusters(ctx);
+  checkDuplicateGroups(ctx);
   checkAddresses(ctx);
   checkConnectorRules(ctx);
   checkGroupTransfers(ctx);
