@@ -398,6 +398,9 @@ describe('tenant names that look like typos', () => {
         /^tenant\(s\) acme of model "llama-3-8b" are served by no .* pool of the stable llama-a, so every session of theirs goes to the candidate llama-b, not the 10% the weight says/,
       ),
     });
+    // A misspelt candidate or stable is its own error, without the tenant warnings its missing pools would add.
+    const typo = issuesAfter((v) => (v['models']['llama-3-8b']['rollout']['candidate'] = 'llama-bb'));
+    expect(typo.filter((i) => i.path.startsWith('models.llama-3-8b.rollout')).map((i) => i.severity)).toEqual(['error']);
     const fine = issuesAfter((v) => (v['pools'][0]['tenants'] = ['globex', 'acme']));
     expect(fine.filter((i) => i.path === 'models.llama-3-8b.rollout.stable')).toEqual([]);
   });

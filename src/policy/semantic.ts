@@ -255,7 +255,9 @@ function checkTenantNames(ctx: CheckContext): void {
   });
   for (const [model, m] of models) {
     const candidate = m.rollout.candidate;
-    if (candidate === undefined || m.tenants.includes('*')) continue;
+    // An undeclared revision is already an error of its own; what its pools would serve says nothing more.
+    const declared = (r: string) => table.revisions[r] !== undefined;
+    if (candidate === undefined || m.tenants.includes('*') || !declared(candidate) || !declared(m.rollout.stable)) continue;
     const left = m.tenants.filter((t) => revisionServes(table, m.rollout.stable, t) && !revisionServes(table, candidate, t));
     if (left.length === 0) continue;
     ctx.add(
@@ -269,7 +271,9 @@ function checkTenantNames(ctx: CheckContext): void {
     // The mirror image: a tenant the stable revision cannot serve is not on the rollout's weight at all. It gets
     // the candidate for every session (or, while the candidate is unverified, a refusal), whatever the weight says.
     const candidate = m.rollout.candidate;
-    if (candidate === undefined || m.tenants.includes('*')) continue;
+    // An undeclared revision is already an error of its own; what its pools would serve says nothing more.
+    const declared = (r: string) => table.revisions[r] !== undefined;
+    if (candidate === undefined || m.tenants.includes('*') || !declared(candidate) || !declared(m.rollout.stable)) continue;
     const only = m.tenants.filter((t) => !revisionServes(table, m.rollout.stable, t) && revisionServes(table, candidate, t));
     if (only.length === 0) continue;
     ctx.add(
