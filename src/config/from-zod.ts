@@ -62,8 +62,8 @@ function knownKeys(root: unknown, path: readonly PathSegment[]): string[] {
 
 /**
  * Where else in the schema `key` is accepted (object fields only, at most 6 levels down, not at `here`): its `parent`
- * and the key's path `shown` as an author reads them (`workerView.intervalMs`, `pools[].tenants`, `revisions.<name>.trust`), and `concrete` as a
- * data path when no list or map lies on the way.
+ * and the key's path `shown` as an author reads them (`workerView.intervalMs`, `pools[].tenants`,
+ * `revisions.<name>.trust`), and `concrete` as a data path when no list or map lies on the way.
  */
 function placesOf(
   root: unknown,
@@ -188,13 +188,13 @@ function describe(zi: ZodIssue, path: readonly PathSegment[], root: unknown, val
     case 'invalid_union': {
       // zod v4 reports a union only when no branch took the value's type (a branch that did reports its own issue),
       // so what helps is every type the key takes, not zod's "Invalid input".
-      const alternatives = zi.errors.flatMap((branch) => {
-        const first = branch[0];
-        if (first?.code === 'invalid_type') return [first.expected === 'object' ? 'a mapping' : `a ${first.expected}`];
-        if (first?.code === 'invalid_value') return first.values.map((v) => JSON.stringify(v));
-        return [];
+      const firsts = zi.errors.map((branch) => branch[0]);
+      if (!firsts.every((f) => f?.code === 'invalid_type' || f?.code === 'invalid_value'))
+        return { message: zi.message, fix: `correct ${name} as the message says` };
+      const alternatives = firsts.flatMap((f) => {
+        if (f?.code === 'invalid_type') return [f.expected === 'object' ? 'a mapping' : `a ${f.expected}`];
+        return f?.code === 'invalid_value' ? f.values.map((v) => JSON.stringify(v)) : [];
       });
-      if (alternatives.length !== zi.errors.length) return { message: zi.message, fix: `correct ${name} as the message says` };
       const hint = schemaAt(root, path)?.description;
       const shown = [...new Set(alternatives)].join(' or ');
       return {

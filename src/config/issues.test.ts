@@ -85,6 +85,11 @@ describe('config issues (one type for every file kvgate reads)', () => {
     );
     // A key known nowhere is still only "remove it".
     expect(msg({ view: { intervalMs: 5, zzz: 1 }, pools: [] })).toContain('Fix: remove it; keys accepted here: intervalMs, mode');
+    const Modes = z.object({ mode: z.union([z.enum(['on', 'off']), z.number()]) }).strict();
+    const modes = Modes.safeParse({ mode: true });
+    expect(formatIssues(fromZodIssues(modes.error!.issues, { file: 'm.yaml', root: Modes, data: { mode: true } }))).toBe(
+      'm.yaml: error: mode: expected "on" or "off" or a number, got boolean true. Fix: write mode as "on" or "off" or a number',
+    );
     expect(msg({ admin: 9003, view: { intervalMs: 5 }, pools: [] })).toBe(
       'g.yaml: error: admin: expected a string or false, got number 9003. Fix: write admin as a string or false (host:port, or false to turn it off)',
     );
