@@ -4,7 +4,7 @@
  * goes through here, so they all explain themselves the same way.
  */
 import type { z } from 'zod';
-import { closestMatch, issue, listOf, type PathSegment, type ConfigIssue } from './issues.js';
+import { closestMatch, formatPath, issue, listOf, type PathSegment, type ConfigIssue } from './issues.js';
 
 /** Where a path sits in the source text, when the source kept positions. */
 export type Locate = (path: readonly PathSegment[], key?: boolean) => { line: number; column: number } | undefined;
@@ -60,6 +60,40 @@ function knownKeys(root: unknown, path: readonly PathSegment[]): string[] {
   return s?._zod.def.type === 'object' ? Object.keys(s._zod.def.shape ?? {}) : [];
 }
 
+/**
+ * Where else in the schema `key` is accepted (object fields only, at most 6 levels down, not at `here`): its `parent`
+ * and the key's path `shown` as an author reads them (`workerView.intervalMs`, `pools[].tenants`,
+ * `revisions.<name>.trust`), and `concrete` as a data path when no list or map lies on the way.
+ */
+function placesOf(
+  root: unknown,
+  key: string,
+  here: readonly PathSegment[],
+): { parent: string; shown: string; concrete: PathSegment[] | undefined }[] {
+  const out: { parent: string; shown: string; concrete: PathSegment[] | undefined }[] = [];
+  const hereShown = JSON.stringify(here);
+  const walk = (schema: unknown, shown: string, concrete: PathSegment[] | undefined, depth: number): void => {
+    const s = unwrap(schema);
+    if (!s || depth > 6 || out.length >= 3) return;
+    const d = s._zod.def;
+    if (d.type === 'object') {
+      const shape = d.shape ?? {};
+      if (key in shape && (concrete === undefined || JSON.stringify(concrete) !== hereShown)) {
+        out.push({
+          parent: shown === '' ? 'the top level' : shown,
+          shown: `${shown === '' ? '' : `${shown}.`}${key}`,
+          concrete: concrete && [...concrete, key],
+        });
+      }
+      for (const [k, v] of Object.entries(shape)) walk(v, shown === '' ? k : `${shown}.${k}`, concrete && [...concrete, k], depth + 1);
+    } else if (d.type === 'array') walk(d.element, `${shown}[]`, undefined, depth + 1);
+    else if (d.type === 'record') walk(d.valueType, `${shown}.<name>`, undefined, depth + 1);
+    else if (d.type === 'union') for (const o of d.options ?? []) walk(o, shown, concrete, depth + 1);
+  };
+  walk(root, '', [], 0);
+  return out;
+}
+
 function valueAt(data: unknown, path: readonly PathSegment[]): unknown {
   let v = data;
   for (const seg of path) {
@@ -82,26 +116,36 @@ export function fromZodIssues(
   // A misspelt key is reported once, as the unknown key with its "did you mean": not also as the key it meant missing.
   // Each unknown key's guess, worked out once: what it meant, and its fix below.
   const meant = new Set<string>();
-  const guesses = new Map<ZodIssue, { readonly known: string[]; readonly guesses: (string | undefined)[] }>();
+  const guesses = new Map<
+    ZodIssue,
+    { readonly known: string[]; readonly guesses: (string | undefined)[]; readonly elsewhere: ReturnType<typeof placesOf>[] }
+  >();
   for (const zi of issues) {
     if (zi.code !== 'unrecognized_keys') continue;
     const path = segments(zi);
     const known = knownKeys(ctx.root, path);
     const each = zi.keys.map((key) => closestMatch(key, known));
     for (const guess of each) if (guess !== undefined) meant.add(JSON.stringify([...path, guess]));
-    guesses.set(zi, { known, guesses: each });
+    // A key that is not a typo here may be a right key at the wrong level (`intervalMs` written beside `workerView`
+    // instead of under it): where it belongs, and that place is then not also reported missing (the same mistake).
+    const elsewhere = zi.keys.map((key, i) => (each[i] === undefined ? placesOf(ctx.root, key, path) : []));
+    for (const places of elsewhere) for (const p of places) if (p.concrete) meant.add(JSON.stringify(p.concrete));
+    guesses.set(zi, { known, guesses: each, elsewhere });
   }
   for (const zi of issues) {
     const path = segments(zi);
     if (zi.code !== 'unrecognized_keys' && valueAt(ctx.data, path) === undefined && meant.has(JSON.stringify(path))) continue;
     if (zi.code === 'unrecognized_keys') {
-      const { known, guesses: each } = guesses.get(zi)!;
+      const { known, guesses: each, elsewhere: places } = guesses.get(zi)!;
       for (const [i, key] of zi.keys.entries()) {
         const full = [...path, key];
         const guess = each[i];
+        const elsewhere = places[i] ?? [];
         const fix = guess
           ? `did you mean "${guess}"? Rename the key (keys accepted here: ${listOf(known)})`
-          : `remove it; keys accepted here: ${listOf(known)}`;
+          : elsewhere.length > 0
+            ? `${key} belongs under ${elsewhere.map((p) => p.parent).join(' or ')} (${elsewhere.map((p) => p.shown).join(', ')}), not ${path.length === 0 ? 'at the top level' : `under ${formatPath(path)}`}: move it there (keys accepted here: ${listOf(known)})`
+            : `remove it; keys accepted here: ${listOf(known)}`;
         out.push(issue(ctx.file, [...prefix, ...full], `unknown key "${key}"`, fix, at(ctx.locate, full, true)));
       }
       continue;
@@ -139,6 +183,23 @@ function describe(zi: ZodIssue, path: readonly PathSegment[], root: unknown, val
       return {
         message: `expected ${expected}, got ${kindOf(value)}`,
         fix: `write ${name} as ${/^[aeiou]/.test(expected) ? 'an' : 'a'} ${expected}`,
+      };
+    }
+    case 'invalid_union': {
+      // zod v4 reports a union only when no branch took the value's type (a branch that did reports its own issue),
+      // so what helps is every type the key takes, not zod's "Invalid input".
+      const firsts = zi.errors.map((branch) => branch[0]);
+      if (!firsts.every((f) => f?.code === 'invalid_type' || f?.code === 'invalid_value'))
+        return { message: zi.message, fix: `correct ${name} as the message says` };
+      const alternatives = firsts.flatMap((f) => {
+        if (f?.code === 'invalid_type') return [f.expected === 'object' ? 'a mapping' : `a ${f.expected}`];
+        return f?.code === 'invalid_value' ? f.values.map((v) => JSON.stringify(v)) : [];
+      });
+      const hint = schemaAt(root, path)?.description;
+      const shown = [...new Set(alternatives)].join(' or ');
+      return {
+        message: `expected ${shown}, got ${value === undefined ? 'nothing' : kindOf(value)}`,
+        fix: `write ${name} as ${shown}${hint ? ` (${hint})` : ''}`,
       };
     }
     case 'invalid_value': {

@@ -60,4 +60,38 @@ describe('config issues (one type for every file kvgate reads)', () => {
       'nested: expected mapping, got number 5. Fix: write nested as a mapping',
     );
   });
+
+  it('says where a key written at the wrong level belongs, once, and lists the types a union takes', () => {
+    const Nested = z
+      .object({
+        admin: z
+          .union([z.string(), z.literal(false)])
+          .describe('host:port, or false to turn it off')
+          .default(''),
+        view: z.object({ intervalMs: z.number(), mode: z.string().optional() }).strict(),
+        pools: z.array(z.object({ name: z.string(), tenants: z.array(z.string()).optional() }).strict()),
+      })
+      .strict();
+    const msg = (data: unknown) => {
+      const r = Nested.safeParse(data);
+      return formatIssues(fromZodIssues(r.error!.issues, { file: 'g.yaml', root: Nested, data }));
+    };
+    // intervalMs beside view instead of under it: where it goes, and not also "view.intervalMs is required".
+    expect(msg({ intervalMs: 5, view: {}, pools: [] }).split('\n')).toEqual([
+      'g.yaml: error: intervalMs: unknown key "intervalMs". Fix: intervalMs belongs under view (view.intervalMs), not at the top level: move it there (keys accepted here: admin, view, pools)',
+    ]);
+    expect(msg({ view: { intervalMs: 5, tenants: ['a'] }, pools: [] })).toContain(
+      'g.yaml: error: view.tenants: unknown key "tenants". Fix: tenants belongs under pools[] (pools[].tenants), not under view: move it there',
+    );
+    // A key known nowhere is still only "remove it".
+    expect(msg({ view: { intervalMs: 5, zzz: 1 }, pools: [] })).toContain('Fix: remove it; keys accepted here: intervalMs, mode');
+    const Modes = z.object({ mode: z.union([z.enum(['on', 'off']), z.number()]) }).strict();
+    const modes = Modes.safeParse({ mode: true });
+    expect(formatIssues(fromZodIssues(modes.error!.issues, { file: 'm.yaml', root: Modes, data: { mode: true } }))).toBe(
+      'm.yaml: error: mode: expected "on" or "off" or a number, got boolean true. Fix: write mode as "on" or "off" or a number',
+    );
+    expect(msg({ admin: 9003, view: { intervalMs: 5 }, pools: [] })).toBe(
+      'g.yaml: error: admin: expected a string or false, got number 9003. Fix: write admin as a string or false (host:port, or false to turn it off)',
+    );
+  });
 });

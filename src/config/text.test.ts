@@ -19,6 +19,14 @@ describe('parseStructuredText: hostile and mistaken files', () => {
   it('refuses a duplicated key in JSON too (JSON.parse alone lets the last one win)', () => {
     const out = refused('{\n  "connectorMode": "strict",\n  "connectorMode": "lenient"\n}', 't.json');
     expect(out).toMatch(/^t\.json:3:3: error: \(syntax\): JSON syntax error: .*Fix: remove or rename one of the duplicated keys/);
+    expect(out).toContain('JSON syntax error: the key "connectorMode" is written twice in one mapping.');
+  });
+
+  it('names a key written twice in YAML: a model or revision declared twice', () => {
+    const out = refused('models:\n  llama-3-8b:\n    tenants: [acme]\n  "llama-3-8b":\n    tenants: [globex]\n', 't.yaml');
+    expect(out).toBe(
+      't.yaml:4:3: error: (syntax): YAML syntax error: the key "llama-3-8b" is written twice in one mapping. Fix: remove or rename one of the duplicated keys (the second would silently win)',
+    );
   });
 
   it('skips a byte order mark in JSON as in YAML', () => {

@@ -8,7 +8,7 @@
  * `!!timestamp`, `!!set`, `!!omap` would build values that are not plain data), at most 100 alias expansions, and a
  * byte order mark is skipped.
  */
-import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
+import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, visit, type Document } from 'yaml';
 import { err, ok, type Result } from '../errors.js';
 import { issue, type PathSegment, type ConfigIssue } from './issues.js';
 import type { Locate } from './from-zod.js';
@@ -32,6 +32,9 @@ export function parseStructuredText(
   const doc = parseDocument(text, { lineCounter, prettyErrors: true, uniqueKeys: true, schema: 'core', merge: false });
   const locate = locator(doc, lineCounter);
   if (format === 'json') {
+    // An empty .json file (a truncated write, an editor mid-save) is no syntax error to explain: the schema says
+    // "the file is empty", as it does for an empty YAML file.
+    if (text.replace(/^\uFEFF/, '').trim() === '') return ok({ value: null, locate });
     let value: unknown;
     try {
       // JSON.parse refuses a byte order mark, which editors on Windows write; YAML skips it already.
@@ -40,13 +43,13 @@ export function parseStructuredText(
       return err([jsonSyntaxIssue(text, file, e)]);
     }
     // JSON.parse lets the last of two equal keys win silently; the YAML reading of the same text saw both.
-    const duplicates = doc.errors.filter((e) => e.code === 'DUPLICATE_KEY').map((e) => yamlIssue(file, e, 'JSON'));
+    const duplicates = doc.errors.filter((e) => e.code === 'DUPLICATE_KEY').map((e) => yamlIssue(file, e, 'JSON', doc));
     return duplicates.length > 0 ? err(duplicates) : ok({ value, locate });
   }
   if (doc.errors.length > 0) {
     // Too deep a nesting fails once per level on the way out: one line says it.
     const exhausted = doc.errors.find((e) => e.code === 'RESOURCE_EXHAUSTION');
-    return err((exhausted ? [exhausted] : doc.errors).map((e) => yamlIssue(file, e, 'YAML')));
+    return err((exhausted ? [exhausted] : doc.errors).map((e) => yamlIssue(file, e, 'YAML', doc)));
   }
   const shapeIssues = shape(doc, file, lineCounter);
   if (shapeIssues.length > 0) return err(shapeIssues);
@@ -68,12 +71,30 @@ export function parseStructuredText(
   return ok({ value, locate });
 }
 
-function yamlIssue(file: string, e: Document.Parsed['errors'][number], syntax: 'YAML' | 'JSON'): ConfigIssue {
+function yamlIssue(file: string, e: Document.Parsed['errors'][number], syntax: 'YAML' | 'JSON', doc: Document.Parsed): ConfigIssue {
   const pos = e.linePos?.[0];
-  const what = e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
+  let what = e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
+  // The parser says only "Map keys must be unique": name the key (a model, revision or setting written twice).
+  const key = e.code === 'DUPLICATE_KEY' ? keyAt(doc, e.pos[0]) : undefined;
+  if (key !== undefined) what = `the key ${JSON.stringify(key)} is written twice in one mapping`;
   return issue(file, '(syntax)', `${syntax} syntax error: ${what}`, yamlFix(e.code), {
     ...(pos ? { line: pos.line, column: pos.col } : {}),
   });
+}
+
+/** The text of the mapping key that starts at `offset`, if a scalar key does. */
+function keyAt(doc: Document.Parsed, offset: number): string | undefined {
+  let found: string | undefined;
+  visit(doc, {
+    Pair(_, pair) {
+      if (isScalar(pair.key) && pair.key.range?.[0] === offset) {
+        found = String(pair.key.value);
+        return visit.BREAK;
+      }
+      return undefined;
+    },
+  });
+  return found;
 }
 
 /** The tags of plain data (YAML 1.2 core, the JSON types): `!!str 5` is fine, `!!timestamp` is not. */

@@ -54,3 +54,22 @@ describe('gate config: the file', () => {
     expect(r.ok ? [] : r.error.map((i) => [i.line, i.path])).toEqual([[4, 'drain']]);
   });
 });
+
+describe('gate config: the worker view', () => {
+  it('refuses a staleAfterMs every endpoint would pass between two polls, and takes the shipped timings', () => {
+    const insecure = { ...base, insecure: true };
+    const r = parse({ ...insecure, workerView: { mode: 'live', intervalMs: 5000, timeoutMs: 1000, staleAfterMs: 3000 } });
+    expect(r.ok ? [] : r.error.map((i) => [i.path, i.message, i.fix])).toEqual([
+      [
+        'workerView.staleAfterMs',
+        expect.stringContaining('staleAfterMs (3000) is not above intervalMs + timeoutMs (5000 + 1000)'),
+        expect.stringContaining('raise staleAfterMs above 6000'),
+      ],
+    ]);
+    expect(parse({ ...insecure, workerView: { mode: 'live', intervalMs: 2000, timeoutMs: 1000, staleAfterMs: 3000 } }).ok).toBe(false);
+    expect(parse({ ...insecure, workerView: { mode: 'live', intervalMs: 2000, timeoutMs: 1000, staleAfterMs: 10_000 } }).ok).toBe(true);
+    expect(parse(insecure).ok).toBe(true);
+    // static polls nothing, so its timings are never used.
+    expect(parse({ ...insecure, workerView: { mode: 'static', intervalMs: 5000, staleAfterMs: 3000 } }).ok).toBe(true);
+  });
+});

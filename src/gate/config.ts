@@ -26,9 +26,15 @@ export const GateConfigSchema = z
      * A plaintext gRPC port with only grpc.health.v1 (liveness, readiness, the ext_proc service; the main port's
      * statuses), for kubelet gRPC probes, which cannot present a client certificate to the mTLS port. Empty: off.
      */
-    health: z.union([hostPort, z.literal('')]).default(''),
+    health: z
+      .union([hostPort, z.literal('')])
+      .describe("host:port, e.g. 0.0.0.0:9004; '' turns it off")
+      .default(''),
     /** Plain HTTP: /metrics (Prometheus), /status (JSON), /healthz. Empty string disables it. */
-    admin: z.union([hostPort, z.literal('')]).default('0.0.0.0:9003'),
+    admin: z
+      .union([hostPort, z.literal('')])
+      .describe("host:port, e.g. 0.0.0.0:9003; '' turns it off")
+      .default('0.0.0.0:9003'),
     /** The route table file (YAML or JSON), relative to this config file. */
     policy: z.string().min(1, 'name the route table file, e.g. policy: route-table.yaml'),
     keys: KeySourceSchema,
@@ -115,6 +121,20 @@ export const GateConfigSchema = z
   })
   .strict()
   .superRefine((c, ctx) => {
+    const wv = c.workerView;
+    // Polls start every intervalMs (setInterval, src/gate/worker-poller.ts) and answer within timeoutMs, so an
+    // endpoint's last answer is up to intervalMs + timeoutMs old when the next one lands: a staleAfterMs at or below
+    // that marks every endpoint stale between polls, and the gate refuses its traffic on and off.
+    if (wv.mode === 'live' && wv.staleAfterMs <= wv.intervalMs + wv.timeoutMs) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['workerView', 'staleAfterMs'],
+        message: `staleAfterMs (${wv.staleAfterMs}) is not above intervalMs + timeoutMs (${wv.intervalMs} + ${wv.timeoutMs}): every endpoint's last answer would be stale before the next poll answers, so endpoints would drop out between polls and take no requests`,
+        params: {
+          fix: `raise staleAfterMs above ${wv.intervalMs + wv.timeoutMs} (a few poll rounds; the default is 10000 with intervalMs 2000 and timeoutMs 1000), or lower intervalMs`,
+        },
+      });
+    }
     if (c.tls === undefined && !c.insecure) {
       ctx.addIssue({
         code: 'custom',

@@ -155,4 +155,58 @@ describe('policy store: hot reload', () => {
     );
     expect(rejected?.value).toBe(cases.length);
   });
+
+  it('a broken edit (a key at the wrong level, a truncated write, an unknown revision) is rejected loudly, and fixing the file recovers', async () => {
+    file = await createTableFile(queueTableValue());
+    const registry = new Registry();
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) });
+    const created = await createPolicyStore({ file: file.path, logger, registry });
+    if (!created.ok) throw new Error(created.message);
+    store = created.store;
+    const v0 = store.version();
+    const good = JSON.stringify(queueTableValue(), null, 2);
+    const counts = async () =>
+      Object.fromEntries(
+        (await registry.getSingleMetric('kvgate_policy_reloads_total')!.get()).values.map((v) => [v.labels['result'], v.value]),
+      );
+    const broken: Array<[string, string, RegExp]> = [
+      [
+        'a key at the wrong level',
+        JSON.stringify(queueTableValue((v) => (v['required'] = true))),
+        /required: unknown key "required"\. Fix: required belongs under .*tenancy/,
+      ],
+      ['truncated write', '', /the file is empty/],
+      [
+        'unknown revision',
+        JSON.stringify(queueTableValue((v) => (v['pools'][3]['revision'] = 'llama-c'))),
+        /pools\[3\]\.revision: pool "[^"]+" names revision "llama-c", which is not declared under revisions\. Fix: did you mean/,
+      ],
+    ];
+    for (const [name, text, why] of broken) {
+      lines.length = 0;
+      await file.writeText(text);
+      const r = await store.reload('file changed');
+      expect({ name, ok: r.ok, version: store.version() }).toEqual({ name, ok: false, version: v0 });
+      expect(r.message).toMatch(why);
+      expect(store.lastReload()).toMatchObject({ ok: false, version: v0 });
+      expect(lines).toEqual([
+        expect.objectContaining({ level: 50, msg: 'route table reload rejected; keeping the table in use', kept: v0 }),
+      ]);
+      expect(String(lines[0]!['issues'])).toMatch(why);
+    }
+    expect(await counts()).toEqual({ applied: 0, unchanged: 0, rejected: broken.length });
+    // Put back as it was: unchanged, the status clears, and the log says the file is good again.
+    lines.length = 0;
+    await file.writeText(good);
+    expect(await store.reload('file changed')).toMatchObject({ ok: true, version: v0 });
+    expect(store.lastReload().ok).toBe(true);
+    expect(lines).toEqual([expect.objectContaining({ level: 30, msg: 'route table file valid again; it equals the table in use' })]);
+    // Fixed with a real change: applied.
+    await file.write(queueTableValue((v) => (v['pools'][3]['maxInFlightPerEndpoint'] = 2)));
+    const applied = await store.reload('SIGHUP');
+    expect(applied.ok && applied.version !== v0).toBe(true);
+    expect(store.version()).toBe(applied.version);
+    expect(await counts()).toEqual({ applied: 1, unchanged: 1, rejected: broken.length });
+  });
 });

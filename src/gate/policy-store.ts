@@ -172,6 +172,9 @@ class FilePolicyStore implements PolicyStore {
     }
     if (next.version === this.#version) {
       this.#reloads.inc({ result: 'unchanged' });
+      // After a rejection the log's last word on the table was an error: say the file is good again (put back as
+      // it was), or an operator watching the log still thinks the gate runs behind a broken file.
+      if (!this.#last.ok) log.info({ version: next.version }, 'route table file valid again; it equals the table in use');
       this.#last = { ok: true, version: next.version, atMs: now, message: next.warnings };
       return this.#last;
     }

@@ -93,6 +93,31 @@ export function checkClusters(ctx: CheckContext): void {
   });
 }
 
+/**
+ * Two revision names for one descriptor are one compatibility group under two names: a rollout between them changes
+ * nothing a worker computes, and verifying one says nothing new. Mostly a descriptor copied for a new revision and
+ * not yet edited, so a warning (a deliberate alias is possible).
+ */
+export function checkDuplicateGroups(ctx: CheckContext): void {
+  const byFingerprint = new Map<string, string>();
+  for (const name of Object.keys(ctx.table.revisions)) {
+    const fp = ctx.fingerprints.get(name);
+    if (fp === undefined) continue;
+    const first = byFingerprint.get(fp);
+    if (first === undefined) {
+      byFingerprint.set(fp, name);
+      continue;
+    }
+    const rev = ctx.table.revisions[name]!;
+    ctx.add(
+      rev.descriptorFile === null ? ['revisions', name, 'descriptor'] : ['revisions', name, 'descriptorFile'],
+      `revisions "${first}" and "${name}" declare the same descriptor (fingerprint ${short(fp)}…): they are one compatibility group under two names, so a rollout between them changes no weights, adapter, tokenizer or template, and verifying one proves nothing about the other`,
+      `give "${name}" its own descriptor (its weights revision, adapter, tokenizer, chat template), or use one revision name for both`,
+      'warning',
+    );
+  }
+}
+
 /** Addresses must not appear twice in a pool, nor in pools of different revisions (one worker runs one revision). */
 export function checkAddresses(ctx: CheckContext): void {
   const seen = new Map<string, { pool: Pool; index: number }>();

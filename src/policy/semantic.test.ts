@@ -3,7 +3,7 @@ import type { ConfigIssue } from '../config/issues.js';
 import { routeTableFromValue } from './load.js';
 import { checkObservedEndpoints } from './compile.js';
 import { checkRouteTable } from './semantic.js';
-import { fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
+import { clone, fp8DynamicDescriptorInput, tableFromValue, testDescriptorInput, twoRevisionTableValue } from './testing.js';
 
 type Value = Record<string, any>;
 
@@ -269,6 +269,41 @@ describe('checkRouteTable', () => {
     expect(only(issues, 'session.header').fix).toMatch(/e\.g\. x-session-id \(the default\)$/);
   });
 
+  it('warns when two revisions declare the same descriptor: one group under two names', () => {
+    const issues = issuesAfter((v) => (v['revisions']['llama-b']['descriptor'] = clone(v['revisions']['llama-a']['descriptor'])));
+    expect(only(issues, 'revisions.llama-b.descriptor')).toMatchObject({
+      severity: 'warning',
+      message: expect.stringMatching(
+        /^revisions "llama-a" and "llama-b" declare the same descriptor \(fingerprint [0-9a-f]{12}…\): they are one compatibility group/,
+      ),
+    });
+    expect(issuesAfter(() => {}).filter((i) => /same descriptor/.test(i.message))).toEqual([]);
+  });
+
+  it('refuses one header as two of tenant, user and session', () => {
+    const issues = issuesAfter((v) => {
+      v['tenancy'] = { source: { header: 'x-tenant-id' }, required: true, prefixScope: 'tenant-user', userHeader: 'x-user-id' };
+      v['session'] = { header: 'X-Tenant-Id' };
+    });
+    expect(only(issues, 'session.header')).toMatchObject({
+      severity: 'error',
+      message: expect.stringMatching(/^the session header "x-tenant-id" is also the tenant header \(tenancy\.source\.header\)/),
+      fix: expect.stringMatching(/x-session-id/),
+    });
+    const user = issuesAfter((v) => {
+      v['tenancy'] = { source: { header: 'x-tenant-id' }, required: true, prefixScope: 'tenant-user', userHeader: 'x-session-id' };
+    });
+    expect(only(user, 'session.header').message).toMatch(/is also the user header/);
+    const asTenant = issuesAfter((v) => {
+      v['tenancy'] = { source: { header: 'x-tenant-id' }, required: true, prefixScope: 'tenant-user', userHeader: 'x-tenant-id' };
+    });
+    expect(only(asTenant, 'tenancy.userHeader').message).toMatch(/^the user header "x-tenant-id" is also the tenant header/);
+    const distinct = issuesAfter((v) => {
+      v['tenancy'] = { source: { header: 'x-tenant-id' }, required: true, prefixScope: 'tenant-user', userHeader: 'x-user-id' };
+    });
+    expect(distinct.filter((i) => i.severity === 'error')).toEqual([]);
+  });
+
   it('warns about settings that cannot take effect or trust the client', () => {
     const issues = issuesAfter((v) => {
       v['tenancy'] = { source: { header: 'x-tenant-id' }, required: true, default: 'acme', prefixScope: 'tenant-user' };
@@ -349,6 +384,25 @@ describe('tenant names that look like typos', () => {
     // Spelled right, neither is reported.
     const fine = issuesAfter((v) => (v['pools'][3]['tenants'] = ['acme', 'globex']));
     expect(fine.filter((i) => i.path === 'pools[3].tenants' || i.path === 'models.llama-3-8b.rollout.candidate')).toEqual([]);
+  });
+
+  it("a tenant the stable revision's pools do not serve is not on the rollout's weight: it always gets the candidate", () => {
+    // two-revisions: llama-a's pools are pools[0] and [1]; restricting them to globex leaves acme to llama-b alone.
+    const issues = issuesAfter((v) => {
+      v['pools'][0]['tenants'] = ['globex'];
+      v['pools'][1]['tenants'] = ['globex'];
+    });
+    expect(only(issues, 'models.llama-3-8b.rollout.stable')).toMatchObject({
+      severity: 'warning',
+      message: expect.stringMatching(
+        /^tenant\(s\) acme of model "llama-3-8b" are served by no .* pool of the stable llama-a, so every session of theirs goes to the candidate llama-b, not the 10% the weight says/,
+      ),
+    });
+    // A misspelt candidate or stable is its own error, without the tenant warnings its missing pools would add.
+    const typo = issuesAfter((v) => (v['models']['llama-3-8b']['rollout']['candidate'] = 'llama-bb'));
+    expect(typo.filter((i) => i.path.startsWith('models.llama-3-8b.rollout')).map((i) => i.severity)).toEqual(['error']);
+    const fine = issuesAfter((v) => (v['pools'][0]['tenants'] = ['globex', 'acme']));
+    expect(fine.filter((i) => i.path === 'models.llama-3-8b.rollout.stable')).toEqual([]);
   });
 
   it('tenancy.default naming a tenant no model accepts: every anonymous request would be refused', () => {

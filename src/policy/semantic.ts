@@ -14,6 +14,7 @@ import { tenantAllowed, type RouteTable } from './schema.js';
 import {
   checkAddresses,
   checkClusters,
+  checkDuplicateGroups,
   checkConnectorRules,
   checkEndpointDescriptors,
   checkGroupTransfers,
@@ -74,6 +75,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkRecordedBehaviour(ctx);
   checkEndpointDescriptors(ctx);
   checkClusters(ctx);
+  checkDuplicateGroups(ctx);
   checkAddresses(ctx);
   checkConnectorRules(ctx);
   checkGroupTransfers(ctx);
@@ -253,13 +255,31 @@ function checkTenantNames(ctx: CheckContext): void {
   });
   for (const [model, m] of models) {
     const candidate = m.rollout.candidate;
-    if (candidate === undefined || m.tenants.includes('*')) continue;
+    // An undeclared revision is already an error of its own; what its pools would serve says nothing more.
+    const declared = (r: string) => table.revisions[r] !== undefined;
+    if (candidate === undefined || m.tenants.includes('*') || !declared(candidate) || !declared(m.rollout.stable)) continue;
     const left = m.tenants.filter((t) => revisionServes(table, m.rollout.stable, t) && !revisionServes(table, candidate, t));
     if (left.length === 0) continue;
     ctx.add(
       ['models', model, 'rollout', 'candidate'],
       `tenant(s) ${listOf(left)} of model "${model}" never join its rollout: no prefill/decode (or both) pool of the candidate ${candidate} serves them, so they always get ${m.rollout.stable}`,
       `add ${listOf(left)} to the tenants of ${candidate}'s pools (check their spelling), if they should join the rollout`,
+      'warning',
+    );
+  }
+  for (const [model, m] of models) {
+    // The mirror image: a tenant the stable revision cannot serve is not on the rollout's weight at all. It gets
+    // the candidate for every session (or, while the candidate is unverified, a refusal), whatever the weight says.
+    const candidate = m.rollout.candidate;
+    // An undeclared revision is already an error of its own; what its pools would serve says nothing more.
+    const declared = (r: string) => table.revisions[r] !== undefined;
+    if (candidate === undefined || m.tenants.includes('*') || !declared(candidate) || !declared(m.rollout.stable)) continue;
+    const only = m.tenants.filter((t) => !revisionServes(table, m.rollout.stable, t) && revisionServes(table, candidate, t));
+    if (only.length === 0) continue;
+    ctx.add(
+      ['models', model, 'rollout', 'stable'],
+      `tenant(s) ${listOf(only)} of model "${model}" are served by no prefill/decode (or both) pool of the stable ${m.rollout.stable}, so every session of theirs goes to the candidate ${candidate}, not the ${m.rollout.weight}% the weight says (and is refused while ${candidate} is not verified)`,
+      `add ${listOf(only)} to the tenants of ${m.rollout.stable}'s pools (check their spelling), or take them off the model if they should not use it`,
       'warning',
     );
   }
@@ -299,6 +319,25 @@ function checkTenancy(ctx: CheckContext): void {
       path,
       `${what} "${name}" is gate-owned: kvgate removes every client-sent x-kvgate-* (and GIE routing) header before reading any header`,
       fix,
+    );
+  }
+  // One header in two roles: the tenant and user come from authentication, the session from the client. A session
+  // header that is the tenant or user header puts every request of a tenant (or user) in one session, and a client
+  // would have to set what only the authentication layer may set (or, as the user, choose its own prefix scope).
+  const tenantHeader = tenancy.source.header;
+  const same: [PathSegment[], string | undefined, string | undefined, string, string][] = [
+    [['session', 'header'], session.header, tenantHeader, 'the session header', 'the tenant header (tenancy.source.header)'],
+    [['session', 'header'], session.header, tenancy.userHeader, 'the session header', 'the user header (tenancy.userHeader)'],
+    [['tenancy', 'userHeader'], tenancy.userHeader, tenantHeader, 'the user header', 'the tenant header (tenancy.source.header)'],
+  ];
+  for (const [path, a, b, what, other] of same) {
+    if (a === undefined || b === undefined || a.toLowerCase() !== b.toLowerCase()) continue;
+    ctx.add(
+      path,
+      `${what} "${a}" is also ${other}: one header cannot carry both (clients set the session; only your authentication layer sets the tenant and user)`,
+      path[0] === 'session'
+        ? 'use a header clients send to name their session, e.g. x-session-id (the default)'
+        : 'use a header your authentication layer sets for the user, e.g. x-user-id, or remove userHeader',
     );
   }
   if (tenancy.required && tenancy.default !== undefined) {

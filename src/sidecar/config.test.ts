@@ -1,14 +1,14 @@
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { exampleDescriptorInput } from '../compat/testing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { configFromArgs, sidecarCommand } from './command.js';
-import { loadSidecarConfig, parseSidecarConfig } from './config.js';
+import { loadSidecarConfig, parseSidecarConfig, SidecarConfigSchema } from './config.js';
 import { staticStatusOf, toStatus } from './status.js';
 
 const base = () => ({
@@ -112,6 +112,37 @@ describe('loading from files and flags', () => {
     expect(d.ok ? '' : formatIssues(d.error)).toMatch(
       /rev-dir\.yaml: error: \(root\): cannot read the file: it is a directory, not a file/,
     );
+  });
+
+  it('gives every issue in a config file and its descriptor file a line, as the gate and route table do', async () => {
+    const { descriptor: _d, ...rest } = base();
+    const descriptor = stringify({ ...exampleDescriptorInput(), modelDtype: 16 });
+    await writeFile(path.join(dir, 'rev-line.yaml'), descriptor);
+    await writeFile(path.join(dir, 'rev-ok.yaml'), stringify(exampleDescriptorInput()));
+    const text = (extra: string, file = 'rev-ok.yaml') => `${stringify({ ...rest, descriptorFile: file })}${extra}`;
+    const load = async (name: string, extra: string, overrides: Record<string, unknown> = {}, file?: string) => {
+      await writeFile(path.join(dir, name), text(extra, file));
+      const r = await loadSidecarConfig(path.join(dir, name), overrides);
+      return r.ok ? '' : formatIssues(r.error);
+    };
+    const lines = text('').split('\n').length;
+    expect(await load('typo.yaml', 'drainAnounceMs: 5\n')).toContain(`typo.yaml:${lines}:1: error: drainAnounceMs: unknown key`);
+    expect(await load('long.yaml', 'drainAnnounceMs: 40000\n')).toContain(`long.yaml:${lines}:1: error: drainAnnounceMs:`);
+    const dline = descriptor.split('\n').findIndex((l) => l.startsWith('modelDtype:')) + 1;
+    expect(await load('desc.yaml', '', {}, 'rev-line.yaml')).toContain(
+      `desc.yaml -> rev-line.yaml:${dline}:13: error: modelDtype: expected string`,
+    );
+    // A value a flag replaced is not in the file: no line for it.
+    expect(await load('flag.yaml', '', { nixlSideChannel: 5600 })).toMatch(
+      /flag\.yaml: error: nixlSideChannel: expected a string or "unchecked", got number 5600/,
+    );
+  });
+
+  it('says first that a config gives both descriptor and descriptorFile, whatever the inline one holds', () => {
+    const r = parseSidecarConfig({ ...base(), descriptor: { model: { id: 'x' } }, descriptorFile: 'a.yaml' }, 'f');
+    expect(r.ok ? [] : r.error.map((i) => `${i.path}: ${i.message}`)).toEqual([
+      'descriptor: needs exactly one of descriptor (inline) or descriptorFile',
+    ]);
   });
 
   it('resolves keys.file relative to the config file, not the working directory (as the gate does)', async () => {
@@ -323,5 +354,31 @@ describe('--advertise and --nixl-side-channel from the pod IP', () => {
     expect(code).toBe(2);
     expect(stderr).toContain('kvgate sidecar: invalid configuration');
     expect(stderr).toContain('an IPv6 address must be in brackets');
+  });
+});
+
+describe('docs/sidecar-config.md', () => {
+  it('lists every key the sidecar accepts, and each default as the schema applies it', async () => {
+    const doc = await readFile(path.join(import.meta.dirname, '..', '..', 'docs', 'sidecar-config.md'), 'utf8');
+    const rows = [...doc.matchAll(/^\| `([^`]+)` \| ([^|]+) \|/gm)].map((m) => ({ key: m[1]!, given: m[2]!.trim() }));
+    // The keys: one row per leaf, a row per field of prefill, probe, tracing and log, one row for keys and workerApiKey.
+    const leaves = (schema: unknown, prefix: string): string[] => {
+      let s = schema as { _zod: { def: { type: string; shape?: Record<string, unknown>; innerType?: unknown } } };
+      while (s._zod.def.innerType !== undefined) s = s._zod.def.innerType as typeof s;
+      const whole = ['descriptor', 'keys', 'workerApiKey'];
+      if (s._zod.def.type !== 'object' || whole.includes(prefix)) return [prefix];
+      return Object.entries(s._zod.def.shape!).flatMap(([k, v]) => leaves(v, prefix === '' ? k : `${prefix}.${k}`));
+    };
+    expect(rows.map((r) => r.key).sort()).toEqual(leaves(SidecarConfigSchema, '').sort());
+    // The defaults: a backticked value is what a config that leaves the key out gets; "none" is unset.
+    const parsed = SidecarConfigSchema.parse({ role: 'decode', worker: 'http://127.0.0.1:8000', descriptorFile: 'x' });
+    const at = (key: string) => key.split('.').reduce<unknown>((o, k) => (o as Record<string, unknown> | undefined)?.[k], parsed);
+    for (const { key, given } of rows) {
+      if (given === '(required)' || key === 'descriptorFile') continue;
+      const literal = /^`([^`]+)`$/.exec(given)?.[1];
+      if (given.startsWith('none')) expect({ key, value: at(key) }).toEqual({ key, value: undefined });
+      else if (literal !== undefined) expect({ key, default: at(key) }).toEqual({ key, default: parse(literal) });
+      else throw new Error(`docs/sidecar-config.md: the default of ${key} is neither (required), none nor a \`value\`: ${given}`);
+    }
   });
 });

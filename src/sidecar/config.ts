@@ -13,7 +13,7 @@ import { TracingConfigSchema } from '../tracing.js';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
 import { EndpointAddressSchema } from '../policy/schema.js';
-import { fromZodIssues } from '../config/from-zod.js';
+import { fromZodIssues, type Locate } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
 import { formatOf, parseStructuredText } from '../config/text.js';
 import { readConfigText, readErrorReason } from '../config/read-text.js';
@@ -93,9 +93,15 @@ export const SidecarConfigSchema = z
     worker: httpUrl,
     listen: hostPort.default('0.0.0.0:9090'),
     /** POST /kvgate/v1/drain and /kvgate/v1/undrain, on loopback only ('' disables; SIGTERM still drains). */
-    admin: z.union([loopbackHostPort, z.literal('')]).default('127.0.0.1:9092'),
+    admin: z
+      .union([loopbackHostPort, z.literal('')])
+      .describe("a loopback host:port, e.g. 127.0.0.1:9092; '' turns it off")
+      .default('127.0.0.1:9092'),
     /** GET /metrics alone, for the monitoring namespace ('' disables; /metrics stays on `listen` as well). */
-    metrics: z.union([hostPort, z.literal('')]).default('0.0.0.0:9091'),
+    metrics: z
+      .union([hostPort, z.literal('')])
+      .describe("host:port, e.g. 0.0.0.0:9091; '' turns it off")
+      .default('0.0.0.0:9091'),
     /**
      * This sidecar's endpoint exactly as the gate names it (a listed `address`, or a discovered pod's
      * `podIP:targetPort`, IPv6 in brackets): a decode sidecar then serves only contracts whose decode endpoint (or GIE
@@ -210,31 +216,42 @@ export type SidecarConfig = Omit<Parsed, 'descriptor' | 'descriptorFile'> & {
  * Validate a config object (parsed from a file, built from flags, or written in a test). `file` names the source in
  * messages; `loadedDescriptor` is the parsed content of `descriptorFile` (the file loaders supply it).
  */
-export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?: unknown): Result<SidecarConfig, ConfigIssue[]> {
+export function parseSidecarConfig(
+  raw: unknown,
+  file: string,
+  loadedDescriptor?: unknown,
+  where: { readonly config?: Locate; readonly descriptor?: Locate } = {},
+): Result<SidecarConfig, ConfigIssue[]> {
+  const locate = where.config;
+  const at = (key: string) => {
+    const pos = locate?.([key], true);
+    return pos ? { line: pos.line, column: pos.column } : {};
+  };
+  const given = raw !== null && typeof raw === 'object' ? (raw as Record<string, unknown>) : {};
+  // Both given: say so first, before any issue of the inline descriptor the author may not mean to keep.
+  if (given['descriptor'] !== undefined && given['descriptorFile'] !== undefined)
+    return err([exactlyOneDescriptor(file, at('descriptor'))]);
   const parsed = SidecarConfigSchema.safeParse(raw ?? {});
-  if (!parsed.success) return err(fromZodIssues(parsed.error.issues, { file, root: SidecarConfigSchema, data: raw }));
+  if (!parsed.success)
+    return err(fromZodIssues(parsed.error.issues, { file, root: SidecarConfigSchema, data: raw, ...(locate ? { locate } : {}) }));
   const { descriptor: inline, descriptorFile, ...rest } = parsed.data;
-  if ((inline === undefined) === (descriptorFile === undefined)) {
-    return err([
-      issue(
-        file,
-        'descriptor',
-        'needs exactly one of descriptor (inline) or descriptorFile',
-        'keep either descriptor: {...} or descriptorFile: <path>',
-      ),
-    ]);
-  }
+  if ((inline === undefined) === (descriptorFile === undefined)) return err([exactlyOneDescriptor(file, {})]);
   let descriptor = inline;
   if (descriptor === undefined) {
     const d = CompatDescriptorSchema.safeParse(loadedDescriptor);
     if (!d.success)
       return err(
-        fromZodIssues(d.error.issues, { file: `${file} -> ${descriptorFile}`, root: CompatDescriptorSchema, data: loadedDescriptor }),
+        fromZodIssues(d.error.issues, {
+          file: `${file} -> ${descriptorFile}`,
+          root: CompatDescriptorSchema,
+          data: loadedDescriptor,
+          ...(where.descriptor ? { locate: where.descriptor } : {}),
+        }),
       );
     descriptor = d.data;
   }
   const fp = tryFingerprintOf(descriptor);
-  if (!fp.ok) return err([issue(file, 'descriptor', fp.error.reason, 'correct the descriptor as the message says')]);
+  if (!fp.ok) return err([issue(file, 'descriptor', fp.error.reason, 'correct the descriptor as the message says', at('descriptor'))]);
   if (rest.nixlSideChannel === undefined && liveHashSupport(descriptor).kind === 'read') {
     return err([
       issue(
@@ -243,6 +260,7 @@ export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?
         `the worker's vLLM ${descriptor.engine.version} (NIXL connector v${descriptor.connector.version}) has a NIXL compatibility hash, ` +
           'and without its side channel the sidecar would trust the declared runtime flags (HMA, cross-layer blocks, ...) unchecked',
         "set nixlSideChannel to the worker's VLLM_NIXL_SIDE_CHANNEL_HOST:PORT (default 127.0.0.1:5600), or nixlSideChannel: unchecked to opt out loudly",
+        at('descriptorFile'),
       ),
     ]);
   }
@@ -255,6 +273,7 @@ export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?
         'probe.generation',
         "probe.generation: never turns off the generation canary, the only probe that tells one revision's weights from another's, so trust: recorded cannot hold",
         'use generation: declared (the default) or always; or set trust: declared-only, the loud opt-in to take the declared weights on trust',
+        at('probe'),
       ),
     ]);
   }
@@ -270,10 +289,21 @@ export function parseSidecarConfig(raw: unknown, file: string, loadedDescriptor?
         'drainAnnounceMs',
         `drainAnnounceMs (${rest.drainAnnounceMs}) is longer than drainGraceMs (${rest.drainGraceMs}): SIGTERM would exit while requests are still being admitted`,
         'lower drainAnnounceMs or raise drainGraceMs (the announce window is part of the grace period)',
+        at('drainAnnounceMs'),
       ),
     ]);
   }
   return ok(deepFreeze({ ...rest, descriptor, fingerprint: fp.value }));
+}
+
+function exactlyOneDescriptor(file: string, pos: { line?: number; column?: number }): ConfigIssue {
+  return issue(
+    file,
+    'descriptor',
+    'needs exactly one of descriptor (inline) or descriptorFile',
+    'keep either descriptor: {...} or descriptorFile: <path>',
+    pos,
+  );
 }
 
 /**
@@ -286,19 +316,22 @@ export async function loadSidecarConfig(
 ): Promise<Result<SidecarConfig, ConfigIssue[]>> {
   const text = await readText(file, 'check the path given to --config');
   if (!text.ok) return text;
-  const parsed = parseText(text.value, file);
-  if (!parsed.ok) return parsed;
-  const isObject = parsed.value !== null && typeof parsed.value === 'object' && !Array.isArray(parsed.value);
-  const raw = Object.keys(overrides).length > 0 && isObject ? ok({ ...(parsed.value as Record<string, unknown>), ...overrides }) : parsed;
-  resolveRelativeKeyFile(raw.value, file);
-  const descriptorFile = (raw.value as Record<string, unknown> | null)?.['descriptorFile'];
-  if (typeof descriptorFile !== 'string') return parseSidecarConfig(raw.value, file);
+  const read = parseStructuredText(text.value, file, formatOf(file));
+  if (!read.ok) return read;
+  const parsed = read.value.value;
+  const isObject = parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed);
+  const raw = Object.keys(overrides).length > 0 && isObject ? { ...(parsed as Record<string, unknown>), ...overrides } : parsed;
+  // Lines point into the file; a value a flag replaced is not in it.
+  const config: Locate = (p, key) => (typeof p[0] === 'string' && p[0] in overrides ? undefined : read.value.locate(p, key));
+  resolveRelativeKeyFile(raw, file);
+  const descriptorFile = (raw as Record<string, unknown> | null)?.['descriptorFile'];
+  if (typeof descriptorFile !== 'string') return parseSidecarConfig(raw, file, undefined, { config });
   const resolved = path.isAbsolute(descriptorFile) ? descriptorFile : path.join(path.dirname(path.resolve(file)), descriptorFile);
   const dtext = await readText(resolved, 'check descriptorFile (relative to the config file)');
   if (!dtext.ok) return dtext;
-  const draw = parseText(dtext.value, resolved);
-  if (!draw.ok) return draw;
-  return parseSidecarConfig(raw.value, file, draw.value);
+  const dread = parseStructuredText(dtext.value, resolved, formatOf(resolved));
+  if (!dread.ok) return dread;
+  return parseSidecarConfig(raw, file, dread.value.value, { config, descriptor: dread.value.locate });
 }
 
 /**

@@ -255,6 +255,7 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
     await writeFile(routeTablePath, toYaml(routeTableFor(workers, opts, dir)));
     const pki = await createDevPki(path.join(dir, 'tls'));
     checkAborted();
+    const viewIntervalMs = opts.workerViewIntervalMs ?? 1000;
     const gateYaml = toYaml({
       listen: `127.0.0.1:${gatePort}`,
       tls: devGateTls(pki),
@@ -264,7 +265,9 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
       drain: { announceMs: 0, graceMs: 5000 },
       log: { level: 'info', decisions: opts.logDecisions ?? false },
       ...(opts.llmd === true ? { envoy: { gieHeaders: true } } : {}),
-      workerView: { mode: 'live', intervalMs: opts.workerViewIntervalMs ?? 1000, timeoutMs: 1000, staleAfterMs: 10_000 },
+      // A test that polls rarely (to hold the state it set up) keeps its endpoints fresh between polls: the gate
+      // refuses a staleAfterMs at or below intervalMs + timeoutMs.
+      workerView: { mode: 'live', intervalMs: viewIntervalMs, timeoutMs: 1000, staleAfterMs: Math.max(10_000, viewIntervalMs + 2000) },
     });
     // Written for the operator to read (the demo prints where); the gate is started from the same text.
     await writeFile(path.join(dir, 'gate.yaml'), gateYaml);
