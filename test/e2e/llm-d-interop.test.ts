@@ -17,10 +17,7 @@ const silent = pino({ level: 'silent' });
 describe.each(['0.13', 'main'] as const)("llm-d's P/D sidecar in front of kvgate's decode sidecar (vLLM %s)", (flavour) => {
   let t: Topology;
   beforeAll(async () => {
-    // Sidecar probes after the first only every minute: the prefill-down case below needs the request to meet the
-    // closed worker before a probe marks its endpoint unverified (then the gate refuses it 503 instead, also right,
-    // but not what that case tests); under load the 2 s default probe could win that race.
-    t = await startTopology({ logger: silent, candidateWeight: 0, llmd: true, sim: { flavour }, sidecarProbeIntervalMs: 60_000 });
+    t = await startTopology({ logger: silent, candidateWeight: 0, llmd: true, sim: { flavour } });
     await t.gate.refreshWorkerView();
   });
   afterAll(() => t?.close());
@@ -114,7 +111,10 @@ describe.each(['0.13', 'main'] as const)("llm-d's P/D sidecar in front of kvgate
 describe("llm-d's P/D sidecar (current) when kvgate's prefill sidecar fails", () => {
   let t: Topology;
   beforeAll(async () => {
-    t = await startTopology({ logger: silent, candidateWeight: 0, llmd: true });
+    // Sidecar probes after the first only every minute: the request must meet the closed worker before a probe marks
+    // its endpoint unverified (the gate then refuses it 503, also right, but not what this case tests); under load the
+    // 2 s default probe could win that race.
+    t = await startTopology({ logger: silent, candidateWeight: 0, llmd: true, sidecarProbeIntervalMs: 60_000 });
     await t.gate.refreshWorkerView();
   });
   afterAll(() => t?.close());
