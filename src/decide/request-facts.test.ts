@@ -130,6 +130,26 @@ describe('parseOpenAiBody', () => {
     ).toBe(true);
   });
 
+  it('forbids ec_transfer_params (encoder-cache transfer) wherever vLLM would read them, in any spelling', () => {
+    // vLLM hands a body's ec_transfer_params to its EC connector as it hands kv_transfer_params to the KV connector:
+    // the worker would load encoder outputs from wherever they point.
+    const bodies = [
+      { ...chat, ec_transfer_params: { h: { do_remote_encode: true, remote_host: '10.0.0.9', remote_port: 1 } } },
+      { ...chat, ec_transfer_params: null },
+      { ...chat, vllm_xargs: { ec_transfer_params: 'x' } },
+      { ...chat, extra: [{ 'EC-Transfer-Params': {} }] },
+      { model: 'm', prompt: 'hi', ectransferparams: {} },
+    ];
+    for (const body of bodies) {
+      const path = 'prompt' in body ? '/v1/completions' : '/v1/chat/completions';
+      const e = refusal(path, bytes(body));
+      expect(e.code, JSON.stringify(body)).toBe('kv_params_forbidden');
+      expect(e.reason).toMatch(/^ec_transfer_params /);
+    }
+    expect(refusal('/v1/chat/completions', bytes(bodies[0])).reason).toContain('(found at "ec_transfer_params")');
+    expect(refusal('/v1/chat/completions', bytes(bodies[2])).reason).toContain('(found at "vllm_xargs.ec_transfer_params")');
+  });
+
   it('refuses a chat content part naming its media by a client-chosen uuid: vLLM caches media by that id, unsalted', () => {
     const part = (extra: Record<string, unknown>) => ({
       ...chat,

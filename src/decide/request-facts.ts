@@ -4,7 +4,7 @@
  */
 import { BoundedCache } from '../bounded-cache.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
-import { findKvTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
+import { findTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
 import type { OpenAiRequest, RequestFacts } from './types.js';
 
@@ -24,7 +24,8 @@ const bad = (message: string): { ok: false; error: KvgateError } => err(new Kvga
 
 /**
  * Parse and check an OpenAI completions or chat body. Refuses before any worker sees it: oversized bodies,
- * non-JSON, wrong field types, and any client-sent `kv_transfer_params` (only kvgate's sidecars may set it).
+ * non-JSON, wrong field types, and any client-sent `kv_transfer_params` (only kvgate's sidecars may set it) or
+ * `ec_transfer_params` (kvgate sets none).
  */
 export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimits): Result<OpenAiRequest, KvgateError> {
   // Exactly the paths the sidecars serve (src/sidecar/openai-body.ts ENDPOINT_PATHS), as vLLM does: a trailing slash
@@ -72,12 +73,15 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
     return bad('the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}');
   }
   const obj = json as Record<string, unknown>;
-  const kvParams = findKvTransferParams(obj);
-  if (kvParams !== undefined) {
+  const transfer = findTransferParams(obj);
+  if (transfer !== undefined) {
+    const at = quoteClientValue(transfer.path);
     return err(
       new KvgateError(
         'kv_params_forbidden',
-        `kv_transfer_params is set by kvgate's sidecars, never by a client (found at ${quoteClientValue(kvParams)}); remove it from the request`,
+        transfer.field === 'kv_transfer_params'
+          ? `kv_transfer_params is set by kvgate's sidecars, never by a client (found at ${at}); remove it from the request`
+          : `ec_transfer_params would make the worker load encoder outputs from wherever they point; kvgate routes no encoder disaggregation and never takes them from a client (found at ${at}); remove it from the request`,
       ),
     );
   }

@@ -5,7 +5,7 @@
  */
 import { vllmAtLeast } from '../compat/vllm-defaults.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
-import { findKvTransferParams } from '../json-limits.js';
+import { findTransferParams } from '../json-limits.js';
 
 export type Endpoint = 'completions' | 'chat';
 
@@ -57,13 +57,17 @@ export function isPrefillKvParams(value: unknown): boolean {
  */
 export function checkClientKvParams(body: Readonly<Record<string, unknown>>, role: 'prefill' | 'decode'): Result<void, KvgateError> {
   const params = body['kv_transfer_params'];
-  // Anywhere else vLLM would read them (under vllm_xargs, nested, another spelling) they are refused in either role.
-  const elsewhere = findKvTransferParams(body, true);
+  // Anywhere else vLLM would read them (under vllm_xargs, nested, another spelling) they are refused in either role,
+  // and so is `ec_transfer_params` anywhere: the encoder-cache sibling, which kvgate never sets (json-limits.ts).
+  const elsewhere = findTransferParams(body, true);
   if (elsewhere !== undefined) {
+    const at = JSON.stringify(elsewhere.path);
     return err(
       new KvgateError(
         'kv_params_forbidden',
-        `kv_transfer_params are set by kvgate at the top level only; found at ${JSON.stringify(elsewhere)}, remove it`,
+        elsewhere.field === 'kv_transfer_params'
+          ? `kv_transfer_params are set by kvgate at the top level only; found at ${at}, remove it`
+          : `ec_transfer_params would make the worker load encoder outputs from wherever they point, and kvgate sets none; found at ${at}, remove it`,
       ),
     );
   }
