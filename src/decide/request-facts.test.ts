@@ -234,6 +234,22 @@ describe('tenant, user and session', () => {
     expect(tenantOf(facts({ 'x-tenant-id': 'globex,acme' }), table.tenancy).kind).toBe('ambiguous');
   });
 
+  it('trims only the whitespace HTTP strips (space, tab): an id ending in another Unicode space is another identity', () => {
+    // JavaScript's trim() also strips U+00A0, U+FEFF, U+2028, U+3000...: "acme\u00a0" (two UTF-8 bytes Envoy passes
+    // as they are) would have become tenant acme, with acme's prefix cache and acme's model access.
+    for (const space of ['\u00a0', '\ufeff', '\u2028', '\u3000', '\u2003', '\v', '\f']) {
+      const id = `acme${space}`;
+      const found = tenantOf(facts({ 'x-tenant-id': id }), table.tenancy);
+      expect(found, JSON.stringify(id)).toEqual({ kind: 'found', tenant: id, from: 'header x-tenant-id' });
+      expect(userOf({ headers: { 'x-user-id': `${space}u7` } }, metaTenancy)).toBe(`${space}u7`);
+      expect(sessionOf({ headers: { 'x-session-id': `s-1${space}` } }, table.session)).toBe(`s-1${space}`);
+    }
+    expect(tenantOf(facts({ 'x-tenant-id': '\t acme \t' }), table.tenancy)).toMatchObject({ kind: 'found', tenant: 'acme' });
+    expect(tenantOf(facts({ 'x-tenant-id': ' \t ' }), table.tenancy).kind).toBe('missing');
+    expect(userOf({ headers: { 'x-user-id': ' u7\t' } }, metaTenancy)).toBe('u7');
+    expect(sessionOf({ headers: { 'x-session-id': '\ts-1 ' } }, table.session)).toBe('s-1');
+  });
+
   it('reads the tenant from Envoy metadata (a jwt_authn claim)', () => {
     const md = { 'envoy.filters.http.jwt_authn': { jwt_payload: { org: 'acme', n: 7 } } };
     expect(tenantOf(facts({ 'x-tenant-id': 'forged' }, md), metaTenancy)).toMatchObject({ kind: 'found', tenant: 'acme' });

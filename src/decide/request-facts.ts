@@ -192,6 +192,23 @@ export type TenantLookup =
   | { readonly kind: 'ambiguous'; readonly from: string; readonly detail: string }
   | { readonly kind: 'invalid'; readonly from: string };
 
+/**
+ * A header value without the whitespace HTTP itself strips around field values (RFC 9110 section 5.5: SP and HTAB),
+ * which Envoy's codecs already remove. Not `String.prototype.trim`, which also strips U+00A0, U+FEFF, U+2028, U+3000
+ * and the other Unicode spaces: an identity ending in one of those (two or three bytes of valid UTF-8 that Envoy passes
+ * as they are) would become another tenant's, with its prefix cache and its model access.
+ */
+function trimOws(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  let start = 0;
+  let end = value.length;
+  while (start < end && isOws(value.charCodeAt(start))) start++;
+  while (end > start && isOws(value.charCodeAt(end - 1))) end--;
+  return start === 0 && end === value.length ? value : value.slice(start, end);
+}
+
+const isOws = (c: number): boolean => c === 0x20 || c === 0x09;
+
 /** Read the tenant from the one source the table trusts (a header set by auth, or Envoy dynamic metadata). */
 export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'invalidHeaders'>, tenancy: Tenancy): TenantLookup {
   const { header, metadata } = tenancy.source;
@@ -199,7 +216,7 @@ export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'inv
     const from = `header ${header}`;
     // Decoded strictly: a lossy decoding would make `t-\xE9` and `t-\xFF` the same tenant, sharing a cache.
     if (facts.invalidHeaders?.includes(header) === true) return { kind: 'invalid', from };
-    const v = facts.headers[header]?.trim();
+    const v = trimOws(facts.headers[header]);
     if (v === undefined || v === '') return { kind: 'missing', from };
     if (v.includes(',')) return { kind: 'ambiguous', from, detail: 'it carries more than one value' };
     return { kind: 'found', tenant: v, from };
@@ -224,7 +241,7 @@ export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'inv
 /** The user for `tenant-user` prefix scope: the trusted user header if configured, else the body's `user`. */
 export function userOf(facts: Pick<RequestFacts, 'headers' | 'body'>, tenancy: Tenancy): string | null {
   if (tenancy.userHeader !== undefined) {
-    const v = facts.headers[tenancy.userHeader]?.trim();
+    const v = trimOws(facts.headers[tenancy.userHeader]);
     return v === undefined || v === '' ? null : v;
   }
   const u = facts.body?.user;
@@ -233,7 +250,7 @@ export function userOf(facts: Pick<RequestFacts, 'headers' | 'body'>, tenancy: T
 
 /** The session key (cohort and stickiness), from the configured session header. */
 export function sessionOf(facts: Pick<RequestFacts, 'headers'>, session: SessionConfig): string | null {
-  const v = facts.headers[session.header]?.trim();
+  const v = trimOws(facts.headers[session.header]);
   return v === undefined || v === '' ? null : v;
 }
 
