@@ -182,6 +182,19 @@ describe('parseOpenAiBody', () => {
     expect(parseOpenAiBody('/v1/chat/completions', bytes(part({ type: 'text', text: 'uuid' })), limits).ok).toBe(true);
   });
 
+  it('refuses media uuids in the messages of a completions body too: the contract does not name its path', () => {
+    // vLLM's completions path ignores `messages`, but the prompt digest covers them: a holder of this request's contract
+    // could send the same body to /v1/chat/completions, where vLLM renders them (and takes the id).
+    const body = {
+      model: 'm',
+      prompt: 'hi',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: null, uuid: 'sku-1234' }] }],
+    };
+    const e = refusal('/v1/completions', bytes(body));
+    expect([e.code, e.reason]).toEqual(['bad_request', expect.stringContaining('messages[0].content[0] names its media by "uuid"')]);
+    expect(parseOpenAiBody('/v1/completions', bytes({ ...body, messages: 'not a list' }), limits).ok).toBe(true);
+  });
+
   it('refuses a body nested deeper than 64 levels with 400 before parsing it (20,000 levels: no stack overflow)', () => {
     const deep = `{"model":"m","messages":[{"role":"user","content":"x"}],"x":${'['.repeat(20_000)}${']'.repeat(20_000)}}`;
     const e = refusal('/v1/chat/completions', new TextEncoder().encode(deep), 100_000);

@@ -3,6 +3,7 @@
  * route table's tenancy config says to trust. Pure: bytes and header maps in, values or refusal errors out.
  */
 import { BoundedCache } from '../bounded-cache.js';
+import { clientMediaUuid } from '../client-media.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { findTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
@@ -124,7 +125,9 @@ function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endp
   if (stream !== undefined && stream !== null && typeof stream !== 'boolean') {
     return `"stream" must be true or false; got ${typeName(stream)}`;
   }
-  return endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
+  const shape = endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
+  // On either path: the contract binds `messages` but not the path (src/client-media.ts).
+  return shape ?? clientMediaUuid(obj['messages']);
 }
 
 function checkMessages(messages: unknown): string | undefined {
@@ -136,30 +139,6 @@ function checkMessages(messages: unknown): string | undefined {
     (m) => m === null || typeof m !== 'object' || Array.isArray(m) || typeof (m as { role?: unknown }).role !== 'string',
   );
   if (i !== -1) return `messages[${i}] must be an object with a string "role"`;
-  return clientMediaUuid(messages as readonly Record<string, unknown>[]);
-}
-
-/**
- * A content part that names its media by a client-chosen `uuid`. vLLM takes that id as the item's identity in its
- * multimodal caches instead of hashing the media, and accepts the media itself as null when an id is given, so the
- * item comes from the cache alone (vllm-project/vllm vllm/entrypoints/chat_utils.py `_parse_chat_message_content_part`
- * and `_parse_chat_message_content_mm_part` @001eadcf: "User must guarantee that it is properly generated and unique
- * for different medias"). The cache key is the id, not the tenant's `cache_salt`: a tenant that sends another tenant's
- * id would be answered about that tenant's image. A null `uuid` is no id (vLLM reads it as absent).
- */
-function clientMediaUuid(messages: readonly Record<string, unknown>[]): string | undefined {
-  for (let i = 0; i < messages.length; i++) {
-    const content = messages[i]!['content'];
-    if (!Array.isArray(content)) continue;
-    for (let j = 0; j < content.length; j++) {
-      const part = content[j] as unknown;
-      if (part === null || typeof part !== 'object' || Array.isArray(part)) continue;
-      const uuid = (part as Record<string, unknown>)['uuid'];
-      if (Object.hasOwn(part, 'uuid') && uuid !== null) {
-        return `messages[${i}].content[${j}] names its media by "uuid"; vLLM caches media by that id across tenants (cache_salt does not scope it), so kvgate refuses client-chosen media ids: remove "uuid" and the worker identifies the media by its content`;
-      }
-    }
-  }
   return undefined;
 }
 

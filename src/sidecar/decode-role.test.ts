@@ -175,6 +175,14 @@ describe('decode role refusals before any KV is consumed', () => {
     expect([none.status, none.body.error.code]).toEqual([403, 'contract_invalid']);
   });
 
+  it('a client-chosen media uuid is refused before the prefill leg (a contract does not name its path)', async () => {
+    const messages = [{ role: 'user', content: [{ type: 'image_url', image_url: null, uuid: 'sku-1' }] }];
+    const [body, headers] = bound(contract(), completion({ messages }));
+    const r = await refusedBeforeAnyCall(headers, body);
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toContain('messages[0].content[0] names its media by "uuid"');
+  });
+
   it("an attestation whose prompt token count this decode worker's tokenizer does not reproduce is 409 before decode", async () => {
     // Same label, but the worker's tokenizer changed, and the operator opted out of canaries (trust: declared-only):
     // only the attestation can catch it. (With the default, recorded trust, the tokenizer canary refuses it first.)

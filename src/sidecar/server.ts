@@ -12,6 +12,7 @@ import type { Duplex } from 'node:stream';
 import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import { clientMediaUuid } from '../client-media.js';
 import { checkBodyBinding } from '../contract/body-binding.js';
 import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
@@ -602,6 +603,9 @@ async function runCompletion(
     c.logger.warn({ event: 'contract_refused', reason: bound.error.reason }, bound.error.message);
     return refuse(new KvgateError('contract_invalid', bound.error.message));
   }
+  // As the gate refuses them, on either path: a contract binds `messages` but not the path it was minted for.
+  const mediaId = clientMediaUuid(body.value['messages']);
+  if (mediaId !== undefined) return refuse(new KvgateError('bad_request', mediaId));
   const call: IncomingCall = {
     endpoint: c.endpoint,
     path: c.path,
