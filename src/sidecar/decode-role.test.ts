@@ -356,9 +356,10 @@ describe('refusals are recorded on the sidecar that makes them, once', () => {
 
   it('the prefill worker refusing the leg is audited on P; D relays it as refused without a second audit line', async () => {
     const c = contract();
-    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));
+    // (Not n > 1, which the simulator refuses too: the prefill leg always asks for n 1.)
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ echo: true })));
     expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
-    expect(r.body.error.message).toMatch(/^the prefill worker refused the request \(HTTP 400\): n > 1 is not supported/);
+    expect(r.body.error.message).toMatch(/^the prefill worker refused the request \(HTTP 400\): echo is not supported/);
     expect(record(P, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
     expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: true, audits: 0 });
   });

@@ -28,11 +28,17 @@ export const ATTESTATION_KEY = 'kvgate';
 /**
  * The prefill leg's body: the client's request with `kv_transfer_params` set to the prefill shape, no streaming,
  * one output token (`max_tokens`, and `max_completion_tokens` when present), `stream_options` dropped and
- * `min_tokens`/`min_completion_tokens` popped ("not supported for P").
+ * `min_tokens`/`min_completion_tokens` popped ("not supported for P"), and one sequence (`n: 1` when present): vLLM
+ * fans `n` into n child requests (vllm-project/vllm `vllm/v1/engine/parallel_sampling.py`, PR #10980), each computing
+ * the prompt's KV and holding it for a remote decode, which pulls one copy; the other n - 1 stay pinned on the prefill
+ * worker until its abort timeout (480 s; vllm-project/vllm#43509, open as of 2026-05), so one client asking a large
+ * `n` would fill the KV cache of a prefill pool every tenant shares. The decode leg keeps the client's `n`: its
+ * siblings read the one prompt there. smg-project/smg#1622 (`proto_wrapper.rs`) sends its prefill leg with n = 1 too.
  */
 export function toPrefillBody(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out: Record<string, unknown> = { ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS }, stream: false, max_tokens: 1 };
   if ('max_completion_tokens' in out) out['max_completion_tokens'] = 1;
+  if ('n' in out) out['n'] = 1;
   delete out['stream_options'];
   delete out['min_tokens'];
   delete out['min_completion_tokens'];

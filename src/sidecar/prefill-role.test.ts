@@ -131,6 +131,19 @@ describe('prefill role', () => {
     expect(p.spy.workCalls(sim.url)).toEqual([]);
   });
 
+  it('runs the prompt once for a request asking n completions: the worker gets n 1, whatever the leg asked', async () => {
+    // vLLM fans n into n child requests that each compute and hold the prompt's KV for a remote decode that pulls one:
+    // the other n - 1 copies stay pinned on the prefill worker until its abort timeout (480 s).
+    p.spy.reset();
+    const r = await postJson(
+      `${p.sidecar.url}/v1/completions`,
+      ...bound(contract(), { model: MODEL, prompt: 'x', n: 8, kv_transfer_params: { ...PREFILL_KV_PARAMS } }),
+    );
+    expect(r.status).toBe(200);
+    const [sent] = p.spy.workCalls(sim.url);
+    expect(sent!.body).toMatchObject({ n: 1, max_tokens: 1 });
+  });
+
   it('refuses a client-chosen media uuid before calling the worker, on either path, with one audit line', async () => {
     // A contract does not name its path: one minted for a completions body that also carries `messages` (which vLLM's
     // completions path ignores) binds them, and the chat path renders them. vLLM caches media by that id, unsalted.
