@@ -205,8 +205,10 @@ export function toPromptCount(
     // would make /tokenize refuse a chat request the completion path accepts (vllm-project/vllm
     // `vllm/entrypoints/serve/tokenize/protocol.py` @030ea52e; `vllm/entrypoints/openai/protocol.py` in 0.11/0.13).
     const req: Record<string, unknown> = { model, messages };
+    // The validator reads raw values the Python way, before pydantic coerces "true", "yes" or 1 to a boolean: any value
+    // it finds truthy must not meet a spelled-out default.
     if (body['add_generation_prompt'] !== undefined) req['add_generation_prompt'] = body['add_generation_prompt'];
-    else if (body['continue_final_message'] !== true) req['add_generation_prompt'] = true;
+    else if (!pythonTruthy(body['continue_final_message'])) req['add_generation_prompt'] = true;
     req['continue_final_message'] = body['continue_final_message'] ?? false;
     req['add_special_tokens'] = body['add_special_tokens'] ?? false;
     for (const k of CHAT_TOKENIZE_FIELDS) if (body[k] !== undefined) req[k] = body[k];
@@ -226,6 +228,13 @@ export function toPromptCount(
       'a disaggregated completion needs one prompt (a string or a list of token ids); send batches as separate requests',
     ),
   );
+}
+
+/** Python's truth value of a JSON value (`bool(x)`): false for null, false, 0, "", [] and {}. */
+function pythonTruthy(v: unknown): boolean {
+  if (v === undefined || v === null || v === false || v === 0 || v === '') return false;
+  if (Array.isArray(v)) return v.length > 0;
+  return typeof v !== 'object' || Object.keys(v).length > 0;
 }
 
 /** What the pure checks learned of a request before any worker computed anything for it. */
