@@ -28,7 +28,7 @@ import { createReplayGuard, type ReplayGuard } from './replay-guard.js';
 import { headerValue, type IncomingCall, type SidecarContext } from './context.js';
 import { serveDecode } from './decode-role.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
-import { abortWith, listen, parseJsonObject, readBody, sendError, sendText, type FetchFn } from './http-io.js';
+import { abortWith, closeSilentConnections, listen, parseJsonObject, readBody, sendError, sendText, type FetchFn } from './http-io.js';
 import { createSidecarMetrics } from './metrics.js';
 import { sidecarOptIns } from './opt-ins.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
@@ -65,6 +65,8 @@ export interface SidecarDeps {
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** Live contracts the replay guard holds at most (default 200,000; tests make it small). */
   readonly replayGuardMaxEntries?: number;
+  /** How long a new connection may stay silent before its first request (ms; default the server's headersTimeout). */
+  readonly firstRequestTimeoutMs?: number;
 }
 
 /**
@@ -184,6 +186,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   // Above the proxy's idle timeout (config.ts keepAliveTimeoutMs), so the proxy, not the sidecar, ends idle connections.
   server.keepAliveTimeout = config.keepAliveTimeoutMs;
   server.headersTimeout = Math.max(server.headersTimeout, config.keepAliveTimeoutMs + 1_000);
+  closeSilentConnections(server, deps.firstRequestTimeoutMs ?? server.headersTimeout);
   const { port, host } = await listen(server, config.listen);
   const side = await startSidePorts(config, state, deps.registry, deps.logger);
   await loop.probe();
