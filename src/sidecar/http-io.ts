@@ -4,7 +4,6 @@
  */
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Duplex } from 'node:stream';
 import { boundedBytes } from '../bounded-body.js';
 import { err, KvgateError, ok, toErrorBody, type Result } from '../errors.js';
 import { H } from '../headers.js';
@@ -255,27 +254,6 @@ export function upstreamMessage(text: string): string {
   }
   const t = text.trim();
   return t.length > 500 ? `${t.slice(0, 500)}…` : t || '(empty body)';
-}
-
-/** Where a connection keeps the timer that closes it if no request comes (cleared by its first request). */
-const FIRST_REQUEST = Symbol('kvgate.firstRequest');
-type SilentSocket = Duplex & { [FIRST_REQUEST]?: NodeJS.Timeout };
-
-/**
- * Close a connection that sends no request within `ms`. Node bounds a request's headers (`headersTimeout`) only from
- * their first byte, and idle keep-alive connections only after a response (`keepAliveTimeout`): a connection that
- * never sends a byte stays open for ever (Node 20 and 24). Whatever reaches this port (the data plane, the gate, an
- * in-mesh workload the network lets in) could then hold silent sockets until the sidecar had no file descriptor left
- * for Envoy's connections or its own worker. The timer stops at the connection's first request.
- */
-export function closeSilentConnections(server: http.Server, ms: number): void {
-  server.on('connection', (socket: SilentSocket) => {
-    const timer = setTimeout(() => socket.destroy(), ms);
-    timer.unref();
-    socket[FIRST_REQUEST] = timer;
-    socket.once('close', () => clearTimeout(timer));
-  });
-  server.on('request', (req: http.IncomingMessage) => clearTimeout((req.socket as SilentSocket)[FIRST_REQUEST]));
 }
 
 /** Listen on `host:port` (port 0: any free port); resolves to the bound host and port. */

@@ -8,7 +8,8 @@
 import http from 'node:http';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { closeSilentConnections, listen, sendJson, sendText } from './http-io.js';
+import { listen, sendJson, sendText } from './http-io.js';
+import { closeSilentConnections } from '../silent-connections.js';
 import type { SidecarState } from './sidecar-state.js';
 
 export interface SidePorts {
