@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { findKvTransferParams, jsonNestingExceeds, jsonStringEnd } from './json-limits.js';
+import { findTransferParams, jsonNestingExceeds, jsonStringEnd } from './json-limits.js';
 
 /** The walk as first written (every value stacked, every path spelled): the oracle for the cheaper one. */
-function reference(value: unknown, skipTopLevel = false): string | undefined {
+function reference(value: unknown, skipTopLevel = false): { path: string; field: string } | undefined {
   const stack: { v: unknown; path: string; top: boolean }[] = [{ v: value, path: '', top: true }];
   while (stack.length > 0) {
     const { v, path, top } = stack.pop()!;
@@ -16,8 +16,9 @@ function reference(value: unknown, skipTopLevel = false): string | undefined {
     }
     for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
       const here = path === '' ? k : `${path}.${k}`;
-      const isKey = k.length <= 32 && k.toLowerCase().replace(/[-_]/g, '') === 'kvtransferparams';
-      if (isKey && !(top && skipTopLevel && k === 'kv_transfer_params')) return here.slice(0, 128);
+      const bare = k.length <= 32 ? k.toLowerCase().replace(/[-_]/g, '') : '';
+      const field = bare === 'kvtransferparams' ? 'kv_transfer_params' : bare === 'ectransferparams' ? 'ec_transfer_params' : undefined;
+      if (field !== undefined && !(top && skipTopLevel && k === 'kv_transfer_params')) return { path: here.slice(0, 128), field };
       stack.push({ v: x, path: here, top: false });
     }
   }
@@ -30,6 +31,8 @@ const kvKey = fc.constantFrom(
   'kvtransferparams',
   'kv__transfer__params',
   'k_v_transfer_params',
+  'ec_transfer_params',
+  'EC-Transfer-Params',
 );
 const key = fc.oneof(fc.string({ maxLength: 20 }), kvKey, fc.constantFrom('model', 'messages', 'vllm_xargs', '__proto__', '0', '10'));
 const json = fc.letrec((tie) => ({
@@ -41,26 +44,34 @@ const json = fc.letrec((tie) => ({
   ),
 })).value;
 
-describe('findKvTransferParams', () => {
+describe('findTransferParams', () => {
   it('finds the same path as the full walk, on random JSON and on parsed JSON text', () => {
     fc.assert(
       fc.property(json, fc.boolean(), (v, skip) => {
-        expect(findKvTransferParams(v, skip)).toBe(reference(v, skip));
+        expect(findTransferParams(v, skip)).toEqual(reference(v, skip));
         const parsed: unknown = JSON.parse(JSON.stringify(v));
-        expect(findKvTransferParams(parsed, skip)).toBe(reference(parsed, skip));
+        expect(findTransferParams(parsed, skip)).toEqual(reference(parsed, skip));
       }),
       { numRuns: 500 },
     );
   });
 
   it('names where vLLM would read it, top level or nested, in any spelling', () => {
-    expect(findKvTransferParams({ model: 'm', kv_transfer_params: {} })).toBe('kv_transfer_params');
-    expect(findKvTransferParams({ model: 'm', kv_transfer_params: {} }, true)).toBeUndefined();
-    expect(findKvTransferParams({ vllm_xargs: { 'KV-Transfer-Params': 1 } }, true)).toBe('vllm_xargs.KV-Transfer-Params');
-    expect(findKvTransferParams({ messages: [{ role: 'user', content: 'x' }, { kvtransferparams: null }] })).toBe(
-      'messages[1].kvtransferparams',
+    const kv = (path: string) => ({ path, field: 'kv_transfer_params' });
+    expect(findTransferParams({ model: 'm', kv_transfer_params: {} })).toEqual(kv('kv_transfer_params'));
+    expect(findTransferParams({ model: 'm', kv_transfer_params: {} }, true)).toBeUndefined();
+    expect(findTransferParams({ vllm_xargs: { 'KV-Transfer-Params': 1 } }, true)).toEqual(kv('vllm_xargs.KV-Transfer-Params'));
+    expect(findTransferParams({ messages: [{ role: 'user', content: 'x' }, { kvtransferparams: null }] })).toEqual(
+      kv('messages[1].kvtransferparams'),
     );
-    expect(findKvTransferParams({ prompt: 'kv_transfer_params', max_tokens: 3 })).toBeUndefined();
+    expect(findTransferParams({ prompt: 'kv_transfer_params', max_tokens: 3 })).toBeUndefined();
+  });
+
+  it('finds ec_transfer_params the same way, the top level included whatever the caller skips', () => {
+    const ec = (path: string) => ({ path, field: 'ec_transfer_params' });
+    expect(findTransferParams({ model: 'm', ec_transfer_params: {} }, true)).toEqual(ec('ec_transfer_params'));
+    expect(findTransferParams({ vllm_xargs: { Ec_Transfer_Params: 'x' } })).toEqual(ec('vllm_xargs.Ec_Transfer_Params'));
+    expect(findTransferParams({ prompt: 'ec_transfer_params' })).toBeUndefined();
   });
 });
 

@@ -59,16 +59,32 @@ export function hasNonFiniteNumber(v: unknown): boolean {
   return false;
 }
 
+/** The body fields that make a worker load cache computed elsewhere, from wherever they point. */
+export type TransferParamsField = 'kv_transfer_params' | 'ec_transfer_params';
+
+/** Where a client body spells a transfer-parameters field: its JSON path (cut to 128 characters) and which field. */
+export interface TransferParamsFound {
+  readonly path: string;
+  readonly field: TransferParamsField;
+}
+
 /**
- * Where vLLM would read `kv_transfer_params`: `CompletionRequest`/`ChatCompletionRequest.kv_transfer_params`, and
- * `vllm_xargs`, whose entries become `SamplingParams.extra_args`, from which the engine's `Request` takes
- * `extra_args["kv_transfer_params"]` (vllm-project/vllm: vllm/entrypoints/openai/protocol.py `to_sampling_params`,
- * `extra_args = self.vllm_xargs or {}` then `extra_args["kv_transfer_params"] = self.kv_transfer_params`;
- * vllm/v1/request.py `sampling_params.extra_args.get("kv_transfer_params")`; v0.10 to main, 2026). Pydantic field
- * names are case-sensitive, but a proxy or a future version may not be, so any key that spells the name in any case,
- * with `_`, `-` or neither, at any depth, counts. Returns the JSON path of the first one, or undefined.
+ * Where vLLM would read `kv_transfer_params` or `ec_transfer_params`: `CompletionRequest`/`ChatCompletionRequest`'s
+ * fields of those names, and `vllm_xargs`, whose entries become `SamplingParams.extra_args`, from which the engine's
+ * `Request` takes `extra_args["kv_transfer_params"]` and `extra_args["ec_transfer_params"]` (vllm-project/vllm:
+ * vllm/entrypoints/openai/protocol.py `to_sampling_params`, `extra_args = self.vllm_xargs or {}` then
+ * `extra_args["kv_transfer_params"] = self.kv_transfer_params`; vllm/v1/request.py
+ * `sampling_params.extra_args.get("kv_transfer_params")`; v0.10 to main, 2026). `ec_transfer_params` is the
+ * encoder-cache sibling for encode/prefill/decode disaggregation: the request's field goes to `extra_args` the same
+ * way (vllm/entrypoints/openai/chat_completion/protocol.py and completion/protocol.py `to_sampling_params` @002032ee;
+ * tests/v1/ec_connector/unit/test_ec_transfer_params.py @03103032), and an EC connector then loads each media item's
+ * encoder output from the host and port its entry names (vllm/distributed/ec_transfer/ec_connector/*
+ * `has_caches`/`update_state_after_alloc`). Pydantic field names are case-sensitive, but a proxy or a future version
+ * may not be, so any key that spells either name in any case, with `_`, `-` or neither, at any depth, counts.
+ * `skipTopLevelKv`: a top-level key spelled exactly `kv_transfer_params` is the caller's to judge (a sidecar's).
+ * Returns the first one found, or undefined.
  */
-export function findKvTransferParams(value: unknown, skipTopLevel = false): string | undefined {
+export function findTransferParams(value: unknown, skipTopLevelKv = false): TransferParamsFound | undefined {
   const stack: { v: unknown; path: string; top: boolean }[] = [{ v: value, path: '', top: true }];
   while (stack.length > 0) {
     const { v, path, top } = stack.pop()!;
@@ -84,16 +100,24 @@ export function findKvTransferParams(value: unknown, skipTopLevel = false): stri
     for (const k in v) {
       if (!Object.hasOwn(v, k)) continue;
       const x = (v as Record<string, unknown>)[k];
-      if (isKvParamsKey(k) && !(top && skipTopLevel && k === 'kv_transfer_params')) return (path === '' ? k : `${path}.${k}`).slice(0, 128);
+      const field = transferParamsField(k);
+      if (field !== undefined && !(top && skipTopLevelKv && k === 'kv_transfer_params'))
+        return { path: (path === '' ? k : `${path}.${k}`).slice(0, 128), field };
       if (x !== null && typeof x === 'object') stack.push({ v: x, path: path === '' ? k : `${path}.${k}`, top: false });
     }
   }
   return undefined;
 }
 
-/** `kvtransferparams` has 16 letters, so a shorter key never spells it (most keys: no lower-casing, no regex). */
-function isKvParamsKey(key: string): boolean {
-  return key.length >= 16 && key.length <= 32 && key.toLowerCase().replace(/[-_]/g, '') === 'kvtransferparams';
+/**
+ * The field a key spells, in any case, with `_`, `-` or neither. `kvtransferparams` and `ectransferparams` have 16
+ * letters, so a shorter key never spells one (most keys: no lower-casing, no regex).
+ */
+function transferParamsField(key: string): TransferParamsField | undefined {
+  if (key.length < 16 || key.length > 32) return undefined;
+  const bare = key.toLowerCase().replace(/[-_]/g, '');
+  if (bare === 'kvtransferparams') return 'kv_transfer_params';
+  return bare === 'ectransferparams' ? 'ec_transfer_params' : undefined;
 }
 
 /** A client-supplied value as it may appear in an error message or an audit line: JSON-quoted, at most 128

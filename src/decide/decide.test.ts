@@ -270,6 +270,24 @@ describe('decide: refusals before any target is chosen', () => {
     expect(route(run(onlyA, { user: '\ud800' })).group.tenantScope).toBe('tenant:acme');
   });
 
+  it('a user header with more than one value -> 401 under tenant-user scope, as for the tenant header', () => {
+    // A client copy that survived next to the one the authentication layer adds would otherwise pick the user, and with
+    // it the prefix-cache scope (tenant-user:acme/<joined ids>): refused as the tenant header is, never joined.
+    const t = compiled((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+      v['tenancy']['prefixScope'] = 'tenant-user';
+      v['tenancy']['userHeader'] = 'x-user-id';
+    }, false);
+    const r = refusal(run(t, { headers: { 'x-user-id': 'mallory,alice' } }));
+    expect(r).toMatchObject({ code: 'tenant_required', tenant: 'acme' });
+    expect(r.message).toBe(
+      'the user identity (header x-user-id) is unusable: it carries more than one value; exactly one user id is required',
+    );
+    expect(route(run(t, { headers: { 'x-user-id': 'alice' } })).group.tenantScope).toBe('tenant-user:acme/alice');
+    // Outside tenant-user scope the user is not read at all.
+    expect(route(run(onlyA, { headers: { 'x-user-id': 'a,b' } })).group.tenantScope).toBe('tenant:acme');
+  });
+
   it('a request without a body -> 400', () => {
     const { body: _unused, ...noBody } = testFacts({ tenant: 'acme' });
     expect(refusal(decide(noBody, table, createTestWorkerView(table), ctx)).code).toBe('bad_request');

@@ -296,6 +296,17 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: Trace):
     );
   }
   const user = userOf(facts, tenancy);
+  // As for the tenant header: two values mean a client copy survived next to the authentication layer's, and the user
+  // picks the prefix-cache scope under tenant-user; refused, never joined into a user of the client's making.
+  if (tenancy.prefixScope === 'tenant-user' && tenancy.userHeader !== undefined && user?.includes(',') === true) {
+    return refuse(
+      id,
+      'tenant_required',
+      `the user identity (header ${tenancy.userHeader}) is unusable: it carries more than one value; exactly one user id is required`,
+      trace,
+      { tenant },
+    );
+  }
   const session = sessionOf(facts, table.session);
   // Every identity travels in the signed contract and binding, which a verifier accepts up to MAX_TOKEN_CHARS: a
   // 20 KB `user` would be routed with a contract no sidecar can read, and held in every open stream's binding.

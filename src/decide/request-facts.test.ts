@@ -130,6 +130,26 @@ describe('parseOpenAiBody', () => {
     ).toBe(true);
   });
 
+  it('forbids ec_transfer_params (encoder-cache transfer) wherever vLLM would read them, in any spelling', () => {
+    // vLLM hands a body's ec_transfer_params to its EC connector as it hands kv_transfer_params to the KV connector:
+    // the worker would load encoder outputs from wherever they point.
+    const bodies = [
+      { ...chat, ec_transfer_params: { h: { do_remote_encode: true, remote_host: '10.0.0.9', remote_port: 1 } } },
+      { ...chat, ec_transfer_params: null },
+      { ...chat, vllm_xargs: { ec_transfer_params: 'x' } },
+      { ...chat, extra: [{ 'EC-Transfer-Params': {} }] },
+      { model: 'm', prompt: 'hi', ectransferparams: {} },
+    ];
+    for (const body of bodies) {
+      const path = 'prompt' in body ? '/v1/completions' : '/v1/chat/completions';
+      const e = refusal(path, bytes(body));
+      expect(e.code, JSON.stringify(body)).toBe('kv_params_forbidden');
+      expect(e.reason).toMatch(/^ec_transfer_params /);
+    }
+    expect(refusal('/v1/chat/completions', bytes(bodies[0])).reason).toContain('(found at "ec_transfer_params")');
+    expect(refusal('/v1/chat/completions', bytes(bodies[2])).reason).toContain('(found at "vllm_xargs.ec_transfer_params")');
+  });
+
   it('refuses a chat content part naming its media by a client-chosen uuid: vLLM caches media by that id, unsalted', () => {
     const part = (extra: Record<string, unknown>) => ({
       ...chat,
@@ -160,6 +180,19 @@ describe('parseOpenAiBody', () => {
     }
     // The word in text is only text.
     expect(parseOpenAiBody('/v1/chat/completions', bytes(part({ type: 'text', text: 'uuid' })), limits).ok).toBe(true);
+  });
+
+  it('refuses media uuids in the messages of a completions body too: the contract does not name its path', () => {
+    // vLLM's completions path ignores `messages`, but the prompt digest covers them: a holder of this request's contract
+    // could send the same body to /v1/chat/completions, where vLLM renders them (and takes the id).
+    const body = {
+      model: 'm',
+      prompt: 'hi',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: null, uuid: 'sku-1234' }] }],
+    };
+    const e = refusal('/v1/completions', bytes(body));
+    expect([e.code, e.reason]).toEqual(['bad_request', expect.stringContaining('messages[0].content[0] names its media by "uuid"')]);
+    expect(parseOpenAiBody('/v1/completions', bytes({ ...body, messages: 'not a list' }), limits).ok).toBe(true);
   });
 
   it('refuses a body nested deeper than 64 levels with 400 before parsing it (20,000 levels: no stack overflow)', () => {
@@ -212,6 +245,22 @@ describe('tenant, user and session', () => {
     });
     expect(tenantOf(facts({}), table.tenancy)).toEqual({ kind: 'missing', from: 'header x-tenant-id' });
     expect(tenantOf(facts({ 'x-tenant-id': 'globex,acme' }), table.tenancy).kind).toBe('ambiguous');
+  });
+
+  it('trims only the whitespace HTTP strips (space, tab): an id ending in another Unicode space is another identity', () => {
+    // JavaScript's trim() also strips U+00A0, U+FEFF, U+2028, U+3000...: "acme\u00a0" (two UTF-8 bytes Envoy passes
+    // as they are) would have become tenant acme, with acme's prefix cache and acme's model access.
+    for (const space of ['\u00a0', '\ufeff', '\u2028', '\u3000', '\u2003', '\v', '\f']) {
+      const id = `acme${space}`;
+      const found = tenantOf(facts({ 'x-tenant-id': id }), table.tenancy);
+      expect(found, JSON.stringify(id)).toEqual({ kind: 'found', tenant: id, from: 'header x-tenant-id' });
+      expect(userOf({ headers: { 'x-user-id': `${space}u7` } }, metaTenancy)).toBe(`${space}u7`);
+      expect(sessionOf({ headers: { 'x-session-id': `s-1${space}` } }, table.session)).toBe(`s-1${space}`);
+    }
+    expect(tenantOf(facts({ 'x-tenant-id': '\t acme \t' }), table.tenancy)).toMatchObject({ kind: 'found', tenant: 'acme' });
+    expect(tenantOf(facts({ 'x-tenant-id': ' \t ' }), table.tenancy).kind).toBe('missing');
+    expect(userOf({ headers: { 'x-user-id': ' u7\t' } }, metaTenancy)).toBe('u7');
+    expect(sessionOf({ headers: { 'x-session-id': '\ts-1 ' } }, table.session)).toBe('s-1');
   });
 
   it('reads the tenant from Envoy metadata (a jwt_authn claim)', () => {

@@ -3,8 +3,9 @@
  * route table's tenancy config says to trust. Pure: bytes and header maps in, values or refusal errors out.
  */
 import { BoundedCache } from '../bounded-cache.js';
+import { clientMediaUuid } from '../client-media.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
-import { findKvTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
+import { findTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
 import type { OpenAiRequest, RequestFacts } from './types.js';
 
@@ -24,7 +25,8 @@ const bad = (message: string): { ok: false; error: KvgateError } => err(new Kvga
 
 /**
  * Parse and check an OpenAI completions or chat body. Refuses before any worker sees it: oversized bodies,
- * non-JSON, wrong field types, and any client-sent `kv_transfer_params` (only kvgate's sidecars may set it).
+ * non-JSON, wrong field types, and any client-sent `kv_transfer_params` (only kvgate's sidecars may set it) or
+ * `ec_transfer_params` (kvgate sets none).
  */
 export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimits): Result<OpenAiRequest, KvgateError> {
   // Exactly the paths the sidecars serve (src/sidecar/openai-body.ts ENDPOINT_PATHS), as vLLM does: a trailing slash
@@ -72,12 +74,15 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
     return bad('the request body must be a JSON object, e.g. {"model": "...", "messages": [...]}');
   }
   const obj = json as Record<string, unknown>;
-  const kvParams = findKvTransferParams(obj);
-  if (kvParams !== undefined) {
+  const transfer = findTransferParams(obj);
+  if (transfer !== undefined) {
+    const at = quoteClientValue(transfer.path);
     return err(
       new KvgateError(
         'kv_params_forbidden',
-        `kv_transfer_params is set by kvgate's sidecars, never by a client (found at ${quoteClientValue(kvParams)}); remove it from the request`,
+        transfer.field === 'kv_transfer_params'
+          ? `kv_transfer_params is set by kvgate's sidecars, never by a client (found at ${at}); remove it from the request`
+          : `ec_transfer_params would make the worker load encoder outputs from wherever they point; kvgate routes no encoder disaggregation and never takes them from a client (found at ${at}); remove it from the request`,
       ),
     );
   }
@@ -120,7 +125,9 @@ function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endp
   if (stream !== undefined && stream !== null && typeof stream !== 'boolean') {
     return `"stream" must be true or false; got ${typeName(stream)}`;
   }
-  return endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
+  const shape = endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
+  // On either path: the contract binds `messages` but not the path (src/client-media.ts).
+  return shape ?? clientMediaUuid(obj['messages']);
 }
 
 function checkMessages(messages: unknown): string | undefined {
@@ -132,30 +139,6 @@ function checkMessages(messages: unknown): string | undefined {
     (m) => m === null || typeof m !== 'object' || Array.isArray(m) || typeof (m as { role?: unknown }).role !== 'string',
   );
   if (i !== -1) return `messages[${i}] must be an object with a string "role"`;
-  return clientMediaUuid(messages as readonly Record<string, unknown>[]);
-}
-
-/**
- * A content part that names its media by a client-chosen `uuid`. vLLM takes that id as the item's identity in its
- * multimodal caches instead of hashing the media, and accepts the media itself as null when an id is given, so the
- * item comes from the cache alone (vllm-project/vllm vllm/entrypoints/chat_utils.py `_parse_chat_message_content_part`
- * and `_parse_chat_message_content_mm_part` @001eadcf: "User must guarantee that it is properly generated and unique
- * for different medias"). The cache key is the id, not the tenant's `cache_salt`: a tenant that sends another tenant's
- * id would be answered about that tenant's image. A null `uuid` is no id (vLLM reads it as absent).
- */
-function clientMediaUuid(messages: readonly Record<string, unknown>[]): string | undefined {
-  for (let i = 0; i < messages.length; i++) {
-    const content = messages[i]!['content'];
-    if (!Array.isArray(content)) continue;
-    for (let j = 0; j < content.length; j++) {
-      const part = content[j] as unknown;
-      if (part === null || typeof part !== 'object' || Array.isArray(part)) continue;
-      const uuid = (part as Record<string, unknown>)['uuid'];
-      if (Object.hasOwn(part, 'uuid') && uuid !== null) {
-        return `messages[${i}].content[${j}] names its media by "uuid"; vLLM caches media by that id across tenants (cache_salt does not scope it), so kvgate refuses client-chosen media ids: remove "uuid" and the worker identifies the media by its content`;
-      }
-    }
-  }
   return undefined;
 }
 
@@ -188,6 +171,23 @@ export type TenantLookup =
   | { readonly kind: 'ambiguous'; readonly from: string; readonly detail: string }
   | { readonly kind: 'invalid'; readonly from: string };
 
+/**
+ * A header value without the whitespace HTTP itself strips around field values (RFC 9110 section 5.5: SP and HTAB),
+ * which Envoy's codecs already remove. Not `String.prototype.trim`, which also strips U+00A0, U+FEFF, U+2028, U+3000
+ * and the other Unicode spaces: an identity ending in one of those (two or three bytes of valid UTF-8 that Envoy passes
+ * as they are) would become another tenant's, with its prefix cache and its model access.
+ */
+function trimOws(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  let start = 0;
+  let end = value.length;
+  while (start < end && isOws(value.charCodeAt(start))) start++;
+  while (end > start && isOws(value.charCodeAt(end - 1))) end--;
+  return start === 0 && end === value.length ? value : value.slice(start, end);
+}
+
+const isOws = (c: number): boolean => c === 0x20 || c === 0x09;
+
 /** Read the tenant from the one source the table trusts (a header set by auth, or Envoy dynamic metadata). */
 export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'invalidHeaders'>, tenancy: Tenancy): TenantLookup {
   const { header, metadata } = tenancy.source;
@@ -195,7 +195,7 @@ export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'inv
     const from = `header ${header}`;
     // Decoded strictly: a lossy decoding would make `t-\xE9` and `t-\xFF` the same tenant, sharing a cache.
     if (facts.invalidHeaders?.includes(header) === true) return { kind: 'invalid', from };
-    const v = facts.headers[header]?.trim();
+    const v = trimOws(facts.headers[header]);
     if (v === undefined || v === '') return { kind: 'missing', from };
     if (v.includes(',')) return { kind: 'ambiguous', from, detail: 'it carries more than one value' };
     return { kind: 'found', tenant: v, from };
@@ -220,7 +220,7 @@ export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'inv
 /** The user for `tenant-user` prefix scope: the trusted user header if configured, else the body's `user`. */
 export function userOf(facts: Pick<RequestFacts, 'headers' | 'body'>, tenancy: Tenancy): string | null {
   if (tenancy.userHeader !== undefined) {
-    const v = facts.headers[tenancy.userHeader]?.trim();
+    const v = trimOws(facts.headers[tenancy.userHeader]);
     return v === undefined || v === '' ? null : v;
   }
   const u = facts.body?.user;
@@ -229,7 +229,7 @@ export function userOf(facts: Pick<RequestFacts, 'headers' | 'body'>, tenancy: T
 
 /** The session key (cohort and stickiness), from the configured session header. */
 export function sessionOf(facts: Pick<RequestFacts, 'headers'>, session: SessionConfig): string | null {
-  const v = facts.headers[session.header]?.trim();
+  const v = trimOws(facts.headers[session.header]);
   return v === undefined || v === '' ? null : v;
 }
 

@@ -6,6 +6,7 @@
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { closeSilentConnections } from '../silent-connections.js';
 
 /**
  * node:http through `process.getBuiltinModule`, not an ESM import: on Node 22 and later an ESM import of node:http
@@ -25,6 +26,8 @@ export interface AdminOptions {
   readonly registry: Registry;
   readonly status: () => unknown;
   readonly serving: () => boolean;
+  /** How long a new connection may stay silent before its first request (ms; default the server's headersTimeout). */
+  readonly firstRequestTimeoutMs?: number;
 }
 
 export async function startAdminServer(opts: AdminOptions): Promise<AdminServer> {
@@ -32,6 +35,7 @@ export async function startAdminServer(opts: AdminOptions): Promise<AdminServer>
     void handle(req, res, opts);
   });
   server.keepAliveTimeout = 5_000;
+  closeSilentConnections(server, opts.firstRequestTimeoutMs ?? server.headersTimeout);
   const i = opts.listen.lastIndexOf(':');
   const host = opts.listen.slice(0, i).replace(/^\[|\]$/g, '');
   await new Promise<void>((resolve, reject) => {

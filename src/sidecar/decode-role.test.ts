@@ -175,6 +175,14 @@ describe('decode role refusals before any KV is consumed', () => {
     expect([none.status, none.body.error.code]).toEqual([403, 'contract_invalid']);
   });
 
+  it('a client-chosen media uuid is refused before the prefill leg (a contract does not name its path)', async () => {
+    const messages = [{ role: 'user', content: [{ type: 'image_url', image_url: null, uuid: 'sku-1' }] }];
+    const [body, headers] = bound(contract(), completion({ messages }));
+    const r = await refusedBeforeAnyCall(headers, body);
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toContain('messages[0].content[0] names its media by "uuid"');
+  });
+
   it("an attestation whose prompt token count this decode worker's tokenizer does not reproduce is 409 before decode", async () => {
     // Same label, but the worker's tokenizer changed, and the operator opted out of canaries (trust: declared-only):
     // only the attestation can catch it. (With the default, recorded trust, the tokenizer canary refuses it first.)
@@ -348,9 +356,10 @@ describe('refusals are recorded on the sidecar that makes them, once', () => {
 
   it('the prefill worker refusing the leg is audited on P; D relays it as refused without a second audit line', async () => {
     const c = contract();
-    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ n: 2 })));
+    // (Not n > 1, which the simulator refuses too: the prefill leg always asks for n 1.)
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ echo: true })));
     expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
-    expect(r.body.error.message).toMatch(/^the prefill worker refused the request \(HTTP 400\): n > 1 is not supported/);
+    expect(r.body.error.message).toMatch(/^the prefill worker refused the request \(HTTP 400\): echo is not supported/);
     expect(record(P, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: undefined, audits: 1 });
     expect(record(D, c.requestId)).toEqual({ outcome: 'refused', code: 'bad_request', relayed: true, audits: 0 });
   });

@@ -41,6 +41,13 @@ describe('toPrefillBody', () => {
     expect(body.stream).toBe(true); // the original is untouched: the decode leg needs it
     expect(toPrefillBody({ model: 'm', prompt: 'x' })).not.toHaveProperty('max_completion_tokens');
   });
+
+  it('computes the prompt once: n is 1 on the prefill leg whatever the client asked (vLLM strands n - 1 copies)', () => {
+    for (const n of [8, 2, '3', null, 1]) {
+      expect(toPrefillBody({ model: 'm', prompt: 'x', n }), JSON.stringify(n)).toMatchObject({ n: 1, max_tokens: 1 });
+    }
+    expect(toPrefillBody({ model: 'm', prompt: 'x' })).not.toHaveProperty('n');
+  });
 });
 
 describe('checkClientKvParams', () => {

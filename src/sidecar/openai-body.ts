@@ -5,7 +5,7 @@
  */
 import { vllmAtLeast } from '../compat/vllm-defaults.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
-import { findKvTransferParams } from '../json-limits.js';
+import { findTransferParams } from '../json-limits.js';
 
 export type Endpoint = 'completions' | 'chat';
 
@@ -28,11 +28,17 @@ export const ATTESTATION_KEY = 'kvgate';
 /**
  * The prefill leg's body: the client's request with `kv_transfer_params` set to the prefill shape, no streaming,
  * one output token (`max_tokens`, and `max_completion_tokens` when present), `stream_options` dropped and
- * `min_tokens`/`min_completion_tokens` popped ("not supported for P").
+ * `min_tokens`/`min_completion_tokens` popped ("not supported for P"), and one sequence (`n: 1` when present): vLLM
+ * fans `n` into n child requests (vllm-project/vllm `vllm/v1/engine/parallel_sampling.py`, PR #10980), each computing
+ * the prompt's KV and holding it for a remote decode, which pulls one copy; the other n - 1 stay pinned on the prefill
+ * worker until its abort timeout (480 s; vllm-project/vllm#43509, open as of 2026-05), so one client asking a large
+ * `n` would fill the KV cache of a prefill pool every tenant shares. The decode leg keeps the client's `n`: its
+ * siblings read the one prompt there. smg-project/smg#1622 (`proto_wrapper.rs`) sends its prefill leg with n = 1 too.
  */
 export function toPrefillBody(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out: Record<string, unknown> = { ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS }, stream: false, max_tokens: 1 };
   if ('max_completion_tokens' in out) out['max_completion_tokens'] = 1;
+  if ('n' in out) out['n'] = 1;
   delete out['stream_options'];
   delete out['min_tokens'];
   delete out['min_completion_tokens'];
@@ -57,13 +63,17 @@ export function isPrefillKvParams(value: unknown): boolean {
  */
 export function checkClientKvParams(body: Readonly<Record<string, unknown>>, role: 'prefill' | 'decode'): Result<void, KvgateError> {
   const params = body['kv_transfer_params'];
-  // Anywhere else vLLM would read them (under vllm_xargs, nested, another spelling) they are refused in either role.
-  const elsewhere = findKvTransferParams(body, true);
+  // Anywhere else vLLM would read them (under vllm_xargs, nested, another spelling) they are refused in either role,
+  // and so is `ec_transfer_params` anywhere: the encoder-cache sibling, which kvgate never sets (json-limits.ts).
+  const elsewhere = findTransferParams(body, true);
   if (elsewhere !== undefined) {
+    const at = JSON.stringify(elsewhere.path);
     return err(
       new KvgateError(
         'kv_params_forbidden',
-        `kv_transfer_params are set by kvgate at the top level only; found at ${JSON.stringify(elsewhere)}, remove it`,
+        elsewhere.field === 'kv_transfer_params'
+          ? `kv_transfer_params are set by kvgate at the top level only; found at ${at}, remove it`
+          : `ec_transfer_params would make the worker load encoder outputs from wherever they point, and kvgate sets none; found at ${at}, remove it`,
       ),
     );
   }
@@ -195,8 +205,10 @@ export function toPromptCount(
     // would make /tokenize refuse a chat request the completion path accepts (vllm-project/vllm
     // `vllm/entrypoints/serve/tokenize/protocol.py` @030ea52e; `vllm/entrypoints/openai/protocol.py` in 0.11/0.13).
     const req: Record<string, unknown> = { model, messages };
+    // The validator reads raw values the Python way, before pydantic coerces "true", "yes" or 1 to a boolean: any value
+    // it finds truthy must not meet a spelled-out default.
     if (body['add_generation_prompt'] !== undefined) req['add_generation_prompt'] = body['add_generation_prompt'];
-    else if (body['continue_final_message'] !== true) req['add_generation_prompt'] = true;
+    else if (!pythonTruthy(body['continue_final_message'])) req['add_generation_prompt'] = true;
     req['continue_final_message'] = body['continue_final_message'] ?? false;
     req['add_special_tokens'] = body['add_special_tokens'] ?? false;
     for (const k of CHAT_TOKENIZE_FIELDS) if (body[k] !== undefined) req[k] = body[k];
@@ -216,6 +228,13 @@ export function toPromptCount(
       'a disaggregated completion needs one prompt (a string or a list of token ids); send batches as separate requests',
     ),
   );
+}
+
+/** Python's truth value of a JSON value (`bool(x)`): false for null, false, 0, "", [] and {}. */
+function pythonTruthy(v: unknown): boolean {
+  if (v === undefined || v === null || v === false || v === 0 || v === '') return false;
+  if (Array.isArray(v)) return v.length > 0;
+  return typeof v !== 'object' || Object.keys(v).length > 0;
 }
 
 /** What the pure checks learned of a request before any worker computed anything for it. */

@@ -131,6 +131,45 @@ describe('prefill role', () => {
     expect(p.spy.workCalls(sim.url)).toEqual([]);
   });
 
+  it('runs the prompt once for a request asking n completions: the worker gets n 1, whatever the leg asked', async () => {
+    // vLLM fans n into n child requests that each compute and hold the prompt's KV for a remote decode that pulls one:
+    // the other n - 1 copies stay pinned on the prefill worker until its abort timeout (480 s).
+    p.spy.reset();
+    const r = await postJson(
+      `${p.sidecar.url}/v1/completions`,
+      ...bound(contract(), { model: MODEL, prompt: 'x', n: 8, kv_transfer_params: { ...PREFILL_KV_PARAMS } }),
+    );
+    expect(r.status).toBe(200);
+    const [sent] = p.spy.workCalls(sim.url);
+    expect(sent!.body).toMatchObject({ n: 1, max_tokens: 1 });
+  });
+
+  it('refuses a client-chosen media uuid before calling the worker, on either path, with one audit line', async () => {
+    // A contract does not name its path: one minted for a completions body that also carries `messages` (which vLLM's
+    // completions path ignores) binds them, and the chat path renders them. vLLM caches media by that id, unsalted.
+    const messages = [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'describe' },
+          { type: 'image_url', image_url: null, uuid: 'sku-1' },
+        ],
+      },
+    ];
+    for (const [path, body] of [
+      ['/v1/chat/completions', { model: MODEL, prompt: 'x', messages }],
+      ['/v1/completions', { model: MODEL, prompt: 'x', messages }],
+    ] as const) {
+      p.spy.reset();
+      const c = contract();
+      const r = await postJson(`${p.sidecar.url}${path}`, ...bound(c, { ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS } }));
+      expect([r.status, r.body.error.code], path).toEqual([400, 'bad_request']);
+      expect(r.body.error.message).toContain('messages[0].content[1] names its media by "uuid"');
+      expect(p.spy.workCalls(sim.url)).toEqual([]);
+      expect(p.lines.filter((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal')).toHaveLength(1);
+    }
+  });
+
   it('refuses a contract without a prefill leg, and one for another revision, before calling the worker', async () => {
     p.spy.reset();
     const noLeg = await postJson(

@@ -106,6 +106,28 @@ describe('chat continued from a final assistant message', () => {
   });
 });
 
+describe('continue_final_message as vLLM reads it: truthy in Python, before pydantic coerces it', () => {
+  // check_generation_prompt tests the raw body's values (`data.get(...) and data.get(...)`), and pydantic then reads
+  // "true", "yes", 1 (and "false": a non-empty string is truthy to the validator) as booleans. A /tokenize body that
+  // spelled add_generation_prompt out next to any of them would be refused while the completion path (no such field in
+  // the raw body) runs: the decode side refused the request after its prefill leg ran and left the prompt's KV pinned
+  // on the prefill worker until its abort timeout.
+  it('does not spell the default add_generation_prompt out next to a truthy continue_final_message of any type', () => {
+    const messages = [{ role: 'user', content: 'hi' }];
+    for (const cont of [true, 'true', 'yes', 1, 'false', '0']) {
+      const how = toPromptCount('chat', { model: 'm', messages, continue_final_message: cont });
+      expect(how.ok && how.value.kind === 'tokenize' && how.value.body, JSON.stringify(cont)).toMatchObject({
+        continue_final_message: cont,
+      });
+      expect(how.ok && how.value.kind === 'tokenize' && 'add_generation_prompt' in how.value.body, JSON.stringify(cont)).toBe(false);
+    }
+    for (const cont of [false, 0, '', null, undefined]) {
+      const how = toPromptCount('chat', { model: 'm', messages, ...(cont === undefined ? {} : { continue_final_message: cont }) });
+      expect(how.ok && how.value.kind === 'tokenize' && how.value.body['add_generation_prompt'], JSON.stringify(cont)).toBe(true);
+    }
+  });
+});
+
 describe('template kwargs on current vLLM (0.22 on): reasoning_effort and enable_thinking', () => {
   // build_chat_params merges documents, reasoning_effort and (unless the client's kwargs name it) enable_thinking over
   // the client's chat_template_kwargs (vllm/entrypoints/openai/chat_completion/protocol.py @002032ee); /tokenize takes

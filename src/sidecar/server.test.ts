@@ -294,6 +294,36 @@ describe('admission and drain', () => {
     }
   });
 
+  it('closes a connection that sends no request (Node closes none: headersTimeout starts at the first byte)', async () => {
+    // An in-mesh workload that reaches the port could otherwise hold any number of silent sockets, until the sidecar has
+    // no file descriptor left for Envoy's connections or its own worker.
+    const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'), undefined, undefined, { firstRequestTimeoutMs: 100 });
+    try {
+      const port = Number(new URL(t.sidecar.url).port);
+      const silent = net.connect(port, '127.0.0.1');
+      const closed = await new Promise<boolean>((resolve) => {
+        silent.on('close', () => resolve(true));
+        silent.on('error', () => undefined);
+      });
+      expect(closed).toBe(true);
+      // A connection that sends its request is served as before (its timer stops at the request).
+      const answer = await new Promise<string>((resolve) => {
+        const socket = net.connect(port, '127.0.0.1', () => socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'));
+        let text = '';
+        socket.on('data', (d: Buffer) => {
+          text += d.toString();
+          if (text.includes('\r\n\r\n')) {
+            resolve(text);
+            socket.destroy();
+          }
+        });
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    } finally {
+      await t.sidecar.close();
+    }
+  });
+
   it('a replay guard full of live contracts forgets the soonest-expiring one and counts it', async () => {
     const t = await startTestSidecar(sidecarConfigFor(sim, 'decode'), undefined, undefined, { replayGuardMaxEntries: 1 });
     try {

@@ -12,6 +12,7 @@ import type { Duplex } from 'node:stream';
 import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import { clientMediaUuid } from '../client-media.js';
 import { checkBodyBinding } from '../contract/body-binding.js';
 import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
@@ -28,6 +29,7 @@ import { headerValue, type IncomingCall, type SidecarContext } from './context.j
 import { serveDecode } from './decode-role.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { abortWith, listen, parseJsonObject, readBody, sendError, sendText, type FetchFn } from './http-io.js';
+import { closeSilentConnections } from '../silent-connections.js';
 import { createSidecarMetrics } from './metrics.js';
 import { sidecarOptIns } from './opt-ins.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
@@ -64,6 +66,8 @@ export interface SidecarDeps {
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** Live contracts the replay guard holds at most (default 200,000; tests make it small). */
   readonly replayGuardMaxEntries?: number;
+  /** How long a new connection may stay silent before its first request (ms; default the server's headersTimeout). */
+  readonly firstRequestTimeoutMs?: number;
 }
 
 /**
@@ -183,6 +187,7 @@ export async function createSidecar(config: SidecarConfig, deps: SidecarDeps): P
   // Above the proxy's idle timeout (config.ts keepAliveTimeoutMs), so the proxy, not the sidecar, ends idle connections.
   server.keepAliveTimeout = config.keepAliveTimeoutMs;
   server.headersTimeout = Math.max(server.headersTimeout, config.keepAliveTimeoutMs + 1_000);
+  closeSilentConnections(server, deps.firstRequestTimeoutMs ?? server.headersTimeout);
   const { port, host } = await listen(server, config.listen);
   const side = await startSidePorts(config, state, deps.registry, deps.logger);
   await loop.probe();
@@ -602,6 +607,9 @@ async function runCompletion(
     c.logger.warn({ event: 'contract_refused', reason: bound.error.reason }, bound.error.message);
     return refuse(new KvgateError('contract_invalid', bound.error.message));
   }
+  // As the gate refuses them, on either path: a contract binds `messages` but not the path it was minted for.
+  const mediaId = clientMediaUuid(body.value['messages']);
+  if (mediaId !== undefined) return refuse(new KvgateError('bad_request', mediaId));
   const call: IncomingCall = {
     endpoint: c.endpoint,
     path: c.path,

@@ -9,6 +9,7 @@ import http from 'node:http';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { listen, sendJson, sendText } from './http-io.js';
+import { closeSilentConnections } from '../silent-connections.js';
 import type { SidecarState } from './sidecar-state.js';
 
 export interface SidePorts {
@@ -33,6 +34,7 @@ export async function startSidePorts(
   const start = async (hostPort: string, handler: http.RequestListener): Promise<string | null> => {
     if (hostPort === '') return null;
     const server = http.createServer(handler);
+    closeSilentConnections(server, server.headersTimeout);
     servers.push(server);
     const { host, port } = await listen(server, hostPort);
     return `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host}:${port}`;

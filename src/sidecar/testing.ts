@@ -182,7 +182,7 @@ export async function startTestSidecar(
   /** Wraps the spy's fetch (a test that must hold or rewrite some upstream answers). */
   wrap?: (fetchFn: FetchFn) => FetchFn,
   /** More of the sidecar's dependencies (e.g. a small replay guard, the ring a key file gave). */
-  more: Partial<Pick<SidecarDeps, 'replayGuardMaxEntries' | 'keys' | 'keyWatchDebounceMs'>> = {},
+  more: Partial<Pick<SidecarDeps, 'replayGuardMaxEntries' | 'keys' | 'keyWatchDebounceMs' | 'firstRequestTimeoutMs'>> = {},
 ): Promise<TestSidecar> {
   const config = await configOrPromise;
   const spy = createFetchSpy();

@@ -296,12 +296,12 @@ const CASES: readonly Case[] = [
     trigger: async (rid, text) => answerOf(await post(`${sidecarUrl('decode')}/kvgate/v1/drain`, { note: text }, { 'x-request-id': rid })),
   },
   {
-    name: 'a routed request its prefill worker refuses (n: 2), relayed by the decode sidecar',
+    name: 'a routed request its prefill worker refuses (echo: true), relayed by the decode sidecar',
     routed: true,
     code: 'bad_request',
     by: { component: 'sidecar', worker: 'llama-a/prefill' },
     counted: sidecar('prefill'),
-    trigger: (rid, text) => publicRequest({ ...completion(text, 1), n: 2 }, acme(rid)),
+    trigger: (rid, text) => publicRequest({ ...completion(text, 1), echo: true }, acme(rid)),
   },
   {
     name: 'a routed request whose attestation its decode sidecar refuses (the decode worker restarted with another tokenizer)',
