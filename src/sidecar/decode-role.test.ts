@@ -247,6 +247,12 @@ describe('requests this worker would refuse never reach the prefill pool', () =>
       completion({ prompt: Array.from({ length: 2000 }, (_, i) => 100 + (i % 50)), max_tokens: 100 }),
       /the prompt \(2000 tokens\) and max_tokens \(100\) exceed this worker's max_model_len \(2048\)/,
     ],
+    [
+      'n 3 (parallel samples would share one transfer)',
+      '/v1/completions',
+      completion({ n: 3 }),
+      /^n is 3: a disaggregated request generates one sequence/,
+    ],
   ];
   for (const [name, path, body, message] of refusedBeforeTheLeg) {
     it(`${name}: 400 before the prefill leg, refused with one audit line`, async () => {

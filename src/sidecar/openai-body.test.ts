@@ -140,6 +140,13 @@ describe('checkRequestShape and checkPromptFits', () => {
     expect(maxTokensOf('completions', { max_tokens: 1.5 })).toBe('max_tokens must be a positive integer');
   });
 
+  it('refuses parallel samples (n other than 1): vLLM would hand every sample the one prefill transfer', () => {
+    for (const n of [2, 64, '2', 0])
+      expect(maxTokensOf('completions', { n }), JSON.stringify(n)).toMatch(/^n is .*: a disaggregated request generates one sequence/);
+    expect(maxTokensOf('chat', { n: 3 })).toMatch(/Send n separate requests, or n 1$/);
+    for (const n of [1, null, undefined]) expect(maxTokensOf('completions', { n }), JSON.stringify(n)).toBe(16);
+  });
+
   it('checks a prompt of token ids as the worker will count it, after truncation', () => {
     const ids = Array.from({ length: 90 }, (_, i) => i);
     expect(checkRequestShape('completions', { model: 'm', prompt: ids, max_tokens: 20 }, 100).ok).toBe(false);

@@ -32,8 +32,9 @@ export const ATTESTATION_KEY = 'kvgate';
  * fans `n` into n child requests (vllm-project/vllm `vllm/v1/engine/parallel_sampling.py`, PR #10980), each computing
  * the prompt's KV and holding it for a remote decode, which pulls one copy; the other n - 1 stay pinned on the prefill
  * worker until its abort timeout (480 s; vllm-project/vllm#43509, open as of 2026-05), so one client asking a large
- * `n` would fill the KV cache of a prefill pool every tenant shares. The decode leg keeps the client's `n`: its
- * siblings read the one prompt there. smg-project/smg#1622 (`proto_wrapper.rs`) sends its prefill leg with n = 1 too.
+ * `n` would fill the KV cache of a prefill pool every tenant shares. smg-project/smg#1622 (`proto_wrapper.rs`) sends
+ * its prefill leg with n = 1 too. A disaggregated request asking n > 1 is refused before any leg (`checkRequestShape`);
+ * this is the second line, for a prefill body that reaches a prefill sidecar some other way.
  */
 export function toPrefillBody(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out: Record<string, unknown> = { ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS }, stream: false, max_tokens: 1 };
@@ -256,7 +257,10 @@ function requestedMaxTokens(endpoint: Endpoint, body: Readonly<Record<string, un
 }
 
 /**
- * The checks a sidecar can make on a disaggregated request without any worker: one prompt in a form it can count
+ * The checks a sidecar can make on a disaggregated request without any worker: one sequence (`n` 1: vLLM copies the
+ * parent's `kv_transfer_params` dict to every child of a parallel-sampling request, `_get_child_sampling_params` in
+ * vllm-project/vllm `vllm/v1/engine/parallel_sampling.py` @003d3ee2, which splits a list per child only since PR
+ * #38900), one prompt in a form it can count
  * (`toPromptCount`), a truncation vLLM takes, and a completion length that leaves room for a prompt in the worker's
  * `max_model_len` (probed; unknown: not checked). A decode sidecar makes them before its prefill leg starts, since the
  * leg forces `max_tokens: 1` and the prefill side would compute and hold the KV of a request this side then refuses;
@@ -267,6 +271,15 @@ export function checkRequestShape(
   body: Readonly<Record<string, unknown>>,
   maxModelLen: number | undefined,
 ): Result<RequestShape, KvgateError> {
+  const samples = body['n'];
+  if (samples !== undefined && samples !== null && samples !== 1) {
+    return err(
+      new KvgateError(
+        'bad_request',
+        `n is ${JSON.stringify(samples)}: a disaggregated request generates one sequence. vLLM hands each of n parallel samples the prefill's kv_transfer_params whole, so all n would read the blocks of one prefill that vLLM tracks as one transfer (a list with one entry per sample exists only from vllm-project/vllm PR #38900 on, and kvgate attests one transfer). Send n separate requests, or n 1`,
+      ),
+    );
+  }
   const prompt = toPromptCount(endpoint, body);
   if (!prompt.ok) return prompt;
   const keep = prompt.value.truncation?.tokens;

@@ -131,17 +131,18 @@ describe('prefill role', () => {
     expect(p.spy.workCalls(sim.url)).toEqual([]);
   });
 
-  it('runs the prompt once for a request asking n completions: the worker gets n 1, whatever the leg asked', async () => {
+  it('refuses a leg asking n completions before calling the worker: the prompt would be run and held n times', async () => {
     // vLLM fans n into n child requests that each compute and hold the prompt's KV for a remote decode that pulls one:
-    // the other n - 1 copies stay pinned on the prefill worker until its abort timeout (480 s).
+    // the other n - 1 copies stay pinned on the prefill worker until its abort timeout (480 s). And the decode side
+    // would hand all its samples one transfer. (A decode sidecar refuses such a request before its leg.)
     p.spy.reset();
     const r = await postJson(
       `${p.sidecar.url}/v1/completions`,
       ...bound(contract(), { model: MODEL, prompt: 'x', n: 8, kv_transfer_params: { ...PREFILL_KV_PARAMS } }),
     );
-    expect(r.status).toBe(200);
-    const [sent] = p.spy.workCalls(sim.url);
-    expect(sent!.body).toMatchObject({ n: 1, max_tokens: 1 });
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toMatch(/^n is 8: a disaggregated request generates one sequence/);
+    expect(p.spy.workCalls(sim.url)).toEqual([]);
   });
 
   it('refuses a client-chosen media uuid before calling the worker, on either path, with one audit line', async () => {
