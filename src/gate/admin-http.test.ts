@@ -6,6 +6,7 @@ import net from 'node:net';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { startAdminServer } from './admin-http.js';
+import { rawGet } from '../../test/support/raw-http.js';
 
 describe('gate admin port', () => {
   it('closes a connection that sends no request, and serves one that does', async () => {
@@ -21,17 +22,7 @@ describe('gate admin port', () => {
       silent.on('error', () => undefined);
       await new Promise<void>((resolve) => silent.on('close', () => resolve()));
       expect(silent.destroyed).toBe(true);
-      const answer = await new Promise<string>((resolve) => {
-        const socket = net.connect(admin.port, '127.0.0.1', () => socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'));
-        let text = '';
-        socket.on('data', (d: Buffer) => {
-          text += d.toString();
-          if (text.includes('ok\n')) {
-            resolve(text);
-            socket.destroy();
-          }
-        });
-      });
+      const answer = await rawGet(admin.port, '/healthz');
       expect(answer).toMatch(/^HTTP\/1\.1 200 /);
     } finally {
       await admin.close();

@@ -25,6 +25,7 @@ import {
   type TestSidecar,
 } from './testing.js';
 import { newStatusNonce, verifyStatus } from '../contract/status-signature.js';
+import { rawGet } from '../../test/support/raw-http.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 let sim: SimServer;
@@ -307,17 +308,7 @@ describe('admission and drain', () => {
       });
       expect(closed).toBe(true);
       // A connection that sends its request is served as before (its timer stops at the request).
-      const answer = await new Promise<string>((resolve) => {
-        const socket = net.connect(port, '127.0.0.1', () => socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'));
-        let text = '';
-        socket.on('data', (d: Buffer) => {
-          text += d.toString();
-          if (text.includes('\r\n\r\n')) {
-            resolve(text);
-            socket.destroy();
-          }
-        });
-      });
+      const answer = await rawGet(port, '/healthz');
       expect(answer).toMatch(/^HTTP\/1\.1 200 /);
     } finally {
       await t.sidecar.close();
