@@ -22,7 +22,7 @@ export class SseSplitter {
     const out: string[] = [];
     let from = 0;
     const last = this.#pending.at(-1);
-    if (last !== undefined && last.endsWith('\n') && more.startsWith('\n')) {
+    if (last?.endsWith('\n') && more.startsWith('\n')) {
       // The blank line began at the end of the text before.
       this.#pending[this.#pending.length - 1] = last.slice(0, -1);
       this.#emit(out);
