@@ -33,8 +33,9 @@ export const ATTESTATION_KEY = 'kvgate';
  * the prompt's KV and holding it for a remote decode, which pulls one copy; the other n - 1 stay pinned on the prefill
  * worker until its abort timeout (480 s; vllm-project/vllm#43509, open as of 2026-05), so one client asking a large
  * `n` would fill the KV cache of a prefill pool every tenant shares. smg-project/smg#1622 (`proto_wrapper.rs`) sends
- * its prefill leg with n = 1 too. A disaggregated request asking n > 1 is refused before any leg (`checkRequestShape`);
- * this is the second line, for a prefill body that reaches a prefill sidecar some other way.
+ * its prefill leg with n = 1 too. Both sidecars refuse a request asking n other than 1 (`checkRequestShape`) before
+ * they build this body, so here `n` is only normalized (a null becomes 1); the rewrite stays so that this function
+ * never yields a prefill body of several samples, whoever calls it.
  */
 export function toPrefillBody(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out: Record<string, unknown> = { ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS }, stream: false, max_tokens: 1 };

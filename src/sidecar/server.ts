@@ -20,6 +20,7 @@ import { createKeyStore, type KeyStore } from '../key-store.js';
 import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut, quoteClientValue } from '../json-limits.js';
 import { H } from '../headers.js';
+import { closeSilentConnections } from '../silent-connections.js';
 import { compareObservation } from './compare.js';
 import { createLoadReader, type WorkerLoad } from './worker-load.js';
 import { NIXL_UNCHECKED, type SidecarConfig } from './config.js';
@@ -29,7 +30,6 @@ import { headerValue, type IncomingCall, type SidecarContext } from './context.j
 import { serveDecode } from './decode-role.js';
 import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { abortWith, listen, parseJsonObject, readBody, sendError, sendText, type FetchFn } from './http-io.js';
-import { closeSilentConnections } from '../silent-connections.js';
 import { createSidecarMetrics } from './metrics.js';
 import { sidecarOptIns } from './opt-ins.js';
 import { ENDPOINT_PATHS } from './openai-body.js';
