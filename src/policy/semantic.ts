@@ -253,35 +253,33 @@ function checkTenantNames(ctx: CheckContext): void {
       'warning',
     );
   });
+  // An undeclared revision is already an error of its own; what its pools would serve says nothing more.
+  const declared = (r: string) => table.revisions[r] !== undefined;
   for (const [model, m] of models) {
-    const candidate = m.rollout.candidate;
-    // An undeclared revision is already an error of its own; what its pools would serve says nothing more.
-    const declared = (r: string) => table.revisions[r] !== undefined;
-    if (candidate === undefined || m.tenants.includes('*') || !declared(candidate) || !declared(m.rollout.stable)) continue;
-    const left = m.tenants.filter((t) => revisionServes(table, m.rollout.stable, t) && !revisionServes(table, candidate, t));
-    if (left.length === 0) continue;
-    ctx.add(
-      ['models', model, 'rollout', 'candidate'],
-      `tenant(s) ${listOf(left)} of model "${model}" never join its rollout: no prefill/decode (or both) pool of the candidate ${candidate} serves them, so they always get ${m.rollout.stable}`,
-      `add ${listOf(left)} to the tenants of ${candidate}'s pools (check their spelling), if they should join the rollout`,
-      'warning',
-    );
-  }
-  for (const [model, m] of models) {
+    const { candidate, stable } = m.rollout;
+    if (candidate === undefined || m.tenants.includes('*') || !declared(candidate) || !declared(stable)) continue;
+    const byStable = new Set(m.tenants.filter((t) => revisionServes(table, stable, t)));
+    const byCandidate = new Set(m.tenants.filter((t) => revisionServes(table, candidate, t)));
+    const left = m.tenants.filter((t) => byStable.has(t) && !byCandidate.has(t));
+    if (left.length > 0) {
+      ctx.add(
+        ['models', model, 'rollout', 'candidate'],
+        `tenant(s) ${listOf(left)} of model "${model}" never join its rollout: no prefill/decode (or both) pool of the candidate ${candidate} serves them, so they always get ${stable}`,
+        `add ${listOf(left)} to the tenants of ${candidate}'s pools (check their spelling), if they should join the rollout`,
+        'warning',
+      );
+    }
     // The mirror image: a tenant the stable revision cannot serve is not on the rollout's weight at all. It gets
     // the candidate for every session (or, while the candidate is unverified, a refusal), whatever the weight says.
-    const candidate = m.rollout.candidate;
-    // An undeclared revision is already an error of its own; what its pools would serve says nothing more.
-    const declared = (r: string) => table.revisions[r] !== undefined;
-    if (candidate === undefined || m.tenants.includes('*') || !declared(candidate) || !declared(m.rollout.stable)) continue;
-    const only = m.tenants.filter((t) => !revisionServes(table, m.rollout.stable, t) && revisionServes(table, candidate, t));
-    if (only.length === 0) continue;
-    ctx.add(
-      ['models', model, 'rollout', 'stable'],
-      `tenant(s) ${listOf(only)} of model "${model}" are served by no prefill/decode (or both) pool of the stable ${m.rollout.stable}, so every session of theirs goes to the candidate ${candidate}, not the ${m.rollout.weight}% the weight says (and is refused while ${candidate} is not verified)`,
-      `add ${listOf(only)} to the tenants of ${m.rollout.stable}'s pools (check their spelling), or take them off the model if they should not use it`,
-      'warning',
-    );
+    const only = m.tenants.filter((t) => !byStable.has(t) && byCandidate.has(t));
+    if (only.length > 0) {
+      ctx.add(
+        ['models', model, 'rollout', 'stable'],
+        `tenant(s) ${listOf(only)} of model "${model}" are served by no prefill/decode (or both) pool of the stable ${stable}, so every session of theirs goes to the candidate ${candidate}, not the ${m.rollout.weight}% the weight says (and is refused while ${candidate} is not verified)`,
+        `add ${listOf(only)} to the tenants of ${stable}'s pools (check their spelling), or take them off the model if they should not use it`,
+        'warning',
+      );
+    }
   }
   const fallback = table.tenancy.default;
   if (fallback !== undefined && !table.tenancy.required && !models.some(([, m]) => tenantAllowed(m.tenants, fallback))) {
