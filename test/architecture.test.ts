@@ -133,3 +133,21 @@ describe('architecture: the repository explains itself', () => {
     expect(offenders).toEqual([]);
   });
 });
+
+describe('architecture: test files share their worker', () => {
+  it('no test replaces a module or a global for the whole process (vitest.config.ts runs files with isolate: false)', () => {
+    // A `vi.mock` in one file would be in force, or not, for whichever files its worker runs next.
+    const replaces = /\bvi\.(?:mock|doMock|stubGlobal|stubEnv)\(/;
+    const tests = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+        const p = path.join(dir, e.name);
+        if (e.isDirectory()) return tests(p);
+        return e.name.endsWith('.test.ts') && !p.endsWith('architecture.test.ts') ? [p] : [];
+      });
+    const offenders = ['src', 'testbed', 'test']
+      .flatMap((d) => tests(path.join(PACKAGE_ROOT, d)))
+      .filter((f) => replaces.test(readFileSync(f, 'utf8')))
+      .map((f) => path.relative(PACKAGE_ROOT, f));
+    expect(offenders).toEqual([]);
+  });
+});

@@ -5,27 +5,24 @@ import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
+import { readConfigText } from '../config/read-text.js';
 import { createTableFile, queueTableValue, type TableFile, type TableValue } from './testing.js';
 
 /**
  * Holds the next read of the route-table file after it has read the bytes, until `release()`: a reload that has read
- * the file and is still compiling it, the window in which the file can change under it.
+ * the file and is still compiling it, the window in which the file can change under it. Handed to the store as its
+ * `readText`, so nothing in the process's own `node:fs` is replaced.
  */
-const hold = vi.hoisted(() => ({ path: undefined as string | undefined, gate: undefined as Promise<void> | undefined }));
-
-vi.mock('node:fs/promises', async (importOriginal) => {
-  const real = await importOriginal<typeof import('node:fs/promises')>();
-  const readFile = async (...args: Parameters<typeof real.readFile>) => {
-    const out = await real.readFile(...args);
-    if (hold.path !== undefined && args[0] === hold.path && hold.gate !== undefined) {
-      const gate = hold.gate;
-      hold.gate = undefined; // only the one read
-      await gate;
-    }
-    return out;
-  };
-  return { ...real, readFile, default: { ...real, readFile } };
-});
+const hold = { path: undefined as string | undefined, gate: undefined as Promise<void> | undefined };
+async function heldRead(file: string): Promise<string> {
+  const out = await readConfigText(file);
+  if (hold.path !== undefined && file === hold.path && hold.gate !== undefined) {
+    const gate = hold.gate;
+    hold.gate = undefined; // only the one read
+    await gate;
+  }
+  return out;
+}
 
 describe('policy store: hot reload', () => {
   let file: TableFile | undefined;
@@ -39,7 +36,12 @@ describe('policy store: hot reload', () => {
 
   it('a change made while a reload is running is applied by a reload after it, never lost', async () => {
     file = await createTableFile(queueTableValue());
-    const created = await createPolicyStore({ file: file.path, logger: pino({ level: 'silent' }), registry: new Registry() });
+    const created = await createPolicyStore({
+      file: file.path,
+      logger: pino({ level: 'silent' }),
+      registry: new Registry(),
+      readText: heldRead,
+    });
     if (!created.ok) throw new Error(created.message);
     store = created.store;
     const v0 = store.version();
@@ -65,7 +67,12 @@ describe('policy store: hot reload', () => {
 
   it('reloads asked for while one is running share one follow-up reload', async () => {
     file = await createTableFile(queueTableValue());
-    const created = await createPolicyStore({ file: file.path, logger: pino({ level: 'silent' }), registry: new Registry() });
+    const created = await createPolicyStore({
+      file: file.path,
+      logger: pino({ level: 'silent' }),
+      registry: new Registry(),
+      readText: heldRead,
+    });
     if (!created.ok) throw new Error(created.message);
     store = created.store;
     let release = (): void => undefined;

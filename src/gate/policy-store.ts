@@ -44,21 +44,24 @@ interface Deps {
   readonly logger: Logger;
   readonly registry: Registry;
   readonly now?: () => number;
+  /** How a file is read (default: `readConfigText`); tests hold a read here to change the file mid-reload. */
+  readonly readText?: (file: string) => Promise<string>;
 }
 
 /** Load the table once (failing loudly) and return a store that reloads it. */
 export async function createPolicyStore(deps: Deps): Promise<{ ok: true; store: PolicyStore } | { ok: false; message: string }> {
-  const first = await loadCompiled(deps.file);
+  const first = await loadCompiled(deps.file, deps.readText ?? readConfigText);
   if (!first.ok) return first;
   return { ok: true, store: new FilePolicyStore(deps, first.table, first.version, first.warnings) };
 }
 
 async function loadCompiled(
   file: string,
+  read: (file: string) => Promise<string>,
 ): Promise<{ ok: true; table: CompiledRouteTable; version: string; warnings: string } | { ok: false; message: string }> {
   let text: string;
   try {
-    text = await readConfigText(file);
+    text = await read(file);
   } catch (e) {
     return { ok: false, message: `${file}: cannot read the route table: ${readErrorReason(e)}. Fix: check the path and its permissions` };
   }
@@ -66,7 +69,7 @@ async function loadCompiled(
   const descriptors: [string, string][] = [];
   const readText = async (f: string): Promise<string> => {
     if (f === file) return text;
-    const t = await readConfigText(f);
+    const t = await read(f);
     descriptors.push([f, t]);
     return t;
   };
@@ -159,7 +162,7 @@ class FilePolicyStore implements PolicyStore {
     const now = (this.#deps.now ?? Date.now)();
     let next: Awaited<ReturnType<typeof loadCompiled>>;
     try {
-      next = await loadCompiled(this.#deps.file);
+      next = await loadCompiled(this.#deps.file, this.#deps.readText ?? readConfigText);
     } catch (e) {
       // A loader bug must never take the gate down or swap in anything: treat it as a rejected file.
       next = { ok: false, message: `${this.#deps.file}: the route table could not be loaded: ${(e as Error).message}` };

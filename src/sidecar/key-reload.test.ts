@@ -3,7 +3,7 @@
  * sidecar`). The next attestation a prefill sidecar signs names the new current key id, a contract signed with a
  * newly added id verifies, and `/kvgate/v1/status` and `/metrics` show the ids held (never a secret).
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -43,6 +43,18 @@ async function prefill(url: string, fingerprint: string, gate: KeyRing): Promise
   return { status: 200, kid: token.split('.')[2]! };
 }
 
+/**
+ * Replace `file` in one step (write beside it, then rename), as a Kubernetes Secret volume or a config tool swaps it.
+ * A plain `writeFile` truncates and then writes; on a loaded machine the watch can see those as two changes more than
+ * the debounce apart, and the second one's reload reads the same keys (`unchanged`), which would hide the `applied`
+ * reload this test looks at in the status.
+ */
+async function replaceFile(file: string, text: string): Promise<void> {
+  const tmp = `${file}.${++n}.tmp`;
+  await writeFile(tmp, text);
+  await rename(tmp, file);
+}
+
 async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -65,7 +77,7 @@ describe('sidecar: key file reload', () => {
       expect(await prefill(p.sidecar.url, config.fingerprint, k1)).toEqual({ status: 200, kid: 'k1' });
       // A gate already on k2 before this sidecar has it: refused, unknown key.
       expect(await prefill(p.sidecar.url, config.fingerprint, k2)).toMatchObject({ status: 403, code: 'contract_invalid' });
-      await writeFile(file, testKeyFileText({ current: 'k2', keys: { k1: 'k1', k2: 'k2' } }));
+      await replaceFile(file, testKeyFileText({ current: 'k2', keys: { k1: 'k1', k2: 'k2' } }));
       await until(() => p.sidecar.keys.current().currentId === 'k2', 'the watch to apply k2');
       expect(await prefill(p.sidecar.url, config.fingerprint, k1)).toEqual({ status: 200, kid: 'k2' });
       expect(await prefill(p.sidecar.url, config.fingerprint, k2)).toEqual({ status: 200, kid: 'k2' });
@@ -77,7 +89,7 @@ describe('sidecar: key file reload', () => {
       expect(metrics).toMatch(/^kvgate_sidecar_keys_loaded\{key_id="k1",current="false"\} 1$/m);
       expect(metrics).toMatch(/^kvgate_sidecar_keys_reloads_total\{result="applied"\} 1$/m);
       // A file that reuses k1 for another secret is refused; the ring in use stays.
-      await writeFile(file, testKeyFileText({ current: 'k2', keys: { k1: 'k1-new', k2: 'k2' } }));
+      await replaceFile(file, testKeyFileText({ current: 'k2', keys: { k1: 'k1-new', k2: 'k2' } }));
       await until(() => p.sidecar.keys.status().lastReload?.result === 'rejected', 'the refused reload');
       expect(await prefill(p.sidecar.url, config.fingerprint, k1)).toEqual({ status: 200, kid: 'k2' });
       const text = JSON.stringify(p.lines) + JSON.stringify(status) + metrics;
