@@ -17,7 +17,7 @@ import { registerProcessMetrics } from '../process-metrics.js';
 import { startAdminServer, type AdminServer } from './admin-http.js';
 import type { GateConfig } from './config.js';
 import { DECISION_LOG_TAG } from './decision-log.js';
-import { createGateMetrics } from './metrics.js';
+import { createGateMetrics, startRoutedRefusals } from './metrics.js';
 import { createPolicyStore, type PolicyStore } from './policy-store.js';
 import { createAdmission } from './admission.js';
 import type { RoutingState } from './admission-types.js';
@@ -196,6 +196,8 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   let state: RoutingState = { table: policy.current(), view: viewFor(policy.current()) };
   const rollout = createRolloutMetrics(registry);
   rollout.updateVerification(policy.current());
+  const gateMetrics = createGateMetrics(registry);
+  startRoutedRefusals(gateMetrics, policy.current().revisions.keys());
   const admission = createAdmission({
     state: () => state,
     keys: keys.current,
@@ -232,6 +234,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     }
     state = { table, view: viewFor(table) };
     rollout.updateVerification(table);
+    startRoutedRefusals(gateMetrics, table.revisions.keys());
     admission.notifyChanged(); // queued requests re-decide, inside their bound group, against the new table
   });
   let setReady = (_ready: boolean): void => undefined;
@@ -257,7 +260,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
     admission,
     transport,
     logger: log,
-    metrics: createGateMetrics(registry),
+    metrics: gateMetrics,
     listen: config.listen,
     healthListen: config.health === '' ? undefined : config.health,
     gieHeaders: config.envoy.gieHeaders,

@@ -32,6 +32,20 @@ export interface GateMetrics {
   readonly routedResponseCounts: PendingCounter<'revision' | 'outcome' | 'code'>;
 }
 
+/** The codes a sidecar behind a route can refuse with (routed-outcome.ts counts worker_error and internal as failed). */
+const ROUTED_REFUSAL_CODES = Object.keys(ERROR_STATUS).filter((c) => c !== 'worker_error' && c !== 'internal');
+
+/**
+ * Start the routed-refusal series of every revision the table names at 0, so the first refusal behind a route after a
+ * start (or after a reload added the revision) is an increase the alerts see (`increase()` misses a series that first
+ * appears at 1). Call with each table in use: series of revisions a reload removed stay, as a counter's do.
+ */
+export function startRoutedRefusals(metrics: GateMetrics, revisions: Iterable<string>): void {
+  for (const revision of revisions) {
+    for (const code of ROUTED_REFUSAL_CODES) metrics.routedResponses.inc({ revision, outcome: 'refused', code }, 0);
+  }
+}
+
 export function createGateMetrics(registry: Registry): GateMetrics {
   const registers = [registry];
   const decisionCounts = new PendingCounter({
