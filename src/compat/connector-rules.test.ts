@@ -115,22 +115,22 @@ describe('checkTransfer: NixlConnector', () => {
 });
 
 describe('recheck: connector versions and connectors without rules', () => {
-  const v13 = d((x) => void (x.connector.version = 13));
+  const v14 = d((x) => void (x.connector.version = 14));
   const lmcache = d((x) => {
     x.connector.name = 'LMCacheConnectorV1';
     x.connector.version = 3;
   });
 
   it('strict mode refuses an unknown NIXL version with a recheck message', () => {
-    const r = checkTransfer(v13, v13, 'strict');
+    const r = checkTransfer(v14, v14, 'strict');
     expect(r.verdict).toBe('refuse');
-    expect(r.reasons.join('\n')).toMatch(/NixlConnector v13 is outside the versions .* \(v1-v12\)/);
+    expect(r.reasons.join('\n')).toMatch(/NixlConnector v14 is outside the versions .* \(v1-v13\)/);
     expect(r.reasons.join('\n')).toMatch(/implementation-specific limit to recheck when the engine version changes/);
     expect(r.reasons.join('\n')).toMatch(/vLLM 0\.14\.2/);
   });
 
   it('lenient mode allows it with a warning', () => {
-    const r = checkTransfer(v13, v13, 'lenient');
+    const r = checkTransfer(v14, v14, 'lenient');
     expect(r.verdict).toBe('recheck');
     expect(r.reasons).toEqual([]);
     expect(r.warnings.join('\n')).toMatch(/recheck/);
@@ -139,7 +139,7 @@ describe('recheck: connector versions and connectors without rules', () => {
   it('lenient mode never waives a known limit', () => {
     const dyn = d((x) => {
       fp8('dynamic-per-block')(x);
-      x.connector.version = 13;
+      x.connector.version = 14;
     });
     const r = checkTransfer(dyn, dyn, 'lenient');
     expect(r.verdict).toBe('refuse');
@@ -158,9 +158,9 @@ describe('recheck: connector versions and connectors without rules', () => {
     expect(checkTransfer(lmcache, other, 'lenient').verdict).toBe('refuse');
   });
 
-  it('the rule table covers NixlConnector v1-v12', () => {
+  it('the rule table covers NixlConnector v1-v13', () => {
     expect(findConnectorRule('NixlConnector')).toBe(NIXL_RULE);
-    expect([NIXL_RULE.minVersion, NIXL_RULE.maxVersion]).toEqual([1, 12]);
+    expect([NIXL_RULE.minVersion, NIXL_RULE.maxVersion]).toEqual([1, 13]);
     expect(findConnectorRule('nixlconnector')).toBeUndefined();
   });
 });
@@ -177,9 +177,9 @@ describe('checkDescriptor', () => {
   });
 
   it('rechecks unknown versions: strict refuses, lenient warns', () => {
-    const v13 = d((x) => void (x.connector.version = 13));
-    expect(checkDescriptor(v13, 'strict').verdict).toBe('refuse');
-    const lenient = checkDescriptor(v13, 'lenient');
+    const v14 = d((x) => void (x.connector.version = 14));
+    expect(checkDescriptor(v14, 'strict').verdict).toBe('refuse');
+    const lenient = checkDescriptor(v14, 'lenient');
     expect(lenient.verdict).toBe('recheck');
     expect(lenient.warnings[0]).toMatch(/recheck/);
   });

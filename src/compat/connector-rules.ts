@@ -4,7 +4,7 @@
  * against. A version outside that range (or a connector with no rules) is a *recheck*: the limits are
  * implementation-specific and may change with the engine, so strict mode refuses and lenient mode warns.
  *
- * NixlConnector (vLLM `NIXL_CONNECTOR_VERSION` 1-12, see `nixl-hash.ts` and docs/vllm-disaggregation.md §2-§5):
+ * NixlConnector (vLLM `NIXL_CONNECTOR_VERSION` 1-13, see `nixl-hash.ts` and docs/vllm-disaggregation.md §2-§5):
  * - equal fingerprints (the generic rule, every connector), equal KV dtype, equal scale scheme;
  * - FP8 with `static-checkpoint` scales (each side loads them) or `packed` scales (they travel inline) is
  *   transferable; `dynamic-per-block` is not, because per-block scales are not transferred with the KV blocks;
@@ -115,7 +115,7 @@ function nixlHashReasons(raw: RawPair): string[] {
   ];
 }
 
-/** NixlConnector, checked against vLLM's NIXL_CONNECTOR_VERSION 1-12. */
+/** NixlConnector, checked against vLLM's NIXL_CONNECTOR_VERSION 1-13. */
 export const NIXL_RULE: ConnectorRule = Object.freeze({
   name: 'NixlConnector',
   minVersion: Math.min(...KNOWN_NIXL_VERSIONS),

@@ -43,6 +43,9 @@ export const NIXL_FACTOR_SETS: Readonly<Record<number, FactorSet>> = Object.free
   10: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'interpolated' },
   11: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'interpolated' },
   12: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'read' }, // nixl/metadata.py @ 02cfb534
+  // v13 ("packed-member layouts and order-independent packed-push backend hashes"): the same dict as v12, read at
+  // vllm-project/vllm nixl/metadata.py @ 73ee90a0b209425fdd374f751d19686127985dd4.
+  13: { ...BASE, hma: true, speculative: true, transferMode: true, provenance: 'read' },
 });
 
 export const KNOWN_NIXL_VERSIONS = Object.keys(NIXL_FACTOR_SETS).map(Number);

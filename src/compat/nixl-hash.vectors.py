@@ -16,6 +16,7 @@ config objects shaped like vLLM's (no torch or vLLM needed):
   NixlConnector, PR #35758, opened 2026-03-02 and merged before 2026-04-08), not read from a release tag.
 - v4 (interpolated from the version history; same dict as the split v2): base + cross_layers_blocks + is_hma_enabled.
 - v12 (nixl/metadata.py @ 02cfb534): v4 minus cross_layers_blocks, plus speculative_config and transfer_mode.
+- v13 (nixl/metadata.py @ 73ee90a0): the v12 dict unchanged (only the agent metadata gained packed-member layouts).
 
 The hash is vLLM's `hash_factors()`: sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest().
 Each vector also carries the kvgate descriptor describing the same worker, so the TypeScript test can check
@@ -254,6 +255,12 @@ VECTORS += [
            dtype="bfloat16", kv_dtype="auto", version="0.15.1", connector_version=4, omit_flags=True),
     worker("v12 flags left out on vLLM 0.21 (HMA on, PR #41847)", model="Qwen/Qwen3-8B", model_id="Qwen/Qwen3-8B",
            dtype="bfloat16", kv_dtype="auto", version="0.21.0", connector_version=12, omit_flags=True),
+    worker("v13 flags left out on vLLM 0.22 (nixl/metadata.py @ 73ee90a0)", model="Qwen/Qwen3-8B",
+           model_id="Qwen/Qwen3-8B", dtype="bfloat16", kv_dtype="auto", version="0.22.0", connector_version=13,
+           omit_flags=True),
+    worker("v13 push mode, HMA off", model="/models/llama-3.1-8b", model_id="meta-llama/Llama-3.1-8B-Instruct",
+           dtype="bfloat16", kv_dtype="fp8", scale_scheme="static-checkpoint", version="0.22.0", connector_version=13,
+           hma=False, transfer_mode="push"),
 ]
 
 JSON_DUMPS = [

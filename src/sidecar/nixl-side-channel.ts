@@ -7,6 +7,7 @@
  *   sends `(GET_META_MSG, remote_rank)`; the listener unpacks `msg, target_tp_rank`).
  * - v12, main: v1/nixl/base_scheduler.py @ 0050936b22adda2ef0197fa3bb2551fe6c5437dc (the listener unpacks
  *   `msg, target_pp_rank, target_tp_rank` and answers `(identity, b"", payload, ts)`).
+ * - v13: the same listener, read at v1/nixl/base_scheduler.py @ 73ee90a0b209425fdd374f751d19686127985dd4.
  * - No hash before vLLM 0.13 (PR #29503 added it): there is nothing to read, and the canaries carry the check.
  * A request of the wrong shape kills vLLM's listener thread (the unpacking raises inside it), so the hash is read
  * only for connector versions whose request shape was read in vLLM's source; for the others the status says so.
@@ -18,7 +19,7 @@ import type { CompatDescriptor } from '../compat/descriptor.js';
 const GET_META_MSG = new TextEncoder().encode('get_meta_msg');
 
 /** Connector versions whose side-channel request shape was read in vLLM's source, with their rank count. */
-const READ_WIRE: Readonly<Record<number, 1 | 2>> = { 1: 1, 2: 1, 12: 2 };
+const READ_WIRE: Readonly<Record<number, 1 | 2>> = { 1: 1, 2: 1, 12: 2, 13: 2 };
 
 export type LiveHashSupport =
   | { readonly kind: 'read'; readonly ranks: 1 | 2 }
@@ -37,7 +38,7 @@ export function liveHashSupport(d: CompatDescriptor): LiveHashSupport {
   if (ranks === undefined) {
     return {
       kind: 'unread-format',
-      reason: `the side-channel request of NIXL connector v${d.connector.version} was not read in vLLM's source (read: v1, v2, v12); kvgate does not send a request of a guessed shape, which would stop vLLM's handshake listener`,
+      reason: `the side-channel request of NIXL connector v${d.connector.version} was not read in vLLM's source (read: v1, v2, v12, v13); kvgate does not send a request of a guessed shape, which would stop vLLM's handshake listener`,
     };
   }
   return { kind: 'read', ranks };

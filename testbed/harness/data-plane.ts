@@ -30,7 +30,7 @@ export interface EnvoyHarnessOptions {
   /**
    * The Envoy release line to play (runtime-config.ts): '1.36' keeps each ext_proc stream until its HTTP request
    * ends; '1.37' (default) closes it after the last response that will be processed, unless the YAML's
-   * `layered_runtime` turns `ext_proc_stream_close_optimization` off.
+   * `layered_runtime` turns `ext_proc_stream_close_optimization` off; '1.40' always closes it then (the guard is gone).
    */
   readonly envoyVersion?: EnvoyVersion;
   /**

@@ -12,21 +12,33 @@
  *   the response body mode is NONE and trailers are SKIP; buffered body modes are left out. `false` gives the
  *   lifetime of Envoy 1.36 and earlier, where the guard does not exist: the stream stays open until the HTTP
  *   request ends (`Filter::onDestroy`), so a streamed generation keeps it open for its whole length.
+ *   Envoy 1.40.0 removed the guard and its legacy path ("Removed runtime flag
+ *   envoy.reloadable_features.ext_proc_stream_close_optimization and legacy code paths", `changelogs/1.40.0.yaml`,
+ *   envoyproxy/envoy at ffd4b26c): from 1.40 the stream always closes after the last processed response, and a
+ *   static layer that still names the key changes nothing (Envoy's runtime keeps keys no code reads).
  * Later layers override earlier ones, as Envoy's do.
  *
  * Which release line the harness plays is `startEnvoyHarness(config, { envoyVersion })` (default 1.37); on 1.36
- * the close-optimisation key has no effect, as the guard does not exist there.
+ * the close-optimisation key has no effect, as the guard does not exist there yet, and on 1.40 none, as it is gone.
  */
 import { type ConfigReader, isPlainObject } from './config-reader.js';
 
-/** The Envoy release line whose ext_proc stream lifetime the harness plays. */
-export type EnvoyVersion = '1.36' | '1.37';
+/**
+ * The Envoy release line whose ext_proc stream lifetime the harness plays: 1.37 stands for 1.37 to 1.39 (README,
+ * "Releases after 1.37"), 1.40 for 1.40 on, where the early close can no longer be turned off.
+ */
+export type EnvoyVersion = '1.36' | '1.37' | '1.40';
 
-/** Every release line the harness plays, for tests that must hold on each (`describe.each(ENVOY_VERSIONS)`). */
+/**
+ * The release lines whose default stream lifetimes differ, for tests that must hold on each
+ * (`describe.each(ENVOY_VERSIONS)`). 1.40 is left out: by default it closes the stream exactly as 1.37 does; it
+ * differs only where a `layered_runtime` turns the guard off (stream-lifetime.test.ts).
+ */
 export const ENVOY_VERSIONS: readonly EnvoyVersion[] = ['1.36', '1.37'];
 
-/** Whether the filter closes its stream after the last processed response (1.37+ with the guard on). */
+/** Whether the filter closes its stream after the last processed response (1.37-1.39 with the guard on, 1.40+ always). */
 export function closesAfterLastResponse(version: EnvoyVersion, runtime: RuntimeConfig): boolean {
+  if (version === '1.40') return true;
   return version === '1.37' && runtime.extProcStreamCloseOptimization;
 }
 

@@ -111,6 +111,15 @@ describe('ext_proc stream lifetime', () => {
     expect((await lifetimeOf('1.36', { runtime: on })).openWhileStreaming).toBe(true);
   });
 
+  // Envoy 1.40.0 removed the guard and its legacy path (envoyproxy/envoy `changelogs/1.40.0.yaml` at ffd4b26c,
+  // removed_config_or_runtime): a static layer that still turns it off no longer keeps the stream open.
+  it('Envoy 1.40 closes it after the response headers even with the removed guard set to false', async () => {
+    const off = { 'envoy.reloadable_features.ext_proc_stream_close_optimization': false };
+    const l = await lifetimeOf('1.40', { runtime: off, expectClosed: true });
+    expect(l).toMatchObject({ openWhileStreaming: false, status: 200, reset: true });
+    expect(l.body).toContain('[DONE]');
+  });
+
   it('ext_proc_graceful_grpc_close: a half-close the server answers, no reset', async () => {
     const graceful = { 'envoy.reloadable_features.ext_proc_graceful_grpc_close': true };
     const l = await lifetimeOf('1.37', { runtime: graceful, expectClosed: true });

@@ -321,3 +321,56 @@ describe('a KV load failure before any output, streamed (kv_load_failure_policy 
     expect(t.map((e) => (e === '[DONE]' ? e : e.error ? 'error' : 'chunk'))).toEqual(['error', '[DONE]']);
   });
 });
+
+describe('SIGTERM with --shutdown-timeout (PR #36666; vllm/entrypoints/serve/middleware.py @43e1530d)', () => {
+  /** A streamed completion held after its first token: in flight until `release`. */
+  async function heldStream(s: SimServer) {
+    s.setFaults({ holdStreamAfterTokens: 1 });
+    const r = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: '/models/acme-llama-3-8b', prompt: PROMPT, max_tokens: 4, ignore_eos: true, stream: true }),
+    });
+    const reader = r.body!.getReader();
+    const first = await reader.read();
+    expect(first.done).toBe(false);
+    return {
+      rest: async () => {
+        let text = new TextDecoder().decode(first.value);
+        for (;;) {
+          const c = await reader.read().catch(() => ({ done: true, value: undefined }));
+          if (c.done) return text;
+          text += new TextDecoder().decode(c.value);
+        }
+      },
+    };
+  }
+
+  it('main drains: new requests get 503 (but /metrics), the generation in flight finishes, then the ports close', async () => {
+    const s = await sim({}, { flavour: 'main' });
+    const held = await heldStream(s);
+    const done = s.shutdown(30_000);
+    const health = await fetch(`${s.url}/health`);
+    expect([health.status, await health.json()]).toEqual([503, { error: 'Server is unavailable. Please try again later.' }]);
+    expect((await postJson(`${s.url}/v1/completions`, { model: '/models/acme-llama-3-8b', prompt: PROMPT })).status).toBe(503);
+    expect((await fetch(`${s.url}/version`)).status).toBe(503);
+    expect((await fetch(`${s.url}/metrics`)).status).toBe(200);
+    s.setFaults({ holdStreamAfterTokens: null });
+    expect(await held.rest()).toContain('data: [DONE]');
+    await done;
+    await expect(fetch(`${s.url}/health`)).rejects.toThrow();
+  });
+
+  it('0.13 (before the PR) and a zero timeout exit at once, cutting the generation in flight', async () => {
+    for (const [flavour, timeoutMs] of [
+      ['0.13', 30_000],
+      ['main', 0],
+    ] as const) {
+      const s = await sim({}, { flavour });
+      const held = await heldStream(s);
+      await s.shutdown(timeoutMs);
+      expect(await held.rest()).not.toContain('[DONE]');
+      await expect(fetch(`${s.url}/health`)).rejects.toThrow();
+    }
+  });
+});

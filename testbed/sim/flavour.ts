@@ -99,6 +99,16 @@ export interface FlavourTraits {
    * only (`preprocess_chat`); completions take their ids from `prompt`. Absent before (0.11, 0.13, no flavour).
    */
   readonly reusesPromptTokenIds: boolean;
+  /**
+   * SIGTERM with `--shutdown-timeout N` (N > 0) drains: the API server answers every new request with 503
+   * `{"error": "Server is unavailable. Please try again later."}` except `/live` and `/metrics`, and lets the requests
+   * in flight finish for up to N seconds before it exits; N = 0 (the default) exits at once, aborting them. PR #34730
+   * (opened 2026-02-17, reverted by #36628) and PR #36666 (re-applied it, opened 2026-03-10), so after 0.13; the middleware is
+   * vllm-project/vllm `vllm/entrypoints/serve/middleware.py` @43e1530d (`_EXEMPT_PATHS = {"/live", "/metrics"}`).
+   * KV transfers are outside its scope (PR #36666: a prefill instance does not wait for the blocks it holds to be
+   * read), so a prefill worker that drains exits with its leases outstanding. Before: SIGTERM is immediate.
+   */
+  readonly drainsOnShutdown: boolean;
 }
 
 const LEGACY: FlavourTraits = {
@@ -120,6 +130,7 @@ const LEGACY: FlavourTraits = {
   chatKwargs: 'client-wins',
   apiKeyPrefixes: ['/v1'],
   reusesPromptTokenIds: false,
+  drainsOnShutdown: true,
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -142,6 +153,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     chatKwargs: 'client-wins',
     apiKeyPrefixes: ['/v1'],
     reusesPromptTokenIds: false,
+    drainsOnShutdown: false,
   },
   '0.13': {
     hashCheck: true,
@@ -162,6 +174,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     chatKwargs: 'client-wins',
     apiKeyPrefixes: ['/v1'],
     reusesPromptTokenIds: false,
+    drainsOnShutdown: false,
   },
   main: {
     hashCheck: true,
@@ -182,6 +195,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     chatKwargs: 'request-fields-win',
     apiKeyPrefixes: ['/v1', '/v2', '/inference', '/cohere'],
     reusesPromptTokenIds: true,
+    drainsOnShutdown: true,
   },
 };
 

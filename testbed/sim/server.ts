@@ -49,6 +49,12 @@ export interface SimServer {
   getFaults(): FaultState;
   /** Test hook: drop the prefix cache (vLLM's /reset_prefix_cache). */
   resetPrefixCache(): void;
+  /**
+   * SIGTERM under `--shutdown-timeout` (seconds there, ms here): where the version drains (flavour.ts
+   * `drainsOnShutdown`) and the timeout is above 0, every new request but `/live` and `/metrics` is answered 503 while
+   * the generations in flight finish, for up to `timeoutMs`; then `close()`. Otherwise `close()` at once.
+   */
+  shutdown(timeoutMs: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -69,7 +75,9 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
     throw e;
   });
   const setFaults = (patch: FaultPatch): FaultState => workers.map((w) => w.setFaults(patch))[0]!;
-  const admin: Admin = { registries: workers.map((w) => w.registry), setFaults, getFaults: worker.getFaults };
+  const drain: DrainState = { rejecting: false, inflight: 0, idle: [] };
+  let closing: Promise<void> | undefined;
+  const admin: Admin = { registries: workers.map((w) => w.registry), setFaults, getFaults: worker.getFaults, drain };
   let next = 0;
   // vLLM's API server balances requests over its DP engine ranks; the simulator takes them in turn.
   const pick = (): WorkerContext => workers[next++ % workers.length]!.ctx;
@@ -117,7 +125,29 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
     resetPrefixCache: () => {
       for (const w of workers) w.pool.resetCache();
     },
-    close: async () => {
+    shutdown: async (timeoutMs) => {
+      if (worker.ctx.traits.drainsOnShutdown && timeoutMs > 0) {
+        drain.rejecting = true;
+        worker.ctx.logger.info({ inflight: drain.inflight, timeoutMs }, 'graceful shutdown: draining in-flight requests');
+        if (drain.inflight > 0) {
+          let timer: NodeJS.Timeout | undefined;
+          await Promise.race([
+            new Promise<void>((resolve) => drain.idle.push(resolve)),
+            new Promise<void>((resolve) => {
+              timer = setTimeout(resolve, timeoutMs);
+            }),
+          ]);
+          clearTimeout(timer);
+        }
+      }
+      await closeAll();
+    },
+    close: () => closeAll(),
+  };
+
+  /** Closes both ports once; `shutdown` and `close` share it, so a test's cleanup after a shutdown is harmless. */
+  function closeAll(): Promise<void> {
+    closing ??= (async () => {
       clearInterval(sweep);
       await Promise.all([
         new Promise<void>((resolve) => {
@@ -127,8 +157,9 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
         ...ranks.map((r) => r.side.close()),
         zmq.close(),
       ]);
-    },
-  };
+    })();
+    return closing;
+  }
 }
 
 /**
@@ -193,7 +224,23 @@ interface Admin {
   readonly registries: readonly Registry[];
   readonly setFaults: (patch: FaultPatch) => FaultState;
   readonly getFaults: () => FaultState;
+  readonly drain: DrainState;
 }
+
+/** The graceful-shutdown state (`SimServer.shutdown`): rejecting new requests, and the generations still running. */
+interface DrainState {
+  rejecting: boolean;
+  inflight: number;
+  /** Resolved when the last generation in flight ends. */
+  idle: Array<() => void>;
+}
+
+/**
+ * Paths vLLM still serves while it drains: `_EXEMPT_PATHS` of the middleware that answers 503 to everything else
+ * (vllm-project/vllm `vllm/entrypoints/serve/middleware.py` @43e1530d). The simulator has no `/live` route, so it
+ * answers 404 there. Where this middleware sits against `--api-key`'s was not established: draining is checked first.
+ */
+const DRAIN_EXEMPT = new Set(['/live', '/metrics']);
 
 async function route(
   ctx: WorkerContext,
@@ -204,6 +251,8 @@ async function route(
 ): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
   const method = req.method ?? 'GET';
+  if (admin.drain.rejecting && !DRAIN_EXEMPT.has(path))
+    return sendJson(res, 503, { error: 'Server is unavailable. Please try again later.' });
   if (!authorized(ctx.config.sim.apiKey, ctx.traits.apiKeyPrefixes, path, method, req))
     return sendJson(res, 401, { error: 'Unauthorized' });
   const allow = (m: string): boolean => {
@@ -259,7 +308,12 @@ async function route(
         res,
         async (body) => {
           const ac = new AbortController();
-          res.on('close', () => ac.abort(new Error('client disconnected')));
+          const d = admin.drain;
+          d.inflight++;
+          res.on('close', () => {
+            ac.abort(new Error('client disconnected'));
+            if (--d.inflight === 0) for (const resolve of d.idle.splice(0)) resolve();
+          });
           const kind = path === '/v1/completions' ? 'completion' : 'chat';
           await handleGeneration(pick(), kind, body, header(req, 'x-request-id'), f.value, sinkFor(res), ac.signal);
         },

@@ -75,5 +75,16 @@ describe('the ZMQ side channel, served as vLLM serves it', () => {
     expect(liveHashSupport({ engine: { version: '0.11.0' }, connector: { version: 2 } } as never)).toMatchObject({ kind: 'none' });
     expect(liveHashSupport({ engine: { version: '0.15.0' }, connector: { version: 8 } } as never)).toMatchObject({ kind: 'unread-format' });
     expect(liveHashSupport({ engine: { version: '0.13.0' }, connector: { version: 2 } } as never)).toEqual({ kind: 'read', ranks: 1 });
+    expect(liveHashSupport({ engine: { version: '0.22.0' }, connector: { version: 14 } } as never)).toMatchObject({
+      kind: 'unread-format',
+    });
+  });
+
+  it('v13 (vllm-project/vllm nixl/base_scheduler.py @ 73ee90a0) keeps the v12 listener: kvgate reads it, predicted and served alike', async () => {
+    expect(liveHashSupport({ engine: { version: '0.22.0' }, connector: { version: 13 } } as never)).toEqual({ kind: 'read', ranks: 2 });
+    const s = await start({ engine: { version: '0.22.0' }, connector: { version: 13 } });
+    const r = await readLiveNixlHash(`127.0.0.1:${s.nixlSideChannelPort}`, 2, 2000);
+    expect(r).toEqual({ ok: true, hash: predictNixlHash(s.config.descriptor).hash, engineId: s.engineId });
+    expect(predictNixlHash(s.config.descriptor).status).toBe('known');
   });
 });

@@ -11,6 +11,7 @@
  * - v12 (`NixlBaseConnectorScheduler._nixl_handshake_listener` in v1/nixl/base_scheduler.py @ 0050936b, main):
  *   `msg, pp_rank, tp_rank = msgspec.msgpack.decode(msg)`, reply `(identity, b"", encoded_payload, ts)` with
  *   `ts = msgspec.msgpack.encode(time.perf_counter())` (the clock-sync stamp of connector v5).
+ * - v13: as v12 (v1/nixl/base_scheduler.py @ 73ee90a0).
  * - v3/v4: as v2 (not read; the request changed with pipeline-parallel handshakes). v5..v11: two-element request, the
  *   timestamp frame from v5 (the version history says v5 added a clock-sync timestamp to the handshake); interpolated.
  * A request of the wrong shape makes vLLM's unpacking raise inside the listener thread, which then serves nobody
