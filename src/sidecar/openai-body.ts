@@ -281,6 +281,18 @@ export function checkRequestShape(
       ),
     );
   }
+  // Embeddings cannot be disaggregated: this side cannot count or attest an embeddings prompt, and next to a `prompt`
+  // vLLM renders both as separate engine requests (embeddings first; `render_prompt_and_embeds` in vllm-project/vllm
+  // `vllm/entrypoints/renderer.py` @09b5e071), each handed the one `kv_transfer_params`: the prefill side would compute
+  // and hold KV for requests the decode side reads from one attested transfer, as with n > 1.
+  if (body['prompt_embeds'] !== undefined && body['prompt_embeds'] !== null) {
+    return err(
+      new KvgateError(
+        'bad_request',
+        'prompt_embeds cannot be disaggregated: the decode side cannot count or attest an embeddings prompt, and next to "prompt" vLLM runs both as separate requests that would share one prefill\'s KV transfer; send token ids or text in "prompt" instead',
+      ),
+    );
+  }
   const prompt = toPromptCount(endpoint, body);
   if (!prompt.ok) return prompt;
   const keep = prompt.value.truncation?.tokens;
