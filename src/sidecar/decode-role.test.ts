@@ -236,6 +236,9 @@ describe('requests this worker would refuse never reach the prefill pool', () =>
     ['prompt_embeds next to a prompt', '/v1/completions', completion({ prompt_embeds: 'AAAA' }), /^prompt_embeds cannot be disaggregated/],
     ['use_beam_search (completions)', '/v1/completions', completion({ use_beam_search: true }), /^use_beam_search is not served/],
     ['use_beam_search (chat)', '/v1/chat/completions', chat({ use_beam_search: 'true' }), /^use_beam_search is not served/],
+    // The decode worker gets the prompt's KV, not its logits: vLLM's decode engine crashes (#50792) or prefills again.
+    ['prompt_logprobs 0', '/v1/completions', completion({ prompt_logprobs: 0 }), /^prompt_logprobs 0 asks for prompt logprobs/],
+    ['a chat with echo (top_logprobs defaults to 0)', '/v1/chat/completions', chat({ echo: true }), /^echo with top_logprobs 0 asks/],
     ['priority -100', '/v1/completions', completion({ priority: -100 }), /^priority -100 is not taken from a client/],
     // A contract binds the prompt, not the path: a body must not prompt both paths.
     [

@@ -147,6 +147,31 @@ describe('checkRequestShape and checkPromptFits', () => {
     for (const n of [1, null, undefined]) expect(maxTokensOf('completions', { n }), JSON.stringify(n)).toBe(16);
   });
 
+  it('refuses prompt logprobs, asked or implied by echo as vLLM reads it: the decode worker has the KV, not the logits', () => {
+    const refused: ['chat' | 'completions', Record<string, unknown>, string][] = [
+      ['completions', { prompt_logprobs: 0 }, 'prompt_logprobs 0'],
+      ['chat', { prompt_logprobs: 5 }, 'prompt_logprobs 5'],
+      ['completions', { echo: true, logprobs: 0 }, 'echo with logprobs 0'],
+      ['completions', { echo: 'yes', logprobs: 2 }, 'echo with logprobs 2'],
+      // A chat's top_logprobs defaults to 0, not null: echo alone asks for them.
+      ['chat', { echo: true }, 'echo with top_logprobs 0'],
+      ['chat', { echo: 1, top_logprobs: 3 }, 'echo with top_logprobs 3'],
+    ];
+    for (const [endpoint, body, field] of refused) {
+      expect(maxTokensOf(endpoint, body), JSON.stringify(body)).toMatch(
+        new RegExp(`^${field} asks for prompt logprobs, which a disaggregated request cannot give`),
+      );
+    }
+    const served: ['chat' | 'completions', Record<string, unknown>][] = [
+      ['completions', { echo: true }],
+      ['completions', { logprobs: 5 }],
+      ['completions', { echo: 'false', logprobs: 1, prompt_logprobs: null }],
+      ['chat', { echo: true, top_logprobs: null }],
+      ['chat', { echo: false, logprobs: true, top_logprobs: 5 }],
+    ];
+    for (const [endpoint, body] of served) expect(typeof maxTokensOf(endpoint, body), JSON.stringify(body)).not.toBe('string');
+  });
+
   it('checks a prompt of token ids as the worker will count it, after truncation', () => {
     const ids = Array.from({ length: 90 }, (_, i) => i);
     expect(checkRequestShape('completions', { model: 'm', prompt: ids, max_tokens: 20 }, 100).ok).toBe(false);

@@ -232,6 +232,28 @@ export function toPromptCount(
   );
 }
 
+/**
+ * Which request field asks vLLM for prompt logprobs, or undefined. vLLM's `to_sampling_params` takes `prompt_logprobs`,
+ * and when that is null and `echo` is set, the completion's `logprobs` or the chat's `top_logprobs`, whose default is
+ * 0, not null (vllm-project/vllm `vllm/entrypoints/openai/completion/protocol.py` and `chat_completion/protocol.py`
+ * @002032ee): any of them not null, 0 included, asks for them. `echo` is read as pydantic reads a boolean, loosely
+ * (`"true"`, `1`, `"yes"`); a value it would refuse counts as set (vLLM refuses it anyway).
+ */
+function promptLogprobsAsked(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): string | undefined {
+  const asked = body['prompt_logprobs'];
+  if (asked !== undefined && asked !== null) return `prompt_logprobs ${JSON.stringify(asked).slice(0, 32)}`;
+  if (!looseBoolean(body['echo'])) return undefined;
+  const field = endpoint === 'chat' ? 'top_logprobs' : 'logprobs';
+  const implied = body[field] === undefined && endpoint === 'chat' ? 0 : body[field];
+  return implied === undefined || implied === null ? undefined : `echo with ${field} ${JSON.stringify(implied).slice(0, 32)}`;
+}
+
+/** A JSON value as pydantic's lax boolean reads it: false for absent, null, false, 0 and its false strings; else true. */
+function looseBoolean(v: unknown): boolean {
+  if (v === undefined || v === null || v === false || v === 0) return false;
+  return !(typeof v === 'string' && /^(0|off|f|false|n|no)$/i.test(v));
+}
+
 /** Python's truth value of a JSON value (`bool(x)`): false for null, false, 0, "", [] and {}. */
 function pythonTruthy(v: unknown): boolean {
   if (v === undefined || v === null || v === false || v === 0 || v === '') return false;
@@ -258,7 +280,10 @@ function requestedMaxTokens(endpoint: Endpoint, body: Readonly<Record<string, un
 }
 
 /**
- * The checks a sidecar can make on a disaggregated request without any worker: one sequence (`n` 1: vLLM copies the
+ * The checks a sidecar can make on a disaggregated request without any worker: no prompt logprobs (`promptLogprobsAsked`:
+ * the decode worker gets the prompt's KV, not its logits; with them asked vLLM's decode engine crashes, issue #50792,
+ * or, since PR #57269 made its scheduler skip the connector for such requests, prefills the prompt itself and leaves
+ * the transferred KV unread), no `prompt_embeds`, one sequence (`n` 1: vLLM copies the
  * parent's `kv_transfer_params` dict to every child of a parallel-sampling request, `_get_child_sampling_params` in
  * vllm-project/vllm `vllm/v1/engine/parallel_sampling.py` @003d3ee2, which splits a list per child only since PR
  * #38900), one prompt in a form it can count
@@ -278,6 +303,15 @@ export function checkRequestShape(
       new KvgateError(
         'bad_request',
         `n is ${JSON.stringify(samples)}: a disaggregated request generates one sequence. vLLM hands each of n parallel samples the prefill's kv_transfer_params whole, so all n would read the blocks of one prefill that vLLM tracks as one transfer (a list with one entry per sample exists only from vllm-project/vllm PR #38900 on, and kvgate attests one transfer). Send n separate requests, or n 1`,
+      ),
+    );
+  }
+  const logprobs = promptLogprobsAsked(endpoint, body);
+  if (logprobs !== undefined) {
+    return err(
+      new KvgateError(
+        'bad_request',
+        `${logprobs} asks for prompt logprobs, which a disaggregated request cannot give: the decode worker receives the prompt's KV, not its logits (vLLM's decode engine then crashes, vllm-project/vllm#50792, or since PR #57269 computes the whole prompt again and leaves the prefill's KV unread); send it without prompt logprobs, or to a route without a prefill leg`,
       ),
     );
   }

@@ -171,10 +171,11 @@ describe('prefill role', () => {
     }
   });
 
-  it('refuses use_beam_search, prompt_embeds and a prompt field of the other path before calling the worker, with one audit line', async () => {
+  it('refuses use_beam_search, prompt_embeds, prompt logprobs and a prompt field of the other path before calling the worker, with one audit line', async () => {
     for (const [path, body, message] of [
       ['/v1/completions', { model: MODEL, prompt: 'x', use_beam_search: true }, /^use_beam_search is not served/],
       ['/v1/completions', { model: MODEL, prompt: 'x', prompt_embeds: 'AAAA' }, /^prompt_embeds cannot be disaggregated/],
+      ['/v1/completions', { model: MODEL, prompt: 'x', prompt_logprobs: 1 }, /^prompt_logprobs 1 asks for prompt logprobs/],
       ['/v1/completions', { model: MODEL, prompt: 'x', messages: [{ role: 'user', content: 'y' }] }, /^"messages" is a prompt field/],
       ['/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'y' }], prompt: 'x' }, /^"prompt" is a prompt field/],
     ] as const) {
