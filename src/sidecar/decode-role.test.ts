@@ -239,6 +239,14 @@ describe('requests this worker would refuse never reach the prefill pool', () =>
     // The decode worker gets the prompt's KV, not its logits: vLLM's decode engine crashes (#50792) or prefills again.
     ['prompt_logprobs 0', '/v1/completions', completion({ prompt_logprobs: 0 }), /^prompt_logprobs 0 asks for prompt logprobs/],
     ['a chat with echo (top_logprobs defaults to 0)', '/v1/chat/completions', chat({ echo: true }), /^echo with top_logprobs 0 asks/],
+    // Fields the prefill leg rewrites: the prefill worker would run what the decode worker then refuses.
+    ['min_tokens above max_tokens', '/v1/completions', completion({ max_tokens: 5, min_tokens: 6 }), /^min_tokens \(6\) is above/],
+    [
+      'stream_options without stream',
+      '/v1/chat/completions',
+      chat({ stream_options: { include_usage: true } }),
+      /^stream_options are taken only/,
+    ],
     ['priority -100', '/v1/completions', completion({ priority: -100 }), /^priority -100 is not taken from a client/],
     // A contract binds the prompt, not the path: a body must not prompt both paths.
     [

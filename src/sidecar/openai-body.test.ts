@@ -129,8 +129,25 @@ describe('checkRequestShape and checkPromptFits', () => {
     expect(maxTokensOf('chat', {})).toBeUndefined();
     expect(maxTokensOf('chat', { max_tokens: 7 })).toBe(7);
     expect(maxTokensOf('chat', { max_tokens: 7, max_completion_tokens: 9 })).toBe(9);
-    expect(maxTokensOf('chat', { max_tokens: 7, max_completion_tokens: 0 })).toBe(7);
-    expect(maxTokensOf('completions', { max_tokens: '12' })).toBeUndefined(); // not a number: the worker judges it
+  });
+
+  it('refuses what the decode worker would refuse in a field the prefill leg rewrites, so no prefill runs for it', () => {
+    const refused: ['chat' | 'completions', Record<string, unknown>, RegExp][] = [
+      // Current vLLM takes a chat's max_completion_tokens when it is not null, 0 included; older copies fell back.
+      ['chat', { max_tokens: 7, max_completion_tokens: 0 }, /^max_completion_tokens must be a positive integer$/],
+      ['completions', { max_tokens: '12' }, /^max_tokens must be a positive integer$/],
+      ['completions', { max_tokens: 0 }, /^max_tokens must be a positive integer$/],
+      ['completions', { max_tokens: 10, min_tokens: 11 }, /^min_tokens \(11\) is above the completion's maximum \(10\)/],
+      ['chat', { max_completion_tokens: 5, min_tokens: 6 }, /^min_tokens \(6\) is above/],
+      ['completions', { min_tokens: -1 }, /^min_tokens must be a non-negative integer$/],
+      ['completions', { min_tokens: 'x' }, /^min_tokens must be a non-negative integer$/],
+      ['completions', { stream: 'yes' }, /^stream must be true or false$/],
+      ['chat', { stream_options: { include_usage: true } }, /^stream_options are taken only with stream: true/],
+      ['chat', { stream: false, stream_options: { include_usage: true } }, /^stream_options are taken only with stream: true/],
+    ];
+    for (const [endpoint, body, message] of refused) expect(maxTokensOf(endpoint, body), JSON.stringify(body)).toMatch(message);
+    expect(maxTokensOf('completions', { max_tokens: 10, min_tokens: 10, stream: true, stream_options: { include_usage: true } })).toBe(10);
+    expect(maxTokensOf('chat', { stream_options: {}, min_tokens: null, max_tokens: null })).toBeUndefined();
   });
 
   it('refuses a length that leaves no room for a prompt only when max_model_len is known', () => {
