@@ -148,6 +148,8 @@ describe('checkRequestShape and checkPromptFits', () => {
     for (const [endpoint, body, message] of refused) expect(maxTokensOf(endpoint, body), JSON.stringify(body)).toMatch(message);
     expect(maxTokensOf('completions', { max_tokens: 10, min_tokens: 10, stream: true, stream_options: { include_usage: true } })).toBe(10);
     expect(maxTokensOf('chat', { stream_options: {}, min_tokens: null, max_tokens: null })).toBeUndefined();
+    // A completion has no max_completion_tokens: vLLM bounds min_tokens by max_tokens alone.
+    expect(maxTokensOf('completions', { max_tokens: 20, max_completion_tokens: 5, min_tokens: 10 })).toBe(20);
   });
 
   it('refuses a length that leaves no room for a prompt only when max_model_len is known', () => {

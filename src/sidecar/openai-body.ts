@@ -265,7 +265,7 @@ function looseBoolean(v: unknown): boolean {
  * `max_completion_tokens` whenever it is not null, 0 included (`chat_completion/serving.py` @006c49d4), where older
  * copies fell back to `max_tokens`. Values pydantic would coerce (`"12"`) are refused too: send numbers.
  */
-function rewrittenFieldError(body: Readonly<Record<string, unknown>>): string | undefined {
+function rewrittenFieldError(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): string | undefined {
   for (const k of ['max_tokens', 'max_completion_tokens'] as const) {
     const v = body[k];
     if (v !== undefined && v !== null && !(Number.isInteger(v) && (v as number) >= 1)) return `${k} must be a positive integer`;
@@ -273,7 +273,9 @@ function rewrittenFieldError(body: Readonly<Record<string, unknown>>): string | 
   const min = body['min_tokens'];
   if (min !== undefined && min !== null) {
     if (!Number.isInteger(min) || (min as number) < 0) return 'min_tokens must be a non-negative integer';
-    const max = body['max_completion_tokens'] ?? body['max_tokens'];
+    // The maximum vLLM builds its SamplingParams with: a chat's max_completion_tokens when not null, else max_tokens
+    // (completions have no max_completion_tokens).
+    const max = endpoint === 'chat' ? (body['max_completion_tokens'] ?? body['max_tokens']) : body['max_tokens'];
     if (typeof max === 'number' && (min as number) > max)
       return `min_tokens (${min as number}) is above the completion's maximum (${max}); vLLM refuses it`;
   }
@@ -367,7 +369,7 @@ export function checkRequestShape(
       ),
     );
   }
-  const rewritten = rewrittenFieldError(body);
+  const rewritten = rewrittenFieldError(endpoint, body);
   if (rewritten !== undefined) return err(new KvgateError('bad_request', rewritten));
   const asked = requestedMaxTokens(endpoint, body);
   const param = endpoint === 'chat' && body['max_completion_tokens'] ? 'max_completion_tokens' : 'max_tokens';
