@@ -192,7 +192,57 @@ describe('parseOpenAiBody', () => {
     };
     const e = refusal('/v1/completions', bytes(body));
     expect([e.code, e.reason]).toEqual(['bad_request', expect.stringContaining('messages[0].content[0] names its media by "uuid"')]);
-    expect(parseOpenAiBody('/v1/completions', bytes({ ...body, messages: 'not a list' }), limits).ok).toBe(true);
+    // Any other `messages` on the completions path is refused too: a body carries the prompt of its own path only.
+    expect(refusal('/v1/completions', bytes({ ...body, messages: 'not a list' })).reason).toContain(
+      '"messages" is a prompt field of the other path',
+    );
+  });
+
+  it('refuses a prompt field of the other path: a contract binds the prompt but not the path, so one body must not prompt both', () => {
+    const withMessages = { model: 'm', prompt: 'hi', messages: [{ role: 'user', content: 'another prompt' }] };
+    expect([refusal('/v1/completions', bytes(withMessages)).code, refusal('/v1/completions', bytes(withMessages)).reason]).toEqual([
+      'bad_request',
+      expect.stringMatching(/^"messages" is a prompt field of the other path, not of \/v1\/completions/),
+    ]);
+    for (const extra of [{ prompt: 'another prompt' }, { prompt: [1, 2, 3] }, { prompt_embeds: 'AAAA' }]) {
+      const e = refusal('/v1/chat/completions', bytes({ ...chat, ...extra }));
+      expect([e.code, e.reason], JSON.stringify(extra)).toEqual([
+        'bad_request',
+        expect.stringMatching(/is a prompt field of the other path, not of \/v1\/chat\/completions/),
+      ]);
+    }
+    // A null is no value (vLLM reads it as absent): routed.
+    expect(parseOpenAiBody('/v1/completions', bytes({ model: 'm', prompt: 'hi', messages: null }), limits).ok).toBe(true);
+    expect(parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, prompt: null, prompt_embeds: null }), limits).ok).toBe(true);
+  });
+
+  it('refuses a priority other than 0: with priority scheduling it would put one tenant before the others on shared workers', () => {
+    for (const value of [-1000, 1, '-5', 0.5]) {
+      const e = refusal('/v1/chat/completions', bytes({ ...chat, priority: value }));
+      expect([e.code, e.reason], JSON.stringify(value)).toEqual([
+        'bad_request',
+        expect.stringMatching(/^priority .* is not taken from a client/),
+      ]);
+    }
+    for (const value of [0, null])
+      expect(parseOpenAiBody('/v1/completions', bytes({ model: 'm', prompt: 'hi', priority: value }), limits).ok).toBe(true);
+  });
+
+  it('refuses use_beam_search on either path: vLLM runs it as requests of its own, without the bound KV transfer', () => {
+    for (const value of [true, 'true', 1, 'yes']) {
+      for (const [path, body] of [
+        ['/v1/completions', { model: 'm', prompt: 'hi' }],
+        ['/v1/chat/completions', chat],
+      ] as const) {
+        const e = refusal(path, bytes({ ...body, use_beam_search: value }));
+        expect([e.code, e.reason], `${path} ${JSON.stringify(value)}`).toEqual([
+          'bad_request',
+          expect.stringMatching(/^use_beam_search is not served through kvgate/),
+        ]);
+      }
+    }
+    for (const value of [false, null])
+      expect(parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, use_beam_search: value }), limits).ok).toBe(true);
   });
 
   it('refuses a body nested deeper than 64 levels with 400 before parsing it (20,000 levels: no stack overflow)', () => {

@@ -4,6 +4,7 @@
  */
 import { BoundedCache } from '../bounded-cache.js';
 import { clientMediaUuid } from '../client-media.js';
+import { refusedRequestField } from '../client-request-fields.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { findTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
@@ -126,8 +127,9 @@ function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endp
     return `"stream" must be true or false; got ${typeName(stream)}`;
   }
   const shape = endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
-  // On either path: the contract binds `messages` but not the path (src/client-media.ts).
-  return shape ?? clientMediaUuid(obj['messages']);
+  // On either path: the contract binds `messages` but not the path (src/client-media.ts), and a body may carry the
+  // prompt of its own path only (src/client-request-fields.ts).
+  return shape ?? clientMediaUuid(obj['messages']) ?? refusedRequestField(obj, endpoint);
 }
 
 function checkMessages(messages: unknown): string | undefined {

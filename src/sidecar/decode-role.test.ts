@@ -226,7 +226,41 @@ describe('requests this worker would refuse never reach the prefill pool', () =>
     ],
     ['a negative max_tokens', '/v1/completions', completion({ max_tokens: -3 }), /max_tokens must be a positive integer/],
     ['a batch of prompts', '/v1/completions', completion({ prompt: [PROMPT, `${PROMPT} again`] }), /send batches as separate requests/],
-    ['prompt_embeds without a prompt', '/v1/completions', { model: MODEL, prompt_embeds: 'AAAA', max_tokens: 5 }, /needs one prompt/],
+    [
+      'prompt_embeds without a prompt',
+      '/v1/completions',
+      { model: MODEL, prompt_embeds: 'AAAA', max_tokens: 5 },
+      /^prompt_embeds cannot be disaggregated/,
+    ],
+    // vLLM renders both as separate engine requests, each handed the one kv_transfer_params.
+    ['prompt_embeds next to a prompt', '/v1/completions', completion({ prompt_embeds: 'AAAA' }), /^prompt_embeds cannot be disaggregated/],
+    ['use_beam_search (completions)', '/v1/completions', completion({ use_beam_search: true }), /^use_beam_search is not served/],
+    ['use_beam_search (chat)', '/v1/chat/completions', chat({ use_beam_search: 'true' }), /^use_beam_search is not served/],
+    // The decode worker gets the prompt's KV, not its logits: vLLM's decode engine crashes (#50792) or prefills again.
+    ['prompt_logprobs 0', '/v1/completions', completion({ prompt_logprobs: 0 }), /^prompt_logprobs 0 asks for prompt logprobs/],
+    ['a chat with echo (top_logprobs defaults to 0)', '/v1/chat/completions', chat({ echo: true }), /^echo with top_logprobs 0 asks/],
+    // Fields the prefill leg rewrites: the prefill worker would run what the decode worker then refuses.
+    ['min_tokens above max_tokens', '/v1/completions', completion({ max_tokens: 5, min_tokens: 6 }), /^min_tokens \(6\) is above/],
+    [
+      'stream_options without stream',
+      '/v1/chat/completions',
+      chat({ stream_options: { include_usage: true } }),
+      /^stream_options are taken only/,
+    ],
+    ['priority -100', '/v1/completions', completion({ priority: -100 }), /^priority -100 is not taken from a client/],
+    // A contract binds the prompt, not the path: a body must not prompt both paths.
+    [
+      'messages on the completions path',
+      '/v1/completions',
+      completion({ messages: [{ role: 'user', content: 'another prompt' }] }),
+      /^"messages" is a prompt field of the other path/,
+    ],
+    [
+      'prompt on the chat path',
+      '/v1/chat/completions',
+      chat({ prompt: 'another prompt' }),
+      /^"prompt" is a prompt field of the other path/,
+    ],
     [
       'truncation_side "middle"',
       '/v1/completions',

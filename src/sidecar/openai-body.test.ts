@@ -129,8 +129,27 @@ describe('checkRequestShape and checkPromptFits', () => {
     expect(maxTokensOf('chat', {})).toBeUndefined();
     expect(maxTokensOf('chat', { max_tokens: 7 })).toBe(7);
     expect(maxTokensOf('chat', { max_tokens: 7, max_completion_tokens: 9 })).toBe(9);
-    expect(maxTokensOf('chat', { max_tokens: 7, max_completion_tokens: 0 })).toBe(7);
-    expect(maxTokensOf('completions', { max_tokens: '12' })).toBeUndefined(); // not a number: the worker judges it
+  });
+
+  it('refuses what the decode worker would refuse in a field the prefill leg rewrites, so no prefill runs for it', () => {
+    const refused: ['chat' | 'completions', Record<string, unknown>, RegExp][] = [
+      // Current vLLM takes a chat's max_completion_tokens when it is not null, 0 included; older copies fell back.
+      ['chat', { max_tokens: 7, max_completion_tokens: 0 }, /^max_completion_tokens must be a positive integer$/],
+      ['completions', { max_tokens: '12' }, /^max_tokens must be a positive integer$/],
+      ['completions', { max_tokens: 0 }, /^max_tokens must be a positive integer$/],
+      ['completions', { max_tokens: 10, min_tokens: 11 }, /^min_tokens \(11\) is above the completion's maximum \(10\)/],
+      ['chat', { max_completion_tokens: 5, min_tokens: 6 }, /^min_tokens \(6\) is above/],
+      ['completions', { min_tokens: -1 }, /^min_tokens must be a non-negative integer$/],
+      ['completions', { min_tokens: 'x' }, /^min_tokens must be a non-negative integer$/],
+      ['completions', { stream: 'yes' }, /^stream must be true or false$/],
+      ['chat', { stream_options: { include_usage: true } }, /^stream_options are taken only with stream: true/],
+      ['chat', { stream: false, stream_options: { include_usage: true } }, /^stream_options are taken only with stream: true/],
+    ];
+    for (const [endpoint, body, message] of refused) expect(maxTokensOf(endpoint, body), JSON.stringify(body)).toMatch(message);
+    expect(maxTokensOf('completions', { max_tokens: 10, min_tokens: 10, stream: true, stream_options: { include_usage: true } })).toBe(10);
+    expect(maxTokensOf('chat', { stream_options: {}, min_tokens: null, max_tokens: null })).toBeUndefined();
+    // A completion has no max_completion_tokens: vLLM bounds min_tokens by max_tokens alone.
+    expect(maxTokensOf('completions', { max_tokens: 20, max_completion_tokens: 5, min_tokens: 10 })).toBe(20);
   });
 
   it('refuses a length that leaves no room for a prompt only when max_model_len is known', () => {
@@ -145,6 +164,31 @@ describe('checkRequestShape and checkPromptFits', () => {
       expect(maxTokensOf('completions', { n }), JSON.stringify(n)).toMatch(/^n is .*: a disaggregated request generates one sequence/);
     expect(maxTokensOf('chat', { n: 3 })).toMatch(/Send n separate requests, or n 1$/);
     for (const n of [1, null, undefined]) expect(maxTokensOf('completions', { n }), JSON.stringify(n)).toBe(16);
+  });
+
+  it('refuses prompt logprobs, asked or implied by echo as vLLM reads it: the decode worker has the KV, not the logits', () => {
+    const refused: ['chat' | 'completions', Record<string, unknown>, string][] = [
+      ['completions', { prompt_logprobs: 0 }, 'prompt_logprobs 0'],
+      ['chat', { prompt_logprobs: 5 }, 'prompt_logprobs 5'],
+      ['completions', { echo: true, logprobs: 0 }, 'echo with logprobs 0'],
+      ['completions', { echo: 'yes', logprobs: 2 }, 'echo with logprobs 2'],
+      // A chat's top_logprobs defaults to 0, not null: echo alone asks for them.
+      ['chat', { echo: true }, 'echo with top_logprobs 0'],
+      ['chat', { echo: 1, top_logprobs: 3 }, 'echo with top_logprobs 3'],
+    ];
+    for (const [endpoint, body, field] of refused) {
+      expect(maxTokensOf(endpoint, body), JSON.stringify(body)).toMatch(
+        new RegExp(`^${field} asks for prompt logprobs, which a disaggregated request cannot give`),
+      );
+    }
+    const served: ['chat' | 'completions', Record<string, unknown>][] = [
+      ['completions', { echo: true }],
+      ['completions', { logprobs: 5 }],
+      ['completions', { echo: 'false', logprobs: 1, prompt_logprobs: null }],
+      ['chat', { echo: true, top_logprobs: null }],
+      ['chat', { echo: false, logprobs: true, top_logprobs: 5 }],
+    ];
+    for (const [endpoint, body] of served) expect(typeof maxTokensOf(endpoint, body), JSON.stringify(body)).not.toBe('string');
   });
 
   it('checks a prompt of token ids as the worker will count it, after truncation', () => {

@@ -232,6 +232,59 @@ export function toPromptCount(
   );
 }
 
+/**
+ * Which request field asks vLLM for prompt logprobs, or undefined. vLLM's `to_sampling_params` takes `prompt_logprobs`,
+ * and when that is null and `echo` is set, the completion's `logprobs` or the chat's `top_logprobs`, whose default is
+ * 0, not null (vllm-project/vllm `vllm/entrypoints/openai/completion/protocol.py` and `chat_completion/protocol.py`
+ * @002032ee): any of them not null, 0 included, asks for them. `echo` is read as pydantic reads a boolean, loosely
+ * (`"true"`, `1`, `"yes"`); a value it would refuse counts as set (vLLM refuses it anyway).
+ */
+function promptLogprobsAsked(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): string | undefined {
+  const asked = body['prompt_logprobs'];
+  if (asked !== undefined && asked !== null) return `prompt_logprobs ${JSON.stringify(asked).slice(0, 32)}`;
+  if (!looseBoolean(body['echo'])) return undefined;
+  const field = endpoint === 'chat' ? 'top_logprobs' : 'logprobs';
+  const implied = body[field] === undefined && endpoint === 'chat' ? 0 : body[field];
+  return implied === undefined || implied === null ? undefined : `echo with ${field} ${JSON.stringify(implied).slice(0, 32)}`;
+}
+
+/** A JSON value as pydantic's lax boolean reads it: false for absent, null, false, 0 and its false strings; else true. */
+function looseBoolean(v: unknown): boolean {
+  if (v === undefined || v === null || v === false || v === 0) return false;
+  return !(typeof v === 'string' && /^(0|off|f|false|n|no)$/i.test(v));
+}
+
+/**
+ * Why a field the prefill leg rewrites (`toPrefillBody`: `max_tokens`, `max_completion_tokens`, `min_tokens`, `stream`,
+ * `stream_options`) holds a value the decode worker's vLLM refuses, or undefined. The prefill worker never sees these
+ * as the client sent them, so it runs the prefill and holds its KV for a decode that then answers 400: that KV stays
+ * pinned until the prefill worker's abort timeout (480 s), unless the decode worker's vLLM frees it (current copies
+ * do, `_with_kv_transfer_rejection_cleanup`, but only for refusals after the request parsed). What vLLM refuses (vllm-project/vllm @002032ee): `SamplingParams`
+ * a `max_tokens` below 1 and a `min_tokens` below 0 or above `max_tokens`; the request models a `stream_options`
+ * without `stream` (`validate_stream_options`) and a `stream` that is not a boolean; and current vLLM takes a chat's
+ * `max_completion_tokens` whenever it is not null, 0 included (`chat_completion/serving.py` @006c49d4), where older
+ * copies fell back to `max_tokens`. Values pydantic would coerce (`"12"`) are refused too: send numbers.
+ */
+function rewrittenFieldError(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): string | undefined {
+  for (const k of ['max_tokens', 'max_completion_tokens'] as const) {
+    const v = body[k];
+    if (v !== undefined && v !== null && !(Number.isInteger(v) && (v as number) >= 1)) return `${k} must be a positive integer`;
+  }
+  const min = body['min_tokens'];
+  if (min !== undefined && min !== null) {
+    if (!Number.isInteger(min) || (min as number) < 0) return 'min_tokens must be a non-negative integer';
+    // The maximum vLLM builds its SamplingParams with: a chat's max_completion_tokens when not null, else max_tokens
+    // (completions have no max_completion_tokens).
+    const max = endpoint === 'chat' ? (body['max_completion_tokens'] ?? body['max_tokens']) : body['max_tokens'];
+    if (typeof max === 'number' && (min as number) > max)
+      return `min_tokens (${min as number}) is above the completion's maximum (${max}); vLLM refuses it`;
+  }
+  const stream = body['stream'];
+  if (stream !== undefined && stream !== null && typeof stream !== 'boolean') return 'stream must be true or false';
+  if (pythonTruthy(body['stream_options']) && stream !== true) return 'stream_options are taken only with stream: true, as vLLM does';
+  return undefined;
+}
+
 /** Python's truth value of a JSON value (`bool(x)`): false for null, false, 0, "", [] and {}. */
 function pythonTruthy(v: unknown): boolean {
   if (v === undefined || v === null || v === false || v === 0 || v === '') return false;
@@ -244,9 +297,9 @@ export interface RequestShape {
   readonly prompt: PromptCount;
   /**
    * The completion length vLLM checks against `max_model_len`: chat's `max_completion_tokens`, else `max_tokens`
-   * (vLLM reads `max_completion_tokens or max_tokens`); a completion's `max_tokens`, 16 when absent (vLLM's
-   * default). Undefined when the request leaves it to vLLM (null: whatever room the prompt leaves) or sends a value
-   * that is not a number (the worker judges it).
+   * (a `max_completion_tokens` that is not a positive integer, 0 included, is refused first: `rewrittenFieldError`);
+   * a completion's `max_tokens`, 16 when absent (vLLM's default). Undefined when the request leaves it to vLLM (null:
+   * whatever room the prompt leaves).
    */
   readonly maxTokens: number | undefined;
 }
@@ -258,7 +311,10 @@ function requestedMaxTokens(endpoint: Endpoint, body: Readonly<Record<string, un
 }
 
 /**
- * The checks a sidecar can make on a disaggregated request without any worker: one sequence (`n` 1: vLLM copies the
+ * The checks a sidecar can make on a disaggregated request without any worker: no prompt logprobs (`promptLogprobsAsked`:
+ * the decode worker gets the prompt's KV, not its logits; with them asked vLLM's decode engine crashes, issue #50792,
+ * or, since PR #57269 made its scheduler skip the connector for such requests, prefills the prompt itself and leaves
+ * the transferred KV unread), no `prompt_embeds`, one sequence (`n` 1: vLLM copies the
  * parent's `kv_transfer_params` dict to every child of a parallel-sampling request, `_get_child_sampling_params` in
  * vllm-project/vllm `vllm/v1/engine/parallel_sampling.py` @003d3ee2, which splits a list per child only since PR
  * #38900), one prompt in a form it can count
@@ -281,6 +337,27 @@ export function checkRequestShape(
       ),
     );
   }
+  const logprobs = promptLogprobsAsked(endpoint, body);
+  if (logprobs !== undefined) {
+    return err(
+      new KvgateError(
+        'bad_request',
+        `${logprobs} asks for prompt logprobs, which a disaggregated request cannot give: the decode worker receives the prompt's KV, not its logits (vLLM's decode engine then crashes, vllm-project/vllm#50792, or since PR #57269 computes the whole prompt again and leaves the prefill's KV unread); send it without prompt logprobs, or to a route without a prefill leg`,
+      ),
+    );
+  }
+  // Embeddings cannot be disaggregated: this side cannot count or attest an embeddings prompt, and next to a `prompt`
+  // vLLM renders both as separate engine requests (embeddings first; `render_prompt_and_embeds` in vllm-project/vllm
+  // `vllm/entrypoints/renderer.py` @09b5e071), each handed the one `kv_transfer_params`: the prefill side would compute
+  // and hold KV for requests the decode side reads from one attested transfer, as with n > 1.
+  if (body['prompt_embeds'] !== undefined && body['prompt_embeds'] !== null) {
+    return err(
+      new KvgateError(
+        'bad_request',
+        'prompt_embeds cannot be disaggregated: the decode side cannot count or attest an embeddings prompt, and next to "prompt" vLLM runs both as separate requests that would share one prefill\'s KV transfer; send token ids or text in "prompt" instead',
+      ),
+    );
+  }
   const prompt = toPromptCount(endpoint, body);
   if (!prompt.ok) return prompt;
   const keep = prompt.value.truncation?.tokens;
@@ -292,6 +369,8 @@ export function checkRequestShape(
       ),
     );
   }
+  const rewritten = rewrittenFieldError(endpoint, body);
+  if (rewritten !== undefined) return err(new KvgateError('bad_request', rewritten));
   const asked = requestedMaxTokens(endpoint, body);
   const param = endpoint === 'chat' && body['max_completion_tokens'] ? 'max_completion_tokens' : 'max_tokens';
   let maxTokens: number | undefined;

@@ -171,6 +171,24 @@ describe('prefill role', () => {
     }
   });
 
+  it('refuses use_beam_search, prompt_embeds, prompt logprobs and a prompt field of the other path before calling the worker, with one audit line', async () => {
+    for (const [path, body, message] of [
+      ['/v1/completions', { model: MODEL, prompt: 'x', use_beam_search: true }, /^use_beam_search is not served/],
+      ['/v1/completions', { model: MODEL, prompt: 'x', prompt_embeds: 'AAAA' }, /^prompt_embeds cannot be disaggregated/],
+      ['/v1/completions', { model: MODEL, prompt: 'x', prompt_logprobs: 1 }, /^prompt_logprobs 1 asks for prompt logprobs/],
+      ['/v1/completions', { model: MODEL, prompt: 'x', messages: [{ role: 'user', content: 'y' }] }, /^"messages" is a prompt field/],
+      ['/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'y' }], prompt: 'x' }, /^"prompt" is a prompt field/],
+    ] as const) {
+      p.spy.reset();
+      const c = contract();
+      const r = await postJson(`${p.sidecar.url}${path}`, ...bound(c, { ...body, kv_transfer_params: { ...PREFILL_KV_PARAMS } }));
+      expect([r.status, r.body.error.code], path).toEqual([400, 'bad_request']);
+      expect(r.body.error.message).toMatch(message);
+      expect(p.spy.workCalls(sim.url)).toEqual([]);
+      expect(p.lines.filter((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal')).toHaveLength(1);
+    }
+  });
+
   it('refuses a contract without a prefill leg, and one for another revision, before calling the worker', async () => {
     p.spy.reset();
     const noLeg = await postJson(

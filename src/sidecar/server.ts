@@ -13,6 +13,7 @@ import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { clientMediaUuid } from '../client-media.js';
+import { refusedRequestField } from '../client-request-fields.js';
 import { checkBodyBinding } from '../contract/body-binding.js';
 import type { TransferContract } from '../contract/contract.js';
 import type { KeyRing } from '../contract/keys.js';
@@ -610,6 +611,9 @@ async function runCompletion(
   // As the gate refuses them, on either path: a contract binds `messages` but not the path it was minted for.
   const mediaId = clientMediaUuid(body.value['messages']);
   if (mediaId !== undefined) return refuse(new KvgateError('bad_request', mediaId));
+  // As the gate refuses them: beam search, and a prompt field of the other path, judged from this request's own path.
+  const field = refusedRequestField(body.value, c.endpoint);
+  if (field !== undefined) return refuse(new KvgateError('bad_request', field));
   const call: IncomingCall = {
     endpoint: c.endpoint,
     path: c.path,
