@@ -75,6 +75,9 @@ describe('parseRouteTable', () => {
     if (r.ok) return;
     expect(r.error[0]!.message).toMatch(/^JSON syntax error/);
     expect(r.error[0]!.line).toBe(2);
+    // A comment, as YAML allows and JSON does not: the fix names it among JSON's rules.
+    const commented = parseRouteTable(json.replace('"version": 1,', '"version": 1, // v1'), { file: 'table.json' });
+    expect(commented.ok ? undefined : commented.error[0]!.fix).toMatch(/no comments/);
   });
 
   it('reports YAML syntax errors with line and column', () => {
@@ -162,6 +165,21 @@ describe('parseRouteTable', () => {
       expect(found!.message).toMatch(message);
       expect(found!.fix.length).toBeGreaterThan(0);
     }
+  });
+
+  it('says what to write: an address as an IP literal, a quoted number or boolean without its quotes', () => {
+    const v = clone(twoRevisionTableValue()) as Record<string, any>;
+    v['pools'][1]['endpoints'][0]['address'] = 'decode-0.vllm:9090';
+    v['version'] = '1';
+    const issues = issuesOf(v);
+    expect(issues.find((i) => i.path === 'pools[1].endpoints[0].address')!.fix).toMatch(
+      /^write an IP address and a port, e\.g\. 10\.0\.0\.12:9090 .*host names are not resolved.*discovery\.kubernetes/,
+    );
+    // Not 'did you mean "1"?' to an author who wrote "1": the text is right, the type is not.
+    expect(issues.find((i) => i.path === 'version')).toMatchObject({
+      message: 'string "1" is not allowed here: version takes the number 1',
+      fix: 'write version: 1, without quotes',
+    });
   });
 
   it('suggests the fallback step a typo meant', () => {
