@@ -182,6 +182,24 @@ describe('parseRouteTable', () => {
     });
   });
 
+  it('says so, in one line, when the file is another kvgate file: gate or sidecar config, descriptor, Envoy bootstrap', () => {
+    const one = (value: unknown): ConfigIssue[] => {
+      const r = routeTableFromValue(value, { file: 'x.yaml' });
+      return r.ok ? [] : r.error;
+    };
+    const gate = one({ listen: '0.0.0.0:9002', admin: '0.0.0.0:9003', policy: 'route-table.yaml', keys: { file: 'k.json' } });
+    expect(gate).toHaveLength(1);
+    expect(gate[0]).toMatchObject({
+      message: 'this is a gate config, not a route table (it has listen, admin, policy, keys)',
+      fix: "check the route table its policy: names instead: kvgate policy check route-table.yaml (relative to the gate config's folder)",
+    });
+    expect(one({ role: 'decode', worker: 'http://127.0.0.1:8000', descriptor: 'd.yaml' })[0]!.message).toMatch(/^this is a sidecar config/);
+    expect(one(testDescriptorInput())[0]!.message).toMatch(/^this is a compatibility descriptor/);
+    expect(one({ static_resources: {} })[0]!.message).toBe('this is an Envoy bootstrap, not a route table');
+    // A route table with mistakes is still explained key by key.
+    expect(one({ version: 1, listen: 'x' }).length).toBeGreaterThan(1);
+  });
+
   it('suggests the fallback step a typo meant', () => {
     const v = twoRevisionTableValue();
     v['fallback'] = [{ refuze: { retryAfterSeconds: 5 } }];
