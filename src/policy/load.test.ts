@@ -298,6 +298,12 @@ describe('loadRouteTable', () => {
       path: '(file)',
       message: 'the route table cannot be read: no such file (ENOENT)',
     });
+    // Its folder instead of the file: the fix says which to give.
+    const folder = await loadRouteTable(ROUTE_TABLES_DIR);
+    expect(!folder.ok && folder.error[0]).toMatchObject({
+      message: 'the route table cannot be read: it is a directory, not a file (EISDIR)',
+      fix: 'name the route table file itself, not its folder (e.g. route-table.yaml in it)',
+    });
   });
 
   it('names the descriptor file that cannot be read', async () => {

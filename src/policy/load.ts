@@ -175,7 +175,11 @@ export async function loadRouteTable(file: string, options: LoadOptions = {}): P
   try {
     text = await read(file);
   } catch (e) {
-    return err([issue(file, '(file)', `the route table cannot be read: ${ioReason(e)}`, 'check the path and its permissions')]);
+    const fix =
+      (e as NodeJS.ErrnoException | undefined)?.code === 'EISDIR'
+        ? 'name the route table file itself, not its folder (e.g. route-table.yaml in it)'
+        : 'check the path and its permissions';
+    return err([issue(file, '(file)', `the route table cannot be read: ${ioReason(e)}`, fix)]);
   }
   const format = formatOf(file, options.format);
   const pre = parseStructuredText(text, file, format);
