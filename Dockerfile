@@ -40,7 +40,7 @@ COPY examples ./examples
 COPY deploy/healthcheck.mjs ./deploy/healthcheck.mjs
 
 # A fixed non-root uid/gid, so Kubernetes `runAsUser: 10001` / `runAsNonRoot: true` and file permissions on mounted
-# secrets line up. Nothing under /app is writable by it; the demo writes only to a fresh folder under /tmp.
+# secrets line up. Nothing under /app is writable by it, and kvgate writes nothing outside /tmp.
 RUN groupadd --system --gid 10001 kvgate \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kvgate
 USER 10001:10001

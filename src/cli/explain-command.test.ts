@@ -232,6 +232,15 @@ describe('kvgate explain: usage', () => {
     );
     expect((await explain(['--queue-depth', 'many'])).code).toBe(2);
     expect((await explain(['--keys', join(dir, 'missing.json')])).code).toBe(2);
+    // A request file that is not there: exit 1, in words, with what the file should hold.
+    const lost: string[] = [];
+    const policy = await file(tableValue());
+    expect(
+      await explainCommand(['--policy', policy, '--request', join(dir, 'nope.json')], { out: () => {}, err: (t) => lost.push(t) }),
+    ).toBe(1);
+    expect(lost.join('')).toMatch(
+      /^kvgate explain: cannot read --request \S+nope\.json: no such file \(ENOENT\)\. Fix: give the file holding the JSON body/,
+    );
   });
 
   it('a binding minted with other keys is ignored, and the trace says so', async () => {

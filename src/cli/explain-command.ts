@@ -7,6 +7,7 @@
 import { H } from '../headers.js';
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { readErrorReason } from '../config/read-text.js';
 import { createDevKeyRing, loadKeyRing, type KeyRing } from '../contract/keys.js';
 import { explainRequest } from '../decide/explain.js';
 import { formatExplanation } from '../decide/explain-format.js';
@@ -120,7 +121,9 @@ export async function explainCommand(argv: readonly string[], io: CommandIo = de
   try {
     body = await readFile(values.request);
   } catch (e) {
-    io.err(`kvgate explain: cannot read --request ${values.request}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}\n`);
+    io.err(
+      `kvgate explain: cannot read --request ${values.request}: ${readErrorReason(e)}. Fix: give the file holding the JSON body a client would send, e.g. {"model":"llama-3-8b","messages":[{"role":"user","content":"Hello"}]}\n`,
+    );
     return 1;
   }
   const headers = requestHeaders(values, table);

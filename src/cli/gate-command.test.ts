@@ -3,12 +3,15 @@
  * finish within drain.graceMs), a second signal ends the drain at once, and the command exits 0 either way.
  */
 import { EventEmitter } from 'node:events';
-import { writeFile } from 'node:fs/promises';
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RunningGate } from '../gate/gate.js';
 import { createTableFile, queueTableValue, type TableFile } from '../gate/testing.js';
+import { PACKAGE_ROOT } from '../package-root.js';
 import { gateCommand } from './gate-command.js';
 
 const healthService: grpc.ServiceDefinition = {
@@ -85,4 +88,40 @@ describe('kvgate gate: signals', () => {
     },
     20_000,
   );
+});
+
+describe('kvgate gate with files missing', () => {
+  it('names every missing file at once (keys, route table, each TLS file) with a fix, and starts nothing', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-gate-preflight-'));
+    try {
+      const config = path.join(dir, 'gate.yaml');
+      await writeFile(
+        config,
+        [
+          'listen: 127.0.0.1:0',
+          "admin: ''",
+          'policy: route-table.yaml',
+          'keys: { file: keys.json }',
+          'tls: { cert: tls/gate.crt, key: tls/gate.key, clientCa: tls/ca.crt, roles: { public: [dns:p], internal: [dns:i] } }',
+          '',
+        ].join('\n'),
+      );
+      // The built CLI, as an operator runs it (npm test builds first): exit 2 before any port or pod watch.
+      const r = spawnSync(process.execPath, [path.join(PACKAGE_ROOT, 'dist/src/cli/main.js'), 'gate', '--config', config], {
+        encoding: 'utf8',
+        timeout: 20_000,
+      });
+      expect(r.status, r.stderr).toBe(2);
+      expect(r.stderr).toMatch(/^kvgate gate: cannot start; nothing was started:$/m);
+      expect(r.stderr).toMatch(/gate\.yaml: keys: key file \S+keys\.json: cannot be read \(ENOENT\)/);
+      expect(r.stderr).toMatch(/gate\.yaml: policy: the route table cannot be used[\s\S]*route-table\.yaml: error: \(file\)/);
+      for (const what of ['cert', 'key', 'clientCa'])
+        expect(r.stderr).toMatch(
+          new RegExp(`gate\\.yaml: tls\\.${what}: cannot read \\S+: no such file \\(ENOENT\\)\\. Fix: mount the PEM file there`),
+        );
+      expect(r.stdout).toBe('');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });

@@ -3,12 +3,15 @@
  * signal closes at once).
  * SIGHUP reloads the route table and a `keys.file` key ring (both are also reloaded when their file changes).
  */
+import { access, constants } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { createTracing } from '../tracing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
-import { loadGateConfig } from '../gate/config.js';
+import { loadGateConfig, type GateConfig } from '../gate/config.js';
+import { readErrorReason } from '../config/read-text.js';
+import { loadRouteTable } from '../policy/load.js';
 import { startGate, type RunningGate } from '../gate/gate.js';
 
 const HELP = `usage: kvgate gate --config gate.yaml
@@ -44,8 +47,9 @@ export async function gateCommand(argv: readonly string[], io: GateCommandIo = {
   }
   const config = loaded.value;
   const keys = keyRingFrom(config.keys, process.env);
-  if (!keys.ok) {
-    process.stderr.write(`kvgate gate: ${config.file}: keys: ${keys.error}\n`);
+  const problems = await preflight(config, keys.ok ? undefined : keys.error);
+  if (problems.length > 0 || !keys.ok) {
+    process.stderr.write(`kvgate gate: cannot start; nothing was started:\n${problems.join('\n')}\n`);
     return 2;
   }
   const logger = pino({ level: config.log.level, base: { component: 'gate' } });
@@ -94,4 +98,37 @@ export async function gateCommand(argv: readonly string[], io: GateCommandIo = {
     io.signals.on('SIGTERM', onTerm);
     io.signals.on('SIGINT', onInt);
   });
+}
+
+/**
+ * Everything the gate reads at start that can be missing or wrong (the key ring, the route table, the TLS files),
+ * reported together, so an operator fixes them in one round instead of one failed start each. Nothing is started:
+ * no pod watch, no port. startGate reads them again and stays the authority.
+ */
+async function preflight(config: GateConfig, keysError: string | undefined): Promise<string[]> {
+  const problems: string[] = [];
+  if (keysError !== undefined) problems.push(`${config.file}: keys: ${keysError}`);
+  const table = await loadRouteTable(config.policyPath);
+  if (!table.ok) {
+    problems.push(
+      `${config.file}: policy: the route table cannot be used (policy: ${config.policy}, read as ${config.policyPath}):\n${formatIssues(table.error)}`,
+    );
+  }
+  const tls = config.tls;
+  if (tls !== undefined) {
+    for (const [what, file] of [
+      ['cert', tls.cert],
+      ['key', tls.key],
+      ['clientCa', tls.clientCa],
+    ] as const) {
+      try {
+        await access(file, constants.R_OK);
+      } catch (e) {
+        problems.push(
+          `${config.file}: tls.${what}: cannot read ${file}: ${readErrorReason(e)}. Fix: mount the PEM file there (deploy/kubernetes/README.md, step 2), or correct tls.${what}`,
+        );
+      }
+    }
+  }
+  return problems;
 }

@@ -1,8 +1,10 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PACKAGE_ROOT } from '../package-root.js';
 import { clone, fixturePath, twoRevisionTableValue } from '../policy/testing.js';
+import { explainCommand } from './explain-command.js';
 import { policyCommand } from './policy-command.js';
 
 type Value = Record<string, any>;
@@ -120,5 +122,72 @@ describe('kvgate policy diff', () => {
     expect((await run('lint', 'x')).code).toBe(2);
     expect((await run('check', 'x', '--frobnicate')).code).toBe(2);
     expect((await run('--help')).code).toBe(0);
+  });
+});
+
+/** The fenced code blocks of a Markdown document, each with its info string (`yaml`, `sh`, or '' for plain output). */
+function fencedBlocks(doc: string): { lang: string; text: string }[] {
+  const out: { lang: string; text: string }[] = [];
+  let open: { lang: string; lines: string[] } | undefined;
+  for (const line of doc.split('\n')) {
+    const fence = /^```(\w*)\s*$/.exec(line);
+    if (fence === null) open?.lines.push(line);
+    else if (open === undefined) open = { lang: fence[1]!, lines: [] };
+    else {
+      out.push({ lang: open.lang, text: open.lines.join('\n') });
+      open = undefined;
+    }
+  }
+  return out;
+}
+
+describe("docs/policy-guide.md's examples", () => {
+  const guide = () => readFile(join(PACKAGE_ROOT, 'docs', 'policy-guide.md'), 'utf8');
+
+  it('every policy check output it shows is what kvgate policy check prints for that file, line for line', async () => {
+    const shown = fencedBlocks(await guide()).filter((b) => b.lang === '' && /^\S+\.yaml: (OK|INVALID)/m.test(b.text));
+    expect(shown.length).toBeGreaterThanOrEqual(2);
+    for (const { text } of shown) {
+      const file = /^(\S+\.yaml)[:]/.exec(text)![1]!; // as the guide writes it: relative to the repository root
+      const r = await run('check', join(PACKAGE_ROOT, file));
+      expect(
+        r.out
+          .split(`${join(PACKAGE_ROOT, file)}`)
+          .join(file)
+          .trimEnd(),
+        file,
+      ).toBe(text.trimEnd());
+    }
+  });
+
+  /** Section 1's annotated table in a folder of its own, beside the example descriptors it names. */
+  async function sectionOneTable(): Promise<string> {
+    const table = fencedBlocks(await guide()).find((b) => b.lang === 'yaml' && b.text.startsWith('version: 1'));
+    const at = await mkdtemp(join(dir, 'guide-'));
+    await cp(join(PACKAGE_ROOT, 'examples', 'descriptors'), join(at, 'descriptors'), { recursive: true });
+    await writeFile(join(at, 'route-table.yaml'), table!.text);
+    return join(at, 'route-table.yaml');
+  }
+
+  it('the annotated route table of section 1 passes policy check with the example descriptors, without a finding', async () => {
+    const r = await run('check', await sectionOneTable());
+    expect(r.code, r.out).toBe(0);
+    expect(r.out).toMatch(/^\S+route-table\.yaml: OK: 2 revisions, 4 pools, 1 served model$/m);
+  });
+
+  it("section 10's kvgate explain run prints every line the guide shows, with the table of section 1", async () => {
+    const doc = await guide();
+    const command = /^kvgate explain (.*)$/m.exec(doc.slice(doc.indexOf('## 10.')))![1]!.split(' ');
+    const shown = fencedBlocks(doc.slice(doc.indexOf('(output shortened):'))).find((b) => b.lang === '')!.text;
+    const request = join(dir, 'req.json');
+    await writeFile(request, /`req\.json` = `([^`]+)`/.exec(doc)![1]!);
+    const table = await sectionOneTable();
+    const argv = command.map((a) => (a === 'route-table.yaml' ? table : a === 'req.json' ? request : a));
+    const out: string[] = [];
+    expect(await explainCommand(argv, { out: (t) => out.push(t), err: () => {} })).toBe(0);
+    const printed = out.join('').split('\n');
+    const lines = shown.split('\n').filter((l) => l.trim() !== '' && l.trim() !== '...');
+    expect(lines.length).toBeGreaterThanOrEqual(15);
+    expect(lines.filter((l) => !printed.includes(l))).toEqual([]);
   });
 });

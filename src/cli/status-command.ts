@@ -155,9 +155,19 @@ async function getSidecar(doFetch: typeof fetch, base: string, timeoutMs: number
     const v = verifyStatus(keys, nonce, answer.bytes, answer.signature);
     signature = v.ok
       ? { checked: true, verified: true, keyId: v.value.keyId }
-      : { checked: true, verified: false, reason: v.error.reason, message: v.error.message };
+      : { checked: true, verified: false, reason: v.error.reason, message: checkerMessage(v.error) };
   }
   return { ...(JSON.parse(answer.bytes.toString('utf8')) as SidecarView), signature };
+}
+
+/**
+ * verifyStatus speaks as the gate that polls ("which this gate does not hold"); here the key file given to this
+ * command checks the answer, and a key id missing from it says nothing about the gate's ring.
+ */
+function checkerMessage(e: { reason: string; message: string }): string {
+  const kid = /signed with key id (\S+), which this gate does not hold/.exec(e.message)?.[1];
+  if (e.reason !== 'unknown_key' || kid === undefined) return e.message;
+  return `the answer is signed with key id ${kid}, which the key file given to kvgate status (--keys or KVGATE_KEYS) does not hold: pass the key file the gates and sidecars hold (the gate's own view of this sidecar is in STATE)`;
 }
 
 /** The SIGNED column: the key id a verified answer was signed with, FAILED, or that it was not checked. */

@@ -205,6 +205,13 @@ function describe(zi: ZodIssue, path: readonly PathSegment[], root: unknown, val
     case 'invalid_value': {
       const allowed = zi.values.map((v) => String(v));
       if (value === undefined) return { message: `${name} is required`, fix: `add ${name}: one of ${listOf(allowed)}` };
+      // `version: "1"` for `version: 1`, `"true"` for `true`: the right text in quotes is a string, not the value.
+      const unquoted = zi.values.find((v) => typeof v !== typeof value && String(v) === String(value));
+      if (unquoted !== undefined)
+        return {
+          message: `${kindOf(value)} is not allowed here: ${name} takes the ${typeof unquoted} ${String(unquoted)}`,
+          fix: `write ${name}: ${String(unquoted)}${typeof value === 'string' ? ', without quotes' : ''}`,
+        };
       const guess = typeof value === 'string' ? closestMatch(value, allowed) : undefined;
       const msg = zi.message.startsWith('Invalid') ? `${JSON.stringify(value)} is not allowed here` : zi.message;
       const fix = guess ? `did you mean "${guess}"?` : `use one of: ${listOf(allowed)}`;

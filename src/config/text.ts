@@ -200,7 +200,7 @@ function jsonSyntaxIssue(text: string, file: string, e: unknown): ConfigIssue {
     file,
     '(syntax)',
     `JSON syntax error: ${message.replace(/ in JSON at position \d+.*$/, '')}`,
-    'correct the JSON at the position shown (no trailing commas, keys in double quotes), or write the table as YAML',
+    'correct the JSON at the position shown (no trailing commas, no comments, keys in double quotes), or write the file as YAML',
     pos ?? {},
   );
 }

@@ -3,6 +3,7 @@
  * idle), changed per endpoint by `--worker ADDR=STATE[,STATE]` flags, and queues described by `--queue-depth` and
  * `--expected-wait-ms`. No network: the point is to see what the gate would do in a situation the author describes.
  */
+import { closestMatch } from '../config/issues.js';
 import { err, ok, type Result } from '../errors.js';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import type { QueueView } from './types.js';
@@ -35,7 +36,12 @@ export function parseWorkerFlag(flag: string): Result<{ address: string; patch: 
     else if (state === 'draining') patch.draining = true;
     else if (state === 'unverified') patch.verified = false;
     else if (state === 'unobserved' || state === 'foreign') patch.fingerprint = state;
-    else return err(`--worker ${JSON.stringify(flag)}: unknown state ${JSON.stringify(state)}; use ${WORKER_STATES.join(', ')}`);
+    else {
+      const guess = closestMatch(state, WORKER_STATES);
+      return err(
+        `--worker ${JSON.stringify(flag)}: unknown state ${JSON.stringify(state)}; ${guess === undefined ? '' : `did you mean "${guess}"? `}use ${WORKER_STATES.join(', ')}`,
+      );
+    }
   }
   return ok({ address, patch });
 }

@@ -90,6 +90,10 @@ describe('explain worker flags', () => {
     expect(!bad.ok && bad.error).toBe(
       '--worker "10.0.4.1:9090=sleepy": unknown state "sleepy"; use busy, inflight=N, draining, unverified, unobserved, foreign',
     );
+    const typo = parseWorkerFlag('10.0.4.1:9090=drainig');
+    expect(!typo.ok && typo.error).toBe(
+      '--worker "10.0.4.1:9090=drainig": unknown state "drainig"; did you mean "draining"? use busy, inflight=N, draining, unverified, unobserved, foreign',
+    );
     expect(parseWorkerFlag('busy').ok).toBe(false);
   });
 

@@ -11,6 +11,7 @@ import { PoolSchema } from '../policy/schema.js';
 import { clone, tableFromValue, twoRevisionTableValue } from '../policy/testing.js';
 import { readyPod, startKubeApiServer, type KubeApiServer } from '../../testbed/kube-apiserver/server.js';
 import { createDiscovery, type Discovery } from './discovery.js';
+import { kubeConfigFrom } from './runtime.js';
 import { labelSelectorString, selectorLabels } from './pods.js';
 
 const NS = 'serving';
@@ -392,5 +393,15 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(PoolSchema.safeParse({ ...staticPool, endpoints: [{ address: '10.0.0.1:8000', status: 'http://10.0.0.1:9090' }] }).success).toBe(
       true,
     );
+  });
+});
+
+describe('kubeConfigFrom', () => {
+  it('outside a pod and without discovery.kubeconfig: an error that names the setting, not a bare "Invalid URL" later', () => {
+    expect(() => kubeConfigFrom(undefined, {})).toThrow(
+      /runs outside a pod \(KUBERNETES_SERVICE_HOST\/PORT are unset\) and its config sets no discovery\.kubeconfig\. Fix: set discovery: \{ kubeconfig: FILE \}/,
+    );
+    // In a pod (the environment names the API server), the service account's config is loaded as before.
+    expect(() => kubeConfigFrom(undefined, { KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT: '443' })).not.toThrow();
   });
 });

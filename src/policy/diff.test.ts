@@ -86,7 +86,7 @@ describe('diffRouteTables', () => {
       expect.stringMatching(/^revisions: revision llama-c added \(fingerprint [0-9a-f]{12}…\)$/),
       'models: model llama-3-8b: tenants removed: globex (their requests are refused with 403)',
       'pools: pool a-prefill: tenants added: acme',
-      'pools: pool a-prefill: tenants removed: * (their requests are refused with 403)',
+      'pools: pool a-prefill: tenants removed: * (this pool takes none of their requests: another pool or revision that serves them does, else they are refused with 403; kvgate explain --tenant T shows which)',
       'pools: pool a-decode endpoints added: 10.0.2.3:9090',
       'pools: pool b-decode now draining: it takes no new requests; requests in flight there finish',
       'pools: pool c-both added: role both, revision llama-c, cluster c_both, 1 endpoint(s)',

@@ -170,11 +170,27 @@ export function cohortMove(candidate: string, stable: string, from: number, to: 
   return `${candidate} cohort ${from}% -> ${to}%: about ${delta}% of new sessions ${where}; sessions holding a binding stay`;
 }
 
-export function tenantChanges(what: string, before: readonly string[], after: readonly string[], add: (t: string) => void): void {
+/**
+ * A model's tenants are who may use it at all: one removed is refused 403. A pool's are only who it serves: one
+ * removed there may still be served by another pool or revision (a tenant kept off a candidate's pools stays on
+ * stable), so the line says where to look rather than claim a refusal.
+ */
+export function tenantChanges(
+  what: string,
+  before: readonly string[],
+  after: readonly string[],
+  add: (t: string) => void,
+  scope: 'model' | 'pool' = 'model',
+): void {
   const added = after.filter((t) => !before.includes(t));
   const removed = before.filter((t) => !after.includes(t));
   if (added.length > 0) add(`${what}: tenants added: ${added.join(', ')}`);
-  if (removed.length > 0) add(`${what}: tenants removed: ${removed.join(', ')} (their requests are refused with 403)`);
+  if (removed.length === 0) return;
+  const then =
+    scope === 'model'
+      ? 'their requests are refused with 403'
+      : `this pool takes none of their requests: another pool or revision that serves them does, else they are refused with 403; kvgate explain --tenant ${removed.find((t) => t !== '*') ?? 'T'} shows which`;
+  add(`${what}: tenants removed: ${removed.join(', ')} (${then})`);
 }
 
 function diffPools(before: CompiledRouteTable, after: CompiledRouteTable, add: (t: string) => void): void {
@@ -207,5 +223,5 @@ function poolChanges(old: CompiledPool, p: CompiledPool, add: (t: string) => voi
   const removed = was.filter((a) => !now.includes(a));
   if (added.length > 0) add(`${n} endpoints added: ${added.join(', ')}`);
   if (removed.length > 0) add(`${n} endpoints removed: ${removed.join(', ')} (requests in flight there finish)`);
-  tenantChanges(n, old.tenants, p.tenants, add);
+  tenantChanges(n, old.tenants, p.tenants, add, 'pool');
 }

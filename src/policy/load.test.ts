@@ -75,6 +75,9 @@ describe('parseRouteTable', () => {
     if (r.ok) return;
     expect(r.error[0]!.message).toMatch(/^JSON syntax error/);
     expect(r.error[0]!.line).toBe(2);
+    // A comment, as YAML allows and JSON does not: the fix names it among JSON's rules.
+    const commented = parseRouteTable(json.replace('"version": 1,', '"version": 1, // v1'), { file: 'table.json' });
+    expect(commented.ok ? undefined : commented.error[0]!.fix).toMatch(/no comments/);
   });
 
   it('reports YAML syntax errors with line and column', () => {
@@ -162,6 +165,39 @@ describe('parseRouteTable', () => {
       expect(found!.message).toMatch(message);
       expect(found!.fix.length).toBeGreaterThan(0);
     }
+  });
+
+  it('says what to write: an address as an IP literal, a quoted number or boolean without its quotes', () => {
+    const v = clone(twoRevisionTableValue()) as Record<string, any>;
+    v['pools'][1]['endpoints'][0]['address'] = 'decode-0.vllm:9090';
+    v['version'] = '1';
+    const issues = issuesOf(v);
+    expect(issues.find((i) => i.path === 'pools[1].endpoints[0].address')!.fix).toMatch(
+      /^write an IP address and a port, e\.g\. 10\.0\.0\.12:9090 .*host names are not resolved.*discovery\.kubernetes/,
+    );
+    // Not 'did you mean "1"?' to an author who wrote "1": the text is right, the type is not.
+    expect(issues.find((i) => i.path === 'version')).toMatchObject({
+      message: 'string "1" is not allowed here: version takes the number 1',
+      fix: 'write version: 1, without quotes',
+    });
+  });
+
+  it('says so, in one line, when the file is another kvgate file: gate or sidecar config, descriptor, Envoy bootstrap', () => {
+    const one = (value: unknown): ConfigIssue[] => {
+      const r = routeTableFromValue(value, { file: 'x.yaml' });
+      return r.ok ? [] : r.error;
+    };
+    const gate = one({ listen: '0.0.0.0:9002', admin: '0.0.0.0:9003', policy: 'route-table.yaml', keys: { file: 'k.json' } });
+    expect(gate).toHaveLength(1);
+    expect(gate[0]).toMatchObject({
+      message: 'this is a gate config, not a route table (it has listen, admin, policy, keys)',
+      fix: "check the route table its policy: names instead: kvgate policy check route-table.yaml (relative to the gate config's folder)",
+    });
+    expect(one({ role: 'decode', worker: 'http://127.0.0.1:8000', descriptor: 'd.yaml' })[0]!.message).toMatch(/^this is a sidecar config/);
+    expect(one(testDescriptorInput())[0]!.message).toMatch(/^this is a compatibility descriptor/);
+    expect(one({ static_resources: {} })[0]!.message).toBe('this is an Envoy bootstrap, not a route table');
+    // A route table with mistakes is still explained key by key.
+    expect(one({ version: 1, listen: 'x' }).length).toBeGreaterThan(1);
   });
 
   it('suggests the fallback step a typo meant', () => {
@@ -261,6 +297,12 @@ describe('loadRouteTable', () => {
     expect(!missing.ok && missing.error[0]).toMatchObject({
       path: '(file)',
       message: 'the route table cannot be read: no such file (ENOENT)',
+    });
+    // Its folder instead of the file: the fix says which to give.
+    const folder = await loadRouteTable(ROUTE_TABLES_DIR);
+    expect(!folder.ok && folder.error[0]).toMatchObject({
+      message: 'the route table cannot be read: it is a directory, not a file (EISDIR)',
+      fix: 'name the route table file itself, not its folder (e.g. route-table.yaml in it)',
     });
   });
 

@@ -19,6 +19,7 @@ import {
 } from './schema.js';
 import { compileRouteTable, type CompiledRouteTable } from './compile.js';
 import { checkRouteTable } from './semantic.js';
+import { notARouteTable } from './other-kind.js';
 import { formatOf, parseStructuredText, type TextFormat } from '../config/text.js';
 import { fromZodIssues, type Locate } from '../config/from-zod.js';
 import { readConfigText, readErrorReason } from '../config/read-text.js';
@@ -63,6 +64,8 @@ export function routeTableFromValue(
   const file = source.file;
   const schema = RouteTableSchema.safeParse(value);
   if (!schema.success) {
+    const other = notARouteTable(value, file);
+    if (other !== undefined) return err([other]);
     const ctx = { file, root: RouteTableSchema, data: value, ...(options.locate ? { locate: options.locate } : {}) };
     return err(fromZodIssues(schema.error.issues, ctx));
   }
@@ -172,7 +175,11 @@ export async function loadRouteTable(file: string, options: LoadOptions = {}): P
   try {
     text = await read(file);
   } catch (e) {
-    return err([issue(file, '(file)', `the route table cannot be read: ${ioReason(e)}`, 'check the path and its permissions')]);
+    const fix =
+      (e as NodeJS.ErrnoException | undefined)?.code === 'EISDIR'
+        ? 'name the route table file itself, not its folder (e.g. route-table.yaml in it)'
+        : 'check the path and its permissions';
+    return err([issue(file, '(file)', `the route table cannot be read: ${ioReason(e)}`, fix)]);
   }
   const format = formatOf(file, options.format);
   const pre = parseStructuredText(text, file, format);

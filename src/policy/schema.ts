@@ -34,6 +34,9 @@ export const TenantListSchema = z
 /** `ip:port` or `[ipv6]:port`: what Envoy's ORIGINAL_DST cluster connects to. Host names are not resolved. */
 export const EndpointAddressSchema = z.string().refine(isIpPort, {
   message: "must be 'ip:port' (IPv4) or '[ipv6]:port', e.g. 10.0.0.12:9090",
+  params: {
+    fix: 'write an IP address and a port, e.g. 10.0.0.12:9090 or [fd00::12]:9090: host names are not resolved (Envoy connects to the address as written); a route table finds pods by label with discovery.kubernetes',
+  },
 });
 
 /** `ip:port` (IPv4) or `[ipv6]:port` literals only: a host name could resolve anywhere. */

@@ -58,4 +58,41 @@ export function checkNameText(ctx: CheckContext): void {
     for (const [j, t] of p.tenants.entries()) check('tenant', t, ['pools', i, 'tenants', j]);
   }
   if (table.tenancy.default !== undefined) check('tenant', table.tenancy.default, ['tenancy', 'default']);
+  checkCaseTwins(ctx);
+}
+
+/**
+ * Two model names, or two tenant names, that differ only in letter case: the gate matches both exactly (as vLLM
+ * matches a served model name), so they are two models or two tenants, and a client or an authentication layer
+ * that writes one for the other gets the other's rollout and access, or a refusal. Usually one is a typo.
+ */
+function checkCaseTwins(ctx: CheckContext): void {
+  const { table } = ctx;
+  const twins = (kind: string, names: Iterable<readonly [string, readonly PathSegment[]]>): void => {
+    const first = new Map<string, string>();
+    for (const [name, path] of names) {
+      const seen = first.get(name.toLowerCase());
+      if (seen === undefined) first.set(name.toLowerCase(), name);
+      else if (seen !== name)
+        ctx.add(
+          path,
+          `${kind} ${JSON.stringify(name)} and ${kind} ${JSON.stringify(seen)} differ only in letter case: kvgate matches ${kind} names exactly, so they are two ${kind}s and a request spelling one gets nothing of the other`,
+          `spell the ${kind} the same everywhere, if one is meant; if both are, give them names that differ in more than case`,
+          'warning',
+        );
+    }
+  };
+  twins(
+    'model',
+    Object.keys(table.models).map((m) => [m, ['models', m]] as const),
+  );
+  const tenants: (readonly [string, readonly PathSegment[]])[] = [];
+  for (const [model, m] of Object.entries(table.models))
+    for (const [i, t] of m.tenants.entries()) tenants.push([t, ['models', model, 'tenants', i]]);
+  for (const [i, p] of table.pools.entries()) for (const [j, t] of p.tenants.entries()) tenants.push([t, ['pools', i, 'tenants', j]]);
+  if (table.tenancy.default !== undefined) tenants.push([table.tenancy.default, ['tenancy', 'default']]);
+  twins(
+    'tenant',
+    tenants.filter(([t]) => t !== '*'),
+  );
 }

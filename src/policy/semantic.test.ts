@@ -214,6 +214,34 @@ describe('checkRouteTable', () => {
     expect(paused.filter((i) => i.path === 'models.llama-3-8b.rollout.candidate')).toEqual([]);
   });
 
+  it('warns about a weight between 0 and 1: a percentage written as a fraction takes almost no session', () => {
+    const frac = issuesAfter((v) => (v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a', candidate: 'llama-b', weight: 0.1 }));
+    const w = only(frac, 'models.llama-3-8b.rollout.weight');
+    expect([w.severity, w.message, w.fix]).toEqual([
+      'warning',
+      'model "llama-3-8b": rollout.weight is 0.1, a percentage: candidate "llama-b" takes 0.1% of new sessions (10% written as a fraction?)',
+      'write the percentage, e.g. weight: 10, if 10% of new sessions was meant',
+    ]);
+    // 1 and more, and 0, are percentages anybody means.
+    for (const weight of [0, 1, 10])
+      expect(
+        issuesAfter((v) => (v['models']['llama-3-8b']['rollout']['weight'] = weight)).filter((i) => i.path.endsWith('rollout.weight')),
+      ).toEqual([]);
+  });
+
+  it('warns about model or tenant names that differ only in letter case: matched exactly, they are two', () => {
+    const models = issuesAfter((v) => (v['models']['Llama-3-8B'] = clone(v['models']['llama-3-8b'])));
+    expect(only(models, 'models.Llama-3-8B')).toMatchObject({
+      severity: 'warning',
+      message: expect.stringContaining('model "Llama-3-8B" and model "llama-3-8b" differ only in letter case'),
+    });
+    const tenants = issuesAfter((v) => (v['pools'][0]['tenants'] = ['Acme', 'globex']));
+    expect(only(tenants, 'pools[0].tenants[0]')).toMatchObject({
+      severity: 'warning',
+      message: expect.stringContaining('tenant "Acme" and tenant "acme" differ only in letter case'),
+    });
+  });
+
   it('refuses a model whose tenants no pool serves', () => {
     const i = only(
       issuesAfter((v) => {

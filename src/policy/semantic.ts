@@ -139,6 +139,15 @@ function checkRollouts(ctx: CheckContext): void {
         'add rollout.candidate: <revision>, or remove weight',
       );
     }
+    // A weight is a percentage: 0.1 written for "10 %" sends one session in a thousand, and nothing says so.
+    if (rollout.candidate !== undefined && rollout.weight !== undefined && rollout.weight > 0 && rollout.weight < 1) {
+      ctx.add(
+        [...at, 'weight'],
+        `model "${model}": rollout.weight is ${rollout.weight}, a percentage: candidate "${rollout.candidate}" takes ${rollout.weight}% of new sessions (${Number((rollout.weight * 100).toFixed(4))}% written as a fraction?)`,
+        `write the percentage, e.g. weight: ${Math.round(rollout.weight * 100)}, if ${Math.round(rollout.weight * 100)}% of new sessions was meant`,
+        'warning',
+      );
+    }
     // The schema's default of 0 makes a forgotten weight a candidate that never takes a session, silently.
     if (rollout.candidate !== undefined && rollout.candidate !== rollout.stable && rollout.weight === undefined) {
       ctx.add(

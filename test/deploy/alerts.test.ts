@@ -6,6 +6,7 @@
  * as the processes build it: each metrics module registered on its own registry.
  * test/deploy/alerts-fire.test.ts drives six of the alerts end to end.
  */
+import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -247,5 +248,40 @@ describe('the PrometheusRule in monitoring.yaml', () => {
       'kvgate_discovery_watches_broken',
     ])
       expect(used, metric).toContain(metric);
+  });
+});
+
+/** The metric tables of docs/operator-guide.md section 5, per process: metric name -> the label names its row lists. */
+function documentedMetrics(): { gate: Map<string, string[]>; sidecar: Map<string, string[]> } {
+  const guide = readFileSync(path.join(PACKAGE_ROOT, 'docs', 'operator-guide.md'), 'utf8');
+  const section = guide.slice(guide.indexOf('\n## 5. Metrics'), guide.indexOf('\n## 6. '));
+  const table = (from: string, to: string): Map<string, string[]> => {
+    const part = section.slice(section.indexOf(`\n${from}\n`), to === '' ? undefined : section.indexOf(`\n${to}\n`));
+    const rows = new Map<string, string[]>();
+    for (const m of part.matchAll(/^\| `(kvgate_[a-z_]+)` \|([^|]*)\|/gm)) {
+      const labels = [...m[2]!.replace(/\([^)]*\)/g, '').matchAll(/`([a-z_]+)`/g)].map((l) => l[1]!);
+      rows.set(m[1]!, labels);
+    }
+    return rows;
+  };
+  return { gate: table('Gate:', 'Sidecar:'), sidecar: table('Sidecar:', '') };
+}
+
+describe("docs/operator-guide.md's metric tables (section 5)", () => {
+  it('name every kvgate_ metric the gate and a sidecar register, with its labels, and nothing else', async () => {
+    const registries = await catalogue();
+    const registered = (metrics: Metric[]) =>
+      new Map(
+        metrics
+          .map((m) => m as unknown as { name: string; labelNames?: string[] })
+          .filter((m) => m.name.startsWith('kvgate_'))
+          .map((m) => [m.name, [...(m.labelNames ?? [])].sort()] as const),
+      );
+    const documented = documentedMetrics();
+    for (const who of ['gate', 'sidecar'] as const) {
+      const docs = new Map([...documented[who]].map(([n, l]) => [n, [...l].sort()] as const));
+      expect(docs.size, who).toBeGreaterThanOrEqual(10);
+      expect(Object.fromEntries(docs), who).toEqual(Object.fromEntries(registered(registries[who])));
+    }
   });
 });

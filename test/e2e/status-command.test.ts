@@ -89,6 +89,17 @@ describe('kvgate status', () => {
     expect(text.out.split('\n').find((l) => l.startsWith('a-decode '))).toMatch(
       /FAILED \(bad_signature\)\s+signature: the answer's signature does not verify under key id dev-insecure/,
     );
+    // A key file without the sidecars' id: the file given here lacks it, not the gate (whose row still says routable).
+    await writeFile(
+      path.join(dir, 'other-id.json'),
+      JSON.stringify({ ...JSON.parse(keyFile(Buffer.alloc(32, 9))), current: 'k9', keys: { k9: Buffer.alloc(32, 9).toString('base64') } }),
+    );
+    const otherId = await runWith(['--gate', gate, '--keys', path.join(dir, 'other-id.json')], {});
+    const row = otherId.out.split('\n').find((l) => l.startsWith('a-decode ')) ?? '';
+    expect(row).toMatch(
+      /routable .*FAILED \(unknown_key\)\s+signature: the answer is signed with key id dev-insecure, which the key file given to kvgate status \(--keys or KVGATE_KEYS\) does not hold/,
+    );
+    expect(row).not.toContain('this gate does not hold');
   });
 
   it('a gate that does not answer: exit 1 with what to check', async () => {

@@ -27,7 +27,12 @@ async function startImpostor(answer: () => Promise<{ body: Buffer; headers: Reco
   const server = http.createServer((req, res) => {
     if (req.url === '/kvgate/v1/status') {
       me.polls++;
-      void answer().then(({ body, headers }) => res.writeHead(200, { ...headers, 'content-type': 'application/json' }).end(body));
+      // The copy reads the real sidecar per poll: a poll in flight while afterAll closes the topology fails that read,
+      // which must end this answer, not surface as an unhandled rejection in whatever test file runs next.
+      void answer().then(
+        ({ body, headers }) => res.writeHead(200, { ...headers, 'content-type': 'application/json' }).end(body),
+        () => res.destroy(),
+      );
       return;
     }
     me.served++;
