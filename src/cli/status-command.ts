@@ -21,6 +21,10 @@ export const STATUS_USAGE = `usage: kvgate status --gate URL [--keys FILE] [--js
                     (default: KVGATE_KEYS when set; otherwise signatures are not checked)
   --json            print one JSON document instead of tables
   --timeout-ms N    limit per HTTP call (default 2000)
+
+exit status: 0 the gate answered (and, with keys, every sidecar answer that came was signed for this call);
+             1 the gate did not answer; 2 bad flags or key file;
+             3 with keys, a sidecar's answer failed its signature check (an impostor, or keys out of step)
 `;
 
 export interface StatusIo {
@@ -73,7 +77,10 @@ interface SidecarView {
   readonly signature?: SignatureView;
 }
 
-/** `kvgate status ...`: 0 when the gate answered, 1 when it did not, 2 on bad flags. */
+/**
+ * `kvgate status ...`: 0 when the gate answered, 1 when it did not, 2 on bad flags, 3 when a sidecar's answer failed
+ * its signature check (scripts and CI gates can stop on an impostor or a key rotation out of step without parsing).
+ */
 export async function statusCommand(
   argv: readonly string[],
   io: StatusIo = { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t) },
@@ -143,6 +150,11 @@ export async function statusCommand(
     ),
   );
   io.stdout(values.json === true ? `${JSON.stringify({ gate, sidecars }, null, 2)}\n` : renderStatus(gate, sidecars));
+  const failed = Object.entries(sidecars).filter(([, v]) => v.signature?.checked === true && !v.signature.verified);
+  if (failed.length > 0) {
+    io.stderr(`kvgate status: ${failed.length} sidecar answer(s) failed the signature check: ${failed.map(([u]) => u).join(', ')}\n`);
+    return 3;
+  }
   return 0;
 }
 

@@ -81,6 +81,8 @@ describe('kvgate status', () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-status-keys-'));
     await writeFile(path.join(dir, 'keys.json'), keyFile(Buffer.alloc(32, 9)));
     const other = await runWith(['--gate', gate, '--keys', path.join(dir, 'keys.json'), '--json'], {});
+    expect(other.code).toBe(3); // a script stops here without parsing the table
+    expect(other.err).toMatch(/sidecar answer\(s\) failed the signature check/);
     const doc = JSON.parse(other.out) as { sidecars: Record<string, { signature: { verified: boolean; reason: string } }> };
     expect(Object.values(doc.sidecars).map((s) => s.signature)).toEqual(
       Object.values(doc.sidecars).map(() => expect.objectContaining({ checked: true, verified: false, reason: 'bad_signature' })),
