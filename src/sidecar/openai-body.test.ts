@@ -150,6 +150,8 @@ describe('checkRequestShape and checkPromptFits', () => {
     expect(maxTokensOf('chat', { stream_options: {}, min_tokens: null, max_tokens: null })).toBeUndefined();
     // A completion has no max_completion_tokens: vLLM bounds min_tokens by max_tokens alone.
     expect(maxTokensOf('completions', { max_tokens: 20, max_completion_tokens: 5, min_tokens: 10 })).toBe(20);
+    // ... and a value there that a chat would be refused for is not this path's concern.
+    expect(maxTokensOf('completions', { max_tokens: 20, max_completion_tokens: 0 })).toBe(20);
   });
 
   it('refuses a length that leaves no room for a prompt only when max_model_len is known', () => {

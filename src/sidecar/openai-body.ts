@@ -266,7 +266,8 @@ function looseBoolean(v: unknown): boolean {
  * copies fell back to `max_tokens`. Values pydantic would coerce (`"12"`) are refused too: send numbers.
  */
 function rewrittenFieldError(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): string | undefined {
-  for (const k of ['max_tokens', 'max_completion_tokens'] as const) {
+  // A completion has no max_completion_tokens (vLLM's completions path ignores the field), so only a chat's is judged.
+  for (const k of endpoint === 'chat' ? (['max_tokens', 'max_completion_tokens'] as const) : (['max_tokens'] as const)) {
     const v = body[k];
     if (v !== undefined && v !== null && !(Number.isInteger(v) && (v as number) >= 1)) return `${k} must be a positive integer`;
   }
