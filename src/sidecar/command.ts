@@ -15,7 +15,15 @@ import { formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 import { EndpointAddressSchema } from '../policy/schema.js';
-import { hostPortFlag, loadDescriptorFile, loadSidecarConfig, NIXL_UNCHECKED, parseSidecarConfig, type SidecarConfig } from './config.js';
+import {
+  hostPortFlag,
+  loadDescriptorFile,
+  loadSidecarConfig,
+  NIXL_UNCHECKED,
+  parseSidecarConfig,
+  sidecarConfigWarnings,
+  type SidecarConfig,
+} from './config.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { createTracing } from '../tracing.js';
 import { sidecarOptIns } from './opt-ins.js';
@@ -216,6 +224,7 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
   const logger = io.log === undefined ? pino(options) : pino(options, io.log);
   // Every loud opt-in (src/sidecar/opt-ins.ts) is a warning at start; /status lists the same ones as optIns.
   for (const o of sidecarOptIns(config)) logger.warn({ event: o.event, setting: o.setting, ...o.fields }, o.message);
+  for (const w of sidecarConfigWarnings(config)) logger.warn({ event: 'config_warning' }, w);
   const tracing = await createTracing(config.tracing, 'sidecar');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;
   try {

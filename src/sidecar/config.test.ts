@@ -8,7 +8,7 @@ import { exampleDescriptorInput } from '../compat/testing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { configFromArgs, sidecarCommand } from './command.js';
-import { loadSidecarConfig, parseSidecarConfig, SidecarConfigSchema } from './config.js';
+import { loadSidecarConfig, parseSidecarConfig, SidecarConfigSchema, sidecarConfigWarnings } from './config.js';
 import { staticStatusOf, toStatus } from './status.js';
 
 const base = () => ({
@@ -473,5 +473,26 @@ describe('kvgate sidecar --config: every start problem at once', () => {
     expect(stderr).toMatch(
       /command line: error: --keys: cannot read the key file \S+flags-missing-keys\.json: no such file \(ENOENT\)\. Fix: mount the key file there/,
     );
+  });
+});
+
+describe('sidecarConfigWarnings', () => {
+  it("warns, without refusing the config, when the descriptor's KV cache dtype is not one its vLLM accepts", () => {
+    const at = (version: string, dtype: string) => {
+      const input = exampleDescriptorInput();
+      const r = parseSidecarConfig(
+        { ...base(), descriptor: { ...input, engine: { ...input.engine, version }, kvCache: { ...input.kvCache, dtype } } },
+        'f',
+      );
+      if (!r.ok) throw new Error(formatIssues(r.error));
+      return sidecarConfigWarnings(r.value);
+    };
+    expect(at('0.14.2', 'fp9')).toEqual([
+      expect.stringMatching(
+        /^descriptor: kvCache\.dtype "fp9" is not a --kv-cache-dtype vLLM 0\.14\.2 accepts.*accepts: auto, bfloat16, fp8,/,
+      ),
+    ]);
+    expect(at('0.14.2', 'auto')).toEqual([]);
+    expect(at('0.11.0', 'fp9')).toEqual([]); // no list for 0.11.0: no warning
   });
 });

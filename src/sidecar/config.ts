@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { TracingConfigSchema } from '../tracing.js';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
+import { cacheDtypeWarning } from '../compat/vllm-cache-dtypes.js';
 import { EndpointAddressSchema } from '../policy/schema.js';
 import { fromZodIssues, type Locate } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
@@ -318,6 +319,16 @@ export function parseSidecarConfig(
   }
   if (issues.length > 0 || descriptor === undefined || fp === undefined || !fp.ok) return err(issues);
   return ok(deepFreeze({ ...rest, descriptor, fingerprint: fp.value }));
+}
+
+/**
+ * What a valid config may still get wrong without blocking a start, one line each (logged at start): a KV cache
+ * dtype the descriptor's own vLLM version does not accept (`compat/vllm-cache-dtypes.ts`), so that worker would not
+ * start as declared.
+ */
+export function sidecarConfigWarnings(config: SidecarConfig): string[] {
+  const dtype = cacheDtypeWarning(config.descriptor);
+  return dtype === undefined ? [] : [`descriptor: ${dtype}`];
 }
 
 function exactlyOneDescriptor(file: string, pos: { line?: number; column?: number }): ConfigIssue {
