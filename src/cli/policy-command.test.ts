@@ -52,6 +52,20 @@ describe('kvgate policy check', () => {
     expect(r.out).toContain('rollout: llama-3-8b: candidate llama-b 10% configured, 0% effective; verification required, not passed');
   });
 
+  it("warns, exit 0, for a KV cache dtype the revision's vLLM does not accept, listing what it accepts", async () => {
+    const file = await table((v) => {
+      const d = v['revisions']['llama-b']['descriptor'];
+      d['engine'] = { ...d['engine'], version: '0.13.0' };
+      d['kvCache'] = { ...d['kvCache'], dtype: 'fp9' };
+    });
+    const r = await run('check', file);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(
+      /warning: revisions\.llama-b\.descriptor\.kvCache\.dtype: revision "llama-b": kvCache\.dtype "fp9" is not a --kv-cache-dtype vLLM 0\.13\.0 accepts, .*accepts: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla .*Fix: declare the --kv-cache-dtype the workers are started with/,
+    );
+    expect(r.out).toContain(`${file}: OK with 1 warning`);
+  });
+
   it('exit 1 with every precise message for an invalid table', async () => {
     const r = await run('check', fixturePath('typo.yaml'));
     expect(r.code).toBe(1);

@@ -7,6 +7,7 @@ import { canonicalJson } from '../compat/canonical-json.js';
 import { checkDescriptor, checkTransfer, type CompatVerdict } from '../compat/connector-rules.js';
 import type { CompatDescriptor } from '../compat/descriptor.js';
 import { describeFingerprintDiff, tryFingerprintOf } from '../compat/fingerprint.js';
+import { cacheDtypeWarning } from '../compat/vllm-cache-dtypes.js';
 import { issue, listOf, type PathSegment, type ConfigIssue } from '../config/issues.js';
 import type { Pool, RouteTable } from './schema.js';
 
@@ -163,6 +164,25 @@ export function checkConnectorRules(ctx: CheckContext): void {
     for (const w of v.warnings) {
       ctx.add(at, `revision "${name}": ${w}`, 'recheck the connector rules for this engine version', 'warning');
     }
+  }
+}
+
+/**
+ * A revision whose KV cache dtype its declared vLLM would refuse at start (`compat/vllm-cache-dtypes.ts`): a warning,
+ * since the lists are read per release and a build may accept more; a version without a list is not checked.
+ */
+export function checkCacheDtypes(ctx: CheckContext): void {
+  for (const [name, rev] of Object.entries(ctx.table.revisions)) {
+    const w = cacheDtypeWarning(rev.descriptor);
+    if (w === undefined) continue;
+    const at = rev.descriptorFile === null ? ['revisions', name, 'descriptor', 'kvCache', 'dtype'] : ['revisions', name, 'descriptorFile'];
+    const file = rev.descriptorFile === null ? '' : ` (in ${rev.descriptorFile})`;
+    ctx.add(
+      at,
+      `revision "${name}"${file}: ${w}`,
+      'declare the --kv-cache-dtype the workers are started with, one of the values listed, or correct engine.version if the workers run another vLLM',
+      'warning',
+    );
   }
 }
 

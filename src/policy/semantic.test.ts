@@ -229,6 +229,23 @@ describe('checkRouteTable', () => {
       ).toEqual([]);
   });
 
+  it('warns (never refuses) about a KV cache dtype the declared vLLM does not accept, listing what it does', () => {
+    const set = (version: string, dtype: string) =>
+      issuesAfter((v) => {
+        v['revisions']['llama-b']['descriptor']['engine'] = { ...v['revisions']['llama-b']['descriptor']['engine'], version };
+        v['revisions']['llama-b']['descriptor']['kvCache'] = { ...v['revisions']['llama-b']['descriptor']['kvCache'], dtype };
+      }).filter((i) => i.path === 'revisions.llama-b.descriptor.kvCache.dtype');
+    const [w, ...more] = set('0.13.0', 'fp9');
+    expect(more).toEqual([]);
+    expect(w?.severity).toBe('warning');
+    expect(w?.message).toMatch(
+      /^revision "llama-b": kvCache\.dtype "fp9" is not a --kv-cache-dtype vLLM 0\.13\.0 accepts, .*accepts: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla \(/,
+    );
+    expect(set('0.13.0', 'fp8_e4m3')).toEqual([]);
+    // A version kvgate has no list for gets no warning.
+    expect(set('0.11.0', 'fp9')).toEqual([]);
+  });
+
   it('warns about model or tenant names that differ only in letter case: matched exactly, they are two', () => {
     const models = issuesAfter((v) => (v['models']['Llama-3-8B'] = clone(v['models']['llama-3-8b'])));
     expect(only(models, 'models.Llama-3-8B')).toMatchObject({

@@ -13,6 +13,7 @@ import { closestMatch, issue, listOf, type PathSegment, type ConfigIssue } from 
 import { tenantAllowed, type RouteTable } from './schema.js';
 import {
   checkAddresses,
+  checkCacheDtypes,
   checkClusters,
   checkDuplicateGroups,
   checkConnectorRules,
@@ -78,6 +79,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkDuplicateGroups(ctx);
   checkAddresses(ctx);
   checkConnectorRules(ctx);
+  checkCacheDtypes(ctx);
   checkGroupTransfers(ctx);
   return { issues: out, fingerprints, connector };
 }

@@ -15,11 +15,20 @@ import { formatIssues, issue, type ConfigIssue } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 import { EndpointAddressSchema } from '../policy/schema.js';
-import { hostPortFlag, loadDescriptorFile, loadSidecarConfig, NIXL_UNCHECKED, parseSidecarConfig, type SidecarConfig } from './config.js';
+import {
+  hostPortFlag,
+  loadDescriptorFile,
+  loadSidecarConfig,
+  NIXL_UNCHECKED,
+  parseSidecarConfig,
+  sidecarConfigWarnings,
+  type SidecarConfig,
+} from './config.js';
 import { registerProcessMetrics } from '../process-metrics.js';
 import { createTracing } from '../tracing.js';
 import { sidecarOptIns } from './opt-ins.js';
 import { createSidecar } from './server.js';
+import { secretSourceIssues } from './secret-sources.js';
 import { loadWorkerAuth } from './worker-auth.js';
 
 export const SIDECAR_USAGE = `usage: kvgate sidecar --config FILE
@@ -87,8 +96,14 @@ const processIo = (): CommandIo => ({
   env: process.env,
 });
 
-/** Flags -> a config, with the same validation and messages as a config file. */
-export async function configFromArgs(argv: readonly string[]): Promise<Result<SidecarConfig | 'help', ConfigIssue[]>> {
+/**
+ * Flags -> a config, with the same validation and messages as a config file. With `env`, the variables `keys.env` and
+ * `workerApiKey.env` name are checked too (the command passes its environment); files named are checked always.
+ */
+export async function configFromArgs(
+  argv: readonly string[],
+  env?: Readonly<Record<string, string | undefined>>,
+): Promise<Result<SidecarConfig | 'help', ConfigIssue[]>> {
   let values: ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values'];
   try {
     values = parseArgs({ args: [...argv], options: OPTIONS, strict: true, allowPositionals: false }).values;
@@ -107,7 +122,7 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
         issue('command line', [], `--config cannot be combined with --${others.join(', --')}`, 'put those settings in the config file'),
       ]);
     const podUid = values['pod-uid'];
-    return loadSidecarConfig(values.config, { ...addresses.value, ...(podUid === undefined ? {} : { podUid }) });
+    return loadSidecarConfig(values.config, { ...addresses.value, ...(podUid === undefined ? {} : { podUid }) }, env);
   }
   if (values.descriptor === undefined) {
     return err([
@@ -120,12 +135,11 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ]);
   }
   const descriptor = await loadDescriptorFile(values.descriptor);
-  if (!descriptor.ok) return descriptor;
   const via = values['prefill-via'];
   const raw: Record<string, unknown> = {
     role: values.role,
     worker: values.worker,
-    descriptor: descriptor.value,
+    ...(descriptor.ok ? { descriptor: descriptor.value } : { descriptorFile: values.descriptor }),
     ...(values.listen === undefined ? {} : { listen: values.listen }),
     ...(values.admin === undefined ? {} : { admin: values.admin }),
     ...(values.metrics === undefined ? {} : { metrics: values.metrics }),
@@ -142,7 +156,11 @@ export async function configFromArgs(argv: readonly string[]): Promise<Result<Si
     ...(values['pod-uid'] === undefined ? {} : { podUid: values['pod-uid'] }),
     ...(values['drain-announce-ms'] === undefined ? {} : { drainAnnounceMs: numberFlag(values['drain-announce-ms']) }),
   };
-  return parseSidecarConfig(raw, 'command line');
+  // Every problem at once, as with --config: the descriptor file, the other flags, the key file, the worker's API key.
+  const parsed = parseSidecarConfig(raw, 'command line', undefined, descriptor.ok ? {} : { descriptorUnread: descriptor.error });
+  const secrets = await secretSourceIssues(raw, { file: 'command line', flags: true, ...(env === undefined ? {} : { env }) });
+  if (secrets.length === 0) return parsed;
+  return err([...(parsed.ok ? [] : parsed.error), ...secrets]);
 }
 
 /** The flags `--config` may come with: what only the running pod knows. */
@@ -182,9 +200,9 @@ export function workerApiKeyFlags(file: string | undefined, env: string | undefi
 
 /** `kvgate sidecar ...`: resolves to the exit code once the sidecar has drained and closed (or failed to start). */
 export async function sidecarCommand(argv: readonly string[], io: CommandIo = processIo()): Promise<number> {
-  const parsed = await configFromArgs(argv);
+  const parsed = await configFromArgs(argv, io.env);
   if (!parsed.ok) {
-    io.stderr(`kvgate sidecar: invalid configuration\n${formatIssues(parsed.error)}\n`);
+    io.stderr(`kvgate sidecar: invalid configuration; nothing was started:\n${formatIssues(parsed.error)}\n`);
     return 2;
   }
   if (parsed.value === 'help') {
@@ -192,20 +210,21 @@ export async function sidecarCommand(argv: readonly string[], io: CommandIo = pr
     return 0;
   }
   const config = parsed.value;
+  // Checked with the config already (secret-sources.ts); loaded again here to start, should a file change between.
   const keys = keyRingFrom(config.keys!, io.env);
-  if (!keys.ok) {
-    io.stderr(`kvgate sidecar: ${keys.error}\n`);
-    return 2;
-  }
   const workerAuth = await loadWorkerAuth(config.workerApiKey, io.env);
-  if (!workerAuth.ok) {
-    io.stderr(`kvgate sidecar: ${workerAuth.error}\n`);
+  if (!keys.ok || !workerAuth.ok) {
+    const at = argv.indexOf('--config');
+    const source = at >= 0 && argv[at + 1] !== undefined ? argv[at + 1] : 'the command line';
+    const lines = [...(keys.ok ? [] : [`keys: ${keys.error}`]), ...(workerAuth.ok ? [] : [`workerApiKey: ${workerAuth.error}`])];
+    io.stderr(`kvgate sidecar: cannot start; nothing was started (as set in ${source}):\n${lines.join('\n')}\n`);
     return 2;
   }
   const options = { level: config.log.level, base: { component: 'sidecar', role: config.role } };
   const logger = io.log === undefined ? pino(options) : pino(options, io.log);
   // Every loud opt-in (src/sidecar/opt-ins.ts) is a warning at start; /status lists the same ones as optIns.
   for (const o of sidecarOptIns(config)) logger.warn({ event: o.event, setting: o.setting, ...o.fields }, o.message);
+  for (const w of sidecarConfigWarnings(config)) logger.warn({ event: 'config_warning' }, w);
   const tracing = await createTracing(config.tracing, 'sidecar');
   let sidecar: Awaited<ReturnType<typeof createSidecar>>;
   try {

@@ -8,7 +8,7 @@ import { exampleDescriptorInput } from '../compat/testing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { configFromArgs, sidecarCommand } from './command.js';
-import { loadSidecarConfig, parseSidecarConfig, SidecarConfigSchema } from './config.js';
+import { loadSidecarConfig, parseSidecarConfig, SidecarConfigSchema, sidecarConfigWarnings } from './config.js';
 import { staticStatusOf, toStatus } from './status.js';
 
 const base = () => ({
@@ -110,7 +110,7 @@ describe('loading from files and flags', () => {
     await writeFile(path.join(dir, 'dir-ref.yaml'), stringify({ ...rest, descriptorFile: 'rev-dir.yaml' }));
     const d = await loadSidecarConfig(path.join(dir, 'dir-ref.yaml'));
     expect(d.ok ? '' : formatIssues(d.error)).toMatch(
-      /rev-dir\.yaml: error: \(root\): cannot read the file: it is a directory, not a file/,
+      /dir-ref\.yaml:\d+:1: error: descriptorFile: cannot read the descriptor file \S+rev-dir\.yaml: it is a directory, not a file/,
     );
   });
 
@@ -380,5 +380,119 @@ describe('docs/sidecar-config.md', () => {
       else if (literal !== undefined) expect({ key, default: at(key) }).toEqual({ key, default: parse(literal) });
       else throw new Error(`docs/sidecar-config.md: the default of ${key} is neither (required), none nor a \`value\`: ${given}`);
     }
+  });
+});
+
+describe('kvgate sidecar --config: every start problem at once', () => {
+  const run = async (argv: string[], env: Record<string, string> = {}) => {
+    let stderr = '';
+    let ready = false;
+    const code = await sidecarCommand(argv, {
+      signals: process,
+      stdout: () => undefined,
+      stderr: (t) => (stderr += t),
+      env,
+      onReady: () => (ready = true),
+    });
+    return { code, stderr, ready };
+  };
+
+  it('names the descriptor file, the key file, the worker API key file and a config typo in one run, each with the config file, setting, path and fix', async () => {
+    const sub = path.join(dir, 'all-at-once');
+    await mkdir(sub, { recursive: true });
+    const { descriptor: _d, keys: _k, ...rest } = base();
+    const file = path.join(sub, 'sidecar.yaml');
+    await writeFile(
+      file,
+      stringify({
+        ...rest,
+        listen: '127.0.0.1:0',
+        descriptorFile: 'rev-missing.yaml',
+        keys: { file: 'keys-missing.json' },
+        workerApiKey: { file: 'api-key-missing' },
+        drainAnounceMs: 5,
+      }),
+    );
+    const { code, stderr, ready } = await run(['--config', file]);
+    expect(code).toBe(2);
+    expect(ready).toBe(false); // no port, no probe
+    expect(stderr).toMatch(/^kvgate sidecar: invalid configuration; nothing was started:$/m);
+    const lines = stderr.split('\n').filter((l) => l.includes(': error: '));
+    const expected = [
+      /sidecar\.yaml:\d+:1: error: descriptorFile: cannot read the descriptor file \S+rev-missing\.yaml: no such file \(ENOENT\)\. Fix: put the worker's descriptor there, or correct descriptorFile/,
+      /sidecar\.yaml:\d+:\d+: error: keys\.file: cannot read the key file \S+keys-missing\.json: no such file \(ENOENT\)\. Fix: mount the key file there/,
+      /sidecar\.yaml:\d+:\d+: error: workerApiKey\.file: cannot read the worker API key file \S+api-key-missing: no such file \(ENOENT\)\. Fix: mount the worker's --api-key value there/,
+      /sidecar\.yaml:\d+:1: error: drainAnounceMs: unknown key "drainAnounceMs"\. Fix: did you mean "drainAnnounceMs"\?/,
+    ];
+    for (const re of expected)
+      expect(
+        lines.filter((l) => re.test(l)),
+        `${re}\n${stderr}`,
+      ).toHaveLength(1);
+    expect(lines).toHaveLength(expected.length);
+  });
+
+  it('checks the descriptor it could read and the key file it could not together; keys.env against the environment', async () => {
+    const sub = path.join(dir, 'desc-and-keys');
+    await mkdir(sub, { recursive: true });
+    await writeFile(path.join(sub, 'rev.yaml'), stringify({ ...exampleDescriptorInput(), modelDtype: 'auto' }));
+    await writeFile(path.join(sub, 'keys.json'), '{"current": "k1"}');
+    const { descriptor: _d, keys: _k, ...rest } = base();
+    const file = path.join(sub, 'sidecar.yaml');
+    await writeFile(file, stringify({ ...rest, descriptorFile: 'rev.yaml', keys: { file: 'keys.json' } }));
+    const { code, stderr } = await run(['--config', file]);
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/sidecar\.yaml:\d+:1: error: descriptorFile: rev\.yaml: descriptor cannot be fingerprinted: modelDtype/);
+    expect(stderr).toMatch(
+      /sidecar\.yaml:\d+:\d+: error: keys\.file: key file \S+keys\.json: invalid key file: .*Fix: correct the key file as the message says/,
+    );
+    await writeFile(file, stringify({ ...rest, descriptorFile: 'rev.yaml', keys: { env: 'SIDECAR_KEYS' } }));
+    const env = await run(['--config', file]);
+    expect(env.stderr).toMatch(
+      /sidecar\.yaml:\d+:\d+: error: keys\.env: keys\.env names the environment variable SIDECAR_KEYS, which is not set.*Fix: set SIDECAR_KEYS/,
+    );
+  });
+
+  it('the flags name their own problems at once too', async () => {
+    const { code, stderr } = await run([
+      '--role',
+      'decode',
+      '--worker',
+      'http://127.0.0.1:8000',
+      '--descriptor',
+      path.join(dir, 'flags-missing-rev.yaml'),
+      '--keys',
+      path.join(dir, 'flags-missing-keys.json'),
+      '--listen',
+      '127.0.0.1:0',
+    ]);
+    expect(code).toBe(2);
+    expect(stderr).toMatch(
+      /flags-missing-rev\.yaml: error: \(root\): cannot read the file: no such file \(ENOENT\)\. Fix: check the path given to --descriptor/,
+    );
+    expect(stderr).toMatch(
+      /command line: error: --keys: cannot read the key file \S+flags-missing-keys\.json: no such file \(ENOENT\)\. Fix: mount the key file there/,
+    );
+  });
+});
+
+describe('sidecarConfigWarnings', () => {
+  it("warns, without refusing the config, when the descriptor's KV cache dtype is not one its vLLM accepts", () => {
+    const at = (version: string, dtype: string) => {
+      const input = exampleDescriptorInput();
+      const r = parseSidecarConfig(
+        { ...base(), descriptor: { ...input, engine: { ...input.engine, version }, kvCache: { ...input.kvCache, dtype } } },
+        'f',
+      );
+      if (!r.ok) throw new Error(formatIssues(r.error));
+      return sidecarConfigWarnings(r.value);
+    };
+    expect(at('0.14.2', 'fp9')).toEqual([
+      expect.stringMatching(
+        /^descriptor: kvCache\.dtype "fp9" is not a --kv-cache-dtype vLLM 0\.14\.2 accepts.*accepts: auto, bfloat16, fp8,/,
+      ),
+    ]);
+    expect(at('0.14.2', 'auto')).toEqual([]);
+    expect(at('0.11.0', 'fp9')).toEqual([]); // no list for 0.11.0: no warning
   });
 });

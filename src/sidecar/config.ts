@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { TracingConfigSchema } from '../tracing.js';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
+import { cacheDtypeWarning } from '../compat/vllm-cache-dtypes.js';
 import { EndpointAddressSchema } from '../policy/schema.js';
 import { fromZodIssues, type Locate } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
@@ -20,6 +21,7 @@ import { readConfigText, readErrorReason } from '../config/read-text.js';
 import { KeySourceSchema } from '../contract/key-source.js';
 import { err, ok, type Result } from '../errors.js';
 import { liveHashSupport } from './nixl-side-channel.js';
+import { secretSourceIssues } from './secret-sources.js';
 import { WorkerApiKeySchema } from './worker-auth.js';
 
 /** The explicit opt-out from reading the live NIXL hash (`nixlSideChannel: unchecked`). */
@@ -220,7 +222,12 @@ export function parseSidecarConfig(
   raw: unknown,
   file: string,
   loadedDescriptor?: unknown,
-  where: { readonly config?: Locate; readonly descriptor?: Locate } = {},
+  where: {
+    readonly config?: Locate;
+    readonly descriptor?: Locate;
+    /** Why `descriptorFile` could not be read: reported with the rest, which is still checked. */
+    readonly descriptorUnread?: readonly ConfigIssue[];
+  } = {},
 ): Result<SidecarConfig, ConfigIssue[]> {
   const locate = where.config;
   const at = (key: string) => {
@@ -231,29 +238,46 @@ export function parseSidecarConfig(
   // Both given: say so first, before any issue of the inline descriptor the author may not mean to keep.
   if (given['descriptor'] !== undefined && given['descriptorFile'] !== undefined)
     return err([exactlyOneDescriptor(file, at('descriptor'))]);
+  const unread = where.descriptorUnread ?? [];
   const parsed = SidecarConfigSchema.safeParse(raw ?? {});
   if (!parsed.success)
-    return err(fromZodIssues(parsed.error.issues, { file, root: SidecarConfigSchema, data: raw, ...(locate ? { locate } : {}) }));
+    return err([
+      ...unread,
+      ...fromZodIssues(parsed.error.issues, { file, root: SidecarConfigSchema, data: raw, ...(locate ? { locate } : {}) }),
+    ]);
   const { descriptor: inline, descriptorFile, ...rest } = parsed.data;
   if ((inline === undefined) === (descriptorFile === undefined)) return err([exactlyOneDescriptor(file, {})]);
+  // Every problem at once: an operator fixes them in one round, not one failed start each.
+  const issues: ConfigIssue[] = [...unread];
   let descriptor = inline;
-  if (descriptor === undefined) {
+  if (descriptor === undefined && unread.length === 0) {
     const d = CompatDescriptorSchema.safeParse(loadedDescriptor);
-    if (!d.success)
-      return err(
-        fromZodIssues(d.error.issues, {
+    if (d.success) descriptor = d.data;
+    else
+      issues.push(
+        ...fromZodIssues(d.error.issues, {
           file: `${file} -> ${descriptorFile}`,
           root: CompatDescriptorSchema,
           data: loadedDescriptor,
           ...(where.descriptor ? { locate: where.descriptor } : {}),
         }),
       );
-    descriptor = d.data;
   }
-  const fp = tryFingerprintOf(descriptor);
-  if (!fp.ok) return err([issue(file, 'descriptor', fp.error.reason, 'correct the descriptor as the message says', at('descriptor'))]);
-  if (rest.nixlSideChannel === undefined && liveHashSupport(descriptor).kind === 'read') {
-    return err([
+  const fp = descriptor === undefined ? undefined : tryFingerprintOf(descriptor);
+  if (fp !== undefined && !fp.ok)
+    issues.push(
+      descriptorFile === undefined
+        ? issue(file, 'descriptor', fp.error.reason, 'correct the descriptor as the message says', at('descriptor'))
+        : issue(
+            file,
+            'descriptorFile',
+            `${descriptorFile}: ${fp.error.reason}`,
+            'correct the descriptor file as the message says',
+            at('descriptorFile'),
+          ),
+    );
+  if (descriptor !== undefined && rest.nixlSideChannel === undefined && liveHashSupport(descriptor).kind === 'read') {
+    issues.push(
       issue(
         file,
         'nixlSideChannel',
@@ -262,12 +286,12 @@ export function parseSidecarConfig(
         "set nixlSideChannel to the worker's VLLM_NIXL_SIDE_CHANNEL_HOST:PORT (default 127.0.0.1:5600), or nixlSideChannel: unchecked to opt out loudly",
         at('descriptorFile'),
       ),
-    ]);
+    );
   }
   if (rest.trust === 'recorded' && rest.probe.generation === 'never') {
     // The generation canary is the one probe that tells two sets of weights (or adapters) with the same tokenizer and
     // template apart; without it a worker serving another revision's weights would pass as verified.
-    return err([
+    issues.push(
       issue(
         file,
         'probe.generation',
@@ -275,15 +299,15 @@ export function parseSidecarConfig(
         'use generation: declared (the default) or always; or set trust: declared-only, the loud opt-in to take the declared weights on trust',
         at('probe'),
       ),
-    ]);
+    );
   }
   if (rest.keys === undefined) {
-    return err([
+    issues.push(
       issue(file, 'keys', 'no signing keys configured', 'set keys.file (a key file), keys.env or keys.devSeed (insecure, demo only)'),
-    ]);
+    );
   }
   if (rest.drainAnnounceMs > rest.drainGraceMs) {
-    return err([
+    issues.push(
       issue(
         file,
         'drainAnnounceMs',
@@ -291,9 +315,20 @@ export function parseSidecarConfig(
         'lower drainAnnounceMs or raise drainGraceMs (the announce window is part of the grace period)',
         at('drainAnnounceMs'),
       ),
-    ]);
+    );
   }
+  if (issues.length > 0 || descriptor === undefined || fp === undefined || !fp.ok) return err(issues);
   return ok(deepFreeze({ ...rest, descriptor, fingerprint: fp.value }));
+}
+
+/**
+ * What a valid config may still get wrong without blocking a start, one line each (logged at start): a KV cache
+ * dtype the descriptor's own vLLM version does not accept (`compat/vllm-cache-dtypes.ts`), so that worker would not
+ * start as declared.
+ */
+export function sidecarConfigWarnings(config: SidecarConfig): string[] {
+  const dtype = cacheDtypeWarning(config.descriptor);
+  return dtype === undefined ? [] : [`descriptor: ${dtype}`];
 }
 
 function exactlyOneDescriptor(file: string, pos: { line?: number; column?: number }): ConfigIssue {
@@ -307,12 +342,16 @@ function exactlyOneDescriptor(file: string, pos: { line?: number; column?: numbe
 }
 
 /**
- * Read and validate a YAML/JSON config file (and its descriptorFile). I/O failures are issues, not exceptions.
- * `overrides` (top-level keys, from flags allowed beside --config) replace the file's values before validation.
+ * Read and validate a YAML/JSON config file and every file it names (descriptorFile, keys.file, workerApiKey.file;
+ * with `env`, the variables keys.env and workerApiKey.env name too). I/O failures are issues, not exceptions, and
+ * every problem is reported at once: a descriptor file that cannot be read does not hide a bad key file or a typo
+ * in the config. `overrides` (top-level keys, from flags allowed beside --config) replace the file's values before
+ * validation.
  */
 export async function loadSidecarConfig(
   file: string,
   overrides: Readonly<Record<string, unknown>> = {},
+  env?: Readonly<Record<string, string | undefined>>,
 ): Promise<Result<SidecarConfig, ConfigIssue[]>> {
   const text = await readText(file, 'check the path given to --config');
   if (!text.ok) return text;
@@ -324,14 +363,48 @@ export async function loadSidecarConfig(
   // Lines point into the file; a value a flag replaced is not in it.
   const config: Locate = (p, key) => (typeof p[0] === 'string' && p[0] in overrides ? undefined : read.value.locate(p, key));
   resolveRelativeKeyFile(raw, file);
+  const secrets = await secretSourceIssues(raw, { file, locate: config, ...(env === undefined ? {} : { env }) });
   const descriptorFile = (raw as Record<string, unknown> | null)?.['descriptorFile'];
-  if (typeof descriptorFile !== 'string') return parseSidecarConfig(raw, file, undefined, { config });
+  let result: Result<SidecarConfig, ConfigIssue[]>;
+  if (typeof descriptorFile !== 'string' || descriptorFile === '') result = parseSidecarConfig(raw, file, undefined, { config });
+  else {
+    const d = await readDescriptorFile(file, descriptorFile, config);
+    result = d.ok
+      ? parseSidecarConfig(raw, file, d.value.value, { config, descriptor: d.value.locate })
+      : parseSidecarConfig(raw, file, undefined, { config, descriptorUnread: d.error });
+  }
+  if (secrets.length === 0) return result;
+  return err([...(result.ok ? [] : result.error), ...secrets]);
+}
+
+/**
+ * The descriptor file a config names, resolved against the config's folder. A file that cannot be read is one issue
+ * of the config's `descriptorFile` line, naming the path read; a syntax error keeps its line in the descriptor file,
+ * labelled `config -> descriptorFile` as its schema issues are.
+ */
+async function readDescriptorFile(
+  file: string,
+  descriptorFile: string,
+  locate: Locate,
+): Promise<Result<{ value: unknown; locate: Locate }, ConfigIssue[]>> {
   const resolved = path.isAbsolute(descriptorFile) ? descriptorFile : path.join(path.dirname(path.resolve(file)), descriptorFile);
-  const dtext = await readText(resolved, 'check descriptorFile (relative to the config file)');
-  if (!dtext.ok) return dtext;
-  const dread = parseStructuredText(dtext.value, resolved, formatOf(resolved));
-  if (!dread.ok) return dread;
-  return parseSidecarConfig(raw, file, dread.value.value, { config, descriptor: dread.value.locate });
+  let text: string;
+  try {
+    text = await readConfigText(resolved);
+  } catch (e) {
+    const pos = locate(['descriptorFile'], true);
+    return err([
+      issue(
+        file,
+        'descriptorFile',
+        `cannot read the descriptor file ${resolved}: ${readErrorReason(e)}`,
+        `put the worker's descriptor there, or correct descriptorFile (relative to the config file's folder, ${path.dirname(path.resolve(file))})`,
+        pos ? { line: pos.line, column: pos.column } : {},
+      ),
+    ]);
+  }
+  const read = parseStructuredText(text, `${file} -> ${descriptorFile}`, formatOf(resolved));
+  return read;
 }
 
 /**
