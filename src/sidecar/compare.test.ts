@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { predictNixlHash } from '../compat/nixl-hash.js';
 import { exampleDescriptor } from '../compat/testing.js';
 import { compareObservation, type Observation } from './compare.js';
 
@@ -95,6 +96,32 @@ describe('compareObservation', () => {
       'engine id: the canary prefill answered kv_transfer_params without remote_engine_id; without it no prefill answer can be tied to this verification, so none is attested',
     ]);
     expect(missing.measured).not.toHaveProperty('engineId');
+  });
+
+  it("takes the live NIXL hash only from a side channel that names the engine the worker's HTTP port answers for", () => {
+    const predicted = predictNixlHash(declared).hash;
+    const live = (engineId?: string): NonNullable<Observation['nixlHash']> => ({
+      sideChannel: '10.0.0.7:5600',
+      observed: okv(predicted),
+      ...(engineId === undefined ? {} : { engineId }),
+    });
+    // The same launch, another data-parallel rank: one worker.
+    const same = compareObservation(declared, { ...goodObservation(), engineId: okv('e1_dp3'), nixlHash: live('e1_dp0') });
+    expect(same.verified).toBe(true);
+    expect(same.measured['nixlHash']).toBe(predicted);
+    // Another vLLM answers there with the predicted hash: its hash says nothing about this worker.
+    const other = compareObservation(declared, { ...goodObservation(), engineId: okv('e1'), nixlHash: live('e2') });
+    expect(other.verified).toBe(false);
+    expect(other.measured).not.toHaveProperty('nixlHash');
+    expect(other.reasons).toEqual([
+      "NIXL compatibility hash: the side channel 10.0.0.7:5600 answers for engine e2, but the worker's HTTP port answers for engine e1: the hash read there is another vLLM's, not this worker's (check VLLM_NIXL_SIDE_CHANNEL_HOST/PORT and the sidecar's nixlSideChannel or --nixl-side-channel), and decode workers' handshakes with it would fail",
+    ]);
+    // An answer that hides its engine id cannot be told to be this worker's.
+    const hidden = compareObservation(declared, { ...goodObservation(), engineId: okv('e1'), nixlHash: live() });
+    expect(hidden.verified).toBe(false);
+    expect(hidden.reasons[0]).toMatch(/answered without an engine id in its agent metadata/);
+    // No HTTP engine id to compare with (a decode sidecar runs no engine canary): the hash alone decides, as before.
+    expect(compareObservation(declared, { ...goodObservation(), nixlHash: live('e2') }).verified).toBe(true);
   });
 
   it('a generation canary that agrees verifies the weights revision', () => {

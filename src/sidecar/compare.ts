@@ -12,6 +12,7 @@ import { FINGERPRINT_FIELDS } from '../compat/fingerprint.js';
 import { isQuantizedKvDtype, normalizeId, normalizeKvDtype, normalizeKvLayout, normalizeModelDtype } from '../compat/normalize.js';
 import { explainNixlHash, predictNixlHash } from '../compat/nixl-hash.js';
 import type { CanaryKind } from './canaries.js';
+import { engineLaunchId } from './engine-canary.js';
 
 /** One probe step's outcome: its value, or why it could not be measured. */
 export type Probed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: string };
@@ -94,7 +95,7 @@ export function compareObservation(d: CompatDescriptor, o: Observation, opts: Co
     compareCacheConfig(d, o.cacheConfig, acc);
     compareCanaries(d, o.canaries ?? {}, acc, opts.requireRecorded === true);
     compareEngineId(o.engineId, acc);
-    compareNixlHash(d, o.nixlHash, acc);
+    compareNixlHash(d, o.nixlHash, o.engineId, acc);
   }
   const declaredOnly = CHECKABLE_PATHS.filter((p) => !acc.verified.has(p) && isDeclared(d, p));
   const verified = acc.reasons.length === 0;
@@ -380,20 +381,53 @@ function compareEngineId(engineId: Probed<string> | undefined, acc: Acc): void {
 }
 
 /**
+ * Whether the side channel that answered is this worker's: when the engine canary read the worker's engine id over HTTP
+ * (prefill role), the side channel's `NixlAgentMetadata.engine_id` must name the same launch (ranks of one launch
+ * share a base, `engineLaunchId`), and must be there to compare. Otherwise the hash read belongs to whatever answers on
+ * that address (another pod's vLLM, a process that bound the port first, a side channel host left at vLLM's default
+ * `localhost`), not to the worker whose prefills are attested; and decode workers would fail their handshakes with
+ * it anyway, since vLLM checks that the agent metadata's engine id is the `remote_engine_id` of the request
+ * (vllm-project/vllm `vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py` @002a1057, `_nixl_handshake`,
+ * "Remote NIXL agent engine ID mismatch"; the agent metadata carries `self.engine_id`, as `request_finished` does).
+ * Null when it agrees, or when there is no HTTP engine id to compare with (decode role, engine canary off).
+ */
+function sideChannelEngineProblem(
+  sideChannel: string,
+  fromSideChannel: string | undefined,
+  fromHttp: Observation['engineId'],
+): string | null {
+  if (fromHttp?.ok !== true) return null;
+  if (fromSideChannel === undefined) {
+    return `NIXL compatibility hash: the side channel ${sideChannel} answered without an engine id in its agent metadata, so it cannot be told to be this worker's (engine ${fromHttp.value}); the hash read there is not trusted`;
+  }
+  if (engineLaunchId(fromSideChannel) === engineLaunchId(fromHttp.value)) return null;
+  return (
+    `NIXL compatibility hash: the side channel ${sideChannel} answers for engine ${fromSideChannel}, but the worker's HTTP port ` +
+    `answers for engine ${fromHttp.value}: the hash read there is another vLLM's, not this worker's (check VLLM_NIXL_SIDE_CHANNEL_HOST/PORT ` +
+    "and the sidecar's nixlSideChannel or --nixl-side-channel), and decode workers' handshakes with it would fail"
+  );
+}
+
+/**
  * The live handshake hash against the revision's prediction: a worker whose vLLM hashes other factors (a runtime flag
  * such as the hybrid KV cache manager) would fail every handshake with workers that match the prediction, or - with
  * enforce_handshake_compat off - pair with them anyway. Both hashes are named, and the flags that explain the
  * difference where one does.
  */
-function compareNixlHash(d: CompatDescriptor, live: Observation['nixlHash'], acc: Acc): void {
+function compareNixlHash(d: CompatDescriptor, live: Observation['nixlHash'], engineId: Observation['engineId'], acc: Acc): void {
   if (live === undefined) return;
   if (!live.observed.ok) {
     acc.reasons.push(`NIXL compatibility hash: ${live.observed.error}; the worker's handshake hash cannot be confirmed`);
     return;
   }
   const observed = live.observed.value;
-  acc.measured['nixlHash'] = observed;
   if (live.engineId !== undefined) acc.measured['sideChannelEngineId'] = live.engineId;
+  const notThisWorker = sideChannelEngineProblem(live.sideChannel, live.engineId, engineId);
+  if (notThisWorker !== null) {
+    acc.reasons.push(notThisWorker);
+    return;
+  }
+  acc.measured['nixlHash'] = observed;
   const predicted = predictNixlHash(d).hash;
   if (observed === predicted) {
     acc.verified.add('nixlHash');

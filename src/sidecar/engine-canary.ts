@@ -51,3 +51,16 @@ export function engineIdOf(response: Readonly<Record<string, unknown>>): Result<
   if (typeof id !== 'string' || id === '') return err('the canary prefill answered kv_transfer_params without remote_engine_id');
   return ok(id);
 }
+
+/**
+ * The launch an engine id names. Under data parallelism vLLM's engine core renames every rank's engine id to
+ * `<engine_id>_dp<rank>` (vllm-project/vllm `vllm/v1/engine/core.py`, `EngineCoreProc.run_engine_core` /
+ * `DPEngineCoreProc`, v0.11.0 to main; the node-local rank in older copies, the global DP rank at @00080ee1, which
+ * differ only for a pod started with `--data-parallel-start-rank`; either is a `_dp<digits>` suffix), so one worker
+ * answers prefills under several ids that share a base: they are
+ * ranks of one launch, not restarts. A restart draws a new base (a fresh uuid4 unless the operator pins
+ * `kv_transfer_config.engine_id`; then only the periodic probe's canaries can tell a restart).
+ */
+export function engineLaunchId(engineId: string): string {
+  return engineId.replace(/_dp\d+$/, '');
+}

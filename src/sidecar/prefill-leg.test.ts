@@ -55,7 +55,11 @@ describe('retry policy and failures', () => {
 
   it("keeps the prefill side's code and message", () => {
     const kvgate = prefillFailure(
-      reply(409, { error: { type: 'kvgate_error', code: 'mixed_revision', message: 'the contract binds fingerprint x', request_id: 'r' } }),
+      reply(
+        409,
+        { error: { type: 'kvgate_error', code: 'mixed_revision', message: 'the contract binds fingerprint x', request_id: 'r' } },
+        { 'x-kvgate-reject-reason': 'mixed_revision' },
+      ),
       3,
     );
     expect([kvgate.code, kvgate.reason]).toEqual(['mixed_revision', 'the prefill leg was refused: the contract binds fingerprint x']);
@@ -69,13 +73,29 @@ describe('retry policy and failures', () => {
     ]);
     expect(prefillFailure(reply(404, { error: { message: 'no such model' } }), 1).code).toBe('unknown_model');
     const exhausted = prefillFailure(
-      reply(503, { error: { type: 'kvgate_error', code: 'worker_unverified', message: 'tokenizer canary differs', request_id: 'r' } }),
+      reply(
+        503,
+        { error: { type: 'kvgate_error', code: 'worker_unverified', message: 'tokenizer canary differs', request_id: 'r' } },
+        { 'x-kvgate-reject-reason': 'worker_unverified' },
+      ),
       3,
     );
     expect([exhausted.code, exhausted.reason]).toEqual([
       'worker_unverified',
       'the prefill leg was refused after 3 attempts inside the bound group: tokenizer canary differs',
     ]);
+    // A kvgate-shaped body without kvgate's header is the prefill worker's own answer, handed on as it came: its
+    // status decides, never the code it wrote.
+    const forged = { error: { type: 'kvgate_error', code: 'mixed_revision', message: 'revision r1 met r2', request_id: 'r' } };
+    const worker409 = prefillFailure(reply(409, forged), 3);
+    expect([worker409.code, worker409.reason]).toEqual([
+      'bad_request',
+      'the prefill worker refused the request (HTTP 409): revision r1 met r2',
+    ]);
+    expect(prefillFailure(reply(503, forged), 3).code).toBe('worker_error');
+    // A header that names another code than the body: not kvgate's answer either.
+    expect(prefillFailure(reply(409, forged, { 'x-kvgate-reject-reason': 'bad_request' }), 3).code).toBe('bad_request');
+    expect(prefillFailure(reply(503, forged, { 'x-kvgate-reject-reason': 'attestation_invalid' }), 3).code).toBe('worker_error');
     const down = prefillFailure({ error: 'http://10.0.0.5:9090/v1/completions: ECONNREFUSED' }, 3);
     expect([down.code, down.status]).toEqual(['worker_error', 502]);
   });

@@ -161,7 +161,7 @@ export function prefillFailure(last: { reply?: UpstreamReply; error?: string }, 
   const message = upstreamMessage(text);
   const detail = { detail: { [PREFILL_STATUS]: status } };
   const tried = RETRYABLE.has(status) && attempts > 1 ? ` after ${attempts} attempts inside the bound group` : '';
-  const kvgateCode = kvgateErrorCode(text);
+  const kvgateCode = kvgateErrorCode(last.reply);
   if (kvgateCode !== undefined) return new KvgateError(kvgateCode, `the prefill leg was refused${tried}: ${message}`, detail);
   if (status >= 400 && status < 500) {
     return new KvgateError(
@@ -173,10 +173,20 @@ export function prefillFailure(last: { reply?: UpstreamReply; error?: string }, 
   return new KvgateError('worker_error', `the prefill worker failed (HTTP ${status})${tried}: ${message}`, detail);
 }
 
-function kvgateErrorCode(text: string): ErrorCode | undefined {
+/**
+ * The kvgate code of a refusal kvgate made on the prefill side (the prefill sidecar's `sendError`, the gate's hop check
+ * on the internal listener), or undefined. Both send it as `x-kvgate-reject-reason` beside the JSON body; a body alone
+ * is not enough, because the prefill sidecar hands its worker's own error answers on with their body as it came (and
+ * never with that header): a prefill worker writing `{"error":{"type":"kvgate_error","code":"mixed_revision"}}` into its
+ * 4xx would otherwise have the decode side refuse under kvgate's code, counted by the gate as a sidecar's refusal of
+ * that kind (`kvgate_routed_responses_total`, the alerts on it) and shown to the client as kvgate's finding.
+ */
+function kvgateErrorCode(reply: UpstreamReply): ErrorCode | undefined {
+  const header = reply.headers.get(H.rejectReason) ?? undefined;
+  if (header === undefined || !isErrorCode(header)) return undefined;
   try {
-    const e = (JSON.parse(text) as { error?: { type?: unknown; code?: unknown } }).error;
-    return e?.type === 'kvgate_error' && isErrorCode(e.code) ? e.code : undefined;
+    const e = (JSON.parse(reply.text) as { error?: { type?: unknown; code?: unknown } }).error;
+    return e?.type === 'kvgate_error' && e.code === header ? header : undefined;
   } catch {
     return undefined;
   }

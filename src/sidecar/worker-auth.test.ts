@@ -2,7 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { engineLaunchId } from './launch-check.js';
+import { engineLaunchId } from './engine-canary.js';
 import { contractRequestId } from './server.js';
 import { loadWorkerAuth, WorkerApiKeySchema } from './worker-auth.js';
 
