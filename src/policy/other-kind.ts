@@ -10,48 +10,45 @@ export function notARouteTable(value: unknown, file: string): ConfigIssue | unde
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return undefined;
   const v = value as Record<string, unknown>;
   if ('revisions' in v || 'version' in v || 'models' in v || 'pools' in v) return undefined;
+  const kind = otherKind(v);
+  if (kind === undefined) return undefined;
+  const has = kind.keys.length === 0 ? '' : ` (it has ${kind.keys.join(', ')})`;
+  return issue(file, '(file)', `this is ${kind.what}, not a route table${has}`, kind.fix, { line: 1, column: 1 });
+}
+
+/** What the file is, the keys that gave it away, and which file to give `policy check` instead. */
+function otherKind(v: Record<string, unknown>): { what: string; keys: string[]; fix: string } | undefined {
   const has = (...keys: string[]) => keys.filter((k) => k in v);
-  const named = (keys: string[]) => `(it has ${keys.join(', ')})`;
-  const at = { line: 1, column: 1 };
   const gate = has('listen', 'admin', 'policy', 'keys', 'tls', 'workerView', 'drain');
   if ('policy' in v && gate.length >= 2) {
     const policy = typeof v['policy'] === 'string' ? v['policy'] : 'FILE';
-    return issue(
-      file,
-      '(file)',
-      `this is a gate config, not a route table ${named(gate)}`,
-      `check the route table its policy: names instead: kvgate policy check ${policy}${policy.startsWith('/') ? '' : " (relative to the gate config's folder)"}`,
-      at,
-    );
+    return {
+      what: 'a gate config',
+      keys: gate,
+      fix: `check the route table its policy: names instead: kvgate policy check ${policy}${policy.startsWith('/') ? '' : " (relative to the gate config's folder)"}`,
+    };
   }
-  const sidecar = has('role', 'worker', 'descriptor', 'prefill', 'nixlSideChannel', 'listen');
   if ('role' in v && 'worker' in v) {
-    return issue(
-      file,
-      '(file)',
-      `this is a sidecar config, not a route table ${named(sidecar)}`,
-      'kvgate sidecar --config FILE checks it at start; give policy check the route table',
-      at,
-    );
+    return {
+      what: 'a sidecar config',
+      keys: has('role', 'worker', 'descriptor', 'prefill', 'nixlSideChannel', 'listen'),
+      fix: 'kvgate sidecar --config FILE checks it at start; give policy check the route table',
+    };
   }
   const descriptor = has('model', 'tokenizer', 'chatTemplate', 'architecture', 'kvCache', 'engine', 'connector');
   if ('model' in v && descriptor.length >= 3) {
-    return issue(
-      file,
-      '(file)',
-      `this is a compatibility descriptor, not a route table ${named(descriptor)}`,
-      'name it from a route table (revisions.<name>.descriptorFile) and check that table; kvgate fingerprint --descriptor FILE checks it alone',
-      at,
-    );
+    return {
+      what: 'a compatibility descriptor',
+      keys: descriptor,
+      fix: 'name it from a route table (revisions.<name>.descriptorFile) and check that table; kvgate fingerprint --descriptor FILE checks it alone',
+    };
   }
   if ('static_resources' in v || ('apiVersion' in v && 'kind' in v)) {
-    return issue(
-      file,
-      '(file)',
-      `this is ${'static_resources' in v ? 'an Envoy bootstrap' : `a Kubernetes ${String(v['kind'])}`}, not a route table`,
-      'give policy check the route table itself (deploy/kubernetes/config/route-table.yaml in the examples); Envoy configs are rendered from it with kvgate envoy render',
-      at,
-    );
+    return {
+      what: 'static_resources' in v ? 'an Envoy bootstrap' : `a Kubernetes ${String(v['kind'])}`,
+      keys: [],
+      fix: 'give policy check the route table itself (deploy/kubernetes/config/route-table.yaml in the examples); Envoy configs are rendered from it with kvgate envoy render',
+    };
   }
   return undefined;
 }
