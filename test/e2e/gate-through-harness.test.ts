@@ -311,9 +311,13 @@ describe('the gate under sustained traffic from one Envoy (envoy/envoy.yaml)', (
           body: JSON.stringify({ model: firstModel(), prompt: `hello ${i}` }),
         });
         statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+        // Who answered and why, for a failure to say: the gate (x-kvgate-reject-reason) or Envoy's router (its body).
+        if (r.status !== 200) failures.push(`${r.status} ${String(r.headers['x-kvgate-reject-reason'] ?? '-')} ${r.body.slice(0, 160)}`);
       }
     };
+    const failures: string[] = [];
     await Promise.all(Array.from({ length: 32 }, worker));
+    expect(failures).toEqual([]);
     expect(Object.fromEntries(statuses)).toEqual({ 200: 2000 });
     // What is asserted is that no request fails, not how fast they finish: the limit only stops a hang, and is
     // generous because a busy 2-core machine runs this at a fraction of its quiet speed.
