@@ -8,7 +8,7 @@ import { exampleDescriptorInput } from '../compat/testing.js';
 import { formatIssues } from '../config/issues.js';
 import { keyRingFrom } from '../contract/key-source.js';
 import { configFromArgs, sidecarCommand } from './command.js';
-import { loadSidecarConfig, parseSidecarConfig, SidecarConfigSchema, sidecarConfigWarnings } from './config.js';
+import { loadSidecarConfig, parseSidecarConfig, SidecarConfigSchema, sidecarConfigWarnings, type SidecarConfig } from './config.js';
 import { staticStatusOf, toStatus } from './status.js';
 
 const base = () => ({
@@ -238,6 +238,25 @@ describe('nixlSideChannel: safe by default', () => {
         toStatus(none.value, staticStatusOf(none.value), { verdict: null, checkedAtMs: null, draining: false, inFlight: 0, engineId: null })
           .podUid,
     ).toBeNull();
+  });
+
+  it("/status says why a side channel's hash is not taken when it answered for another engine, not that it is silent", async () => {
+    const file = path.join(dir, 'foreign-side-channel.yaml');
+    await writeFile(file, stringify(versioned('0.14.2')));
+    const r = await configFromArgs(['--config', file, '--nixl-side-channel', '10.1.2.3:5600']);
+    if (!r.ok || r.value === 'help') throw new Error('expected a config');
+    const snapshot = (reasons: string[]) =>
+      toStatus(r.value as SidecarConfig, staticStatusOf(r.value as SidecarConfig), {
+        verdict: { verified: false, reasons, measured: { sideChannelEngineId: 'e2' }, declaredOnly: [] },
+        checkedAtMs: 1,
+        draining: false,
+        inFlight: 0,
+        engineId: 'e1',
+      }).nixlHash.live;
+    const foreign =
+      "NIXL compatibility hash: the side channel 10.1.2.3:5600 answers for engine e2, but the worker's HTTP port answers for engine e1: the hash read there is another vLLM's, not this worker's";
+    expect(snapshot([foreign])).toEqual({ state: 'unread', observed: null, note: foreign });
+    expect(snapshot(['something else']).note).toBe('the side channel 10.1.2.3:5600 has not answered yet');
   });
 
   it('is optional before vLLM 0.13 (no hash to read); unchecked is the explicit opt-out', () => {

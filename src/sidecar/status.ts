@@ -126,7 +126,7 @@ export function toStatus(config: SidecarConfig, fixed: StaticStatus, s: StatusSn
     drainAdmitsUntilMs: s.draining ? (s.drainAdmitsUntilMs ?? null) : null,
     inFlight: s.inFlight,
     capacity: { maxInFlight: config.maxInFlight, available: Math.max(0, config.maxInFlight - s.inFlight) },
-    nixlHash: { ...fixed.nixlHash, live: liveHashOf(config, fixed.nixlHash.hash, verdict.measured['nixlHash']) },
+    nixlHash: { ...fixed.nixlHash, live: liveHashOf(config, fixed.nixlHash.hash, verdict.measured['nixlHash'], verdict.reasons) },
     mismatch: mismatchOf(config, verdict, s.engineId),
     connector: fixed.connector,
     engineId: s.engineId,
@@ -152,7 +152,12 @@ function mismatchOf(config: SidecarConfig, verdict: ProbeVerdict, engineId: stri
   };
 }
 
-function liveHashOf(config: SidecarConfig, predicted: string, measured: unknown): SidecarStatus['nixlHash']['live'] {
+function liveHashOf(
+  config: SidecarConfig,
+  predicted: string,
+  measured: unknown,
+  reasons: readonly string[],
+): SidecarStatus['nixlHash']['live'] {
   const support = liveHashSupport(config.descriptor);
   if (support.kind === 'none') return { state: 'none', observed: null, note: support.reason };
   if (config.nixlSideChannel === NIXL_UNCHECKED)
@@ -168,8 +173,12 @@ function liveHashOf(config: SidecarConfig, predicted: string, measured: unknown)
       observed: null,
       note: "no nixlSideChannel configured: set it to the worker's VLLM_NIXL_SIDE_CHANNEL_HOST:PORT",
     };
-  if (typeof measured !== 'string')
-    return { state: 'unread', observed: null, note: `the side channel ${config.nixlSideChannel} has not answered yet` };
+  if (typeof measured !== 'string') {
+    // It may have answered, for another engine (compare.ts refuses a hash the side channel cannot tie to this worker):
+    // say that, not that it is silent.
+    const refused = reasons.find((r) => r.startsWith(`NIXL compatibility hash: the side channel ${config.nixlSideChannel} `));
+    return { state: 'unread', observed: null, note: refused ?? `the side channel ${config.nixlSideChannel} has not answered yet` };
+  }
   return { state: measured === predicted ? 'match' : 'mismatch', observed: measured, note: null };
 }
 
