@@ -103,17 +103,13 @@ export async function gateCommand(argv: readonly string[], io: GateCommandIo = {
 /**
  * Everything the gate reads at start that can be missing or wrong (the key ring, the route table, the TLS files),
  * reported together, so an operator fixes them in one round instead of one failed start each. Nothing is started:
- * no pod watch, no port. startGate reads them again and stays the authority.
+ * no pod watch, no port. The key ring and the TLS files are checked here; the route table only when one of those
+ * failed, to name it in the same round: otherwise startGate loads it first of all (before any watch or port) and
+ * reports it itself, and a large table is not parsed and compiled twice at every start.
  */
 async function preflight(config: GateConfig, keysError: string | undefined): Promise<string[]> {
   const problems: string[] = [];
   if (keysError !== undefined) problems.push(`${config.file}: keys: ${keysError}`);
-  const table = await loadRouteTable(config.policyPath);
-  if (!table.ok) {
-    problems.push(
-      `${config.file}: policy: the route table cannot be used (policy: ${config.policy}, read as ${config.policyPath}):\n${formatIssues(table.error)}`,
-    );
-  }
   const tls = config.tls;
   if (tls !== undefined) {
     for (const [what, file] of [
@@ -129,6 +125,13 @@ async function preflight(config: GateConfig, keysError: string | undefined): Pro
         );
       }
     }
+  }
+  if (problems.length === 0) return problems;
+  const table = await loadRouteTable(config.policyPath);
+  if (!table.ok) {
+    problems.push(
+      `${config.file}: policy: the route table cannot be used (policy: ${config.policy}, read as ${config.policyPath}):\n${formatIssues(table.error)}`,
+    );
   }
   return problems;
 }
