@@ -1,6 +1,6 @@
 /**
- * Client-chosen media ids, refused wherever a body is read: at the gate (src/decide/request-facts.ts) and again at both
- * sidecars (src/sidecar/server.ts), whatever the request's path. Pure.
+ * Client-chosen media ids, refused wherever a body is read, whatever the request's path: part of the client-field check
+ * the gate and both sidecars call (src/client-request-fields.ts `refusedRequestField`). Pure.
  */
 
 /**

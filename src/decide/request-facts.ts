@@ -3,7 +3,6 @@
  * route table's tenancy config says to trust. Pure: bytes and header maps in, values or refusal errors out.
  */
 import { BoundedCache } from '../bounded-cache.js';
-import { clientMediaUuid } from '../client-media.js';
 import { refusedRequestField } from '../client-request-fields.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { findTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
@@ -127,9 +126,8 @@ function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endp
     return `"stream" must be true or false; got ${typeName(stream)}`;
   }
   const shape = endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
-  // On either path: the contract binds `messages` but not the path (src/client-media.ts), and a body may carry the
-  // prompt of its own path only (src/client-request-fields.ts).
-  return shape ?? clientMediaUuid(obj['messages']) ?? refusedRequestField(obj, endpoint);
+  // On either path: client media ids, beam search, a client priority, the other path's prompt (src/client-request-fields.ts).
+  return shape ?? refusedRequestField(obj, endpoint);
 }
 
 function checkMessages(messages: unknown): string | undefined {

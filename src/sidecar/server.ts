@@ -12,7 +12,6 @@ import type { Duplex } from 'node:stream';
 import type { Context, Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { clientMediaUuid } from '../client-media.js';
 import { refusedRequestField } from '../client-request-fields.js';
 import { checkBodyBinding } from '../contract/body-binding.js';
 import type { TransferContract } from '../contract/contract.js';
@@ -608,10 +607,8 @@ async function runCompletion(
     c.logger.warn({ event: 'contract_refused', reason: bound.error.reason }, bound.error.message);
     return refuse(new KvgateError('contract_invalid', bound.error.message));
   }
-  // As the gate refuses them, on either path: a contract binds `messages` but not the path it was minted for.
-  const mediaId = clientMediaUuid(body.value['messages']);
-  if (mediaId !== undefined) return refuse(new KvgateError('bad_request', mediaId));
-  // As the gate refuses them: beam search, and a prompt field of the other path, judged from this request's own path.
+  // As the gate refuses them (client media ids, beam search, a client priority, the other path's prompt), judged from
+  // this request's own path.
   const field = refusedRequestField(body.value, c.endpoint);
   if (field !== undefined) return refuse(new KvgateError('bad_request', field));
   const call: IncomingCall = {
