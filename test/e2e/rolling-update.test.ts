@@ -379,106 +379,122 @@ function check(rig: Rig, sent: readonly Sent[], roles: readonly Role[]): Verdict
   return { problems, refusals, pinnedRefusals, ok };
 }
 
+/**
+ * These tests wait for counts of requests (30 on A, 40 while B is half there, ...), so they take as long as the
+ * machine needs to serve them: about 2 s on a quiet 2-core machine, 12 s at a load average near 10, where the
+ * default 20 s cut two of them off before any `until` could say what it was waiting for. Each `until` still has its
+ * own 10 s limit and names the step that hung.
+ */
+const ROLLOUT_TIMEOUT_MS = 60_000;
+
 describe('a rolling update under continuous traffic', () => {
-  it('one Deployment rolls A → B (maxSurge 25 %, maxUnavailable 25 %) while the weight moves by reloads', async () => {
-    const rig = await startRig(false);
-    const llama = rig.deployment('llama', 'both', template(A), 4);
-    await until(() => llama.complete() && rig.routable(A, 'both') === 4, 'four llama-a pods routable');
-    const t = traffic(rig.harness.listeners['public']!.url);
-    let promoted = Number.POSITIVE_INFINITY;
-    try {
-      await until(() => t.done() >= 30, 'traffic flowing on A');
-      llama.update(template(B));
-      await until(() => rig.routable(B, 'both') > 0, 'a llama-b pod routable');
-      await rig.reload((v) => void (v.models['llama-3-8b']!.rollout['weight'] = 50));
-      await until(() => llama.complete(), 'the rollout complete');
-      const aPods = llama.pods.filter((p) => p.revision === A);
-      await until(() => aPods.every((p) => rig.droppedAt.has(p.name)), 'the gate dropped every llama-a pod');
-      const aGone = Date.now();
-      // Sessions pinned to A: refused until their binding goes (docs/policy-guide.md §5, step 6; §7 notPinned).
-      const sticky = t.clients.filter((c) => c.startsWith('sticky'));
-      await untilStickyRefused(t, aGone);
-      // Promote B: A no longer serves the model, so bindings to it are ignored and those sessions move to B.
-      promoted = Date.now();
-      await rig.reload((v) => void (v.models['llama-3-8b']!.rollout = { stable: B }));
-      await until(
-        () => sticky.every((c) => t.sent.some((s) => s.client === c && s.sentAt > promoted && s.status === 200 && s.stamp === B)),
-        'each session bound to A served by B after the promotion',
-      );
-    } finally {
-      await t.stop();
-    }
-    const v = check(rig, t.sent, ['both']);
-    expect(v.problems.slice(0, 20), `${v.problems.length} problems`).toEqual([]);
-    // Sessions bound to A stayed on A while it had capacity.
-    const beforePromotion = t.sent.filter((x) => x.boundTo === A && x.status === 200 && x.doneAt < promoted);
-    expect(beforePromotion.length).toBeGreaterThan(0);
-    expect(beforePromotion.filter((x) => x.stamp !== A)).toEqual([]);
-    expect(v.ok).toBeGreaterThan(50);
-    expect(v.pinnedRefusals).toBeGreaterThan(0);
-    expect(t.sent.some((s) => s.status === 200 && s.stamp === B && s.boundTo === null)).toBe(true);
-  });
+  it(
+    'one Deployment rolls A → B (maxSurge 25 %, maxUnavailable 25 %) while the weight moves by reloads',
+    async () => {
+      const rig = await startRig(false);
+      const llama = rig.deployment('llama', 'both', template(A), 4);
+      await until(() => llama.complete() && rig.routable(A, 'both') === 4, 'four llama-a pods routable');
+      const t = traffic(rig.harness.listeners['public']!.url);
+      let promoted = Number.POSITIVE_INFINITY;
+      try {
+        await until(() => t.done() >= 30, 'traffic flowing on A');
+        llama.update(template(B));
+        await until(() => rig.routable(B, 'both') > 0, 'a llama-b pod routable');
+        await rig.reload((v) => void (v.models['llama-3-8b']!.rollout['weight'] = 50));
+        await until(() => llama.complete(), 'the rollout complete');
+        const aPods = llama.pods.filter((p) => p.revision === A);
+        await until(() => aPods.every((p) => rig.droppedAt.has(p.name)), 'the gate dropped every llama-a pod');
+        const aGone = Date.now();
+        // Sessions pinned to A: refused until their binding goes (docs/policy-guide.md §5, step 6; §7 notPinned).
+        const sticky = t.clients.filter((c) => c.startsWith('sticky'));
+        await untilStickyRefused(t, aGone);
+        // Promote B: A no longer serves the model, so bindings to it are ignored and those sessions move to B.
+        promoted = Date.now();
+        await rig.reload((v) => void (v.models['llama-3-8b']!.rollout = { stable: B }));
+        await until(
+          () => sticky.every((c) => t.sent.some((s) => s.client === c && s.sentAt > promoted && s.status === 200 && s.stamp === B)),
+          'each session bound to A served by B after the promotion',
+        );
+      } finally {
+        await t.stop();
+      }
+      const v = check(rig, t.sent, ['both']);
+      expect(v.problems.slice(0, 20), `${v.problems.length} problems`).toEqual([]);
+      // Sessions bound to A stayed on A while it had capacity.
+      const beforePromotion = t.sent.filter((x) => x.boundTo === A && x.status === 200 && x.doneAt < promoted);
+      expect(beforePromotion.length).toBeGreaterThan(0);
+      expect(beforePromotion.filter((x) => x.stamp !== A)).toEqual([]);
+      expect(v.ok).toBeGreaterThan(50);
+      expect(v.pinnedRefusals).toBeGreaterThan(0);
+      expect(t.sent.some((s) => s.status === 200 && s.stamp === B && s.boundTo === null)).toBe(true);
+    },
+    ROLLOUT_TIMEOUT_MS,
+  );
 });
 
 describe('a disaggregated rollout: one Deployment per revision and role', () => {
   it.each([
     ['prefill', 'decode'],
     ['decode', 'prefill'],
-  ] as const)("B's %s pods Ready before its %s pods: no B request until B has both roles, never a mixed pair", async (first, second) => {
-    const rig = await startRig(true);
-    const aPrefill = rig.deployment('a-prefill', 'prefill', template(A, 'prefill'), 2);
-    const aDecode = rig.deployment('a-decode', 'decode', template(A, 'decode'), 2);
-    await until(() => rig.routable(A, 'prefill') === 2 && rig.routable(A, 'decode') === 2, 'llama-a prefill and decode routable');
-    const t = traffic(rig.harness.listeners['public']!.url);
-    let halfB = { from: 0, to: 0 };
-    let held: Sent | undefined;
-    try {
-      await until(() => t.done() >= 30, 'traffic flowing on A');
-      // The weight moves before B is complete: B's cohort has no B capacity yet.
-      await rig.reload((v) => void (v.models['llama-3-8b']!.rollout['weight'] = 50));
-      rig.deployment(`b-${first}`, first, template(B, first), 2);
-      await until(() => rig.routable(B, first) === 2, `llama-b ${first} pods routable`);
-      halfB = { from: Date.now(), to: 0 };
-      const mark = t.done();
-      await until(() => t.done() >= mark + 40, `traffic while llama-b has only ${first} pods`);
-      halfB.to = Date.now();
-      rig.deployment(`b-${second}`, second, template(B, second), 2);
-      await until(() => rig.routable(B, second) === 2, `llama-b ${second} pods routable`);
-      const complete = Date.now();
-      await until(() => t.sent.some((s) => s.sentAt > complete && s.status === 200 && s.stamp === B), 'llama-b serving');
-      // A session still on A has a request decided and on its decode pod, its prefill leg not sent yet.
-      const heldReq = t.one('held', 'sticky-0', t.bindingOf('sticky-0'), { 'x-test-hold': '1' });
-      await until(() => rig.held.reached, 'the held request on its llama-a decode pod');
-      // Promote B, then remove A's Deployments; every A pod is terminating, and the gate has seen it.
-      await rig.reload((v) => void (v.models['llama-3-8b']!.rollout = { stable: B }));
-      aPrefill.scale(0);
-      aDecode.scale(0);
-      const aPods = [...rig.pods.values()].filter((p) => p.revision === A);
-      await until(() => aPods.every((p) => rig.droppedAt.has(p.name)), 'the gate dropped every llama-a pod');
-      // Its prefill leg now: the pod the contract planned still serves (its grace period), so the request completes.
-      rig.held.release();
-      held = await heldReq;
-      const gone = t.done();
-      await until(() => t.done() >= gone + 30, 'traffic on B alone');
-    } finally {
-      await t.stop();
-    }
-    const v = check(rig, t.sent, ['prefill', 'decode']);
-    expect(v.problems.slice(0, 20), `${v.problems.length} problems`).toEqual([]);
-    // B took nothing before it had both roles Ready: not a decode leg, not a prefill leg.
-    const bReady = (role: Role) =>
-      Math.min(...[...rig.pods.values()].filter((p) => p.revision === B && p.role === role).map((p) => p.readyAt ?? Infinity));
-    const bothReady = Math.max(bReady('prefill'), bReady('decode'));
-    expect(rig.served.filter((l) => l.revision === B && l.at < bothReady)).toEqual([]);
-    // Meanwhile B's cohort ran on A (routeVia), whole: decode and prefill on A.
-    const during = t.sent.filter((s) => s.sentAt >= halfB.from && s.doneAt <= halfB.to);
-    expect(during.length).toBeGreaterThan(0);
-    expect(during.filter((s) => s.status !== 200)).toEqual([]);
-    expect(new Set(during.map((s) => s.stamp))).toEqual(new Set([A]));
-    expect(t.sent.some((s) => s.status === 200 && s.stamp === B)).toBe(true);
-    // The request decided on A before A's deletion finished on A, prefill leg on a terminating A pod.
-    expect(held).toMatchObject({ status: 200, stamp: A, body: { revision: A, prefill: { revision: A } } });
-    const heldLeg = rig.served.find((l) => l.seq === held!.seq && l.role === 'prefill')!;
-    expect(rig.droppedAt.get(heldLeg.pod)).toBeLessThan(heldLeg.at);
-  });
+  ] as const)(
+    "B's %s pods Ready before its %s pods: no B request until B has both roles, never a mixed pair",
+    async (first, second) => {
+      const rig = await startRig(true);
+      const aPrefill = rig.deployment('a-prefill', 'prefill', template(A, 'prefill'), 2);
+      const aDecode = rig.deployment('a-decode', 'decode', template(A, 'decode'), 2);
+      await until(() => rig.routable(A, 'prefill') === 2 && rig.routable(A, 'decode') === 2, 'llama-a prefill and decode routable');
+      const t = traffic(rig.harness.listeners['public']!.url);
+      let halfB = { from: 0, to: 0 };
+      let held: Sent | undefined;
+      try {
+        await until(() => t.done() >= 30, 'traffic flowing on A');
+        // The weight moves before B is complete: B's cohort has no B capacity yet.
+        await rig.reload((v) => void (v.models['llama-3-8b']!.rollout['weight'] = 50));
+        rig.deployment(`b-${first}`, first, template(B, first), 2);
+        await until(() => rig.routable(B, first) === 2, `llama-b ${first} pods routable`);
+        halfB = { from: Date.now(), to: 0 };
+        const mark = t.done();
+        await until(() => t.done() >= mark + 40, `traffic while llama-b has only ${first} pods`);
+        halfB.to = Date.now();
+        rig.deployment(`b-${second}`, second, template(B, second), 2);
+        await until(() => rig.routable(B, second) === 2, `llama-b ${second} pods routable`);
+        const complete = Date.now();
+        await until(() => t.sent.some((s) => s.sentAt > complete && s.status === 200 && s.stamp === B), 'llama-b serving');
+        // A session still on A has a request decided and on its decode pod, its prefill leg not sent yet.
+        const heldReq = t.one('held', 'sticky-0', t.bindingOf('sticky-0'), { 'x-test-hold': '1' });
+        await until(() => rig.held.reached, 'the held request on its llama-a decode pod');
+        // Promote B, then remove A's Deployments; every A pod is terminating, and the gate has seen it.
+        await rig.reload((v) => void (v.models['llama-3-8b']!.rollout = { stable: B }));
+        aPrefill.scale(0);
+        aDecode.scale(0);
+        const aPods = [...rig.pods.values()].filter((p) => p.revision === A);
+        await until(() => aPods.every((p) => rig.droppedAt.has(p.name)), 'the gate dropped every llama-a pod');
+        // Its prefill leg now: the pod the contract planned still serves (its grace period), so the request completes.
+        rig.held.release();
+        held = await heldReq;
+        const gone = t.done();
+        await until(() => t.done() >= gone + 30, 'traffic on B alone');
+      } finally {
+        await t.stop();
+      }
+      const v = check(rig, t.sent, ['prefill', 'decode']);
+      expect(v.problems.slice(0, 20), `${v.problems.length} problems`).toEqual([]);
+      // B took nothing before it had both roles Ready: not a decode leg, not a prefill leg.
+      const bReady = (role: Role) =>
+        Math.min(...[...rig.pods.values()].filter((p) => p.revision === B && p.role === role).map((p) => p.readyAt ?? Infinity));
+      const bothReady = Math.max(bReady('prefill'), bReady('decode'));
+      expect(rig.served.filter((l) => l.revision === B && l.at < bothReady)).toEqual([]);
+      // Meanwhile B's cohort ran on A (routeVia), whole: decode and prefill on A.
+      const during = t.sent.filter((s) => s.sentAt >= halfB.from && s.doneAt <= halfB.to);
+      expect(during.length).toBeGreaterThan(0);
+      expect(during.filter((s) => s.status !== 200)).toEqual([]);
+      expect(new Set(during.map((s) => s.stamp))).toEqual(new Set([A]));
+      expect(t.sent.some((s) => s.status === 200 && s.stamp === B)).toBe(true);
+      // The request decided on A before A's deletion finished on A, prefill leg on a terminating A pod.
+      expect(held).toMatchObject({ status: 200, stamp: A, body: { revision: A, prefill: { revision: A } } });
+      const heldLeg = rig.served.find((l) => l.seq === held!.seq && l.role === 'prefill')!;
+      expect(rig.droppedAt.get(heldLeg.pod)).toBeLessThan(heldLeg.at);
+    },
+    ROLLOUT_TIMEOUT_MS,
+  );
 });
