@@ -5,6 +5,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
+import { formatRuntimeFlags } from './runtime-flags.js';
 
 export interface BenchEnvironment {
   readonly node: string;
@@ -18,6 +19,8 @@ export interface BenchEnvironment {
   readonly date: string;
   /** Whether `taskset` can pin processes to one CPU on this machine. */
   readonly taskset: boolean;
+  /** The Node flags kvgate's processes and the floors run with, and where they came from (runtime-flags.ts). */
+  readonly nodeFlags: string;
 }
 
 function tryRun(cmd: string, args: readonly string[]): string | undefined {
@@ -49,6 +52,7 @@ export function describeEnvironment(now: () => Date = () => new Date()): BenchEn
     commit: gitCommit(),
     date: now().toISOString(),
     taskset: tryRun('taskset', ['--version']) !== undefined,
+    nodeFlags: formatRuntimeFlags(),
   };
 }
 
@@ -59,6 +63,7 @@ export function formatEnvironment(env: BenchEnvironment, title: string): string 
     `node ${env.node} (v8 ${env.v8}) | ${env.platform}`,
     `cpu  ${env.cpu} x ${env.cores} cores | ${env.memoryGiB} GiB | taskset ${env.taskset ? 'available' : 'not available'}`,
     `commit ${env.commit} | ${env.date}`,
+    env.nodeFlags,
     '',
   ].join('\n');
 }

@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { runtimeFlags } from './runtime-flags.js';
 
 /** dist/bench/lib/ -> dist/ */
 const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -160,17 +161,22 @@ export function jsonLine<Info>(pick: (v: Record<string, unknown>) => Info | unde
   };
 }
 
-/** Start the no-op ext_proc server (the floor) in a child process. */
+/** `opts` with the shipped Node flags first (runtime-flags.ts): for kvgate's processes and the floor they are measured against. */
+export function asShipped(opts: SpawnOptions = {}): SpawnOptions {
+  return { ...opts, nodeFlags: [...runtimeFlags().flags, ...(opts.nodeFlags ?? [])] };
+}
+
+/** Start the no-op ext_proc server (the floor) in a child process, with the gate's Node flags. */
 export function spawnNoopServer(opts: SpawnOptions = {}): Promise<ChildServer> {
   return spawnNodeServer(
     'no-op ext_proc',
     [NOOP_MAIN, '127.0.0.1:0'],
-    opts,
+    asShipped(opts),
     jsonLine((v) => (typeof v['port'] === 'number' ? { port: v['port'] } : undefined)),
   );
 }
 
-/** Start `kvgate gate` in a child process with `table` as its route table (temp files, removed on stop). */
+/** Start `kvgate gate` (shipped Node flags) in a child process with `table` as its route table (temp files, removed on stop). */
 export function spawnGate(table: Record<string, unknown>, opts: SpawnOptions = {}): Promise<ChildServer> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-bench-'));
   writeFileSync(path.join(dir, 'table.json'), JSON.stringify(table));
@@ -191,7 +197,13 @@ export function spawnGate(table: Record<string, unknown>, opts: SpawnOptions = {
     const port = Number(v['listen'].slice(v['listen'].lastIndexOf(':') + 1));
     return Number.isInteger(port) && port > 0 ? { port } : undefined;
   });
-  const started = spawnNodeServer('kvgate gate', [CLI_MAIN, 'gate', '--config', path.join(dir, 'gate.json')], opts, ready, cleanup);
+  const started = spawnNodeServer(
+    'kvgate gate',
+    [CLI_MAIN, 'gate', '--config', path.join(dir, 'gate.json')],
+    asShipped(opts),
+    ready,
+    cleanup,
+  );
   return started.catch((e: unknown) => {
     cleanup();
     throw e;

@@ -4,7 +4,7 @@
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { jsonLine, spawnNodeServer, type ChildServer } from './child-server.js';
+import { asShipped, jsonLine, spawnNodeServer, type ChildServer } from './child-server.js';
 import type { ProfileDir } from './profile-dir.js';
 
 const LIB = path.dirname(fileURLToPath(import.meta.url));
@@ -47,7 +47,8 @@ export async function startStack(
       spawnNodeServer(
         `${role} sidecar`,
         [path.join(LIB, 'pd-sidecar-main.js'), JSON.stringify({ role, worker, onTransferFailure })],
-        profiles === undefined ? {} : { nodeFlags: profiles[role].nodeFlags },
+        // The sidecars run as shipped (runtime-flags.ts); the simulated workers stand in for vLLM and keep Node's defaults.
+        asShipped(profiles === undefined ? {} : { nodeFlags: profiles[role].nodeFlags }),
         sidecarReady,
       );
     const prefillSidecar = track(await sidecar('prefill', prefillSim.info.url));
