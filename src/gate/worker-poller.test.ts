@@ -127,6 +127,17 @@ describe('live worker view', () => {
     expect(poller.snapshot()[polled.address]!.reasons).toEqual(['tokenizer canary differs']);
   });
 
+  it('says why an endpoint whose sidecar verifies another fingerprint is unverified (a worker or a declaration changed in place)', async () => {
+    const other = 'b'.repeat(64);
+    const { poller, polledState, entry } = setup(() => status({ fingerprint: other, verified: true, draining: false, reasons: [] }));
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(true); // the sidecar's own verdict: the decision core compares fingerprints
+    expect(entry().state).toBe('unverified');
+    expect(entry().reasons.join('; ')).toContain(
+      `the sidecar verifies its worker as fingerprint ${other.slice(0, 12)}…, but the route table declares revision ${pool.revision} as ${pool.fingerprint.slice(0, 12)}…`,
+    );
+  });
+
   it("routes an endpoint only when the worker's observed NIXL hash is the revision's prediction, naming both hashes", async () => {
     const rev = table.revisions.get(pool.revision)!;
     const live = (observed: string | null, state = observed === null ? 'none' : 'match') => ({ state, observed, note: null });
