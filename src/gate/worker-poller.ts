@@ -256,10 +256,19 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     return o.verified ? 'routable' : 'unverified';
   }
 
+  /**
+   * The oldest answer's age; an endpoint that never answered counts as just stale (staleAfterMs), never as less, and
+   * never hides an older answer elsewhere (it used to pin the whole age at staleAfterMs, so one listed pod that never
+   * came up kept KvgateWorkerViewStale from seeing any other sidecar go stale).
+   */
   function oldestAgeMs(): number {
     let oldest = 0;
-    for (const o of seen.values()) oldest = Math.max(oldest, o.observedAtMs === 0 ? Infinity : now() - o.observedAtMs);
-    return Number.isFinite(oldest) ? oldest : opts.staleAfterMs;
+    let neverAnswered = false;
+    for (const o of seen.values()) {
+      if (o.observedAtMs === 0) neverAnswered = true;
+      else oldest = Math.max(oldest, now() - o.observedAtMs);
+    }
+    return neverAnswered ? Math.max(oldest, opts.staleAfterMs) : oldest;
   }
 
   /** Poll one endpoint's sidecar; `e` has a status URL. */

@@ -12,7 +12,8 @@
  * - a key rotation step that reached the gate and one sidecar but not another, whose reload was rejected (the real
  *   key stores of src/key-store.ts reloading key files, each on its own registry as each process has);
  * - then, in the same topology, one condition per test (they run in order and leave it as they found it, but for
- *   what they say): a gate started with `insecure: true`, a forged header, a cross-group hop, a rejected route table,
+ *   what they say): a gate started with `insecure: true`, a second gate on a test clock whose polls of one sidecar
+ *   fail past staleAfterMs (beside an endpoint that never answers), a forged header, a cross-group hop, a rejected route table,
  *   the impostor left unverified, sessions sent to a drained pool, a prefill and a decode worker upgraded in place,
  *   a contract under a key id the sidecars lack. Where the runbook (docs/operator-guide.md section 15) names a
  *   command or a fix, the test runs it as written and checks that it says what the runbook claims and clears the alert.
@@ -182,6 +183,74 @@ describe('alerts of routing, capacity and workers, and their runbooks (docs/oper
       expect(await runbook('KvgateGateInsecureTransport')).toMatch(/configure `tls` \(mTLS with `tls\.roles`\) and remove `insecure`/);
     } finally {
       await insecure.close();
+    }
+  });
+
+  it("KvgateWorkerViewStale: one sidecar's status polls fail past staleAfterMs; /status names the last error, and polls that answer again clear it", async () => {
+    const expr = await exprOf('KvgateWorkerViewStale');
+    // A second gate on a clock the test moves, over a copy of the route table whose a-decode status URL goes through a
+    // proxy the test can cut (the address, and so the sidecar's signed answer, stay the real ones).
+    const decodeA = t.worker('llama-a', 'decode');
+    let cut = false;
+    const proxy = http.createServer((req, res) => {
+      if (cut) {
+        req.socket.destroy();
+        return;
+      }
+      void fetch(`http://${decodeA.address}${req.url}`, { headers: req.headers as Record<string, string> }).then(async (r) => {
+        res.writeHead(r.status, Object.fromEntries(r.headers)).end(Buffer.from(await r.arrayBuffer()));
+      });
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-alerts-stale-'));
+    let clock = Date.now();
+    let gate: Awaited<ReturnType<typeof startGate>> | undefined;
+    try {
+      const table = parseYaml(await readFile(t.routeTablePath, 'utf8')) as { pools: { name: string; endpoints: { status: string }[] }[] };
+      table.pools.find((p) => p.name === 'a-decode')!.endpoints[0]!.status = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+      // And a listed endpoint that never answers (nothing listens there): it must not hide the other one's staleness.
+      (table.pools.find((p) => p.name === 'b-prefill')!.endpoints as unknown[]).push({
+        address: '127.0.0.1:9',
+        status: 'http://127.0.0.1:9',
+      });
+      await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
+      const gateYaml = parseYaml(await readFile(path.join(t.dir, 'gate.yaml'), 'utf8')) as Record<string, unknown>;
+      const config = parseGateConfig(
+        toYaml({ ...gateYaml, listen: '127.0.0.1:0', policy: path.join(dir, 'route-table.yaml') }),
+        path.join(dir, 'gate.yaml'),
+      );
+      if (!config.ok) throw new Error(JSON.stringify(config.error));
+      gate = await startGate(config.value, { logger: silent, keys: t.keys, now: () => clock });
+      const scrapeGate = async () =>
+        samplesOf(await metricsOf(`http://127.0.0.1:${gate!.adminPort}`), { namespace: 'kvgate', pod: 'kvgate-gate-1' });
+      await gate.refreshWorkerView();
+      expect(evaluateInstant(expr, { now: await scrapeGate() })).toEqual([]);
+
+      cut = true;
+      clock += 11_000;
+      await gate.refreshWorkerView();
+      const firing = evaluateInstant(expr, { now: await scrapeGate() });
+      expect(firing.map((x) => [x.labels['pod'], x.value])).toEqual([['kvgate-gate-1', 11]]);
+      // The runbook: /status -> workerView.endpoints shows the last error per address.
+      const status = (await (await fetch(`http://127.0.0.1:${gate.adminPort}/status`)).json()) as {
+        workerView: { endpoints: Record<string, { error?: string }> };
+      };
+      expect(status.workerView.endpoints[decodeA.address]?.error).toMatch(/\S/);
+      expect(
+        Object.entries(status.workerView.endpoints)
+          .filter(([, e]) => e.error !== undefined)
+          .map(([a]) => a)
+          .sort(),
+      ).toEqual(['127.0.0.1:9', decodeA.address].sort());
+
+      cut = false;
+      await gate.refreshWorkerView();
+      expect(evaluateInstant(expr, { now: await scrapeGate() })).toEqual([]);
+    } finally {
+      await gate?.close();
+      proxy.closeAllConnections();
+      await new Promise((r) => proxy.close(r));
+      await rm(dir, { recursive: true, force: true });
     }
   });
 
