@@ -14,7 +14,7 @@ async function main(argv: readonly string[]): Promise<number> {
     return name === undefined ? 2 : 0;
   }
   if (name === '--version' || name === 'version') {
-    const { VERSION } = await import('./version.js');
+    const { VERSION } = await import('../version.js');
     process.stdout.write(`kvgate ${VERSION}\n`);
     return 0;
   }

@@ -53,6 +53,8 @@ interface KeysView {
 }
 
 interface GateStatus {
+  /** The gate's kvgate version (absent from a gate older than the field). */
+  readonly release?: string;
   readonly serving?: boolean;
   readonly keys?: KeysView;
   readonly policy?: { readonly file?: string; readonly version?: string; readonly lastReload?: unknown };
@@ -64,6 +66,8 @@ interface GateStatus {
 }
 
 interface SidecarView {
+  /** The sidecar's kvgate version (absent from a sidecar older than the field). */
+  readonly release?: string;
   readonly verified?: boolean;
   readonly draining?: boolean;
   readonly inFlight?: number;
@@ -227,6 +231,34 @@ function queuesText(q: unknown): string {
   return `${waiting} waiting${parts.length > 0 ? `: ${parts.join(', ')}` : ''}`;
 }
 
+const UNREPORTED = 'not reported';
+
+/**
+ * kvgate releases in one line: the gate's, then each sidecar release with how many sidecars run it. During a rolling
+ * upgrade (docs/operator-guide.md section 16: decode sidecars, prefill sidecars, then gates) it shows how far it got.
+ */
+function releasesText(gate: GateStatus, sidecars: Readonly<Record<string, SidecarView>>): string {
+  const counts = new Map<string, number>();
+  for (const s of Object.values(sidecars)) {
+    if (s.error !== undefined) continue;
+    const r = s.release ?? UNREPORTED;
+    counts.set(r, (counts.get(r) ?? 0) + 1);
+  }
+  const list = [...counts].map(([r, n]) => `${r} x${n}`).join(', ');
+  return `gate ${gate.release ?? UNREPORTED}; sidecars ${list === '' ? 'none answered' : list}`;
+}
+
+/** Why-column note for a sidecar on another release than the gate (nothing when either does not say). */
+function releaseSkew(gate: GateStatus, s: SidecarView | undefined): string[] {
+  if (gate.release === undefined || s === undefined || s.error !== undefined || s.release === gate.release) return [];
+  if (s.release === undefined) {
+    return [
+      `kvgate release not reported: older than the gate's ${gate.release}; upgrade sidecars before gates (docs/operator-guide.md section 16)`,
+    ];
+  }
+  return [`kvgate release ${s.release}, the gate runs ${gate.release} (a rolling upgrade: sidecars go first)`];
+}
+
 /** The terminal view: the gate in a few lines, then one row per endpoint. */
 export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string, SidecarView>>): string {
   const out: string[] = [];
@@ -236,6 +268,7 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
   );
   out.push(`route table: ${gate.policy?.file ?? '?'} version ${gate.policy?.version ?? '?'}; last reload: ${reload}`);
   out.push(`keys: ${keysText(gate.keys)}`);
+  out.push(`releases: ${releasesText(gate, sidecars)}`);
   out.push(`queues: ${queuesText(gate.queues)}`);
   // The settings that leave a mixed or unverified route possible, shouted: none with the safe defaults.
   const optIns = gate.optIns ?? [];
@@ -260,6 +293,8 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
         s?.keys !== undefined && gate.keys !== undefined && keyIdsText(s.keys) !== keyIdsText(gate.keys)
           ? [`keys differ from the gate's: ${keyIdsText(s.keys)}`]
           : [];
+      // A rolling upgrade in progress, or stuck: this sidecar runs another kvgate release than the gate.
+      const release = releaseSkew(gate, s);
       // An answer no key holder signed for this call: what it says is not the sidecar's word, and the gate refuses it too.
       const badSignature = s?.signature?.checked === true && !s.signature.verified ? [`signature: ${s.signature.message}`] : [];
       const why = [
@@ -269,6 +304,7 @@ export function renderStatus(gate: GateStatus, sidecars: Readonly<Record<string,
         ...(s?.error !== undefined ? [s.error] : (s?.reasons ?? [])),
         ...sidecarOptIns,
         ...keysDiffer,
+        ...release,
       ]
         .filter((r, i, all) => all.indexOf(r) === i)
         .join('; ');

@@ -28,6 +28,7 @@ import { receiveLimitFor, startGateServer, type GateServer } from './server.js';
 import { type GateTransport, transportStatus } from './transport.js';
 import { createWorkerPoller } from './worker-poller.js';
 import type { Discovery } from '../discovery/discovery.js';
+import { VERSION } from '../version.js';
 
 /** Poll period while requests wait in the fallback queue (their slots free when a sidecar reports the end). */
 const QUEUED_POLL_MS = 250;
@@ -279,6 +280,7 @@ export async function startGate(config: GateConfig, deps: StartGateDeps): Promis
   setReady(discoveryReady());
   let draining = false;
   const status = () => ({
+    release: VERSION,
     serving: !draining,
     transport: transportStatus(transport),
     policy: { file: config.policyPath, version: policy.version(), lastReload: policy.lastReload() },

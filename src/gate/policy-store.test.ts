@@ -117,6 +117,34 @@ describe('policy store: hot reload', () => {
     expect(store.current().revisions.get('llama-b')!.fingerprint).toBe(after);
   });
 
+  it('a reload that redeclares a revision under the pools serving it is applied, and said at warn level and in lastReload', async () => {
+    file = await createTableFile(queueTableValue());
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) });
+    const created = await createPolicyStore({ file: file.path, logger, registry: new Registry() });
+    if (!created.ok) throw new Error(created.message);
+    store = created.store;
+    // A vLLM upgrade written into llama-b's declaration while b-prefill and b-decode still list the old workers.
+    await file.write(queueTableValue((v) => (v['revisions']['llama-b']['descriptor']['engine'] = { name: 'vllm', version: '0.13.0' })));
+    lines.length = 0;
+    const r = await store.reload('SIGHUP');
+    expect(r.ok).toBe(true);
+    expect(r.message.split('\n')[0]).toMatch(/^revision llama-b is redeclared in place under the same pools \(b-prefill, b-decode\)/);
+    const warned = lines.filter((l) => l['level'] === 40);
+    expect(warned.map((l) => l['msg'])).toEqual(['route table reloaded: a revision was redeclared in place']);
+    expect(String((warned[0]!['redeclared'] as string[])[0])).toContain('that is an outage of this revision');
+    // A weight change is not a redeclaration: nothing said.
+    await file.write(
+      queueTableValue((v) => {
+        v['revisions']['llama-b']['descriptor']['engine'] = { name: 'vllm', version: '0.13.0' };
+        v['models']['llama-3-8b']['rollout']['weight'] = 50;
+      }),
+    );
+    lines.length = 0;
+    expect((await store.reload('SIGHUP')).message).not.toContain('redeclared');
+    expect(lines.filter((l) => l['level'] === 40)).toEqual([]);
+  });
+
   it('a reload of a hostile or mistaken file keeps the table in use and says why (log, /status, metrics)', async () => {
     file = await createTableFile(queueTableValue());
     const registry = new Registry();

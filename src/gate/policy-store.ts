@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { CompiledRouteTable } from '../policy/compile.js';
 import { formatIssues } from '../config/issues.js';
+import { redeclaredInPlace } from '../policy/diff.js';
 import { loadRouteTable } from '../policy/load.js';
 import { readConfigText, readErrorReason } from '../config/read-text.js';
 
@@ -182,13 +183,20 @@ class FilePolicyStore implements PolicyStore {
       return this.#last;
     }
     const previous = this.#version;
+    // A revision redeclared under the pools that serve it empties them until every worker runs the new declaration
+    // (the worker view compares each sidecar's fingerprint with the table's): said loudly, in the log and in
+    // /status policy.lastReload, which `kvgate status` prints. Applied all the same: the table is valid.
+    const inPlace = redeclaredInPlace(this.#table, next.table);
     this.#table = next.table; // the atomic swap: requests decided from now on see the new table
     this.#version = next.version;
     this.#info.reset();
     this.#info.set({ version: next.version }, 1);
     this.#reloads.inc({ result: 'applied' });
-    this.#last = { ok: true, version: next.version, atMs: now, message: next.warnings };
+    const message = [...inPlace, next.warnings].filter((m) => m !== '').join('\n');
+    this.#last = { ok: true, version: next.version, atMs: now, message };
     for (const fn of this.#swapListeners) fn(next.table);
+    if (inPlace.length > 0)
+      log.warn({ from: previous, to: next.version, redeclared: inPlace }, 'route table reloaded: a revision was redeclared in place');
     // A table's warnings name its loud opt-ins (unverified endpoints, trust: declared-only, connectorMode: lenient,
     // prefixScope: shared): at warn level on every reload, as at start, so they are never lost among info lines.
     if (next.warnings) log.warn({ from: previous, to: next.version, warnings: next.warnings }, 'route table reloaded with warnings');

@@ -127,6 +127,17 @@ describe('live worker view', () => {
     expect(poller.snapshot()[polled.address]!.reasons).toEqual(['tokenizer canary differs']);
   });
 
+  it('says why an endpoint whose sidecar verifies another fingerprint is unverified (a worker or a declaration changed in place)', async () => {
+    const other = 'b'.repeat(64);
+    const { poller, polledState, entry } = setup(() => status({ fingerprint: other, verified: true, draining: false, reasons: [] }));
+    await poller.pollOnce();
+    expect(polledState().verified).toBe(true); // the sidecar's own verdict: the decision core compares fingerprints
+    expect(entry().state).toBe('unverified');
+    expect(entry().reasons.join('; ')).toContain(
+      `the sidecar verifies its worker as fingerprint ${other.slice(0, 12)}…, but the route table declares revision ${pool.revision} as ${pool.fingerprint.slice(0, 12)}…`,
+    );
+  });
+
   it("routes an endpoint only when the worker's observed NIXL hash is the revision's prediction, naming both hashes", async () => {
     const rev = table.revisions.get(pool.revision)!;
     const live = (observed: string | null, state = observed === null ? 'none' : 'match') => ({ state, observed, note: null });
@@ -210,6 +221,37 @@ describe('live worker view', () => {
     advance(5000);
     expect(view.endpoints('a-decode').find((x) => x.address === polled.address)!.verified).toBe(false);
     expect(view.ageMs).toBeGreaterThanOrEqual(6000);
+  });
+
+  it('the view age is the oldest answer, even while another endpoint has never answered (which counts as staleAfterMs)', async () => {
+    // Two polled endpoints in a-decode: the first answers, then stops; the second never answers at all (a listed pod
+    // that is not up, a port a network policy blocks). The never-answered one used to pin the age at staleAfterMs,
+    // so kvgate_worker_view_age_seconds, and KvgateWorkerViewStale on it, never showed the first going stale.
+    const v = twoRevisionTableValue() as { pools: Array<{ name: string; endpoints: Array<{ address: string; status?: string }> }> };
+    const p = v.pools.find((x) => x.name === 'a-decode')!;
+    p.endpoints = p.endpoints.map((e) => ({ ...e, status: `http://${e.address}` }));
+    const twoPolled = tableFromValue(v);
+    const [first, never] = twoPolled.pools.get('a-decode')!.endpoints;
+    let clock = 1_000_000;
+    let up = true;
+    const poller = pollerFor(
+      twoPolled,
+      {
+        now: () => clock,
+        fetch: (async (url: string | URL) =>
+          String(url).startsWith(never!.status!) || !up
+            ? Promise.reject(new Error('ECONNREFUSED'))
+            : new Response(JSON.stringify({ fingerprint: first!.fingerprint, verified: true, draining: false }))) as typeof fetch,
+      },
+      200,
+    );
+    const view = poller.viewFor(twoPolled);
+    await poller.pollOnce();
+    expect(view.ageMs).toBe(5000); // only the never-answered endpoint: counted as stale, no older
+    up = false;
+    clock += 60_000;
+    await poller.pollOnce();
+    expect(view.ageMs).toBe(60_000);
   });
 
   it('exports endpoints by pool, revision, role and state, zeros included, so "no routable endpoint" can alert', async () => {

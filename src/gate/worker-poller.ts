@@ -233,6 +233,22 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     return observedHashProblem(o.nixlHash, e.nixlHash ?? rev.nixlHash, rev, e.address);
   }
 
+  /**
+   * A sidecar that verifies its worker as another declaration than the one this pool's revision has in the table: the
+   * worker (and its sidecar config) was upgraded in place, or the table redeclared the revision before the workers
+   * changed. The sidecar itself reports no reason (it matches what it was told), so without this line `/status` and
+   * `kvgate status` showed an unverified endpoint with a verified sidecar and no why.
+   */
+  function foreignFingerprint(p: CompiledPool, e: CompiledEndpoint, o: Observation | undefined): string[] {
+    if (o === undefined || o.fingerprint === null || o.fingerprint === e.fingerprint) return [];
+    return [
+      `the sidecar verifies its worker as fingerprint ${o.fingerprint.slice(0, 12)}…, but the route table declares revision ${p.revision} ` +
+        `as ${e.fingerprint.slice(0, 12)}…: the worker runs another declaration (upgraded in place, or the revision redeclared ` +
+        'in the table first); it takes no traffic for this pool until both agree. Declare a changed worker as a new revision ' +
+        '(docs/operator-guide.md, upgrades)',
+    ];
+  }
+
   function stateOf(o: Observation): EndpointStateName {
     if (o.observedAtMs === 0) return 'unreached';
     if (now() - o.observedAtMs > opts.staleAfterMs) return 'stale';
@@ -240,10 +256,19 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
     return o.verified ? 'routable' : 'unverified';
   }
 
+  /**
+   * The oldest answer's age; an endpoint that never answered counts as just stale (staleAfterMs), never as less, and
+   * never hides an older answer elsewhere (it used to pin the whole age at staleAfterMs, so one listed pod that never
+   * came up kept KvgateWorkerViewStale from seeing any other sidecar go stale).
+   */
   function oldestAgeMs(): number {
     let oldest = 0;
-    for (const o of seen.values()) oldest = Math.max(oldest, o.observedAtMs === 0 ? Infinity : now() - o.observedAtMs);
-    return Number.isFinite(oldest) ? oldest : opts.staleAfterMs;
+    let neverAnswered = false;
+    for (const o of seen.values()) {
+      if (o.observedAtMs === 0) neverAnswered = true;
+      else oldest = Math.max(oldest, now() - o.observedAtMs);
+    }
+    return neverAnswered ? Math.max(oldest, opts.staleAfterMs) : oldest;
   }
 
   /** Poll one endpoint's sidecar; `e` has a status URL. */
@@ -493,7 +518,11 @@ export function createWorkerPoller(opts: WorkerPollerOptions, deps: Deps): Worke
                     ? 'no status URL: routed UNCHECKED (the table declares unverified: true)'
                     : "no status URL: never routed (add the sidecar's status URL, or declare unverified: true)",
                 ]
-              : [...(hash === null ? [] : [hash]), ...(o?.reasons ?? ['not polled yet'])];
+              : [
+                  ...(hash === null ? [] : [hash]),
+                  ...(state === 'unverified' ? foreignFingerprint(p, e, o) : []),
+                  ...(o?.reasons ?? ['not polled yet']),
+                ];
           return {
             address: e.address,
             status: e.status,

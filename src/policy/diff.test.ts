@@ -38,6 +38,24 @@ describe('diffRouteTables', () => {
     );
   });
 
+  it('says a revision redeclared under the same pools empties them until every worker runs the new declaration (a vLLM upgrade in place)', () => {
+    const lines = diffAfter((v) => {
+      v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', engine: { name: 'vllm', version: '0.13.0' } }) };
+    });
+    const line = lines.find((l) => l.includes('redeclared in place'));
+    expect(line).toMatch(
+      /^revisions: revision llama-b is redeclared in place under the same pools \(b-prefill, b-decode\): from this reload on, every endpoint whose worker and sidecar still run the old declaration is unverified for it and takes no traffic/,
+    );
+    expect(line).toContain('llama-3-8b routes new sessions to it, so that is an outage of this revision');
+    expect(line).toContain('declare them as a new revision with their own pools and move the rollout weight');
+    // The safe order: a new revision beside the old one changes no pool's declaration.
+    expect(
+      diffAfter((v) => {
+        v['revisions']['llama-c'] = { descriptor: testDescriptorInput({ weights: 'b', engine: { name: 'vllm', version: '0.13.0' } }) };
+      }).filter((l) => l.includes('redeclared')),
+    ).toEqual([]);
+  });
+
   it("flags a redeclared revision that keeps the old declaration's canaries or verification record", () => {
     // A copied descriptor whose weights changed but whose canaries did not lets a worker still running the old
     // weights pass its sidecar's check as the new revision; a carried-over `verified: true` opens the cohort on
@@ -50,7 +68,7 @@ describe('diffRouteTables', () => {
       },
       (v) => (v['revisions']['llama-b']['verification'] = verified),
     );
-    expect(lines.slice(1)).toEqual([
+    expect(lines.slice(1).filter((l) => !l.includes('redeclared in place'))).toEqual([
       "revisions: revision llama-b keeps the old declaration's tokenizer, generation canary digests although its tokenizer, weights changed: a worker still running the old declaration passes its sidecar's check as the new one; record the canaries from a worker of the new declaration (kvgate verify --record, or kvgate fingerprint --worker)",
       'revisions: revision llama-b keeps the verification record of its old declaration (verified (verify #42)): that evidence is for fingerprint ' +
         `${compiled(base()).revisions.get('llama-b')!.fingerprint.slice(0, 12)}…, not the new one; run kvgate verify against the new declaration and record its evidence`,
@@ -64,7 +82,11 @@ describe('diffRouteTables', () => {
       },
       (v) => (v['revisions']['llama-b']['verification'] = verified),
     );
-    expect(clean.filter((l) => !l.includes('verification: verified (verify #42) -> verified (verify #43)'))).toHaveLength(1);
+    expect(
+      clean.filter(
+        (l) => !l.includes('verification: verified (verify #42) -> verified (verify #43)') && !l.includes('redeclared in place'),
+      ),
+    ).toHaveLength(1);
   });
 
   it('notes descriptor changes outside the fingerprint as the same group', () => {

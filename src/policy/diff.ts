@@ -52,7 +52,10 @@ function diffRevisions(before: CompiledRouteTable, after: CompiledRouteTable, ad
       continue;
     }
     redeclared(old, r, add);
-    if (old.fingerprint !== r.fingerprint) carriedOver(old, r, add);
+    if (old.fingerprint !== r.fingerprint) {
+      carriedOver(old, r, add);
+      redeclaredUnderLivePools(before, after, name, add);
+    }
     if (canonicalJson(old.verification) !== canonicalJson(r.verification)) {
       add(`revision ${name} verification: ${describeVerification(old.verification)} -> ${describeVerification(r.verification)}`);
     }
@@ -84,6 +87,40 @@ function carriedOver(old: CompiledRevision, r: CompiledRevision, add: (t: string
         `fingerprint ${short(old.fingerprint)}, not the new one; run kvgate verify against the new declaration and record its evidence`,
     );
   }
+}
+
+/**
+ * A revision redeclared while the same pools serve it: the gate compares each sidecar's reported fingerprint with the
+ * table's, so every worker still running the old declaration stops taking this revision's traffic at the reload, and
+ * a worker redeployed first is refused until the table follows. Either order empties the revision for a while; the
+ * order that does not is a new revision with its own pools under the rollout weight. Said here because the line above
+ * ("bindings... prefix caches start cold") reads like a cache effect, not an outage.
+ */
+function redeclaredUnderLivePools(before: CompiledRouteTable, after: CompiledRouteTable, name: string, add: (t: string) => void): void {
+  const kept = [...after.pools.values()]
+    .filter((p) => p.revision === name && before.pools.get(p.name)?.revision === name)
+    .map((p) => p.name);
+  if (kept.length === 0) return;
+  const live = [...after.models.values()].filter((m) => m.stable === name || (m.candidate === name && m.weight > 0)).map((m) => m.name);
+  add(
+    `revision ${name} is redeclared in place under the same pools (${kept.join(', ')}): from this reload on, every endpoint whose ` +
+      'worker and sidecar still run the old declaration is unverified for it and takes no traffic, until each is redeployed with ' +
+      `the new one${live.length === 0 ? '' : `; ${live.join(', ')} route${live.length === 1 ? 's' : ''} new sessions to it, so that is an outage of this revision`}. ` +
+      'To change workers without one, declare them as a new revision with their own pools and move the rollout weight (docs/operator-guide.md section 16)',
+  );
+}
+
+/**
+ * Pure: the lines of `diffRouteTables` that say a revision was redeclared in place under its pools (empty: none). The
+ * gate logs them at warn level when it applies such a reload (src/gate/policy-store.ts).
+ */
+export function redeclaredInPlace(before: CompiledRouteTable, after: CompiledRouteTable): string[] {
+  const out: string[] = [];
+  for (const [name, r] of after.revisions) {
+    const old = before.revisions.get(name);
+    if (old !== undefined && old.fingerprint !== r.fingerprint) redeclaredUnderLivePools(before, after, name, (t) => out.push(t));
+  }
+  return out;
 }
 
 function redeclared(old: CompiledRevision, r: CompiledRevision, add: (t: string) => void): void {

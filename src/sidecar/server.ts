@@ -47,6 +47,7 @@ import { readWorkerVersion } from './launch-check.js';
 import { SharedRead } from './shared-read.js';
 import { TransferWatch } from './transfer-watch.js';
 import { loadWorkerAuth, type WorkerAuth } from './worker-auth.js';
+import { VERSION } from '../version.js';
 
 /** Injected so tests run many sidecars in one process, with their own logs, metrics, keys, clock and fetch. */
 export interface SidecarDeps {
@@ -333,7 +334,8 @@ async function route(rt: Runtime, req: http.IncomingMessage, res: http.ServerRes
     // The keys: current id, ids held, source and last reload (never a secret), so an operator can check every sidecar
     // holds a new id before switching current to it.
     const keys = rt.keys.status();
-    const body = load === null ? { ...rt.state.status(), keys } : { ...rt.state.status(), keys, load };
+    // `release`: the kvgate version, so `kvgate status` shows a rolling upgrade's skew (an older gate ignores the field).
+    const body = load === null ? { ...rt.state.status(), keys, release: VERSION } : { ...rt.state.status(), keys, release: VERSION, load };
     return sendStatus(res, body, ring, polled.nonce);
   }
   if (req.method === 'GET' && path === '/healthz') {

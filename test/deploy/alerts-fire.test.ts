@@ -10,23 +10,50 @@
  *   sidecar's status and no signature;
  * - a pool with nothing routable: its only decode worker drains;
  * - a key rotation step that reached the gate and one sidecar but not another, whose reload was rejected (the real
- *   key stores of src/key-store.ts reloading key files, each on its own registry as each process has).
+ *   key stores of src/key-store.ts reloading key files, each on its own registry as each process has);
+ * - then, in the same topology, one condition per test (they run in order and leave it as they found it, but for
+ *   what they say): a gate started with `insecure: true`, a second gate on a test clock whose polls of one sidecar
+ *   fail past staleAfterMs (beside an endpoint that never answers), a forged header, a cross-group hop, a rejected route table,
+ *   the impostor left unverified, sessions sent to a drained pool, a prefill and a decode worker upgraded in place,
+ *   a contract under a key id the sidecars lack. Where the runbook (docs/operator-guide.md section 15) names a
+ *   command or a fix, the test runs it as written and checks that it says what the runbook claims and clears the alert.
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadKeyRing } from '../../src/contract/keys.js';
-import { testKeyFileText } from '../../src/contract/testing.js';
+import { gateSigned, testKeyFileText } from '../../src/contract/testing.js';
+import { policyCommand } from '../../src/cli/policy-command.js';
+import { statusCommand } from '../../src/cli/status-command.js';
+import { H } from '../../src/headers.js';
+import { PACKAGE_ROOT } from '../../src/package-root.js';
+import { parseGateConfig } from '../../src/gate/config.js';
+import { startGate } from '../../src/gate/gate.js';
 import { optInGauge } from '../../src/gate/opt-ins.js';
 import { createKeyStore } from '../../src/key-store.js';
-import { startTopology, type Topology } from '../../testbed/demo/topology.js';
-import { editRouteTable, eventually, metricsOf, silent } from '../e2e/failure-matrix-support.js';
+import { SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
+import { completion, crossGroupHop, PROMPTS, post } from '../../testbed/demo/scenarios.js';
+import {
+  client,
+  complete,
+  counter,
+  editRouteTable,
+  eventually,
+  metricsOf,
+  silent,
+  topologyContractFields,
+} from '../e2e/failure-matrix-support.js';
 import { shippedAlerts } from '../support/alert-rules.js';
 import { evaluateInstant, type Sample, samplesOf } from '../support/promql.js';
+
+const execFileAsync = promisify(execFile);
 
 let t: Topology;
 let impostor: http.Server | undefined;
@@ -122,8 +149,305 @@ describe('alerts fire on the condition they name', () => {
   });
 });
 
+describe('alerts of routing, capacity and workers, and their runbooks (docs/operator-guide.md section 15) followed literally', () => {
+  const admin = () => `http://127.0.0.1:${t.gate.adminPort}`;
+  const podOf = (revision: string, role: string) => `${revision}-${role}-0`;
+  /** `kvgate status --gate URL`, in process (the gate runs in this process: a child would block on it). */
+  async function kvgateStatus(): Promise<string> {
+    let out = '';
+    expect(await statusCommand(['--gate', admin()], { stdout: (s) => (out += s), stderr: (s) => (out += s) })).toBe(0);
+    return out;
+  }
+  /** The row of `kvgate status` for one endpoint address. */
+  const rowOf = (status: string, address: string) => status.split('\n').find((l) => l.includes(` ${address} `)) ?? '';
+  /** The runbook's text: from its heading to the next. */
+  async function runbook(alert: string): Promise<string> {
+    const guide = await readFile(path.join(PACKAGE_ROOT, 'docs', 'operator-guide.md'), 'utf8');
+    const at = guide.indexOf(`\n### ${alert}\n`);
+    expect(at, `no runbook heading for ${alert}`).toBeGreaterThan(0);
+    const end = guide.indexOf('\n#', at + 5);
+    return guide.slice(at, end < 0 ? undefined : end);
+  }
+
+  it('KvgateGateInsecureTransport: a gate started from the topology config with `insecure: true` instead of `tls`', async () => {
+    const expr = await exprOf('KvgateGateInsecureTransport');
+    // The runbook's fixed state is the topology's own gate: mTLS with tls.roles, no insecure.
+    expect(evaluateInstant(expr, { now: await scrape() })).toEqual([]);
+    const { tls: _tls, ...rest } = parseYaml(await readFile(path.join(t.dir, 'gate.yaml'), 'utf8')) as Record<string, unknown>;
+    const config = parseGateConfig(toYaml({ ...rest, listen: '127.0.0.1:0', insecure: true }), path.join(t.dir, 'insecure-gate.yaml'));
+    if (!config.ok) throw new Error(JSON.stringify(config.error));
+    const insecure = await startGate(config.value, { logger: silent, keys: t.keys });
+    try {
+      const now = samplesOf(await metricsOf(`http://127.0.0.1:${insecure.adminPort}`), { namespace: 'kvgate', pod: 'kvgate-gate-1' });
+      expect(evaluateInstant(expr, { now }).map((s) => [s.labels['namespace'], s.labels['pod']])).toEqual([['kvgate', 'kvgate-gate-1']]);
+      expect(await runbook('KvgateGateInsecureTransport')).toMatch(/configure `tls` \(mTLS with `tls\.roles`\) and remove `insecure`/);
+    } finally {
+      await insecure.close();
+    }
+  });
+
+  it("KvgateWorkerViewStale: one sidecar's status polls fail past staleAfterMs; /status names the last error, and polls that answer again clear it", async () => {
+    const expr = await exprOf('KvgateWorkerViewStale');
+    // A second gate on a clock the test moves, over a copy of the route table whose a-decode status URL goes through a
+    // proxy the test can cut (the address, and so the sidecar's signed answer, stay the real ones).
+    const decodeA = t.worker('llama-a', 'decode');
+    let cut = false;
+    const proxy = http.createServer((req, res) => {
+      if (cut) {
+        req.socket.destroy();
+        return;
+      }
+      void fetch(`http://${decodeA.address}${req.url}`, { headers: req.headers as Record<string, string> }).then(async (r) => {
+        res.writeHead(r.status, Object.fromEntries(r.headers)).end(Buffer.from(await r.arrayBuffer()));
+      });
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-alerts-stale-'));
+    let clock = Date.now();
+    let gate: Awaited<ReturnType<typeof startGate>> | undefined;
+    try {
+      const table = parseYaml(await readFile(t.routeTablePath, 'utf8')) as { pools: { name: string; endpoints: { status: string }[] }[] };
+      table.pools.find((p) => p.name === 'a-decode')!.endpoints[0]!.status = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+      // And a listed endpoint that never answers (nothing listens there): it must not hide the other one's staleness.
+      (table.pools.find((p) => p.name === 'b-prefill')!.endpoints as unknown[]).push({
+        address: '127.0.0.1:9',
+        status: 'http://127.0.0.1:9',
+      });
+      await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
+      const gateYaml = parseYaml(await readFile(path.join(t.dir, 'gate.yaml'), 'utf8')) as Record<string, unknown>;
+      const config = parseGateConfig(
+        // A poll timeout well above what a loaded test machine needs, so only the cut proxy's polls fail.
+        toYaml({
+          ...gateYaml,
+          listen: '127.0.0.1:0',
+          policy: path.join(dir, 'route-table.yaml'),
+          workerView: { mode: 'live', intervalMs: 1000, timeoutMs: 5000, staleAfterMs: 10_000 },
+        }),
+        path.join(dir, 'gate.yaml'),
+      );
+      if (!config.ok) throw new Error(JSON.stringify(config.error));
+      gate = await startGate(config.value, { logger: silent, keys: t.keys, now: () => clock });
+      const scrapeGate = async () =>
+        samplesOf(await metricsOf(`http://127.0.0.1:${gate!.adminPort}`), { namespace: 'kvgate', pod: 'kvgate-gate-1' });
+      await gate.refreshWorkerView();
+      expect(evaluateInstant(expr, { now: await scrapeGate() })).toEqual([]);
+
+      cut = true;
+      clock += 11_000;
+      await gate.refreshWorkerView();
+      const firing = evaluateInstant(expr, { now: await scrapeGate() });
+      expect(firing.map((x) => [x.labels['pod'], x.value])).toEqual([['kvgate-gate-1', 11]]);
+      // The runbook: /status -> workerView.endpoints shows the last error per address.
+      const status = (await (await fetch(`http://127.0.0.1:${gate.adminPort}/status`)).json()) as {
+        workerView: { endpoints: Record<string, { error?: string }> };
+      };
+      expect(status.workerView.endpoints[decodeA.address]?.error).toMatch(/\S/);
+      expect(status.workerView.endpoints['127.0.0.1:9']?.error).toMatch(/unreachable/);
+
+      cut = false;
+      await gate.refreshWorkerView();
+      expect(evaluateInstant(expr, { now: await scrapeGate() })).toEqual([]);
+    } finally {
+      await gate?.close();
+      proxy.closeAllConnections();
+      await new Promise((r) => proxy.close(r));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('KvgateForgedHeaders: a public request with a gate-owned header (removed, and the request served)', async () => {
+    const expr = await exprOf('KvgateForgedHeaders');
+    const before = await scrape();
+    expect(evaluateInstant(expr, { before, now: await scrape() })).toEqual([]);
+    const r = await complete(t, PROMPTS[0]!, 1, client('acme', 'forged', { [H.revision]: 'llama-b' }));
+    expect(r.status).toBe(200); // "nothing is at risk": served on its own bound revision
+    expect(r.headers.get(H.revision)).toBe('llama-a');
+    expect(evaluateInstant(expr, { before, now: await scrape() }).map((s) => s.labels)).toEqual([
+      { namespace: 'kvgate', pod: 'kvgate-gate-0' },
+    ]);
+  });
+
+  it('KvgateMixedRevisionRefused: a prefill hop on the internal listener that leaves its group', async () => {
+    const expr = await exprOf('KvgateMixedRevisionRefused');
+    const before = await scrape();
+    const r = await crossGroupHop(t, PROMPTS[0]!);
+    expect([r.status, r.json.error?.code]).toEqual([409, 'mixed_revision']);
+    expect(evaluateInstant(expr, { before, now: await scrape() }).map((s) => s.labels)).toEqual([
+      { namespace: 'kvgate', pod: 'kvgate-gate-0' },
+    ]);
+  });
+
+  it('KvgatePolicyReloadRejected: a route table edit that fails its check; /status and `kvgate policy check` name the same issue', async () => {
+    const expr = await exprOf('KvgatePolicyReloadRejected');
+    const good = await readFile(t.routeTablePath, 'utf8');
+    const before = await scrape();
+    await editRouteTable(t, (table) => {
+      table.models[SERVED_MODEL].rollout.weight = 250;
+    });
+    expect((await t.gate.policy.reload('alerts test')).ok).toBe(false);
+    expect(evaluateInstant(expr, { before, now: await scrape() }).map((s) => s.labels)).toEqual([
+      { namespace: 'kvgate', pod: 'kvgate-gate-0' },
+    ]);
+    // The runbook: /status -> policy.lastReload, then `kvgate policy check` the file.
+    expect(await runbook('KvgatePolicyReloadRejected')).toMatch(/`\/status` → `policy\.lastReload`[\s\S]*`kvgate policy check`/);
+    const status = (await (await fetch(`${admin()}/status`)).json()) as { policy: { lastReload: { ok: boolean; message: string } } };
+    expect(status.policy.lastReload.ok).toBe(false);
+    expect(status.policy.lastReload.message).toMatch(/rollout\.weight/);
+    let out = '';
+    expect(await policyCommand(['check', t.routeTablePath], { out: (s) => (out += s), err: (s) => (out += s) })).toBe(1);
+    expect(out).toContain(status.policy.lastReload.message.split('\n')[0]!);
+    await writeFile(t.routeTablePath, good);
+    expect((await t.gate.policy.reload('alerts test')).ok).toBe(true);
+  });
+
+  it('KvgateEndpointsNotRoutable: the impostor endpoint stays unverified; `kvgate status` names it and why, and removing it clears the alert', async () => {
+    const expr = await exprOf('KvgateEndpointsNotRoutable');
+    const impostorAddress = t.gate.policy
+      .current()
+      .pools.get('a-decode')!
+      .endpoints.map((e) => e.address)
+      .find((a) => a !== t.worker('llama-a', 'decode').address);
+    expect(impostorAddress).toBeDefined();
+    await t.gate.refreshWorkerView();
+    const firing = evaluateInstant(expr, { now: await scrape() });
+    expect(firing.map((s) => [s.labels['pool'], s.labels['state'], s.value])).toEqual([['a-decode', 'unverified', 1]]);
+    const row = rowOf(await kvgateStatus(), impostorAddress!);
+    expect(row).toMatch(/ unverified /);
+    expect(row).toMatch(/sign/i); // the why: its answer carried no signature
+    // The fix the runbook of KvgateStatusPollSignatureRefused gives: find what answers there; here, take it out.
+    await editRouteTable(t, (table) => {
+      const pool = table.pools.find((p: { name: string }) => p.name === 'a-decode');
+      pool.endpoints = pool.endpoints.filter((e: { address: string }) => e.address !== impostorAddress);
+    });
+    expect((await t.gate.policy.reload('alerts test')).ok).toBe(true);
+    await t.gate.refreshWorkerView();
+    expect(evaluateInstant(expr, { now: await scrape() })).toEqual([]);
+  });
+
+  it('KvgateNoCompatibleCapacityRefusals and KvgateSidecarDrainStuck: sessions sent to a revision whose decode pool is drained; the runbook undrain clears both', async () => {
+    const [refusals, stuck, none] = [
+      await exprOf('KvgateNoCompatibleCapacityRefusals'),
+      await exprOf('KvgateSidecarDrainStuck'),
+      await exprOf('KvgatePoolNoRoutableEndpoint'),
+    ];
+    const decodeB = t.worker('llama-b', 'decode');
+    expect(evaluateInstant(stuck, { now: await scrape() }).map((s) => s.labels['pod'])).toEqual([podOf('llama-b', 'decode')]); // drained above
+    await editRouteTable(t, (table) => {
+      table.models[SERVED_MODEL].rollout.weight = 100;
+    });
+    expect((await t.gate.policy.reload('alerts test')).ok).toBe(true);
+    await t.gate.refreshWorkerView();
+    const before = await scrape();
+    const refused = await complete(t, PROMPTS[1]!, 1, client('acme', 'capacity'));
+    expect([refused.status, refused.json.error?.code]).toEqual([503, 'no_compatible_capacity']);
+    const now = await scrape();
+    expect(evaluateInstant(refusals, { before, now }).map((s) => s.labels)).toEqual([{ namespace: 'kvgate', pod: 'kvgate-gate-0' }]);
+    // "check the alerts above for lost endpoints": the drained pool is the one without a routable endpoint.
+    expect(evaluateInstant(none, { now }).map((s) => s.labels['pool'])).toEqual(['b-decode']);
+
+    // KvgateSidecarDrainStuck's runbook, literally: its kubectl exec command, run where the container runs it.
+    // The kvgate image (node:24-slim) has no curl or wget: every command the guide runs in a kvgate container uses node.
+    const guide = await readFile(path.join(PACKAGE_ROOT, 'docs', 'operator-guide.md'), 'utf8');
+    expect(guide.match(/kubectl exec [^`]*-- (?:curl|wget)\b[^`]*/g) ?? []).toEqual([]);
+    const text = await runbook('KvgateSidecarDrainStuck');
+    const cmd = /`kubectl exec \S+ -c kvgate-sidecar -- node -e "([^"]+)"`/.exec(text);
+    expect(cmd, text).not.toBeNull();
+    const script = cmd![1]!.replace('http://127.0.0.1:9092', decodeB.sidecar.adminUrl!);
+    expect(script).not.toBe(cmd![1]);
+    const ran = await execFileAsync(process.execPath, ['-e', script]);
+    expect(ran.stdout).toMatch(/^200 \{"draining":false/);
+    await t.gate.refreshWorkerView();
+    expect(evaluateInstant(stuck, { now: await scrape() })).toEqual([]);
+    expect(evaluateInstant(none, { now: await scrape() })).toEqual([]);
+    expect((await complete(t, PROMPTS[1]!, 1, client('acme', 'capacity'))).status).toBe(200);
+    await editRouteTable(t, (table) => {
+      table.models[SERVED_MODEL].rollout.weight = 0;
+    });
+    expect((await t.gate.policy.reload('alerts test')).ok).toBe(true);
+  });
+
+  it('KvgateWorkerRestartRefused, KvgateRoutedRequestsRefusedBySidecars and KvgateSidecarUnverified: a prefill worker upgraded in place; redeploying its declared revision clears the sidecar alert', async () => {
+    const [restart, routed, unverified] = [
+      await exprOf('KvgateWorkerRestartRefused'),
+      await exprOf('KvgateRoutedRequestsRefusedBySidecars'),
+      await exprOf('KvgateSidecarUnverified'),
+    ];
+    const prefillA = t.worker('llama-a', 'prefill');
+    const before = await scrape();
+    expect(evaluateInstant(unverified, { now: before })).toEqual([]);
+    await t.restartWorker('llama-a', 'prefill', { behaveAs: { tokenizer: { revision: 'tok-changed' } } });
+    const r = await complete(t, PROMPTS[1]!, 1, client('acme', 'restart'));
+    expect([r.status, r.json.error?.code]).toEqual([409, 'incompatible_transfer']);
+    const refusedCount = () => counter(admin(), 'kvgate_routed_responses_total', { outcome: 'refused' });
+    expect(await eventually(async () => (await refusedCount()) > 0)).toBe(true);
+    const now = await scrape();
+    expect(evaluateInstant(restart, { before, now }).map((s) => s.labels)).toEqual([
+      { namespace: 'kvgate', pod: podOf('llama-a', 'prefill'), role: 'prefill' },
+    ]);
+    expect(evaluateInstant(routed, { before, now }).map((s) => s.labels)).toEqual([{ namespace: 'kvgate', revision: 'llama-a' }]);
+    expect(evaluateInstant(unverified, { now }).map((s) => s.labels['pod'])).toEqual([podOf('llama-a', 'prefill')]);
+    // The routed refusal's code is the sidecar's reason, the one the runbook maps to "a worker changed in place".
+    expect(await counter(admin(), 'kvgate_routed_responses_total', { outcome: 'refused', code: 'incompatible_transfer' })).toBe(1);
+    expect(await runbook('KvgateRoutedRequestsRefusedBySidecars')).toMatch(/`incompatible_transfer`\s+\(a worker changed in place\)/);
+    // "the sidecar's /kvgate/v1/status → reasons names each field", and `kvgate status` shows why on the endpoint.
+    const sidecarStatus = (await (await fetch(`${prefillA.sidecar.url}/kvgate/v1/status`)).json()) as { reasons: string[] };
+    expect(sidecarStatus.reasons.join('\n')).toMatch(/tokenizer/);
+    await t.gate.refreshWorkerView();
+    expect(rowOf(await kvgateStatus(), prefillA.address)).toMatch(/ unverified +UNVERIFIED .*tokenizer/);
+    // The fix: redeploy the worker with its declared revision; the sidecar's next probe verifies it.
+    await t.restartWorker('llama-a', 'prefill', { behaveAs: {} });
+    expect((await prefillA.sidecar.probe()).verified).toBe(true);
+    expect(evaluateInstant(unverified, { now: await scrape() })).toEqual([]);
+    await t.gate.refreshWorkerView();
+    expect((await complete(t, PROMPTS[1]!, 1, client('acme', 'restart'))).status).toBe(200);
+  });
+
+  it('KvgateAttestationFailures: a decode worker upgraded in place (prompt_tokens_mismatch); its runbook sends the operator to the worker, not to a forger', async () => {
+    const [attest, unverified] = [await exprOf('KvgateAttestationFailures'), await exprOf('KvgateSidecarUnverified')];
+    const decodeA = t.worker('llama-a', 'decode');
+    const before = await scrape();
+    await t.restartWorker('llama-a', 'decode', { behaveAs: { tokenizer: { revision: 'tok-changed' } } });
+    // PROMPTS[1] is 17 tokens under the declared tokenizer and 16 under `tok-changed`.
+    const r = await complete(t, PROMPTS[1]!, 1, client('acme', 'attest'));
+    expect([r.status, r.json.error?.code]).toEqual([409, 'incompatible_transfer']);
+    const now = await scrape();
+    expect(evaluateInstant(attest, { before, now }).map((s) => s.labels)).toEqual([
+      { namespace: 'kvgate', pod: podOf('llama-a', 'decode'), reason: 'prompt_tokens_mismatch' },
+    ]);
+    // The refusal re-probed the decode worker: its sidecar is unverified at once, so the runbook's pointer holds.
+    expect(evaluateInstant(unverified, { now }).map((s) => s.labels['pod'])).toEqual([podOf('llama-a', 'decode')]);
+    expect(await runbook('KvgateAttestationFailures')).toMatch(/`prompt_tokens_mismatch`[^.]*KvgateSidecarUnverified/);
+    await t.restartWorker('llama-a', 'decode', { behaveAs: {} });
+    expect((await decodeA.sidecar.probe()).verified).toBe(true);
+    expect(evaluateInstant(unverified, { now: await scrape() })).toEqual([]);
+    await t.gate.refreshWorkerView();
+  });
+
+  it('KvgateContractUnknownKey: a contract signed with a key id the sidecars lack', async () => {
+    const expr = await exprOf('KvgateContractUnknownKey');
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-alerts-'));
+    try {
+      const file = path.join(dir, 'ahead.json');
+      await writeFile(file, testKeyFileText({ current: 'k2', keys: { k2: 'k2' } }));
+      const ahead = loadKeyRing({ file });
+      if (!ahead.ok) throw ahead.error;
+      const before = await scrape();
+      const rid = 'alerts-unknown-key';
+      const signed = gateSigned(ahead.value, topologyContractFields(t, rid), { ...completion(PROMPTS[0]!, 1) });
+      const decode = t.worker('llama-a', 'decode');
+      const r = await post(`${decode.sidecar.url}/v1/completions`, signed.body, { 'x-request-id': rid, [H.contract]: signed.contract });
+      expect([r.status, r.json.error?.code]).toEqual([403, 'contract_invalid']);
+      expect(evaluateInstant(expr, { before, now: await scrape() }).map((s) => s.labels)).toEqual([
+        { namespace: 'kvgate', pod: podOf('llama-a', 'decode') },
+      ]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('key alerts fire on a rotation step that did not reach every replica', () => {
-  it('KvgateKeyIdNotOnEveryReplica and KvgateSidecarKeyReloadRejected: sidecar b rejected the file that adds k2', async () => {
+  it('KvgateKeyIdNotOnEveryReplica, KvgateSidecarKeyReloadRejected and KvgateKeyReloadRejected: sidecar b rejected the file that adds k2, then the gate a broken one', async () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-alerts-'));
     try {
       const replicas = (['kvgate-gate-0', 'sidecar-a', 'sidecar-b'] as const).map((pod) => {
@@ -170,6 +494,17 @@ describe('key alerts fire on a rotation step that did not reach every replica', 
       await writeFile(stores[2]!.file, step1);
       expect(stores[2]!.store.reload('SIGHUP').result).toBe('applied');
       expect(evaluateInstant(missing, { now: await scrapeKeys() })).toEqual([]);
+
+      // KvgateKeyReloadRejected: the gate's copy of step 2 does not parse; it keeps its ring, and says why.
+      const gateRejected = await exprOf('KvgateKeyReloadRejected');
+      const beforeGate = await scrapeKeys();
+      await writeFile(stores[0]!.file, '{"current": "k2", "keys": ');
+      expect(stores[0]!.store.reload('SIGHUP').result).toBe('rejected');
+      expect(evaluateInstant(gateRejected, { before: beforeGate, now: await scrapeKeys() }).map((x) => x.labels)).toEqual([
+        { namespace: 'kvgate', pod: 'kvgate-gate-0' },
+      ]);
+      expect(stores[0]!.store.status().lastReload).toMatchObject({ result: 'rejected', reason: expect.stringMatching(/\S/) });
+      expect(stores[0]!.store.current().currentId).toBe('k1');
       for (const r of stores) r.store.close();
     } finally {
       await rm(dir, { recursive: true, force: true });

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { renderStatus, statusCommand } from '../../src/cli/status-command.js';
 import { createDevKeyRing } from '../../src/contract/keys.js';
+import { VERSION } from '../../src/version.js';
 import { DEMO_KEY_SEED, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import { silent } from './failure-matrix-support.js';
 
@@ -38,6 +39,9 @@ describe('kvgate status', () => {
     expect(r.out).toMatch(/^gate: serving/m);
     expect(r.out).toMatch(/^route table: .*route-table\.yaml version \S+; last reload: ok at \d{4}-\d\d-\d\dT[^,]+, version \S+/m);
     expect(r.out).toMatch(/^queues: none waiting$/m);
+    // Every process reports its kvgate release: one line of it, and no skew note on any row.
+    expect(r.out).toContain(`\nreleases: gate ${VERSION}; sidecars ${VERSION} x4\n`);
+    expect(r.out).not.toContain('kvgate release');
     expect(r.out).toMatch(/^keys: dev-insecure\* \(keys\.devSeed, read at start only\); last reload: none$/m);
     expect(r.out).toMatch(/^OPT-INS IN USE: .*keys\.devSeed/m); // the demo signs with a dev seed, and says so
     expect(r.out).not.toMatch(/[{}]/); // readable text, no raw JSON
@@ -121,6 +125,34 @@ describe('kvgate status', () => {
     expect(text).toContain('last reload: REJECTED at 1970-01-01T00:00:00.000Z (the gate kept version v1): t.yaml: error: x');
     expect(text).toContain('queues: 3 waiting: g_a 3 (oldest 120 ms)');
     expect(text).toContain('opt-ins: none');
+  });
+
+  it('shows a rolling upgrade of kvgate: each sidecar on another release than the gate, and one older than the field', () => {
+    const endpoint = (pool: string, n: number) => ({
+      pool,
+      revision: 'llama-a',
+      role: pool.endsWith('prefill') ? 'prefill' : 'decode',
+      cluster: pool,
+      endpoints: [{ address: `10.0.0.${n}:9090`, status: `http://10.0.0.${n}:9090`, state: 'routable' as const, reasons: [], named: null }],
+    });
+    const text = renderStatus(
+      {
+        release: '0.2.0',
+        workerView: { mode: 'live', pools: [endpoint('a-prefill', 1), endpoint('a-decode', 2), endpoint('b-decode', 3)] },
+      },
+      {
+        'http://10.0.0.1:9090': { verified: true, release: '0.1.0' },
+        'http://10.0.0.2:9090': { verified: true, release: '0.2.0' },
+        'http://10.0.0.3:9090': { verified: true },
+      },
+    );
+    expect(text).toMatch(/^releases: gate 0\.2\.0; sidecars 0\.1\.0 x1, 0\.2\.0 x1, not reported x1$/m);
+    const row = (pool: string) => text.split('\n').find((l) => l.startsWith(`${pool} `)) ?? '';
+    expect(row('a-prefill')).toMatch(/kvgate release 0\.1\.0, the gate runs 0\.2\.0 \(a rolling upgrade: sidecars go first\)$/);
+    expect(row('a-decode')).not.toContain('kvgate release');
+    expect(row('b-decode')).toMatch(/kvgate release not reported: older than the gate's 0\.2\.0; upgrade sidecars before gates/);
+    // A gate older than the field says nothing about its sidecars' releases.
+    expect(renderStatus({}, {})).toContain('releases: gate not reported; sidecars none answered');
   });
 
   it('shouts the loud opt-ins of the gate and of each sidecar', () => {

@@ -13,6 +13,8 @@ import { completion, firstDivergence, post, PROMPTS, tokenIds } from '../../test
 import { SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
 import type { SimFlavour } from '../../testbed/sim/flavour.js';
 import { metricValue } from '../../testbed/sim/testing.js';
+import { shippedAlerts } from '../support/alert-rules.js';
+import { evaluateInstant, samplesOf } from '../support/promql.js';
 
 const silent = pino({ level: 'silent' });
 const KEY = 'sk-kvgate-e2e-worker-key';
@@ -166,6 +168,15 @@ describe.each(['0.11', '0.13', 'main'] as const)('vLLM %s shaped workers with --
   it('a failed transfer is refused under onTransferFailure: fail, whether the worker fails it or silently recomputes it (where the worker counts it)', async () => {
     const prefill = t.worker('llama-a', 'prefill').sim;
     prefill.setFaults({ transferTimeout: true });
+    // KvgateSilentRecomputes (deploy/kubernetes/monitoring.yaml) is evaluated here, where its condition is driven:
+    // the demo topology's workers (alerts-fire.test.ts) are vLLM 0.11.0 shaped and export no vllm:nixl_* series.
+    const decodeScrape = async () =>
+      samplesOf(await (await fetch(`http://${t.worker('llama-a', 'decode').address}/metrics`)).text(), {
+        namespace: 'kvgate',
+        pod: 'decode-0',
+      });
+    const silentRecomputes = (await shippedAlerts()).find((a) => a.alert === 'KvgateSilentRecomputes')!.expr;
+    const before = await decodeScrape();
     try {
       const r = await post(`${t.publicUrl}/v1/completions`, completion(`${PROMPTS[2]} (transfer failure on ${flavour})`, 8), {
         'x-tenant-id': 'acme',
@@ -178,10 +189,14 @@ describe.each(['0.11', '0.13', 'main'] as const)('vLLM %s shaped workers with --
         // silent recompute leaves the sidecar no evidence: the client gets the decode worker's own recomputation.
         expect(r.status).toBe(200);
         expect(await sidecarMetric('decode', 'kvgate_sidecar_silent_recomputes_total', { result: 'refused' })).toBe(0);
+        expect(evaluateInstant(silentRecomputes, { before, now: await decodeScrape() })).toEqual([]); // nothing to see it by
       } else if (silently) {
         expect([r.status, r.json.error?.code]).toEqual([502, 'worker_error']);
         expect(r.json.error.message).toMatch(/recomputed the prompt itself/);
         expect(await sidecarMetric('decode', 'kvgate_sidecar_silent_recomputes_total', { result: 'refused' })).toBe(1);
+        expect(evaluateInstant(silentRecomputes, { before, now: await decodeScrape() }).map((x) => x.labels)).toEqual([
+          { namespace: 'kvgate', pod: 'decode-0', result: 'refused' },
+        ]);
       } else {
         expect([r.status, r.json.error?.code]).toEqual([502, 'worker_error']);
         expect(await sidecarMetric('decode', 'kvgate_sidecar_transfer_failures_total', { action: 'fail' })).toBe(1);
