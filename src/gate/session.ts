@@ -15,7 +15,7 @@ import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import { H } from '../headers.js';
 import type { Decision, Refusal, RouteDecision } from '../decide/types.js';
-import { headerValueOf, readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
+import { headerFieldOf, headerValueOf, inValueField, readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
 import { parentContext, traceHeaders } from '../trace-context.js';
 import {
   answerResponse,
@@ -114,6 +114,11 @@ export class ExtProcSession {
    * not each hold one. */
   #child: Logger | undefined;
   #received: ReceivedHeaders | undefined;
+  /**
+   * Envoy sends and reads header values in `value` (`send_header_raw_value` off): every answer's header mutations are
+   * moved there (`inValueField`), or Envoy would set each header to the empty string.
+   */
+  #valueField = false;
   #requestId = '';
   /** The client's own `x-request-id` on the public listener, cut for logs; never the request's identity. */
   #clientRequestId: string | undefined;
@@ -216,7 +221,10 @@ export class ExtProcSession {
     const tenancy = this.#deps.tenancy?.();
     const held = this.#received;
     if (tenancy === undefined || held === undefined) return null;
-    const found = tenantOf({ headers: held.headers, metadata: this.#metadata, invalidHeaders: held.invalid }, tenancy);
+    const found = tenantOf(
+      { headers: held.headers, metadata: this.#metadata, invalidHeaders: held.invalid, sanitizedHeaders: held.sanitized },
+      tenancy,
+    );
     return found.kind === 'found' ? auditCut(found.tenant) : null;
   }
 
@@ -263,8 +271,18 @@ export class ExtProcSession {
     if (msg.metadata_context?.filter_metadata) {
       this.#metadata = { ...this.#metadata, ...fromFilterMetadata(msg.metadata_context.filter_metadata) };
     }
+    const map =
+      msg.request_headers?.headers ?? msg.response_headers?.headers ?? msg.request_trailers?.trailers ?? msg.response_trailers?.trailers;
+    const field = map === undefined ? undefined : headerFieldOf(map);
+    if (field !== undefined) this.#valueField = field === 'value';
     const response = await this.#answer(msg);
-    return msg.observability_mode === true ? null : response;
+    if (msg.observability_mode === true) return null;
+    return response !== null && this.#valueField ? inValueField(response) : response;
+  }
+
+  /** An answer written ahead of the one `onMessage` returns, in the header field Envoy reads. */
+  #write(response: WireProcessingResponse): void {
+    this.#writer?.write(this.#valueField ? inValueField(response) : response);
   }
 
   async #answer(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
@@ -351,7 +369,7 @@ export class ExtProcSession {
     this.#duplexTrailers = true;
     const answer = await this.#onDuplexChunk(0, true);
     if (answer === null || answer.request_body === undefined) return answer ?? { request_trailers: {} };
-    this.#writer?.write(answer);
+    this.#write(answer);
     return { request_trailers: {} };
   }
 
@@ -401,7 +419,7 @@ export class ExtProcSession {
     const facts = toRequestFacts({
       requestId: this.#requestId || this.#deps.newRequestId(),
       listener: this.#listener,
-      headers: this.#received ?? { headers: {}, gateOwned: {}, forged: [], invalid: [] },
+      headers: this.#received ?? { headers: {}, gateOwned: {}, forged: [], invalid: [], sanitized: [] },
       metadata: this.#metadata,
       bodyTruncated: truncated,
       ...(phase === 'request_body' ? { body: concat(this.#chunks ?? []) } : {}),
@@ -490,7 +508,7 @@ export class ExtProcSession {
   /** The held headers answer goes out first, then the body answer is returned (`fullDuplexAnswers`). */
   #sendDuplex(m: RequestMutation, body: Uint8Array): WireProcessingResponse {
     const answers = fullDuplexAnswers(m, body, !this.#duplexTrailers);
-    this.#writer!.write(answers.headers);
+    this.#write(answers.headers);
     return answers.body;
   }
 

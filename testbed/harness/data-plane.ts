@@ -195,6 +195,7 @@ function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
       client,
       stats: shared.store.scope(`${prefix}ext_proc.${filterPrefix}`, EXT_PROC_COUNTERS),
       closeAfterLastResponse: closesAfterLastResponse(shared.options.envoyVersion ?? '1.37', shared.config.runtime),
+      sendHeaderRawValue: shared.config.runtime.sendHeaderRawValue,
     };
   }
   return {

@@ -69,6 +69,8 @@ export interface ExtProcFilterOptions {
   readonly callbacks: FilterCallbacks;
   /** Close the stream after the last response that will be processed (Envoy 1.37+; default true). */
   readonly closeAfterLastResponse?: boolean;
+  /** `send_header_raw_value` (runtime-config.ts; default true): header values in `raw_value`, else in `value`. */
+  readonly sendHeaderRawValue?: boolean;
 }
 
 type Dispatched = { kind: 'ok' } | { kind: 'spurious'; message: string } | { kind: 'error'; message: string };
@@ -112,6 +114,7 @@ export class ExtProcFilter {
     this.#ctx = {
       checker: createMutationChecker(opts.config.mutationRules),
       semantics: opts.semantics,
+      rawValue: opts.sendHeaderRawValue ?? true,
       stats: opts.stats,
       routeCacheAction: opts.config.routeCacheAction,
       clearRouteCache: () => opts.callbacks.clearRouteCache(),
@@ -195,7 +198,7 @@ export class ExtProcFilter {
 
   /** A message as Envoy frames it: forwarded metadata, first-message attributes and `protocol_config`. */
   #frame(st: ProcessorState, payload: Payload): WireProcessingRequest {
-    const msg = payloadMessage(payload);
+    const msg = payloadMessage(payload, this.#ctx.rawValue);
     msg.metadata_context = forwardedMetadata(this.cfg.forwardingNamespaces, this.callbacks.dynamicMetadata);
     if (st.direction === 'request' && !st.attributesSent && this.cfg.requestAttributes.length > 0) {
       // Envoy evaluates attributes against the stream's request headers, held or not.
