@@ -92,6 +92,8 @@ const Flag = {
   duplexTrailers: 8,
   duplexResponseOpen: 16,
   decidedAnswered: 32,
+  valueField: 64,
+  duplexResponseEnded: 128,
 } as const;
 
 /** Writes a message to the stream outside the one-answer-per-message flow (only `override_message_timeout`). */
@@ -114,11 +116,6 @@ export class ExtProcSession {
    * not each hold one. */
   #child: Logger | undefined;
   #received: ReceivedHeaders | undefined;
-  /**
-   * Envoy sends and reads header values in `value` (`send_header_raw_value` off): every answer's header mutations are
-   * moved there (`inValueField`), or Envoy would set each header to the empty string.
-   */
-  #valueField = false;
   #requestId = '';
   /** The client's own `x-request-id` on the public listener, cut for logs; never the request's identity. */
   #clientRequestId: string | undefined;
@@ -176,6 +173,23 @@ export class ExtProcSession {
   }
   set #duplexResponseOpen(on: boolean) {
     this.#setFlag(Flag.duplexResponseOpen, on);
+  }
+  /**
+   * Envoy sends and reads header values in `value` (`send_header_raw_value` off): every answer's header mutations are
+   * moved there (`inValueField`), or Envoy would set each header to the empty string.
+   */
+  get #valueField(): boolean {
+    return (this.#flags & Flag.valueField) !== 0;
+  }
+  set #valueField(on: boolean) {
+    this.#setFlag(Flag.valueField, on);
+  }
+  /** A FULL_DUPLEX_STREAMED response body was ended (its end_of_stream chunk answered): nothing more may follow it. */
+  get #duplexResponseEnded(): boolean {
+    return (this.#flags & Flag.duplexResponseEnded) !== 0;
+  }
+  set #duplexResponseEnded(on: boolean) {
+    this.#setFlag(Flag.duplexResponseEnded, on);
   }
   /** The decision's answer has been produced (unlike `#decided`, which is set as soon as deciding starts). */
   get #decidedAnswered(): boolean {
@@ -280,6 +294,20 @@ export class ExtProcSession {
     return response !== null && this.#valueField ? inValueField(response) : response;
   }
 
+  /**
+   * A FULL_DUPLEX_STREAMED body message after that body ended: left unanswered (see the `request_body` case). Bytes in
+   * it would be body after the end, which nothing can forward any more: logged, never silently.
+   */
+  #afterDuplexEnd(direction: 'request' | 'response', chunk: Uint8Array | undefined): null {
+    if (chunk !== undefined && chunk.length > 0) {
+      this.#log().warn(
+        { direction, bytes: chunk.length },
+        `a ${direction} body chunk came after that FULL_DUPLEX_STREAMED body ended; its bytes cannot be forwarded and are dropped`,
+      );
+    }
+    return null;
+  }
+
   /** An answer written ahead of the one `onMessage` returns, in the header field Envoy reads. */
   #write(response: WireProcessingResponse): void {
     this.#writer?.write(this.#valueField ? inValueField(response) : response);
@@ -298,7 +326,14 @@ export class ExtProcSession {
         return this.#onRequestHeaders(msg.request_headers?.end_of_stream === true, msg);
       case 'request_body': {
         const chunk = msg.request_body?.body;
-        if (this.#decided) return { request_body: { response: {} } }; // later STREAMED chunks: nothing left to decide
+        if (this.#decided) {
+          // FULL_DUPLEX_STREAMED: the body was decided at its end (or refused), so this is Envoy's empty end_of_stream
+          // chunk come again (ext_proc sends it once more when a filter ahead of it resumes after the body ended;
+          // testbed/harness/ext-proc-duplex.ts, docs/envoy-ext-proc.md section 14). No answer is the only right one: a
+          // plain one is spurious there (a 500, or a reset), a streamed one would add to a body already ended.
+          if (this.#bodyMode === 'FULL_DUPLEX_STREAMED') return this.#afterDuplexEnd('request', chunk);
+          return { request_body: { response: {} } }; // later STREAMED chunks: nothing left to decide
+        }
         if (chunk !== undefined && chunk.length > 0) {
           if (this.#chunks === undefined) this.#chunks = [chunk];
           else this.#chunks.push(chunk);
@@ -338,9 +373,14 @@ export class ExtProcSession {
       }
       case 'response_body': {
         if (this.#responseBodyMode !== 'FULL_DUPLEX_STREAMED') return { response_body: { response: {} } };
+        // The end_of_stream chunk come again (as for request bodies above): unanswered.
+        if (this.#duplexResponseEnded) return this.#afterDuplexEnd('response', msg.response_body?.body);
         // Envoy drains its copy and sends the client only what comes back: every chunk is streamed back unchanged.
         const eos = msg.response_body?.end_of_stream === true;
-        if (eos) this.#duplexResponseOpen = false;
+        if (eos) {
+          this.#duplexResponseOpen = false;
+          this.#duplexResponseEnded = true;
+        }
         const body = msg.response_body?.body ?? new Uint8Array();
         return { response_body: { response: { body_mutation: { streamed_response: { body, end_of_stream: eos } } } } };
       }

@@ -34,6 +34,7 @@ export interface StreamDeps {
         readonly stats: CounterScope<ExtProcCounter>;
         readonly closeAfterLastResponse: boolean;
         readonly sendHeaderRawValue: boolean;
+        readonly repeatEndOfStream: boolean;
       }
     | undefined;
   readonly semantics: AppendSemantics;
@@ -98,6 +99,7 @@ export class ActiveStream implements FilterCallbacks {
             callbacks: this,
             closeAfterLastResponse: deps.extProc.closeAfterLastResponse,
             sendHeaderRawValue: deps.extProc.sendHeaderRawValue,
+            repeatEndOfStream: deps.extProc.repeatEndOfStream,
           });
     this.done = new Promise((resolve) => res.once('close', () => resolve(this.#finish())));
   }

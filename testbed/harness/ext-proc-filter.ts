@@ -71,6 +71,8 @@ export interface ExtProcFilterOptions {
   readonly closeAfterLastResponse?: boolean;
   /** `send_header_raw_value` (runtime-config.ts; default true): header values in `raw_value`, else in `value`. */
   readonly sendHeaderRawValue?: boolean;
+  /** FULL_DUPLEX_STREAMED: repeat the empty end_of_stream chunk once the body has ended (ext-proc-duplex.ts). */
+  readonly repeatEndOfStream?: boolean;
 }
 
 type Dispatched = { kind: 'ok' } | { kind: 'spurious'; message: string } | { kind: 'error'; message: string };
@@ -96,6 +98,8 @@ export class ExtProcFilter {
   readonly #client: ExtProcClient;
   readonly #ctx: HandlerContext;
   readonly #closeAfterLastResponse: boolean;
+  /** FULL_DUPLEX_STREAMED: the empty end_of_stream chunk comes again after the body ended (ext-proc-duplex.ts). */
+  readonly repeatEndOfStream: boolean;
   #stream: ExtProcStream | null = null;
   #complete = false;
   /** The request path will send the processor nothing more (its headers, body and trailers are through). */
@@ -109,6 +113,7 @@ export class ExtProcFilter {
     this.callbacks = opts.callbacks;
     this.#client = opts.client;
     this.#closeAfterLastResponse = opts.closeAfterLastResponse ?? true;
+    this.repeatEndOfStream = opts.repeatEndOfStream ?? false;
     this.dec = new ProcessorState('request', opts.config.processingMode);
     this.enc = new ProcessorState('response', opts.config.processingMode);
     this.#ctx = {
