@@ -20,7 +20,7 @@ import { finalRetryAfter, walkFallback, type FallbackResult } from './fallback.j
 import { decideHop } from './hop.js';
 import type { Candidate } from './pick.js';
 import { refuse } from './refusal.js';
-import { sessionOf, tenantOf, tenantScopeOf, userOf } from './request-facts.js';
+import { SANITIZED, sessionOf, tenantOf, tenantScopeOf, userOf } from './request-facts.js';
 import { chooseRevision, keepQueuedRevision, servingRevisions, type NoRevision, type RevisionChoice } from './revision.js';
 import { pickTargets } from './targets.js';
 import {
@@ -242,10 +242,15 @@ function identify(facts: RequestFacts, table: CompiledRouteTable, trace: Trace):
       trace,
     );
   }
+  // Nor from a value Envoy sanitised, where a '!' may stand for a byte that was not UTF-8 (request-facts.ts).
+  const sanitized = [tenancy.source.header, tenancy.userHeader, table.session.header].find(
+    (h) => h !== undefined && facts.sanitizedHeaders?.includes(h) === true,
+  );
+  if (sanitized !== undefined) return refuse(id, 'bad_request', `header ${sanitized} ${SANITIZED}`, trace);
   const found = tenantOf(facts, tenancy);
   let tenant: string | null;
   if (found.kind === 'invalid') {
-    return refuse(id, 'bad_request', `the tenant identity (${found.from}) is not valid UTF-8`, trace);
+    return refuse(id, 'bad_request', `the tenant identity (${found.from}) ${found.why}`, trace);
   } else if (found.kind === 'found') {
     const long = overlong([['the tenant identity', found.tenant]]);
     if (long !== undefined) return refuse(id, 'bad_request', overlongMessage(`${long.what} (${found.from})`, long.bytes), trace);

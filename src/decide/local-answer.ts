@@ -15,7 +15,7 @@ import type { AnswerDecision, Refusal, RequestFacts } from './types.js';
 
 /** The gateway's own answer for this request, or undefined when it is not one the gateway answers. */
 export function answerLocally(
-  facts: Pick<RequestFacts, 'requestId' | 'method' | 'path' | 'headers' | 'metadata' | 'invalidHeaders'>,
+  facts: Pick<RequestFacts, 'requestId' | 'method' | 'path' | 'headers' | 'metadata' | 'invalidHeaders' | 'sanitizedHeaders'>,
   table: CompiledRouteTable,
   nowMs: number,
 ): AnswerDecision | Refusal | undefined {
@@ -31,7 +31,7 @@ export function answerLocally(
   if (who.kind === 'found') tenant = who.tenant;
   else if (who.kind === 'invalid') {
     // As on the routing path (decide.ts): never read as "no tenant", which would answer for the default tenant.
-    return refuse(facts.requestId, 'bad_request', `the tenant identity (${who.from}) is not valid UTF-8`, trace);
+    return refuse(facts.requestId, 'bad_request', `the tenant identity (${who.from}) ${who.why}`, trace);
   } else if (who.kind === 'ambiguous') {
     return refuse(
       facts.requestId,

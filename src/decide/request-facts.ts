@@ -169,7 +169,7 @@ export type TenantLookup =
   | { readonly kind: 'found'; readonly tenant: string; readonly from: string }
   | { readonly kind: 'missing'; readonly from: string }
   | { readonly kind: 'ambiguous'; readonly from: string; readonly detail: string }
-  | { readonly kind: 'invalid'; readonly from: string };
+  | { readonly kind: 'invalid'; readonly from: string; readonly why: string };
 
 /**
  * A header value without the whitespace HTTP itself strips around field values (RFC 9110 section 5.5: SP and HTAB),
@@ -188,13 +188,29 @@ function trimOws(value: string | undefined): string | undefined {
 
 const isOws = (c: number): boolean => c === 0x20 || c === 0x09;
 
+const NOT_UTF8 = 'is not valid UTF-8';
+
+/**
+ * Why a `!` in a header that came in `value` is no identity. Envoy with `send_header_raw_value` off sends values
+ * through `MessageUtil::sanitizeUtf8String`, which writes `!` for every byte that is not UTF-8 (envoyproxy/envoy
+ * `source/common/protobuf/utility.cc`; `mutation_utils.cc` `headersToProto` at 4519ef40).
+ */
+export const SANITIZED =
+  "holds a '!' and came from an Envoy whose runtime guard envoy.reloadable_features.send_header_raw_value is off, " +
+  "which writes '!' for every byte that is not UTF-8, so it cannot be told from another identity; turn the guard back on " +
+  "(Envoy's default since 1.27) or keep '!' out of identity headers";
+
 /** Read the tenant from the one source the table trusts (a header set by auth, or Envoy dynamic metadata). */
-export function tenantOf(facts: Pick<RequestFacts, 'headers' | 'metadata' | 'invalidHeaders'>, tenancy: Tenancy): TenantLookup {
+export function tenantOf(
+  facts: Pick<RequestFacts, 'headers' | 'metadata' | 'invalidHeaders' | 'sanitizedHeaders'>,
+  tenancy: Tenancy,
+): TenantLookup {
   const { header, metadata } = tenancy.source;
   if (header !== undefined) {
     const from = `header ${header}`;
     // Decoded strictly: a lossy decoding would make `t-\xE9` and `t-\xFF` the same tenant, sharing a cache.
-    if (facts.invalidHeaders?.includes(header) === true) return { kind: 'invalid', from };
+    if (facts.invalidHeaders?.includes(header) === true) return { kind: 'invalid', from, why: NOT_UTF8 };
+    if (facts.sanitizedHeaders?.includes(header) === true) return { kind: 'invalid', from, why: SANITIZED };
     const v = trimOws(facts.headers[header]);
     if (v === undefined || v === '') return { kind: 'missing', from };
     if (v.includes(',')) return { kind: 'ambiguous', from, detail: 'it carries more than one value' };

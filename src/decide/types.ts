@@ -27,6 +27,11 @@ export interface RequestFacts {
   readonly headers: Readonly<Record<string, string>>;
   /** Names of headers whose value is not valid UTF-8 (`headers` holds a lossy decoding): never an identity. */
   readonly invalidHeaders?: readonly string[];
+  /**
+   * Names of headers Envoy sent in `value` with `send_header_raw_value` off that hold a `!`, which Envoy also writes
+   * for each byte that is not UTF-8 (src/envoy/headers.ts): never an identity either.
+   */
+  readonly sanitizedHeaders?: readonly string[];
   /** Envoy dynamic metadata forwarded to ext_proc (namespace -> plain JSON object), e.g. jwt_authn payloads. */
   readonly metadata: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /** Absent for requests without a body (GET). */

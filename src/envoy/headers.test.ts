@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { isGateOwnedHeader, isGateOwnedLowerCase } from '../headers.js';
-import { headerValueOf, readHeaderMap, receiveHeaders } from './headers.js';
+import { headerFieldOf, headerValueOf, inValueField, readHeaderMap, receiveHeaders, setHeader } from './headers.js';
 
 const raw = (key: string, value: string) => ({ key, raw_value: new TextEncoder().encode(value) });
 
@@ -30,6 +30,56 @@ describe('readHeaderMap', () => {
     expect(r.invalid).toEqual(['x-tenant']);
     expect(r.headers['x-tenant']).toBe('a\uFFFD,a\uFFFD');
     expect(readHeaderMap({ headers: [raw('accept', 'ok')] }).invalid).toEqual([]);
+  });
+
+  it("with send_header_raw_value off (values only in `value`) names every header holding a '!': Envoy's mark for a byte that is not UTF-8", () => {
+    // envoyproxy/envoy mutation_utils.cc headersToProto at 4519ef40: value = MessageUtil::sanitizeUtf8String(bytes).
+    const r = readHeaderMap({
+      headers: [
+        { key: ':path', value: '/v1/completions' },
+        { key: 'X-Tenant', value: 'acme!' },
+        { key: 'x-user', value: 'bob' },
+      ],
+    });
+    expect(r.headers['x-tenant']).toBe('acme!');
+    expect(r.sanitized).toEqual(['x-tenant']);
+    expect(r.invalid).toEqual([]);
+    // The same '!' in raw_value is the byte itself: nothing to doubt.
+    expect(readHeaderMap({ headers: [raw(':path', '/'), raw('x-tenant', 'acme!')] }).sanitized).toEqual([]);
+    // A map whose values are all empty says nothing about the field.
+    expect(readHeaderMap({ headers: [{ key: 'x-tenant', value: '' }] }).sanitized).toEqual([]);
+  });
+
+  it('tells which field Envoy filled: raw_value (guard on, 1.27 on), value (guard off), or nothing to tell', () => {
+    expect(headerFieldOf({ headers: [raw(':path', '/'), { key: 'x', value: '' }] })).toBe('raw_value');
+    expect(headerFieldOf({ headers: [{ key: ':path', value: '/' }] })).toBe('value');
+    expect(headerFieldOf({ headers: [{ key: 'x', value: '' }] })).toBeUndefined();
+    expect(headerFieldOf(undefined)).toBeUndefined();
+  });
+
+  it('inValueField moves every header the answer sets into `value`, the one field a guard-off Envoy reads', () => {
+    const stamp = setHeader('x-kvgate-group', 'g_1');
+    const moved = inValueField({
+      request_headers: { response: { header_mutation: { set_headers: [stamp], remove_headers: ['x-a'] }, clear_route_cache: true } },
+      immediate_response: { status: { code: 403 }, headers: { set_headers: [setHeader('x-kvgate-reject-reason', 'tenant_scope_denied')] } },
+      request_trailers: { header_mutation: { set_headers: [setHeader('x-t', 'é')] } },
+    });
+    expect(moved.request_headers?.response).toEqual({
+      header_mutation: {
+        set_headers: [{ header: { key: 'x-kvgate-group', value: 'g_1' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }],
+        remove_headers: ['x-a'],
+      },
+      clear_route_cache: true,
+    });
+    expect(moved.immediate_response?.headers?.set_headers?.[0]?.header).toEqual({
+      key: 'x-kvgate-reject-reason',
+      value: 'tenant_scope_denied',
+    });
+    expect(moved.request_trailers?.header_mutation?.set_headers?.[0]?.header).toEqual({ key: 'x-t', value: 'é' });
+    // The input is left as it was; an answer that sets nothing comes back as it is.
+    expect(stamp.header.raw_value).toBeDefined();
+    const plain = { request_body: { response: {} } };
+    expect(inValueField(plain)).toBe(plain);
   });
 
   it('an empty or absent map gives no headers and nothing forged', () => {

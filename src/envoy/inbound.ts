@@ -39,6 +39,8 @@ export function toRequestFacts(r: ReceivedRequest): RawRequestFacts {
     headers,
     // Values that were not valid UTF-8: never read as an identity (request-facts.ts, decide.ts).
     ...(r.headers.invalid.length === 0 ? {} : { invalidHeaders: r.headers.invalid }),
+    // A `!` in a value Envoy sanitised (send_header_raw_value off) may stand for such a byte (headers.ts).
+    ...(r.headers.sanitized.length === 0 ? {} : { sanitizedHeaders: r.headers.sanitized }),
     metadata: r.metadata,
     listener: r.listener,
     bodyTruncated: r.bodyTruncated,

@@ -6,7 +6,7 @@
 
 export interface WireHeaderValue {
   key: string;
-  /** Never set by kvgate: Envoy (raw-value guard on) reads `raw_value` only, and both together is a 500. */
+  /** Set by kvgate only for an Envoy whose `send_header_raw_value` guard is off (headers.ts `inValueField`); both together is a 500. */
   value?: string;
   raw_value?: Uint8Array;
 }

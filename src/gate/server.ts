@@ -77,14 +77,20 @@ const LIVENESS_SERVICE = 'liveness';
 export const READINESS_SERVICE = 'readiness';
 /**
  * The name GIE's own EPP chart probes (liveness and readiness) with a single replica, and the only name its
- * lightweight EPP registers on its health port; it follows readiness there (NOT_SERVING until the pool synced).
- * kubernetes-sigs/gateway-api-inference-extension @1748e829 config/charts/epplib/templates/_deployment.yaml
- * (`grpc: { port: 9003, service: inference-extension }`); @84436a96 pkg/lwepp/server/runserver.go
- * `HealthServerRunnable`. Without it, a Deployment copied from GIE's chart fails its probes against kvgate.
+ * lightweight EPP registers on its health port. kubernetes-sigs/gateway-api-inference-extension @1748e829
+ * config/charts/epplib/templates/_deployment.yaml (`grpc: { port: 9003, service: inference-extension }`); @84436a96
+ * conformance/resources/base.yaml (the EPP Deployments' `livenessProbe` and `readinessProbe` both name it). GIE sets
+ * it NOT_SERVING at start and SERVING once the pool has synced, and never back (@84436a96
+ * pkg/lwepp/server/runserver.go `HealthServerRunnable`: nothing flips it again, on shutdown neither). kvgate does the
+ * same: SERVING from the first time its pods are discovered, through a later loss of sync and through a drain. A
+ * liveness probe on this name (as GIE's manifests set it) must not fail while the gate drains its streams, or the
+ * kubelet restarts the pod after failureThreshold x periodSeconds and cuts the generations the drain protects;
+ * the readiness side needs no flip either, as a terminating pod leaves its Service's ready endpoints anyway.
+ * Without the name, a Deployment copied from GIE's chart fails its probes against kvgate.
  */
 const GIE_CHART_SERVICE = 'inference-extension';
 /** Every service that follows readiness (and goes NOT_SERVING on drain). */
-const READY_SERVICES = ['', EXT_PROC_SERVICE, READINESS_SERVICE, GIE_CHART_SERVICE] as const;
+const READY_SERVICES = ['', EXT_PROC_SERVICE, READINESS_SERVICE] as const;
 
 export interface GateServer {
   /** Readiness changed (pod discovery synced or not): '', the ext_proc service and `readiness` follow it. */
@@ -118,6 +124,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
   const status = ready ? 'SERVING' : 'NOT_SERVING';
   const health = new HealthImplementation({
     ...Object.fromEntries(READY_SERVICES.map((svc) => [svc, status])),
+    [GIE_CHART_SERVICE]: status,
     [LIVENESS_SERVICE]: 'SERVING',
   });
   health.addToServer(server);
@@ -188,6 +195,7 @@ export async function startGateServer(opts: GateServerOptions): Promise<GateServ
       if (draining !== undefined) return;
       const st = ready ? 'SERVING' : 'NOT_SERVING';
       for (const svc of READY_SERVICES) health.setStatus(svc, st);
+      if (ready) health.setStatus(GIE_CHART_SERVICE, 'SERVING'); // once synced, for good (see GIE_CHART_SERVICE)
     },
     close: () => {
       healthOnly?.server.forceShutdown();

@@ -45,13 +45,19 @@ function gate() {
     tenancy: () => table.tenancy,
   };
   /** One request through a fresh public session: headers (name -> raw bytes), then the body. */
-  const send = async (h: Record<string, Buffer | string>, body: Buffer | string): Promise<WireProcessingResponse | null> => {
+  const send = async (
+    h: Record<string, Buffer | string>,
+    body: Buffer | string,
+    field: 'raw_value' | 'value' = 'raw_value',
+  ): Promise<WireProcessingResponse | null> => {
     const s = new ExtProcSession(deps, 'public', () => undefined);
     const all = { ':method': 'POST', ':path': '/v1/chat/completions', 'x-session-id': 's1', ...h };
+    const header = ([key, v]: [string, Buffer | string]) =>
+      field === 'raw_value' ? { key, raw_value: Buffer.from(v) } : { key, value: Buffer.from(v).toString() };
     await s.onMessage({
       request: 'request_headers',
       request_headers: {
-        headers: { headers: Object.entries(all).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) },
+        headers: { headers: Object.entries(all).map(header) },
         end_of_stream: false,
       },
       protocol_config: { request_body_mode: 'BUFFERED' },
@@ -104,6 +110,36 @@ describe('identity headers are decoded strictly', () => {
     const g = gate();
     const r = await g.send({ 'x-tenant-id': 'acme', 'x-session-id': Buffer.from([0xc3, 0x28]) }, chat);
     expect(refusal(r)).toMatchObject({ code: 'bad_request', message: expect.stringContaining('x-session-id is not valid UTF-8') });
+  });
+});
+
+describe('an Envoy with send_header_raw_value off (header values in `value` both ways)', () => {
+  it('gets its stamps in `value`, the field it reads; raw_value there would set every header empty', async () => {
+    const g = gate();
+    const r = await g.send({ 'x-tenant-id': 'acme' }, chat, 'value');
+    const sets = r?.request_body?.response?.header_mutation?.set_headers ?? [];
+    expect(sets.length).toBeGreaterThan(0);
+    for (const o of sets) {
+      expect(o.header.raw_value).toBeUndefined();
+      expect(o.header.value).not.toBe('');
+    }
+    expect(sets.find((o) => o.header.key === 'x-kvgate-revision')?.header.value).toMatch(/^llama-/);
+    // The same request from a default Envoy: raw_value only, as before.
+    expect(stamped(await g.send({ 'x-tenant-id': 'acme' }, chat), 'x-kvgate-revision')).toMatch(/^llama-/);
+  });
+
+  it("refuses a tenant holding a '!' (Envoy's mark for a byte that is not UTF-8), once, with a reason, in `value`", async () => {
+    const g = gate();
+    const r = await g.send({ 'x-tenant-id': 'acme!' }, chat, 'value');
+    expect(refusal(r)).toMatchObject({
+      code: 'bad_request',
+      message: expect.stringContaining("header x-tenant-id holds a '!' and came from an Envoy whose runtime guard"),
+    });
+    const reason = r?.immediate_response?.headers?.set_headers?.find((o) => o.header.key === 'x-kvgate-reject-reason')?.header;
+    expect(reason).toEqual({ key: 'x-kvgate-reject-reason', value: 'bad_request' });
+    expect(g.audits().map((l) => l['code'])).toEqual(['bad_request']);
+    // In raw_value a '!' is the byte itself: read as the tenant it names (refused by scope here, not as undecodable).
+    expect(refusal(await g.send({ 'x-tenant-id': 'acme!' }, chat))).toMatchObject({ code: 'tenant_scope_denied' });
   });
 });
 

@@ -15,7 +15,7 @@ import { KvgateError } from '../errors.js';
 import { AUDIT_REASON_MAX, auditCut } from '../json-limits.js';
 import { H } from '../headers.js';
 import type { Decision, Refusal, RouteDecision } from '../decide/types.js';
-import { headerValueOf, readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
+import { headerFieldOf, headerValueOf, inValueField, readHeaderMap, setHeader, type ReceivedHeaders } from '../envoy/headers.js';
 import { parentContext, traceHeaders } from '../trace-context.js';
 import {
   answerResponse,
@@ -92,6 +92,8 @@ const Flag = {
   duplexTrailers: 8,
   duplexResponseOpen: 16,
   decidedAnswered: 32,
+  valueField: 64,
+  duplexResponseEnded: 128,
 } as const;
 
 /** Writes a message to the stream outside the one-answer-per-message flow (only `override_message_timeout`). */
@@ -172,6 +174,23 @@ export class ExtProcSession {
   set #duplexResponseOpen(on: boolean) {
     this.#setFlag(Flag.duplexResponseOpen, on);
   }
+  /**
+   * Envoy sends and reads header values in `value` (`send_header_raw_value` off): every answer's header mutations are
+   * moved there (`inValueField`), or Envoy would set each header to the empty string.
+   */
+  get #valueField(): boolean {
+    return (this.#flags & Flag.valueField) !== 0;
+  }
+  set #valueField(on: boolean) {
+    this.#setFlag(Flag.valueField, on);
+  }
+  /** A FULL_DUPLEX_STREAMED response body was ended (its end_of_stream chunk answered): nothing more may follow it. */
+  get #duplexResponseEnded(): boolean {
+    return (this.#flags & Flag.duplexResponseEnded) !== 0;
+  }
+  set #duplexResponseEnded(on: boolean) {
+    this.#setFlag(Flag.duplexResponseEnded, on);
+  }
   /** The decision's answer has been produced (unlike `#decided`, which is set as soon as deciding starts). */
   get #decidedAnswered(): boolean {
     return (this.#flags & Flag.decidedAnswered) !== 0;
@@ -216,7 +235,10 @@ export class ExtProcSession {
     const tenancy = this.#deps.tenancy?.();
     const held = this.#received;
     if (tenancy === undefined || held === undefined) return null;
-    const found = tenantOf({ headers: held.headers, metadata: this.#metadata, invalidHeaders: held.invalid }, tenancy);
+    const found = tenantOf(
+      { headers: held.headers, metadata: this.#metadata, invalidHeaders: held.invalid, sanitizedHeaders: held.sanitized },
+      tenancy,
+    );
     return found.kind === 'found' ? auditCut(found.tenant) : null;
   }
 
@@ -263,8 +285,32 @@ export class ExtProcSession {
     if (msg.metadata_context?.filter_metadata) {
       this.#metadata = { ...this.#metadata, ...fromFilterMetadata(msg.metadata_context.filter_metadata) };
     }
+    const map =
+      msg.request_headers?.headers ?? msg.response_headers?.headers ?? msg.request_trailers?.trailers ?? msg.response_trailers?.trailers;
+    const field = map === undefined ? undefined : headerFieldOf(map);
+    if (field !== undefined) this.#valueField = field === 'value';
     const response = await this.#answer(msg);
-    return msg.observability_mode === true ? null : response;
+    if (msg.observability_mode === true) return null;
+    return response !== null && this.#valueField ? inValueField(response) : response;
+  }
+
+  /**
+   * A FULL_DUPLEX_STREAMED body message after that body ended: left unanswered (see the `request_body` case). Bytes in
+   * it would be body after the end, which nothing can forward any more: logged, never silently.
+   */
+  #afterDuplexEnd(direction: 'request' | 'response', chunk: Uint8Array | undefined): null {
+    if (chunk !== undefined && chunk.length > 0) {
+      this.#log().warn(
+        { direction, bytes: chunk.length },
+        `a ${direction} body chunk came after that FULL_DUPLEX_STREAMED body ended; its bytes cannot be forwarded and are dropped`,
+      );
+    }
+    return null;
+  }
+
+  /** An answer written ahead of the one `onMessage` returns, in the header field Envoy reads. */
+  #write(response: WireProcessingResponse): void {
+    this.#writer?.write(this.#valueField ? inValueField(response) : response);
   }
 
   async #answer(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
@@ -280,7 +326,14 @@ export class ExtProcSession {
         return this.#onRequestHeaders(msg.request_headers?.end_of_stream === true, msg);
       case 'request_body': {
         const chunk = msg.request_body?.body;
-        if (this.#decided) return { request_body: { response: {} } }; // later STREAMED chunks: nothing left to decide
+        if (this.#decided) {
+          // FULL_DUPLEX_STREAMED: the body was decided at its end (or refused), so this is Envoy's empty end_of_stream
+          // chunk come again (ext_proc sends it once more when a filter ahead of it resumes after the body ended;
+          // testbed/harness/ext-proc-duplex.ts, docs/envoy-ext-proc.md section 14). No answer is the only right one: a
+          // plain one is spurious there (a 500, or a reset), a streamed one would add to a body already ended.
+          if (this.#bodyMode === 'FULL_DUPLEX_STREAMED') return this.#afterDuplexEnd('request', chunk);
+          return { request_body: { response: {} } }; // later STREAMED chunks: nothing left to decide
+        }
         if (chunk !== undefined && chunk.length > 0) {
           if (this.#chunks === undefined) this.#chunks = [chunk];
           else this.#chunks.push(chunk);
@@ -320,9 +373,14 @@ export class ExtProcSession {
       }
       case 'response_body': {
         if (this.#responseBodyMode !== 'FULL_DUPLEX_STREAMED') return { response_body: { response: {} } };
+        // The end_of_stream chunk come again (as for request bodies above): unanswered.
+        if (this.#duplexResponseEnded) return this.#afterDuplexEnd('response', msg.response_body?.body);
         // Envoy drains its copy and sends the client only what comes back: every chunk is streamed back unchanged.
         const eos = msg.response_body?.end_of_stream === true;
-        if (eos) this.#duplexResponseOpen = false;
+        if (eos) {
+          this.#duplexResponseOpen = false;
+          this.#duplexResponseEnded = true;
+        }
         const body = msg.response_body?.body ?? new Uint8Array();
         return { response_body: { response: { body_mutation: { streamed_response: { body, end_of_stream: eos } } } } };
       }
@@ -351,7 +409,7 @@ export class ExtProcSession {
     this.#duplexTrailers = true;
     const answer = await this.#onDuplexChunk(0, true);
     if (answer === null || answer.request_body === undefined) return answer ?? { request_trailers: {} };
-    this.#writer?.write(answer);
+    this.#write(answer);
     return { request_trailers: {} };
   }
 
@@ -401,7 +459,7 @@ export class ExtProcSession {
     const facts = toRequestFacts({
       requestId: this.#requestId || this.#deps.newRequestId(),
       listener: this.#listener,
-      headers: this.#received ?? { headers: {}, gateOwned: {}, forged: [], invalid: [] },
+      headers: this.#received ?? { headers: {}, gateOwned: {}, forged: [], invalid: [], sanitized: [] },
       metadata: this.#metadata,
       bodyTruncated: truncated,
       ...(phase === 'request_body' ? { body: concat(this.#chunks ?? []) } : {}),
@@ -490,7 +548,7 @@ export class ExtProcSession {
   /** The held headers answer goes out first, then the body answer is returned (`fullDuplexAnswers`). */
   #sendDuplex(m: RequestMutation, body: Uint8Array): WireProcessingResponse {
     const answers = fullDuplexAnswers(m, body, !this.#duplexTrailers);
-    this.#writer!.write(answers.headers);
+    this.#write(answers.headers);
     return answers.body;
   }
 

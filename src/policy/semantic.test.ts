@@ -242,8 +242,11 @@ describe('checkRouteTable', () => {
       /^revision "llama-b": kvCache\.dtype "fp9" is not a --kv-cache-dtype vLLM 0\.13\.0 accepts, .*accepts: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla \(/,
     );
     expect(set('0.13.0', 'fp8_e4m3')).toEqual([]);
-    // A version kvgate has no list for gets no warning.
-    expect(set('0.11.0', 'fp9')).toEqual([]);
+    // A version whose list was not read is held to what any release read accepts: fp9 is still a warning, nvfp4 is not.
+    expect(set('0.11.0', 'fp9')[0]?.message).toContain('is not a --kv-cache-dtype any vLLM release kvgate read accepts');
+    expect(set('0.18.1', 'nvfp4')).toEqual([]);
+    // Older than any release kvgate models: not checked.
+    expect(set('0.10.2', 'fp9')).toEqual([]);
   });
 
   it('warns about model or tenant names that differ only in letter case: matched exactly, they are two', () => {

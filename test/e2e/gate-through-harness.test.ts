@@ -9,7 +9,7 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
-import { stringify as toYaml } from 'yaml';
+import { parse as fromYaml, stringify as toYaml } from 'yaml';
 import { deriveCacheSalt } from '../../src/contract/cache-salt.js';
 import { createDevKeyRing } from '../../src/contract/keys.js';
 import { verifyContract } from '../../src/contract/contract.js';
@@ -152,6 +152,39 @@ describe('gate behind the Envoy-faithful harness (envoy/envoy.yaml)', () => {
     const salt = deriveCacheSalt(keys, group, 'tenant:acme', 'mine');
     expect(seen.body.toString()).toBe(body.replace('"cache_salt":"mine"', `"cache_salt":"${salt}"`));
     expect(Number(seen.headers['content-length'])).toBe(seen.body.length);
+  });
+
+  it("with Envoy's send_header_raw_value off (values in `value` both ways) the stamps still reach the worker and the client", async () => {
+    const doc = fromYaml(ENVOY_YAML) as { layered_runtime: { layers: Array<{ static_layer: Record<string, boolean> }> } };
+    doc.layered_runtime.layers[0]!.static_layer['envoy.reloadable_features.send_header_raw_value'] = false;
+    rig = await startRig(toYaml(doc));
+    const r = await request(rig.harness.listeners['public']!.url, {
+      path: '/v1/completions',
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme', 'x-session-id': 's-seed' },
+      body: JSON.stringify({ model: firstModel(), prompt: 'hello' }),
+    });
+    expect(r.status, r.body).toBe(200);
+    const seen = rig.decode.requests.at(-1)!;
+    expect(seen.headers['x-kvgate-decode-cluster']).toBe('a_decode');
+    expect(String(seen.headers['x-kvgate-group'])).toMatch(/^g_[0-9a-f]{24}$/);
+    const contract = verifyContract(String(seen.headers['x-kvgate-contract']), keys, Date.now(), {
+      requestId: String(seen.headers['x-request-id']),
+    });
+    expect(contract.ok).toBe(true);
+    expect(r.headers['x-kvgate-group']).toBe(seen.headers['x-kvgate-group']);
+    expect(String(r.headers['x-kvgate-binding'])).toMatch(/^kvgate\.v1\./);
+    // A tenant byte that is not UTF-8 reaches the gate as '!' there: refused with its reason, never read as acme!.
+    const bad = await request(rig.harness.listeners['public']!.url, {
+      path: '/v1/completions',
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-tenant-id': 'acme\xff', 'x-session-id': 's-seed' },
+      // A Buffer, not a string: node writes the head with a string body in that body's UTF-8, the byte would be ÿ.
+      body: Buffer.from(JSON.stringify({ model: firstModel(), prompt: 'hello' })),
+    });
+    expect(bad.status, bad.body).toBe(400);
+    expect(bad.headers['x-kvgate-reject-reason']).toBe('bad_request');
+    expect(JSON.parse(bad.body).error.message).toContain("holds a '!' and came from an Envoy whose runtime guard");
   });
 
   it("GET /v1/models lists the tenant's models in OpenAI's shape and GET /health is answered, with no worker involved", async () => {

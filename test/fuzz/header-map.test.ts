@@ -133,6 +133,6 @@ describe('readHeaderMap', () => {
 
   it('an absent or empty map reads as no headers', () => {
     for (const map of [undefined, {}, { headers: [] }])
-      expect(readHeaderMap(map)).toEqual({ headers: {}, forged: [], gateOwned: {}, invalid: [] });
+      expect(readHeaderMap(map)).toEqual({ headers: {}, forged: [], gateOwned: {}, invalid: [], sanitized: [] });
   });
 });

@@ -75,6 +75,8 @@ export interface TopologyOptions {
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** The Envoy release line the harness plays (its ext_proc stream lifetime; default 1.37). */
   readonly envoyVersion?: EnvoyVersion;
+  /** The harness repeats FULL_DUPLEX_STREAMED's empty end_of_stream chunk, as Envoy 1.35 to 1.39 can (data-plane.ts). */
+  readonly duplexRepeatEndOfStream?: boolean;
   /**
    * How the public listener sends request bodies to the gate: the shipped envoy.yaml's BUFFERED (default), or
    * FULL_DUPLEX_STREAMED as GIE's gateways send them (`kvgate envoy render --request-body-mode`).
@@ -291,7 +293,10 @@ async function startTopologyOnce(opts: TopologyOptions): Promise<Topology> {
         listenerPorts: { public: publicPort!, internal: internalPort! },
         clusterEndpoints: Object.fromEntries(gateClusters(envoyYaml).map((c) => [c, [`127.0.0.1:${gate.grpcPort}`]])),
       }),
-      opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion },
+      {
+        ...(opts.envoyVersion === undefined ? {} : { envoyVersion: opts.envoyVersion }),
+        ...(opts.duplexRepeatEndOfStream === undefined ? {} : { duplexRepeatEndOfStream: opts.duplexRepeatEndOfStream }),
+      },
     );
     stops.push(() => harness.close());
     checkAborted();

@@ -29,7 +29,13 @@ export interface StreamDeps {
   readonly hcmStats: CounterScope<HcmCounter>;
   clusterStats(name: string): CounterScope<ClusterCounter>;
   readonly extProc:
-    | { readonly client: ExtProcClient; readonly stats: CounterScope<ExtProcCounter>; readonly closeAfterLastResponse: boolean }
+    | {
+        readonly client: ExtProcClient;
+        readonly stats: CounterScope<ExtProcCounter>;
+        readonly closeAfterLastResponse: boolean;
+        readonly sendHeaderRawValue: boolean;
+        readonly repeatEndOfStream: boolean;
+      }
     | undefined;
   readonly semantics: AppendSemantics;
   readonly agents: UpstreamAgents;
@@ -92,6 +98,8 @@ export class ActiveStream implements FilterCallbacks {
             semantics: deps.semantics,
             callbacks: this,
             closeAfterLastResponse: deps.extProc.closeAfterLastResponse,
+            sendHeaderRawValue: deps.extProc.sendHeaderRawValue,
+            repeatEndOfStream: deps.extProc.repeatEndOfStream,
           });
     this.done = new Promise((resolve) => res.once('close', () => resolve(this.#finish())));
   }

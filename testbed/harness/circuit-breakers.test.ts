@@ -35,6 +35,7 @@ describe('reading circuit_breakers and layered_runtime', () => {
     expect(plain.value.runtime).toEqual({
       extProcGracefulGrpcClose: false,
       extProcStreamCloseOptimization: true,
+      sendHeaderRawValue: true,
     });
     const set = loadEnvoyConfig(
       scenarioYaml({
@@ -54,10 +55,12 @@ describe('reading circuit_breakers and layered_runtime', () => {
         },
         runtime: {
           'envoy.reloadable_features.ext_proc_graceful_grpc_close': true,
+          'envoy.reloadable_features.send_header_raw_value': false,
         },
       }),
     );
     if (!set.ok) throw new Error(set.error.message);
+    expect(set.value.runtime.sendHeaderRawValue).toBe(false);
     expect(set.value.clusters['backend_a']?.circuitBreakers).toEqual({
       maxConnections: 2,
       maxPendingRequests: 1,

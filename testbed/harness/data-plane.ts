@@ -50,6 +50,12 @@ export interface EnvoyHarnessOptions {
    * every host healthy.
    */
   readonly activeHealthChecks?: boolean;
+  /**
+   * FULL_DUPLEX_STREAMED: after the processor has ended a direction's body, send it one more empty chunk with
+   * `end_of_stream: true`, as Envoy 1.35 to 1.39 do when a filter ahead of ext_proc resumes after the body ended
+   * (ext-proc-duplex.ts, docs/envoy-ext-proc.md §14). Off by default: it needs such a filter, which the harness has not.
+   */
+  readonly duplexRepeatEndOfStream?: boolean;
 }
 
 export interface ListenerHandle {
@@ -195,6 +201,8 @@ function listenerDeps(shared: Shared, l: ListenerConfig): StreamDeps {
       client,
       stats: shared.store.scope(`${prefix}ext_proc.${filterPrefix}`, EXT_PROC_COUNTERS),
       closeAfterLastResponse: closesAfterLastResponse(shared.options.envoyVersion ?? '1.37', shared.config.runtime),
+      sendHeaderRawValue: shared.config.runtime.sendHeaderRawValue,
+      repeatEndOfStream: shared.options.duplexRepeatEndOfStream === true,
     };
   }
   return {

@@ -21,6 +21,10 @@ export class DuplexBody {
   readonly output: BodyReader;
   /** Resolves once, when the held headers go on (or the request is abandoned). */
   readonly released: Promise<DuplexRelease>;
+  /** Resolves once the output has ended (the processor ended the body, or the request was abandoned). */
+  readonly whenEnded: Promise<void>;
+  /** The request was abandoned (local reply, reset). */
+  aborted = false;
   /** At least one data callback happened (Envoy's `bodyReceived()`). */
   bodyReceived = false;
   /** The whole body has arrived from the peer (end of stream or trailers). */
@@ -36,6 +40,7 @@ export class DuplexBody {
   #ended = false;
   #settled = false;
   #release!: (r: DuplexRelease) => void;
+  #markEnded!: () => void;
   readonly #queue: Buffer[] = [];
   #wake: (() => void) | undefined;
   #outTrailers: HeaderMap | null = null;
@@ -44,6 +49,9 @@ export class DuplexBody {
   constructor() {
     this.released = new Promise((resolve) => {
       this.#release = resolve;
+    });
+    this.whenEnded = new Promise((resolve) => {
+      this.#markEnded = resolve;
     });
     this.output = new BodyReader(this.#chunks(), () => this.#outTrailers);
   }
@@ -74,14 +82,17 @@ export class DuplexBody {
     if (this.#ended) return;
     this.#ended = true;
     this.#outTrailers = trailers;
+    this.#markEnded();
     this.#poke();
   }
 
   /** The request is abandoned (local reply, reset): the output fails so an upstream leg stops too. */
   abort(): void {
     this.release('stop');
+    this.aborted = true;
     if (this.#ended) return;
     this.#ended = true;
+    this.#markEnded();
     this.#error = new Error('ext_proc full-duplex body abandoned');
     this.#poke();
   }

@@ -110,6 +110,43 @@ describe('FULL_DUPLEX_STREAMED request bodies', () => {
     expect(scenario.extProcStat('message_timeouts')).toBe(0);
   });
 
+  it('duplexRepeatEndOfStream: the empty end_of_stream chunk comes again once the body ended and the stream is open; unanswered, all is well', async () => {
+    let again: WireProcessingRequest | null | undefined;
+    scenario = await startScenario({
+      filter: { processing_mode: { ...DUPLEX, response_header_mode: 'SEND' } },
+      harness: { duplexRepeatEndOfStream: true },
+      handler: async (s) => {
+        await recvUntil(s, bodyEnd);
+        s.send(headersReply());
+        s.send(streamed('request_body', '{"model":"m"}', true));
+        again = await s.recv();
+        const rh = await s.recv(); // the response headers: answered, the duplicate never is
+        if (rh !== null) s.send({ response_headers: { response: {} } });
+      },
+    });
+    const r = await chunkedPost(scenario.url, ['{"model":"m"}']);
+    expect(r.status).toBe(200);
+    expect(again?.request_body).toEqual({ end_of_stream: true });
+    expect(scenario.upstreams['backend_a']?.requests[0]?.body.toString()).toBe('{"model":"m"}');
+  });
+
+  it('duplexRepeatEndOfStream: a plain answer to the repeated chunk is spurious in this mode, and fails the request', async () => {
+    scenario = await startScenario({
+      filter: { processing_mode: { ...DUPLEX, response_header_mode: 'SEND' } },
+      harness: { duplexRepeatEndOfStream: true },
+      upstreamHandler: () => new Promise<void>(() => undefined), // the upstream never answers: the error wins
+      handler: async (s) => {
+        await recvUntil(s, bodyEnd);
+        s.send(headersReply());
+        s.send(streamed('request_body', '{"model":"m"}', true));
+        if ((await s.recv())?.request_body?.end_of_stream === true) s.send({ request_body: { response: {} } });
+      },
+    });
+    const r = await chunkedRequest(scenario.url, ['{"model":"m"}'], { headers: TO_A });
+    expect('error' in r ? r.error : r.status).toBe(500);
+    expect(scenario.extProcStat('spurious_msgs_received')).toBe(1);
+  });
+
   it('a headers answer before the body lets the headers go on at once; chunks echoed as they come follow them', async () => {
     let upstreamStartedBeforeBodyEnd: boolean | undefined;
     scenario = await startScenario({

@@ -23,6 +23,7 @@ interface ExtProcFilter {
   call(st: ProcessorState, next: CallbackState, payload: Payload): Promise<CallOutcome>;
   send(st: ProcessorState, next: CallbackState, payload: Payload): boolean;
   protocolError(message: string): void;
+  readonly repeatEndOfStream: boolean;
 }
 
 export type DirectionResult =

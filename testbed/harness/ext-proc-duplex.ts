@@ -9,7 +9,17 @@
  *   `ServerConnectionImpl::onMessageCompleteBase`), or, when the peer sent trailers, with a trailers message
  *   instead (the filter requires `*_trailer_mode: SEND` in this mode, config.cc `verifyProcessingModeConfig`);
  * - no message timer is armed in this direction (`ProcessorState::onStartProcessorCall`);
- * - what goes on is only what the processor streams back (response-handlers.ts, `DuplexBody`).
+ * - what goes on is only what the processor streams back (response-handlers.ts, `DuplexBody`);
+ * - the empty end_of_stream chunk can come a second time (harness option `duplexRepeatEndOfStream`). When ext_proc
+ *   answers that last chunk with `StopIterationNoBuffer` (`handleDataStreamedModeBase`) and the stream is complete
+ *   with nothing buffered, the filter manager makes an empty buffer "so that when commonContinue is called, the
+ *   pipeline resumes with an empty data frame with end_stream = true" (source/common/http/filter_manager.cc
+ *   `commonHandleAfterDataCallback`, envoyproxy/envoy at 00e00299). A filter ahead of ext_proc that resumes later runs
+ *   that frame through ext_proc again, and ext_proc's `onData` has no guard against a second end_stream: while its
+ *   stream is open it sends another empty body message with `end_of_stream: true` (ext_proc.cc, the 1.37-era copy
+ *   with `closeGrpcStreamIfLastRespReceived`). envoyproxy/envoy#46355 (merged after 1.39.0) stops sending it; the
+ *   reports (#46237) cover 1.35 to 1.37. Any answer but none is wrong there: a plain body answer is spurious (500
+ *   under `ext_proc_fail_close_spurious_resp`, or a reset), and a `streamed_response` would inject after the end.
  */
 import type { BodyReader } from './body-reader.js';
 import { DuplexBody } from './duplex-body.js';
@@ -25,6 +35,8 @@ interface DuplexFilter {
   send(st: ProcessorState, next: CallbackState, payload: Payload): boolean;
   /** Fails the request as an ext_proc error (500 `status_on_error`, or a reset once the response started). */
   protocolError(message: string): void;
+  /** Send the empty end_of_stream chunk again once the processor ended the body (see the file comment). */
+  readonly repeatEndOfStream: boolean;
 }
 
 export type DuplexResult =
@@ -70,6 +82,12 @@ async function pump(f: DuplexFilter, st: ProcessorState, body: BodyReader, d: Du
   if (trailers === null) {
     d.bodyReceived = true;
     forward(f, st, d, { kind, body: Buffer.alloc(0), endOfStream: true });
+    if (f.repeatEndOfStream && !d.passThrough && !d.replaced) {
+      // The filter manager's empty end_stream frame, run through ext_proc again by a filter ahead of it that resumes
+      // after the body ended; sent only while the stream is open (after a 1.37 close, onData sees processing_complete_).
+      await d.whenEnded;
+      if (!f.processingComplete && !d.aborted) f.send(st, 'StreamedBodyCallback', { kind, body: Buffer.alloc(0), endOfStream: true });
+    }
     return;
   }
   d.trailers = trailers;

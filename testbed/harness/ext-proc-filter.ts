@@ -69,6 +69,10 @@ export interface ExtProcFilterOptions {
   readonly callbacks: FilterCallbacks;
   /** Close the stream after the last response that will be processed (Envoy 1.37+; default true). */
   readonly closeAfterLastResponse?: boolean;
+  /** `send_header_raw_value` (runtime-config.ts; default true): header values in `raw_value`, else in `value`. */
+  readonly sendHeaderRawValue?: boolean;
+  /** FULL_DUPLEX_STREAMED: repeat the empty end_of_stream chunk once the body has ended (ext-proc-duplex.ts). */
+  readonly repeatEndOfStream?: boolean;
 }
 
 type Dispatched = { kind: 'ok' } | { kind: 'spurious'; message: string } | { kind: 'error'; message: string };
@@ -94,6 +98,8 @@ export class ExtProcFilter {
   readonly #client: ExtProcClient;
   readonly #ctx: HandlerContext;
   readonly #closeAfterLastResponse: boolean;
+  /** FULL_DUPLEX_STREAMED: the empty end_of_stream chunk comes again after the body ended (ext-proc-duplex.ts). */
+  readonly repeatEndOfStream: boolean;
   #stream: ExtProcStream | null = null;
   #complete = false;
   /** The request path will send the processor nothing more (its headers, body and trailers are through). */
@@ -107,11 +113,13 @@ export class ExtProcFilter {
     this.callbacks = opts.callbacks;
     this.#client = opts.client;
     this.#closeAfterLastResponse = opts.closeAfterLastResponse ?? true;
+    this.repeatEndOfStream = opts.repeatEndOfStream ?? false;
     this.dec = new ProcessorState('request', opts.config.processingMode);
     this.enc = new ProcessorState('response', opts.config.processingMode);
     this.#ctx = {
       checker: createMutationChecker(opts.config.mutationRules),
       semantics: opts.semantics,
+      rawValue: opts.sendHeaderRawValue ?? true,
       stats: opts.stats,
       routeCacheAction: opts.config.routeCacheAction,
       clearRouteCache: () => opts.callbacks.clearRouteCache(),
@@ -195,7 +203,7 @@ export class ExtProcFilter {
 
   /** A message as Envoy frames it: forwarded metadata, first-message attributes and `protocol_config`. */
   #frame(st: ProcessorState, payload: Payload): WireProcessingRequest {
-    const msg = payloadMessage(payload);
+    const msg = payloadMessage(payload, this.#ctx.rawValue);
     msg.metadata_context = forwardedMetadata(this.cfg.forwardingNamespaces, this.callbacks.dynamicMetadata);
     if (st.direction === 'request' && !st.attributesSent && this.cfg.requestAttributes.length > 0) {
       // Envoy evaluates attributes against the stream's request headers, held or not.

@@ -63,6 +63,35 @@ describe('GetAndSetHeaders', () => {
     expect(scenario.upstreams['backend_a']?.requests).toHaveLength(0);
   });
 
+  it('with send_header_raw_value off: headers go out in `value` (bad bytes as "!"), and `value` is the field read back', async () => {
+    let seen: WireProcessingRequest | undefined;
+    scenario = await startScenario({
+      filter: NO_RESPONSE,
+      runtime: { 'envoy.reloadable_features.send_header_raw_value': false },
+      handler: onFirst((m) => {
+        seen = m;
+        return {
+          header_mutation: {
+            set_headers: [
+              { header: { key: 'x-target-cluster', value: 'backend_a' } },
+              { header: { key: 'x-from-value', value: 'kept' } },
+              setHeader('x-from-raw', 'lost'),
+            ],
+          },
+          clear_route_cache: true,
+        };
+      }),
+    });
+    expect(ok(await request(scenario.url, { headers: { 'x-tenant': 't-\xff\xc3\xa9' } })).status).toBe(200);
+    const sent = seen?.request_headers?.headers?.headers ?? [];
+    expect(sent.every((h) => h.raw_value === undefined && typeof h.value === 'string')).toBe(true);
+    // 0xff is no UTF-8 at all: '!'; c3 a9 is é and stays (MessageUtil::sanitizeUtf8String).
+    expect(sent.find((h) => h.key === 'x-tenant')?.value).toBe('t-!é');
+    const upstream = scenario.upstreams['backend_a']?.requests[0]?.headers;
+    expect(upstream?.['x-from-value']).toBe('kept');
+    expect(upstream?.['x-from-raw']).toBe('');
+  });
+
   it('x-envoy-*, host and :authority are refused and counted; :path is applied', async () => {
     scenario = await startScenario({
       filter: NO_RESPONSE,

@@ -26,11 +26,12 @@ export type Payload =
   | { kind: 'request_body' | 'response_body'; body: Buffer; endOfStream: boolean }
   | { kind: 'request_trailers' | 'response_trailers'; trailers: HeaderMap };
 
-export function payloadMessage(p: Payload): WireProcessingRequest {
+/** `rawValue`: `send_header_raw_value` (runtime-config.ts), which header field carries the values. */
+export function payloadMessage(p: Payload, rawValue = true): WireProcessingRequest {
   switch (p.kind) {
     case 'request_headers':
     case 'response_headers':
-      return { [p.kind]: { headers: p.headers.toProto(), ...(p.endOfStream ? { end_of_stream: true } : {}) } };
+      return { [p.kind]: { headers: p.headers.toProto(rawValue), ...(p.endOfStream ? { end_of_stream: true } : {}) } };
     case 'request_body':
     case 'response_body':
       return {
@@ -38,7 +39,7 @@ export function payloadMessage(p: Payload): WireProcessingRequest {
       };
     case 'request_trailers':
     case 'response_trailers':
-      return { [p.kind]: { trailers: p.trailers.toProto() } };
+      return { [p.kind]: { trailers: p.trailers.toProto(rawValue) } };
   }
 }
 

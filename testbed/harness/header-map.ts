@@ -88,8 +88,46 @@ export class HeaderMap {
     return out;
   }
 
-  /** The proto `HeaderMap`, values in `raw_value` bytes as Envoy sends them since ~1.27. */
-  toProto(): { headers: Array<{ key: string; raw_value: Buffer }> } {
-    return { headers: this.#entries.map(([key, v]) => ({ key, raw_value: Buffer.from(v, 'latin1') })) };
+  /**
+   * The proto `HeaderMap` as `MutationUtils::headersToProto` writes it: values as bytes in `raw_value` (Envoy 1.27 on,
+   * `send_header_raw_value` on), or with the guard off in `value`, each byte that is not well-formed UTF-8 replaced
+   * by `!` (runtime-config.ts).
+   */
+  toProto(rawValue = true): { headers: Array<{ key: string; raw_value: Buffer } | { key: string; value: string }> } {
+    if (rawValue) return { headers: this.#entries.map(([key, v]) => ({ key, raw_value: Buffer.from(v, 'latin1') })) };
+    return { headers: this.#entries.map(([key, v]) => ({ key, value: sanitizeUtf8(Buffer.from(v, 'latin1')) })) };
   }
+}
+
+/**
+ * Envoy's `MessageUtil::sanitizeUtf8String` (envoyproxy/envoy `source/common/protobuf/utility.cc`, a copy of
+ * protobuf's `UTF8CoerceToStructurallyValid`): the longest well-formed prefix is kept, the next byte becomes `!`, and
+ * the scan goes on from the byte after it.
+ */
+export function sanitizeUtf8(bytes: Uint8Array): string {
+  const out = Buffer.from(bytes);
+  let i = 0;
+  while (i < out.length) {
+    const n = wellFormedLength(out, i);
+    if (n === 0) out[i++] = 0x21;
+    else i += n;
+  }
+  return out.toString('utf8');
+}
+
+/** Bytes of the well-formed UTF-8 sequence starting at `i` (Unicode Table 3-7), or 0 when there is none. */
+function wellFormedLength(b: Uint8Array, i: number): number {
+  const c = b[i]!;
+  if (c < 0x80) return 1;
+  const cont = (k: number, lo = 0x80, hi = 0xbf): boolean => i + k < b.length && b[i + k]! >= lo && b[i + k]! <= hi;
+  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+  if (c >= 0xe0 && c <= 0xef) {
+    const [lo, hi] = c === 0xe0 ? [0xa0, 0xbf] : c === 0xed ? [0x80, 0x9f] : [0x80, 0xbf];
+    return cont(1, lo, hi) && cont(2) ? 3 : 0;
+  }
+  if (c >= 0xf0 && c <= 0xf4) {
+    const [lo, hi] = c === 0xf0 ? [0x90, 0xbf] : c === 0xf4 ? [0x80, 0x8f] : [0x80, 0xbf];
+    return cont(1, lo, hi) && cont(2) && cont(3) ? 4 : 0;
+  }
+  return 0;
 }

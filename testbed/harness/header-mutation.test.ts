@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import type { MutationRulesConfig } from './envoy-config-types.js';
 import type { WireHeaderMutation } from './ext-proc-messages.js';
 import { setHeader } from './fake-ext-proc.js';
-import { HeaderMap } from './header-map.js';
+import { HeaderMap, sanitizeUtf8 } from './header-map.js';
 import { applyHeaderMutation, type AppendSemantics } from './header-mutation.js';
 import { DEFAULT_MUTATION_RULES, createMutationChecker } from './mutation-rules.js';
 
@@ -21,7 +21,13 @@ const base = (): HeaderMap =>
 
 function apply(
   mutation: WireHeaderMutation,
-  opts: { rules?: Partial<MutationRulesConfig>; semantics?: AppendSemantics; replacing?: boolean; headers?: HeaderMap } = {},
+  opts: {
+    rules?: Partial<MutationRulesConfig>;
+    semantics?: AppendSemantics;
+    replacing?: boolean;
+    headers?: HeaderMap;
+    rawValue?: boolean;
+  } = {},
 ): { headers: HeaderMap; out: ReturnType<typeof applyHeaderMutation> } {
   const headers = opts.headers ?? base();
   const out = applyHeaderMutation(mutation, headers, {
@@ -29,6 +35,7 @@ function apply(
     replacingMessage: opts.replacing ?? false,
     removeContentLength: false,
     semantics: opts.semantics ?? 'envoy',
+    rawValue: opts.rawValue ?? true,
   });
   return { headers, out };
 }
@@ -41,6 +48,18 @@ describe('values', () => {
     expect(out.error).toBeUndefined();
     expect(headers.get('x-raw')).toBe('r');
     expect(headers.get('x-text')).toBe('');
+  });
+
+  it('with send_header_raw_value off it reads value and ignores raw_value; both set is still an error', () => {
+    const { headers, out } = apply(
+      { set_headers: [{ header: { key: 'x-raw', raw_value: Buffer.from('r') } }, { header: { key: 'x-text', value: 'tenant-é' } }] },
+      { rawValue: false },
+    );
+    expect(out.error).toBeUndefined();
+    expect(headers.get('x-raw')).toBe('');
+    expect(Buffer.from(headers.get('x-text') ?? '', 'latin1').toString('utf8')).toBe('tenant-é');
+    const both = apply({ set_headers: [{ header: { key: 'x', value: 'a', raw_value: Buffer.from('b') } }] }, { rawValue: false });
+    expect(both.out.error).toBe('Only one of value or raw_value in the HeaderValue message should be set.');
   });
 
   it('both value and raw_value is an error', () => {
@@ -166,5 +185,23 @@ describe('limits', () => {
   it('more than 100 set entries is an error', () => {
     const many = Array.from({ length: 101 }, (_, i) => setHeader(`x-${i}`, 'v'));
     expect(apply({ set_headers: many }).out.error).toMatch(/exceed the HCM header countlimit 100/);
+  });
+});
+
+describe('sanitizeUtf8 (Envoy MessageUtil::sanitizeUtf8String, for send_header_raw_value off)', () => {
+  it("keeps well-formed UTF-8 and writes '!' for each byte of an ill-formed sequence, one at a time", () => {
+    const s = (...b: number[]) => sanitizeUtf8(new Uint8Array(b));
+    expect(s(0x61, 0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98, 0x80)).toBe('aé€😀');
+    expect(s(0x61, 0xff)).toBe('a!');
+    expect(s(0xc0, 0x80)).toBe('!!'); // overlong NUL
+    expect(s(0xed, 0xa0, 0x80)).toBe('!!!'); // a surrogate
+    expect(s(0xf4, 0x90, 0x80, 0x80)).toBe('!!!!'); // above U+10FFFF
+    expect(s(0xe2, 0x82, 0x61)).toBe('!!a'); // cut short
+  });
+
+  it('HeaderMap.toProto(false) sends value only, sanitised; toProto() raw_value bytes as they are', () => {
+    const h = new HeaderMap([['x-tenant', 't-\xff']]);
+    expect(h.toProto(false).headers).toEqual([{ key: 'x-tenant', value: 't-!' }]);
+    expect(h.toProto().headers).toEqual([{ key: 'x-tenant', raw_value: Buffer.from([0x74, 0x2d, 0xff]) }]);
   });
 });

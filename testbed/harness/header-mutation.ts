@@ -28,6 +28,8 @@ export interface MutationOptions {
   /** Set when Envoy already removed content-length for this body mode; a server cannot put it back. */
   readonly removeContentLength: boolean;
   readonly semantics: AppendSemantics;
+  /** `send_header_raw_value` (runtime-config.ts): the value is read from `raw_value` (on) or from `value` (off). */
+  readonly rawValue: boolean;
 }
 
 export interface MutationOutcome {
@@ -81,8 +83,8 @@ export function applyHeaderMutation(mutation: WireHeaderMutation, headers: Heade
       rejected++;
       return done('Only one of value or raw_value in the HeaderValue message should be set.');
     }
-    // With send_header_raw_value on (the default since ~1.27) Envoy reads raw_value only.
-    const value = rawValue;
+    // With send_header_raw_value on (the default since 1.27) Envoy reads raw_value only; off, value only.
+    const value = opts.rawValue ? rawValue : Buffer.from(textValue, 'utf8').toString('latin1');
     if (!headerNameIsValid(key) || !headerValueIsValid(value)) {
       rejected++;
       return done('Invalid character in set_headers mutation.');

@@ -22,6 +22,8 @@ import type { CounterScope, ExtProcCounter } from './stats.js';
 export interface HandlerContext {
   readonly checker: MutationChecker;
   readonly semantics: AppendSemantics;
+  /** `send_header_raw_value` (runtime-config.ts). */
+  readonly rawValue: boolean;
   readonly stats: CounterScope<ExtProcCounter>;
   readonly routeCacheAction: RouteCacheAction;
   clearRouteCache(): void;
@@ -46,6 +48,7 @@ export function mutateHeaders(
     replacingMessage: replacing,
     removeContentLength,
     semantics: ctx.semantics,
+    rawValue: ctx.rawValue,
   });
   ctx.stats.inc('rejected_header_mutations', out.rejected);
   ctx.stats.inc('harness.append_semantics_divergent', out.divergent);

@@ -16,6 +16,16 @@
  *   envoy.reloadable_features.ext_proc_stream_close_optimization and legacy code paths", `changelogs/1.40.0.yaml`,
  *   envoyproxy/envoy at ffd4b26c): from 1.40 the stream always closes after the last processed response, and a
  *   static layer that still names the key changes nothing (Envoy's runtime keeps keys no code reads).
+ * - `envoy.reloadable_features.send_header_raw_value` (RUNTIME_GUARD, on by default since 1.27: `changelogs/1.27.0.yaml`
+ *   "header values are now encoded in this raw_value field when Envoy ext_proc filter sending and receiving messages",
+ *   revertible with the guard; envoyproxy/envoy at 8b9304c6). One switch for both directions, in
+ *   `source/extensions/filters/http/ext_proc/mutation_utils.cc` (envoyproxy/envoy at 4519ef40, the copy whose
+ *   `applyHeaderMutations` takes `remove_content_length`, as 1.36/1.37 do): `headersToProto` fills `raw_value` with
+ *   the bytes as they are, or, with the guard off, `value` with `MessageUtil::sanitizeUtf8String` of them (each byte
+ *   that is not part of well-formed UTF-8 becomes `!`, `source/common/protobuf/utility.cc`); `applyHeaderMutations`
+ *   reads a set header's value from `raw_value`, or with the guard off from `value` (the other field is ignored;
+ *   both set is still the "Only one of value or raw_value" error). Whether 1.40 still has the guard was not read:
+ *   the harness keeps it on every line.
  * Later layers override earlier ones, as Envoy's do.
  *
  * Which release line the harness plays is `startEnvoyHarness(config, { envoyVersion })` (default 1.37); on 1.36
@@ -45,14 +55,19 @@ export function closesAfterLastResponse(version: EnvoyVersion, runtime: RuntimeC
 export interface RuntimeConfig {
   readonly extProcGracefulGrpcClose: boolean;
   readonly extProcStreamCloseOptimization: boolean;
+  /** Header values travel in `raw_value` (true, the default) or sanitised in `value` (false). */
+  readonly sendHeaderRawValue: boolean;
 }
 
 const GRACEFUL = 'envoy.reloadable_features.ext_proc_graceful_grpc_close';
 const CLOSE_OPT = 'envoy.reloadable_features.ext_proc_stream_close_optimization';
+const RAW_VALUE = 'envoy.reloadable_features.send_header_raw_value';
+const KEYS: ReadonlySet<string> = new Set([GRACEFUL, CLOSE_OPT, RAW_VALUE]);
 
 export const DEFAULT_RUNTIME: RuntimeConfig = {
   extProcGracefulGrpcClose: false,
   extProcStreamCloseOptimization: true,
+  sendHeaderRawValue: true,
 };
 
 export function readLayeredRuntime(r: ConfigReader, value: unknown): RuntimeConfig {
@@ -70,7 +85,7 @@ export function readLayeredRuntime(r: ConfigReader, value: unknown): RuntimeConf
       return;
     }
     for (const [k, v] of Object.entries(st)) {
-      if (k !== GRACEFUL && k !== CLOSE_OPT) r.issue(`${p}.static_layer["${k}"]`, 'unsupported by the kvgate harness');
+      if (!KEYS.has(k)) r.issue(`${p}.static_layer["${k}"]`, 'unsupported by the kvgate harness');
       else if (typeof v !== 'boolean') r.issue(`${p}.static_layer["${k}"]`, 'must be true or false');
       else values[k] = v;
     }
@@ -79,5 +94,6 @@ export function readLayeredRuntime(r: ConfigReader, value: unknown): RuntimeConf
   return {
     extProcGracefulGrpcClose: (values[GRACEFUL] as boolean | undefined) ?? DEFAULT_RUNTIME.extProcGracefulGrpcClose,
     extProcStreamCloseOptimization: closeOpt,
+    sendHeaderRawValue: (values[RAW_VALUE] as boolean | undefined) ?? DEFAULT_RUNTIME.sendHeaderRawValue,
   };
 }
