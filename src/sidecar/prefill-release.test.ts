@@ -182,6 +182,54 @@ describe('a client that leaves after the prefill leg answered, before the decode
     expect(await releases(D, { reason: 'client_gone', via: 'handover' })).toBe(1);
   });
 
+  it('before vLLM 0.21, a client gone while this worker counted the prompt: counted again without it, then handed over', async () => {
+    let prefillUrl = '';
+    let decodeUrl = '';
+    const client = new AbortController();
+    let legAnswered: () => void = () => undefined;
+    const answered = new Promise<void>((r) => (legAnswered = r));
+    let cut = false;
+    const wrap =
+      (inner: FetchFn): FetchFn =>
+      (async (url: string, init?: RequestInit) => {
+        if (prefillUrl !== '' && url.startsWith(prefillUrl)) {
+          const r = await inner(url, init);
+          const text = await r.text();
+          legAnswered();
+          return new Response(text, { status: r.status, headers: r.headers });
+        }
+        if (decodeUrl !== '' && url === `${decodeUrl}/tokenize` && !cut && init?.signal) {
+          // The first count: the client leaves once the leg has answered, and the count is cut with it.
+          cut = true;
+          const signal = init.signal;
+          await answered;
+          client.abort();
+          await new Promise<void>((r) => (signal.aborted ? r() : signal.addEventListener('abort', () => r(), { once: true })));
+          throw new DOMException('the client left', 'AbortError');
+        }
+        return inner(url, init);
+      }) as FetchFn;
+    const { prefillSim, decodeSim, P, D } = await pair({}, {}, wrap);
+    prefillUrl = P.sidecar.url;
+    decodeUrl = decodeSim.url;
+    const c = contractFor(D.config.fingerprint, endpointOf(P.sidecar.url), { requestId: `gone-${++n}` });
+    const [body, headers] = bound(c, completion());
+    const sent = await fetch(`${D.sidecar.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+      signal: client.signal,
+    }).catch(() => 'gone');
+    expect(sent).toBe('gone');
+    await done(D, c.requestId);
+    // The spy sits under the wrap: it sees the count run again without the client, then the handover.
+    expect(cut).toBe(true);
+    const paths = D.spy.workCalls(decodeSim.url).map((x) => new URL(x.url).pathname);
+    expect(paths).toEqual(['/tokenize', '/v1/completions']);
+    expect(held(prefillSim)).toEqual([]);
+    expect(await releases(D, { reason: 'client_gone', via: 'handover' })).toBe(1);
+  });
+
   it('vLLM 0.21+: a refused request notifies the prefill worker, nothing read', async () => {
     const { prefillSim, decodeSim, D } = await leaveAfterTheLeg(V021, { flavour: 'main' });
     const calls = D.spy.workCalls(decodeSim.url).filter((x) => new URL(x.url).pathname === '/v1/completions');
