@@ -189,8 +189,7 @@ describe('a client that leaves after the prefill leg answered, before the decode
     let legAnswered: () => void = () => undefined;
     const answered = new Promise<void>((r) => (legAnswered = r));
     let cut = false;
-    const wrap =
-      (inner: FetchFn): FetchFn =>
+    const wrap = (inner: FetchFn): FetchFn =>
       (async (url: string, init?: RequestInit) => {
         if (prefillUrl !== '' && url.startsWith(prefillUrl)) {
           const r = await inner(url, init);

@@ -54,7 +54,7 @@ const MAX_RELEASE_ANSWER_BYTES = 256 * 1024;
  */
 const RELEASE_TIMEOUT_MS = 5_000;
 
-/** vLLM whose OpenAI layer notifies P for a refused `do_remote_prefill` request (PR #41269, merged 2026-04-29). */
+/** vLLM whose OpenAI layer notifies P for a refused `do_remote_prefill` request (PR #41269, opened 2026-04-29, merged in May 2026: 0.21 on, read from those dates). */
 export function notifiesOnRefusal(vllmVersion: string): boolean {
   return vllmAtLeast(vllmVersion, 0, 21);
 }

@@ -114,7 +114,7 @@ export interface FlavourTraits {
    * model, a prompt too long, a bad field: any `ErrorResponse` from `create_*`) still frees the prefill worker's
    * blocks: `_with_kv_transfer_rejection_cleanup` calls `notify_kv_transfer_request_rejected`, which submits a
    * pre-aborted engine request (`abort_immediately`) whose `request_finished` queues an empty read, so D's worker
-   * notifies P without reading anything. vllm-project/vllm PR #41269 (merged 2026-04-29, so from 0.21 on);
+   * notifies P without reading anything. vllm-project/vllm PR #41269 (opened 2026-04-29, merged in May 2026: from 0.21 on);
    * `vllm/entrypoints/generate/base/serving.py` @015d1c9b, `nixl/pull_scheduler.py` @73ee90a0. A refusal of the body
    * itself (pydantic, malformed JSON) happens before the handler and notifies nothing. Before: nothing is notified,
    * and P holds the blocks until its timeout or lease.
