@@ -7,7 +7,7 @@ import { createDevKeyRing } from '../contract/keys.js';
 import { signToken } from '../contract/token.js';
 import { exampleAttestationFields, exampleContractFields } from '../contract/testing.js';
 import { TEST_NOW_MS } from '../../test/support/clock.js';
-import { checkAttestedTransfer, type AttestationCheckInput } from './attestation-check.js';
+import { checkAttestedTransfer, checkReleasableTransfer, type AttestationCheckInput } from './attestation-check.js';
 
 const keys = createDevKeyRing('sidecar-test');
 const descriptor = exampleDescriptor();
@@ -154,5 +154,25 @@ describe('checkAttestedTransfer', () => {
     const r = checkAttestedTransfer(input(params({ blockSize: 32 })));
     expect(codeOf(r)).toBe('incompatible_transfer/transfer_rules');
     expect(r.ok ? '' : r.error.error.reason).toContain('block size');
+  });
+});
+
+describe('checkReleasableTransfer (what it takes to notify a prefill worker, never to read its KV)', () => {
+  const releasable = (p: Record<string, unknown>, edit: Partial<AttestationCheckInput> = {}) => {
+    const { localPromptTokens: _n, localPromptTokenDigest: _d, ...rest } = input(p, edit);
+    return codeOf(checkReleasableTransfer(rest));
+  };
+
+  it('passes attested parameters whatever this worker counted (the count is not asked)', () => {
+    expect(codeOf(checkAttestedTransfer(input(params(), { localPromptTokens: 39 })))).toBe('incompatible_transfer/prompt_tokens_mismatch');
+    expect(releasable(params())).toBe('ok');
+  });
+
+  it('refuses parameters changed in transit, a forged attestation, another group or an expired one', () => {
+    const p = params();
+    expect(releasable({ ...p, remote_host: 'elsewhere' })).toBe('attestation_invalid/params_mismatch');
+    expect(releasable(params({}, createDevKeyRing('attacker')))).toMatch(/^attestation_invalid\//);
+    expect(releasable(params({ groupId: 'g-other' }))).toBe('mixed_revision/group_mismatch');
+    expect(releasable(p, { nowMs: TEST_NOW_MS + 24 * 3600_000 })).toMatch(/^attestation_invalid\//);
   });
 });

@@ -71,6 +71,26 @@ const CODE_BY_REASON: Partial<Record<AttestationFailure['reason'], ErrorCode>> =
 export function checkAttestedTransfer(
   input: AttestationCheckInput,
 ): Result<{ attestation: Attestation; params: Record<string, unknown> }, AttestationRefusal> {
+  return checkTransferOf(input, input.localPromptTokens, input.localPromptTokenDigest);
+}
+
+/**
+ * Whether `kv_transfer_params` are the ones a prefill sidecar attested for this contract and group (signature, expiry,
+ * request, tenant, group, fingerprint, engine, digest of the parameters, connector rules), without the prompt token
+ * check: what it takes to NOTIFY that prefill worker, never to read its KV (prefill-release.ts). Its prompt count may
+ * be unknown (the client left before this worker counted it) or different (the refusal it follows).
+ */
+export function checkReleasableTransfer(
+  input: Omit<AttestationCheckInput, 'localPromptTokens' | 'localPromptTokenDigest'>,
+): Result<{ attestation: Attestation; params: Record<string, unknown> }, AttestationRefusal> {
+  return checkTransferOf(input, undefined, undefined);
+}
+
+function checkTransferOf(
+  input: Omit<AttestationCheckInput, 'localPromptTokens' | 'localPromptTokenDigest'>,
+  localPromptTokens: number | undefined,
+  localPromptTokenDigest: string | undefined,
+): Result<{ attestation: Attestation; params: Record<string, unknown> }, AttestationRefusal> {
   const { [ATTESTATION_KEY]: token, ...params } = input.params;
   if (typeof token !== 'string') {
     return refuse(
@@ -82,8 +102,8 @@ export function checkAttestedTransfer(
   const verified = verifyAttestation(token, input.keys, input.nowMs, {
     contract: input.contract,
     fingerprint: input.fingerprint,
-    promptTokens: input.localPromptTokens,
-    promptTokenDigest: input.localPromptTokenDigest,
+    promptTokens: localPromptTokens,
+    promptTokenDigest: localPromptTokenDigest,
     layout: normalizeKvLayout(input.descriptor.kvCache.layout) === 'NHD' ? 'NHD' : 'HND',
   });
   if (!verified.ok) {

@@ -312,8 +312,11 @@ describe('requests this worker would refuse never reach the prefill pool', () =>
     const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ max_tokens: MAX_LEN - 8 })));
     expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
     expect(r.body.error.message).toMatch(/^the prompt \(\d+ tokens\) and max_tokens \(2040\) exceed this worker's max_model_len \(2048\)/);
-    // Counted on the worker, never asked to decode.
-    expect(D.spy.workCalls(decodeSim.url).map((x) => new URL(x.url).pathname)).toEqual(['/tokenize']);
+    // Counted on the worker, never asked to decode it; the KV the prefill leg left is then handed over in a one-token
+    // decode so the prefill worker lets go of it (prefill-release.ts; vLLM 0.11 here).
+    const calls = D.spy.workCalls(decodeSim.url);
+    expect(calls.map((x) => new URL(x.url).pathname)).toEqual(['/tokenize', '/v1/completions']);
+    expect(calls[1]!.body).toMatchObject({ max_tokens: 1, stream: false });
     const { outcome, audits } = linesOf(D, c.requestId);
     expect([outcome, audits.length]).toEqual(['refused', 1]);
   });

@@ -22,6 +22,7 @@ import { confirmDecodeWorker } from './launch-check.js';
 import { ATTESTATION_KEY, checkClientKvParams, checkPromptFits, checkRequestShape, kvParamsOf, toPrefillBody } from './openai-body.js';
 import { workerRefusalCode, workerRefusalReason, type Outcome } from './outcome.js';
 import { PREFILL_STATUS, type PrefillLegInput } from './prefill-leg.js';
+import { releasePrefillKv } from './prefill-release.js';
 import { mayRerunPrefill, noteRerun, rerunsAfter, timedPrefillLeg, type Rerun } from './prefill-rerun.js';
 import { countPromptTokens, probedMaxModelLen, tokenizeRefusalReason } from './prompt-count.js';
 import { relayCompletion, type RelayResult } from './relay.js';
@@ -156,7 +157,22 @@ async function decodeAfterPrefill(
   a: AfterPrefill,
 ): Promise<Outcome | Rerun> {
   const { contract, requestId, headers, count, prefill, launch } = a;
-  const refuse = (e: KvgateError, outcome: Outcome['outcome'] = 'refused'): Outcome => {
+  // From here until the decode call, a request that ends leaves the prefill worker holding its KV for a read that
+  // never comes: free it through this worker where that is safe (prefill-release.ts), before the answer goes out (one
+  // local call, bounded), so the request's outcome and audit line follow it.
+  const kv = prefill.ok ? kvParamsOf(prefill.value.body) : undefined;
+  const release = async (): Promise<void> => {
+    if (kv === undefined) return;
+    const counted = count.ok ? count.value : undefined;
+    await releasePrefillKv(
+      ctx,
+      call,
+      { contract, params: kv, count: counted, launch, headers },
+      call.signal.aborted ? 'client_gone' : 'refused',
+    );
+  };
+  const refuse = async (e: KvgateError, outcome: Outcome['outcome'] = 'refused'): Promise<Outcome> => {
+    await release();
     sendError(res, e, requestId);
     return { outcome, code: e.code, reason: e.reason };
   };
@@ -169,11 +185,12 @@ async function decodeAfterPrefill(
     if (!fits.ok) return refuse(fits.error);
   }
   if (!prefill.ok) return afterPrefillRefusal(ctx, call, res, headers, requestId, prefill.error);
-  const params = kvParamsOf(prefill.value.body);
+  const params = kv;
   if (params === undefined) return local(ctx, call, res, headers, requestId, 'the prefill worker kept no KV for this request');
   // A prompt this worker's /tokenize refuses (4xx) is the client's; one it could not count is a worker failure.
   if (!count.ok) {
     if (count.error.status >= 500) return refuse(count.error, 'failed');
+    await release();
     sendError(res, count.error, requestId);
     return { outcome: 'refused', code: count.error.code, reason: tokenizeRefusalReason(count.error) };
   }
@@ -195,6 +212,11 @@ async function decodeAfterPrefill(
     // of this worker tells the gate if it was this one.
     if (checked.error.reason === 'prompt_tokens_mismatch') void ctx.reverify();
     return refuse(checked.error.error);
+  }
+  // The client left (or its deadline passed) while this side checked: the decode worker never gets the request.
+  if (call.signal.aborted) {
+    await release();
+    return { outcome: 'failed', code: 'worker_error' };
   }
   const body = { ...call.body, kv_transfer_params: checked.value.params };
   ctx.metrics.addedFirstTokenSeconds.observe(

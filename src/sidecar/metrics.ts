@@ -16,6 +16,8 @@ export interface SidecarMetrics {
   readonly prefillRetries: Counter<'status'>;
   /** Prefill legs run a second time, on another prefill endpoint of the group, by reason (prefill-rerun.ts). */
   readonly prefillReruns: Counter<'reason'>;
+  /** Prefill KV a request left on its prefill worker unread, by why and how it was released (prefill-release.ts). */
+  readonly prefillKvReleases: Counter<'reason' | 'via'>;
   readonly transferFailures: Counter<'action'>;
   readonly probes: Counter<'result'>;
   /** Workers found restarted in place between probes (another engine id or version), by role and what followed. */
@@ -95,6 +97,12 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
       name: 'kvgate_sidecar_prefill_reruns_total',
       help: "Prefill legs run a second time on another prefill endpoint of the bound group because the decode worker could not load the first leg's KV before any output, by reason (kv_load_failed, silent_recompute).",
       labelNames: ['reason'] as const,
+      registers,
+    }),
+    prefillKvReleases: new Counter({
+      name: 'kvgate_sidecar_prefill_kv_releases_total',
+      help: "Requests that ended after a successful prefill leg without this decode worker reading the prefilled KV, by reason (client_gone: the client left or its deadline passed; refused: this sidecar refused after the leg) and how the prefill worker's blocks were released (rejected_request: a request this worker refuses before admission, which vLLM 0.21+ turns into a notification; handover: a one-token decode of the verified parameters; none: left to the prefill worker's lease or abort timeout).",
+      labelNames: ['reason', 'via'] as const,
       registers,
     }),
     transferFailures: new Counter({

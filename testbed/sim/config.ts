@@ -73,6 +73,11 @@ export const SimSettingsSchema = z
     kvLoadFailurePolicy: z.enum(['fail', 'recompute']).optional(),
     /** `kv_connector_extra_config.kv_lease_duration` (ms here): how long P holds blocks for D without a heartbeat. */
     leaseMs: z.number().int().positive().default(30_000),
+    /**
+     * `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (ms here; vLLM's default 480 s): how long P holds blocks no D has read on
+     * connectors before leases (version < 4), with no heartbeat to extend it. From v4 `leaseMs` applies instead.
+     */
+    abortRequestTimeoutMs: z.number().int().positive().default(480_000),
     /** `--max-num-seqs`: requests beyond it wait (vllm:num_requests_waiting). */
     maxNumSeqs: z.number().int().positive().default(256),
     /** `kv_connector_extra_config.enforce_handshake_compat` (vLLM default true). */

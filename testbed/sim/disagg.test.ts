@@ -330,7 +330,8 @@ describe('prefix cache, leases and transfer faults', () => {
     const ok = await runDisaggregated(p4, d4, '/v1/completions', completion(PROMPTS[1]!));
     expect(ok.decode.status).toBe(200);
     expect(await metric(p4, 'vllm:nixl_num_kv_expired_reqs_total')).toBe(0);
-    const p2 = await sim({}, slow);
+    // Before leases P holds unread blocks for VLLM_NIXL_ABORT_REQUEST_TIMEOUT, and nothing extends it.
+    const p2 = await sim({}, { ...slow, abortRequestTimeoutMs: 900 });
     const d2 = await sim({}, slow);
     p2.setFaults({ transferDelayMs: 1300 });
     const lost = await runDisaggregated(p2, d2, '/v1/completions', completion(PROMPTS[1]!));

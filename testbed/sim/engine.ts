@@ -14,7 +14,15 @@ import { computeBlocks, kvDigest, numBlocks, prefixCacheKeys, tokenChain, type K
 import type { FlavourTraits } from './flavour.js';
 import type { LeaseTable } from './leases.js';
 import type { SimMetrics } from './metrics.js';
-import { producerKeepsBlocks, producerParams, pullRemoteKv, type KvTransferRole, type PullDeps, type RemotePrefill } from './pd.js';
+import {
+  notifyWithoutReading,
+  producerKeepsBlocks,
+  producerParams,
+  pullRemoteKv,
+  type KvTransferRole,
+  type PullDeps,
+  type RemotePrefill,
+} from './pd.js';
 import type { Scheduler } from './scheduler.js';
 import { StopText } from './stop-text.js';
 import type { SimTokenizer } from './tokenizer.js';
@@ -106,7 +114,10 @@ export class SimEngine {
       admission = await deps.scheduler.admit(() => (plan = this.#allocate(req, remote !== null)) !== null, req.signal);
     } catch {
       stopHeartbeat();
-      return; // client went away while waiting
+      // The client went away before the request was scheduled: vLLM's request_finished still finds do_remote_prefill
+      // set and queues an empty read, so P is notified and frees its blocks (none are read).
+      if (remote) await notifyWithoutReading(deps.pull, req.requestId, remote, 'was aborted before it was scheduled');
+      return;
     }
     const owned = new Set<number>([...plan!.hitIds, ...plan!.newIds]);
     try {
@@ -116,6 +127,14 @@ export class SimEngine {
       for (const id of owned) deps.pool.unref(id);
       admission.release();
     }
+  }
+
+  /**
+   * vLLM's `notify_kv_transfer_request_rejected` (PR #41269): the OpenAI layer refused a `do_remote_prefill` request
+   * before the engine admitted it, and the pre-aborted request it submits makes D's worker notify P without reading.
+   */
+  async notifyRejected(requestId: string, remote: RemotePrefill): Promise<boolean> {
+    return notifyWithoutReading(this.#d.pull, requestId, remote, 'was refused before admission');
   }
 
   /** Synchronous: look up the prefix cache and take the blocks this request needs, or nothing. */
@@ -262,7 +281,10 @@ export class SimEngine {
       if (i >= full) pool.set(id, all[i]!);
       owned.delete(id); // the lease holds these references now
     });
-    leases.grant(req.requestId, leased, computed.length, req.faults.leaseMs ?? config.sim.leaseMs);
+    // Connector v4+ (PR #41383): a lease of kv_lease_duration that D's heartbeats extend. Before: a fixed
+    // VLLM_NIXL_ABORT_REQUEST_TIMEOUT with no heartbeat (`_reqs_need_send`, single-file connector @002a1057).
+    const holdMs = version >= 4 ? config.sim.leaseMs : config.sim.abortRequestTimeoutMs;
+    leases.grant(req.requestId, leased, computed.length, req.faults.leaseMs ?? holdMs);
     const side = this.#d.sideChannel();
     return producerParams({
       traits: this.#d.traits,

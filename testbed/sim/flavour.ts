@@ -109,6 +109,17 @@ export interface FlavourTraits {
    * read), so a prefill worker that drains exits with its leases outstanding. Before: SIGTERM is immediate.
    */
   readonly drainsOnShutdown: boolean;
+  /**
+   * A decode request carrying `do_remote_prefill` that the OpenAI layer refuses before the engine admits it (unknown
+   * model, a prompt too long, a bad field: any `ErrorResponse` from `create_*`) still frees the prefill worker's
+   * blocks: `_with_kv_transfer_rejection_cleanup` calls `notify_kv_transfer_request_rejected`, which submits a
+   * pre-aborted engine request (`abort_immediately`) whose `request_finished` queues an empty read, so D's worker
+   * notifies P without reading anything. vllm-project/vllm PR #41269 (opened 2026-04-29, merged in May 2026: from 0.21 on);
+   * `vllm/entrypoints/generate/base/serving.py` @015d1c9b, `nixl/pull_scheduler.py` @73ee90a0. A refusal of the body
+   * itself (pydantic, malformed JSON) happens before the handler and notifies nothing. Before: nothing is notified,
+   * and P holds the blocks until its timeout or lease.
+   */
+  readonly rejectionNotifies: boolean;
 }
 
 const LEGACY: FlavourTraits = {
@@ -131,6 +142,7 @@ const LEGACY: FlavourTraits = {
   apiKeyPrefixes: ['/v1'],
   reusesPromptTokenIds: false,
   drainsOnShutdown: true,
+  rejectionNotifies: true,
 };
 
 const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
@@ -154,6 +166,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     apiKeyPrefixes: ['/v1'],
     reusesPromptTokenIds: false,
     drainsOnShutdown: false,
+    rejectionNotifies: false,
   },
   '0.13': {
     hashCheck: true,
@@ -175,6 +188,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     apiKeyPrefixes: ['/v1'],
     reusesPromptTokenIds: false,
     drainsOnShutdown: false,
+    rejectionNotifies: false,
   },
   main: {
     hashCheck: true,
@@ -196,6 +210,7 @@ const TRAITS: Readonly<Record<SimFlavour, FlavourTraits>> = {
     apiKeyPrefixes: ['/v1', '/v2', '/inference', '/cohere'],
     reusesPromptTokenIds: true,
     drainsOnShutdown: true,
+    rejectionNotifies: true,
   },
 };
 

@@ -75,19 +75,24 @@ export function prepareGeneration(
   kind: Kind,
   body: unknown,
   requestId: string,
-): { ok: true; value: PreparedRequest } | { ok: false; status: number; body: unknown } {
+): { ok: true; value: PreparedRequest } | { ok: false; status: number; body: unknown; kvTransferParams?: unknown } {
+  // Set once the body parsed: a refusal from then on happens inside the OpenAI handler, where vLLM's rejection
+  // cleanup sees the request's kv_transfer_params (flavour.ts `rejectionNotifies`).
+  let kv: { kvTransferParams?: unknown } = {};
   const fail = (status: number, message: string, param: string | null = null, value?: string | number) => ({
     ok: false as const,
     status,
     body: requestError(ctx.traits.errorParam, status, message, param, value),
+    ...kv,
   });
   const parsed = kind === 'chat' ? ChatRequestSchema.safeParse(body) : CompletionRequestSchema.safeParse(body);
   if (!parsed.success) {
     return { ok: false, status: 400, body: validationError(ctx.traits.validationErrorType, describeZodError(parsed.error)) };
   }
   const r = parsed.data;
+  kv = { kvTransferParams: r.kv_transfer_params };
   const model = resolveModel(ctx, r.model);
-  if (!model) return { ok: false, status: 404, body: modelNotFound(ctx, String(r.model)) };
+  if (!model) return { ok: false, status: 404, body: modelNotFound(ctx, String(r.model)), ...kv };
   if ((r.n ?? 1) !== 1) return fail(400, 'n > 1 is not supported by the kvgate simulator (it decodes greedily)', 'n');
   if (r.echo) return fail(400, 'echo is not supported by the kvgate simulator', 'echo');
   const reused = kind === 'chat' && ctx.traits.reusesPromptTokenIds ? reusedPromptTokenIds(r.kv_transfer_params) : undefined;
@@ -270,7 +275,10 @@ export async function handleGeneration(
     return sink.json(global.errorStatus, vllmError(global.errorStatus, `Injected fault: HTTP ${global.errorStatus} (errorRate)`));
   }
   const prep = prepareGeneration(ctx, kind, body, headerRequestId ?? ctx.randomHex());
-  if (!prep.ok) return sink.json(prep.status, prep.body);
+  if (!prep.ok) {
+    await rejectionCleanup(ctx, prep.kvTransferParams, headerRequestId);
+    return sink.json(prep.status, prep.body);
+  }
   const p = prep.value;
   // Before unique ids (0.11) P and D ran under the same internal id, which D then read by.
   const internal = p.kind === 'completion' ? `${p.id}-0` : p.id;
@@ -289,6 +297,19 @@ export async function handleGeneration(
   const dropAfter = faults.dropAfterTokens ?? global.dropAfterTokens ?? null;
   if (p.stream) await streamResponse(ctx, p, events, sink, dropAfter, signal);
   else await jsonResponse(ctx, p, events, sink, dropAfter);
+}
+
+/**
+ * `_with_kv_transfer_rejection_cleanup` (vllm-project/vllm `vllm/entrypoints/generate/base/serving.py` @015d1c9b, PR
+ * #41269): a refused request whose `kv_transfer_params` ask for a remote prefill still frees P's blocks, without a
+ * read (flavour.ts `rejectionNotifies`). vLLM awaits the notice before answering and the engine sends the notification
+ * a step later; the simulator sends it before answering, so a caller that has the answer can look at P at once.
+ */
+async function rejectionCleanup(ctx: WorkerContext, params: unknown, headerRequestId: string | undefined): Promise<void> {
+  if (!ctx.traits.rejectionNotifies || params === undefined) return;
+  const ownId = headerRequestId ?? ctx.randomHex();
+  const role = parseKvTransferParams(params, ctx.traits.remoteRequestId ? undefined : ownId);
+  if (role.kind === 'consumer') await ctx.engine.notifyRejected(ownId, role.remote);
 }
 
 async function jsonResponse(

@@ -10,6 +10,8 @@ export interface Lease {
   readonly requestId: string;
   readonly blockIds: readonly number[];
   readonly numTokens: number;
+  /** How long it was granted for (the lease duration, or the abort timeout before leases). */
+  readonly durationMs: number;
   expiresAt: number;
 }
 
@@ -33,7 +35,7 @@ export class LeaseTable {
   }
 
   grant(requestId: string, blockIds: readonly number[], numTokens: number, leaseMs = this.#opts.leaseMs): Lease {
-    const lease = { requestId, blockIds, numTokens, expiresAt: this.#opts.now() + leaseMs };
+    const lease = { requestId, blockIds, numTokens, durationMs: leaseMs, expiresAt: this.#opts.now() + leaseMs };
     this.#leases.set(requestId, lease);
     return lease;
   }
@@ -78,6 +80,12 @@ export class LeaseTable {
       }
     }
     return n;
+  }
+
+  /** The live leases (expired ones reaped first), for tests that check when P let go of a request's blocks. */
+  list(): readonly Lease[] {
+    this.sweep();
+    return [...this.#leases.values()];
   }
 
   /** Fault injection: expire every lease now. */

@@ -264,6 +264,39 @@ export async function pullRemoteKv(
   return { ok: true, blocks };
 }
 
+/**
+ * D's worker told to free P's blocks without reading any: the empty read vLLM queues when a request that still has
+ * `do_remote_prefill` finishes (aborted before it was scheduled, or refused by the OpenAI layer before admission and
+ * submitted pre-aborted). `request_finished` adds it to `_reqs_need_recv` with no local blocks, and the worker, after
+ * its handshake with P, only sends the notification (single-file `v1/nixl_connector.py` @002a1057, `nixl/
+ * pull_scheduler.py` @73ee90a0: "To avoid stranding the prefill blocks in the prefill instance, we must add empty
+ * block_ids to _reqs_need_recv"). A handshake that fails sends nothing; P then frees at its timeout or lease expiry.
+ * Returns whether P was notified.
+ */
+export async function notifyWithoutReading(deps: PullDeps, requestId: string, remote: RemotePrefill, why: string): Promise<boolean> {
+  const baseUrl = `http://${remote.remoteHost}:${remote.remotePort}`;
+  const hs = await ensureHandshake(deps, baseUrl, remote, {});
+  if (hs !== null) {
+    deps.logger.warn(
+      { requestId, error: hs },
+      `request ${requestId} ${why}: handshake failed, the prefill worker frees its blocks at expiry`,
+    );
+    deps.metrics.failedNotifications.inc();
+    return false;
+  }
+  const n = await deps.client.notify(baseUrl, remote.remoteRequestId, deps.transferTimeoutMs);
+  if (!n.ok) {
+    deps.logger.warn({ requestId, error: n.error }, 'NIXL notification failed; the prefill worker frees the blocks at lease expiry');
+    deps.metrics.failedNotifications.inc();
+    return false;
+  }
+  deps.logger.info(
+    { requestId, remoteRequestId: remote.remoteRequestId },
+    `request ${requestId} ${why}: notified the prefill worker, nothing read`,
+  );
+  return true;
+}
+
 async function ensureHandshake(deps: PullDeps, baseUrl: string, remote: RemotePrefill, faults: PullFaults): Promise<string | null> {
   if (faults.handshakeFail) return `${baseUrl}/handshake: handshake refused (x-sim-fault: handshake-fail)`;
   if (deps.handshakes.has(remote.remoteEngineId)) return null;

@@ -47,6 +47,12 @@ export interface SimServer {
   readonly registries: readonly Registry[];
   setFaults(patch: FaultPatch): FaultState;
   getFaults(): FaultState;
+  /**
+   * Test hook: the requests whose blocks this prefill worker still holds for a decode worker (every rank; expired
+   * holds reaped first), with how long each was granted for (`leaseMs` from connector v4, `abortRequestTimeoutMs`
+   * before).
+   */
+  heldKv(): readonly { readonly requestId: string; readonly durationMs: number; readonly blocks: number }[];
   /** Test hook: drop the prefix cache (vLLM's /reset_prefix_cache). */
   resetPrefixCache(): void;
   /**
@@ -122,6 +128,8 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
     registries: workers.map((w) => w.registry),
     setFaults,
     getFaults: worker.getFaults,
+    heldKv: () =>
+      workers.flatMap((w) => w.leases.list().map((l) => ({ requestId: l.requestId, durationMs: l.durationMs, blocks: l.blockIds.length }))),
     resetPrefixCache: () => {
       for (const w of workers) w.pool.resetCache();
     },

@@ -182,16 +182,15 @@ function createLeases(
   logger: Logger,
   onFreed: () => void,
 ): LeaseTable {
-  const leaseMs = config.sim.leaseMs;
   return new LeaseTable({
     now,
-    leaseMs,
+    leaseMs: config.sim.leaseMs,
     onExpire: (lease) => {
       for (const id of lease.blockIds) pool.unref(id);
       metrics.expiredReqs.inc();
       logger.warn(
         { requestId: lease.requestId },
-        `Releasing expired KV blocks for request ${lease.requestId} which were retrieved by 0 decode worker(s) within ${leaseMs / 1000} seconds.`,
+        `Releasing expired KV blocks for request ${lease.requestId} which were retrieved by 0 decode worker(s) within ${lease.durationMs / 1000} seconds.`,
       );
       onFreed();
     },
