@@ -156,7 +156,7 @@ describe('checkRequestShape and checkPromptFits', () => {
     expect(maxTokensOf('completions', { max_tokens: 20, max_completion_tokens: 0 })).toBe(20);
   });
 
-  it('refuses a null or a value vLLM cannot parse in a field the prefill leg drops or rewrites: the prefill worker would run a request the decode worker refuses', () => {
+  it('refuses a null, a value vLLM cannot parse, or a min_tokens above the default max_tokens in a field the prefill leg drops or rewrites: the prefill worker would run a request the decode worker refuses', () => {
     // Each passed before: the prefill leg drops min_tokens and stream_options and writes n: 1, so the prefill worker
     // computed and held the prompt's KV, and the decode worker's vLLM then refused the request while parsing it
     // (min_tokens: int = 0, a completion's n: int = 1, StreamOptions with bool | None members; @002032ee).
@@ -164,6 +164,9 @@ describe('checkRequestShape and checkPromptFits', () => {
       ['completions', { min_tokens: null }, /^min_tokens must be a non-negative integer, or absent \(vLLM refuses a null\)$/],
       ['chat', { min_tokens: null }, /^min_tokens must be a non-negative integer, or absent/],
       ['completions', { n: null }, /^n must be 1 or absent on \/v1\/completions: vLLM refuses a null n there$/],
+      // A completion's max_tokens is 16 when absent or null, so a min_tokens above 16 is refused by vLLM there too.
+      ['completions', { min_tokens: 17 }, /^min_tokens \(17\) is above the completion's maximum \(16\)/],
+      ['completions', { min_tokens: 17, max_tokens: null }, /^min_tokens \(17\) is above the completion's maximum \(16\)/],
       ['chat', { stream_options: [] }, /^stream_options must be an object such as/],
       ['chat', { stream_options: false }, /^stream_options must be an object such as/],
       ['chat', { stream_options: 0 }, /^stream_options must be an object such as/],
@@ -175,6 +178,7 @@ describe('checkRequestShape and checkPromptFits', () => {
       ['completions', { stream: true, stream_options: { continuous_usage_stats: [] } }, /^stream_options.continuous_usage_stats must be/],
     ];
     for (const [endpoint, body, message] of refused) expect(maxTokensOf(endpoint, body), JSON.stringify(body)).toMatch(message);
+    expect(maxTokensOf('completions', { min_tokens: 16 })).toBe(16);
     for (const options of [null, {}, { include_usage: null }, { include_usage: false, continuous_usage_stats: true }, { other: 1 }])
       expect(maxTokensOf('chat', { stream: true, stream_options: options, max_tokens: 3 }), JSON.stringify(options)).toBe(3);
   });

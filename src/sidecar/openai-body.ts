@@ -286,8 +286,8 @@ function rewrittenFieldError(endpoint: Endpoint, body: Readonly<Record<string, u
   if (min !== undefined) {
     if (!Number.isInteger(min) || (min as number) < 0) return 'min_tokens must be a non-negative integer, or absent (vLLM refuses a null)';
     // The maximum vLLM builds its SamplingParams with: a chat's max_completion_tokens when not null, else max_tokens
-    // (completions have no max_completion_tokens).
-    const max = endpoint === 'chat' ? (body['max_completion_tokens'] ?? body['max_tokens']) : body['max_tokens'];
+    // (completions have no max_completion_tokens, and their max_tokens is 16 when absent or null: requestedMaxTokens).
+    const max = endpoint === 'chat' ? (body['max_completion_tokens'] ?? body['max_tokens']) : requestedMaxTokens(endpoint, body);
     if (typeof max === 'number' && (min as number) > max)
       return `min_tokens (${min as number}) is above the completion's maximum (${max}); vLLM refuses it`;
   }
