@@ -119,11 +119,9 @@ const message = fc.record({
 /** Fields clients add that kvgate does not read: kept in `json`, never a reason to refuse. */
 // Fields the gate passes on without reading. `max_tokens` and `n` are not among them: the gate refuses what vLLM would
 // refuse in a field a prefill leg rewrites (src/rewritten-fields.ts), so they are generated valid in `optional`.
-const passthrough = fc.dictionary(
-  fc.constantFrom('temperature', 'top_p', 'seed', 'stop', 'logprobs', 'metadata', 'x_custom'),
-  anyJson,
-  { maxKeys: 4 },
-);
+const passthrough = fc.dictionary(fc.constantFrom('temperature', 'top_p', 'seed', 'stop', 'logprobs', 'metadata', 'x_custom'), anyJson, {
+  maxKeys: 4,
+});
 const optional = fc.record(
   {
     stream: fc.oneof(fc.boolean(), fc.constant(null)),
