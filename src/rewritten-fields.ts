@@ -42,11 +42,21 @@ export function requestedMaxTokens(endpoint: Endpoint, body: Readonly<Record<str
  * prefill worker computed and held the prompt's KV for a decode its vLLM then refused while parsing the request.
  * (kvgate accepts only JSON booleans in `stream_options`, where pydantic also takes `"yes"` or 1: fail closed.)
  */
-export function rewrittenFieldError(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): string | undefined {
+export function rewrittenFieldError(
+  endpoint: Endpoint,
+  body: Readonly<Record<string, unknown>>,
+  opts: { readonly echoOnly?: boolean } = {},
+): string | undefined {
+  // `echoOnly` (the gate, before it knows whether the route has a prefill leg): a completion's `echo: true` with
+  // `max_tokens: 0` is vLLM's echo-only request (the prompt back, no generation; `echo_without_generation` in
+  // `CompletionRequest.to_sampling_params` @002032ee), which a route without a prefill leg serves; a sidecar, on a
+  // disaggregated request, still refuses it.
+  const echoOnly = opts.echoOnly === true && endpoint === 'completions' && body['echo'] === true && body['max_tokens'] === 0;
   // A completion has no max_completion_tokens (vLLM's completions path ignores the field), so only a chat's is judged.
   for (const k of endpoint === 'chat' ? (['max_tokens', 'max_completion_tokens'] as const) : (['max_tokens'] as const)) {
     const v = body[k];
-    if (v !== undefined && v !== null && !(Number.isInteger(v) && (v as number) >= 1)) return `${k} must be a positive integer`;
+    if (v !== undefined && v !== null && !(Number.isInteger(v) && (v as number) >= 1) && !echoOnly)
+      return `${k} must be a positive integer`;
   }
   // A completion's `n: null` is refused by vLLM (`n: int = 1`); a chat's `n` is `int | None`.
   if (endpoint === 'completions' && body['n'] === null) return 'n must be 1 or absent on /v1/completions: vLLM refuses a null n there';

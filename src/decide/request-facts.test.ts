@@ -269,6 +269,8 @@ describe('parseOpenAiBody', () => {
     for (const body of [
       { ...chat, n: null, min_tokens: 3, max_tokens: 5, stream: true, stream_options: { include_usage: true } },
       { ...completion, min_tokens: 16, max_tokens: null, stream_options: null },
+      // vLLM's echo-only completion (the prompt back, no generation), served by a route without a prefill leg.
+      { ...completion, echo: true, max_tokens: 0, logprobs: 1 },
     ])
       expect(
         parseOpenAiBody('messages' in body ? '/v1/chat/completions' : '/v1/completions', bytes(body), limits).ok,

@@ -129,7 +129,7 @@ function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endp
   const shape = endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
   // On either path: client media ids, beam search, a client priority, the other path's prompt (src/client-request-fields.ts),
   // and what vLLM would refuse in a field a prefill leg rewrites, before any prefill leg (src/rewritten-fields.ts).
-  return shape ?? refusedRequestField(obj, endpoint) ?? rewrittenFieldError(endpoint, obj);
+  return shape ?? refusedRequestField(obj, endpoint) ?? rewrittenFieldError(endpoint, obj, { echoOnly: true });
 }
 
 function checkMessages(messages: unknown): string | undefined {
