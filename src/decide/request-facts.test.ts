@@ -245,6 +245,39 @@ describe('parseOpenAiBody', () => {
       expect(parseOpenAiBody('/v1/chat/completions', bytes({ ...chat, use_beam_search: value }), limits).ok).toBe(true);
   });
 
+  it('refuses what vLLM would refuse in a field a prefill leg rewrites, before any prefill (llm-d runs its own leg first)', () => {
+    const completion = { model: 'm', prompt: 'hi' };
+    const refused: [string, Record<string, unknown>, RegExp][] = [
+      ['/v1/completions', { ...completion, min_tokens: null }, /^min_tokens must be a non-negative integer, or absent/],
+      ['/v1/chat/completions', { ...chat, min_tokens: null }, /^min_tokens must be a non-negative integer, or absent/],
+      ['/v1/completions', { ...completion, n: null }, /^n must be 1 or absent on \/v1\/completions/],
+      ['/v1/completions', { ...completion, min_tokens: 17 }, /^min_tokens \(17\) is above the completion's maximum \(16\)/],
+      ['/v1/completions', { ...completion, max_tokens: 0 }, /^max_tokens must be a positive integer$/],
+      ['/v1/chat/completions', { ...chat, max_completion_tokens: 0 }, /^max_completion_tokens must be a positive integer$/],
+      ['/v1/chat/completions', { ...chat, stream_options: { include_usage: true } }, /^stream_options are taken only with stream: true/],
+      ['/v1/chat/completions', { ...chat, stream_options: [] }, /^stream_options must be an object/],
+      [
+        '/v1/completions',
+        { ...completion, stream: true, stream_options: { include_usage: 'maybe' } },
+        /^stream_options.include_usage must be/,
+      ],
+    ];
+    for (const [path, body, reason] of refused) {
+      const e = refusal(path, bytes(body));
+      expect([e.code, e.reason], JSON.stringify(body)).toEqual(['bad_request', expect.stringMatching(reason)]);
+    }
+    for (const body of [
+      { ...chat, n: null, min_tokens: 3, max_tokens: 5, stream: true, stream_options: { include_usage: true } },
+      { ...completion, min_tokens: 16, max_tokens: null, stream_options: null },
+      // vLLM's echo-only completion (the prompt back, no generation), served by a route without a prefill leg.
+      { ...completion, echo: true, max_tokens: 0, logprobs: 1 },
+    ])
+      expect(
+        parseOpenAiBody('messages' in body ? '/v1/chat/completions' : '/v1/completions', bytes(body), limits).ok,
+        JSON.stringify(body),
+      ).toBe(true);
+  });
+
   it('refuses a body nested deeper than 64 levels with 400 before parsing it (20,000 levels: no stack overflow)', () => {
     const deep = `{"model":"m","messages":[{"role":"user","content":"x"}],"x":${'['.repeat(20_000)}${']'.repeat(20_000)}}`;
     const e = refusal('/v1/chat/completions', new TextEncoder().encode(deep), 100_000);

@@ -7,6 +7,7 @@ import { refusedRequestField } from '../client-request-fields.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { findTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
+import { rewrittenFieldError } from '../rewritten-fields.js';
 import type { OpenAiRequest, RequestFacts } from './types.js';
 
 const ENDPOINTS: Readonly<Record<string, OpenAiRequest['endpoint']>> = {
@@ -126,8 +127,9 @@ function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endp
     return `"stream" must be true or false; got ${typeName(stream)}`;
   }
   const shape = endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
-  // On either path: client media ids, beam search, a client priority, the other path's prompt (src/client-request-fields.ts).
-  return shape ?? refusedRequestField(obj, endpoint);
+  // On either path: client media ids, beam search, a client priority, the other path's prompt (src/client-request-fields.ts),
+  // and what vLLM would refuse in a field a prefill leg rewrites, before any prefill leg (src/rewritten-fields.ts).
+  return shape ?? refusedRequestField(obj, endpoint) ?? rewrittenFieldError(endpoint, obj, { echoOnly: true });
 }
 
 function checkMessages(messages: unknown): string | undefined {

@@ -247,6 +247,16 @@ describe('requests this worker would refuse never reach the prefill pool', () =>
       chat({ stream_options: { include_usage: true } }),
       /^stream_options are taken only/,
     ],
+    // ... or reads a null there, or a stream_options it cannot parse, where the prefill leg drops or rewrites the field.
+    ['min_tokens null', '/v1/chat/completions', chat({ min_tokens: null }), /^min_tokens must be a non-negative integer, or absent/],
+    ['n null on completions', '/v1/completions', completion({ n: null }), /^n must be 1 or absent on \/v1\/completions/],
+    ['stream_options []', '/v1/chat/completions', chat({ stream_options: [] }), /^stream_options must be an object/],
+    [
+      'stream_options.include_usage "maybe"',
+      '/v1/completions',
+      completion({ stream: true, stream_options: { include_usage: 'maybe' } }),
+      /^stream_options.include_usage must be true or false$/,
+    ],
     ['priority -100', '/v1/completions', completion({ priority: -100 }), /^priority -100 is not taken from a client/],
     // A contract binds the prompt, not the path: a body must not prompt both paths.
     [
@@ -280,6 +290,13 @@ describe('requests this worker would refuse never reach the prefill pool', () =>
       '/v1/completions',
       completion({ prompt: Array.from({ length: 2000 }, (_, i) => 100 + (i % 50)), max_tokens: 100 }),
       /the prompt \(2000 tokens\) and max_tokens \(100\) exceed this worker's max_model_len \(2048\)/,
+    ],
+    [
+      // Current vLLM reads a completion's null max_tokens as 16 (normalize_null_max_tokens), not as the room left.
+      'token ids that leave no room for max_tokens null (16)',
+      '/v1/completions',
+      completion({ prompt: Array.from({ length: 2040 }, (_, i) => 100 + (i % 50)), max_tokens: null }),
+      /the prompt \(2040 tokens\) and max_tokens \(16\) exceed this worker's max_model_len \(2048\)/,
     ],
     [
       'n 3 (parallel samples would share one transfer)',

@@ -125,7 +125,9 @@ describe('checkRequestShape and checkPromptFits', () => {
 
   it('reads the completion length as vLLM does: completions default to 16, chat takes max_completion_tokens or max_tokens', () => {
     expect(maxTokensOf('completions', {})).toBe(16);
-    expect(maxTokensOf('completions', { max_tokens: null })).toBeUndefined();
+    // Current vLLM reads a completion's null max_tokens as its default (normalize_null_max_tokens).
+    expect(maxTokensOf('completions', { max_tokens: null })).toBe(16);
+    expect(maxTokensOf('chat', { max_tokens: null })).toBeUndefined();
     expect(maxTokensOf('chat', {})).toBeUndefined();
     expect(maxTokensOf('chat', { max_tokens: 7 })).toBe(7);
     expect(maxTokensOf('chat', { max_tokens: 7, max_completion_tokens: 9 })).toBe(9);
@@ -139,19 +141,46 @@ describe('checkRequestShape and checkPromptFits', () => {
       ['completions', { max_tokens: 0 }, /^max_tokens must be a positive integer$/],
       ['completions', { max_tokens: 10, min_tokens: 11 }, /^min_tokens \(11\) is above the completion's maximum \(10\)/],
       ['chat', { max_completion_tokens: 5, min_tokens: 6 }, /^min_tokens \(6\) is above/],
-      ['completions', { min_tokens: -1 }, /^min_tokens must be a non-negative integer$/],
-      ['completions', { min_tokens: 'x' }, /^min_tokens must be a non-negative integer$/],
+      ['completions', { min_tokens: -1 }, /^min_tokens must be a non-negative integer, or absent/],
+      ['completions', { min_tokens: 'x' }, /^min_tokens must be a non-negative integer, or absent/],
       ['completions', { stream: 'yes' }, /^stream must be true or false$/],
       ['chat', { stream_options: { include_usage: true } }, /^stream_options are taken only with stream: true/],
       ['chat', { stream: false, stream_options: { include_usage: true } }, /^stream_options are taken only with stream: true/],
     ];
     for (const [endpoint, body, message] of refused) expect(maxTokensOf(endpoint, body), JSON.stringify(body)).toMatch(message);
     expect(maxTokensOf('completions', { max_tokens: 10, min_tokens: 10, stream: true, stream_options: { include_usage: true } })).toBe(10);
-    expect(maxTokensOf('chat', { stream_options: {}, min_tokens: null, max_tokens: null })).toBeUndefined();
+    expect(maxTokensOf('chat', { stream_options: {}, max_tokens: null })).toBeUndefined();
     // A completion has no max_completion_tokens: vLLM bounds min_tokens by max_tokens alone.
     expect(maxTokensOf('completions', { max_tokens: 20, max_completion_tokens: 5, min_tokens: 10 })).toBe(20);
     // ... and a value there that a chat would be refused for is not this path's concern.
     expect(maxTokensOf('completions', { max_tokens: 20, max_completion_tokens: 0 })).toBe(20);
+  });
+
+  it('refuses a null, a value vLLM cannot parse, or a min_tokens above the default max_tokens in a field the prefill leg drops or rewrites: the prefill worker would run a request the decode worker refuses', () => {
+    // Each passed before: the prefill leg drops min_tokens and stream_options and writes n: 1, so the prefill worker
+    // computed and held the prompt's KV, and the decode worker's vLLM then refused the request while parsing it
+    // (min_tokens: int = 0, a completion's n: int = 1, StreamOptions with bool | None members; @002032ee).
+    const refused: ['chat' | 'completions', Record<string, unknown>, RegExp][] = [
+      ['completions', { min_tokens: null }, /^min_tokens must be a non-negative integer, or absent \(vLLM refuses a null\)$/],
+      ['chat', { min_tokens: null }, /^min_tokens must be a non-negative integer, or absent/],
+      ['completions', { n: null }, /^n must be 1 or absent on \/v1\/completions: vLLM refuses a null n there$/],
+      // A completion's max_tokens is 16 when absent or null, so a min_tokens above 16 is refused by vLLM there too.
+      ['completions', { min_tokens: 17 }, /^min_tokens \(17\) is above the completion's maximum \(16\)/],
+      ['completions', { min_tokens: 17, max_tokens: null }, /^min_tokens \(17\) is above the completion's maximum \(16\)/],
+      ['chat', { stream_options: [] }, /^stream_options must be an object such as/],
+      ['chat', { stream_options: false }, /^stream_options must be an object such as/],
+      ['chat', { stream_options: 0 }, /^stream_options must be an object such as/],
+      ['chat', { stream_options: '' }, /^stream_options must be an object such as/],
+      ['chat', { stream: true, stream_options: 'x' }, /^stream_options must be an object such as/],
+      ['completions', { stream: true, stream_options: [1] }, /^stream_options must be an object such as/],
+      ['chat', { stream: true, stream_options: { include_usage: 'maybe' } }, /^stream_options.include_usage must be true or false$/],
+      ['completions', { stream: true, stream_options: { include_usage: 2 } }, /^stream_options.include_usage must be true or false$/],
+      ['completions', { stream: true, stream_options: { continuous_usage_stats: [] } }, /^stream_options.continuous_usage_stats must be/],
+    ];
+    for (const [endpoint, body, message] of refused) expect(maxTokensOf(endpoint, body), JSON.stringify(body)).toMatch(message);
+    expect(maxTokensOf('completions', { min_tokens: 16 })).toBe(16);
+    for (const options of [null, {}, { include_usage: null }, { include_usage: false, continuous_usage_stats: true }, { other: 1 }])
+      expect(maxTokensOf('chat', { stream: true, stream_options: options, max_tokens: 3 }), JSON.stringify(options)).toBe(3);
   });
 
   it('refuses a length that leaves no room for a prompt only when max_model_len is known', () => {
@@ -165,7 +194,8 @@ describe('checkRequestShape and checkPromptFits', () => {
     for (const n of [2, 64, '2', 0])
       expect(maxTokensOf('completions', { n }), JSON.stringify(n)).toMatch(/^n is .*: a disaggregated request generates one sequence/);
     expect(maxTokensOf('chat', { n: 3 })).toMatch(/Send n separate requests, or n 1$/);
-    for (const n of [1, null, undefined]) expect(maxTokensOf('completions', { n }), JSON.stringify(n)).toBe(16);
+    for (const n of [1, undefined]) expect(maxTokensOf('completions', { n }), JSON.stringify(n)).toBe(16);
+    expect(maxTokensOf('chat', { n: null, max_tokens: 5 })).toBe(5);
   });
 
   it('refuses prompt logprobs, asked or implied by echo as vLLM reads it: the decode worker has the KV, not the logits', () => {

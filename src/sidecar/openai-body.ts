@@ -6,6 +6,7 @@
 import { vllmAtLeast } from '../compat/vllm-defaults.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { findTransferParams } from '../json-limits.js';
+import { pythonTruthy, requestedMaxTokens, rewrittenFieldError } from '../rewritten-fields.js';
 
 export type Endpoint = 'completions' | 'chat';
 
@@ -254,61 +255,16 @@ function looseBoolean(v: unknown): boolean {
   return !(typeof v === 'string' && /^(0|off|f|false|n|no)$/i.test(v));
 }
 
-/**
- * Why a field the prefill leg rewrites (`toPrefillBody`: `max_tokens`, `max_completion_tokens`, `min_tokens`, `stream`,
- * `stream_options`) holds a value the decode worker's vLLM refuses, or undefined. The prefill worker never sees these
- * as the client sent them, so it runs the prefill and holds its KV for a decode that then answers 400: that KV stays
- * pinned until the prefill worker's abort timeout (480 s), unless the decode worker's vLLM frees it (current copies
- * do, `_with_kv_transfer_rejection_cleanup`, but only for refusals after the request parsed). What vLLM refuses (vllm-project/vllm @002032ee): `SamplingParams`
- * a `max_tokens` below 1 and a `min_tokens` below 0 or above `max_tokens`; the request models a `stream_options`
- * without `stream` (`validate_stream_options`) and a `stream` that is not a boolean; and current vLLM takes a chat's
- * `max_completion_tokens` whenever it is not null, 0 included (`chat_completion/serving.py` @006c49d4), where older
- * copies fell back to `max_tokens`. Values pydantic would coerce (`"12"`) are refused too: send numbers.
- */
-function rewrittenFieldError(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): string | undefined {
-  // A completion has no max_completion_tokens (vLLM's completions path ignores the field), so only a chat's is judged.
-  for (const k of endpoint === 'chat' ? (['max_tokens', 'max_completion_tokens'] as const) : (['max_tokens'] as const)) {
-    const v = body[k];
-    if (v !== undefined && v !== null && !(Number.isInteger(v) && (v as number) >= 1)) return `${k} must be a positive integer`;
-  }
-  const min = body['min_tokens'];
-  if (min !== undefined && min !== null) {
-    if (!Number.isInteger(min) || (min as number) < 0) return 'min_tokens must be a non-negative integer';
-    // The maximum vLLM builds its SamplingParams with: a chat's max_completion_tokens when not null, else max_tokens
-    // (completions have no max_completion_tokens).
-    const max = endpoint === 'chat' ? (body['max_completion_tokens'] ?? body['max_tokens']) : body['max_tokens'];
-    if (typeof max === 'number' && (min as number) > max)
-      return `min_tokens (${min as number}) is above the completion's maximum (${max}); vLLM refuses it`;
-  }
-  const stream = body['stream'];
-  if (stream !== undefined && stream !== null && typeof stream !== 'boolean') return 'stream must be true or false';
-  if (pythonTruthy(body['stream_options']) && stream !== true) return 'stream_options are taken only with stream: true, as vLLM does';
-  return undefined;
-}
-
-/** Python's truth value of a JSON value (`bool(x)`): false for null, false, 0, "", [] and {}. */
-function pythonTruthy(v: unknown): boolean {
-  if (v === undefined || v === null || v === false || v === 0 || v === '') return false;
-  if (Array.isArray(v)) return v.length > 0;
-  return typeof v !== 'object' || Object.keys(v).length > 0;
-}
-
 /** What the pure checks learned of a request before any worker computed anything for it. */
 export interface RequestShape {
   readonly prompt: PromptCount;
   /**
    * The completion length vLLM checks against `max_model_len`: chat's `max_completion_tokens`, else `max_tokens`
    * (a `max_completion_tokens` that is not a positive integer, 0 included, is refused first: `rewrittenFieldError`);
-   * a completion's `max_tokens`, 16 when absent (vLLM's default). Undefined when the request leaves it to vLLM (null:
-   * whatever room the prompt leaves).
+   * a completion's `max_tokens`, 16 when absent or null (vLLM's default, `requestedMaxTokens`). Undefined when a chat
+   * leaves it to vLLM (null: whatever room the prompt leaves).
    */
   readonly maxTokens: number | undefined;
-}
-
-/** vLLM's `max_completion_tokens or max_tokens` (chat) or `max_tokens` with its default of 16 (completions). */
-function requestedMaxTokens(endpoint: Endpoint, body: Readonly<Record<string, unknown>>): unknown {
-  if (endpoint === 'chat') return body['max_completion_tokens'] || body['max_tokens'];
-  return Object.hasOwn(body, 'max_tokens') ? body['max_tokens'] : 16;
 }
 
 /**

@@ -83,6 +83,24 @@ describe.each(['0.13', 'main'] as const)("llm-d's P/D sidecar in front of kvgate
     expect(atSidecar.json.error.message).toMatch(/Responses API/);
   });
 
+  it('refuses at the gate what the decode worker would refuse in a field llm-d rewrites for its prefill: no prefill runs', async () => {
+    // llm-d prefills before any decode-side check, from a body with min_tokens 1 and no stream_options, so kvgate's
+    // prefill sidecar cannot see these; the decode then failed, leaving the prompt's KV pinned on the prefill worker.
+    const llmd = decode().llmd!;
+    const before = llmd.prefills.length;
+    for (const extra of [{ min_tokens: null }, { stream_options: false }, { min_tokens: 17 }]) {
+      const r = await post(
+        `${t.publicUrl}/v1/completions`,
+        { ...completion(`${PROMPTS[1]} (${flavour})`, 8), ...extra, max_tokens: null },
+        {
+          'x-tenant-id': 'acme',
+        },
+      );
+      expect([r.status, r.json.error?.code], JSON.stringify(extra)).toEqual([400, 'bad_request']);
+    }
+    expect(llmd.prefills.length).toBe(before);
+  });
+
   it('a decode request with kv_transfer_params that carry no kvgate attestation is refused, not pulled', async () => {
     // What a client (or anything between llm-d and the worker) would forge: parameters pointing at some engine.
     const forged = {

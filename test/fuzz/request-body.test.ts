@@ -117,16 +117,18 @@ const message = fc.record({
   content: fc.oneof(fc.string({ maxLength: 100 }), fc.constant(null)),
 });
 /** Fields clients add that kvgate does not read: kept in `json`, never a reason to refuse. */
-const passthrough = fc.dictionary(
-  fc.constantFrom('max_tokens', 'temperature', 'top_p', 'seed', 'stop', 'logprobs', 'n', 'metadata', 'x_custom'),
-  anyJson,
-  { maxKeys: 4 },
-);
+// Fields the gate passes on without reading. `max_tokens` and `n` are not among them: the gate refuses what vLLM would
+// refuse in a field a prefill leg rewrites (src/rewritten-fields.ts), so they are generated valid in `optional`.
+const passthrough = fc.dictionary(fc.constantFrom('temperature', 'top_p', 'seed', 'stop', 'logprobs', 'metadata', 'x_custom'), anyJson, {
+  maxKeys: 4,
+});
 const optional = fc.record(
   {
     stream: fc.oneof(fc.boolean(), fc.constant(null)),
     user: fc.oneof(fc.string({ maxLength: 20 }), fc.constant(null)),
     cache_salt: fc.string({ minLength: 1, maxLength: 20 }),
+    max_tokens: fc.oneof(fc.integer({ min: 1, max: 1_000_000 }), fc.constant(null)),
+    n: fc.integer({ min: 1, max: 8 }),
   },
   { requiredKeys: [] },
 );

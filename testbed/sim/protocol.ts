@@ -74,7 +74,9 @@ const common = {
   model: z.string().nullish(),
   stream: z.boolean().nullish(),
   stream_options: streamOptions,
-  min_tokens: z.number().int().min(0).nullish(),
+  // `min_tokens: int = 0` in both request models: a null is refused, not read as absent (vllm-project/vllm
+  // `vllm/entrypoints/openai/completion/protocol.py` and `chat_completion/protocol.py` @002032ee).
+  min_tokens: z.number().int().min(0).optional(),
   ignore_eos: z.boolean().nullish(),
   temperature: z.number().nullish(),
   top_p: z.number().nullish(),
@@ -93,6 +95,7 @@ const tokenIds = z.array(z.number().int().min(0));
 export const CompletionRequestSchema = z.looseObject({
   ...common,
   prompt: z.union([z.string(), tokenIds, z.array(z.string()).length(1), z.array(tokenIds).length(1)]),
+  n: z.number().int().min(1).optional(), // `CompletionRequest.n: int = 1`: no null (a chat's is `int | None`)
   max_tokens: z.number().int().min(0).nullish(),
   logprobs: z.number().int().min(0).nullish(),
   add_special_tokens: z.boolean().nullish(),

@@ -129,6 +129,20 @@ describe('errors in vLLM shape', () => {
     expect(missing.status).toBe(400);
     shape(missing, 400, 'Bad Request');
     expect(missing.body.error.message).toMatch(/messages/);
+    // A null where vLLM's request model declares a plain int is refused, not read as absent (min_tokens: int = 0,
+    // a completion's n: int = 1); a chat's n is int | None.
+    for (const [path, body] of [
+      ['/v1/completions', { prompt: 'hi', min_tokens: null }],
+      ['/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], min_tokens: null }],
+      ['/v1/completions', { prompt: 'hi', n: null }],
+    ] as const) {
+      const r = await postJson(`${s.url}${path}`, body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      shape(r, 400, 'Bad Request');
+    }
+    expect(
+      (await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], n: null, max_tokens: 2 })).status,
+    ).toBe(200);
     const lp = await postJson(`${s.url}/v1/completions`, { prompt: 'hi', logprobs: 21 });
     expect(lp.body.error.message).toMatch(/greater than max allowed: 20/);
     expect((await getJson(`${s.url}/v2/nothing`)).body).toEqual({ detail: 'Not Found' });
