@@ -5,6 +5,7 @@
  * increments summed until a scrape reads it.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { registerBuildInfo } from '../build-info.js';
 import { ERROR_STATUS } from '../errors.js';
 import { PendingCounter } from './pending-counts.js';
 
@@ -48,6 +49,7 @@ export function startRoutedRefusals(metrics: GateMetrics, revisions: Iterable<st
 
 export function createGateMetrics(registry: Registry): GateMetrics {
   const registers = [registry];
+  registerBuildInfo(registry, 'gate');
   const decisionCounts = new PendingCounter({
     name: 'kvgate_decisions_total',
     help: 'Routing decisions by outcome (route, hop, refuse, answer), refusal code and bound revision.',

@@ -4,6 +4,7 @@
  * reasons), never request data.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { registerBuildInfo } from '../build-info.js';
 import { BODY_BINDING_FAILURE_REASONS } from '../contract/body-binding.js';
 import { ATTESTATION_REFUSAL_REASONS } from './attestation-check.js';
 import { CONTRACT_REFUSAL_REASONS } from './contract-check.js';
@@ -60,6 +61,7 @@ function startedAtZero<L extends string, C extends Counter<L>>(counter: C, label
 /** Register the sidecar's metrics on `registry` (one registry per sidecar, so tests can run many). */
 export function createSidecarMetrics(registry: Registry): SidecarMetrics {
   const registers = [registry];
+  registerBuildInfo(registry, 'sidecar');
   return {
     requests: new Counter({
       name: 'kvgate_sidecar_requests_total',
