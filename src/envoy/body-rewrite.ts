@@ -9,7 +9,7 @@
  * fails closed.
  */
 
-import { jsonStringEnd } from '../json-limits.js';
+import { topLevelMembers } from '../json-members.js';
 
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
@@ -80,89 +80,4 @@ const isWsByte = (b: number): boolean => b === 0x20 || b === 0x09 || b === 0x0a 
 function skipWsBytes(bytes: Uint8Array, i: number, step: 1 | -1): number {
   while (i >= 0 && i < bytes.length && isWsByte(bytes[i]!)) i += step;
   return i;
-}
-
-interface Member {
-  readonly key: string;
-  readonly valueStart: number;
-  readonly valueEnd: number;
-}
-
-/** The top-level members of a JSON object text, and where its closing brace is. */
-function topLevelMembers(text: string): { members: Member[]; closeAt: number } | undefined {
-  let i = skipWs(text, 0);
-  if (text[i] !== '{') return undefined;
-  i = skipWs(text, i + 1);
-  const members: Member[] = [];
-  if (text[i] === '}') return trailingOnly(text, i) ? { members, closeAt: i } : undefined;
-  for (;;) {
-    const keyEnd = stringEnd(text, i);
-    if (keyEnd === undefined) return undefined;
-    let key: string;
-    try {
-      key = JSON.parse(text.slice(i, keyEnd)) as string; // escapes in keys count: "cache\u005fsalt" is cache_salt
-    } catch {
-      return undefined;
-    }
-    i = skipWs(text, keyEnd);
-    if (text[i] !== ':') return undefined;
-    const valueStart = skipWs(text, i + 1);
-    const valueEnd = valueEndAt(text, valueStart);
-    if (valueEnd === undefined) return undefined;
-    members.push({ key, valueStart, valueEnd });
-    i = skipWs(text, valueEnd);
-    if (text[i] === ',') {
-      i = skipWs(text, i + 1);
-      continue;
-    }
-    if (text[i] === '}') return trailingOnly(text, i) ? { members, closeAt: i } : undefined;
-    return undefined;
-  }
-}
-
-function trailingOnly(text: string, close: number): boolean {
-  return skipWs(text, close + 1) === text.length;
-}
-
-function skipWs(text: string, i: number): number {
-  while (i < text.length && (text[i] === ' ' || text[i] === '\t' || text[i] === '\n' || text[i] === '\r')) i++;
-  return i;
-}
-
-/** The index after the string token starting at `i` (which must be `"`). */
-function stringEnd(text: string, i: number): number | undefined {
-  if (text.charCodeAt(i) !== QUOTE) return undefined;
-  const end = jsonStringEnd(text, i);
-  return end === -1 ? undefined : end;
-}
-
-const QUOTE = 0x22;
-
-/** The index after the value starting at `i`: a string, or a nested value balanced by brackets outside strings. */
-function valueEndAt(text: string, i: number): number | undefined {
-  if (text.charCodeAt(i) === QUOTE) return stringEnd(text, i);
-  let depth = 0;
-  for (let j = i; j < text.length; j++) {
-    const c = text.charCodeAt(j);
-    if (c === QUOTE) {
-      const end = stringEnd(text, j);
-      if (end === undefined) return undefined;
-      j = end - 1;
-    } else if (c === 0x7b || c === 0x5b)
-      depth++; // { [
-    else if (c === 0x7d || c === 0x5d) {
-      // } ]
-      if (depth === 0) return trimEnd(text, i, j);
-      depth--;
-      if (depth === 0) return j + 1;
-    } else if (c === 0x2c && depth === 0) return trimEnd(text, i, j); // ,
-  }
-  return undefined;
-}
-
-/** A scalar ends before the whitespace that precedes the delimiter at `j`. */
-function trimEnd(text: string, start: number, j: number): number | undefined {
-  let end = j;
-  while (end > start && /\s/.test(text[end - 1]!)) end--;
-  return end > start ? end : undefined;
 }

@@ -775,3 +775,28 @@ describe('streaming relay', () => {
     await expect.poll(async () => metricValue(await scrape(slowSim), 'vllm:num_requests_running')).toBe(0);
   });
 });
+
+describe('a 64-bit seed reaches both workers as the client wrote it', () => {
+  it('the prefill leg and the decode call carry "seed": 9007199254740993, not the double it parses to', async () => {
+    // The raw bodies the decode sidecar sends (the spy's own record parses them, which would round the seed again).
+    const sent: { url: string; body: string }[] = [];
+    const seeded = track(
+      (
+        await startTestSidecar(sidecarConfigFor(decodeSim, 'decode'), undefined, (f) => async (url, init) => {
+          if (typeof init?.body === 'string') sent.push({ url, body: init.body });
+          return f(url, init);
+        })
+      ).sidecar,
+    );
+    const c = contractFor(D.config.fingerprint, endpointOf(P.sidecar.url), { requestId: `dec-${++n}` });
+    const [body, headers] = bound(c, completion({ seed: 9007199254740992 }));
+    const raw = JSON.stringify(body).replace('"seed":9007199254740992', '"seed":9007199254740993');
+    expect(raw).toContain('"seed":9007199254740993');
+    const r = await postJson(`${seeded.url}/v1/completions`, raw, headers);
+    expect(r.status, r.text).toBe(200);
+    const leg = sent.find((s) => s.url === `${P.sidecar.url}/v1/completions`);
+    const decode = sent.find((s) => s.url === `${decodeSim.url}/v1/completions` && s.body.includes('remote_block_ids'));
+    expect(leg?.body).toContain('"seed":9007199254740993');
+    expect(decode?.body).toContain('"seed":9007199254740993');
+  });
+});

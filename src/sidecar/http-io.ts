@@ -2,6 +2,7 @@
  * HTTP plumbing shared by both roles: bounded body reading, JSON and kvgate-error responses, and calls to upstreams
  * (the local worker, the prefill leg) with a timeout and a failure description a person can act on.
  */
+import { serializeBody } from './exact-integers.js';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { boundedBytes } from '../bounded-body.js';
@@ -226,7 +227,7 @@ export async function openUpstream(fetchFn: FetchFn, url: string, call: Upstream
   if (call.body !== undefined) headers['content-type'] = 'application/json';
   try {
     const init: RequestInit = { method: call.method ?? (call.body === undefined ? 'GET' : 'POST'), headers, signal };
-    if (call.body !== undefined) init.body = JSON.stringify(call.body);
+    if (call.body !== undefined) init.body = serializeBody(call.body);
     return ok(await fetchFn(url, init));
   } catch (e) {
     if (timeout.aborted) return err({ message: `no answer from ${url} within ${call.timeoutMs} ms`, timedOut: true });

@@ -14,6 +14,7 @@
  * written onto a connection the worker is closing; a server's `Keep-Alive: timeout=N` hint shortens it further
  * (Node's `Agent.keepSocketAlive`). URLs other than `http:` (TLS) go to the global fetch unchanged.
  */
+import { serializeBody } from './exact-integers.js';
 import http from 'node:http';
 import { err, ok, type Result } from '../errors.js';
 import {
@@ -60,7 +61,7 @@ function readWhole(agent: http.Agent, url: string, call: UpstreamCall, retried =
     const signal = call.signal;
     if (signal?.aborted) return resolve(err({ message: `${url}: ${abortMessage(signal)}`, timedOut: false }));
     const headers = headersOf(call.headers);
-    const body = call.body === undefined ? undefined : JSON.stringify(call.body);
+    const body = call.body === undefined ? undefined : serializeBody(call.body);
     if (body !== undefined) {
       headers['content-type'] = 'application/json';
       headers['content-length'] = String(Buffer.byteLength(body));

@@ -44,6 +44,7 @@ import { admissionRefusal, type SidecarStatus } from './status.js';
 import { sendStatus, statusNonceOf } from './status-answer.js';
 import { FailedTransferReads } from './failed-transfer-reads.js';
 import { readWorkerVersion } from './launch-check.js';
+import { keepExactIntegers } from './exact-integers.js';
 import { SharedRead } from './shared-read.js';
 import { TransferWatch } from './transfer-watch.js';
 import { loadWorkerAuth, type WorkerAuth } from './worker-auth.js';
@@ -598,8 +599,11 @@ async function runCompletion(
     sendError(res, raw.error.error, c.requestId ?? '', { connection: 'close' }, 408);
     return { outcome: 'refused', code: raw.error.error.code, reason: raw.error.error.reason };
   }
-  const body = parseJsonObject(raw.value);
+  const text = raw.value.toString('utf8');
+  const body = parseJsonObject(text);
   if (!body.ok) return refuse(body.error);
+  // Integers beyond 2^53 (a 64-bit seed) go on to the worker as the client wrote them (exact-integers.ts).
+  keepExactIntegers(text, body.value);
   const contract = c.contract;
   const token = c.contractToken;
   // The contract authorises one body: this tenant's cache_salt, this model and adapter, this prompt.

@@ -80,7 +80,13 @@ const common = {
   ignore_eos: z.boolean().nullish(),
   temperature: z.number().nullish(),
   top_p: z.number().nullish(),
-  seed: z.number().int().nullish(),
+  // vLLM: `seed: int | None` bounded by torch.long (`ge=_LONG_INFO.min, le=_LONG_INFO.max`), so a 64-bit seed is taken;
+  // zod's int() stops at 2^53, which would refuse what vLLM runs.
+  seed: z
+    .number()
+    .refine(Number.isInteger, 'expected an integer')
+    .refine((v) => v >= -(2 ** 63) && v <= 2 ** 63 - 1, 'must fit a 64-bit signed integer')
+    .nullish(),
   n: z.number().int().min(1).nullish(),
   stop,
   cache_salt: z.string().min(1).nullish(),
