@@ -28,6 +28,9 @@ export interface FakeUpstream {
   close(): Promise<void>;
 }
 
+/** The decode sidecar's default `keepAliveTimeoutMs` (src/sidecar/config.ts). */
+const UPSTREAM_KEEP_ALIVE_MS = 75_000;
+
 /** Answers 200 with `{"upstream": name, "method", "path", "bodyBytes"}`. */
 export const echoHandler: UpstreamHandler = (req, res, name) => {
   const body = JSON.stringify({ upstream: name, method: req.method, path: req.url, bodyBytes: req.body.length });
@@ -65,6 +68,12 @@ export async function startFakeUpstream(name: string, handler: UpstreamHandler =
       sockets.delete(s);
     });
   });
+  // Kept open like the decode sidecar these stand in for (its keepAliveTimeoutMs, 75 s by default), above the shipped
+  // pool clusters' idle_timeout (60 s), so the proxy ends idle connections. Node's own 5 s made the server close a pooled
+  // connection while the harness reused it, a 503 "reset before headers. reset reason: connection termination" that
+  // Envoy gives in that race too (seen once in a 2,000-request CI run); envoy/envoy.yaml's idle_timeout avoids it.
+  server.keepAliveTimeout = UPSTREAM_KEEP_ALIVE_MS;
+  server.headersTimeout = Math.max(server.headersTimeout, UPSTREAM_KEEP_ALIVE_MS + 1_000);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   const port = (server.address() as AddressInfo).port;
   return {
