@@ -7,17 +7,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { SimSettingsInput } from './config.js';
 import type { SimServer } from './server.js';
 import { failedTransfersIn } from '../../src/sidecar/transfer-watch.js';
-import { metricValue, postJson, postSse, runDisaggregated, scrape, startTestSim, type HttpReply } from './testing.js';
+import { metricValue, postJson, postSse, runDisaggregated, scrape, type HttpReply, simsForTests } from './testing.js';
 
-const servers: SimServer[] = [];
-async function sim(d: Record<string, unknown> = {}, s: SimSettingsInput = {}): Promise<SimServer> {
-  const server = await startTestSim(d, s);
-  servers.push(server);
-  return server;
-}
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close()));
-});
+const { sim, closeAll } = simsForTests();
+afterEach(closeAll);
 
 const PROMPTS = [
   'Prefill and decode workers must agree on what every cached key and value means before any block moves between them.',

@@ -8,19 +8,12 @@ import {
   postSse,
   runDisaggregated,
   scrape,
-  startTestSim,
   TOY_PROXY_PREFILL_KV,
+  simsForTests,
 } from './testing.js';
 
-const servers: SimServer[] = [];
-async function sim(...args: Parameters<typeof startTestSim>): Promise<SimServer> {
-  const s = await startTestSim(...args);
-  servers.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close()));
-});
+const { sim, closeAll } = simsForTests();
+afterEach(closeAll);
 
 const PROMPT = 'Disaggregated serving splits prefill and decode across two pools of GPUs.';
 const P_PARAMS = TOY_PROXY_PREFILL_KV;

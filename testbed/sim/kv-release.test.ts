@@ -5,19 +5,11 @@
  * OpenAI layer refuses before admission does the same.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { SimSettingsInput } from './config.js';
 import type { SimServer } from './server.js';
-import { metricValue, postJson, scrape, startTestSim, TOY_PROXY_PREFILL_KV } from './testing.js';
+import { metricValue, postJson, scrape, TOY_PROXY_PREFILL_KV, simsForTests } from './testing.js';
 
-const servers: SimServer[] = [];
-async function sim(d: Record<string, unknown> = {}, s: SimSettingsInput = {}): Promise<SimServer> {
-  const server = await startTestSim(d, s);
-  servers.push(server);
-  return server;
-}
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close()));
-});
+const { sim, closeAll } = simsForTests();
+afterEach(closeAll);
 
 const BODY = {
   prompt: 'A prefill worker keeps these blocks for a decode worker that may never come to read them.',

@@ -1,16 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SimServer } from './server.js';
-import { getJson, metricValue, parseLabels, postJson, postSse, scrape, startTestSim } from './testing.js';
+import { getJson, metricValue, parseLabels, postJson, postSse, scrape, simsForTests } from './testing.js';
 
-const servers: SimServer[] = [];
-async function sim(...args: Parameters<typeof startTestSim>): Promise<SimServer> {
-  const s = await startTestSim(...args);
-  servers.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close()));
-});
+const { sim, closeAll } = simsForTests();
+afterEach(closeAll);
 
 const MODEL = '/models/acme-llama-3-8b';
 const PROMPT = 'Disaggregated serving splits prefill and decode across two pools of GPUs.';

@@ -37,6 +37,24 @@ export const TOY_PROXY_PREFILL_KV = Object.freeze({
   remote_port: null,
 });
 
+/**
+ * `startTestSim` for one test file, keeping what it started so `closeAll` (given to the file's `afterEach`) closes
+ * every server after each test. No vitest import here: the demo and the benches use this module too.
+ */
+export function simsForTests(): { sim: typeof startTestSim; closeAll(): Promise<void> } {
+  const servers: SimServer[] = [];
+  return {
+    async sim(...args) {
+      const s = await startTestSim(...args);
+      servers.push(s);
+      return s;
+    },
+    async closeAll() {
+      await Promise.all(servers.splice(0).map((s) => s.close()));
+    },
+  };
+}
+
 /** A valid config (throws on invalid input: a test bug). */
 export function testSimConfig(descriptorOverrides: Record<string, unknown> = {}, sim: SimSettingsInput = {}): SimConfig {
   const r = parseSimConfig({ descriptor: testDescriptor(descriptorOverrides), sim: { maxModelLen: 2048, numGpuBlocks: 512, ...sim } });
