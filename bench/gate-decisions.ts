@@ -29,6 +29,7 @@ const HELP = `usage: node dist/bench/gate-decisions.js [options]
   --rounds N           interleaved rounds per level and server (default 3)
   --channels N         HTTP/2 connections the load generator spreads streams over (default 2)
   --pure-ms N          length of the in-process decision-core run (default 3000)
+  --warmup-ms N        warm-up per server before the measured levels, in 1 s rounds at c=64, alternating (default 8000)
   --unpinned           do not pin servers and load generator to separate CPUs
   --profile            run the gate under node --cpu-prof and print what is hot in it afterwards
   --summary FILE       write target verdicts as JSON (used by run-all)
@@ -48,6 +49,7 @@ interface Settings {
   readonly rounds: number;
   readonly channels: number;
   readonly pureMs: number;
+  readonly warmupMs: number;
   readonly pin: boolean;
   readonly profile: boolean;
   readonly summary: string | undefined;
@@ -62,6 +64,7 @@ function settingsFrom(argv: readonly string[]): Settings {
       rounds: { type: 'string' },
       channels: { type: 'string' },
       'pure-ms': { type: 'string' },
+      'warmup-ms': { type: 'string' },
       unpinned: { type: 'boolean', default: false },
       profile: { type: 'boolean', default: false },
     },
@@ -75,6 +78,7 @@ function settingsFrom(argv: readonly string[]): Settings {
     rounds: intFlag(v.rounds, 'rounds', quick ? 1 : 3),
     channels: intFlag(v.channels, 'channels', 2),
     pureMs: intFlag(v['pure-ms'], 'pure-ms', quick ? 500 : 3000),
+    warmupMs: intFlag(v['warmup-ms'], 'warmup-ms', quick ? 600 : 8000),
     pin: v.unpinned !== true,
     profile: v.profile === true,
     summary: v.summary,
@@ -112,6 +116,32 @@ async function measuredRun(
   const cpu0 = server.cpuMs();
   side.runs.push(await target.run({ concurrency, durationMs: roundMs }));
   side.cpuMs += server.cpuMs() - cpu0;
+}
+
+/**
+ * Warm-up before anything is measured: alternating rounds at c=64 until each server has run `warmupMs`. A gate that
+ * serves for days runs optimised code; its first seconds run V8's interpreter and baseline tiers and pay for compiling
+ * the optimised ones (on background threads, which /proc counts). The gate has far more code to compile than the
+ * no-op, so a level measured in those seconds charges it for start-up. Each round's CPU per request is printed: the
+ * warm-up is shown, not hidden, and the last rounds show whether it was long enough.
+ */
+async function warmUp(
+  s: Settings,
+  servers: { gate: ChildServer; noop: ChildServer },
+  targets: { gate: ExtProcLoadTarget; noop: ExtProcLoadTarget },
+): Promise<string> {
+  const roundMs = Math.min(1000, s.warmupMs);
+  const seen = { gate: [] as number[], noop: [] as number[] };
+  for (let ran = 0; ran < s.warmupMs; ran += roundMs) {
+    for (const k of ['gate', 'noop'] as const) {
+      const cpu0 = servers[k].cpuMs();
+      const run = await targets[k].run({ concurrency: 64, durationMs: roundMs });
+      const n = run.outcomes.routed + run.outcomes.continued + run.outcomes.refused;
+      seen[k].push(n === 0 ? Number.NaN : ((servers[k].cpuMs() - cpu0) * 1000) / n);
+    }
+  }
+  const row = (xs: number[]) => xs.map((x) => fmt(x, 0)).join(' ');
+  return `\nwarm-up at c=64, ${seen.gate.length} alternating rounds of ${roundMs} ms (not measured; server CPU us/req per round):\n  kvgate ${row(seen.gate)}\n  no-op  ${row(seen.noop)}\n`;
 }
 
 /** Interleave: round r runs gate then no-op when r is even, no-op then gate when odd. */
@@ -271,7 +301,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     }),
   };
   try {
-    for (const k of ['gate', 'noop'] as const) await targets[k].run({ concurrency: 8, durationMs: s.quick ? 300 : 1000 }); // warm-up
+    process.stdout.write(await warmUp(s, servers, targets));
     process.stderr.write(`measuring ${s.levels.length} levels x ${s.rounds} rounds x ${s.roundMs} ms per server...\n`);
     const levels = await runLevels(s, servers, targets);
     const { text, figures } = levelTable(levels);

@@ -279,6 +279,15 @@ export class ExtProcSession {
    * allowed), or a FULL_DUPLEX_STREAMED request is still arriving (its headers and body are answered at its end).
    */
   async onMessage(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
+    return this.answerNow(msg);
+  }
+
+  /**
+   * `onMessage` without a promise when none is needed: the answer itself when it is ready now (every message but one
+   * admission parks), a promise of it otherwise. The stream adapter calls this, so a request that is not queued
+   * costs no promise, async frame or microtask per message; a synchronous throw is what `onMessage` rejects with.
+   */
+  answerNow(msg: WireProcessingRequest): MaybeAsync<WireProcessingResponse | null> {
     this.#deps.metrics.messageCounts.inc(msg.request ?? 'unknown');
     if (msg.protocol_config?.request_body_mode !== undefined) this.#bodyMode = msg.protocol_config.request_body_mode;
     if (msg.protocol_config?.response_body_mode !== undefined) this.#responseBodyMode = msg.protocol_config.response_body_mode;
@@ -289,8 +298,14 @@ export class ExtProcSession {
       msg.request_headers?.headers ?? msg.response_headers?.headers ?? msg.request_trailers?.trailers ?? msg.response_trailers?.trailers;
     const field = map === undefined ? undefined : headerFieldOf(map);
     if (field !== undefined) this.#valueField = field === 'value';
-    const response = await this.#answer(msg);
-    if (msg.observability_mode === true) return null;
+    const response = this.#answer(msg);
+    const observed = msg.observability_mode === true;
+    return isPromise(response) ? response.then((r) => this.#delivered(r, observed)) : this.#delivered(response, observed);
+  }
+
+  /** An answer as it goes out: none in observability mode, in the header field Envoy reads otherwise. */
+  #delivered(response: WireProcessingResponse | null, observed: boolean): WireProcessingResponse | null {
+    if (observed) return null;
     return response !== null && this.#valueField ? inValueField(response) : response;
   }
 
@@ -313,7 +328,7 @@ export class ExtProcSession {
     this.#writer?.write(this.#valueField ? inValueField(response) : response);
   }
 
-  async #answer(msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
+  #answer(msg: WireProcessingRequest): MaybeAsync<WireProcessingResponse | null> {
     switch (msg.request) {
       case 'request_headers':
         // One stream carries one request. A second request_headers would be decided again, its hold replacing (and
@@ -427,7 +442,7 @@ export class ExtProcSession {
     return this.#decideAndAnswer('request_body', tooLarge);
   }
 
-  async #onRequestHeaders(endOfStream: boolean, msg: WireProcessingRequest): Promise<WireProcessingResponse | null> {
+  #onRequestHeaders(endOfStream: boolean, msg: WireProcessingRequest): MaybeAsync<WireProcessingResponse | null> {
     this.#received = readHeaderMap(msg.request_headers?.headers);
     const h = this.#received.headers;
     const sent = h[H.requestId];
@@ -453,7 +468,7 @@ export class ExtProcSession {
     return { request_headers: { response: stripForged(this.#received.forged) } };
   }
 
-  async #decideAndAnswer(phase: 'request_headers' | 'request_body', truncated: boolean): Promise<WireProcessingResponse> {
+  #decideAndAnswer(phase: 'request_headers' | 'request_body', truncated: boolean): MaybeAsync<WireProcessingResponse> {
     this.#decided = true;
     const started = process.hrtime.bigint();
     const facts = toRequestFacts({
@@ -465,16 +480,34 @@ export class ExtProcSession {
       ...(phase === 'request_body' ? { body: concat(this.#chunks ?? []) } : {}),
     });
     const span = this.#startSpan();
-    let decided: Admitted;
+    let admitted: MaybeAsync<Admitted>;
     try {
       // No signal up front: the hooks make one (abortSignalFor) only if admission parks the request.
-      decided = await this.#deps.admission.admit(facts, undefined, this.#hooks(phase));
+      admitted = this.#deps.admission.admit(facts, undefined, this.#hooks(phase));
     } catch (e) {
-      span.end();
-      return this.#refuse(phase, KvgateError.from(e));
-    } finally {
-      this.#abort = undefined;
+      return this.#admitFailed(phase, span, e);
     }
+    if (!isPromise(admitted)) {
+      this.#abort = undefined;
+      return this.#answerAdmitted(phase, admitted, span, started);
+    }
+    return admitted.then(
+      (decided) => {
+        this.#abort = undefined;
+        return this.#answerAdmitted(phase, decided, span, started);
+      },
+      (e: unknown) => this.#admitFailed(phase, span, e),
+    );
+  }
+
+  #admitFailed(phase: 'request_headers' | 'request_body', span: Span, e: unknown): WireProcessingResponse {
+    this.#abort = undefined;
+    span.end();
+    return this.#refuse(phase, KvgateError.from(e));
+  }
+
+  /** What admission decided, answered (the decision's span ends here, queue wait included). */
+  #answerAdmitted(phase: 'request_headers' | 'request_body', decided: Admitted, span: Span, started: bigint): WireProcessingResponse {
     endDecisionSpan(span, decided.decision);
     if (this.#finished) {
       // The stream ended while admission held the request (a queued client went away): nothing is sent, and
@@ -751,6 +784,13 @@ function withTraceHeaders(common: WireCommonResponse, span: Span): WireCommonRes
     ...common,
     header_mutation: { ...mutation, set_headers: [...(mutation.set_headers ?? []), ...stamps.map(([k, v]) => setHeader(k, v))] },
   };
+}
+
+type MaybeAsync<T> = T | Promise<T>;
+
+/** Whether an answer is still to come (admission parked the request, or a FULL_DUPLEX_STREAMED end was awaited). */
+function isPromise<T>(v: MaybeAsync<T>): v is Promise<T> {
+  return v instanceof Promise;
 }
 
 function wrap(phase: 'request_headers' | 'request_body', common: object): WireProcessingResponse {
