@@ -19,6 +19,7 @@ import { createExtProcLoadTarget, type ExtProcLoadTarget, type LoadRun } from '.
 import { createProfileDir, type ProfileDir } from './lib/profile-dir.js';
 import { measureDecisions, rawFactsOf, type PureRun } from './lib/pure-decide.js';
 import { benchRequest } from './lib/requests.js';
+import { measureSessionPath } from './lib/session-path.js';
 import { fmt, fmtInt, formatTable, summarize, verdict } from './lib/stats.js';
 import { benchTableValue, compileBenchTable } from './lib/tables.js';
 
@@ -284,6 +285,17 @@ export async function main(argv: readonly string[]): Promise<void> {
   const pure = runPureCore(s.pureMs);
   process.stdout.write(
     `\ndecision core in-process (decideRequest, 1 thread): ${fmtInt(pure.decisionsPerSecond)} decisions/s, ${fmt(pure.nsPerDecision / 1000, 2)} us/decision over ${fmtInt(pure.decisions)} (${JSON.stringify(pure.outcomes)})\n`,
+  );
+
+  const sessionPath = await measureSessionPath({
+    table: compileBenchTable(GATE_TABLE),
+    requests: Array.from({ length: 997 }, (_, i) => benchRequest(i, 1, 'session')),
+    count: s.quick ? 3_000 : 30_000,
+    warmup: s.quick ? 1_000 : 15_000,
+  });
+  if (sessionPath.routed !== sessionPath.requests) throw new Error(`session path: ${sessionPath.routed} of ${sessionPath.requests} routed`);
+  process.stdout.write(
+    `kvgate's own work in-process (decoder + session + admission + encoder, 64 in flight, no gRPC): ${fmt(sessionPath.cpuUsPerRequest, 1)} us CPU per request over ${fmtInt(sessionPath.requests)}\n`,
   );
 
   const profile = s.profile ? createProfileDir() : undefined;
