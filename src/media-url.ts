@@ -13,11 +13,13 @@
  *   `--allowed-media-domains` compares the parsed host name exactly, and is empty (everything allowed) by default;
  * - `file:` reads the worker's own filesystem under `--allowed-local-media-path` (refused there without it).
  * Its parsers differ by version: `urllib.parse.urlparse` @01ee07ab, urllib3's `parse_url` @02ba96d7, and then the
- * HTTP client's own (requests via urllib3, aiohttp via yarl). Where those and the WHATWG parser Node has disagree
- * (Python's urlsplit does not end the host at a backslash, WHATWG reads one as `/`; both strip or drop whitespace and
- * control characters in different places; WHATWG decodes percent-escapes in a host, reads `0x7f.1` or `2130706433` as an
- * IPv4 address, and maps non-ASCII hosts with UTS 46 where Python's `idna` codec is IDNA 2003), a check done with one
- * parser says nothing about the host the other fetches. So the check does not parse leniently at all: it takes only the
+ * HTTP client's own (requests via urllib3, aiohttp via yarl). Where those and the WHATWG parser Node has disagree, a
+ * check done with one parser says nothing about the host the other fetches: Python's urlsplit does not end the host at
+ * a backslash, and neither does urllib3 1.x (urllib3/urllib3 `src/urllib3/util/url.py` @9167b581: `URI_RE` ends the
+ * authority at `/?#` only), while WHATWG and later urllib3 copies read one as `/`; the parsers strip or drop whitespace
+ * and control characters in different places; WHATWG and later urllib3 decode percent-escapes in a host, urlsplit does
+ * not; WHATWG reads `0x7f.1` or `2130706433` as an IPv4 address; and non-ASCII hosts map by UTS 46 (WHATWG), IDNA 2003
+ * (Python's `idna` codec) or IDNA 2008 (the `idna` package urllib3 calls). So the check does not parse leniently at all: it takes only the
  * narrow spelling every one of those parsers reads the same way (printable ASCII without a backslash; a lower-case
  * `https://` or `http://`; a host of letters, digits, `-` and `.`; an optional decimal port; no userinfo, no percent
  * sign, no brackets) and refuses everything else as ambiguous.
