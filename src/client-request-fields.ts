@@ -1,9 +1,10 @@
 /**
  * Request fields refused wherever a body is read, at the gate (src/decide/request-facts.ts) and again at both sidecars
  * (src/sidecar/server.ts), because vLLM would run the request outside what kvgate bound and attested: the one check
- * both call, client media ids (src/client-media.ts) included. Pure.
+ * both call, client media ids and media URLs (src/client-media.ts) included. Pure.
  */
-import { clientMediaUuid } from './client-media.js';
+import { clientMediaRefusal } from './client-media.js';
+import type { MediaPolicy } from './media-url.js';
 
 /** The OpenAI paths kvgate serves, as both readers name them. */
 type Endpoint = 'completions' | 'chat';
@@ -48,11 +49,12 @@ const PATH_OF: Readonly<Record<Endpoint, string>> = { completions: '/v1/completi
  *   `X-Vllm-Priority` (`_get_priority`, `vllm/entrypoints/generate/base/serving.py` @015d1c9b), never reaches a worker:
  *   the sidecars forward no client header but `authorization` (src/sidecar/context.ts `forwardHeaders`).
  * - a prompt field of the other path (`OTHER_PATH_PROMPT_FIELDS`).
- * - a client-chosen media id in `messages`, on either path (`clientMediaUuid`), checked first.
+ * - a client-chosen media id, or a media URL a worker would fetch that `media` does not allow, in `messages`, on either
+ *   path (`clientMediaRefusal`), checked first. The gate passes its route table's `media`, each sidecar its own config's.
  */
-export function refusedRequestField(body: Readonly<Record<string, unknown>>, endpoint: Endpoint): string | undefined {
-  const media = clientMediaUuid(body['messages']);
-  if (media !== undefined) return media;
+export function refusedRequestField(body: Readonly<Record<string, unknown>>, endpoint: Endpoint, media: MediaPolicy): string | undefined {
+  const refused = clientMediaRefusal(body['messages'], media);
+  if (refused !== undefined) return refused;
   const beam = body['use_beam_search'];
   if (beam !== undefined && beam !== null && beam !== false) {
     return 'use_beam_search is not served through kvgate: vLLM runs beam search as requests it builds itself, without the KV transfer the gate bound (the prefill leg is wasted and the decode worker prefills again), and older vLLM ran them outside the tenant\'s cache_salt; remove "use_beam_search"';

@@ -17,12 +17,14 @@
  * | table `connectorMode`                        | strict       | lenient: unknown connector versions split -> unchecked KV transfer | warn (now always, not only with an unknown version), /status optIns, kvgate_gate_opt_in |
  * | table `tenancy.prefixScope`                  | tenant       | shared: one prefix cache for all tenants -> cross-tenant cache share | warn (NEW), /status optIns (NEW), kvgate_gate_opt_in (NEW)                       |
  * | table `tenancy.prefixScope: tenant-user` w/o `userHeader` | (userHeader unset) | user from the client's body field | warn (semantic.ts, existing)                                                           |
+ * | table `media.allowedOrigins`                 | [] (only data: media) | workers fetch client media URLs from inside the mesh; P and D fetch separately -> KV of other media | warn, /status optIns, kvgate_gate_opt_in                          |
  * | sidecar `keys.devSeed` / `--dev-keys`        | none (required) | forged contracts                             | start warn, /status optIns (NEW), kvgate_sidecar_opt_in (NEW)                                          |
  * | sidecar `trust` / `--trust`                  | recorded     | declared-only -> unverified worker              | start warn, /status trust + optIns, kvgate_sidecar_opt_in, audit lines                                 |
  * | sidecar `probe.generation`                   | declared     | never: weights unchecked                        | refused with trust: recorded (config error); allowed only with declared-only                           |
  * | sidecar `nixlSideChannel`                    | required where readable | unchecked -> unchecked KV transfer flags | config error when missing; unchecked: start warn, /status nixlHash.live + optIns, kvgate_sidecar_opt_in |
  * | sidecar `compatMode`                         | strict       | lenient -> unchecked KV transfer                | start warn, /status connector verdict + optIns, kvgate_sidecar_opt_in                                  |
  * | sidecar `onTransferFailure` / `--on-transfer-failure` | fail | recompute: a failed transfer is hidden        | start warn (NEW), /status optIns (NEW), kvgate_sidecar_opt_in (NEW), per request warn + kvgate_sidecar_transfer_failures_total{action} |
+ * | sidecar `media.allowedOrigins`               | [] (only data: media) | the worker fetches client media URLs from those origins | start warn, /status optIns, kvgate_sidecar_opt_in                                                  |
  * | sidecar `admin`                              | 127.0.0.1:9092 | drain/undrain from outside                    | only loopback accepted (schema), '' disables                                                          |
  * | `kvgate envoy render bootstrap` w/o --gate-tls-* | plaintext | plaintext to the gate                          | stderr WARNING + file header (src/cli/envoy-command.test.ts); the gate refuses it unless insecure: true |
  *
@@ -114,6 +116,17 @@ describe('route table: safe defaults, loud opt-ins', () => {
       })(),
     );
     expect(tableOptIns(t)).toEqual(['tenancy.prefixScope: shared']);
+  });
+
+  it('media.allowedOrigins (workers fetch client media URLs) is a warning and an opt-in', () => {
+    const allow = (v: Value) => (v['media'] = { allowedOrigins: ['https://media.example.com'] });
+    const w = tableIssues(allow).filter((i) => i.path === 'media.allowedOrigins');
+    expect(w.map((i) => [i.severity, i.message])).toEqual([
+      ['warning', expect.stringMatching(/^media\.allowedOrigins - workers fetch client media from https:\/\/media\.example\.com/)],
+    ]);
+    const v = clone(twoRevisionTableValue()) as Value;
+    allow(v);
+    expect(tableOptIns(tableFromValue(v))).toEqual(['media.allowedOrigins']);
   });
 
   it('connectorMode: lenient is a warning even when every declared connector version has rules', () => {
@@ -239,6 +252,7 @@ describe('sidecar config: safe defaults, loud opt-ins', () => {
       compatMode: 'lenient',
       nixlSideChannel: 'unchecked',
       onTransferFailure: 'recompute',
+      media: { allowedOrigins: ['https://media.example.com'] },
     });
     const settings = [
       'keys.devSeed',
@@ -246,6 +260,7 @@ describe('sidecar config: safe defaults, loud opt-ins', () => {
       'compatMode: lenient',
       'nixlSideChannel: unchecked',
       'onTransferFailure: recompute',
+      'media.allowedOrigins',
     ];
     expect(sidecarOptIns(config).map((o) => o.setting)).toEqual(settings);
     for (const o of sidecarOptIns(config)) expect(o.message.length).toBeGreaterThan(40);

@@ -78,7 +78,7 @@ export function decideRequest(raw: RawRequestFacts, table: CompiledRouteTable, v
     );
     return { decision: refusalFromError(raw.requestId, error, trace, tenant()) };
   }
-  const parsed = parseOpenAiBody(raw.path, body, table.limits);
+  const parsed = parseOpenAiBody(raw.path, body, table.limits, table.media);
   if (!parsed.ok) return { decision: refusalFromError(raw.requestId, parsed.error, trace, tenant()) };
   const facts: RequestFacts = { ...rest, body: parsed.value };
   return { decision: decide(facts, table, view, ctx), request: parsed.value, facts };

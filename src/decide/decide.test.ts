@@ -357,6 +357,21 @@ describe('decideRequest: body checks run before any decision', () => {
     });
     expect(refusal(decideRequest(raw(chat, { bodyTruncated: true }), table, view, ctx).decision).code).toBe('body_too_large');
   });
+
+  it("a media URL is refused before any decision unless the route table's media.allowedOrigins lists its origin", () => {
+    const image = {
+      model: 'llama-3-8b',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://media.example.com/cat.png' } }] }],
+    };
+    const r = refusal(decideRequest(raw(image), table, view, ctx).decision);
+    expect([r.code, r.tenant]).toEqual(['bad_request', 'acme']);
+    expect(r.message).toMatch(/^messages\[0\]\.content\[0\]\.image_url: its URL is on "https:\/\/media\.example\.com", which is not one/);
+    const allowing = compiled((v) => {
+      v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+      v['media'] = { allowedOrigins: ['https://media.example.com'] };
+    });
+    expect(decideRequest(raw(image), allowing, createTestWorkerView(allowing), ctx).decision.kind).toBe('route');
+  });
 });
 
 describe('the prompt prefix the affinity key reads (decide.ts affinityKey)', () => {

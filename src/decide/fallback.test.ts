@@ -322,7 +322,7 @@ describe('fallback: recompute', () => {
         role: 'user',
         content: [
           { type: 'text', text: 'what is this?' },
-          { type: 'image_url', image_url: { url: 'http://x/y.png' } },
+          { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } },
         ],
       },
     ];

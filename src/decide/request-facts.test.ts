@@ -173,13 +173,79 @@ describe('parseOpenAiBody', () => {
     }
     // Without an id (or with a null one, which vLLM reads as none) the media is hashed by content: routed.
     for (const extra of [
-      { type: 'image_url', image_url: { url: 'https://example.com/mine.png' } },
-      { type: 'image_url', image_url: { url: 'x' }, uuid: null },
+      { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } },
+      { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' }, uuid: null },
     ]) {
       expect(parseOpenAiBody('/v1/chat/completions', bytes(part(extra)), limits).ok, JSON.stringify(extra)).toBe(true);
     }
     // The word in text is only text.
     expect(parseOpenAiBody('/v1/chat/completions', bytes(part({ type: 'text', text: 'uuid' })), limits).ok).toBe(true);
+  });
+
+  it('refuses a media URL the worker would fetch from inside the mesh, in every part shape vLLM reads, unless the table allows its origin', () => {
+    const part = (extra: unknown) => ({
+      ...chat,
+      messages: [
+        { role: 'system', content: 'be brief' },
+        { role: 'user', content: [{ type: 'text', text: 'describe it' }, extra] },
+      ],
+    });
+    const metadata = 'https://169.254.169.254/latest/meta-data/iam/security-credentials/';
+    const shapes = [
+      ['image_url', { type: 'image_url', image_url: { url: metadata } }],
+      ['audio_url', { type: 'audio_url', audio_url: { url: metadata } }],
+      ['video_url', { type: 'video_url', video_url: { url: metadata } }],
+      // The Responses-style part vLLM's chat parser also takes, and parts without a type, the URL as a string or {url}.
+      ['image_url', { type: 'input_image', image_url: metadata }],
+      ['image_url', { image_url: metadata }],
+      ['audio_url', { audio_url: { url: metadata } }],
+      ['video_url', { video_url: metadata }],
+      // Whatever the type says: a key vLLM would read under another type is checked all the same.
+      ['video_url', { type: 'text', text: 'hi', video_url: { url: metadata } }],
+    ] as const;
+    for (const [key, extra] of shapes) {
+      const e = refusal('/v1/chat/completions', bytes(part(extra)), 4096);
+      expect([e.code, e.reason], JSON.stringify(extra)).toEqual([
+        'bad_request',
+        expect.stringMatching(
+          new RegExp(
+            `^messages\\[1\\]\\.content\\[1\\]\\.${key}: its URL names an IP address, not a host name .*send the media inline as a data: URL \\(base64\\), or ask the operator to allow its origin$`,
+          ),
+        ),
+      ]);
+      // The reason never quotes the URL's path or query (signed URLs carry credentials there).
+      expect(e.reason).not.toContain('security-credentials');
+    }
+    const cat = part({ type: 'image_url', image_url: { url: 'https://media.example.com/cat.png?sig=s3cr3t' } });
+    const byDefault = refusal('/v1/chat/completions', bytes(cat), 4096);
+    expect(byDefault.reason).toContain(
+      `its URL is on "https://media.example.com", which is not one of this gateway's media.allowedOrigins (none`,
+    );
+    expect(byDefault.reason).not.toContain('s3cr3t');
+    // Allowed by the table: routed. Inline media and input_audio (vLLM builds a data: URL from it) fetch nothing: routed.
+    const media = { allowedOrigins: ['https://media.example.com'] };
+    expect(parseOpenAiBody('/v1/chat/completions', bytes(cat), { maxBodyBytes: 4096 }, media).ok).toBe(true);
+    for (const extra of [
+      { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } },
+      { type: 'input_audio', input_audio: { data: 'UklGRg==', format: 'wav' } },
+      { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA', detail: 'auto' } },
+    ]) {
+      expect(parseOpenAiBody('/v1/chat/completions', bytes(part(extra)), { maxBodyBytes: 4096 }).ok, JSON.stringify(extra)).toBe(true);
+    }
+    // Allowing one origin allows no other, and no ambiguous spelling of it.
+    for (const url of ['https://media.example.com\\@evil.example/x.png', 'https://media.example.com@evil.example/', 'file:///etc/passwd']) {
+      const body = bytes(part({ type: 'image_url', image_url: { url } }));
+      expect(parseOpenAiBody('/v1/chat/completions', body, { maxBodyBytes: 4096 }, media).ok, url).toBe(false);
+    }
+  });
+
+  it('refuses media URLs in the messages of a completions body too, before anything else about them', () => {
+    const body = {
+      model: 'm',
+      prompt: 'hi',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://10.0.0.7:5600/' } }] }],
+    };
+    expect(refusal('/v1/completions', bytes(body)).reason).toMatch(/^messages\[0\]\.content\[0\]\.image_url: its URL names an IP address/);
   });
 
   it('refuses media uuids in the messages of a completions body too: the contract does not name its path', () => {

@@ -6,6 +6,7 @@ import { BoundedCache } from '../bounded-cache.js';
 import { refusedRequestField } from '../client-request-fields.js';
 import { err, KvgateError, ok, type Result } from '../errors.js';
 import { findTransferParams, hasNonFiniteNumber, jsonNestingExceeds, MAX_JSON_DEPTH, quoteClientValue } from '../json-limits.js';
+import { type MediaPolicy, NO_MEDIA_ORIGINS } from '../media-url.js';
 import type { PrefixScope, SessionConfig, Tenancy } from '../policy/schema.js';
 import { rewrittenFieldError } from '../rewritten-fields.js';
 import type { OpenAiRequest, RequestFacts } from './types.js';
@@ -27,9 +28,14 @@ const bad = (message: string): { ok: false; error: KvgateError } => err(new Kvga
 /**
  * Parse and check an OpenAI completions or chat body. Refuses before any worker sees it: oversized bodies,
  * non-JSON, wrong field types, and any client-sent `kv_transfer_params` (only kvgate's sidecars may set it) or
- * `ec_transfer_params` (kvgate sets none).
+ * `ec_transfer_params` (kvgate sets none). `media`: the route table's media origins (default none: only `data:` media).
  */
-export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimits): Result<OpenAiRequest, KvgateError> {
+export function parseOpenAiBody(
+  path: string,
+  body: Uint8Array,
+  limits: BodyLimits,
+  media: MediaPolicy = NO_MEDIA_ORIGINS,
+): Result<OpenAiRequest, KvgateError> {
   // Exactly the paths the sidecars serve (src/sidecar/openai-body.ts ENDPOINT_PATHS), as vLLM does: a trailing slash
   // read away here would be routed, minted a contract, and answered 404 by the sidecar with no code and no audit line.
   const route = path.split('?')[0]!;
@@ -92,7 +98,7 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
   if (hasNonFiniteNumber(obj)) {
     return bad('the request body holds a number beyond the range of a double (such as 1e400); send finite numbers');
   }
-  const fieldError = checkFields(obj, endpoint);
+  const fieldError = checkFields(obj, endpoint, media);
   if (fieldError !== undefined) return bad(fieldError);
   const user = optionalString(obj['user']);
   const cacheSalt = optionalString(obj['cache_salt']);
@@ -110,7 +116,7 @@ export function parseOpenAiBody(path: string, body: Uint8Array, limits: BodyLimi
 
 const optionalString = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
 
-function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endpoint']): string | undefined {
+function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endpoint'], media: MediaPolicy): string | undefined {
   const model = obj['model'];
   if (typeof model !== 'string' || model.trim() === '') {
     return model === undefined
@@ -127,9 +133,9 @@ function checkFields(obj: Record<string, unknown>, endpoint: OpenAiRequest['endp
     return `"stream" must be true or false; got ${typeName(stream)}`;
   }
   const shape = endpoint === 'chat' ? checkMessages(obj['messages']) : checkPrompt(obj);
-  // On either path: client media ids, beam search, a client priority, the other path's prompt (src/client-request-fields.ts),
+  // On either path: client media ids and media URLs, beam search, a client priority, the other path's prompt (src/client-request-fields.ts),
   // and what vLLM would refuse in a field a prefill leg rewrites, before any prefill leg (src/rewritten-fields.ts).
-  return shape ?? refusedRequestField(obj, endpoint) ?? rewrittenFieldError(endpoint, obj, { echoOnly: true });
+  return shape ?? refusedRequestField(obj, endpoint, media) ?? rewrittenFieldError(endpoint, obj, { echoOnly: true });
 }
 
 function checkMessages(messages: unknown): string | undefined {

@@ -27,6 +27,7 @@ export function tableOptIns(table: CompiledRouteTable): string[] {
   }
   if (table.connectorMode === 'lenient') out.push('connectorMode: lenient');
   if (table.tenancy.prefixScope === 'shared') out.push('tenancy.prefixScope: shared');
+  if (table.media.allowedOrigins.length > 0) out.push('media.allowedOrigins');
   return out;
 }
 
@@ -34,7 +35,7 @@ export function tableOptIns(table: CompiledRouteTable): string[] {
 export function optInGauge(registry: Registry): { set(settings: readonly string[]): void } {
   const gauge = new Gauge({
     name: 'kvgate_gate_opt_in',
-    help: 'One series (value 1) per loud opt-in in use (insecure: true, keys.devSeed, workerView.mode: static, trust: declared-only, unverified endpoints, connectorMode: lenient, prefixScope: shared); none with the safe defaults.',
+    help: 'One series (value 1) per loud opt-in in use (insecure: true, keys.devSeed, workerView.mode: static, trust: declared-only, unverified endpoints, connectorMode: lenient, prefixScope: shared, media.allowedOrigins); none with the safe defaults.',
     labelNames: ['setting'] as const,
     registers: [registry],
   });

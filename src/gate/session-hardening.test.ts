@@ -186,6 +186,38 @@ describe('JSON nested too deep', () => {
   });
 });
 
+describe('media URLs a worker would fetch from inside the mesh', () => {
+  it('cloud metadata, a worker side channel or any origin the table does not allow is refused 400: one audit line, counted', async () => {
+    const g = gate();
+    const urls = ['http://169.254.169.254/latest/meta-data/', 'https://media.example.com/cat.png', 'file:///proc/self/environ'];
+    for (const url of urls) {
+      const body = JSON.stringify({
+        model: 'llama-3-8b',
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'what is this?' },
+              { type: 'image_url', image_url: { url } },
+            ],
+          },
+        ],
+      });
+      const r = await g.send({ 'x-tenant-id': 'acme' }, body);
+      expect(refusal(r), url).toMatchObject({
+        code: 'bad_request',
+        message: expect.stringMatching(/^messages\[0\]\.content\[1\]\.image_url: its URL /),
+      });
+      const reason = r?.immediate_response?.headers?.set_headers?.find((o) => o.header.key === 'x-kvgate-reject-reason')?.header;
+      expect(reason?.raw_value === undefined ? reason?.value : Buffer.from(reason.raw_value).toString()).toBe('bad_request');
+    }
+    expect(g.audits().map((l) => [l['code'], l['tenant']])).toEqual(urls.map(() => ['bad_request', 'acme']));
+    expect(await g.registry.getSingleMetricAsString('kvgate_decisions_total')).toContain(
+      `kvgate_decisions_total{outcome="refuse",code="bad_request",revision=""} ${urls.length}`,
+    );
+  });
+});
+
 describe('numbers beyond a double', () => {
   it('1e400 in a prompt field (tools, chat_template_kwargs, a message) is refused 400 at the gate, not failed as internal', async () => {
     const g = gate();

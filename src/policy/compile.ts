@@ -8,6 +8,7 @@ import { deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { fingerprintOf } from '../compat/fingerprint.js';
 import { predictNixlHash } from '../compat/nixl-hash.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
+import type { MediaPolicy } from '../media-url.js';
 import {
   isVerified,
   type ConnectorMode,
@@ -107,6 +108,8 @@ export interface CompiledRouteTable {
   readonly contractTtlMs: number;
   readonly fallback: readonly FallbackStep[];
   readonly limits: Limits;
+  /** The origins a worker may fetch client media from (none by default; src/media-url.ts). */
+  readonly media: MediaPolicy;
   /** Non-blocking findings of the load, reported alongside a table that loaded. */
   readonly warnings: readonly ConfigIssue[];
 }
@@ -195,6 +198,7 @@ export function compileRouteTable(table: RouteTable, checked: CheckedRevisions):
     contractTtlMs: table.contract.ttlMs,
     fallback: table.fallback,
     limits: table.limits,
+    media: table.media,
     warnings: table.warnings,
   });
 }

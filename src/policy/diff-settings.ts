@@ -39,6 +39,11 @@ export function diffSettings(before: CompiledRouteTable, after: CompiledRouteTab
   if (before.contractTtlMs !== after.contractTtlMs) session(`contract lifetime ${before.contractTtlMs} ms -> ${after.contractTtlMs} ms`);
   if (before.limits.maxBodyBytes !== after.limits.maxBodyBytes)
     session(`limits.maxBodyBytes ${before.limits.maxBodyBytes} -> ${after.limits.maxBodyBytes}`);
+  const [m0, m1] = [before.media.allowedOrigins, after.media.allowedOrigins];
+  const added = m1.filter((o) => !m0.includes(o));
+  const removed = m0.filter((o) => !m1.includes(o));
+  if (added.length > 0) session(`media.allowedOrigins: workers may now fetch client media from ${added.join(', ')}`);
+  if (removed.length > 0) session(`media.allowedOrigins: client media URLs on ${removed.join(', ')} are now refused`);
 }
 
 function sourceText(s: CompiledRouteTable['tenancy']['source']): string {

@@ -29,6 +29,17 @@ describe('diffRouteTables', () => {
     ]);
   });
 
+  it('names media origins added and removed', () => {
+    const allow = (origins: string[]) => (v: Value) => (v['media'] = { allowedOrigins: origins });
+    expect(diffAfter(allow(['https://media.example.com']))).toEqual([
+      'settings: media.allowedOrigins: workers may now fetch client media from https://media.example.com',
+    ]);
+    expect(diffAfter(allow(['https://cdn.example.com']), allow(['https://media.example.com']))).toEqual([
+      'settings: media.allowedOrigins: workers may now fetch client media from https://cdn.example.com',
+      'settings: media.allowedOrigins: client media URLs on https://media.example.com are now refused',
+    ]);
+  });
+
   it('names the fingerprinted fields of a redeclared revision', () => {
     const lines = diffAfter(
       (v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', tokenizer: { revision: 'tok-2024-06-01' } }) }),

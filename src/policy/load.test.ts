@@ -107,6 +107,41 @@ describe('parseRouteTable', () => {
     expect(byPath.get('connectorMode')).toMatchObject({ message: '"strcit" is not allowed here', fix: 'did you mean "strict"?', line: 19 });
   });
 
+  it('media.allowedOrigins: none by default; a typo or an entry that is no origin is an issue with its path, line and fix', () => {
+    const ok = routeTableFromValue(twoRevisionTableValue(), { file: 't.yaml' });
+    expect(ok.ok && ok.value.media).toEqual({ allowedOrigins: [] });
+    const text = `${readFixture('two-revisions.yaml')}media:\n  allowedOrigin: [https://media.example.com]\n`;
+    const typo = parseRouteTable(text, { file: 'm.yaml', descriptorFiles: descriptorFilesFor('two-revisions.yaml') });
+    expect(!typo.ok && typo.error.map((i) => [i.path, i.message, i.fix, i.line])).toEqual([
+      [
+        'media.allowedOrigin',
+        'unknown key "allowedOrigin"',
+        expect.stringMatching(/^did you mean "allowedOrigins"\?/),
+        text.split('\n').length - 1,
+      ],
+    ]);
+    const v = twoRevisionTableValue();
+    v['media'] = {
+      allowedOrigins: [
+        'https://media.example.com',
+        'https://media.example.com/',
+        'https://169.254.169.254',
+        'http://localhost:8080',
+        'media.example.com',
+      ],
+    };
+    expect(issuesOf(v).map((i) => [i.path, i.message])).toEqual([
+      [
+        'media.allowedOrigins[1]',
+        expect.stringMatching(/^"https:\/\/media\.example\.com\/" is not an origin: write scheme:\/\/host\[:port\]/),
+      ],
+      ['media.allowedOrigins[2]', expect.stringMatching(/^"https:\/\/169\.254\.169\.254" names an IP address, not a host name/)],
+      ['media.allowedOrigins[3]', '"http://localhost:8080" names localhost'],
+      ['media.allowedOrigins[4]', '"media.example.com" is neither a data: URL nor an https:// URL'],
+    ]);
+    expect(issuesOf(v)[0]!.fix).toMatch(/^write an origin such as https:\/\/media\.example\.com/);
+  });
+
   it('gives semantic issues a line number too', () => {
     const text = readFixture('two-revisions.yaml').replace(
       'revision: llama-b\n    endpoints:\n      - { address: 10.0.4.1:9090',

@@ -11,6 +11,7 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { CompatDescriptorSchema, type CompatDescriptor } from '../compat/descriptor.js';
 import type { ConfigIssue } from '../config/issues.js';
+import { mediaOriginProblem } from '../media-url.js';
 
 const nonEmpty = z.string().min(1, 'must not be empty');
 
@@ -318,6 +319,32 @@ export type FallbackStep = DeepReadonly<FallbackStepValue>;
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 
+/**
+ * The origins whose media URLs a worker may fetch for a client (`media.allowedOrigins`; src/media-url.ts). Empty by
+ * default: a media part must carry its bytes inline (`data:`), since the worker fetches any other URL from inside the
+ * mesh. The route table's list is the gate's; each sidecar's config lists its own (docs/sidecar-config.md).
+ */
+export const MediaSchema = z
+  .object({
+    allowedOrigins: z
+      .array(
+        z.string().superRefine((entry, ctx) => {
+          const problem = mediaOriginProblem(entry);
+          if (problem !== undefined) {
+            ctx.addIssue({
+              code: 'custom',
+              message: problem,
+              params: {
+                fix: 'write an origin such as https://media.example.com or https://media.example.com:8443 (a host name, never an IP address or localhost)',
+              },
+            });
+          }
+        }),
+      )
+      .default([]),
+  })
+  .strict();
+
 export const RouteTableSchema = z
   .object({
     version: z.literal(1, 'must be 1 (the only route-table format this kvgate reads)'),
@@ -336,6 +363,7 @@ export const RouteTableSchema = z
       .object({ maxBodyBytes: z.number().int().positive().default(DEFAULT_MAX_BODY_BYTES) })
       .strict()
       .default({ maxBodyBytes: DEFAULT_MAX_BODY_BYTES }),
+    media: MediaSchema.default({ allowedOrigins: [] }),
   })
   .strict();
 

@@ -372,7 +372,7 @@ function checkTenancy(ctx: CheckContext): void {
  * so `policy check`, the gate's start and every reload say so, whatever else the table holds.
  */
 function checkLoudSettings(ctx: CheckContext): void {
-  const { tenancy, connectorMode } = ctx.table;
+  const { tenancy, connectorMode, media } = ctx.table;
   // `shared` is the one scope that lets one tenant's requests read KV another tenant computed (a prompt's cached
   // prefix can then be timed, and a mistaken cache hit is served across tenants): a loud opt-in, reported on every
   // check, start and reload, and on /status with the other opt-ins.
@@ -391,6 +391,16 @@ function checkLoudSettings(ctx: CheckContext): void {
       ['connectorMode'],
       'connectorMode: lenient - a revision whose connector version kvgate has no rules for is split into prefill and decode with a warning instead of refused',
       'use connectorMode: strict (the default); declare a connector version kvgate has rules for',
+      'warning',
+    );
+  }
+  // An allowed media origin lets workers fetch from it for any client, from inside the mesh, and the prefill and decode
+  // workers each fetch it once: what it serves may change between the two fetches (src/media-url.ts, docs/security.md).
+  if (media.allowedOrigins.length > 0) {
+    ctx.add(
+      ['media', 'allowedOrigins'],
+      `media.allowedOrigins - workers fetch client media from ${media.allowedOrigins.join(', ')}: the prefill and the decode worker each fetch it, so only bytes that never change at one URL keep their KV consistent`,
+      "list only origins that serve immutable (content-addressed) media, give every worker vLLM's --allowed-media-domains with the same hosts and VLLM_MEDIA_URL_ALLOW_REDIRECTS=0, and the sidecars the same media.allowedOrigins; or remove the list and send media inline as data: URLs",
       'warning',
     );
   }

@@ -53,6 +53,24 @@ describe('parseSidecarConfig', () => {
     expect(text).toContain('prefill.via');
   });
 
+  it('media.allowedOrigins: its own list, none by default; an entry that is no origin is refused with path and fix', () => {
+    const d = parseSidecarConfig(base(), 'sidecar.yaml');
+    expect(d.ok && d.value.media).toEqual({ allowedOrigins: [] });
+    const allowing = parseSidecarConfig({ ...base(), media: { allowedOrigins: ['https://media.example.com'] } }, 'sidecar.yaml');
+    expect(allowing.ok && allowing.value.media.allowedOrigins).toEqual(['https://media.example.com']);
+    const r = parseSidecarConfig(
+      { ...base(), media: { allowedOrigins: ['https://10.0.0.7:8443'], allowedDomains: ['x'] } },
+      'sidecar.yaml',
+    );
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    const text = formatIssues(r.error);
+    expect(text).toMatch(
+      /sidecar\.yaml: error: media\.allowedOrigins\[0\]: "https:\/\/10\.0\.0\.7:8443" names an IP address.*Fix: write an origin such as/,
+    );
+    expect(text).toContain('media.allowedDomains: unknown key "allowedDomains". Fix: remove it; keys accepted here: allowedOrigins');
+  });
+
   it('needs exactly one descriptor source and some keys', () => {
     const { descriptor: _d, ...noDescriptor } = base();
     expect(parseSidecarConfig(noDescriptor, 'f').ok).toBe(false);

@@ -13,7 +13,7 @@ import { TracingConfigSchema } from '../tracing.js';
 import { CompatDescriptorSchema, deepFreeze, type CompatDescriptor } from '../compat/descriptor.js';
 import { tryFingerprintOf } from '../compat/fingerprint.js';
 import { cacheDtypeWarning } from '../compat/vllm-cache-dtypes.js';
-import { EndpointAddressSchema } from '../policy/schema.js';
+import { EndpointAddressSchema, MediaSchema } from '../policy/schema.js';
 import { fromZodIssues, type Locate } from '../config/from-zod.js';
 import { issue, type ConfigIssue } from '../config/issues.js';
 import { formatOf, parseStructuredText } from '../config/text.js';
@@ -148,6 +148,11 @@ export const SidecarConfigSchema = z
     workerApiKey: WorkerApiKeySchema.optional(),
     /** Tenant prefix scopes this worker may serve (`tenant:acme`, `shared`...); `['*']` trusts the gate's choice. */
     tenantScopes: z.array(z.string().min(1)).min(1, "list at least one scope, or ['*']").default(['*']),
+    /**
+     * The origins whose media URLs this worker may fetch for a client; none by default (only inline `data:` media). The
+     * sidecar's own list, not the gate's: it checks what its worker would fetch, whatever the route table says.
+     */
+    media: MediaSchema.default({ allowedOrigins: [] }),
     probe: z
       .object({
         intervalMs: z.number().int().min(100).default(15_000),

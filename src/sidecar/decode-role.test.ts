@@ -183,6 +183,14 @@ describe('decode role refusals before any KV is consumed', () => {
     expect(r.body.error.message).toContain('messages[0].content[0] names its media by "uuid"');
   });
 
+  it("a media URL the decode sidecar's config does not allow is refused before the prefill leg: neither worker fetches it", async () => {
+    const messages = [{ role: 'user', content: [{ type: 'video_url', video_url: { url: 'http://169.254.169.254/latest/' } }] }];
+    const [body, headers] = bound(contract(), completion({ messages }));
+    const r = await refusedBeforeAnyCall(headers, body);
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toMatch(/^messages\[0\]\.content\[0\]\.video_url: its URL names an IP address/);
+  });
+
   it("an attestation whose prompt token count this decode worker's tokenizer does not reproduce is 409 before decode", async () => {
     // Same label, but the worker's tokenizer changed, and the operator opted out of canaries (trust: declared-only):
     // only the attestation can catch it. (With the default, recorded trust, the tokenizer canary refuses it first.)

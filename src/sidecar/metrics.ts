@@ -168,7 +168,7 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
     }),
     optIn: new Gauge({
       name: 'kvgate_sidecar_opt_in',
-      help: 'One series (value 1) per loud opt-in in use (keys.devSeed, trust: declared-only, compatMode: lenient, nixlSideChannel: unchecked, onTransferFailure: recompute); none with the safe defaults.',
+      help: 'One series (value 1) per loud opt-in in use (keys.devSeed, trust: declared-only, compatMode: lenient, nixlSideChannel: unchecked, onTransferFailure: recompute, media.allowedOrigins); none with the safe defaults.',
       labelNames: ['setting'] as const,
       registers,
     }),

@@ -17,7 +17,7 @@ export interface OptIn {
 }
 
 export function sidecarOptIns(
-  config: Pick<SidecarConfig, 'keys' | 'trust' | 'compatMode' | 'nixlSideChannel' | 'onTransferFailure' | 'probe'>,
+  config: Pick<SidecarConfig, 'keys' | 'trust' | 'compatMode' | 'nixlSideChannel' | 'onTransferFailure' | 'probe' | 'media'>,
 ): OptIn[] {
   const out: OptIn[] = [];
   if (config.keys?.devSeed !== undefined)
@@ -58,6 +58,17 @@ export function sidecarOptIns(
       message:
         'onTransferFailure: recompute - a request whose KV transfer failed is recomputed on the decode worker and served, instead of refused; ' +
         'a broken transfer path shows only in kvgate_sidecar_transfer_failures_total{action="recompute"} and slower answers',
+    });
+  // The worker fetches client media from these origins from inside the mesh, and in a disaggregated route the prefill
+  // and decode workers each fetch it: changing bytes at one URL give the decode worker KV of other media.
+  if (config.media.allowedOrigins.length > 0)
+    out.push({
+      setting: 'media.allowedOrigins',
+      event: 'media_origins_allowed',
+      fields: { origins: config.media.allowedOrigins },
+      message:
+        `media.allowedOrigins - the worker fetches client media from ${config.media.allowedOrigins.join(', ')}; ` +
+        "pair it with vLLM's --allowed-media-domains and VLLM_MEDIA_URL_ALLOW_REDIRECTS=0, and list only origins whose media never changes at one URL",
     });
   return out;
 }

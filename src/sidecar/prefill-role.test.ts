@@ -171,6 +171,45 @@ describe('prefill role', () => {
     }
   });
 
+  it('refuses a media URL its own config does not allow before calling the worker, with one audit line; forwards one it allows', async () => {
+    const withImage = (url: string) => ({
+      model: MODEL,
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'describe' },
+            { type: 'image_url', image_url: { url } },
+          ],
+        },
+      ],
+      kv_transfer_params: { ...PREFILL_KV_PARAMS },
+    });
+    // The default config allows no origin: its worker would fetch this from inside the mesh.
+    for (const url of ['https://media.example.com/cat.png', 'http://127.0.0.1:5600/', 'https://media.example.com\\@evil.example/']) {
+      p.spy.reset();
+      const c = contract();
+      const r = await postJson(`${p.sidecar.url}/v1/chat/completions`, ...bound(c, withImage(url)));
+      expect([r.status, r.body.error.code], url).toEqual([400, 'bad_request']);
+      expect(r.body.error.message).toMatch(/^messages\[0\]\.content\[1\]\.image_url: its URL /);
+      expect(p.spy.workCalls(sim.url)).toEqual([]);
+      expect(p.lines.filter((l) => l['request_id'] === c.requestId && l['audit'] === 'refusal')).toHaveLength(1);
+    }
+    // A sidecar whose config allows the origin hands the request to its worker (the check reads this sidecar's list).
+    const allowing = await startTestSidecar(
+      await sidecarConfigFor(sim, 'prefill', { advertise: '127.0.0.1:9999', media: { allowedOrigins: ['https://media.example.com'] } }),
+    );
+    try {
+      const c = contractFor(allowing.config.fingerprint, '127.0.0.1:9999', { requestId: `pre-${++n}` });
+      await postJson(`${allowing.sidecar.url}/v1/chat/completions`, ...bound(c, withImage('https://media.example.com/cat.png')));
+      // (The simulated worker fetches no media and answers 400 itself; what counts is that the sidecar called it.)
+      const [sent] = allowing.spy.workCalls(sim.url);
+      expect(sent?.body).toMatchObject({ messages: withImage('https://media.example.com/cat.png').messages });
+    } finally {
+      await allowing.sidecar.close();
+    }
+  });
+
   it('refuses use_beam_search, prompt_embeds, prompt logprobs and a prompt field of the other path before calling the worker, with one audit line', async () => {
     for (const [path, body, message] of [
       ['/v1/completions', { model: MODEL, prompt: 'x', use_beam_search: true }, /^use_beam_search is not served/],

@@ -613,9 +613,9 @@ async function runCompletion(
     c.logger.warn({ event: 'contract_refused', reason: bound.error.reason }, bound.error.message);
     return refuse(new KvgateError('contract_invalid', bound.error.message));
   }
-  // As the gate refuses them (client media ids, beam search, a client priority, the other path's prompt), judged from
-  // this request's own path.
-  const field = refusedRequestField(body.value, c.endpoint);
+  // As the gate refuses them (client media ids, media URLs this sidecar's config does not allow, beam search, a client
+  // priority, the other path's prompt), judged from this request's own path.
+  const field = refusedRequestField(body.value, c.endpoint, config.media);
   if (field !== undefined) return refuse(new KvgateError('bad_request', field));
   const call: IncomingCall = {
     endpoint: c.endpoint,
