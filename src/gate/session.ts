@@ -429,7 +429,7 @@ export class ExtProcSession {
   }
 
   /** A FULL_DUPLEX_STREAMED chunk: collect it; decide at the end of the body, or refuse once it is too large. */
-  async #onDuplexChunk(length: number, eos: boolean): Promise<WireProcessingResponse | null> {
+  #onDuplexChunk(length: number, eos: boolean): MaybeAsync<WireProcessingResponse | null> {
     this.#duplexBytes += length;
     const tooLarge = this.#duplexBytes > (this.#deps.maxBodyBytes?.() ?? Number.POSITIVE_INFINITY);
     if (!eos && !tooLarge) return null;
