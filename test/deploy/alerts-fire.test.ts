@@ -327,6 +327,7 @@ describe('alerts of routing, capacity and workers, and their runbooks (docs/oper
       clock += 5 * 60_000 + 1000;
       const broken = await discoveryOf();
       expect(broken.state).toBe('failed');
+      expect(broken.endpoints.map((e) => e.address)).toEqual([decodeA.address]); // the last known pods, routed to by none
       expect(broken.restarts).toBeGreaterThanOrEqual(3);
       // The runbook: `/status` → `discovery` says why, and what to grant.
       const text = await runbook('KvgateDiscoveryWatchesBroken');
