@@ -144,7 +144,7 @@ export function createSidecarMetrics(registry: Registry): SidecarMetrics {
     }),
     replayEvictions: new Counter({
       name: 'kvgate_sidecar_replay_guard_evictions_total',
-      help: 'Contracts the replay guard forgot while still valid because it held its maximum of live contracts (the soonest-expiring first); each one could be replayed once to this worker until it expires. Non-zero means contracts arrive faster than they expire: shorten contract.ttlMs.',
+      help: 'Contracts the replay guard forgot while still valid because it held its maximum of live contracts (the soonest-expiring first); each one could be replayed once to this worker until it expires. Non-zero: more valid contracts reach this worker within one contract lifetime than it can start requests for, routed by the gate or sent past it (docs/operator-guide.md, KvgateReplayGuardEvictions).',
       registers,
     }),
     prefillLegSeconds: new Histogram({

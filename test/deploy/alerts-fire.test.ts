@@ -15,8 +15,15 @@
  *   what they say): a gate started with `insecure: true`, a second gate on a test clock whose polls of one sidecar
  *   fail past staleAfterMs (beside an endpoint that never answers), a forged header, a cross-group hop, a rejected route table,
  *   the impostor left unverified, sessions sent to a drained pool, a prefill and a decode worker upgraded in place,
- *   a contract under a key id the sidecars lack. Where the runbook (docs/operator-guide.md section 15) names a
- *   command or a fix, the test runs it as written and checks that it says what the runbook claims and clears the alert.
+ *   a contract under a key id the sidecars lack, a gate whose pod watch loses its RBAC on the test Kubernetes API
+ *   server (testbed/kube-apiserver) while its a-decode pool is found by selector;
+ * - a decode worker whose replay guard holds 3 contracts (the sidecar's `replayGuardMaxEntries` seam, instead of
+ *   200,000) takes 4 routed requests, then a valid contract sent to it directly, and again.
+ * Where the runbook (docs/operator-guide.md section 15) names a command, a fix or the metrics to compare, the test
+ * runs or reads them as written and checks that they say what the runbook claims and that the alert clears.
+ * Only the expression is evaluated, never the rule's `for`: where one waits (KvgateDiscoveryWatchesBroken, `for: 5m`),
+ * the test shows its condition holds across what could reset it (retries) and what the operator meets by then.
+ * KvgateSilentRecomputes, the one alert of the rule not here, is evaluated in test/e2e/vllm-flavours.test.ts.
  */
 import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -38,7 +45,7 @@ import { parseGateConfig } from '../../src/gate/config.js';
 import { startGate } from '../../src/gate/gate.js';
 import { optInGauge } from '../../src/gate/opt-ins.js';
 import { createKeyStore } from '../../src/key-store.js';
-import { SERVED_MODEL, startTopology, type Topology } from '../../testbed/demo/topology.js';
+import { reservePorts, SERVED_MODEL, startTopology, startWorker, type Topology } from '../../testbed/demo/topology.js';
 import { completion, crossGroupHop, PROMPTS, post } from '../../testbed/demo/scenarios.js';
 import {
   client,
@@ -52,6 +59,7 @@ import {
 } from '../e2e/failure-matrix-support.js';
 import { shippedAlerts } from '../support/alert-rules.js';
 import { evaluateInstant, type Sample, samplesOf } from '../support/promql.js';
+import { readyPod, startKubeApiServer } from '../../testbed/kube-apiserver/server.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -88,6 +96,15 @@ async function exprOf(alert: string): Promise<string> {
   const rule = (await shippedAlerts()).find((a) => a.alert === alert);
   if (rule === undefined) throw new Error(`no alert ${alert} in monitoring.yaml`);
   return rule.expr;
+}
+
+/** The runbook's text (docs/operator-guide.md section 15): from its heading to the next. */
+async function runbook(alert: string): Promise<string> {
+  const guide = await readFile(path.join(PACKAGE_ROOT, 'docs', 'operator-guide.md'), 'utf8');
+  const at = guide.indexOf(`\n### ${alert}\n`);
+  expect(at, `no runbook heading for ${alert}`).toBeGreaterThan(0);
+  const end = guide.indexOf('\n#', at + 5);
+  return guide.slice(at, end < 0 ? undefined : end);
 }
 
 describe('alerts fire on the condition they name', () => {
@@ -160,14 +177,6 @@ describe('alerts of routing, capacity and workers, and their runbooks (docs/oper
   }
   /** The row of `kvgate status` for one endpoint address. */
   const rowOf = (status: string, address: string) => status.split('\n').find((l) => l.includes(` ${address} `)) ?? '';
-  /** The runbook's text: from its heading to the next. */
-  async function runbook(alert: string): Promise<string> {
-    const guide = await readFile(path.join(PACKAGE_ROOT, 'docs', 'operator-guide.md'), 'utf8');
-    const at = guide.indexOf(`\n### ${alert}\n`);
-    expect(at, `no runbook heading for ${alert}`).toBeGreaterThan(0);
-    const end = guide.indexOf('\n#', at + 5);
-    return guide.slice(at, end < 0 ? undefined : end);
-  }
 
   it('KvgateGateInsecureTransport: a gate started from the topology config with `insecure: true` instead of `tls`', async () => {
     const expr = await exprOf('KvgateGateInsecureTransport');
@@ -251,6 +260,101 @@ describe('alerts of routing, capacity and workers, and their runbooks (docs/oper
       await gate?.close();
       proxy.closeAllConnections();
       await new Promise((r) => proxy.close(r));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("KvgateDiscoveryWatchesBroken: the gate's Role is revoked under a running pod watch; /status → discovery names the 403 and its fix, and the Role restored clears it", async () => {
+    const [expr, noRoutable] = [await exprOf('KvgateDiscoveryWatchesBroken'), await exprOf('KvgatePoolNoRoutableEndpoint')];
+    // A second gate, on a clock the test moves, over a copy of the route table whose a-decode pool is found by selector
+    // through the test API server (testbed/kube-apiserver) with the real client library, as deploy/kubernetes does.
+    const api = await startKubeApiServer({ allowedNamespaces: ['kvgate'], bookmarkIntervalMs: 0 });
+    const decodeA = t.worker('llama-a', 'decode');
+    const port = Number(decodeA.address.split(':')[1]);
+    const labels = { app: 'vllm', 'kvgate.dev/role': 'decode', 'kvgate.io/revision': 'llama-a' };
+    api.store.create(readyPod('llama-a-decode-0', 'kvgate', '127.0.0.1', labels, 'uid-llama-a-decode-0'));
+    const dir = await mkdtemp(path.join(tmpdir(), 'kvgate-alerts-discovery-'));
+    let clock = Date.now();
+    let gate: Awaited<ReturnType<typeof startGate>> | undefined;
+    try {
+      const table = parseYaml(await readFile(t.routeTablePath, 'utf8')) as { pools: Record<string, unknown>[] };
+      const pool = table.pools.find((p) => p['name'] === 'a-decode')!;
+      delete pool['endpoints'];
+      pool['discovery'] = {
+        kubernetes: { namespace: 'kvgate', matchLabels: { app: 'vllm', 'kvgate.dev/role': 'decode' }, targetPort: port, statusPort: port },
+      };
+      await writeFile(path.join(dir, 'route-table.yaml'), toYaml(table));
+      const gateYaml = parseYaml(await readFile(path.join(t.dir, 'gate.yaml'), 'utf8')) as Record<string, unknown>;
+      const config = parseGateConfig(
+        toYaml({ ...gateYaml, listen: '127.0.0.1:0', policy: path.join(dir, 'route-table.yaml'), discovery: { staleAfterMs: 30_000 } }),
+        path.join(dir, 'gate.yaml'),
+      );
+      if (!config.ok) throw new Error(JSON.stringify(config.error));
+      gate = await startGate(config.value, {
+        logger: silent,
+        keys: t.keys,
+        now: () => clock,
+        kubeConfig: api.kubeConfig(),
+        discoveryBackoff: { initialMs: 20, maxMs: 100 },
+      });
+      const adminUrl = `http://127.0.0.1:${gate.adminPort}`;
+      const scrapeGate = async () => samplesOf(await metricsOf(adminUrl), { namespace: 'kvgate', pod: 'kvgate-gate-1' });
+      type PoolDiscovery = { state: string; lastError: string | null; restarts: number; endpoints: { address: string }[] };
+      const discoveryOf = async () =>
+        ((await (await fetch(`${adminUrl}/status`)).json()) as { discovery: Record<string, PoolDiscovery> }).discovery['a-decode']!;
+      expect(await eventually(async () => (await discoveryOf()).state === 'ok')).toBe(true);
+      expect((await discoveryOf()).endpoints.map((e) => e.address)).toEqual([decodeA.address]);
+      expect(evaluateInstant(expr, { now: await scrapeGate() })).toEqual([]);
+
+      // The Role no longer grants pods in the namespace. kube-apiserver authorizes a request once, as it arrives
+      // (kubernetes/kubernetes@008b3652, staging/src/k8s.io/apiserver/pkg/endpoints/filters/authorization.go,
+      // `withAuthorization`: the handler runs only after `Authorize` allowed it), so the watch already open goes on
+      // until its timeoutSeconds; the client re-opens it from its resourceVersion and gets 403, then every re-list
+      // does (client-node 1.4.0 dist/cache.js `doneHandler`; src/discovery/pod-watch.ts restarts it).
+      api.setAllowedNamespaces([]);
+      const forbidden = () => api.counts()['forbidden'] ?? 0;
+      expect(forbidden()).toBe(0);
+      api.endWatches(); // the watch's timeoutSeconds ran out
+      expect(await eventually(() => forbidden() >= 2)).toBe(true);
+      const firing = evaluateInstant(expr, { now: await scrapeGate() });
+      expect(firing.map((x) => [x.labels['pod'], x.value])).toEqual([['kvgate-gate-1', 1]]);
+      // `for: 5m`: the gauge holds through every retry, since only a list that succeeds mends the watch.
+      const seen = forbidden();
+      expect(await eventually(() => forbidden() >= seen + 3)).toBe(true);
+      expect(evaluateInstant(expr, { now: await scrapeGate() }).map((x) => x.value)).toEqual([1]);
+
+      // Five minutes on: past discovery.staleAfterMs (30 s), so by the time the alert fires the pool has no endpoints.
+      clock += 5 * 60_000 + 1000;
+      const broken = await discoveryOf();
+      expect(broken.state).toBe('failed');
+      expect(broken.endpoints.map((e) => e.address)).toEqual([decodeA.address]); // the last known pods, routed to by none
+      expect(broken.restarts).toBeGreaterThanOrEqual(3);
+      // The runbook: `/status` → `discovery` says why, and what to grant.
+      const text = await runbook('KvgateDiscoveryWatchesBroken');
+      expect(text).toMatch(/`\/status` →\s+`discovery`/);
+      expect(text).toMatch(/`lastError`/);
+      // The 403 line the runbook quotes is the one /status shows (N: the pool's namespace), and its metric counts it.
+      const quoted = /\(`(the API server refused[^`]+)`\)/.exec(text)?.[1];
+      expect(quoted, text).toBeDefined();
+      expect(broken.lastError).toBe(quoted!.replace(/\s+/g, ' ').replace('namespace N ', 'namespace kvgate '));
+      expect(text).toContain('kvgate_discovery_watch_restarts_total{status}');
+      expect(await counter(adminUrl, 'kvgate_discovery_watch_restarts_total', { status: '403' })).toBeGreaterThanOrEqual(3);
+      await gate.refreshWorkerView();
+      const endpoints = (await scrapeGate()).filter(
+        (s) => s.labels['__name__'] === 'kvgate_worker_endpoints' && s.labels['pool'] === 'a-decode',
+      );
+      expect(endpoints.length).toBeGreaterThan(0);
+      expect(endpoints.every((s) => s.value === 0)).toBe(true);
+      expect(evaluateInstant(noRoutable, { now: await scrapeGate() }).map((x) => x.labels['pool'])).toContain('a-decode'); // b-decode is drained above
+
+      // The fix: the Role back. The next retry lists, the watch runs, and the alert clears.
+      api.setAllowedNamespaces(['kvgate']);
+      expect(await eventually(async () => (await discoveryOf()).state === 'ok')).toBe(true);
+      expect((await discoveryOf()).lastError).toBeNull();
+      expect(evaluateInstant(expr, { now: await scrapeGate() })).toEqual([]);
+    } finally {
+      await gate?.close();
+      await api.close();
       await rm(dir, { recursive: true, force: true });
     }
   });
@@ -442,6 +546,91 @@ describe('alerts of routing, capacity and workers, and their runbooks (docs/oper
       ]);
     } finally {
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a replay guard full of live contracts', () => {
+  it('KvgateReplayGuardEvictions: a decode sidecar whose guard holds 3 contracts admits 4 the gate routed, then 1 sent past the gate; the metrics the runbook names tell the two apart', async () => {
+    const expr = await exprOf('KvgateReplayGuardEvictions');
+    // A second llama-a decode worker, the pool's only endpoint, whose replay guard holds 3 live contracts instead of
+    // 200,000 (the sidecar's `replayGuardMaxEntries` seam); the contracts are the gate's, and live 30 s (contract.ttlMs).
+    const [port] = await reservePorts(1);
+    const descriptor = parseYaml(await readFile(path.join(t.dir, 'llama-a.yaml'), 'utf8')) as Record<string, unknown>;
+    const small = await startWorker({
+      revision: 'llama-a',
+      role: 'decode',
+      index: 1,
+      descriptor,
+      port: port!,
+      internalUrl: t.internalUrl,
+      keys: t.keys,
+      opts: { logger: silent, sidecarProbeIntervalMs: 60_000, replayGuardMaxEntries: 3 },
+    });
+    const good = await readFile(t.routeTablePath, 'utf8');
+    const pod = 'llama-a-decode-1';
+    const admin = `http://127.0.0.1:${t.gate.adminPort}`;
+    try {
+      await editRouteTable(t, (table) => {
+        table.pools.find((p: { name: string }) => p.name === 'a-decode').endpoints = [
+          { address: small.address, status: `http://${small.address}` },
+        ];
+      });
+      expect((await t.gate.policy.reload('alerts test')).ok).toBe(true);
+      await t.gate.refreshWorkerView();
+      const scrapeAll = async () => [
+        ...(await scrape()),
+        ...samplesOf(await metricsOf(small.sidecar.url), {
+          namespace: 'kvgate',
+          pod,
+          kvgate_io_revision: 'llama-a',
+          kvgate_io_role: 'decode',
+        }),
+      ];
+      const sidecar = (name: string, labels: Record<string, string> = {}) => counter(small.sidecar.url, name, labels);
+      const routed = () => counter(admin, 'kvgate_decisions_total', { outcome: 'route', revision: 'llama-a' });
+      const before = await scrapeAll();
+      const [requests0, routed0] = [await sidecar('kvgate_sidecar_requests_total'), await routed()];
+
+      // Real traffic: four requests through Envoy, each with its own contract minted by the gate for this worker.
+      for (let i = 0; i < 3; i++) expect((await complete(t, PROMPTS[i % 2]!, 1, client('acme', `replay-${i}`))).status).toBe(200);
+      expect(evaluateInstant(expr, { before, now: await scrapeAll() })).toEqual([]); // 3 held: nothing forgotten yet
+      expect((await complete(t, PROMPTS[0]!, 1, client('acme', 'replay-3'))).status).toBe(200); // admitted: the guard fails open
+      const firing = evaluateInstant(expr, { before, now: await scrapeAll() });
+      expect(firing.map((x) => [x.labels, x.value])).toEqual([[{ namespace: 'kvgate', pod }, 1]]);
+      // The runbook's first check: every admission here was a route of the gate (its decisions for the revision rose as
+      // much as the sidecar's requests), and nothing was sent twice or to the wrong worker.
+      expect((await sidecar('kvgate_sidecar_requests_total')) - requests0).toBe(4);
+      expect((await routed()) - routed0).toBe(4);
+      expect(await sidecar('kvgate_sidecar_contract_failures_total', { reason: 'replayed' })).toBe(0);
+
+      // Contracts that did not come through the gate's routing: a valid contract (signed with the gate's key) sent to
+      // the worker directly, then again. The sidecar's requests outrun the gate's routes, and the copy is `replayed`.
+      const rid = 'alerts-replay-sprayed';
+      const fields = topologyContractFields(t, rid, 'llama-a', { decode: { cluster: 'a_decode', endpoint: small.address } });
+      const signed = gateSigned(t.keys, fields, { ...completion(PROMPTS[0]!, 1) });
+      const sprayed = () =>
+        post(`${small.sidecar.url}/v1/completions`, signed.body, { 'x-request-id': rid, [H.contract]: signed.contract });
+      expect((await sprayed()).status).toBe(200);
+      const again = await sprayed();
+      expect([again.status, again.json.error?.code]).toEqual([403, 'contract_invalid']);
+      expect((await sidecar('kvgate_sidecar_requests_total')) - requests0).toBe(6);
+      expect((await routed()) - routed0).toBe(4);
+      expect(await sidecar('kvgate_sidecar_contract_failures_total', { reason: 'replayed' })).toBe(1);
+      expect(await sidecar('kvgate_sidecar_replay_guard_evictions_total')).toBe(2);
+
+      const text = await runbook('KvgateReplayGuardEvictions');
+      for (const named of ['kvgate_sidecar_requests_total', 'kvgate_decisions_total', 'reason="replayed"', 'contract.ttlMs', 'section 8'])
+        expect(text).toContain(named);
+      // An increase alert clears once its window holds no eviction.
+      const quiet = await scrapeAll();
+      expect(evaluateInstant(expr, { before: quiet, now: await scrapeAll() })).toEqual([]);
+    } finally {
+      await writeFile(t.routeTablePath, good);
+      expect((await t.gate.policy.reload('alerts test')).ok).toBe(true);
+      await small.sidecar.close();
+      await small.sim.close();
+      await t.gate.refreshWorkerView();
     }
   });
 });

@@ -71,6 +71,11 @@ export interface TopologyOptions {
   readonly descriptorOverrides?: Readonly<Record<string, unknown>>;
   /** Extra sidecar config keys for every sidecar (e.g. `workerApiKey`). */
   readonly sidecar?: Readonly<Record<string, unknown>>;
+  /**
+   * How many live contracts each sidecar's replay guard holds (`replayGuardMaxEntries`; default the product's 200,000):
+   * a test fills a small one with a few contracts instead of 200,000.
+   */
+  readonly replayGuardMaxEntries?: number;
   /** Environment the sidecars read (`workerApiKey.env`); default the process environment. */
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** The Envoy release line the harness plays (its ext_proc stream lifetime; default 1.37). */
@@ -430,6 +435,7 @@ export async function startWorker<R extends string>(s: WorkerSpec<R>): Promise<W
     logger: s.opts.logger.child({ component: 'sidecar', worker: name }),
     registry,
     keys: s.opts.keyFiles === undefined ? s.keys : keyRingOf(s.opts.keyFiles.sidecar),
+    ...(s.opts.replayGuardMaxEntries === undefined ? {} : { replayGuardMaxEntries: s.opts.replayGuardMaxEntries }),
     ...(s.opts.env === undefined ? {} : { env: s.opts.env }),
     ...(s.opts.tracer ? { tracer: s.opts.tracer } : {}),
   });

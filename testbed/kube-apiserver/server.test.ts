@@ -251,3 +251,21 @@ describe('watch from a resourceVersion (pkg/storage/cacher/cache_watcher.go proc
     expect(ev).toMatchObject({ type: 'ADDED', object: { metadata: { name: 'c' } } });
   });
 });
+
+describe('RBAC (apiserver pkg/endpoints/filters/authorization.go)', () => {
+  it('authorizes a request as it arrives: a watch open before the Role went keeps running, the next list and watch are 403', async () => {
+    api = await startKubeApiServer({ allowedNamespaces: [NS] });
+    const rv = api.store.resourceVersion;
+    const lines = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${rv}`, 1);
+    for (let i = 0; i < 200 && api.openWatches() === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(api.openWatches()).toBe(1);
+    api.setAllowedNamespaces([]);
+    api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
+    expect(await lines).toMatchObject([{ type: 'ADDED', object: { metadata: { name: 'a-0' } } }]);
+    for (const watch of ['', `&watch=true&resourceVersion=${rv}`]) {
+      const r = await get(`/api/v1/namespaces/${NS}/pods?labelSelector=app%3Dx${watch}`);
+      expect(r.status).toBe(403);
+      expect(JSON.parse(r.body)).toMatchObject({ kind: 'Status', reason: 'Forbidden', code: 403 });
+    }
+  });
+});

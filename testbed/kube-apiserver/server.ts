@@ -17,7 +17,9 @@
  *   parameter, an unready watch cache);
  * - `timeoutSeconds` (or the server's own watch timeout) ends the stream cleanly
  *   (pkg/endpoints/handlers/get.go `ListResource` picks minRequestTimeout × (1 + rand) when the client gives none);
- * - RBAC: a namespace outside `allowedNamespaces` gets 403 with a Forbidden Status, a wrong bearer token 401;
+ * - RBAC: a namespace outside `allowedNamespaces` gets 403 with a Forbidden Status, a wrong bearer token 401; checked
+ *   once per request as it arrives (pkg/endpoints/filters/authorization.go `withAuthorization`, kubernetes/kubernetes
+ *   @008b3652), so an RBAC edit leaves watches already open running until they end;
  * - label selectors (selector.ts), pagination, bookmarks, restarts and the `version`-dependent watch while the watch
  *   cache initializes: see README.md, which cites the upstream file for each.
  */
@@ -71,7 +73,7 @@ export interface KubeApiServer {
   freezeWatches(): void;
   /** Send a bookmark on every open watch that allows them. */
   bookmark(): void;
-  /** Change who may list pods where (an RBAC edit). */
+  /** Change who may list pods where (an RBAC edit): from the next request on; open watches keep running. */
   setAllowedNamespaces(namespaces: readonly string[] | undefined): void;
   /** RBAC that grants get/list but not watch (a Role with `verbs: [get, list]`): watches get 403. */
   setWatchForbidden(forbidden: boolean): void;
