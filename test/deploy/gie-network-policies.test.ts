@@ -9,6 +9,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { admits, docs, NS, type Pod, policiesIn } from '../support/network-policy.js';
+import { shippedUcxPorts } from '../support/vllm-pods.js';
 
 const BASE = [...policiesIn('deploy/kubernetes/network-policies.yaml'), ...policiesIn('deploy/gie/network-policies.yaml')];
 const workers: Pod[] = docs('deploy/kubernetes/workers.yaml')
@@ -51,7 +52,12 @@ const GATEWAYS: { dir: string; pod: (name: string) => Pod }[] = [
 ];
 
 const SIDECAR = 9090;
-const OTHER_PORTS = [9091, 5600, 9092, 8000];
+/** Worker ports no gateway or EPP may reach; with both ends of vLLM's UCX TCP range (open between workers only). */
+function otherPorts(): number[] {
+  const ucx = shippedUcxPorts();
+  return [9091, 5600, 9092, 8000, ucx[0]!, ucx.at(-1)!];
+}
+
 describe('deploy/gie: NetworkPolicies with kvgate as the endpoint picker', () => {
   it('the kustomization applies deploy/gie/network-policies.yaml', () => {
     expect(docs('deploy/gie/kustomization.yaml')[0]!['resources']).toContain('network-policies.yaml');
@@ -61,7 +67,7 @@ describe('deploy/gie: NetworkPolicies with kvgate as the endpoint picker', () =>
     expect(workers.length).toBeGreaterThan(0);
     for (const w of workers) {
       expect(admits(BASE, epp, w, SIDECAR), JSON.stringify(w.labels)).toBe(true);
-      for (const port of OTHER_PORTS) expect(admits(BASE, epp, w, port), `EPP -> ${port}`).toBe(false);
+      for (const port of otherPorts()) expect(admits(BASE, epp, w, port), `EPP -> ${port}`).toBe(false);
     }
   });
 
@@ -71,7 +77,7 @@ describe('deploy/gie: NetworkPolicies with kvgate as the endpoint picker', () =>
       const proxy = g.pod(gatewayName(g.dir));
       for (const w of workers) {
         expect(admits(policies, proxy, w, SIDECAR), `${g.dir} proxy -> ${JSON.stringify(w.labels)}`).toBe(true);
-        for (const port of OTHER_PORTS) expect(admits(policies, proxy, w, port), `${g.dir} proxy -> ${port}`).toBe(false);
+        for (const port of otherPorts()) expect(admits(policies, proxy, w, port), `${g.dir} proxy -> ${port}`).toBe(false);
       }
       // The same labels elsewhere, or another pod of the gateway's namespace, get nothing.
       const w = workers[0]!;
