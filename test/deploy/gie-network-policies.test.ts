@@ -3,62 +3,13 @@
  * plus the chosen gateway's file) must let the EPP poll every worker's sidecar and let the gateway's proxy reach the
  * endpoints the EPP picks, both on the sidecar port, and still nothing else there.
  *
- * The evaluator follows the NetworkPolicy semantics of kubernetes/website
- * content/en/docs/concepts/services-networking/network-policies.md: a pod selected by any Ingress policy admits only
- * what some rule of those policies allows (policies are additive); a peer with only `podSelector` means pods of the
- * policy's own namespace, with only `namespaceSelector` every pod of the matching namespaces, with both the pods
- * matching both; a rule without `ports` allows every port. Namespaces carry `kubernetes.io/metadata.name`.
+ * The NetworkPolicy evaluator and its sources: test/support/network-policy.ts.
  *
  * Where each gateway runs its proxy pods, and their labels, is upstream's fact, recorded below with its source.
  */
-import { readFileSync } from 'node:fs';
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseAllDocuments } from 'yaml';
-import { PACKAGE_ROOT } from '../../src/package-root.js';
-
-type Obj = Record<string, any>;
-type Labels = Record<string, string>;
-interface Pod {
-  readonly namespace: string;
-  readonly labels: Labels;
-}
-const NS = 'kvgate'; // deploy/kubernetes/kustomization.yaml and deploy/gie/kustomization.yaml `namespace`
-
-const docs = (f: string): Obj[] =>
-  parseAllDocuments(readFileSync(path.join(PACKAGE_ROOT, f), 'utf8'))
-    .map((d) => d.toJS() as Obj)
-    .filter((d) => d !== null);
-const policiesIn = (f: string): Obj[] => docs(f).filter((d) => d['kind'] === 'NetworkPolicy');
-const matchLabels = (selector: Obj | undefined, labels: Labels): boolean =>
-  Object.entries((selector?.['matchLabels'] ?? {}) as Labels).every(([k, v]) => labels[k] === v) &&
-  (selector?.['matchExpressions'] ?? []).length === 0;
-
-function peerMatches(peer: Obj, policyNamespace: string, src: Pod): boolean {
-  const nsLabels = { 'kubernetes.io/metadata.name': src.namespace };
-  if (peer['ipBlock']) return false; // none here; pod IPs are not modelled
-  const nsOk = peer['namespaceSelector'] ? matchLabels(peer['namespaceSelector'], nsLabels) : src.namespace === policyNamespace;
-  const podOk = peer['podSelector'] ? matchLabels(peer['podSelector'], src.labels) : true;
-  return nsOk && podOk;
-}
-
-/** Whether `src` may open a TCP connection to `dst` on `port` under `policies`. */
-function admits(policies: readonly Obj[], src: Pod, dst: Pod, port: number): boolean {
-  const selecting = policies.filter(
-    (p) =>
-      (p['metadata']['namespace'] ?? NS) === dst.namespace &&
-      matchLabels(p['spec']['podSelector'], dst.labels) &&
-      (p['spec']['policyTypes'] ?? ['Ingress']).includes('Ingress'),
-  );
-  if (selecting.length === 0) return true;
-  return selecting.some((p) =>
-    (p['spec']['ingress'] ?? []).some(
-      (rule: Obj) =>
-        (rule['from'] === undefined || rule['from'].some((peer: Obj) => peerMatches(peer, p['metadata']['namespace'] ?? NS, src))) &&
-        (rule['ports'] === undefined || rule['ports'].some((x: Obj) => x['port'] === port)),
-    ),
-  );
-}
+import { admits, docs, NS, type Pod, policiesIn } from '../support/network-policy.js';
+import { shippedUcxPorts } from '../support/vllm-pods.js';
 
 const BASE = [...policiesIn('deploy/kubernetes/network-policies.yaml'), ...policiesIn('deploy/gie/network-policies.yaml')];
 const workers: Pod[] = docs('deploy/kubernetes/workers.yaml')
@@ -101,7 +52,11 @@ const GATEWAYS: { dir: string; pod: (name: string) => Pod }[] = [
 ];
 
 const SIDECAR = 9090;
-const OTHER_PORTS = [9091, 5600, 9092, 8000];
+/** Worker ports no gateway or EPP may reach; with both ends of vLLM's UCX TCP range (open between workers only). */
+function otherPorts(): number[] {
+  const ucx = shippedUcxPorts();
+  return [9091, 5600, 9092, 8000, ucx[0]!, ucx.at(-1)!];
+}
 
 describe('deploy/gie: NetworkPolicies with kvgate as the endpoint picker', () => {
   it('the kustomization applies deploy/gie/network-policies.yaml', () => {
@@ -112,7 +67,7 @@ describe('deploy/gie: NetworkPolicies with kvgate as the endpoint picker', () =>
     expect(workers.length).toBeGreaterThan(0);
     for (const w of workers) {
       expect(admits(BASE, epp, w, SIDECAR), JSON.stringify(w.labels)).toBe(true);
-      for (const port of OTHER_PORTS) expect(admits(BASE, epp, w, port), `EPP -> ${port}`).toBe(false);
+      for (const port of otherPorts()) expect(admits(BASE, epp, w, port), `EPP -> ${port}`).toBe(false);
     }
   });
 
@@ -122,7 +77,7 @@ describe('deploy/gie: NetworkPolicies with kvgate as the endpoint picker', () =>
       const proxy = g.pod(gatewayName(g.dir));
       for (const w of workers) {
         expect(admits(policies, proxy, w, SIDECAR), `${g.dir} proxy -> ${JSON.stringify(w.labels)}`).toBe(true);
-        for (const port of OTHER_PORTS) expect(admits(policies, proxy, w, port), `${g.dir} proxy -> ${port}`).toBe(false);
+        for (const port of otherPorts()) expect(admits(policies, proxy, w, port), `${g.dir} proxy -> ${port}`).toBe(false);
       }
       // The same labels elsewhere, or another pod of the gateway's namespace, get nothing.
       const w = workers[0]!;

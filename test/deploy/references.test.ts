@@ -464,6 +464,9 @@ function containerPort(pod: Pod, port: string | number, c?: Doc): boolean {
   );
 }
 
+/** The UCX TCP port range a container pins, if any. */
+const ucxRange = (c: Doc): string | undefined => (c['env'] ?? []).find((e: Doc) => e['name'] === 'UCX_TCP_PORT_RANGE')?.['value'];
+
 /** The file at `file` inside container `c` of `pod`: the mounted ConfigMap or Secret key (honouring `items`). */
 function fileIn(cluster: Cluster, pod: Pod, c: Doc, file: string): { ok: boolean; content?: string | undefined; why: string } {
   const mount = (c['volumeMounts'] ?? [])
@@ -646,8 +649,14 @@ function checkSelectors(cl: Cluster, mesh: boolean, out: string[]): void {
           }
         }
         for (const port of rule['ports'] ?? []) {
-          if (!targets.some((p) => containerPort(p, port['port'])))
-            out.push(`${name}: port ${port['port']} is no port of the pods it selects`);
+          // A port range opens listeners that pick their own port inside it, which no containerPort can name: it
+          // must be the range a selected container's UCX_TCP_PORT_RANGE pins (deploy/kubernetes/workers.yaml).
+          const ok =
+            port['endPort'] === undefined
+              ? targets.some((p) => containerPort(p, port['port']))
+              : targets.some((p) => containers(p.spec).some((c) => ucxRange(c) === `${port['port']}-${port['endPort']}`));
+          if (!ok)
+            out.push(`${name}: port ${port['port']}${port['endPort'] ? `-${port['endPort']}` : ''} is no port of the pods it selects`);
         }
       }
     }
@@ -1024,7 +1033,7 @@ describe('every reference an operator applies resolves within its install path',
     });
   }
 
-  it('the checks see a broken reference (a Secret, a Service port, a ConfigMap key, a NetworkPolicy, a pool label)', () => {
+  it('the checks see a broken reference (a Secret, a Service port, a ConfigMap key, a NetworkPolicy, a port range, a pool label)', () => {
     const base = PATHS[0]!;
     const broken = base.docs
       .map((d) =>
@@ -1038,7 +1047,15 @@ describe('every reference an operator applies resolves within its install path',
       )
       .map((d) =>
         d['kind'] === 'NetworkPolicy' && d['metadata']['name'] === 'kvgate-workers'
-          ? { ...d, spec: { ...d['spec'], ingress: d['spec']['ingress'].slice(1) } }
+          ? {
+              ...d,
+              spec: {
+                ...d['spec'],
+                ingress: d['spec']['ingress']
+                  .slice(1)
+                  .map((r: Doc) => ({ ...r, ports: r['ports'].map((x: Doc) => (x['endPort'] ? { ...x, endPort: x['endPort'] + 9 } : x)) })),
+              },
+            }
           : d['kind'] === 'StatefulSet' && d['metadata']['name'] === 'vllm-b-decode'
             ? structuredClone({
                 ...d,
@@ -1059,6 +1076,7 @@ describe('every reference an operator applies resolves within its install path',
     expect(saw('ConfigMap kvgate-sidecar has no key llama-b.yaml')).toBe(true);
     expect(saw('NetworkPolicy drops Deployment/kvgate-gate -> StatefulSet/vllm-a-decode:9090')).toBe(true);
     expect(saw('pool b-decode selects no pods')).toBe(true);
+    expect(saw('NetworkPolicy kvgate-workers: port 5700-5740 is no port of the pods it selects')).toBe(true);
   });
 });
 
