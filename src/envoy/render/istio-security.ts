@@ -18,7 +18,8 @@ export function renderIstioSecurity(_input: RenderInput, s: RenderSettings): str
     '',
     `mTLS between every workload of the namespace (gateways -> gate, gateways -> workers), with one exception: the`,
     `gate's status polls go to each worker's pod IP, which Istio sends without mTLS (see kvgate-workers below).`,
-    `vLLM's NIXL side channel (5600) is excluded from the proxies by the worker pods' annotations and stays outside.`,
+    `vLLM's NIXL side channel (5600) and UCX's TCP transfer ports (UCX_TCP_PORT_RANGE, 5700-5731 in`,
+    `deploy/kubernetes/workers.yaml) are excluded from the proxies by the worker pods' annotations and stay outside.`,
   ]);
   return `${head.join('\n')}\napiVersion: security.istio.io/v1
 kind: PeerAuthentication
