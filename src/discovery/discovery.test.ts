@@ -343,6 +343,113 @@ describe('pool discovery through @kubernetes/client-node against the test API se
     expect(discovery.status([a])['a-decode']!.restarts).toBeGreaterThanOrEqual(2);
   });
 
+  /** A discovery whose metrics the test reads; `sample` runs at every change it announces. */
+  function withMetrics(sample?: () => void): { d: Discovery; registry: Registry } {
+    const registry = new Registry();
+    discovery = createDiscovery({
+      kubeConfig: api!.kubeConfig(),
+      staleAfterMs: 5000,
+      logger: silent,
+      registry,
+      backoff: { initialMs: 20, maxMs: 100 },
+    });
+    if (sample !== undefined) discovery.onChange(sample);
+    return { d: discovery, registry };
+  }
+  /** The gauge as a scrape would read it now (its `collect` runs synchronously inside `get`). */
+  const brokenGauge = (registry: Registry): Promise<number> =>
+    registry
+      .getSingleMetric('kvgate_discovery_watches_broken')!
+      .get()
+      .then((m) => m.values[0]?.value ?? 0);
+  const restartsBy = async (registry: Registry, status: string): Promise<number> =>
+    (await registry.getSingleMetric('kvgate_discovery_watch_restarts_total')!.get()).values.find((v) => v.labels['status'] === status)
+      ?.value ?? 0;
+  async function eventually(check: () => Promise<boolean>, what: string): Promise<void> {
+    const end = Date.now() + 5000;
+    while (!(await check())) {
+      if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  it('a watch answered with an ERROR event other than 410 is a broken watch: restarted with a fresh list and backoff, counted by its code', async () => {
+    api = await startKubeApiServer();
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    const { a } = selectorPools();
+    const { d, registry } = withMetrics();
+    d.sync([a]);
+    await until(() => addrs(d, a).length === 1, 'a-0');
+    // What kube-apiserver's watch cache sends for an error it meets setting a watch up (newErrWatcher): 200, one
+    // ERROR event, the end. client-node 1.4.0 ignores the event and re-opens the watch at once, no backoff.
+    api.setWatchError({ code: 500, reason: 'InternalError', message: 'Internal error occurred: etcdserver: no leader' });
+    api.endWatches();
+    await until(() => (api!.counts()['watchError'] ?? 0) >= 3, 'three watches ended by an ERROR event');
+    // Each one restarted the informer: a fresh list (after the backoff) before the next watch, not a re-watch at once.
+    expect(api.counts()['list'] ?? 0).toBeGreaterThanOrEqual(api.counts()['watchError'] ?? 0);
+    await eventually(async () => (await restartsBy(registry, '500')) >= 2, 'restarts counted with the Status code');
+    expect(d.status([a])['a-decode']!.lastError).toMatch(
+      /ERROR event \(500 InternalError\): Internal error occurred: etcdserver: no leader/,
+    );
+    await eventually(async () => (await brokenGauge(registry)) === 1, 'the watch counted broken');
+    expect(addrs(d, a)).toEqual(['10.1.0.5:8000']); // each list is current: its pods are kept
+    // The error clears: the next watch runs, and so does the gauge.
+    api.setWatchError(null);
+    await eventually(async () => (await brokenGauge(registry)) === 0 && d.status([a])['a-decode']!.lastError === null, 'mended');
+    api.store.update(NS, 'a-0', (p) => {
+      p.status.conditions = [{ type: 'Ready', status: 'False' }];
+    });
+    await until(() => addrs(d, a).length === 0, 'changes seen through the watch again');
+  });
+
+  it('an ERROR event in the middle of a running watch (the etcd watcher failing) restarts it the same way', async () => {
+    api = await startKubeApiServer();
+    const { a } = selectorPools();
+    const { d, registry } = withMetrics();
+    d.sync([a]);
+    await until(() => d.ready() && api!.openWatches() === 1, 'watching');
+    const lists = api.counts()['list'] ?? 0;
+    api.errorWatches({ code: 500, reason: 'InternalError', message: 'Internal error occurred: failed to decode' });
+    await eventually(async () => (await restartsBy(registry, '500')) === 1, 'restart counted');
+    await until(() => (api!.counts()['list'] ?? 0) > lists && api!.openWatches() === 1, 're-listed and watching again');
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    await until(() => addrs(d, a).length === 1, 'a-0 through the new watch');
+    expect(await brokenGauge(registry)).toBe(0);
+  });
+
+  it('list allowed, watch refused (403): the broken-watch gauge never reads 0 across the restarts, and the listed pods are used', async () => {
+    api = await startKubeApiServer();
+    api.setWatchForbidden(true);
+    api.store.create(readyPod('a-0', NS, '10.1.0.5', labels('llama-a'), 'uid-a0'));
+    const { a } = selectorPools();
+    const samples: number[] = [];
+    let failedOnce = false;
+    let registry: Registry | undefined;
+    // Read the gauge at every change discovery announces (a list landing, a failure), as a scrape then would.
+    const sample = (): void => {
+      if (failedOnce) void brokenGauge(registry!).then((v) => samples.push(v));
+    };
+    const made = withMetrics(sample);
+    registry = made.registry;
+    const d = made.d;
+    d.sync([a]);
+    await until(() => (api!.counts()['forbidden'] ?? 0) >= 1, 'the first watch refused');
+    await eventually(async () => (await brokenGauge(registry!)) === 1, 'broken');
+    failedOnce = true;
+    const lists = api.counts()['list'] ?? 0;
+    await until(() => (api!.counts()['list'] ?? 0) >= lists + 3 && (api!.counts()['forbidden'] ?? 0) >= 4, 'three more list + 403 rounds');
+    await until(() => samples.length >= 6, 'gauge read at each list and failure');
+    expect(samples.every((v) => v === 1)).toBe(true);
+    expect(await brokenGauge(registry)).toBe(1);
+    expect(d.status([a])['a-decode']!.lastError).toMatch(/403 Forbidden/);
+    // The pods of each list are current: not stale for want of a watch.
+    expect(addrs(d, a)).toEqual(['10.1.0.5:8000']);
+    // The Role gains `watch`: the next watch is answered, and only that mends it.
+    api.setWatchForbidden(false);
+    await eventually(async () => (await brokenGauge(registry!)) === 0, 'mended by a watch that runs');
+    expect(d.status([a])['a-decode']).toMatchObject({ state: 'ok', lastError: null });
+  });
+
   it('a reload that adds a pool whose watch cannot list (403) fails that pool closed, and leaves a ready gate ready', async () => {
     api = await startKubeApiServer({ allowedNamespaces: [NS] });
     const v = clone(twoRevisionTableValue()) as { pools: Record<string, unknown>[] };

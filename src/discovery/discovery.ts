@@ -86,7 +86,7 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
   });
   const brokenGauge = new Gauge({
     name: 'kvgate_discovery_watches_broken',
-    help: 'Pod watches that are broken now (their last known endpoints are stale, then dropped after staleAfterMs).',
+    help: 'Pod watches that are broken now: not answered by the API server since they last failed (a list alone does not mend one).',
     registers: [deps.registry],
     collect() {
       this.set([...watches.values()].filter((e) => e.watch.state().brokenSinceMs !== null).length);
@@ -137,8 +137,9 @@ export function createDiscovery(deps: DiscoveryDeps): Discovery {
     if (entry === undefined) return 'syncing';
     const s = entry.watch.state();
     if (!s.synced) return 'syncing';
-    if (s.brokenSinceMs === null) return 'ok';
-    return now() - s.brokenSinceMs > deps.staleAfterMs ? 'failed' : 'stale';
+    // The pods' age, not the watch's: a list that succeeded is current even while its watch is refused.
+    if (s.staleSinceMs === null) return 'ok';
+    return now() - s.staleSinceMs > deps.staleAfterMs ? 'failed' : 'stale';
   };
 
   return {

@@ -7,6 +7,8 @@
  * and what this adapter does about it:
  * - a watch that ends cleanly (the API server's watch timeout) is re-opened by the library from the last
  *   resourceVersion; a `410 Gone` (HTTP status or an ERROR event with code 410) makes it re-list;
+ * - an `ERROR` event other than 410 is ignored (`watchHandler`), and the stream's end that follows is taken for a
+ *   clean one: the watch is re-opened at once, no backoff. `GuardedWatch` turns such an event into a failure;
  * - any other failure (connection refused, a failed list, 403) fires its `error` callback and the informer STOPS.
  *   We then start a fresh informer after a backoff, which lists again (a full re-list; the pods it no longer
  *   returns are gone). Until that list succeeds the last known pods are kept and reported as stale;
@@ -27,8 +29,18 @@ import type { PodLike } from './pods.js';
 export interface PodWatchState {
   /** A list has succeeded at least once: the pods are known. */
   readonly synced: boolean;
-  /** Since when the watch has been broken (ms since the epoch); null while it runs. */
+  /**
+   * Since when the watch has been broken (ms since the epoch); null once a watch request was answered 200 and was not
+   * then ended by an ERROR event. A list alone does not clear it: with RBAC that grants list but not watch every list
+   * succeeds and every watch is refused, and the watch is broken all along (`kvgate_discovery_watches_broken`).
+   */
   readonly brokenSinceMs: number | null;
+  /**
+   * Since when the pods are not known to be current (ms since the epoch): set when the watch breaks, null again once a
+   * list (or a watch) succeeds. The pods of a list that succeeded are current, even while its watch is refused.
+   */
+  readonly staleSinceMs: number | null;
+  /** What broke the watch last; null once a watch is established again. */
   readonly lastError: string | null;
   readonly restarts: number;
 }
@@ -65,15 +77,45 @@ interface Informer {
   stop(): Promise<void>;
 }
 
+/** An ERROR event's Status (`{"type":"ERROR","object":<Status>}`), as a watch failure. */
+class WatchErrorEvent extends Error {
+  constructor(
+    readonly code: number | null,
+    readonly reason: string,
+    readonly detail: string,
+  ) {
+    super(`the API server ended the watch with an ERROR event: ${code ?? 'no code'} ${reason}: ${detail}`);
+  }
+}
+
+interface WatchHooks {
+  /** A sign of life: a watch opened, or a line (event or bookmark; an ERROR event is none) arrived. */
+  alive(what: 'open' | 'line' | 'error'): void;
+  /** The watch request was answered 200: the watch is established. */
+  established(): void;
+  /** An ERROR event other than 410; `first`: it was the request's first line (the watch never ran). */
+  failed(e: WatchErrorEvent, first: boolean): void;
+}
+
 /**
- * A library `Watch` that opens nothing once its informer was stopped, aborts a watch that connected meanwhile, and
- * reports every sign of life (a watch opened, any line: event, bookmark or error) to the idle check.
+ * A library `Watch` that opens nothing once its informer was stopped, aborts a watch that connected meanwhile,
+ * reports every sign of life (a watch opened, any line: event, bookmark or error) to the idle check, says when a
+ * watch request was answered 200, and turns an ERROR event other than 410 into a failure of the informer.
+ *
+ * The library ignores such an ERROR event (`watchHandler` in dist/cache.js returns on `ERROR` after looking only
+ * for code 410), and kube-apiserver ends the stream right after it (the cacher's `newErrWatcher` sends one event and
+ * closes its channel; `WatchServer.HandleHTTP` returns when the channel closes: kubernetes/kubernetes
+ * staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go @00319881a809400fd88feac10e724a9e4afae4d9,
+ * pkg/endpoints/handlers/watch.go @034debc18008c8ebfe1971d7d402dcf2b50b84c2). The library takes that end for a
+ * clean one and re-opens the watch at once from the same resourceVersion, with no backoff: an error that persists
+ * (a 500 InternalError, which `newErrWatcher` makes of any error without a Status) would loop as fast as the API
+ * server answers, with the watch counted healthy. A 410 is left to the library, which re-lists.
  */
 class GuardedWatch extends Watch {
   stopped = false;
   constructor(
     config: KubeConfig,
-    private readonly alive: (what: 'open' | 'line') => void,
+    private readonly hooks: WatchHooks,
   ) {
     super(config);
   }
@@ -83,17 +125,34 @@ class GuardedWatch extends Watch {
       none.abort();
       return none;
     }
-    this.alive('open');
+    this.hooks.alive('open');
+    let refused = false;
+    let lines = 0;
     const controller = await super.watch(
       path,
       query,
       (phase, obj, raw) => {
-        this.alive('line');
+        const first = lines++ === 0;
+        if (phase === 'ERROR') {
+          this.hooks.alive('error');
+          const status = (obj ?? {}) as { code?: unknown; reason?: unknown; message?: unknown };
+          const code = typeof status.code === 'number' ? status.code : null;
+          if (code !== 410 && !this.stopped) {
+            this.hooks.failed(new WatchErrorEvent(code, String(status.reason ?? ''), String(status.message ?? '')), first);
+            return;
+          }
+        } else this.hooks.alive('line');
         callback(phase, obj, raw);
       },
-      done,
+      (err) => {
+        if (err) refused = true;
+        done(err);
+      },
     );
+    // The library's `watch` returns once the answer's headers are in: `done` was called with an error by then for
+    // any answer but 200 (dist/watch.js), so a watch not refused by now was answered 200.
     if (this.stopped) controller.abort();
+    else if (!refused) this.hooks.established();
     return controller;
   }
 }
@@ -112,6 +171,10 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
   let lastKnown: readonly PodLike[] = [];
   let synced = false;
   let brokenSinceMs: number | null = null;
+  // brokenSinceMs as it was before the current watch request was answered 200: an ERROR event as that watch's first
+  // line means it never ran, and the broken spell goes on from then (the alert's `for`, kept across the retry).
+  let brokenBeforeOpenMs: number | null = null;
+  let staleSinceMs: number | null = null;
   let lastError: string | null = null;
   let restarts = 0;
   let attempt = 0;
@@ -120,17 +183,28 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
   const changed = (): void => void setImmediate(() => !stopped && opts.onChange());
   // Real (monotonic) time, not opts.now: it measures the connection, not the gate's clock.
   let lastAliveMs = performance.now();
-  const alive = (what?: 'open' | 'line'): void => {
+  const alive = (what?: 'open' | 'line' | 'error'): void => {
     lastAliveMs = performance.now();
     // The backoff starts over once a watch delivers: a list alone proves nothing about the watch (RBAC with
     // get/list but not watch lists fine, then every watch is refused), and re-listing at once after each list
-    // would load the API server with a full list every initialMs, forever.
+    // would load the API server with a full list every initialMs, forever. Nor does an ERROR event.
     if (what === 'line') attempt = 0;
   };
 
   const start = (): void => {
     const listed = { ok: false };
-    const guard = new GuardedWatch(opts.kubeConfig, alive);
+    const guard: GuardedWatch = new GuardedWatch(opts.kubeConfig, {
+      alive,
+      established() {
+        if (informer !== current || stopped || guard.stopped) return;
+        brokenBeforeOpenMs = brokenSinceMs;
+        if (brokenSinceMs === null && lastError === null) return;
+        brokenSinceMs = null;
+        lastError = null;
+        changed();
+      },
+      failed: (e, first) => onFailure(informer, guard, e, first),
+    });
     alive();
     const informer = new ListWatch<V1Pod>(
       path,
@@ -145,8 +219,8 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
             listed.ok = true;
             currentListed = true;
             synced = true;
-            brokenSinceMs = null;
-            lastError = null;
+            // The pods are current; the watch is not mended until it is answered (brokenSinceMs, lastError).
+            staleSinceMs = null;
             opts.onChange();
           });
         }
@@ -163,7 +237,7 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
     informer.start().catch((e: unknown) => onFailure(informer, guard, e));
   };
 
-  const onFailure = (informer: Informer, guard: GuardedWatch, e: unknown): void => {
+  const onFailure = (informer: Informer, guard: GuardedWatch, e: unknown, neverRan = false): void => {
     if (informer !== current || stopped || guard.stopped) return;
     if (currentListed) lastKnown = informer.list(opts.namespace);
     currentListed = false;
@@ -171,7 +245,9 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
     void informer.stop();
     const status = statusOf(e);
     lastError = describe(e, status, opts.namespace);
+    if (neverRan && brokenBeforeOpenMs !== null) brokenSinceMs = brokenBeforeOpenMs;
     brokenSinceMs ??= opts.now();
+    staleSinceMs ??= opts.now();
     opts.onError(lastError, status);
     const delay = Math.min(backoff.maxMs, backoff.initialMs * 2 ** attempt++);
     restarts++;
@@ -203,7 +279,7 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
   start();
   return {
     pods: () => (currentListed && current ? current.list(opts.namespace) : lastKnown),
-    state: () => ({ synced, brokenSinceMs, lastError, restarts }),
+    state: () => ({ synced, brokenSinceMs, staleSinceMs, lastError, restarts }),
     async stop() {
       stopped = true;
       clearTimeout(timer);
@@ -215,6 +291,7 @@ export function startPodWatch(opts: PodWatchOptions): PodWatch {
 }
 
 function statusOf(e: unknown): number | null {
+  if (e instanceof WatchErrorEvent) return e.code;
   const o = e as { code?: unknown; statusCode?: unknown } | null;
   if (typeof o?.statusCode === 'number') return o.statusCode;
   if (typeof o?.code === 'number') return o.code;
@@ -222,6 +299,12 @@ function statusOf(e: unknown): number | null {
 }
 
 function describe(e: unknown, status: number | null, namespace: string): string {
+  if (e instanceof WatchErrorEvent) {
+    return (
+      `the API server ended the pod watch in namespace ${namespace} with an ERROR event (${status ?? 'no code'}` +
+      `${e.reason === '' ? '' : ` ${e.reason}`}): ${e.detail}; retrying with a fresh list`
+    );
+  }
   if (status === 403) {
     return (
       `the API server refused to list or watch pods in namespace ${namespace} (403 Forbidden): grant the gate's ` +

@@ -269,3 +269,66 @@ describe('RBAC (apiserver pkg/endpoints/filters/authorization.go)', () => {
     }
   });
 });
+
+describe('watch answers and ERROR events (pkg/endpoints/handlers/watch.go HandleHTTP; pkg/storage/cacher/cacher.go newErrWatcher)', () => {
+  it('answers a watch 200 with its headers at once, before any event (HandleHTTP flushes after WriteHeader)', async () => {
+    api = await startKubeApiServer({ bookmarkIntervalMs: 0 });
+    const ac = new AbortController();
+    // fetch resolves on the headers: with nothing to send yet, it resolves only if they were flushed.
+    const res = await fetch(`${api.url}/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${api.store.resourceVersion}`, {
+      headers: { authorization: 'Bearer test-token' },
+      signal: ac.signal,
+    });
+    expect(res.status).toBe(200);
+    expect(api.openWatches()).toBe(1);
+    ac.abort();
+  });
+
+  it('setWatchError: every new watch is 200, one ERROR event with the Status, then the end; lists are not affected', async () => {
+    api = await startKubeApiServer();
+    const status = { code: 500, reason: 'InternalError', message: 'Internal error occurred: etcdserver: no leader' };
+    api.setWatchError(status);
+    const res = await get(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${api.store.resourceVersion}`);
+    expect(res.status).toBe(200);
+    const lines = res.body.trim().split('\n');
+    expect(lines.map((l) => JSON.parse(l) as unknown)).toEqual([
+      { type: 'ERROR', object: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', ...status } },
+    ]);
+    expect(api.counts()['watchError']).toBe(1);
+    expect((await get(`/api/v1/namespaces/${NS}/pods`)).status).toBe(200);
+    api.setWatchError(null);
+    const ok = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${api.store.resourceVersion}`, 1);
+    for (let i = 0; i < 200 && api.openWatches() === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
+    expect(await ok).toMatchObject([{ type: 'ADDED' }]);
+  });
+
+  it('errorWatches: an open watch gets one ERROR event, then its stream ends (the etcd watcher failing mid-watch)', async () => {
+    api = await startKubeApiServer({ bookmarkIntervalMs: 0 });
+    const ac = new AbortController();
+    const res = await fetch(`${api.url}/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${api.store.resourceVersion}`, {
+      headers: { authorization: 'Bearer test-token' },
+      signal: ac.signal,
+    });
+    expect(api.openWatches()).toBe(1);
+    api.errorWatches({ code: 500, reason: 'InternalError', message: 'Internal error occurred: failed to decode' });
+    const body = await res.text(); // the whole stream: it ended
+    expect(
+      body
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as unknown),
+    ).toEqual([
+      {
+        type: 'ERROR',
+        object: expect.objectContaining({
+          kind: 'Status',
+          code: 500,
+          reason: 'InternalError',
+          message: 'Internal error occurred: failed to decode',
+        }),
+      },
+    ]);
+    expect(api.openWatches()).toBe(0);
+  });
+});

@@ -79,7 +79,23 @@ export interface KubeApiServer {
   setWatchForbidden(forbidden: boolean): void;
   /** From now on, lists answer after `ms` (a list that hangs: a large value). */
   setListDelay(ms: number): void;
-  /** Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`, `unready`, `held`). */
+  /**
+   * From now on (until `null`), every watch that passed authorization and parameter checks is answered 200, one
+   * `ERROR` event carrying this Status, then the end of the stream: what the watch cache does with an error it meets
+   * while setting the watch up (`newErrWatcher` in pkg/storage/cacher/cacher.go: an error without a Status becomes
+   * 500 InternalError), e.g. `{ code: 500, reason: 'InternalError', message: '...' }`. Lists are not affected.
+   */
+  setWatchError(status: WatchErrorStatus | null): void;
+  /**
+   * Every open watch gets one `ERROR` event carrying this Status, then its stream ends: an error met mid-watch (the
+   * etcd3 watcher sends it as the last event before closing, `sendError`/`transformErrorToEvent` in
+   * pkg/storage/etcd3/watcher.go: a non-Status error as 500 InternalError).
+   */
+  errorWatches(status: WatchErrorStatus): void;
+  /**
+   * Requests served, by kind, for assertions (`list`, `watch`, `forbidden`, `expired`, `unready`, `held`,
+   * `watchError`).
+   */
   counts(): Readonly<Record<string, number>>;
   /** Watches open now. */
   openWatches(): number;
@@ -96,6 +112,13 @@ export interface KubeApiServer {
   close(): Promise<void>;
 }
 
+/** The Status an injected `ERROR` event carries. */
+export interface WatchErrorStatus {
+  readonly code: number;
+  readonly reason: string;
+  readonly message: string;
+}
+
 interface OpenWatch {
   readonly res: ServerResponse;
   readonly bookmarks: boolean;
@@ -110,6 +133,7 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
   let allowed = opts.allowedNamespaces;
   let watchForbidden = false;
   let listDelayMs = opts.listDelayMs ?? 0;
+  let watchError: WatchErrorStatus | null = null;
   const watches = new Set<OpenWatch>();
   const sockets = new Set<Socket>();
   const counts: Record<string, number> = {};
@@ -227,6 +251,12 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
   const serveWatch = (req: IncomingMessage, res: ServerResponse, namespace: string, selector: LabelSelector, q: URLSearchParams): void => {
     const rvParam = q.get('resourceVersion') ?? '';
     const from = rvParam === '' || rvParam === '0' ? null : Number(rvParam);
+    if (watchError !== null) {
+      count('watchError');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(`${JSON.stringify({ type: 'ERROR', object: statusBody(watchError.code, watchError.reason, watchError.message) })}\n`);
+      return;
+    }
     const backlog = from === null || from < cacheListRv ? null : store.since(from);
     if (from !== null && backlog === null) {
       count('expired');
@@ -236,6 +266,10 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
       return;
     }
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    // The answer's headers go out at once, before any event: `WatchServer.HandleHTTP` writes 200 and flushes
+    // (kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/watch.go
+    // @034debc18008c8ebfe1971d7d402dcf2b50b84c2). Node would hold them until the first write.
+    res.flushHeaders();
     let frozen = false;
     const send = (type: string, object: unknown): void => void (frozen || res.write(`${JSON.stringify({ type, object })}\n`));
     const emit = (c: Change): void => {
@@ -331,6 +365,15 @@ export async function startKubeApiServer(opts: KubeApiServerOptions = {}): Promi
     },
     setListDelay(ms) {
       listDelayMs = ms;
+    },
+    setWatchError(s) {
+      watchError = s;
+    },
+    errorWatches(s) {
+      for (const w of [...watches]) {
+        w.res.write(`${JSON.stringify({ type: 'ERROR', object: statusBody(s.code, s.reason, s.message) })}\n`);
+        w.end();
+      }
     },
     counts: () => ({ ...counts }),
     openWatches: () => watches.size,
