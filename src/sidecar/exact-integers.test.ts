@@ -186,6 +186,7 @@ describe('integers beyond 2^53 reach the worker as the client wrote them, at any
     expect(serializeBody(lookalikes)).toBe('{"a":"kvgate-exact-","b":"\\"kvgate-exact-ab-0\\"","c":12345678901234567}');
     // A random source that only ever returns what the body spelled is a bug, not a reason to round silently.
     expect(() => serializeBody(body, () => '0'.repeat(32))).toThrow(/random source/);
+    expect(() => serializeBody(body, () => '.*'.repeat(16))).toThrow(/hex digits/);
   });
 
   it('keeps a literal at the deepest nesting a body may have, where a deeper one is refused before parsing', () => {
