@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricValue, postJson, postSse, scrape, startTestSim } from '../../testbed/sim/testing.js';
 import type { SimServer } from '../../testbed/sim/server.js';
 import { createDevKeyRing } from '../contract/keys.js';
-import { contractFor, endpointOf, gateHeaders, sidecarConfigFor, startTestSidecar, type TestSidecar, bound } from './testing.js';
+import { bound, contractFor, endpointOf, gateHeaders, sidecarConfigFor, startTestSidecar, TEST_SALT, type TestSidecar } from './testing.js';
 
 const MODEL = '/models/acme-llama-3-8b';
 const PROMPT = 'The quick brown fox jumps over the lazy dog. Kubernetes operators reconcile state.';
@@ -806,5 +806,45 @@ describe('a 64-bit seed reaches both workers as the client wrote it', () => {
     const decode = sent.find((s) => s.url === `${decodeSim.url}/v1/completions` && s.body.includes('remote_block_ids'));
     expect(leg?.body).toContain('"seed":9007199254740993');
     expect(decode?.body).toContain('"seed":9007199254740993');
+  });
+
+  it("a tool's JSON Schema bounds, a response_format const and vllm_xargs reach both workers' bytes as the client wrote them", async () => {
+    // What each simulated worker received, as text (it parses with JSON.parse, which would round these again).
+    const received: { worker: 'prefill' | 'decode'; path: string; text: string }[] = [];
+    const pSim = track(await startTestSim({}, {}, { onRequestText: (path, text) => received.push({ worker: 'prefill', path, text }) }));
+    const dSim = track(await startTestSim({}, {}, { onRequestText: (path, text) => received.push({ worker: 'decode', path, text }) }));
+    const pSide = track((await startTestSidecar(sidecarConfigFor(pSim, 'prefill'))).sidecar);
+    const decoder = await startTestSidecar(sidecarConfigFor(dSim, 'decode'));
+    const dSide = track(decoder.sidecar);
+    // The client's text, each "@i" placeholder replaced by an integer literal no double holds.
+    const literals = ['18446744073709551615', '12345678901234567891', '-9223372036854775809', '9007199254740993', '1000000000000000000001'];
+    const schema = { type: 'integer', maximum: '@0', enum: ['@1', '@2'] };
+    let raw = JSON.stringify(
+      chat({
+        tools: [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: { id: schema } } } }],
+        response_format: { type: 'json_schema', json_schema: { name: 'id', schema: { type: 'integer', const: '@3' } } },
+        vllm_xargs: { trace: '@4' },
+        cache_salt: TEST_SALT,
+      }),
+    );
+    literals.forEach((literal, i) => {
+      raw = raw.replace(`"@${i}"`, literal);
+    });
+    const c = contractFor(decoder.config.fingerprint, endpointOf(pSide.url), { requestId: `dec-${++n}` });
+    const [, headers] = bound(c, JSON.parse(raw) as Record<string, unknown>);
+    const r = await postJson(`${dSide.url}/v1/chat/completions`, raw, headers);
+    expect(r.status, r.text).toBe(200);
+    const text = (worker: 'prefill' | 'decode', path: string): string[] =>
+      received.filter((x) => x.worker === worker && x.path === path).map((x) => x.text);
+    const [prefillCall] = text('prefill', '/v1/chat/completions');
+    const decodeCall = text('decode', '/v1/chat/completions').find((t) => t.includes('remote_block_ids'));
+    const tokenize = text('decode', '/tokenize').find((t) => t.includes('"tools"')); // not the probe's canaries
+    for (const literal of literals) {
+      expect(prefillCall).toContain(literal);
+      expect(decodeCall).toContain(literal);
+    }
+    // The decode side counts the prompt on /tokenize with the same tools the workers render.
+    expect(tokenize).toContain('"maximum":18446744073709551615');
+    expect(tokenize).toContain('"enum":[12345678901234567891,-9223372036854775809]');
   });
 });

@@ -25,6 +25,8 @@ export interface SimServerOptions {
   /** Randomness for the error-rate fault. */
   readonly random?: () => number;
   readonly sideChannelClient?: SideChannelClient;
+  /** Test hook: the text of every JSON body `/tokenize` and the generation routes receive, as it arrived, by path. */
+  readonly onRequestText?: (path: string, text: string) => void;
 }
 
 export interface SimServer {
@@ -83,7 +85,13 @@ export async function createSimServer(config: SimConfig, opts: SimServerOptions 
   const setFaults = (patch: FaultPatch): FaultState => workers.map((w) => w.setFaults(patch))[0]!;
   const drain: DrainState = { rejecting: false, inflight: 0, idle: [] };
   let closing: Promise<void> | undefined;
-  const admin: Admin = { registries: workers.map((w) => w.registry), setFaults, getFaults: worker.getFaults, drain };
+  const admin: Admin = {
+    registries: workers.map((w) => w.registry),
+    setFaults,
+    getFaults: worker.getFaults,
+    drain,
+    onRequestText: opts.onRequestText ?? (() => undefined),
+  };
   let next = 0;
   // vLLM's API server balances requests over its DP engine ranks; the simulator takes them in turn.
   const pick = (): WorkerContext => workers[next++ % workers.length]!.ctx;
@@ -233,6 +241,7 @@ interface Admin {
   readonly setFaults: (patch: FaultPatch) => FaultState;
   readonly getFaults: () => FaultState;
   readonly drain: DrainState;
+  readonly onRequestText: (path: string, text: string) => void;
 }
 
 /** The graceful-shutdown state (`SimServer.shutdown`): rejecting new requests, and the generations still running. */
@@ -305,6 +314,7 @@ async function route(
           sendJson(res, out.status, out.body);
         },
         ctx.traits.validationErrorType,
+        (text) => admin.onRequestText(path, text),
       );
     case '/v1/completions':
     case '/v1/chat/completions': {
@@ -326,6 +336,7 @@ async function route(
           await handleGeneration(pick(), kind, body, header(req, 'x-request-id'), f.value, sinkFor(res), ac.signal);
         },
         ctx.traits.validationErrorType,
+        (text) => admin.onRequestText(path, text),
       );
     }
     default:
@@ -365,12 +376,15 @@ async function withJson(
   res: ServerResponse,
   fn: (body: unknown) => void | Promise<void>,
   errorType: 'Bad Request' | 'BadRequestError' = 'BadRequestError',
+  onText: (text: string) => void = () => undefined,
 ): Promise<void> {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
+  const text = Buffer.concat(chunks).toString('utf8');
+  onText(text);
   let body: unknown;
   try {
-    body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    body = JSON.parse(text);
   } catch (e) {
     return sendJson(res, 400, validationError(errorType, `JSON decode error: ${(e as Error).message}`));
   }
