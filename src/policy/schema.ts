@@ -139,7 +139,8 @@ export const PoolDiscoverySchema = z
   .strict();
 
 /**
- * vLLM's `--scheduling-policy` (`SchedulerConfig.policy`): `fcfs` (vLLM's default) or `priority`, under which the
+ * vLLM's `--scheduling-policy` (`SchedulerConfig.policy`, `SchedulerPolicy = Literal["fcfs", "priority"]` with `fcfs`
+ * the default in vllm-project/vllm `vllm/config/scheduler.py` @1f8758d5): `fcfs` or `priority`, under which the
  * waiting queue goes by each request's `priority`, lowest first, and a running request may be preempted for an earlier
  * one. Without `priority`, vLLM refuses every request whose priority is not 0 ("Got priority … but Priority scheduling
  * is not enabled", `CompletionRequest.priority` in vllm-project/vllm `vllm/entrypoints/openai/completion/protocol.py`
