@@ -443,3 +443,26 @@ describe('decide: tenant priorities from the route table', () => {
     expect(rest).toEqual(contractOf(plain));
   });
 });
+
+describe('decide: a priority and the GIE fallback list', () => {
+  it('the fallback decode endpoints count as pools of the route: one that does not declare it keeps the request at 0', () => {
+    const table = (both: boolean) =>
+      compiled((v) => {
+        v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+        v['priorities'] = { tenants: { acme: -10 } };
+        const pools = v['pools'] as Value[];
+        const aDecode = pools.find((p) => p['name'] === 'a-decode')!;
+        // A second pool of the same revision behind the same Envoy cluster (what a GIE fallback list draws from).
+        pools.push({ ...clone(aDecode), name: 'a-decode-2', endpoints: [{ address: '10.0.2.9:9090', status: 'http://10.0.2.9:9090' }] });
+        for (const p of pools) if (p['name'] !== 'a-decode-2' || both) p['schedulingPolicy'] = 'priority';
+      });
+    const priorityOf = (t: CompiledRouteTable) => {
+      const d = route(decide(testFacts({ tenant: 'acme', requestId: 'gie-1' }), t, createTestWorkerView(t), { ...ctx, alternates: 3 }));
+      expect(d.decode.alternates?.length).toBe(2);
+      const c = verifyContract(d.contract, keys, TEST_NOW_MS);
+      return c.ok ? c.value.priority : 'refused';
+    };
+    expect(priorityOf(table(true))).toBe(-10);
+    expect(priorityOf(table(false))).toBeUndefined();
+  });
+});
