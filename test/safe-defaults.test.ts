@@ -34,7 +34,9 @@
  * version, models, rollout (candidates gated by verification; a stable must be trusted), pools[].tenants (the cache
  * salt is per prefix scope, not per pool), pool discovery (revision label must match), verification (absent: not
  * required, see docs/policy-guide.md), session.*, contract.ttlMs (capped at 10 min), fallback (routeVia stays inside
- * one revision's pools; pinned and adapter requests excluded by default), limits; sidecar role, worker, listen,
+ * one revision's pools; pinned and adapter requests excluded by default), limits, priorities and
+ * pools[].schedulingPolicy (none by default; a priority orders requests inside the group already bound, changes no
+ * group, endpoint, cache_salt or prompt digest, and a client's own stays refused; src/decide/decide.test.ts); sidecar role, worker, listen,
  * metrics, advertise, descriptor*, podUid, keepAliveTimeoutMs, servedModelName, workerApiKey, tenantScopes (['*']
  * trusts the gate's signed choice), probe intervals, prefill.via (direct calls only the endpoint the signed contract
  * names), timeouts and limits, drain*, tracing, log; envoy render flags other than --gate-tls-* (ports, namespace,

@@ -66,6 +66,19 @@ describe('kvgate policy check', () => {
     expect(r.out).toContain(`${file}: OK with 1 warning`);
   });
 
+  it("warns, exit 0, where a tenant's priority does nothing: the pools it may be routed to that do not schedule by priority", async () => {
+    const file = await table((v) => {
+      v['priorities'] = { tenants: { acme: -10 } };
+      for (const p of v['pools'] as Value[]) if (p['name'] !== 'b-decode') p['schedulingPolicy'] = 'priority';
+    });
+    const r = await run('check', file);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(
+      /warning: priorities\.tenants\.acme: tenant "acme"'s priority -10 does nothing on pool\(s\) b-decode: they do not declare schedulingPolicy: priority, so a request routed to any of them runs at 0\. Fix: declare schedulingPolicy: priority on those pools once their workers run `vllm serve --scheduling-policy priority`/,
+    );
+    expect(r.out).toContain(`${file}: OK with 1 warning`);
+  });
+
   it('exit 1 with every precise message for an invalid table', async () => {
     const r = await run('check', fixturePath('typo.yaml'));
     expect(r.code).toBe(1);

@@ -50,6 +50,21 @@ describe('contract round trip', () => {
     expect(verifyContract(t, ring1, now).ok).toBe(true);
   });
 
+  it('carries a priority when the gate sets one, and none at all when it is 0 (contracts without one are as before)', () => {
+    const withPriority = mintContract({ ...fields, priority: -10 }, ring1);
+    expect(verifyContract(withPriority, ring1, now)).toEqual({ ok: true, value: { kind: 'contract', ...fields, priority: -10 } });
+    const payloadOf = (t: string): Record<string, unknown> =>
+      JSON.parse(Buffer.from(t.split('.')[3]!, 'base64url').toString('utf8')) as Record<string, unknown>;
+    expect(Object.keys(payloadOf(withPriority)).at(-1)).toBe('priority');
+    expect(payloadOf(token)).not.toHaveProperty('priority');
+    const plain = verifyContract(token, ring1, now);
+    expect(plain.ok && 'priority' in plain.value).toBe(false);
+    // One spelling per value: 0 is left out, and a priority outside the route table's bounds is never minted.
+    for (const priority of [0, 1001, -1001, 1.5]) expect(() => mintContract({ ...fields, priority }, ring1)).toThrow(/priority/);
+    const zero = signToken({ kind: 'contract', ...fields, priority: 0 } as { kind: 'contract' }, ring1);
+    expect(failure(zero).reason).toBe('malformed');
+  });
+
   it('refuses to mint an invalid contract', () => {
     expect(() => mintContract({ ...fields, requestId: '' }, ring1)).toThrow();
     expect(() => mintContract({ ...fields, expiresAtMs: fields.issuedAtMs }, ring1)).toThrow();

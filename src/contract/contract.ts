@@ -30,6 +30,12 @@ export interface TransferContract {
   /** `alternates`: the EPP fallback list (same cluster and group); a decode worker listed there may serve it. */
   decode: { cluster: string; endpoint: string | null; alternates?: string[] | undefined };
   prefill: { cluster: string; endpoint: string | null } | null;
+  /**
+   * The tenant's scheduling priority, set by the route table's `priorities` (vLLM's order: lower first), which each
+   * sidecar writes into the body of every call to its worker. Absent when 0, so a contract without a priority is byte
+   * for byte what it was before the field existed; never 0 when present (one spelling per value).
+   */
+  priority?: number | undefined;
 }
 
 /** Why a contract does not verify: the envelope's reasons and the contract's own. */
@@ -54,6 +60,12 @@ export interface ContractExpectations {
   groupId?: string | undefined;
 }
 
+/**
+ * The largest priority a contract carries, either way: the route table's bound (src/policy/schema.ts
+ * `PrioritiesSchema`), well inside the signed 64-bit range vLLM's request models accept.
+ */
+export const MAX_PRIORITY = 1000;
+
 const TargetSchema = z.object({ cluster: nonEmpty, endpoint: nonEmpty.nullable() }).strict();
 
 export const TransferContractSchema = z
@@ -73,6 +85,13 @@ export const TransferContractSchema = z
     expiresAtMs: epochMs,
     decode: TargetSchema.extend({ alternates: z.array(nonEmpty).max(8).optional() }).strict(),
     prefill: TargetSchema.nullable(),
+    priority: z
+      .number()
+      .int()
+      .min(-MAX_PRIORITY)
+      .max(MAX_PRIORITY)
+      .refine((p) => p !== 0, 'is left out when 0')
+      .optional(),
   })
   .strict()
   .refine(hasValidWindow, WINDOW_MESSAGE);
@@ -101,6 +120,7 @@ const CONTRACT_KEYS: ReadonlySet<string> = new Set([
   'expiresAtMs',
   'decode',
   'prefill',
+  'priority',
 ]);
 const TARGET_KEYS: ReadonlySet<string> = new Set(['cluster', 'endpoint']);
 const DECODE_KEYS: ReadonlySet<string> = new Set(['cluster', 'endpoint', 'alternates']);
@@ -128,6 +148,12 @@ function prefillTarget(v: unknown, fail: Fail): TransferContract['prefill'] {
   return { cluster: text(p['cluster'], 'prefill.cluster', fail), endpoint: textOrNull(p['endpoint'], 'prefill.endpoint', fail) };
 }
 
+function priorityOf(v: unknown, fail: Fail): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v === 0 || Math.abs(v) > MAX_PRIORITY)
+    fail('priority', `must be a non-zero integer from -${MAX_PRIORITY} to ${MAX_PRIORITY} (left out when 0)`);
+  return v as number;
+}
+
 /** The contract payload for `fields`, in `TransferContractSchema`'s key order; throws what the schema would refuse. */
 export function contractPayload(fields: Omit<TransferContract, 'kind'>): TransferContract {
   const fail = failFor('contract');
@@ -150,6 +176,7 @@ export function contractPayload(fields: Omit<TransferContract, 'kind'>): Transfe
     decode: decodeTarget(f['decode'], fail),
     prefill: prefillTarget(f['prefill'], fail),
   };
+  if (f['priority'] !== undefined) payload.priority = priorityOf(f['priority'], fail);
   window(payload.issuedAtMs, payload.expiresAtMs, fail);
   return payload;
 }

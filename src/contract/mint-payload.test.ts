@@ -104,6 +104,7 @@ describe('mint payloads: the schema rule for rule, and the schema key order byte
   const contract = {
     ...exampleContractFields(),
     decode: { cluster: 'decode-a', endpoint: '10.0.0.7:9090', alternates: ['10.0.0.8:9090'] },
+    priority: -10,
   };
   const contractPaths = [
     ...Object.keys(contract),

@@ -390,3 +390,79 @@ describe('the prompt prefix the affinity key reads (decide.ts affinityKey)', () 
     );
   });
 });
+
+describe('decide: tenant priorities from the route table', () => {
+  const priorities = { tenants: { acme: -10 }, default: 0 };
+  const declaring = (pools: readonly string[]) => (v: Value) => {
+    v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+    v['priorities'] = priorities;
+    for (const p of v['pools'] as Value[]) if (pools.includes(p['name'])) p['schedulingPolicy'] = 'priority';
+  };
+  const contractOf = (d: RouteDecision) => {
+    const c = verifyContract(d.contract, keys, TEST_NOW_MS);
+    if (!c.ok) throw new Error(c.error.message);
+    return c.value;
+  };
+
+  it("stamps the tenant's priority only when every pool of the route (prefill and decode) declares schedulingPolicy: priority", () => {
+    const all = compiled(declaring(['a-prefill', 'a-decode']));
+    const d = route(run(all, { requestId: 'p-1' }));
+    expect(contractOf(d).priority).toBe(-10);
+    expect(d.trace.join('\n')).toMatch(/priority -10 \(the route table's for this tenant/);
+    for (const [pools, missing] of [
+      [['a-decode'], 'a-prefill'],
+      [['a-prefill'], 'a-decode'],
+      [[], 'a-decode, a-prefill'],
+    ] as const) {
+      const partial = route(run(compiled(declaring(pools)), { requestId: 'p-2' }));
+      expect(contractOf(partial)).not.toHaveProperty('priority');
+      expect(partial.trace.join('\n')).toContain(`priority -10 not stamped (runs at 0): pool(s) ${missing} do not declare`);
+    }
+  });
+
+  it('a tenant without an entry gets the default; at 0 (and without priorities) the contract carries none', () => {
+    const all = compiled(declaring(['a-prefill', 'a-decode']));
+    expect(contractOf(route(run(all, { tenant: 'globex' })))).not.toHaveProperty('priority');
+    const withDefault = compiled((v) => {
+      declaring(['a-prefill', 'a-decode'])(v);
+      v['priorities'] = { tenants: { acme: -10 }, default: 5 };
+    });
+    expect(contractOf(route(run(withDefault, { tenant: 'globex' }))).priority).toBe(5);
+    expect(contractOf(route(run(onlyA)))).not.toHaveProperty('priority');
+  });
+
+  it('never changes the group, the endpoints or the cache_salt: the same request binds alike with or without a priority', () => {
+    const all = compiled(declaring(['a-prefill', 'a-decode']));
+    const facts = { requestId: 'p-3', cacheSalt: 'mine' };
+    const [plain, prioritised] = [route(run(onlyA, facts)), route(run(all, facts))];
+    expect(prioritised.group).toEqual(plain.group);
+    expect([prioritised.decode, prioritised.prefill]).toEqual([plain.decode, plain.prefill]);
+    expect(prioritised.cacheSalt).toBe(plain.cacheSalt);
+    const { priority, ...rest } = contractOf(prioritised);
+    expect(priority).toBe(-10);
+    expect(rest).toEqual(contractOf(plain));
+  });
+});
+
+describe('decide: a priority and the GIE fallback list', () => {
+  it('the fallback decode endpoints count as pools of the route: one that does not declare it keeps the request at 0', () => {
+    const table = (both: boolean) =>
+      compiled((v) => {
+        v['models']['llama-3-8b']['rollout'] = { stable: 'llama-a' };
+        v['priorities'] = { tenants: { acme: -10 } };
+        const pools = v['pools'] as Value[];
+        const aDecode = pools.find((p) => p['name'] === 'a-decode')!;
+        // A second pool of the same revision behind the same Envoy cluster (what a GIE fallback list draws from).
+        pools.push({ ...clone(aDecode), name: 'a-decode-2', endpoints: [{ address: '10.0.2.9:9090', status: 'http://10.0.2.9:9090' }] });
+        for (const p of pools) if (p['name'] !== 'a-decode-2' || both) p['schedulingPolicy'] = 'priority';
+      });
+    const priorityOf = (t: CompiledRouteTable) => {
+      const d = route(decide(testFacts({ tenant: 'acme', requestId: 'gie-1' }), t, createTestWorkerView(t), { ...ctx, alternates: 3 }));
+      expect(d.decode.alternates?.length).toBe(2);
+      const c = verifyContract(d.contract, keys, TEST_NOW_MS);
+      return c.ok ? c.value.priority : 'refused';
+    };
+    expect(priorityOf(table(true))).toBe(-10);
+    expect(priorityOf(table(false))).toBeUndefined();
+  });
+});

@@ -12,6 +12,7 @@ import { deriveCacheSalt } from '../contract/cache-salt.js';
 import { PendingBinding } from '../contract/binding.js';
 import { cacheSaltDigestOf, promptDigestOf } from '../contract/body-binding.js';
 import { mintContract } from '../contract/contract.js';
+import { stampedPriority } from './priority.js';
 import type { KeyRing } from '../contract/keys.js';
 import { groupIdOf } from '../compat/fingerprint.js';
 import type { CompiledModel, CompiledRevision, CompiledRouteTable } from '../policy/compile.js';
@@ -406,6 +407,15 @@ function bindRoute(
     }
   }
   const cacheSalt = deriveCacheSalt(keys, group.id, group.tenantScope, who.body.cacheSalt);
+  const ranOn = [targets.decode, ...(targets.prefill === null ? [] : [targets.prefill]), ...alternates].map((c) => c.pool);
+  const priority = stampedPriority(table.priorities, group.tenant, ranOn);
+  if (priority.wanted !== 0) {
+    trace?.push(
+      priority.priority !== 0
+        ? `priority ${priority.priority} (the route table's for this tenant; every pool of the route schedules by priority)`
+        : `priority ${priority.wanted} not stamped (runs at 0): pool(s) ${priority.without.join(', ')} do not declare schedulingPolicy: priority`,
+    );
+  }
   const contract = mintContract(
     {
       requestId: facts.requestId,
@@ -428,6 +438,8 @@ function bindRoute(
         ...(decode.alternates === undefined ? {} : { alternates: [...decode.alternates] }),
       },
       prefill: prefill === null ? null : { cluster: prefill.cluster, endpoint: prefill.endpoint },
+      // Left out at 0: the contract of a tenant without a priority is as it was before priorities existed.
+      ...(priority.priority === 0 ? {} : { priority: priority.priority }),
     },
     keys,
   );

@@ -50,6 +50,8 @@ export interface CompiledPool {
   readonly tenants: TenantList;
   readonly maxInFlightPerEndpoint: number;
   readonly draining: boolean;
+  /** Present when the pool declares `schedulingPolicy: priority`: its workers honour a request's priority. */
+  readonly priorityScheduling?: true;
 }
 
 export interface CompiledRevision {
@@ -92,6 +94,12 @@ export interface CompiledCluster {
   readonly pools: readonly CompiledPool[];
 }
 
+/** A tenant's priority is its entry in `tenants`, else `default` (anonymous requests included). */
+export interface TenantPriorities {
+  readonly tenants: ReadonlyMap<string, number>;
+  readonly default: number;
+}
+
 export interface CompiledRouteTable {
   readonly table: RouteTable;
   readonly revisions: ReadonlyMap<string, CompiledRevision>;
@@ -110,6 +118,8 @@ export interface CompiledRouteTable {
   readonly limits: Limits;
   /** The origins a worker may fetch client media from (none by default; src/media-url.ts). */
   readonly media: MediaPolicy;
+  /** The route table's `priorities`, or null without them (every request runs at vLLM's default priority, 0). */
+  readonly priorities: TenantPriorities | null;
   /** Non-blocking findings of the load, reported alongside a table that loaded. */
   readonly warnings: readonly ConfigIssue[];
 }
@@ -141,7 +151,19 @@ export function compileRouteTable(table: RouteTable, checked: CheckedRevisions):
     }));
     const { name, cluster, role, revision, tenants, maxInFlightPerEndpoint, draining } = p;
     const discovery = p.discovery ?? null;
-    pools.set(name, { name, cluster, role, revision, fingerprint, endpoints, discovery, tenants, maxInFlightPerEndpoint, draining });
+    pools.set(name, {
+      name,
+      cluster,
+      role,
+      revision,
+      fingerprint,
+      endpoints,
+      discovery,
+      tenants,
+      maxInFlightPerEndpoint,
+      draining,
+      ...(p.schedulingPolicy === 'priority' ? { priorityScheduling: true as const } : {}),
+    });
   }
   const revisions = new Map<string, CompiledRevision>();
   for (const [name, rev] of Object.entries(table.revisions)) {
@@ -199,6 +221,10 @@ export function compileRouteTable(table: RouteTable, checked: CheckedRevisions):
     fallback: table.fallback,
     limits: table.limits,
     media: table.media,
+    priorities:
+      table.priorities === undefined
+        ? null
+        : Object.freeze({ tenants: new Map(Object.entries(table.priorities.tenants)), default: table.priorities.default }),
     warnings: table.warnings,
   });
 }

@@ -4,7 +4,7 @@
  * descriptor).
  */
 import { canonicalJson } from '../compat/canonical-json.js';
-import type { CompiledRouteTable } from './compile.js';
+import type { CompiledRouteTable, TenantPriorities } from './compile.js';
 import type { FallbackStep, RevisionVerification } from './schema.js';
 
 /** Tenancy, session, fallback chain and settings changes, each under its area. */
@@ -25,6 +25,7 @@ export function diffSettings(before: CompiledRouteTable, after: CompiledRouteTab
   }
   if (a.userHeader !== b.userHeader)
     tenancy(`user header ${a.userHeader ?? '(body user field)'} -> ${b.userHeader ?? '(body user field)'}`);
+  priorityChanges(before.priorities, after.priorities, tenancy);
   const session = add('settings');
   if (before.session.header !== after.session.header) {
     session(
@@ -44,6 +45,23 @@ export function diffSettings(before: CompiledRouteTable, after: CompiledRouteTab
   const removed = m0.filter((o) => !m1.includes(o));
   if (added.length > 0) session(`media.allowedOrigins: workers may now fetch client media from ${added.join(', ')}`);
   if (removed.length > 0) session(`media.allowedOrigins: client media URLs on ${removed.join(', ')} are now refused`);
+}
+
+/**
+ * Tenant priorities set, changed or removed (in vLLM's order, lower first). An entry left out is the default, and no
+ * `priorities` at all is every tenant at 0; both are written out so a reviewer sees who moves ahead of whom.
+ */
+function priorityChanges(a: TenantPriorities | null, b: TenantPriorities | null, add: (text: string) => void): void {
+  const [d0, d1] = [a?.default ?? 0, b?.default ?? 0];
+  if (d0 !== d1) add(`default priority ${d0} -> ${d1} (lower goes first; tenants without their own priority)`);
+  const tenants = new Set([...(a?.tenants.keys() ?? []), ...(b?.tenants.keys() ?? [])]);
+  for (const t of [...tenants].sort()) {
+    const [p0, p1] = [a?.tenants.get(t), b?.tenants.get(t)];
+    if (p0 === p1) continue;
+    const was = p0 === undefined ? `the default ${d0}` : `${p0}`;
+    const now = p1 === undefined ? `the default ${d1}` : `${p1}`;
+    add(`tenant ${t} priority ${was} -> ${now} (lower goes first)`);
+  }
 }
 
 function sourceText(s: CompiledRouteTable['tenancy']['source']): string {

@@ -40,6 +40,25 @@ describe('diffRouteTables', () => {
     ]);
   });
 
+  it("names priority changes: a tenant's, the default's, and a pool's scheduling policy", () => {
+    const set = (priorities: Value) => (v: Value) => (v['priorities'] = priorities);
+    expect(diffAfter(set({ tenants: { acme: -10 } }))).toEqual(['tenancy: tenant acme priority the default 0 -> -10 (lower goes first)']);
+    expect(diffAfter(set({ tenants: { acme: -20 }, default: 5 }), set({ tenants: { acme: -10 } }))).toEqual([
+      'tenancy: default priority 0 -> 5 (lower goes first; tenants without their own priority)',
+      'tenancy: tenant acme priority -10 -> -20 (lower goes first)',
+    ]);
+    expect(diffAfter((v) => delete v['priorities'], set({ tenants: { acme: -10 } }))).toEqual([
+      'tenancy: tenant acme priority -10 -> the default 0 (lower goes first)',
+    ]);
+    const declare = (v: Value) => ((v['pools'] as Value[])[1]!['schedulingPolicy'] = 'priority');
+    expect(diffAfter(declare)).toEqual([
+      "pools: pool a-decode schedulingPolicy fcfs -> priority: tenants' priorities now reach its workers (they must run vllm serve --scheduling-policy priority)",
+    ]);
+    expect(diffAfter((v) => delete (v['pools'] as Value[])[1]!['schedulingPolicy'], declare)).toEqual([
+      'pools: pool a-decode schedulingPolicy priority -> fcfs: requests routed through it now run at priority 0',
+    ]);
+  });
+
   it('names the fingerprinted fields of a redeclared revision', () => {
     const lines = diffAfter(
       (v) => (v['revisions']['llama-b'] = { descriptor: testDescriptorInput({ weights: 'b', tokenizer: { revision: 'tok-2024-06-01' } }) }),

@@ -252,6 +252,13 @@ function poolChanges(old: CompiledPool, p: CompiledPool, add: (t: string) => voi
   if (old.revision !== p.revision) add(`${n} revision ${old.revision} -> ${p.revision}: it joins another compatibility group`);
   if (old.role !== p.role) add(`${n} role ${old.role} -> ${p.role}`);
   if (old.cluster !== p.cluster) add(`${n} Envoy cluster ${old.cluster} -> ${p.cluster}`);
+  if (old.priorityScheduling !== p.priorityScheduling) {
+    add(
+      p.priorityScheduling === true
+        ? `${n} schedulingPolicy fcfs -> priority: tenants' priorities now reach its workers (they must run vllm serve --scheduling-policy priority)`
+        : `${n} schedulingPolicy priority -> fcfs: requests routed through it now run at priority 0`,
+    );
+  }
   if (old.maxInFlightPerEndpoint !== p.maxInFlightPerEndpoint)
     add(`${n} maxInFlightPerEndpoint ${old.maxInFlightPerEndpoint} -> ${p.maxInFlightPerEndpoint}`);
   const was = old.endpoints.map((e) => e.address);

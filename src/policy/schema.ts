@@ -138,6 +138,16 @@ export const PoolDiscoverySchema = z
   })
   .strict();
 
+/**
+ * vLLM's `--scheduling-policy` (`SchedulerConfig.policy`, `SchedulerPolicy = Literal["fcfs", "priority"]` with `fcfs`
+ * the default in vllm-project/vllm `vllm/config/scheduler.py` @1f8758d5): `fcfs` or `priority`, under which the
+ * waiting queue goes by each request's `priority`, lowest first, and a running request may be preempted for an earlier
+ * one. Without `priority`, vLLM refuses every request whose priority is not 0 ("Got priority … but Priority scheduling
+ * is not enabled", `CompletionRequest.priority` in vllm-project/vllm `vllm/entrypoints/openai/completion/protocol.py`
+ * @002032ee). A pool declares it so the gate stamps a tenant's priority only where its workers honour it.
+ */
+export const SCHEDULING_POLICIES = ['fcfs', 'priority'] as const;
+
 export const PoolSchema = z
   .object({
     name: nonEmpty,
@@ -149,6 +159,8 @@ export const PoolSchema = z
     tenants: TenantListSchema.default(['*']),
     maxInFlightPerEndpoint: z.number().int().positive().default(64),
     draining: z.boolean().default(false),
+    /** What its workers were started with (`vllm serve --scheduling-policy`); left out: vLLM's default, `fcfs`. */
+    schedulingPolicy: z.enum(SCHEDULING_POLICIES).optional(),
   })
   .strict()
   .refine((p) => p.endpoints.length > 0 !== (p.discovery !== undefined), {
@@ -317,6 +329,37 @@ type FallbackStepValue =
 /** One fallback step, as the decision core reads it (`kind` tags the variant). */
 export type FallbackStep = DeepReadonly<FallbackStepValue>;
 
+/** The bound of a route table's priorities either way (src/contract/contract.ts `MAX_PRIORITY`). */
+const PRIORITY_BOUND = 1000;
+const PriorityValueSchema = z
+  .number()
+  .int('must be an integer (vLLM orders by it, lower first)')
+  .min(-PRIORITY_BOUND, `must be between -${PRIORITY_BOUND} and ${PRIORITY_BOUND}`)
+  .max(PRIORITY_BOUND, `must be between -${PRIORITY_BOUND} and ${PRIORITY_BOUND}`);
+
+/**
+ * Tenant priorities set by the operator, in vLLM's order: lower goes first (`-10` before `0`). The gate writes the
+ * tenant's priority (else `default`) into the signed contract, and each sidecar into its worker's request body, only
+ * where every pool the request is routed to declares `schedulingPolicy: priority`; elsewhere the request runs at 0.
+ * A client's own `priority` is refused whatever this says. Left out: no priorities.
+ */
+export const PrioritiesSchema = z
+  .object({
+    tenants: z.record(nonEmpty, PriorityValueSchema).default({}),
+    default: PriorityValueSchema.default(0),
+  })
+  .strict()
+  .superRefine((p, ctx) => {
+    if (Object.hasOwn(p.tenants, '*')) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tenants', '*'],
+        message: "'*' is not a tenant here",
+        params: { fix: 'write the priority of every tenant not listed as priorities.default' },
+      });
+    }
+  });
+
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 
 /**
@@ -364,6 +407,7 @@ export const RouteTableSchema = z
       .strict()
       .default({ maxBodyBytes: DEFAULT_MAX_BODY_BYTES }),
     media: MediaSchema.default({ allowedOrigins: [] }),
+    priorities: PrioritiesSchema.optional(),
   })
   .strict();
 

@@ -26,6 +26,7 @@ import { checkFallbackSteps, checkVerification } from './semantic-rollout.js';
 import type { Locate } from '../config/from-zod.js';
 import { checkRecordedBehaviour } from './semantic-trust.js';
 import { checkNameText } from './semantic-names.js';
+import { checkPriorities } from './semantic-priorities.js';
 
 export interface CheckOptions {
   /** Source positions, so issues carry a line number. */
@@ -68,6 +69,7 @@ export function checkRouteTable(table: RouteTable, options: CheckOptions = {}): 
   checkTenancy(ctx);
   checkLoudSettings(ctx);
   checkTenantNames(ctx);
+  checkPriorities(ctx);
   checkNameText(ctx);
   checkFallback(ctx);
   checkUncheckedEndpoints(ctx);

@@ -28,8 +28,9 @@ let decodeSim: SimServer;
 let P: TestSidecar;
 let D: TestSidecar;
 beforeAll(async () => {
-  prefillSim = track(await startTestSim());
-  decodeSim = track(await startTestSim());
+  // Both run `--scheduling-policy priority` (the simulator refuses a priority other than 0 otherwise, as vLLM does).
+  prefillSim = track(await startTestSim({}, { schedulingPolicy: 'priority' }));
+  decodeSim = track(await startTestSim({}, { schedulingPolicy: 'priority' }));
   P = await startTestSidecar(sidecarConfigFor(prefillSim, 'prefill'));
   track(P.sidecar);
   D = await startTestSidecar(sidecarConfigFor(decodeSim, 'decode'));
@@ -95,6 +96,55 @@ describe('decode role, disaggregated', () => {
     expect((sent.body as { kv_transfer_params: object }).kv_transfer_params).not.toHaveProperty('kvgate');
     expect(sent.headers['x-request-id']).toBe(c.requestId);
     expect(await scrape(D.sidecar)).toContain('kvgate_sidecar_requests_total{role="decode",outcome="served",code=""}');
+  });
+
+  it("the contract's priority reaches both workers (prefill and decode calls); the leg between the sidecars goes without it", async () => {
+    const expected = await baseline('/v1/completions', completion());
+    D.spy.reset();
+    P.spy.reset();
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(contract({ priority: -10 }), completion()));
+    expect(r.status).toBe(200);
+    expect(r.body.choices[0].token_ids).toEqual(expected);
+    const completions = (s: TestSidecar, url: string) => s.spy.workCalls(url).filter((x) => new URL(x.url).pathname === '/v1/completions');
+    const [leg] = completions(D, P.sidecar.url);
+    expect(leg!.body).not.toHaveProperty('priority');
+    const [prefill] = completions(P, prefillSim.url);
+    expect(prefill!.body).toMatchObject({ priority: -10, max_tokens: 1 });
+    const [decode] = completions(D, decodeSim.url);
+    expect(decode!.body).toMatchObject({ priority: -10, max_tokens: 12 });
+    // A contract without one: no priority anywhere, the bodies as before.
+    D.spy.reset();
+    P.spy.reset();
+    expect((await postJson(`${D.sidecar.url}/v1/completions`, ...bound(contract(), completion()))).status).toBe(200);
+    for (const x of [...completions(D, P.sidecar.url), ...completions(P, prefillSim.url), ...completions(D, decodeSim.url)])
+      expect(x.body).not.toHaveProperty('priority');
+  });
+
+  it('a contract priority on workers without --scheduling-policy priority fails closed: the worker refuses it, nothing is served elsewhere', async () => {
+    const fcfsPrefill = track(await startTestSim());
+    const fcfsDecode = track(await startTestSim());
+    const p = track((await startTestSidecar(sidecarConfigFor(fcfsPrefill, 'prefill'))).sidecar);
+    const d = await startTestSidecar(sidecarConfigFor(fcfsDecode, 'decode'));
+    track(d.sidecar);
+    const c = contractFor(d.config.fingerprint, endpointOf(p.url), { requestId: `dec-${++n}`, priority: -10 });
+    const r = await postJson(`${d.sidecar.url}/v1/completions`, ...bound(c, completion()));
+    expect([r.status, r.body.error.code]).toEqual([400, 'bad_request']);
+    expect(r.body.error.message).toMatch(/Priority scheduling is not enabled/);
+    expect(d.spy.workCalls(fcfsDecode.url).filter((x) => new URL(x.url).pathname === '/v1/completions')).toEqual([]);
+  });
+
+  it("a client's own priority is still refused, with or without a contract priority, at both sidecars", async () => {
+    for (const edit of [{}, { priority: -10 }]) {
+      D.spy.reset();
+      P.spy.reset();
+      const atD = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(contract(edit), completion({ priority: -10 })));
+      expect([atD.status, atD.body.error.code]).toEqual([400, 'bad_request']);
+      expect(atD.body.error.message).toMatch(/^priority -10 is not taken from a client/);
+      const atP = await postJson(`${P.sidecar.url}/v1/completions`, ...bound(contract(edit), completion({ priority: -10 })));
+      expect([atP.status, atP.body.error.code]).toEqual([400, 'bad_request']);
+      expect(D.spy.workCalls(decodeSim.url)).toEqual([]);
+      expect(P.spy.workCalls(prefillSim.url)).toEqual([]);
+    }
   });
 
   it('a streamed chat through P and D streams the baseline token ids and ends with [DONE]', async () => {

@@ -19,7 +19,7 @@ import { checkAttestedTransfer } from './attestation-check.js';
 import { forwardHeaders, workerHeaders, type IncomingCall, type SidecarContext } from './context.js';
 import { sendError } from './http-io.js';
 import { confirmDecodeWorker } from './launch-check.js';
-import { ATTESTATION_KEY, checkClientKvParams, checkPromptFits, checkRequestShape, kvParamsOf, toPrefillBody } from './openai-body.js';
+import { ATTESTATION_KEY, checkClientKvParams, checkPromptFits, checkRequestShape, kvParamsOf, toPrefillLegBody } from './openai-body.js';
 import { workerRefusalCode, workerRefusalReason, type Outcome } from './outcome.js';
 import { PREFILL_STATUS, type PrefillLegInput } from './prefill-leg.js';
 import { releasePrefillKv } from './prefill-release.js';
@@ -84,7 +84,7 @@ export async function serveDecode(
     contract,
     contractToken,
     path: call.path,
-    body: toPrefillBody(call.body),
+    body: toPrefillLegBody(call.body, contract.priority),
     headers: leg,
     signal: call.signal,
   };

@@ -48,6 +48,28 @@ export function toPrefillBody(body: Readonly<Record<string, unknown>>): Record<s
   return out;
 }
 
+/**
+ * The body for this sidecar's own worker with the contract's `priority` written in: the tenant's priority the route
+ * table set (vLLM's `priority` request field: under `--scheduling-policy priority` its waiting queue goes lowest
+ * first, `CompletionRequest.priority` in vllm-project/vllm `vllm/entrypoints/openai/completion/protocol.py`
+ * @002032ee). The client's own priority was refused before this (src/client-request-fields.ts); without a contract
+ * priority the body is returned as it came, so requests of tenants without one reach the worker as before.
+ */
+export function withContractPriority(body: Record<string, unknown>, priority: number | undefined): Record<string, unknown> {
+  return priority === undefined ? body : { ...body, priority };
+}
+
+/**
+ * The body a decode sidecar sends on the prefill leg (to another sidecar, through the gate's internal listener):
+ * without the `priority` `withContractPriority` wrote, which that sidecar refuses from any sender and writes itself
+ * from the same contract.
+ */
+export function toPrefillLegBody(body: Readonly<Record<string, unknown>>, priority: number | undefined): Record<string, unknown> {
+  if (priority === undefined) return toPrefillBody(body);
+  const { priority: _own, ...rest } = body;
+  return toPrefillBody(rest);
+}
+
 /** True when `value` is exactly the prefill request shape (what a decode sidecar sends on the prefill leg). */
 export function isPrefillKvParams(value: unknown): boolean {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;

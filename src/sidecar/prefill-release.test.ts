@@ -96,6 +96,16 @@ describe('a request refused after its prefill leg', () => {
     expect(lines.filter((l) => l['event'] === 'prefill_kv_release')).toHaveLength(1);
   });
 
+  it("the release call to this decode worker carries the contract's priority, as every call to it does", async () => {
+    const { decodeSim, P, D } = await pair({}, { schedulingPolicy: 'priority' });
+    const c = contractFor(D.config.fingerprint, endpointOf(P.sidecar.url), { requestId: `rel-${++n}`, priority: 5 });
+    const r = await postJson(`${D.sidecar.url}/v1/completions`, ...bound(c, completion({ max_tokens: 2040 })));
+    expect(r.status).toBe(400);
+    await done(D, c.requestId);
+    const calls = D.spy.workCalls(decodeSim.url).filter((x) => new URL(x.url).pathname === '/v1/completions');
+    expect(calls.map((x) => x.body)).toEqual([expect.objectContaining({ max_tokens: 1, priority: 5 })]);
+  });
+
   it('vLLM 0.21+: a request the decode worker refuses before admission notifies the prefill worker; nothing is read', async () => {
     const { prefillSim, decodeSim, P, D } = await pair(V021, { flavour: 'main' });
     const c = contractFor(D.config.fingerprint, endpointOf(P.sidecar.url), { requestId: `rel-${++n}` });

@@ -32,7 +32,7 @@ import { ENGINE_CANARY_REQUEST_PREFIX } from './engine-canary.js';
 import { abortWith, listen, parseJsonObject, readBody, sendError, sendText, type FetchFn } from './http-io.js';
 import { createSidecarMetrics } from './metrics.js';
 import { sidecarOptIns } from './opt-ins.js';
-import { ENDPOINT_PATHS } from './openai-body.js';
+import { ENDPOINT_PATHS, withContractPriority } from './openai-body.js';
 import type { Outcome } from './outcome.js';
 import { servePrefill } from './prefill-role.js';
 import { createKeepAliveFetch } from './keep-alive-fetch.js';
@@ -620,7 +620,9 @@ async function runCompletion(
   const call: IncomingCall = {
     endpoint: c.endpoint,
     path: c.path,
-    body: body.value,
+    // Every call to this worker carries the operator's priority for the tenant from the signed contract (the prefill
+    // leg to another sidecar goes without it: decode-role.ts `toPrefillLegBody`).
+    body: withContractPriority(body.value, contract.priority),
     headers: req.headers,
     requestId: c.requestId,
     signal: c.signal,

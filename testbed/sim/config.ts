@@ -78,6 +78,14 @@ export const SimSettingsSchema = z
      * connectors before leases (version < 4), with no heartbeat to extend it. From v4 `leaseMs` applies instead.
      */
     abortRequestTimeoutMs: z.number().int().positive().default(480_000),
+    /**
+     * `--scheduling-policy`. Only its request check is modelled: under `fcfs` (vLLM's default) a request whose
+     * `priority` is not 0 is refused 400, as vLLM refuses it ("Any priority other than 0 will raise an error if the
+     * served model does not use priority scheduling": `CompletionRequest.priority` in vllm-project/vllm
+     * `vllm/entrypoints/openai/completion/protocol.py` @002032ee); `priority` accepts it. The order it would impose
+     * (vLLM's `PriorityRequestQueue`, `vllm/v1/core/sched/request_queue.py` @0097c7ed) is not simulated.
+     */
+    schedulingPolicy: z.enum(['fcfs', 'priority']).default('fcfs'),
     /** `--max-num-seqs`: requests beyond it wait (vllm:num_requests_waiting). */
     maxNumSeqs: z.number().int().positive().default(256),
     /** `kv_connector_extra_config.enforce_handshake_compat` (vLLM default true). */

@@ -93,6 +93,9 @@ export function prepareGeneration(
   kv = { kvTransferParams: r.kv_transfer_params };
   const model = resolveModel(ctx, r.model);
   if (!model) return { ok: false, status: 404, body: modelNotFound(ctx, String(r.model)), ...kv };
+  const priority = (r as { priority?: unknown }).priority;
+  if (priority !== undefined && priority !== null && priority !== 0 && ctx.config.sim.schedulingPolicy !== 'priority')
+    return fail(400, `Got priority ${String(priority)} but Priority scheduling is not enabled.`, 'priority');
   if ((r.n ?? 1) !== 1) return fail(400, 'n > 1 is not supported by the kvgate simulator (it decodes greedily)', 'n');
   if (r.echo) return fail(400, 'echo is not supported by the kvgate simulator', 'echo');
   const reused = kind === 'chat' && ctx.traits.reusesPromptTokenIds ? reusedPromptTokenIds(r.kv_transfer_params) : undefined;
