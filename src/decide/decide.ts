@@ -12,7 +12,7 @@ import { deriveCacheSalt } from '../contract/cache-salt.js';
 import { PendingBinding } from '../contract/binding.js';
 import { cacheSaltDigestOf, promptDigestOf } from '../contract/body-binding.js';
 import { mintContract } from '../contract/contract.js';
-import { stampedPriority } from './priority.js';
+import { NO_PRIORITY, stampedPriority } from './priority.js';
 import type { KeyRing } from '../contract/keys.js';
 import { groupIdOf } from '../compat/fingerprint.js';
 import type { CompiledModel, CompiledRevision, CompiledRouteTable } from '../policy/compile.js';
@@ -407,8 +407,15 @@ function bindRoute(
     }
   }
   const cacheSalt = deriveCacheSalt(keys, group.id, group.tenantScope, who.body.cacheSalt);
-  const ranOn = [targets.decode, ...(targets.prefill === null ? [] : [targets.prefill]), ...alternates].map((c) => c.pool);
-  const priority = stampedPriority(table.priorities, group.tenant, ranOn);
+  // The pools are gathered only when the table sets priorities: most tables do not, and this runs on every route.
+  const priority =
+    table.priorities === null
+      ? NO_PRIORITY
+      : stampedPriority(
+          table.priorities,
+          group.tenant,
+          [targets.decode, ...(targets.prefill === null ? [] : [targets.prefill]), ...alternates].map((c) => c.pool),
+        );
   if (priority.wanted !== 0) {
     trace?.push(
       priority.priority !== 0

@@ -17,7 +17,8 @@ export interface StampedPriority {
   readonly without: readonly string[];
 }
 
-const NONE: StampedPriority = Object.freeze({ priority: 0, wanted: 0, without: Object.freeze([]) });
+/** No priority: what a table without `priorities` gives every request. */
+export const NO_PRIORITY: StampedPriority = Object.freeze({ priority: 0, wanted: 0, without: Object.freeze([]) });
 
 /** The priority for `tenant` routed to `pools` (its decode, prefill and alternate decode pools). */
 export function stampedPriority(
@@ -25,9 +26,9 @@ export function stampedPriority(
   tenant: string | null,
   pools: readonly CompiledPool[],
 ): StampedPriority {
-  if (priorities === null) return NONE;
+  if (priorities === null) return NO_PRIORITY;
   const wanted = (tenant === null ? undefined : priorities.tenants.get(tenant)) ?? priorities.default;
-  if (wanted === 0) return NONE;
+  if (wanted === 0) return NO_PRIORITY;
   const without = [...new Set(pools.filter((p) => p.priorityScheduling !== true).map((p) => p.name))];
   return { priority: without.length === 0 ? wanted : 0, wanted, without };
 }
