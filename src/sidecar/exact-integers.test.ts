@@ -5,6 +5,7 @@ import { jsonStringEnd, MAX_JSON_DEPTH } from '../json-limits.js';
 import { keepExactIntegers, serializeBody } from './exact-integers.js';
 import { parseJsonObject } from './http-io.js';
 import { toPrefillBody, toPromptCount } from './openai-body.js';
+import { prng } from '../../testbed/demo/load.js';
 
 function parsed(text: string): Record<string, unknown> {
   const body = JSON.parse(text) as Record<string, unknown>;
@@ -41,18 +42,6 @@ function numbersNamed(text: string): unknown {
     }
   }
   return JSON.parse(out);
-}
-
-/** A small seeded generator (mulberry32), so a failure names the seed that shows it. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const BIG = [
@@ -166,7 +155,7 @@ describe('integers beyond 2^53 reach the worker as the client wrote them, at any
 
   it('property: random nested bodies reach the worker with every number as the client meant it, big integers to the byte', () => {
     for (let seed = 1; seed <= 400; seed++) {
-      const text = randomJson(rng(seed), 5, true);
+      const text = randomJson(prng(seed), 5, true);
       const out = serializeBody(parsed(text));
       expect(numbersNamed(out), `seed ${seed}: ${text}`).toEqual(numbersNamed(text));
       expect(() => JSON.parse(out), `seed ${seed}`).not.toThrow(); // (-0 goes as 0, as before: Python's int has no -0)

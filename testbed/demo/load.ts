@@ -64,8 +64,8 @@ interface Unserved {
 }
 
 const MAX_TOKENS = 12;
-/** Deterministic PRNG (mulberry32): the same seed sends the same request mix. */
-function prng(seed: number): () => number {
+/** Deterministic PRNG (mulberry32): the same seed sends the same request mix (and a seeded test the same inputs). */
+export function prng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
