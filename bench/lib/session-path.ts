@@ -5,8 +5,9 @@
  * answer encoder (src/envoy/response-encoder.ts), 64 requests in flight. The same calls the gate's stream adapter
  * makes, in its order: an answer that is ready is taken at once, one admission parks is awaited.
  *
- * The whole-gate figures carry grpc-js, HTTP/2 and the machine's noise; this one isolates the code kvgate owns and is
- * steady enough (a few percent between runs) to tell whether a change to it helped.
+ * The whole-gate figures carry grpc-js, HTTP/2 and a second process's scheduling; this one isolates the code kvgate
+ * owns. Single runs still vary (V8's tiering and the collector's sizing differ from run to run), so compare two builds
+ * by alternating runs of each in the same setting (bench/README.md).
  */
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
