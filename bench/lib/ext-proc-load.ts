@@ -38,6 +38,18 @@ const RESPONSE_HEADERS: Msg = {
   response_headers: { headers: headerMap({ ':status': '200', 'content-type': 'application/json' }), end_of_stream: false },
 };
 
+/**
+ * The three messages Envoy's ext_proc filter sends for one buffered request, in order: request_headers (announcing
+ * BUFFERED), the whole request_body, response_headers. The load generator writes them; lib/session-path.ts encodes them.
+ */
+export function envoyMessages(req: BenchRequest): readonly [Msg, Msg, Msg] {
+  return [
+    { request_headers: { headers: headerMap(req.headers), end_of_stream: false }, protocol_config: { request_body_mode: 'BUFFERED' } },
+    { request_body: { body: req.body, end_of_stream: true } },
+    RESPONSE_HEADERS,
+  ];
+}
+
 /** How a request_body answer is classified: a route stamps x-kvgate-decode-cluster, a refusal is immediate. */
 function classify(answer: Msg): Outcome {
   if (answer['immediate_response'] !== undefined) return 'refused';
@@ -50,6 +62,7 @@ function classify(answer: Msg): Outcome {
  */
 function oneRequest(client: any, req: BenchRequest, timeoutMs: number): Promise<{ ms: number; outcome: Outcome; error?: string }> {
   return new Promise((resolve) => {
+    const [headers, body, responseHeaders] = envoyMessages(req);
     const started = process.hrtime.bigint();
     const call: grpc.ClientDuplexStream<Msg, Msg> = client.Process(new grpc.Metadata(), { deadline: Date.now() + timeoutMs });
     let step = 0;
@@ -70,7 +83,7 @@ function oneRequest(client: any, req: BenchRequest, timeoutMs: number): Promise<
           call.end();
           return;
         }
-        call.write({ request_body: { body: req.body, end_of_stream: true } });
+        call.write(body);
       } else if (step === 2) {
         outcome = classify(m);
         if (outcome === 'refused') {
@@ -78,7 +91,7 @@ function oneRequest(client: any, req: BenchRequest, timeoutMs: number): Promise<
           call.end();
           return;
         }
-        call.write(RESPONSE_HEADERS);
+        call.write(responseHeaders);
       } else if (step === 3) {
         ms = Number(process.hrtime.bigint() - started) / 1e6;
         call.end();
@@ -90,10 +103,7 @@ function oneRequest(client: any, req: BenchRequest, timeoutMs: number): Promise<
       else finish(outcome);
     });
     call.on('error', () => undefined); // reported through 'status'
-    call.write({
-      request_headers: { headers: headerMap(req.headers), end_of_stream: false },
-      protocol_config: { request_body_mode: 'BUFFERED' },
-    });
+    call.write(headers);
   });
 }
 

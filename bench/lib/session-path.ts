@@ -21,6 +21,7 @@ import { createAdmission } from '../../src/gate/admission.js';
 import { createGateMetrics } from '../../src/gate/metrics.js';
 import { ExtProcSession } from '../../src/gate/session.js';
 import type { CompiledRouteTable } from '../../src/policy/compile.js';
+import { envoyMessages } from './ext-proc-load.js';
 import type { BenchRequest } from './requests.js';
 
 export interface SessionPathRun {
@@ -36,21 +37,8 @@ type Encoded = readonly [Buffer, Buffer, Buffer];
 
 function encodedMessages(req: BenchRequest): Encoded {
   const serialize = extProcService()['Process']!.requestSerialize as (m: WireProcessingRequest) => Buffer;
-  const map = (h: Readonly<Record<string, string>>) => ({
-    headers: Object.entries(h).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })),
-  });
-  return [
-    serialize({
-      request: 'request_headers',
-      request_headers: { headers: map(req.headers), end_of_stream: false },
-      protocol_config: { request_body_mode: 'BUFFERED' },
-    }),
-    serialize({ request: 'request_body', request_body: { body: req.body, end_of_stream: true } }),
-    serialize({
-      request: 'response_headers',
-      response_headers: { headers: map({ ':status': '200', 'content-type': 'application/json' }), end_of_stream: false },
-    }),
-  ];
+  const [headers, body, response] = envoyMessages(req).map((m) => serialize(m as WireProcessingRequest));
+  return [headers!, body!, response!];
 }
 
 /** `requests` requests after `warmup` more, `IN_FLIGHT` at a time, each request's messages in order. */
