@@ -61,8 +61,8 @@ export interface ContractExpectations {
 }
 
 /**
- * The largest priority a contract carries, either way: the route table's bound (src/policy/schema.ts
- * `PrioritiesSchema`), well inside the signed 64-bit range vLLM's request models accept.
+ * The largest priority a contract carries, either way, and so the route table's bound too (src/policy/schema.ts
+ * `PrioritiesSchema`): well inside the signed 64-bit range vLLM's request models accept.
  */
 export const MAX_PRIORITY = 1000;
 

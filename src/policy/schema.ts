@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { CompatDescriptorSchema, type CompatDescriptor } from '../compat/descriptor.js';
 import type { ConfigIssue } from '../config/issues.js';
 import { mediaOriginProblem } from '../media-url.js';
+import { MAX_PRIORITY } from '../contract/contract.js';
 
 const nonEmpty = z.string().min(1, 'must not be empty');
 
@@ -329,8 +330,8 @@ type FallbackStepValue =
 /** One fallback step, as the decision core reads it (`kind` tags the variant). */
 export type FallbackStep = DeepReadonly<FallbackStepValue>;
 
-/** The bound of a route table's priorities either way (src/contract/contract.ts `MAX_PRIORITY`). */
-const PRIORITY_BOUND = 1000;
+/** The bound of a route table's priorities either way: what a contract may carry. */
+const PRIORITY_BOUND = MAX_PRIORITY;
 const PriorityValueSchema = z
   .number()
   .int('must be an integer (vLLM orders by it, lower first)')
