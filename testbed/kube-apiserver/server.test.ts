@@ -18,6 +18,19 @@ async function get(path: string): Promise<{ status: number; body: string }> {
   return { status: res.status, body: await res.text() };
 }
 
+/** Open a pod watch from now and return once its headers are in (the server flushes them at once). */
+async function openWatch(ac: AbortController): Promise<Response> {
+  return fetch(`${api!.url}/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${api!.store.resourceVersion}`, {
+    headers: { authorization: 'Bearer test-token' },
+    signal: ac.signal,
+  });
+}
+
+/** Until the server counts an open watch (one started without awaiting its headers). */
+async function untilWatchOpen(): Promise<void> {
+  for (let i = 0; i < 200 && api!.openWatches() === 0; i++) await new Promise((r) => setTimeout(r, 5));
+}
+
 /** Read watch lines until `n` arrived, then drop the connection. */
 async function watchLines(path: string, n: number): Promise<{ type: string; object: Record<string, unknown> }[]> {
   const ac = new AbortController();
@@ -257,7 +270,7 @@ describe('RBAC (apiserver pkg/endpoints/filters/authorization.go)', () => {
     api = await startKubeApiServer({ allowedNamespaces: [NS] });
     const rv = api.store.resourceVersion;
     const lines = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${rv}`, 1);
-    for (let i = 0; i < 200 && api.openWatches() === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    await untilWatchOpen();
     expect(api.openWatches()).toBe(1);
     api.setAllowedNamespaces([]);
     api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
@@ -275,10 +288,7 @@ describe('watch answers and ERROR events (pkg/endpoints/handlers/watch.go Handle
     api = await startKubeApiServer({ bookmarkIntervalMs: 0 });
     const ac = new AbortController();
     // fetch resolves on the headers: with nothing to send yet, it resolves only if they were flushed.
-    const res = await fetch(`${api.url}/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${api.store.resourceVersion}`, {
-      headers: { authorization: 'Bearer test-token' },
-      signal: ac.signal,
-    });
+    const res = await openWatch(ac);
     expect(res.status).toBe(200);
     expect(api.openWatches()).toBe(1);
     ac.abort();
@@ -298,7 +308,7 @@ describe('watch answers and ERROR events (pkg/endpoints/handlers/watch.go Handle
     expect((await get(`/api/v1/namespaces/${NS}/pods`)).status).toBe(200);
     api.setWatchError(null);
     const ok = watchLines(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${api.store.resourceVersion}`, 1);
-    for (let i = 0; i < 200 && api.openWatches() === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    await untilWatchOpen();
     api.store.create(readyPod('a-0', NS, '10.0.0.5', { app: 'x' }, 'uid-1'));
     expect(await ok).toMatchObject([{ type: 'ADDED' }]);
   });
@@ -306,10 +316,7 @@ describe('watch answers and ERROR events (pkg/endpoints/handlers/watch.go Handle
   it('errorWatches: an open watch gets one ERROR event, then its stream ends (the etcd watcher failing mid-watch)', async () => {
     api = await startKubeApiServer({ bookmarkIntervalMs: 0 });
     const ac = new AbortController();
-    const res = await fetch(`${api.url}/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${api.store.resourceVersion}`, {
-      headers: { authorization: 'Bearer test-token' },
-      signal: ac.signal,
-    });
+    const res = await openWatch(ac);
     expect(api.openWatches()).toBe(1);
     api.errorWatches({ code: 500, reason: 'InternalError', message: 'Internal error occurred: failed to decode' });
     const body = await res.text(); // the whole stream: it ended
